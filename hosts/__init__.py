@@ -1,0 +1,1 @@
+"""What runs on the emulated hosts: the SwitchML worker library and the baselines."""

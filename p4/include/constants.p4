@@ -1,0 +1,57 @@
+/*
+ * constants.p4 -- the single definition of SwitchML's build parameters.
+ *
+ * The P4 program includes this file, and the Python side (protocol/params.py) reads
+ * the same #define lines, so k, the pool size, the UDP ports and the counter indices
+ * cannot drift apart between the bmv2 program and the embedded software switch.
+ * Keep every value a plain decimal or hex literal: protocol/params.py parses them.
+ * Pass -DSWITCHML_MAX_POOL_SIZE=... to p4c to build a different pool; SWITCHML_K is
+ * fixed by the number of data fields written out in headers.p4.
+ */
+#ifndef SWITCHML_CONSTANTS_P4
+#define SWITCHML_CONSTANTS_P4
+
+/* Elements (int32) per packet. headers.p4 writes out exactly this many fields. */
+#define SWITCHML_K 32
+
+/* Slots in the pool. Registers hold 2 * SWITCHML_MAX_POOL_SIZE entries (two shadow
+ * sets); a job may use any pool size up to this. */
+#ifndef SWITCHML_MAX_POOL_SIZE
+#define SWITCHML_MAX_POOL_SIZE 512
+#endif
+
+/* Most workers one job can have: the contribution bitmap is 32 bits wide. */
+#define SWITCHML_MAX_WORKERS 32
+
+/* UDP destination ports (dst & mask == base) that carry aggregation updates. */
+#define SWITCHML_UDP_PORT_BASE 0xBEE0
+#define SWITCHML_UDP_PORT_MASK 0xFFF0
+/* UDP port on which workers receive results (outside the aggregation range). */
+#define SWITCHML_WORKER_UDP_PORT 0xBF00
+
+/* switchml_h.msg_type */
+#define SWITCHML_MSG_UPDATE 0
+#define SWITCHML_MSG_RESULT 1
+
+/* Multicast group used to flood ordinary traffic; SwitchML result groups are set per
+ * job by the control plane (worker_table's mcast_grp parameter). */
+#define SWITCHML_FLOOD_MCAST_GRP 1
+
+/* Indices into SwitchMLIngress.event_counter: what happened to each packet. */
+#define EV_UPDATE_CONSUMED 0      /* new contribution, slot not yet complete */
+#define EV_RESULT_MULTICAST 1     /* new contribution completed the slot: result multicast */
+#define EV_RESULT_UNICAST 2       /* retransmission to a complete slot: result unicast */
+#define EV_RETX_IGNORED 3         /* retransmission before the slot completed: dropped */
+#define EV_DROP_UNKNOWN_SENDER 4  /* (ingress port, source IPv4) not in worker_table */
+#define EV_DROP_WRONG_JOB 5       /* job_id differs from the sender's job */
+#define EV_DROP_MALFORMED 6       /* truncated, wrong k, not an update, slot out of range */
+#define EV_DROP_SIM_INGRESS 7     /* dropped by the ingress drop simulator */
+#define EV_FORWARDED 8            /* ordinary (non-SwitchML) traffic forwarded */
+#define EV_COUNT 9
+
+/* Indices into SwitchMLEgress.egress_counter. */
+#define EGV_SENT 0                /* packets leaving the switch */
+#define EGV_DROP_SIM_EGRESS 1     /* dropped by the egress drop simulator */
+#define EGV_COUNT 2
+
+#endif

@@ -1,0 +1,1 @@
+"""The SwitchML protocol as both sides speak it: parameters, packet layout, quantization."""

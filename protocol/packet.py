@@ -1,0 +1,199 @@
+"""The SwitchML packet, defined once for every Python component.
+
+Two views of the same bytes:
+
+* the hot path (worker library, embedded switch) uses the ``struct``/numpy definitions
+  here directly: fixed offsets, one ``struct.Struct`` for the SwitchML header and a
+  big-endian int32 numpy dtype for the elements, so no per-packet objects are built;
+* tests, pcaps and debugging use the scapy layers ``SwitchML`` (header + elements),
+  bound to UDP on the aggregation ports.
+
+Layout (must match ``p4/include/headers.p4``; ``tests/test_p4_contract.py`` checks it)::
+
+    Ethernet 14 | IPv4 20 | UDP 8 (checksum 0) | switchml_h 12 | k x int32 (big-endian)
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+from scapy.fields import (
+    ByteEnumField,
+    ByteField,
+    FieldListField,
+    IntField,
+    ShortField,
+    SignedByteField,
+    SignedIntField,
+)
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, bind_layers
+
+from protocol import params
+
+ETH_HEADER_BYTES = 14
+IPV4_HEADER_BYTES = 20
+UDP_HEADER_BYTES = 8
+ETHERTYPE_IPV4 = 0x0800
+IPPROTO_UDP = 17
+
+ETH_OFFSET = 0
+IPV4_OFFSET = ETH_OFFSET + ETH_HEADER_BYTES
+UDP_OFFSET = IPV4_OFFSET + IPV4_HEADER_BYTES
+SWITCHML_OFFSET = UDP_OFFSET + UDP_HEADER_BYTES
+
+SWITCHML_HEADER = struct.Struct("!BBHHBbI")
+"""switchml_h: msg_type, shadow_set, job_id, slot, num_elements, exponent (int8), seq."""
+SWITCHML_HEADER_BYTES = SWITCHML_HEADER.size
+DATA_OFFSET = SWITCHML_OFFSET + SWITCHML_HEADER_BYTES
+
+ELEMENT_DTYPE = np.dtype(">i4")
+"""Elements travel as big-endian two's complement int32."""
+ELEMENT_BYTES = ELEMENT_DTYPE.itemsize
+
+EXPONENT_MIN = -128
+EXPONENT_MAX = 127
+"""Range of the int8 exponent field."""
+
+
+class SwitchMLHeader(NamedTuple):
+    """The decoded fields of switchml_h, in wire order."""
+
+    msg_type: int
+    shadow_set: int
+    job_id: int
+    slot: int
+    num_elements: int
+    exponent: int
+    seq: int
+
+
+def payload_bytes(k: int) -> int:
+    """UDP payload size of a packet carrying k elements."""
+    return SWITCHML_HEADER_BYTES + k * ELEMENT_BYTES
+
+
+def frame_bytes(k: int) -> int:
+    """Ethernet frame size (without FCS) of a packet carrying k elements."""
+    return DATA_OFFSET + k * ELEMENT_BYTES
+
+
+def pack_header(buffer: bytearray | memoryview, offset: int, header: SwitchMLHeader) -> None:
+    """Write switchml_h into ``buffer`` at ``offset``."""
+    SWITCHML_HEADER.pack_into(buffer, offset, *header)
+
+
+def unpack_header(buffer: bytes | bytearray | memoryview, offset: int = 0) -> SwitchMLHeader:
+    """Read switchml_h from ``buffer`` at ``offset``."""
+    return SwitchMLHeader._make(SWITCHML_HEADER.unpack_from(buffer, offset))
+
+
+def encode_payload(header: SwitchMLHeader, elements: np.ndarray) -> bytes:
+    """UDP payload (switchml_h + elements) for ``elements`` given as any int32 array."""
+    if len(elements) != header.num_elements:
+        raise ValueError(f"header says {header.num_elements} elements, got {len(elements)}")
+    return SWITCHML_HEADER.pack(*header) + np.asarray(elements, dtype=ELEMENT_DTYPE).tobytes()
+
+
+def decode_elements(buffer: bytes | bytearray | memoryview, offset: int, k: int) -> np.ndarray:
+    """The k big-endian elements at ``offset`` as a read-only view (no copy)."""
+    return np.frombuffer(buffer, dtype=ELEMENT_DTYPE, count=k, offset=offset)
+
+
+def ipv4_checksum(header: bytes | bytearray | memoryview) -> int:
+    """RFC 791 header checksum of a 20-byte IPv4 header whose checksum field is zero."""
+    total = sum(struct.unpack("!10H", bytes(header[:IPV4_HEADER_BYTES])))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def mac_to_bytes(mac: str) -> bytes:
+    """'02:00:00:00:00:01' -> 6 bytes, with a clear error for anything else."""
+    parts = mac.split(":")
+    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
+        raise ValueError(f"not a MAC address: {mac!r}")
+    return bytes(int(p, 16) for p in parts)
+
+
+def ipv4_to_bytes(address: str) -> bytes:
+    """'10.0.0.1' -> 4 bytes, with a clear error for anything else."""
+    parts = address.split(".")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) < 256 for p in parts):
+        raise ValueError(f"not an IPv4 address: {address!r}")
+    return bytes(int(p) for p in parts)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a frame comes from or goes to: Ethernet, IPv4 and UDP addresses."""
+
+    mac: str
+    ipv4: str
+    udp_port: int
+
+
+def build_frame(src: Endpoint, dst: Endpoint, payload: bytes, ttl: int = 64) -> bytes:
+    """A complete Ethernet/IPv4/UDP frame (UDP checksum 0) around a UDP payload.
+
+    Used by tests and benchmarks that inject raw frames, and by the embedded switch to
+    precompute per-rank result headers.
+    """
+    udp_length = UDP_HEADER_BYTES + len(payload)
+    ip_header = bytearray(
+        struct.pack(
+            "!BBHHHBBH4s4s",
+            0x45,
+            0,
+            IPV4_HEADER_BYTES + udp_length,
+            0,
+            0x4000,  # don't fragment
+            ttl,
+            IPPROTO_UDP,
+            0,
+            ipv4_to_bytes(src.ipv4),
+            ipv4_to_bytes(dst.ipv4),
+        )
+    )
+    struct.pack_into("!H", ip_header, 10, ipv4_checksum(ip_header))
+    eth = mac_to_bytes(dst.mac) + mac_to_bytes(src.mac) + struct.pack("!H", ETHERTYPE_IPV4)
+    udp = struct.pack("!HHHH", src.udp_port, dst.udp_port, udp_length, 0)
+    return eth + bytes(ip_header) + udp + payload
+
+
+# ---------------------------------------------------------------------------------------
+# scapy view: for dissection, pcaps and tests (never on the hot path)
+
+
+class SwitchML(Packet):
+    """scapy layer for switchml_h followed by its num_elements int32 elements."""
+
+    name = "SwitchML"
+    fields_desc = [
+        ByteEnumField("msg_type", params.MSG_UPDATE, {params.MSG_UPDATE: "update", params.MSG_RESULT: "result"}),
+        ByteField("shadow_set", 0),
+        ShortField("job_id", 0),
+        ShortField("slot", 0),
+        ByteField("num_elements", None),
+        SignedByteField("exponent", 0),
+        IntField("seq", 0),
+        FieldListField(
+            "elements",
+            [],
+            SignedIntField("", 0),
+            count_from=lambda pkt: pkt.num_elements,
+        ),
+    ]
+
+    def post_build(self, pkt: bytes, pay: bytes) -> bytes:
+        if self.num_elements is None:
+            pkt = pkt[:6] + bytes([len(self.elements) & 0xFF]) + pkt[7:]
+        return pkt + pay
+
+
+for _port in range(params.UDP_PORT_BASE, params.UDP_PORT_BASE + (~params.UDP_PORT_MASK & 0xFFFF) + 1):
+    bind_layers(UDP, SwitchML, dport=_port)
+    bind_layers(UDP, SwitchML, sport=_port)

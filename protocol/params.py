@@ -1,0 +1,71 @@
+"""SwitchML build parameters, read from the P4 program's own constants file.
+
+``p4/include/constants.p4`` is the one definition of k, the pool size, the UDP ports and
+the counter indices. This module parses its ``#define NAME value`` lines so the Python
+side (workers, embedded switch, control plane) can never disagree with the P4 program.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+P4_DIR = REPO_ROOT / "p4"
+CONSTANTS_P4 = P4_DIR / "include" / "constants.p4"
+
+_DEFINE = re.compile(r"^\s*#define\s+([A-Z][A-Z0-9_]*)\s+(0[xX][0-9a-fA-F]+|\d+)\b", re.M)
+
+
+def read_p4_constants(path: Path = CONSTANTS_P4) -> Mapping[str, int]:
+    """Every integer ``#define`` in ``path``, by name (first definition wins, as with #ifndef)."""
+    constants: dict[str, int] = {}
+    for name, literal in _DEFINE.findall(path.read_text()):
+        constants.setdefault(name, int(literal, 0))
+    return MappingProxyType(constants)
+
+
+P4_CONSTANTS = read_p4_constants()
+
+K: int = P4_CONSTANTS["SWITCHML_K"]
+"""Elements per packet the P4 program is built for (the embedded switch accepts any k)."""
+MAX_POOL_SIZE: int = P4_CONSTANTS["SWITCHML_MAX_POOL_SIZE"]
+MAX_WORKERS: int = P4_CONSTANTS["SWITCHML_MAX_WORKERS"]
+UDP_PORT_BASE: int = P4_CONSTANTS["SWITCHML_UDP_PORT_BASE"]
+UDP_PORT_MASK: int = P4_CONSTANTS["SWITCHML_UDP_PORT_MASK"]
+WORKER_UDP_PORT: int = P4_CONSTANTS["SWITCHML_WORKER_UDP_PORT"]
+MSG_UPDATE: int = P4_CONSTANTS["SWITCHML_MSG_UPDATE"]
+MSG_RESULT: int = P4_CONSTANTS["SWITCHML_MSG_RESULT"]
+FLOOD_MCAST_GRP: int = P4_CONSTANTS["SWITCHML_FLOOD_MCAST_GRP"]
+
+INGRESS_EVENTS: tuple[str, ...] = (
+    "EV_UPDATE_CONSUMED",
+    "EV_RESULT_MULTICAST",
+    "EV_RESULT_UNICAST",
+    "EV_RETX_IGNORED",
+    "EV_DROP_UNKNOWN_SENDER",
+    "EV_DROP_WRONG_JOB",
+    "EV_DROP_MALFORMED",
+    "EV_DROP_SIM_INGRESS",
+    "EV_FORWARDED",
+)
+"""Names of SwitchMLIngress.event_counter's cells, in index order (checked at import)."""
+EGRESS_EVENTS: tuple[str, ...] = ("EGV_SENT", "EGV_DROP_SIM_EGRESS")
+"""Names of SwitchMLEgress.egress_counter's cells, in index order (checked at import)."""
+
+
+def _check_event_order(names: tuple[str, ...], count_name: str) -> None:
+    indices = [P4_CONSTANTS[name] for name in names]
+    if indices != list(range(len(names))) or P4_CONSTANTS[count_name] != len(names):
+        raise RuntimeError(f"{CONSTANTS_P4}: {count_name} indices are not 0..n-1 in the order of {names}")
+
+
+_check_event_order(INGRESS_EVENTS, "EV_COUNT")
+_check_event_order(EGRESS_EVENTS, "EGV_COUNT")
+
+
+def is_aggregation_port(udp_dst_port: int) -> bool:
+    """True for a UDP destination port in the aggregation range (as the P4 parser selects)."""
+    return udp_dst_port & UDP_PORT_MASK == UDP_PORT_BASE

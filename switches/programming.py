@@ -1,0 +1,130 @@
+"""Programming a SwitchML switch for a job, the same way on every target.
+
+Everything here goes through ``SwitchControl``; the names below are the P4 program's
+(``p4/``) and the embedded switch's (``switches/embedded/``) alike. See docs/dataplane.md
+for what each table, register and counter does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from protocol import params
+from switches.control import SwitchControl
+
+INGRESS = "SwitchMLIngress"
+EGRESS = "SwitchMLEgress"
+
+WORKER_TABLE = f"{INGRESS}.worker_table"
+"""(ingress_port, ipv4.srcAddr) -> set_worker(rank, job_id, num_workers, mcast_grp)."""
+L2_TABLE = f"{INGRESS}.l2_table"
+"""ethernet.dstAddr -> l2_forward(port); miss -> l2_flood."""
+L2_LEARN_TABLE = f"{INGRESS}.l2_learn_table"
+"""ethernet.srcAddr -> NoAction; miss -> l2_learn (digest of srcAddr + ingress port)."""
+RANK_ADDR_TABLE = f"{EGRESS}.rank_addr_table"
+"""meta.dst_rank -> set_rank_addr(mac, ipv4, udp_port): per-rank rewrite of a result."""
+
+VALUE_REGISTERS: tuple[str, ...] = tuple(f"{INGRESS}.value_{i:02d}" for i in range(params.K))
+BITMAP_REGISTER = f"{INGRESS}.bitmap"
+COUNT_REGISTER = f"{INGRESS}.count"
+EXPONENT_REGISTER = f"{INGRESS}.exponent"
+AGGREGATION_REGISTERS: tuple[str, ...] = (*VALUE_REGISTERS, BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER)
+"""Per slot and shadow set (index = set * MAX_POOL_SIZE + slot): the aggregation state."""
+
+INGRESS_DROP_THRESHOLD = f"{INGRESS}.ingress_drop_threshold"
+EGRESS_DROP_THRESHOLD = f"{EGRESS}.egress_drop_threshold"
+"""One cell each: a packet is dropped when a uniform draw in [0, 2^32 - 2] is below it."""
+
+EVENT_COUNTER = f"{INGRESS}.event_counter"
+EGRESS_COUNTER = f"{EGRESS}.egress_counter"
+
+DROP_DRAW_MAX = 0xFFFFFFFE
+"""Largest value v1model's random(draw, 0, 0xFFFFFFFE) returns."""
+
+
+@dataclass(frozen=True)
+class WorkerPort:
+    """One worker as a switch sees it: where it is attached and how to address it."""
+
+    rank: int
+    switch_port: int
+    mac: str
+    ipv4: str
+    udp_port: int = params.WORKER_UDP_PORT
+
+
+@dataclass(frozen=True)
+class JobProgram:
+    """What one switch needs to aggregate a job (or to forward it, if not aggregating)."""
+
+    job_id: int
+    workers: Sequence[WorkerPort]
+    result_mcast_grp: int = 2
+
+    def __post_init__(self) -> None:
+        ranks = sorted(w.rank for w in self.workers)
+        if ranks != list(range(len(ranks))):
+            raise ValueError(f"worker ranks must be 0..n-1, got {ranks}")
+        if not 1 <= len(ranks) <= params.MAX_WORKERS:
+            raise ValueError(f"a job has 1..{params.MAX_WORKERS} workers, got {len(ranks)}")
+        if self.result_mcast_grp == params.FLOOD_MCAST_GRP:
+            raise ValueError(f"multicast group {params.FLOOD_MCAST_GRP} is reserved for flooding")
+
+
+def probability_threshold(probability: float) -> int:
+    """Drop-simulator threshold for a drop probability in [0, 1]."""
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"drop probability must be within [0, 1], got {probability}")
+    return round(probability * (DROP_DRAW_MAX + 1))
+
+
+def program_forwarding(control: SwitchControl, ports: Sequence[int], l2_entries: Mapping[str, int]) -> None:
+    """Ordinary traffic: static L2 entries for known MACs, flood group over all ports."""
+    control.mc_mgrp_create(params.FLOOD_MCAST_GRP)
+    control.mc_node_associate(params.FLOOD_MCAST_GRP, control.mc_node_create(0, list(ports)))
+    for mac, port in l2_entries.items():
+        control.table_add(L2_TABLE, "l2_forward", [mac], [port])
+        control.table_add(L2_LEARN_TABLE, "NoAction", [mac])
+
+
+def program_aggregation(control: SwitchControl, job: JobProgram) -> None:
+    """Worker table, result multicast group (one node per rank, rid = rank), egress rewrite."""
+    n = len(job.workers)
+    control.mc_mgrp_create(job.result_mcast_grp)
+    for worker in job.workers:
+        control.table_add(WORKER_TABLE, "set_worker", [worker.switch_port, worker.ipv4], [worker.rank, job.job_id, n, job.result_mcast_grp])
+        handle = control.mc_node_create(worker.rank, [worker.switch_port])
+        control.mc_node_associate(job.result_mcast_grp, handle)
+        control.table_add(RANK_ADDR_TABLE, "set_rank_addr", [worker.rank], [worker.mac, worker.ipv4, worker.udp_port])
+
+
+def program_pass_through(control: SwitchControl) -> None:
+    """A switch on the path that does not aggregate: forward SwitchML packets as ordinary traffic."""
+    control.table_set_default(WORKER_TABLE, "forward_as_ordinary")
+
+
+def set_drop_probability(control: SwitchControl, ingress: float, egress: float) -> None:
+    """Loss without netem: the switch's drop simulator, per packet, on ingress and egress."""
+    control.register_write(INGRESS_DROP_THRESHOLD, 0, probability_threshold(ingress))
+    control.register_write(EGRESS_DROP_THRESHOLD, 0, probability_threshold(egress))
+
+
+def reset_aggregation_state(control: SwitchControl) -> None:
+    """Clear every slot so the next job starts from empty bitmaps (state outlives a job)."""
+    for register in AGGREGATION_REGISTERS:
+        control.register_reset(register)
+
+
+def read_event_counters(control: SwitchControl) -> dict[str, int]:
+    """Packet counts by event name, ingress and egress, e.g. {'EV_RESULT_MULTICAST': 12, ...}."""
+    ingress = control.counter_read(EVENT_COUNTER)
+    egress = control.counter_read(EGRESS_COUNTER)
+    counts = {name: ingress[i][0] for i, name in enumerate(params.INGRESS_EVENTS)}
+    counts.update({name: egress[i][0] for i, name in enumerate(params.EGRESS_EVENTS)})
+    return counts
+
+
+def reset_event_counters(control: SwitchControl) -> None:
+    control.counter_reset(EVENT_COUNTER)
+    control.counter_reset(EGRESS_COUNTER)
