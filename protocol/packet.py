@@ -5,8 +5,8 @@ Two views of the same bytes:
 * the hot path (worker library, embedded switch) uses the ``struct``/numpy definitions
   here directly: fixed offsets, one ``struct.Struct`` for the SwitchML header and a
   big-endian int32 numpy dtype for the elements, so no per-packet objects are built;
-* tests, pcaps and debugging use the scapy layers ``SwitchML`` (header + elements),
-  bound to UDP on the aggregation ports.
+* tests, pcaps and debugging use the scapy layer in ``protocol/scapy_layer.py``, kept
+  apart so that workers and the switch never pay for importing scapy.
 
 Layout (must match ``p4/include/headers.p4``; ``tests/test_p4_contract.py`` checks it)::
 
@@ -20,18 +20,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scapy.fields import (
-    ByteEnumField,
-    ByteField,
-    FieldListField,
-    IntField,
-    ShortField,
-    SignedByteField,
-    SignedIntField,
-)
-from scapy.layers.inet import UDP
-from scapy.packet import Packet, bind_layers
-
 from protocol import params
 
 ETH_HEADER_BYTES = 14
@@ -162,38 +150,3 @@ def build_frame(src: Endpoint, dst: Endpoint, payload: bytes, ttl: int = 64) -> 
     eth = mac_to_bytes(dst.mac) + mac_to_bytes(src.mac) + struct.pack("!H", ETHERTYPE_IPV4)
     udp = struct.pack("!HHHH", src.udp_port, dst.udp_port, udp_length, 0)
     return eth + bytes(ip_header) + udp + payload
-
-
-# ---------------------------------------------------------------------------------------
-# scapy view: for dissection, pcaps and tests (never on the hot path)
-
-
-class SwitchML(Packet):
-    """scapy layer for switchml_h followed by its num_elements int32 elements."""
-
-    name = "SwitchML"
-    fields_desc = [
-        ByteEnumField("msg_type", params.MSG_UPDATE, {params.MSG_UPDATE: "update", params.MSG_RESULT: "result"}),
-        ByteField("shadow_set", 0),
-        ShortField("job_id", 0),
-        ShortField("slot", 0),
-        ByteField("num_elements", None),
-        SignedByteField("exponent", 0),
-        IntField("seq", 0),
-        FieldListField(
-            "elements",
-            [],
-            SignedIntField("", 0),
-            count_from=lambda pkt: pkt.num_elements,
-        ),
-    ]
-
-    def post_build(self, pkt: bytes, pay: bytes) -> bytes:
-        if self.num_elements is None:
-            pkt = pkt[:6] + bytes([len(self.elements) & 0xFF]) + pkt[7:]
-        return pkt + pay
-
-
-for _port in range(params.UDP_PORT_BASE, params.UDP_PORT_BASE + (~params.UDP_PORT_MASK & 0xFFFF) + 1):
-    bind_layers(UDP, SwitchML, dport=_port)
-    bind_layers(UDP, SwitchML, sport=_port)

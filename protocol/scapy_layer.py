@@ -1,0 +1,54 @@
+"""scapy layer for SwitchML: dissection, pcaps and tests (never the hot path).
+
+Same layout as ``protocol/packet.py`` (which the hot path uses without scapy): importing
+this module binds the layer to UDP on every aggregation port, so ``Ether(frame)`` shows
+SwitchML headers and elements.
+"""
+
+from __future__ import annotations
+
+from scapy.fields import (
+    ByteEnumField,
+    ByteField,
+    FieldListField,
+    IntField,
+    ShortField,
+    SignedByteField,
+    SignedIntField,
+)
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, bind_layers
+
+from protocol import params
+
+
+
+class SwitchML(Packet):
+    """scapy layer for switchml_h followed by its num_elements int32 elements."""
+
+    name = "SwitchML"
+    fields_desc = [
+        ByteEnumField("msg_type", params.MSG_UPDATE, {params.MSG_UPDATE: "update", params.MSG_RESULT: "result"}),
+        ByteField("shadow_set", 0),
+        ShortField("job_id", 0),
+        ShortField("slot", 0),
+        ByteField("num_elements", None),
+        SignedByteField("exponent", 0),
+        IntField("seq", 0),
+        FieldListField(
+            "elements",
+            [],
+            SignedIntField("", 0),
+            count_from=lambda pkt: pkt.num_elements,
+        ),
+    ]
+
+    def post_build(self, pkt: bytes, pay: bytes) -> bytes:
+        if self.num_elements is None:
+            pkt = pkt[:6] + bytes([len(self.elements) & 0xFF]) + pkt[7:]
+        return pkt + pay
+
+
+for _port in range(params.UDP_PORT_BASE, params.UDP_PORT_BASE + (~params.UDP_PORT_MASK & 0xFFFF) + 1):
+    bind_layers(UDP, SwitchML, dport=_port)
+    bind_layers(UDP, SwitchML, sport=_port)
