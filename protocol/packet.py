@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from protocol import params
 
 ETH_HEADER_BYTES = 14
 IPV4_HEADER_BYTES = 20
