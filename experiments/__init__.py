@@ -1,0 +1,1 @@
+"""Experiments: configs in, validated runs and tidy results out."""

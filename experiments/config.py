@@ -1,0 +1,149 @@
+"""Experiment configs: YAML -> defaults -> ``--set`` overrides -> validated sweep points.
+
+A config names a topology (with overrides), the switch target, the protocol parameters,
+the workload, the methods and repetitions, and optionally a sweep over one dotted key.
+Each sweep point is a complete config of its own, validated like the base one, so a
+sweep value that breaks a rule (33 workers, pool larger than the registers) fails before
+anything starts, with the file and the key in the message.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, validate
+from protocol import params
+from topologies.model import Topology, find_topology, load_topology
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
+
+DEFAULTS: dict[str, Any] = {
+    "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
+    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": 100, "job_id": 1},
+    "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
+    "repetitions": 3,
+    "loss_mechanism": "auto",
+    "limits": {"job_timeout_s": 60.0, "worker_start_s": 60.0},
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: a complete, validated experiment config and its topology."""
+
+    index: int
+    sweep_param: str | None
+    sweep_value: Any
+    data: Mapping[str, Any]
+    topology: Topology
+
+    @property
+    def protocol(self) -> Mapping[str, Any]:
+        return self.data["protocol"]
+
+    @property
+    def workload(self) -> Mapping[str, Any]:
+        return self.data["workload"]
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.data["methods"])
+
+    @property
+    def repetitions(self) -> int:
+        return int(self.data["repetitions"])
+
+    @property
+    def limits(self) -> Mapping[str, Any]:
+        return self.data["limits"]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    source: Path
+    data: Mapping[str, Any]
+    """The base config after defaults and --set overrides (sweep not applied)."""
+    points: tuple[Point, ...]
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any, source: str) -> None:
+    """Set ``a.b.c`` in nested mappings, creating missing levels."""
+    parts = key.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: {'.'.join(parts[: i + 1])} is not a mapping, cannot set {key}")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_set(assignment: str) -> tuple[str, Any]:
+    """``key.path=value`` with the value read as YAML (so 8, 0.01, [1, 2] and true are typed)."""
+    key, sep, text = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {assignment!r}: expected key.path=value")
+    try:
+        return key.strip(), yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {assignment!r}: value is not valid YAML: {exc}") from None
+
+
+def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -> None:
+    """Rules that span keys, which a schema cannot say clearly."""
+    protocol, switch = data["protocol"], data["switch"]
+    if protocol["pool_size"] > switch["max_pool_size"]:
+        raise ConfigError(
+            f"{source}: protocol.pool_size: {protocol['pool_size']} is larger than the switch's registers "
+            f"(switch.max_pool_size = {switch['max_pool_size']})"
+        )
+    if switch["target"] == "bmv2" and protocol["k"] != params.K:
+        raise ConfigError(f"{source}: protocol.k: the bmv2 program is built for k = {params.K} (p4/include/constants.p4), got {protocol['k']}")
+    if switch["target"] == "bmv2" and switch["max_pool_size"] > params.MAX_POOL_SIZE:
+        raise ConfigError(f"{source}: switch.max_pool_size: the bmv2 program is built with {params.MAX_POOL_SIZE} slots")
+    links_with_loss = {l.spec.loss for l in topology.links}
+    if data["loss_mechanism"] == "switch" and len(links_with_loss) > 1:
+        raise ConfigError(f"{source}: the switch drop simulator applies one loss rate to every link; topology has {sorted(links_with_loss)}")
+
+
+def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any) -> Point:
+    label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
+    validate(data, load_schema(SCHEMA_PATH), label)
+    topology_keys = {k: v for k, v in data["topology"].items() if k != "file"}
+    try:
+        topology_path = find_topology(data["topology"]["file"], source.parent)
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: topology.file: {exc}") from None
+    topology = load_topology(topology_path, topology_keys, context=label)
+    _check_semantics(data, topology, label)
+    return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
+
+
+def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
+    """Read a config, apply defaults and ``--set`` overrides, and expand its sweep into points."""
+    raw = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: an experiment config must be a mapping")
+    data = deep_merge(DEFAULTS, raw)
+    for assignment in overrides:
+        key, value = parse_set(assignment)
+        set_dotted(data, key, value, f"--set {assignment}")
+    data.setdefault("name", path.stem)
+    validate(data, load_schema(SCHEMA_PATH), str(path))
+    sweep = data.get("sweep")
+    points: list[Point] = []
+    if sweep is None:
+        points.append(_resolve_point(copy.deepcopy(data), path, 0, None, None))
+    else:
+        for index, value in enumerate(sweep["values"]):
+            point_data = copy.deepcopy(data)
+            set_dotted(point_data, sweep["param"], value, f"{path}: sweep.param")
+            points.append(_resolve_point(point_data, path, index, sweep["param"], value))
+    return Experiment(name=data["name"], source=path, data=data, points=tuple(points))

@@ -1,0 +1,82 @@
+"""Loading YAML files validated against a JSON Schema, with errors a user can act on.
+
+Every config and topology goes through here, so every mistake is reported the same way:
+the file, the dotted key, and what was expected ("configs/x.yaml: protocol.k: 0 is less
+than the minimum of 1"; unknown keys are named as such).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config or topology file that is missing, unreadable or does not fit its schema."""
+
+
+def dotted(path: Any) -> str:
+    """jsonschema's error path as 'protocol.k' or 'links[2].bw_mbps' ('<top level>' if empty)."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "<top level>"
+
+
+def _describe(error: jsonschema.ValidationError, key_prefix: str) -> str:
+    where = key_prefix + dotted(error.absolute_path) if error.absolute_path else (key_prefix.rstrip(".") or dotted([]))
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        return f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}"
+    if error.schema is False:
+        # jsonschema reports a forbidden property at its parent; the schema path names it.
+        schema_path = list(error.absolute_schema_path)
+        key = schema_path[-1] if len(schema_path) >= 2 and schema_path[-2] == "properties" else ""
+        where = key_prefix + dotted([*error.absolute_path, key]) if key else where
+        return f"{where}: not allowed here (it does not apply to this kind)"
+    return f"{where}: {error.message}"
+
+
+def load_schema(schema_path: Path) -> dict[str, Any]:
+    with schema_path.open() as f:
+        schema = yaml.safe_load(f)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+def validate(data: Any, schema: dict[str, Any], source: str, key_prefix: str = "") -> None:
+    """Raise ConfigError naming ``source`` and every offending key, or return quietly.
+
+    ``key_prefix`` places a nested document in its parent ('topology.' for a topology
+    overridden from an experiment config), so the key named is the one the user wrote.
+    """
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise ConfigError(f"{source}: " + f"\n{source}: ".join(_describe(e, key_prefix) for e in errors))
+
+
+def load_yaml(path: Path) -> Any:
+    """Parse a YAML file; a missing file or a syntax error becomes a ConfigError naming it."""
+    try:
+        with path.open() as f:
+            return yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` laid over it, recursing into nested mappings."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,1 @@
+"""Topology files (YAML) and their model: hosts, switches, links with shaping."""

@@ -1,0 +1,201 @@
+"""Topologies: YAML description -> validated, fully expanded graph of hosts, switches, links.
+
+A topology file is either generated (``kind: star`` / ``kind: tree`` with a worker count)
+or explicit (every switch, host and link listed). Either way the result is the same
+``Topology``: hosts in rank order with their addresses, switches with the one that
+aggregates, and links with their shaping. Experiment configs may override any top-level
+key (``workers``, ``link``...) before validation, which is how sweeps change the size.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, validate
+
+TOPOLOGY_DIR = Path(__file__).resolve().parent
+SCHEMA_PATH = TOPOLOGY_DIR / "topology.schema.yaml"
+
+AGGREGATOR_MAC = "02:53:4d:4c:00:01"
+"""Virtual MAC the workers send updates to (the aggregating switch answers from it)."""
+AGGREGATOR_HOST_OCTET = 254
+"""The aggregating switch's virtual IPv4 is <subnet>.254."""
+
+DEFAULT_SUBNET = "10.0.0.0/24"
+DEFAULT_LINK: dict[str, Any] = {"bw_mbps": None, "delay_ms": 0.0, "loss": 0.0, "queue_packets": 1000}
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Shaping of one link, applied in both directions."""
+
+    bw_mbps: float | None
+    delay_ms: float
+    loss: float
+    queue_packets: int
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    name: str
+    rank: int
+    ipv4: str
+    mac: str
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    name: str
+    aggregate: bool
+
+
+@dataclass(frozen=True)
+class LinkDef:
+    a: str
+    b: str
+    spec: LinkSpec
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    kind: str
+    hosts: tuple[HostSpec, ...]
+    switches: tuple[SwitchSpec, ...]
+    links: tuple[LinkDef, ...]
+    subnet_prefix: str
+    resolved: Mapping[str, Any]
+    """The validated YAML after overrides, as written to a run's topology.yaml."""
+
+    @property
+    def aggregator(self) -> SwitchSpec:
+        return next(s for s in self.switches if s.aggregate)
+
+    @property
+    def aggregator_ipv4(self) -> str:
+        return f"{self.subnet_prefix}.{AGGREGATOR_HOST_OCTET}"
+
+    @property
+    def aggregator_mac(self) -> str:
+        return AGGREGATOR_MAC
+
+    def neighbours(self, node: str) -> list[str]:
+        return [l.b if l.a == node else l.a for l in self.links if node in (l.a, l.b)]
+
+    def next_hop(self, src: str, dst: str) -> str:
+        """First node after ``src`` on the (unique in a tree) shortest path to ``dst``."""
+        parents: dict[str, str | None] = {dst: None}
+        queue = deque([dst])
+        while queue:
+            node = queue.popleft()
+            for nb in self.neighbours(node):
+                if nb not in parents:
+                    parents[nb] = node
+                    queue.append(nb)
+        hop = parents.get(src)
+        if hop is None:
+            raise ConfigError(f"topology {self.name}: no path from {src} to {dst}")
+        return hop
+
+
+def _link_spec(data: Mapping[str, Any]) -> LinkSpec:
+    merged = {**DEFAULT_LINK, **{k: v for k, v in data.items() if k != "endpoints"}}
+    return LinkSpec(
+        bw_mbps=None if merged["bw_mbps"] is None else float(merged["bw_mbps"]),
+        delay_ms=float(merged["delay_ms"]),
+        loss=float(merged["loss"]),
+        queue_packets=int(merged["queue_packets"]),
+    )
+
+
+def _host(index: int, prefix: str) -> HostSpec:
+    """Host of rank ``index`` (0-based): h<index+1>, <prefix>.<index+1>, 02:00:00:00:00:<index+1>."""
+    number = index + 1
+    return HostSpec(name=f"h{number}", rank=index, ipv4=f"{prefix}.{number}", mac=f"02:00:00:00:{number >> 8:02x}:{number & 0xFF:02x}")
+
+
+def _expand(data: Mapping[str, Any], source: str) -> tuple[list[HostSpec], list[SwitchSpec], list[LinkDef]]:
+    prefix = data.get("subnet", DEFAULT_SUBNET).rsplit(".", 1)[0]
+    kind = data["kind"]
+    if kind == "star":
+        hosts = [_host(i, prefix) for i in range(data["workers"])]
+        link = _link_spec(data.get("link", {}))
+        return hosts, [SwitchSpec("s1", True)], [LinkDef(h.name, "s1", link) for h in hosts]
+    if kind == "tree":
+        leaves = data["leaves"]
+        if data["workers"] < leaves:
+            raise ConfigError(f"{source}: workers: a tree with {leaves} leaves needs at least {leaves} workers, got {data['workers']}")
+        hosts = [_host(i, prefix) for i in range(data["workers"])]
+        link = _link_spec(data.get("link", {}))
+        uplink = _link_spec(data.get("uplink", data.get("link", {})))
+        switches = [SwitchSpec("s1", True)] + [SwitchSpec(f"s{i + 2}", False) for i in range(leaves)]
+        links = [LinkDef(f"s{i + 2}", "s1", uplink) for i in range(leaves)]
+        links += [LinkDef(h.name, f"s{h.rank % leaves + 2}", link) for h in hosts]
+        return hosts, switches, links
+    switches = [SwitchSpec(s["name"], bool(s.get("aggregate", False))) for s in data["switches"]]
+    # Ranks follow the order hosts are listed in; addresses follow the ranks.
+    hosts = [_host(i, prefix) for i in range(len(data["hosts"]))]
+    hosts = [HostSpec(h["name"], spec.rank, spec.ipv4, spec.mac) for h, spec in zip(data["hosts"], hosts)]
+    links = [LinkDef(l["endpoints"][0], l["endpoints"][1], _link_spec(l)) for l in data["links"]]
+    return hosts, switches, links
+
+
+def _check_graph(topology: Topology, source: str) -> None:
+    names = [h.name for h in topology.hosts] + [s.name for s in topology.switches]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{source}: names used twice: {', '.join(duplicates)}")
+    aggregators = [s.name for s in topology.switches if s.aggregate]
+    if len(aggregators) != 1:
+        raise ConfigError(f"{source}: switches: exactly one switch must have aggregate: true, found {aggregators or 'none'}")
+    known = set(names)
+    switch_names = {s.name for s in topology.switches}
+    for i, link in enumerate(topology.links):
+        for end in (link.a, link.b):
+            if end not in known:
+                raise ConfigError(f"{source}: links[{i}].endpoints: unknown node {end!r}")
+        if link.a not in switch_names and link.b not in switch_names:
+            raise ConfigError(f"{source}: links[{i}].endpoints: a link must touch a switch, got {link.a}-{link.b}")
+    for host in topology.hosts:
+        if len(topology.neighbours(host.name)) != 1:
+            raise ConfigError(f"{source}: host {host.name} must have exactly one link, has {len(topology.neighbours(host.name))}")
+        topology.next_hop(host.name, topology.aggregator.name)
+    if len(topology.links) != len(known) - 1:
+        raise ConfigError(f"{source}: links: the topology must be a tree (a spanning tree has {len(known) - 1} links, found {len(topology.links)})")
+
+
+def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, context: str | None = None) -> Topology:
+    """Load, override, validate and expand a topology file.
+
+    With ``context`` (the experiment config that overrides it), errors name that config and
+    the key as written there ('configs/x.yaml: topology.workers: ...').
+    """
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a topology file must be a mapping")
+    data = deep_merge(data, dict(overrides or {}))
+    source = str(path) if context is None else f"{context}: topology ({path.name})"
+    validate(data, load_schema(SCHEMA_PATH), source, key_prefix="" if context is None else "topology.")
+    hosts, switches, links = _expand(data, source)
+    topology = Topology(
+        name=data.get("name", path.stem),
+        kind=data["kind"],
+        hosts=tuple(hosts),
+        switches=tuple(switches),
+        links=tuple(links),
+        subnet_prefix=data.get("subnet", DEFAULT_SUBNET).rsplit(".", 1)[0],
+        resolved=data,
+    )
+    _check_graph(topology, source)
+    return topology
+
+
+def find_topology(name: str, relative_to: Path | None = None) -> Path:
+    """A topology given as a path (relative to the config) or as a file name in topologies/."""
+    for candidate in ([relative_to / name] if relative_to else []) + [Path(name), TOPOLOGY_DIR / name, TOPOLOGY_DIR / f"{name}.yaml"]:
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"topology {name!r}: no such file (looked next to the config and in {TOPOLOGY_DIR})")
