@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, validate
+from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 from protocol import params
 from topologies.model import Topology, find_topology, load_topology
 
@@ -31,6 +31,14 @@ DEFAULTS: dict[str, Any] = {
     "loss_mechanism": "auto",
     "limits": {"job_timeout_s": 60.0, "worker_start_s": 60.0},
 }
+
+
+_WORKLOAD_COMMON = {"kind", "dtype", "seed", "time_dilation"}
+WORKLOAD_KEYS: dict[str, set[str]] = {
+    "synthetic": _WORKLOAD_COMMON | {"elements"},
+    "trace": _WORKLOAD_COMMON | {"model"},
+}
+"""Workload keys each kind accepts (the schema lists the union)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,8 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
 def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any) -> Point:
     label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
     validate(data, load_schema(SCHEMA_PATH), label)
+    workload = data["workload"]
+    reject_keys(workload, WORKLOAD_KEYS[workload["kind"]], f"workload kind {workload['kind']}", label, "workload.")
     topology_keys = {k: v for k, v in data["topology"].items() if k != "file"}
     try:
         topology_path = find_topology(data["topology"]["file"], source.parent)

@@ -32,12 +32,6 @@ def _describe(error: jsonschema.ValidationError, key_prefix: str) -> str:
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
         return f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}"
-    if error.schema is False:
-        # jsonschema reports a forbidden property at its parent; the schema path names it.
-        schema_path = list(error.absolute_schema_path)
-        key = schema_path[-1] if len(schema_path) >= 2 and schema_path[-2] == "properties" else ""
-        where = key_prefix + dotted([*error.absolute_path, key]) if key else where
-        return f"{where}: not allowed here (it does not apply to this kind)"
     return f"{where}: {error.message}"
 
 
@@ -80,3 +74,10 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
         else:
             merged[key] = value
     return merged
+
+
+def reject_keys(data: dict[str, Any], allowed: set[str], what: str, source: str, key_prefix: str = "") -> None:
+    """ConfigError naming every key of ``data`` outside ``allowed`` (keys valid elsewhere but not for ``what``)."""
+    extra = sorted(set(data) - allowed)
+    if extra:
+        raise ConfigError(f"{source}: " + "; ".join(f"{key_prefix}{k}: not allowed for {what}" for k in extra))

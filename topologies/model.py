@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, validate
+from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = TOPOLOGY_DIR / "topology.schema.yaml"
@@ -25,6 +25,14 @@ AGGREGATOR_HOST_OCTET = 254
 """The aggregating switch's virtual IPv4 is <subnet>.254."""
 
 DEFAULT_SUBNET = "10.0.0.0/24"
+_COMMON_KEYS = {"name", "description", "kind", "subnet"}
+KIND_KEYS: dict[str, set[str]] = {
+    "star": _COMMON_KEYS | {"workers", "link"},
+    "tree": _COMMON_KEYS | {"workers", "leaves", "link", "uplink"},
+    "explicit": _COMMON_KEYS | {"switches", "hosts", "links"},
+}
+"""Top-level keys each kind accepts (the schema lists the union)."""
+
 DEFAULT_LINK: dict[str, Any] = {"bw_mbps": None, "delay_ms": 0.0, "loss": 0.0, "queue_packets": 1000}
 
 
@@ -178,7 +186,9 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
         raise ConfigError(f"{path}: a topology file must be a mapping")
     data = deep_merge(data, dict(overrides or {}))
     source = str(path) if context is None else f"{context}: topology ({path.name})"
-    validate(data, load_schema(SCHEMA_PATH), source, key_prefix="" if context is None else "topology.")
+    key_prefix = "" if context is None else "topology."
+    validate(data, load_schema(SCHEMA_PATH), source, key_prefix)
+    reject_keys(data, KIND_KEYS[data["kind"]], f"kind {data['kind']}", source, key_prefix)
     hosts, switches, links = _expand(data, source)
     topology = Topology(
         name=data.get("name", path.stem),
