@@ -1,0 +1,133 @@
+"""Ring all-reduce over TCP: the NCCL/Gloo-style baseline that SwitchML is compared with.
+
+Algorithm (n ranks, rank r, tensor split into n segments): 2(n-1) steps; at step s rank r
+sends segment (r - s) mod n to rank r+1 and receives segment (r - s - 1) mod n from rank
+r-1. During the first n-1 steps (reduce-scatter) the received segment is added into the
+local one; during the last n-1 (all-gather) it overwrites it. After the reduce-scatter rank
+r holds the full sum of segment r+1, which the all-gather then circulates, so every rank
+ends with bit-identical results (each segment's sum is computed once, by one rank).
+
+Pipelining: each segment is cut into chunks of ``chunk_bytes``. The chunk received at step
+s is exactly the chunk sent at step s+1, so it is forwarded as soon as it has been reduced
+-- chunk i of step s+1 leaves while chunk i+1 of step s is still arriving, as in NCCL.
+All of this runs in one thread over non-blocking sockets (:class:`hosts.tcp_mesh.Pump`).
+
+Why sending from and receiving into the same output buffer is safe: a region is only
+overwritten by data that went all the way around the ring after this rank had sent it, so
+its send had finished (been copied into the kernel) long before.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from hosts.collective import chunk_bounds, chunk_elements, flat_copy, local_stats, measured_run, split_bounds
+from hosts.stats import JobStats
+from hosts.tcp_mesh import (JOB_HEADER_BYTES, Peer, PeerError, Pump, accept, check_job_header, connect, describe,
+                            job_header, listen)
+
+log = logging.getLogger(__name__)
+
+
+class RingAllReduce:
+    """One rank of a ring; :meth:`connect` once, then :meth:`allreduce` as often as needed.
+
+    ``peers[i]`` is rank i's listening (IPv4, port). ``timeout_s`` bounds every wait during
+    an all-reduce (no byte moving for that long is an error naming the peer);
+    ``connect_timeout_s`` bounds connection set-up, which waits for ranks that start late.
+    """
+
+    def __init__(self, peers: Sequence[Peer], rank: int, chunk_bytes: int = 128 * 1024,
+                 timeout_s: float = 10.0, connect_timeout_s: float = 30.0) -> None:
+        if not 0 <= rank < len(peers):
+            raise ValueError(f"rank {rank} outside 0..{len(peers) - 1}")
+        self.peers = [(str(host), int(port)) for host, port in peers]
+        self.rank = rank
+        self.world = len(peers)
+        self.chunk_bytes = chunk_bytes
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._next_rank = (rank + 1) % self.world
+        self._prev_rank = (rank - 1) % self.world
+        self._listener: socket.socket | None = None
+        self._to_next: socket.socket | None = None
+        self._from_prev: socket.socket | None = None
+        self._seq = 0
+
+    def connect(self) -> None:
+        """Listen on our own address, connect to the next rank, accept the previous one (untimed set-up)."""
+        if self.world == 1:
+            return
+        self._listener = listen(self.peers[self.rank], backlog=8)
+        self._to_next = connect(self.rank, self.world, self._next_rank, self.peers[self._next_rank],
+                                self.connect_timeout_s)
+        prev = {self._prev_rank: self.peers[self._prev_rank]}
+        self._from_prev = accept(self._listener, self.rank, self.world, prev, self.connect_timeout_s)[self._prev_rank]
+        log.info("ring rank %d/%d connected: next %s, previous %s", self.rank, self.world,
+                 describe(self._next_rank, self.peers[self._next_rank]),
+                 describe(self._prev_rank, self.peers[self._prev_rank]))
+
+    def allreduce(self, tensor: np.ndarray) -> tuple[np.ndarray, JobStats]:
+        """Element-wise sum of ``tensor`` over all ranks (new flat array, same dtype) and the job's stats."""
+        started = time.perf_counter()
+        out = flat_copy(tensor)
+        seq = self._seq
+        self._seq += 1
+        if self.world == 1:
+            return out, local_stats(started)
+        if self._to_next is None or self._from_prev is None:
+            raise RuntimeError("RingAllReduce.connect() must be called before allreduce()")
+        n, r = self.world, self.rank
+        segments = [chunk_bounds(a, b, chunk_elements(self.chunk_bytes, out.dtype))
+                    for a, b in split_bounds(out.size, n)]
+        steps = 2 * (n - 1)
+        scratch = np.empty(chunk_elements(self.chunk_bytes, out.dtype), dtype=out.dtype)
+        to_next, from_prev = self._to_next, self._from_prev
+        prev_name = describe(self._prev_rank, self.peers[self._prev_rank])
+        pump = Pump(self.timeout_s)
+        pump.add(to_next, describe(self._next_rank, self.peers[self._next_rank]))
+        pump.add(from_prev, prev_name)
+
+        header_in = bytearray(JOB_HEADER_BYTES)
+        pump.send(to_next, memoryview(job_header(seq, out.size, out.dtype.name)))
+        pump.recv(from_prev, memoryview(header_in),
+                  lambda: check_job_header(bytes(header_in), seq, out.size, out.dtype.name, prev_name))
+        for a, b in segments[r]:
+            pump.send(to_next, memoryview(out[a:b]))
+
+        def received(step: int, a: int, b: int) -> None:
+            if step < n - 1:
+                np.add(out[a:b], scratch[:b - a], out=out[a:b])
+            if step + 1 < steps:
+                pump.send(to_next, memoryview(out[a:b]))
+
+        for step in range(steps):
+            for a, b in segments[(r - step - 1) % n]:
+                target = scratch[:b - a] if step < n - 1 else out[a:b]
+                pump.recv(from_prev, memoryview(target), lambda s=step, a=a, b=b: received(s, a, b))
+        try:
+            stats = measured_run(pump, started)
+        except PeerError:
+            log.error("ring rank %d: all-reduce #%d of %d %s failed", r, seq, out.size, out.dtype)
+            raise
+        finally:
+            pump.close()
+        return out, stats
+
+    def close(self) -> None:
+        for sock in (self._to_next, self._from_prev, self._listener):
+            if sock is not None:
+                sock.close()
+        self._to_next = self._from_prev = self._listener = None
+
+    def __enter__(self) -> RingAllReduce:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
