@@ -1,0 +1,234 @@
+/*
+ * ingress.p4 -- SwitchMLIngress: drop simulator, L2 forwarding, worker table and the
+ * aggregation of one slot version (docs/dataplane.md, SwitchMLIngress, steps 1-6).
+ *
+ * Register cells are indexed by meta.reg_index = shadow_set * SWITCHML_MAX_POOL_SIZE + slot
+ * (the "version" of a slot); meta.other_index is the same slot in the other shadow set.
+ */
+#ifndef SWITCHML_INGRESS_P4
+#define SWITCHML_INGRESS_P4
+
+#include "headers.p4"
+
+/* udp.length of a well-formed update: UDP header (8) + switchml_h (12) + k int32. */
+#define SWITCHML_UDP_LENGTH (8 + 12 + 4 * SWITCHML_K)
+
+control SwitchMLIngress(inout headers_t hdr,
+                        inout metadata_t meta,
+                        inout standard_metadata_t standard_metadata) {
+
+    /* ---- state ------------------------------------------------------------------- */
+
+    /* Drop probability p as round(p * 2^32 - 1): a draw in [0, 2^32 - 2] below it drops. */
+    register<bit<32>>(1) ingress_drop_threshold;
+    /* What happened to each packet, indexed by the EV_* constants. */
+    counter(EV_COUNT, CounterType.packets_and_bytes) event_counter;
+
+    /* Per slot version: ranks that contributed, how many, and the max exponent (int8 in
+     * the low byte). */
+    register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) bitmap;
+    register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) count;
+    register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) exponent;
+
+    /* value_00 .. value_31 and the actions store_first_values / add_values / read_values. */
+#include "elements.p4"
+
+    /* The sender's result multicast group, set by worker_table (metadata_t has no field
+     * for it because egress never needs it). */
+    bit<16> result_mcast_grp;
+
+    /* ---- L2 forwarding of ordinary traffic ------------------------------------------ */
+
+    action l2_learn() {
+        /* A learning controller answers with l2_learn_table (NoAction) and l2_table entries. */
+        digest<l2_learn_digest_t>(1, { hdr.ethernet.srcAddr, standard_metadata.ingress_port });
+    }
+
+    table l2_learn_table {
+        key = { hdr.ethernet.srcAddr: exact; }
+        actions = { NoAction; l2_learn; }
+        default_action = l2_learn();
+        size = 4096;
+    }
+
+    action l2_forward(bit<9> port) {
+        standard_metadata.egress_spec = port;
+    }
+
+    action l2_flood() {
+        /* One node (rid 0) with every port; SwitchMLEgress prunes the copy to the ingress port. */
+        standard_metadata.mcast_grp = SWITCHML_FLOOD_MCAST_GRP;
+    }
+
+    table l2_table {
+        key = { hdr.ethernet.dstAddr: exact; }
+        actions = { l2_forward; l2_flood; }
+        default_action = l2_flood();
+        size = 4096;
+    }
+
+    /* ---- who sent this update -------------------------------------------------------- */
+
+    action set_worker(bit<8> rank, bit<16> job_id, bit<8> num_workers, bit<16> mcast_grp) {
+        meta.rank = rank;
+        meta.rank_bit = (bit<32>)1 << rank;
+        meta.job_id = job_id;
+        meta.num_workers = num_workers;
+        result_mcast_grp = mcast_grp;
+    }
+
+    /* Default on a switch that only carries SwitchML traffic through (pass-through). */
+    action forward_as_ordinary() { }
+
+    action drop_unknown_sender() {
+        mark_to_drop(standard_metadata);
+        event_counter.count(EV_DROP_UNKNOWN_SENDER);
+    }
+
+    /* The rank comes from where the packet entered and who sent it, never from the header. */
+    table worker_table {
+        key = {
+            standard_metadata.ingress_port: exact;
+            hdr.ipv4.srcAddr: exact;
+        }
+        actions = { set_worker; forward_as_ordinary; drop_unknown_sender; }
+        default_action = drop_unknown_sender();
+        size = 1024;
+    }
+
+    /* ---- aggregation helpers --------------------------------------------------------- */
+
+    action compute_indices() {
+        meta.reg_index = (bit<32>)hdr.switchml.shadow_set * SWITCHML_MAX_POOL_SIZE
+                         + (bit<32>)hdr.switchml.slot;
+        meta.other_index = (bit<32>)(8w1 - hdr.switchml.shadow_set) * SWITCHML_MAX_POOL_SIZE
+                           + (bit<32>)hdr.switchml.slot;
+    }
+
+    /* Turn the update into its result (hdr.data and exponent are filled in by the caller):
+     * answer from the address the worker sent to; egress writes the destination. */
+    action make_result() {
+        hdr.switchml.msg_type = SWITCHML_MSG_RESULT;
+        hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
+        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
+        hdr.udp.srcPort = hdr.udp.dstPort;
+        hdr.udp.checksum = 0;
+        meta.is_result = 1;
+    }
+
+    apply {
+        meta.ingress_port = standard_metadata.ingress_port;
+
+        /* 1. Drop simulator: loss on the link into the switch, for every packet. */
+        bit<32> ingress_threshold;
+        ingress_drop_threshold.read(ingress_threshold, 0);
+        random(meta.drop_draw, (bit<32>)0, (bit<32>)0xFFFFFFFE);
+        if (meta.drop_draw < ingress_threshold) {
+            mark_to_drop(standard_metadata);
+            event_counter.count(EV_DROP_SIM_INGRESS);
+            return;
+        }
+
+        /* 2. Only packets to an aggregation port are SwitchML updates; the rest (and, on a
+         * pass-through switch, the updates too) take the L2 path at the end. */
+        bool ordinary = true;
+        if (hdr.udp.isValid()
+                && (hdr.udp.dstPort & SWITCHML_UDP_PORT_MASK) == SWITCHML_UDP_PORT_BASE) {
+            ordinary = false;
+
+            /* 3. Malformed: truncated, wrong k, not an update, bad set or slot. */
+            if (standard_metadata.parser_error != error.NoError
+                    || hdr.switchml.num_elements != SWITCHML_K
+                    || hdr.udp.length != SWITCHML_UDP_LENGTH
+                    || hdr.switchml.msg_type != SWITCHML_MSG_UPDATE
+                    || hdr.switchml.shadow_set > 1
+                    || hdr.switchml.slot >= SWITCHML_MAX_POOL_SIZE) {
+                mark_to_drop(standard_metadata);
+                event_counter.count(EV_DROP_MALFORMED);
+            } else {
+                /* 4. Who sent it (drop_unknown_sender drops and counts by itself). */
+                switch (worker_table.apply().action_run) {
+                    forward_as_ordinary: {
+                        ordinary = true;
+                    }
+                    set_worker: {
+                        if (hdr.switchml.job_id != meta.job_id) {
+                            /* 5. Not the sender's job. */
+                            mark_to_drop(standard_metadata);
+                            event_counter.count(EV_DROP_WRONG_JOB);
+                        } else {
+                            /* 6. Aggregation: read each register once, decide, write once. */
+                            compute_indices();
+                            bit<32> contributors;
+                            bitmap.read(contributors, meta.reg_index);
+                            bit<32> contributions;
+                            count.read(contributions, meta.reg_index);
+                            bit<32> max_exponent;
+                            exponent.read(max_exponent, meta.reg_index);
+                            bit<32> num_workers = (bit<32>)meta.num_workers;
+
+                            if ((contributors & meta.rank_bit) == 0) {
+                                /* A new contribution. Clearing the rank from the other set
+                                 * readies that set for this worker's next chunk. */
+                                bitmap.write(meta.reg_index, contributors | meta.rank_bit);
+                                bit<32> other_contributors;
+                                bitmap.read(other_contributors, meta.other_index);
+                                bitmap.write(meta.other_index, other_contributors & ~meta.rank_bit);
+
+                                if (contributors == 0) {
+                                    /* First contribution of this version: overwrite. */
+                                    store_first_values();
+                                    max_exponent = (bit<32>)hdr.switchml.exponent;
+                                    contributions = 1;
+                                } else {
+                                    add_values();
+                                    int<8> incoming = (int<8>)hdr.switchml.exponent;
+                                    int<8> stored = (int<8>)(bit<8>)max_exponent;
+                                    if (incoming > stored) {
+                                        max_exponent = (bit<32>)hdr.switchml.exponent;
+                                    }
+                                    contributions = contributions + 1;
+                                }
+                                count.write(meta.reg_index, contributions);
+                                exponent.write(meta.reg_index, max_exponent);
+
+                                if (contributions == num_workers) {
+                                    /* Complete: hdr.data holds the sum; multicast it. */
+                                    hdr.switchml.exponent = (bit<8>)max_exponent;
+                                    make_result();
+                                    standard_metadata.mcast_grp = result_mcast_grp;
+                                    event_counter.count(EV_RESULT_MULTICAST);
+                                } else {
+                                    mark_to_drop(standard_metadata);
+                                    event_counter.count(EV_UPDATE_CONSUMED);
+                                }
+                            } else if (contributions == num_workers) {
+                                /* A retransmission to a complete version: the worker
+                                 * missed the result, so send the stored one back to it. */
+                                read_values();
+                                hdr.switchml.exponent = (bit<8>)max_exponent;
+                                make_result();
+                                standard_metadata.egress_spec = standard_metadata.ingress_port;
+                                meta.dst_rank = meta.rank;
+                                event_counter.count(EV_RESULT_UNICAST);
+                            } else {
+                                /* A retransmission before completion: the others are
+                                 * still missing, the result will come by multicast. */
+                                mark_to_drop(standard_metadata);
+                                event_counter.count(EV_RETX_IGNORED);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        if (ordinary) {
+            l2_learn_table.apply();
+            l2_table.apply();
+            event_counter.count(EV_FORWARDED);
+        }
+    }
+}
+
+#endif
