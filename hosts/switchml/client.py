@@ -1,0 +1,154 @@
+"""SwitchMLClient: the worker side of SwitchML all-reduce over an ordinary UDP socket.
+
+The switch is reached at a virtual IPv4 address (the host has a static ARP entry for its
+virtual MAC) on UDP port ``UDP_PORT_BASE``; results come back to ``WORKER_UDP_PORT`` from
+that same address, so the socket is connected to the switch and the kernel filters out
+everything else. The spec requires UDP checksum 0, which Linux emits with SO_NO_CHECK.
+
+Workers of one job must make the same sequence of all-reduce calls (same lengths and
+dtypes): sequence numbers and shadow sets continue from call to call, and every worker's
+packet p of a job must carry the same slot, set and seq for the switch's result to match.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import time
+
+import numpy as np
+
+from hosts.stats import JobStats
+from hosts.switchml.job import SEQ_MASK, AllReduceJob, AllReduceResult, JobContext
+from hosts.switchml.pool import SlotPool
+from hosts.switchml.timers import RetransmitPolicy
+from protocol import params
+from protocol.quantize import block_exponents, dequantize, element_scales
+
+log = logging.getLogger(__name__)
+
+SO_NO_CHECK = 11
+"""Linux SOL_SOCKET option: send UDP datagrams with checksum 0 (not exported by Python)."""
+SO_RCVBUFFORCE = 33
+SO_SNDBUFFORCE = 32
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+"""Room for a full pool of results (and retransmissions) while the worker is busy."""
+DEFAULT_POOL_SIZE = 32
+"""Enough slots to keep an emulated link of tens of Mbit/s busy with k = 32 (the pool must
+cover the bandwidth-delay product) while staying far below what a software switch queues."""
+DEFAULT_JOB_DEADLINE_S = 60.0
+
+
+def _set_buffer(sock: socket.socket, force_option: int, option: int, size: int) -> None:
+    """Ask for ``size`` bytes beyond net.core.[rw]mem_max when root, else as much as allowed."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force_option, size)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, option, size)
+
+
+class SwitchMLClient:
+    """One worker of a SwitchML job; ``allreduce`` may be called any number of times."""
+
+    def __init__(
+        self,
+        rank: int,
+        n_workers: int,
+        job_id: int,
+        switch_ipv4: str,
+        *,
+        switch_port: int = params.UDP_PORT_BASE,
+        bind_ipv4: str = "0.0.0.0",
+        bind_port: int = params.WORKER_UDP_PORT,
+        k: int = params.K,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        retransmit: RetransmitPolicy = RetransmitPolicy(),
+        job_deadline_s: float = DEFAULT_JOB_DEADLINE_S,
+    ) -> None:
+        if not 1 <= n_workers <= params.MAX_WORKERS:
+            raise ValueError(f"n_workers must be 1..{params.MAX_WORKERS}, got {n_workers}")
+        if not 0 <= rank < n_workers:
+            raise ValueError(f"rank must be 0..{n_workers - 1}, got {rank}")
+        if not 0 <= job_id <= 0xFFFF:
+            raise ValueError(f"job_id must fit 16 bits, got {job_id}")
+        if not 1 <= k <= 0xFF:
+            raise ValueError(f"k must be 1..255 (num_elements is 8 bits), got {k}")
+        if not 1 <= pool_size <= params.MAX_POOL_SIZE:
+            raise ValueError(f"pool_size must be 1..{params.MAX_POOL_SIZE}, got {pool_size}")
+        if job_deadline_s <= 0:
+            raise ValueError(f"job_deadline_s must be positive, got {job_deadline_s}")
+        self._ctx = JobContext(rank=rank, n_workers=n_workers, job_id=job_id, policy=retransmit, deadline_s=job_deadline_s)
+        self._pool = SlotPool(pool_size, k)
+        self._next_seq = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+            _set_buffer(self._sock, SO_RCVBUFFORCE, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+            _set_buffer(self._sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+            self._sock.bind((bind_ipv4, bind_port))
+            self._sock.connect((switch_ipv4, switch_port))
+            self._sock.setblocking(False)
+        except OSError:
+            self._sock.close()
+            raise
+        self._poller = select.poll()
+        self._poller.register(self._sock, select.POLLIN)
+        log.debug("rank %d: bound %s, switch %s:%d, k=%d, pool=%d", rank, self._sock.getsockname(), switch_ipv4, switch_port, k, pool_size)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Local (IPv4, UDP port) the results must be sent to."""
+        return self._sock.getsockname()
+
+    @property
+    def shadow_sets(self) -> list[int]:
+        """Per slot: the shadow set its next packet will use (a copy)."""
+        return list(self._pool.shadow_set)
+
+    def reset_shadow_sets(self) -> None:
+        """Start all slots at set 0; only together with the switch's reset_aggregation_state."""
+        self._pool.reset_shadow_sets()
+
+    def allreduce(self, tensor: np.ndarray) -> AllReduceResult:
+        """Sum ``tensor`` (1-D float32 or int32, any length) over all workers of the job.
+
+        float32 is quantized (protocol.quantize) and its values are rejected with ValueError
+        when NaN, infinite or |x| >= 2^127; int32 is summed with 32-bit wrap-around. A
+        tensor shorter than k * pool_size uses only ceil(len / k) slots; an empty tensor
+        returns an empty result without sending anything (all workers agree on that).
+        Raises SwitchMLTimeout when the job has not finished within job_deadline_s.
+        """
+        t0 = time.perf_counter()
+        x = np.ascontiguousarray(tensor)
+        if x.ndim != 1:
+            raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
+        if x.dtype == np.float32:
+            exponents = block_exponents(x, self._pool.k)
+        elif x.dtype == np.int32:
+            exponents = None
+        else:
+            raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
+        job = AllReduceJob(self._sock, self._poller, self._pool, self._ctx, x, exponents, self._next_seq, t0)
+        self._next_seq = (self._next_seq + job.total_packets) & SEQ_MASK
+        if len(x):
+            job.run()
+        int_sum = job.int_sum[: len(x)]
+        if exponents is None:
+            values, e_max = int_sum, None
+        else:
+            e_max = job.e_max
+            values = dequantize(int_sum, element_scales(e_max, self._ctx.n_workers, self._pool.k, len(x)))
+        stats = job.stats
+        stats.tat_s = time.perf_counter() - t0
+        log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._ctx.rank, len(x), x.dtype, stats.tat_s, stats)
+        return AllReduceResult(values=values, int_sum=int_sum, exponents=e_max, stats=stats)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> "SwitchMLClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

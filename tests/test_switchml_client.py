@@ -1,0 +1,274 @@
+"""Unit tests of the SwitchML worker library against a fake switch on loopback UDP.
+
+The fake models only the aggregation algorithm of docs/dataplane.md (bitmaps, counts, two
+shadow sets, multicast on completion, unicast of a complete slot on retransmission) plus
+the drop simulator; it is not the embedded switch, which tests/test_worker_switch_e2e.py
+exercises in network namespaces.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout
+from hosts.switchml.timers import SlotTimers
+from protocol import params
+from protocol.packet import SWITCHML_HEADER, SWITCHML_HEADER_BYTES, decode_elements, payload_bytes
+from protocol.quantize import expected_sum
+
+K = 4
+POOL = 4
+N = 3
+JOB = 7
+LOSSLESS = RetransmitPolicy(initial_s=0.5, max_s=1.0)
+LOSSY = RetransmitPolicy(initial_s=0.005, backoff_every=4, max_s=0.05)
+
+
+class FakeSwitch:
+    """docs/dataplane.md's aggregation step for one job, with optional loss and duplicates."""
+
+    def __init__(self, n: int, k: int, drop: float = 0.0, duplicate_results: bool = False, seed: int = 1) -> None:
+        self.n, self.k, self.drop, self.duplicate_results = n, k, drop, duplicate_results
+        self.rng = np.random.default_rng(seed)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.02)
+        self.ranks: dict[tuple[str, int], int] = {}
+        self.value = np.zeros((2, params.MAX_POOL_SIZE, k), dtype=np.int32)
+        self.bitmap = np.zeros((2, params.MAX_POOL_SIZE), dtype=np.int64)
+        self.count = np.zeros((2, params.MAX_POOL_SIZE), dtype=np.int64)
+        self.exponent = np.zeros((2, params.MAX_POOL_SIZE), dtype=np.int64)
+        self.updates: list[tuple[int, int, int, int]] = []  # (rank, slot, set, seq) as received
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    def __enter__(self) -> "FakeSwitch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+    def _lost(self) -> bool:
+        return self.drop > 0 and self.rng.random() < self.drop
+
+    def _send(self, payload: bytes, addr: tuple[str, int]) -> None:
+        for _ in range(2 if self.duplicate_results else 1):
+            if not self._lost():
+                self.sock.sendto(payload, addr)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                packet, addr = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            if self._lost() or addr not in self.ranks or len(packet) != payload_bytes(self.k):
+                continue
+            self._aggregate(packet, addr)
+
+    def _aggregate(self, packet: bytes, addr: tuple[str, int]) -> None:
+        msg_type, v, job_id, slot, num, exp, seq = SWITCHML_HEADER.unpack_from(packet, 0)
+        rank = self.ranks[addr]
+        self.updates.append((rank, slot, v, seq))
+        bit = 1 << rank
+        if self.bitmap[v, slot] & bit == 0:
+            first = self.bitmap[v, slot] == 0
+            self.bitmap[v, slot] |= bit
+            self.bitmap[1 - v, slot] &= ~bit
+            data = decode_elements(packet, SWITCHML_HEADER_BYTES, self.k)
+            if first:
+                self.value[v, slot], self.exponent[v, slot], self.count[v, slot] = data, exp, 1
+            else:
+                self.value[v, slot] += data.astype(np.int32)  # wrapping int32 add
+                self.exponent[v, slot] = max(self.exponent[v, slot], exp)
+                self.count[v, slot] += 1
+            targets = list(self.ranks) if self.count[v, slot] == self.n else []
+        else:
+            targets = [addr] if self.count[v, slot] == self.n else []
+        if targets:
+            header = SWITCHML_HEADER.pack(params.MSG_RESULT, v, job_id, slot, num, int(self.exponent[v, slot]), seq)
+            result = header + self.value[v, slot].astype(">i4").tobytes()
+            for target in targets:
+                self._send(result, target)
+
+
+def make_clients(switch: FakeSwitch, policy: RetransmitPolicy = LOSSLESS, deadline: float = 20.0) -> list[SwitchMLClient]:
+    clients = [
+        SwitchMLClient(
+            rank, switch.n, JOB, "127.0.0.1", switch_port=switch.port, bind_ipv4="127.0.0.1", bind_port=0,
+            k=switch.k, pool_size=POOL, retransmit=policy, job_deadline_s=deadline,
+        )
+        for rank in range(switch.n)
+    ]
+    for rank, client in enumerate(clients):
+        switch.ranks[client.address] = rank
+    return clients
+
+
+def run_allreduce(clients: list[SwitchMLClient], tensors: list[np.ndarray]) -> list:
+    with ThreadPoolExecutor(len(clients)) as pool:
+        return list(pool.map(lambda ct: ct[0].allreduce(ct[1]), zip(clients, tensors)))
+
+
+def make_tensors(dtype: type, length: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if dtype is np.int32:
+        return [rng.integers(-(2**31), 2**31, length, dtype=np.int64).astype(np.int32) for _ in range(N)]
+    return [(rng.standard_normal(length) * 10.0 ** rng.integers(-20, 20, length)).astype(np.float32) for _ in range(N)]
+
+
+def check_exact(results: list, tensors: list[np.ndarray]) -> None:
+    expected = expected_sum(tensors, K, N)
+    for result in results:
+        assert result.int_sum.dtype == np.int32
+        np.testing.assert_array_equal(result.int_sum, expected.int_sum)
+        np.testing.assert_array_equal(result.values, expected.values)
+        assert result.values.dtype == tensors[0].dtype
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+@pytest.mark.parametrize("length", [1, K - 1, K, K * POOL - 1, K * POOL + 1, 5003])
+def test_lossless_allreduce_is_exact(dtype: type, length: int) -> None:
+    tensors = make_tensors(dtype, length, seed=length)
+    with FakeSwitch(N, K) as switch:
+        clients = make_clients(switch)
+        results = run_allreduce(clients, tensors)
+        for c in clients:
+            c.close()
+    check_exact(results, tensors)
+    chunks = -(-length // K)
+    slots = min(POOL, chunks)
+    per_worker = chunks + (slots if dtype is np.float32 else 0)
+    for result in results:
+        stats = result.stats
+        assert (stats.packets_sent, stats.packets_received) == (per_worker, per_worker)
+        assert (stats.retransmissions, stats.timeouts, stats.duplicates) == (0, 0, 0)
+        assert stats.bytes_sent == per_worker * payload_bytes(K)
+        assert sum(stats.timeline) == per_worker
+        assert 0 < stats.tat_s < 20
+    assert {slot for _, slot, _, _ in switch.updates} == set(range(slots))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_loss_is_recovered_exactly(dtype: type) -> None:
+    tensors = make_tensors(dtype, 2000, seed=3)
+    with FakeSwitch(N, K, drop=0.05, seed=5) as switch:
+        clients = make_clients(switch, LOSSY)
+        results = run_allreduce(clients, tensors)
+    check_exact(results, tensors)
+    assert sum(r.stats.retransmissions for r in results) > 0
+    assert all(r.stats.retransmissions == r.stats.timeouts for r in results)
+
+
+def test_duplicate_results_are_discarded_and_counted() -> None:
+    tensors = make_tensors(np.float32, 700, seed=4)
+    with FakeSwitch(N, K, duplicate_results=True) as switch:
+        clients = make_clients(switch)
+        results = run_allreduce(clients, tensors)
+    check_exact(results, tensors)
+    for result in results:
+        assert result.stats.duplicates == result.stats.packets_received // 2 > 0
+
+
+def test_stale_results_are_discarded() -> None:
+    """Results of another job, of a slot out of range or of the wrong set are ignored."""
+    tensors = make_tensors(np.int32, 3 * K, seed=6)
+    with FakeSwitch(N, K) as switch:
+        clients = make_clients(switch)
+        k_zeros = bytes(4 * K)
+        for client in clients:  # queued before the job starts: all seqs 0..2 are live
+            for fields in ((params.MSG_RESULT, 0, JOB + 1, 0, K, 0, 0), (params.MSG_RESULT, 1, JOB, 0, K, 0, 0),
+                           (params.MSG_RESULT, 0, JOB, POOL, K, 0, 0), (params.MSG_UPDATE, 0, JOB, 0, K, 0, 0)):
+                switch.sock.sendto(SWITCHML_HEADER.pack(*fields) + k_zeros, client.address)
+        results = run_allreduce(clients, tensors)
+    check_exact(results, tensors)
+    assert all(r.stats.duplicates == 4 for r in results)
+
+
+def test_back_to_back_calls_continue_shadow_sets() -> None:
+    """The fake keeps its registers between calls, like the switch: restarting at set 0
+    would hit complete old versions and return stale sums."""
+    first = make_tensors(np.int32, 5 * K, seed=7)  # 5 packets on 4 slots: slot 0 used twice
+    second = make_tensors(np.int32, 3 * K, seed=8)
+    with FakeSwitch(N, K) as switch:
+        clients = make_clients(switch)
+        check_exact(run_allreduce(clients, first), first)
+        assert clients[0].shadow_sets == [0, 1, 1, 1]
+        n_first = len(switch.updates)
+        check_exact(run_allreduce(clients, second), second)
+        second_sets = {slot: v for _, slot, v, _ in switch.updates[n_first:]}
+        third = make_tensors(np.float32, 9 * K, seed=9)
+        check_exact(run_allreduce(clients, third), third)
+    assert second_sets == {0: 0, 1: 1, 2: 1}
+    # third: 9 chunks + 4 exponent-only packets = 13 packets, i.e. 4, 3, 3, 3 on slots 0..3
+    assert clients[0].shadow_sets == [1, 1, 1, 0]
+    seqs = sorted({seq for rank, _, _, seq in switch.updates if rank == 0})
+    assert seqs == list(range(5 + 3 + 9 + POOL))  # sequence numbers continue across calls
+
+
+def test_switch_that_never_answers_raises_naming_missing_slots() -> None:
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    deadline = 0.3
+    client = SwitchMLClient(0, 2, JOB, "127.0.0.1", switch_port=silent.getsockname()[1], bind_ipv4="127.0.0.1",
+                            bind_port=0, k=K, pool_size=POOL, retransmit=RetransmitPolicy(initial_s=0.02),
+                            job_deadline_s=deadline)
+    start = time.perf_counter()
+    with client, pytest.raises(SwitchMLTimeout) as caught:
+        client.allreduce(np.arange(3 * K, dtype=np.int32))
+    elapsed = time.perf_counter() - start
+    silent.close()
+    assert deadline <= elapsed < deadline + 0.2
+    assert caught.value.missing == {0: (0, 0), 1: (1, 0), 2: (2, 0)}
+    assert "slot 0 (seq 0, set 0), slot 1 (seq 1, set 0), slot 2 (seq 2, set 0)" in str(caught.value)
+
+
+def test_bad_tensors_are_rejected_before_sending() -> None:
+    with FakeSwitch(1, K) as switch:
+        (client,) = make_clients(switch)
+        bad = np.ones(10, dtype=np.float32)
+        bad[6] = np.inf
+        with pytest.raises(ValueError, match="element 6 = inf: not finite"):
+            client.allreduce(bad)
+        with pytest.raises(TypeError, match="float64"):
+            client.allreduce(np.ones(3))
+        with pytest.raises(ValueError, match="1-D"):
+            client.allreduce(np.ones((2, 2), dtype=np.int32))
+        empty = client.allreduce(np.zeros(0, dtype=np.float32))
+        assert empty.values.dtype == np.float32 and len(empty.values) == 0 and empty.stats.packets_sent == 0
+        one = client.allreduce(np.array([1.5], dtype=np.float32))
+    assert len(switch.updates) == 2 and one.values.tolist() == [1.5]
+
+
+def test_socket_sends_udp_checksum_zero() -> None:
+    with SwitchMLClient(0, 1, JOB, "127.0.0.1", bind_ipv4="127.0.0.1", bind_port=0) as client:
+        assert client._sock.getsockopt(socket.SOL_SOCKET, 11) == 1
+
+
+def test_timers_back_off_and_skip_disarmed_entries() -> None:
+    timers = SlotTimers(2, RetransmitPolicy(initial_s=1.0, backoff_every=2, max_s=3.0))
+    timers.arm(0, 5, now=0.0)
+    timers.arm(1, 6, now=0.5)
+    timers.disarm(0)
+    assert timers.next_deadline() == 1.5 and timers.pop_expired(1.4) is None
+    deadlines = []
+    for _ in range(4):  # slot 1 times out again and again: 1 s, 1 s, 2 s, 2 s, then 3 s (cap)
+        now = timers.next_deadline()
+        assert timers.pop_expired(now) == (1, 6)
+        timers.arm(1, 6, now)
+        deadlines.append(timers.next_deadline() - now)
+    assert deadlines == [1.0, 2.0, 2.0, 3.0]
+    assert timers.timeouts_per_slot == [0, 4]
