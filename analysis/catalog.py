@@ -1,0 +1,175 @@
+"""The list of paper figures and how each one is made from a set of runs.
+
+The command line and the notebooks both go through ``render`` so a figure looks the same
+wherever it is drawn. Each figure needs one sweep (``sweep_param`` in runs.csv); when
+several runs provide it, the newest run (summary.json ``started_utc``) is used, because a
+rerun of a configuration supersedes the older one and mixing runs would mix link rates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis import figures, tables
+from analysis.context import emulation_context
+from analysis.load import Results
+from analysis.tables import MissingData
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure: its file name, the sweep it needs, its numbers, its drawing, a student's note."""
+
+    name: str
+    sweep_param: str
+    table: Callable[[Results], pd.DataFrame]
+    draw: Callable[..., Figure]
+    explanation: str
+
+
+_ATE_NOTE = """
+**Metric.** ATE/s (aggregated tensor elements per second) = elements / TAT, where TAT is
+the time until the *slowest* worker holds the full sum. Points are medians over
+repetitions; error bars span min to max.
+
+**Models.** SwitchML sends every element once and receives the result once, in frames of
+`frame_bytes(k)` bytes, so on links of B bit/s it can reach at most
+`B * (4k / frame_bytes(k)) / 32` elements/s whatever the number of workers (dashed line;
+preamble and inter-frame gap are not counted because htb shapes frame bytes). A ring
+all-reduce moves each byte 2(n-1)/n times per host, so its bound is
+`B/8 * n / (2(n-1)) / 4` elements/s, falling towards half the link rate as n grows (dotted
+line; a co-located sharded parameter server has exactly the same bound). The paper's
+claim is the gap between the two: 2(n-1)/n at line rate.
+"""
+
+FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec(
+        "ate_vs_workers", "n_workers", tables.ate_vs_workers_table, figures.ate_vs_workers,
+        "# ATE/s vs number of workers\n" + _ATE_NOTE,
+    ),
+    FigureSpec(
+        "ate_vs_workers_normalised", "n_workers", tables.ate_vs_workers_table,
+        partial(figures.ate_vs_workers, normalised=True),
+        "# ATE/s vs number of workers, normalised by the line-rate bound\n" + _ATE_NOTE
+        + "\nDividing by the SwitchML line-rate bound removes the emulated link rate, so these"
+        " fractions can be compared with the paper's 100 Gbit/s numbers (SwitchML near its"
+        " bound, the NCCL ring falling as workers are added).\n",
+    ),
+    FigureSpec(
+        "tat_vs_size", "elements", tables.tat_vs_size_table, figures.tat_vs_size,
+        """# TAT vs tensor size
+
+**Metric.** TAT (tensor aggregation time): from handing the tensor to the library until
+the slowest worker has the whole aggregated result. Log-log axes.
+
+**Models.** Each bound on throughput becomes a bound on time: TAT >= elements / bound.
+Large tensors should run parallel to the bound lines (bandwidth-bound); small ones sit
+above them because a fixed start-up cost (first round trip, pool ramp-up, for the ring
+2(n-1) steps of latency) dominates.
+""",
+    ),
+    FigureSpec(
+        "tat_inflation_vs_loss", "loss", tables.tat_inflation_table, figures.tat_inflation_vs_loss,
+        """# TAT inflation vs loss rate
+
+**Metric.** TAT at a given per-link loss probability divided by the median TAT of the
+same method without loss (1 = unaffected). Error bars: min-max over repetitions, each
+divided by the lossless median.
+
+**Model.** No closed form is drawn. SwitchML recovers a lost update or result with a
+per-slot timeout (10 ms in the reference), so a lost packet stalls one slot while the rest
+of the pool keeps the link busy: inflation should stay small until losses are frequent
+enough to stall most slots at once. TCP-based baselines instead shrink their congestion
+window on every loss.
+""",
+    ),
+    FigureSpec(
+        "loss_timeline", "loss", tables.loss_timeline_table, figures.loss_timeline,
+        """# Packets sent per 10 ms under loss
+
+**Metric.** For one SwitchML job at the sweep's highest loss rate, the number of packets
+each worker sent in each 10 ms bin (timeline.csv).
+
+**Model.** The dashed line is the most frames one worker's link can carry in 10 ms,
+`B * 0.01 / (8 * frame_bytes(k))`. Self-clocked sending sits near it; a dip is a slot
+waiting for its retransmission timeout.
+""",
+    ),
+    FigureSpec(
+        "pool_size_sensitivity", "pool_size", tables.pool_size_table, figures.pool_size_sensitivity,
+        """# Pool size sensitivity
+
+**Metric.** ATE/s as the number of switch slots a job may use (pool size s) grows.
+
+**Model.** A worker has at most s packets in flight, so throughput is about
+`min(line rate, s * k / RTT)`: it rises with s until the pool covers the
+bandwidth-delay product, then flattens at the line-rate bound (dashed). The paper uses
+this to argue that a small amount of switch memory suffices.
+""",
+    ),
+    FigureSpec(
+        "training_speedup", "workload", tables.training_speedup_table, figures.training_speedup,
+        """# Training speedup per model
+
+**Metric.** One training iteration = compute + gradient all-reduce (no overlap). Speedup
+of SwitchML over a baseline = `(compute * D + comm_baseline) / (compute * D + comm_switchml)`,
+with comm times measured (median TAT of the model's gradients) and compute times from the
+model trace.
+
+**Time dilation.** The emulated links are D = 100 Gbit/s / (emulated rate) times slower than
+the paper's, so communication takes about D times longer; compute times measured on real
+GPUs are multiplied by the same D to keep the compute : communication ratio. The factor is
+printed on the figure.
+
+**Model.** If SwitchML communicated exactly 2(n-1)/n times faster than the ring (both at
+line rate), the speedup would be the diamond. Communication-bound models (large gradients,
+little compute) approach 2(n-1)/n; compute-bound ones approach 1.
+""",
+    ),
+)  # fmt: skip
+
+
+def by_name(name: str) -> FigureSpec:
+    """The figure called ``name``."""
+    for spec in FIGURES:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"no figure named {name!r}; known: {', '.join(spec.name for spec in FIGURES)}")
+
+
+def select_run(results: Results, sweep_param: str) -> Results:
+    """The newest run that sweeps ``sweep_param``; raises MissingData if none does."""
+    sweeping = set(results.runs.loc[results.runs["sweep_param"] == sweep_param, "run"])
+    if not sweeping:
+        raise MissingData(f"no run sweeps {sweep_param}")
+    candidates = results.summary[results.summary["run"].isin(sweeping)].sort_values(["started_utc", "run"])
+    chosen = candidates["run"].iloc[-1]
+    if len(candidates) > 1:
+        log.info("%s: using newest run %s, ignoring %s", sweep_param, chosen, ", ".join(candidates["run"].iloc[:-1]))
+    return results.only(chosen)
+
+
+def render(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure]:
+    """The table and figure ``spec`` draws from ``results``; raises MissingData if it cannot."""
+    run = select_run(results, spec.sweep_param)
+    table = spec.table(run)
+    return table, spec.draw(table, emulation_context(run))
+
+
+def save(spec: FigureSpec, table: pd.DataFrame, fig: Figure, out_dir: Path) -> list[Path]:
+    """Write <name>.png, <name>.pdf and <name>.csv (the numbers behind it) into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{spec.name}.{suffix}" for suffix in ("png", "pdf", "csv")]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    table.to_csv(paths[2], index=False)
+    return paths

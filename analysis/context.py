@@ -1,0 +1,81 @@
+"""What every figure must say about where its numbers come from.
+
+Numbers from an emulation are only meaningful relative to the emulated link rate, and only
+at all if the emulator kept up with it (a host CPU saturated by software switching or a
+link that did not reach its configured rate measures the machine, not the protocol).
+``emulation_context`` distils that from summary.json and fidelity.csv; ``annotate`` writes
+it on a figure and stamps a figure whose run did not keep up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.load import Results
+
+CPU_BUSY_LIMIT = 0.95
+"""A host this busy was probably the bottleneck (fidelity.csv cpu_busy_fraction)."""
+LINK_RATE_TOLERANCE = 0.10
+"""achieved/configured link rate further than this from 1 means shaping did not hold."""
+NOT_KEPT_UP = "EMULATION DID NOT KEEP UP"
+
+
+@dataclass(frozen=True)
+class EmulationContext:
+    """Link rates and switch targets of the data behind a figure, and fidelity problems."""
+
+    link_mbps: tuple[float, ...]
+    switch_targets: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def kept_up(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        """One line for the figure: emulated, at which link rate, on which switch target."""
+        rates = " / ".join(f"{rate:g}" for rate in self.link_mbps)
+        targets = ", ".join(self.switch_targets)
+        return f"Emulation: links shaped to {rates} Mbit/s, switch target {targets} (not the paper's hardware)"
+
+
+def emulation_context(results: Results) -> EmulationContext:
+    """The context of everything in ``results`` (usually one run)."""
+    return EmulationContext(
+        link_mbps=tuple(sorted(float(rate) for rate in results.runs["link_mbps"].unique())),
+        switch_targets=tuple(sorted(str(target) for target in results.summary["switch_target"].unique())),
+        problems=tuple(fidelity_problems(results.summary, results.fidelity)),
+    )
+
+
+def fidelity_problems(summary: pd.DataFrame, fidelity: pd.DataFrame) -> list[str]:
+    """Human-readable reasons to distrust the runs, empty if the emulation kept up."""
+    problems = [f"{run}: summary.json kept_up is false" for run in summary.loc[~summary["kept_up"].astype(bool), "run"]]
+    busy = fidelity[fidelity["cpu_busy_fraction"] >= CPU_BUSY_LIMIT]
+    for (run, host), rows in busy.groupby(["run", "host"], sort=True):
+        problems.append(f"{run}: host {host} CPU busy {rows['cpu_busy_fraction'].max():.0%}")
+    ratio = fidelity["achieved_mbps"] / fidelity["configured_mbps"]
+    off = fidelity[(ratio - 1).abs() > LINK_RATE_TOLERANCE].assign(ratio=ratio)
+    for (run, host), rows in off.groupby(["run", "host"], sort=True):
+        worst = rows.loc[(rows["ratio"] - 1).abs().idxmax()]
+        problems.append(
+            f"{run}: host {host} link achieved {worst['achieved_mbps']:g} of {worst['configured_mbps']:g} Mbit/s"
+        )
+    return problems
+
+
+def annotate(fig: Figure, context: EmulationContext, title: str, notes: tuple[str, ...] = ()) -> None:
+    """Title the figure, state the emulation context (and ``notes``) under it, stamp it if not kept up."""
+    fig.suptitle(title)
+    lines = [context.describe(), *notes]
+    if not context.kept_up:
+        lines.extend(context.problems)
+        fig.text(
+            0.5, 0.5, NOT_KEPT_UP, color="red", alpha=0.35, fontsize=26, fontweight="bold",
+            ha="center", va="center", rotation=20, zorder=10,
+        )  # fmt: skip
+    for ax in fig.axes:
+        ax.set_title("\n".join(lines), fontsize=7, loc="left", color="black" if context.kept_up else "red")

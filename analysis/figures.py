@@ -1,0 +1,179 @@
+"""One drawing function per paper figure: a table from ``analysis.tables`` in, a Figure out.
+
+Figures are built with the object-oriented ``matplotlib.figure.Figure`` API (no pyplot
+state), so they render with the Agg backend from the command line and inline in notebooks
+alike. Measured series are medians over repetitions with min-max error bars; analytic
+models are dashed/dotted lines without markers so the two can never be confused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from analysis.context import EmulationContext, annotate
+
+METHOD_LABELS = {"switchml": "SwitchML", "ring": "ring all-reduce", "ps": "parameter server"}
+METHOD_COLORS = {"switchml": "tab:blue", "ring": "tab:orange", "ps": "tab:green"}
+LINE_RATE_LABEL = "SwitchML line-rate bound (model)"
+RING_BOUND_LABEL = "ring = sharded-PS bound (model)"
+
+
+def ate_vs_workers(table: pd.DataFrame, context: EmulationContext, normalised: bool = False) -> Figure:
+    """ATE/s against the number of workers (paper: SwitchML flat near line rate, ring falling).
+
+    ``normalised`` divides by the line-rate bound, the form in which an emulation at a few
+    Mbit/s can be compared with the paper's 100 Gbit/s numbers.
+    """
+    fig, ax = _new_axes()
+    value, ring = ("normalised", "ring_bound_normalised") if normalised else ("ate_per_s", "ring_bound_ate_per_s")
+    _plot_methods(ax, table, "n_workers", value)
+    bounds = table.drop_duplicates("n_workers").sort_values("n_workers")
+    line_rate = np.ones(len(bounds)) if normalised else bounds["line_rate_bound_ate_per_s"]
+    ax.plot(bounds["n_workers"], line_rate, "k--", label=LINE_RATE_LABEL)
+    ax.plot(bounds["n_workers"], bounds[ring], "k:", label=RING_BOUND_LABEL)
+    _log_axis_at(ax, bounds["n_workers"], base=2)
+    ax.set_xlabel("number of workers")
+    ax.set_ylabel("ATE/s ÷ SwitchML line-rate bound" if normalised else "ATE/s (aggregated elements / s)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    title = "Aggregation throughput vs workers" + (" (normalised to line rate)" if normalised else "")
+    annotate(fig, context, title)
+    return fig
+
+
+def tat_vs_size(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """Tensor aggregation time against tensor size, log-log, with the TAT each bound allows."""
+    fig, ax = _new_axes()
+    _plot_methods(ax, table, "elements", "tat_s")
+    bounds = table.drop_duplicates("elements").sort_values("elements")
+    ax.plot(bounds["elements"], bounds["line_rate_bound_tat_s"], "k--", label=LINE_RATE_LABEL)
+    ax.plot(bounds["elements"], bounds["ring_bound_tat_s"], "k:", label=RING_BOUND_LABEL)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tensor size (elements)")
+    ax.set_ylabel("TAT (s)")
+    ax.legend(fontsize=8)
+    annotate(fig, context, f"Aggregation time vs tensor size ({_workers(table)})")
+    return fig
+
+
+def tat_inflation_vs_loss(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """TAT(loss)/TAT(0) against per-link loss rate (loss 0 is the reference line at 1)."""
+    fig, ax = _new_axes()
+    lossy = table[table["loss"] > 0].assign(loss_percent=lambda t: t["loss"] * 100)
+    _plot_methods(ax, lossy, "loss_percent", "inflation")
+    ax.axhline(1.0, color="grey", linewidth=0.8, label="no inflation (TAT at loss 0)")
+    _log_axis_at(ax, lossy["loss_percent"], base=10)
+    ax.set_xlabel("loss rate per link (%)")
+    ax.set_ylabel("TAT(loss) / TAT(0)")
+    ax.legend(fontsize=8)
+    mechanisms = ", ".join(sorted(set(lossy["loss_mechanism"])))
+    annotate(fig, context, f"TAT inflation under loss ({mechanisms}, {_workers(table)})")
+    return fig
+
+
+def loss_timeline(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """Packets each worker sent per 10 ms during one SwitchML job under loss.
+
+    Flat stretches at the line-rate level are self-clocked sending; dips are workers waiting
+    for a retransmission timeout on a lost update or result.
+    """
+    fig, ax = _new_axes()
+    for rank, rows in table.groupby("rank", sort=True):
+        ax.step(rows["t_ms"], rows["packets_sent"], where="post", label=f"worker {rank}", linewidth=1)
+    ax.axhline(table["line_rate_packets_per_bin"].iloc[0], color="k", linestyle="--", label=LINE_RATE_LABEL)
+    ax.set_xlabel("time since job start (ms)")
+    ax.set_ylabel("packets sent per 10 ms")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, ncol=2)
+    annotate(fig, context, f"SwitchML send timeline at {table['loss'].iloc[0]:.2%} loss per link")
+    return fig
+
+
+def pool_size_sensitivity(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """ATE/s against pool size: too few slots cannot cover the round trip, more adds nothing."""
+    fig, ax = _new_axes()
+    _plot_methods(ax, table, "pool_size", "ate_per_s")
+    bounds = table.drop_duplicates("pool_size").sort_values("pool_size")
+    ax.plot(bounds["pool_size"], bounds["line_rate_bound_ate_per_s"], "k--", label=LINE_RATE_LABEL)
+    _log_axis_at(ax, bounds["pool_size"], base=2)
+    ax.set_xlabel("pool size (slots)")
+    ax.set_ylabel("ATE/s (aggregated elements / s)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    annotate(fig, context, f"Pool size sensitivity ({_workers(table)})")
+    return fig
+
+
+def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """Per model: training speedup of SwitchML over each baseline, with the 2(n-1)/n expectation."""
+    fig, ax = _new_axes()
+    workloads = list(dict.fromkeys(table["workload"]))
+    baselines = _method_order(table["baseline"])
+    width = 0.8 / len(baselines)
+    positions = {workload: index for index, workload in enumerate(workloads)}
+    for offset, baseline in enumerate(baselines):
+        rows = table[table["baseline"] == baseline]
+        x = rows["workload"].map(positions) + (offset - (len(baselines) - 1) / 2) * width
+        ax.bar(
+            x, rows["speedup_median"], width, color=METHOD_COLORS[baseline],
+            yerr=_spread(rows, "speedup"), capsize=3, label=f"over {METHOD_LABELS[baseline]} (measured)",
+        )  # fmt: skip
+        expected = rows["expected_speedup"].notna()
+        if expected.any():
+            ax.plot(x[expected], rows.loc[expected, "expected_speedup"], "kD", label="over ring, 2(n-1)/n model")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_xlabel("model (gradient trace)")
+    ax.set_ylabel("training speedup of SwitchML")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    first = table.iloc[0]
+    dilation = (
+        f"Time dilation ×{first['dilation']:g}: compute times scaled by "
+        f"{first['reference_link_gbps']:g} Gbit/s ÷ {first['link_mbps']:g} Mbit/s"
+    )
+    annotate(fig, context, f"Training speedup ({_workers(table)})", notes=(dilation,))
+    return fig
+
+
+def _new_axes() -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(6.4, 4.6), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _plot_methods(ax: Axes, table: pd.DataFrame, x: str, value: str) -> None:
+    """One median line with min-max error bars per method, in a fixed method order."""
+    for method in _method_order(table["method"]):
+        rows = table[table["method"] == method].sort_values(x)
+        ax.errorbar(
+            rows[x], rows[f"{value}_median"], yerr=_spread(rows, value), marker="o", capsize=3,
+            color=METHOD_COLORS[method], label=METHOD_LABELS[method],
+        )  # fmt: skip
+
+
+def _method_order(methods: pd.Series) -> list[str]:
+    """The methods present, SwitchML first, then the baselines in METHOD_LABELS order."""
+    return sorted(set(methods), key=list(METHOD_LABELS).index)
+
+
+def _spread(rows: pd.DataFrame, value: str) -> np.ndarray:
+    """Asymmetric error bars (median - min, max - median)."""
+    median = rows[f"{value}_median"].to_numpy()
+    return np.vstack([median - rows[f"{value}_min"].to_numpy(), rows[f"{value}_max"].to_numpy() - median])
+
+
+def _log_axis_at(ax: Axes, values: pd.Series, base: int) -> None:
+    """Logarithmic x axis ticked exactly at the measured values, labelled plainly."""
+    ax.set_xscale("log", base=base)
+    ticks = sorted(set(values))
+    ax.set_xticks(ticks, [f"{tick:g}" for tick in ticks])
+    ax.minorticks_off()
+
+
+def _workers(table: pd.DataFrame) -> str:
+    counts = sorted(set(int(n) for n in table["n_workers"]))
+    return f"{'/'.join(map(str, counts))} workers"

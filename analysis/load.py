@@ -1,0 +1,144 @@
+"""Read result directories (docs/results-format.md) into tidy pandas DataFrames.
+
+A *run* is one directory written by ``run_experiment.py`` (it holds ``runs.csv`` and
+``summary.json``). ``load_results`` accepts runs or any parent of runs (``results/``,
+``results/<config>/``) and concatenates everything, adding a ``run`` column (the run's path
+relative to the directory it was found under) so rows from different runs never mix.
+
+Validation is strict on purpose: a figure drawn from a half-written or older-format run is
+worse than no figure, so a missing file or column raises ``ResultsFormatError`` naming both.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+log = logging.getLogger(__name__)
+
+RUNS_COLUMNS = (
+    "point", "sweep_param", "sweep_value", "method", "repetition", "rank", "n_workers",
+    "elements", "dtype", "tensor_bytes", "k", "pool_size", "link_mbps", "loss",
+    "loss_mechanism", "tat_s", "ate_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+    "packets_sent", "packets_received", "retransmissions", "timeouts", "duplicates",
+    "verified", "max_abs_error", "compute_s", "workload",
+)  # fmt: skip
+COUNTERS_COLUMNS = ("point", "method", "repetition", "switch", "counter", "value")
+TIMELINE_COLUMNS = ("point", "method", "repetition", "rank", "t_ms", "packets_sent")
+FIDELITY_COLUMNS = ("point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps")
+SUMMARY_KEYS = ("config", "started_utc", "switch_target", "link_mbps", "kept_up")
+
+_TABLES = {
+    "runs": ("runs.csv", RUNS_COLUMNS),
+    "counters": ("switch_counters.csv", COUNTERS_COLUMNS),
+    "timeline": ("timeline.csv", TIMELINE_COLUMNS),
+    "fidelity": ("fidelity.csv", FIDELITY_COLUMNS),
+}
+# Columns that must stay text even when every value looks numeric or is empty.
+_TEXT_COLUMNS = {"sweep_param": str, "sweep_value": str, "method": str, "workload": str, "host": str, "switch": str}
+
+
+class ResultsFormatError(ValueError):
+    """A results directory does not match docs/results-format.md."""
+
+
+@dataclass(frozen=True)
+class Results:
+    """Every table of one or more runs; each frame has a leading ``run`` column.
+
+    ``summary`` has one row per run: the scalar fields of summary.json plus ``path``.
+    """
+
+    runs: pd.DataFrame
+    counters: pd.DataFrame
+    timeline: pd.DataFrame
+    fidelity: pd.DataFrame
+    summary: pd.DataFrame
+
+    def only(self, run: str) -> Results:
+        """The same tables restricted to one run."""
+        return Results(**{name: frame[frame["run"] == run].reset_index(drop=True) for name, frame in self._frames()})
+
+    def _frames(self) -> Iterable[tuple[str, pd.DataFrame]]:
+        return (
+            ("runs", self.runs),
+            ("counters", self.counters),
+            ("timeline", self.timeline),
+            ("fidelity", self.fidelity),
+            ("summary", self.summary),
+        )
+
+
+def find_runs(path: Path) -> list[Path]:
+    """Run directories at or below ``path`` (those holding a runs.csv), sorted."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"results directory {path} does not exist")
+    return sorted(csv.parent for csv in path.rglob("runs.csv"))
+
+
+def load_results(paths: Iterable[Path | str]) -> Results:
+    """Load every run under each of ``paths`` into one ``Results``."""
+    loaded = []
+    for root in map(Path, paths):
+        runs = find_runs(root)
+        if not runs:
+            raise ResultsFormatError(f"no runs.csv at or below {root}")
+        for run_dir in runs:
+            run_id = run_dir.relative_to(root).as_posix() if run_dir != root else root.name
+            loaded.append(load_run(run_dir, run_id))
+    if not loaded:
+        raise ResultsFormatError("no results directories given")
+    log.info("loaded %d run(s)", len(loaded))
+    return Results(**{name: pd.concat([r[name] for r in loaded], ignore_index=True) for name in loaded[0]})
+
+
+def load_run(run_dir: Path, run_id: str) -> dict[str, pd.DataFrame]:
+    """The tables of one run directory, each with ``run`` = ``run_id`` as first column."""
+    tables = {name: _read_table(run_dir / filename, columns) for name, (filename, columns) in _TABLES.items()}
+    tables["summary"] = _read_summary(run_dir / "summary.json")
+    tables["summary"]["path"] = str(run_dir)
+    for frame in tables.values():
+        frame.insert(0, "run", run_id)
+    return tables
+
+
+def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
+    if not path.is_file():
+        raise ResultsFormatError(f"{path}: file missing (docs/results-format.md lists it for every run)")
+    frame = pd.read_csv(path, dtype=_TEXT_COLUMNS)
+    missing = [column for column in required if column not in frame.columns]
+    if missing:
+        raise ResultsFormatError(f"{path}: missing column(s) {', '.join(missing)}")
+    text_columns = [column for column in _TEXT_COLUMNS if column in frame.columns]
+    frame[text_columns] = frame[text_columns].fillna("")
+    if "verified" in frame.columns:
+        frame["verified"] = frame["verified"].map(_parse_bool)
+    return frame
+
+
+def _read_summary(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise ResultsFormatError(f"{path}: file missing (docs/results-format.md lists it for every run)")
+    summary = json.loads(path.read_text())
+    missing = [key for key in SUMMARY_KEYS if key not in summary]
+    if missing:
+        raise ResultsFormatError(f"{path}: missing key(s) {', '.join(missing)}")
+    scalars = {key: value for key, value in summary.items() if not isinstance(value, (dict, list))}
+    scalars.update({f"shaping_{key}": value for key, value in summary.get("shaping", {}).items()})
+    return pd.DataFrame([scalars])
+
+
+def _parse_bool(value: object) -> bool:
+    """runs.csv ``verified``: accept the spellings csv writers produce for a bool."""
+    text = str(value).strip().lower()
+    if text in ("true", "1"):
+        return True
+    if text in ("false", "0"):
+        return False
+    raise ResultsFormatError(f"verified must be a bool, got {value!r}")

@@ -1,0 +1,164 @@
+"""Analytic models the figures are drawn against.
+
+Every bound here is a *bandwidth* bound: it assumes the only limit is the host link of
+rate B (bit/s, full duplex, same rate in each direction) and asks how many bytes each host
+must push through it per byte of tensor. Measured points can approach these lines but not
+cross them; how close they get is the result.
+
+Framing convention. The emulated links are shaped by htb, which meters *Ethernet frame
+bytes* (no FCS, no preamble, no inter-frame gap). The SwitchML bound therefore divides by
+``protocol.packet.frame_bytes(k)`` and deliberately does NOT add the 8-byte preamble and
+12-byte IFG a physical 100 GbE port also spends: in emulation those bytes do not exist.
+The ring and parameter-server bounds count payload bytes only (they are upper bounds: the
+TCP/IP headers those baselines also carry can only lower them).
+"""
+
+from __future__ import annotations
+
+from protocol.packet import ELEMENT_BYTES, frame_bytes
+
+BITS_PER_BYTE = 8
+
+
+def switchml_line_rate_ate(link_bps: float, k: int) -> float:
+    """Most aggregated tensor elements per second SwitchML can reach on links of ``link_bps``.
+
+    Derivation: each worker sends every chunk of k elements exactly once, in one frame of
+    ``frame_bytes(k)`` bytes, and receives each result once, in a frame of the same size on
+    the other direction of its full-duplex link. So a link carries at most
+    ``B / (8 * frame_bytes(k))`` packets/s each way, i.e. ``k * B / (8 * frame_bytes(k))``
+    elements/s. Written as the protocol document does, with 32 bits per int32 element::
+
+        ATE/s <= B * (4k / frame_bytes(k)) / 32
+
+    ``4k / frame_bytes(k)`` is the goodput fraction of a frame. Preamble and IFG are not
+    counted (see the module docstring: htb shapes frame bytes).
+    """
+    _require_positive(link_bps=link_bps, k=k)
+    return link_bps * (ELEMENT_BYTES * k / frame_bytes(k)) / (BITS_PER_BYTE * ELEMENT_BYTES)
+
+
+def ring_traffic_per_tensor_byte(n_workers: int) -> float:
+    """Bytes a host sends (and receives) per tensor byte in a ring all-reduce: 2(n-1)/n.
+
+    The tensor is cut into n chunks. Reduce-scatter takes n-1 steps and all-gather another
+    n-1; in each step every host sends one chunk (S/n bytes) to its successor and receives
+    one from its predecessor. Total per host per direction: 2(n-1) * S/n.
+    """
+    _require_workers(n_workers)
+    return 2 * (n_workers - 1) / n_workers
+
+
+def ps_traffic_per_tensor_byte(n_workers: int) -> float:
+    """Bytes a host sends (and receives) per tensor byte with a co-located sharded PS: 2(n-1)/n.
+
+    Each of the n hosts is a worker and also the parameter server for 1/n of the tensor.
+    Push: a worker sends the n-1 shards it does not own, (n-1)/n of the tensor, and as a
+    server receives n-1 contributions of its own shard, (n-1)/n * S. Pull: as a server it
+    sends its aggregated shard to the n-1 others, (n-1)/n * S, and as a worker receives the
+    n-1 shards it does not own, (n-1)/n * S. Each direction therefore carries (n-1)/n of the
+    tensor twice: 2(n-1)/n, the same traffic as a ring (the PS moves it in 2 steps instead
+    of 2(n-1), which matters for latency, not for this bandwidth bound).
+    """
+    _require_workers(n_workers)
+    return 2 * (n_workers - 1) / n_workers
+
+
+def algbw_bound(link_bps: float, traffic_per_tensor_byte: float) -> float:
+    """Upper bound on algbw (tensor bytes / s) when a host moves that many bytes per tensor byte.
+
+    A host link carries B/8 bytes/s each way; if all-reducing S bytes costs
+    ``traffic_per_tensor_byte * S`` bytes on it, then t >= traffic * S / (B/8), so
+    algbw = S / t <= B / (8 * traffic).
+    """
+    _require_positive(link_bps=link_bps, traffic_per_tensor_byte=traffic_per_tensor_byte)
+    return link_bps / BITS_PER_BYTE / traffic_per_tensor_byte
+
+
+def ring_algbw_bound(link_bps: float, n_workers: int) -> float:
+    """Ring all-reduce algbw bound in bytes/s: B/8 * n / (2(n-1))."""
+    return algbw_bound(link_bps, ring_traffic_per_tensor_byte(n_workers))
+
+
+def ring_ate_bound(link_bps: float, n_workers: int, element_bytes: int = ELEMENT_BYTES) -> float:
+    """Ring all-reduce bound in aggregated elements/s: the algbw bound over the element size."""
+    return ring_algbw_bound(link_bps, n_workers) / element_bytes
+
+
+def ps_algbw_bound(link_bps: float, n_workers: int) -> float:
+    """Co-located sharded PS algbw bound in bytes/s: B/8 * n / (2(n-1)), equal to the ring's."""
+    return algbw_bound(link_bps, ps_traffic_per_tensor_byte(n_workers))
+
+
+def ps_ate_bound(link_bps: float, n_workers: int, element_bytes: int = ELEMENT_BYTES) -> float:
+    """Co-located sharded PS bound in aggregated elements/s."""
+    return ps_algbw_bound(link_bps, n_workers) / element_bytes
+
+
+def busbw(algbw_bytes_per_s: float, n_workers: int) -> float:
+    """nccl-tests bus bandwidth: algbw * 2(n-1)/n.
+
+    Scaling by the ring's traffic factor makes busbw comparable with the link rate for any
+    n: a ring running at its bound has busbw = B/8.
+    """
+    return algbw_bytes_per_s * ring_traffic_per_tensor_byte(n_workers)
+
+
+def expected_speedup_over_ring(n_workers: int) -> float:
+    """Communication speedup of SwitchML over a ring when both run at line rate: 2(n-1)/n.
+
+    SwitchML sends each tensor byte once per host, the ring 2(n-1)/n times, so at equal
+    per-byte framing efficiency the ring needs 2(n-1)/n times longer (1.75x for n=8).
+    SwitchML's own headers cost it a further factor 4k/frame_bytes(k) relative to raw
+    payload, which ``switchml_line_rate_ate`` accounts for and this ratio does not.
+    """
+    return ring_traffic_per_tensor_byte(n_workers)
+
+
+def time_dilation_factor(reference_link_bps: float, emulated_link_bps: float) -> float:
+    """How many times slower the emulated links are than the hardware being reproduced.
+
+    Communication in emulation takes about this many times longer than on the reference
+    links, so compute time measured on real hardware must be multiplied by the same factor
+    to keep the compute : communication ratio (and thus the training speedup) faithful.
+    """
+    _require_positive(reference_link_bps=reference_link_bps, emulated_link_bps=emulated_link_bps)
+    return reference_link_bps / emulated_link_bps
+
+
+def training_speedup(compute_s: float, comm_baseline_s: float, comm_switchml_s: float, dilation: float = 1.0) -> float:
+    """Training-iteration speedup of SwitchML over a baseline, without compute/comm overlap.
+
+    One iteration = compute + gradient all-reduce, so its time is compute + comm and the
+    speedup is ``(compute * D + comm_baseline) / (compute * D + comm_switchml)``, where D is
+    the time-dilation factor applied to real-hardware compute times (``compute_s``) so
+    they match communication measured on slowed-down links. Communication-bound models
+    (compute small) approach comm_baseline / comm_switchml; compute-bound ones approach 1.
+    """
+    if min(compute_s, comm_baseline_s, comm_switchml_s) < 0:
+        raise ValueError("times must be non-negative")
+    _require_positive(dilation=dilation)
+    compute = compute_s * dilation
+    return (compute + comm_baseline_s) / (compute + comm_switchml_s)
+
+
+def expected_training_speedup_over_ring(
+    compute_s: float, comm_ring_s: float, n_workers: int, dilation: float = 1.0
+) -> float:
+    """Training speedup over a ring if SwitchML were exactly 2(n-1)/n times faster at communicating.
+
+    Plugs ``comm_switchml = comm_ring / expected_speedup_over_ring(n)`` into
+    ``training_speedup``: the expectation a measured bar is compared with.
+    """
+    return training_speedup(compute_s, comm_ring_s, comm_ring_s / expected_speedup_over_ring(n_workers), dilation)
+
+
+def _require_workers(n_workers: int) -> None:
+    if n_workers < 2:
+        raise ValueError(f"an all-reduce needs at least 2 workers, got {n_workers}")
+
+
+def _require_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")

@@ -1,0 +1,163 @@
+"""The numbers behind each figure: measured statistics side by side with the analytic models.
+
+Each ``*_table`` function takes the ``Results`` of one run and returns the tidy table its
+figure draws, and which ``python -m analysis`` writes next to the figure as CSV, so a
+reader can check every plotted point and model line without re-running anything.
+A table raises ``MissingData`` when the run lacks what the figure needs.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import models
+from analysis.aggregate import job_table, summarize
+from analysis.load import Results
+from protocol.packet import frame_bytes
+
+TIMELINE_BIN_S = 0.010
+"""timeline.csv bins packets per 10 ms (docs/results-format.md)."""
+REFERENCE_LINK_BPS = 100e9
+"""Link rate of the paper's testbed; the training figure dilates compute times to it."""
+SWITCHML = "switchml"
+BASELINES = ("ring", "ps")
+
+
+class MissingData(LookupError):
+    """The results do not contain what a figure needs."""
+
+
+def sweep_jobs(results: Results, sweep_param: str) -> pd.DataFrame:
+    """Per-job rows of the points that sweep ``sweep_param``."""
+    runs = results.runs[results.runs["sweep_param"] == sweep_param]
+    if runs.empty:
+        raise MissingData(f"no points sweep {sweep_param}")
+    return job_table(runs)
+
+
+def ate_vs_workers_table(results: Results) -> pd.DataFrame:
+    """ATE/s per method and worker count, with both bounds and everything normalised by line rate."""
+    stats = summarize(sweep_jobs(results, "n_workers"), ["method", "n_workers", "link_mbps", "k", "element_bytes"], "ate_per_s")
+    return _normalise(_with_bounds(stats), "ate_per_s")
+
+
+def pool_size_table(results: Results) -> pd.DataFrame:
+    """ATE/s per method and pool size, with the line-rate bound it should saturate at."""
+    stats = summarize(sweep_jobs(results, "pool_size"), ["method", "pool_size", "n_workers", "link_mbps", "k", "element_bytes"], "ate_per_s")
+    return _normalise(_with_bounds(stats), "ate_per_s")
+
+
+def tat_vs_size_table(results: Results) -> pd.DataFrame:
+    """TAT per method and tensor size, with the TAT each bound implies (elements / bound)."""
+    stats = _with_bounds(
+        summarize(sweep_jobs(results, "elements"), ["method", "elements", "n_workers", "link_mbps", "k", "element_bytes"], "tat_s")
+    )
+    stats["line_rate_bound_tat_s"] = stats["elements"] / stats["line_rate_bound_ate_per_s"]
+    stats["ring_bound_tat_s"] = stats["elements"] / stats["ring_bound_ate_per_s"]
+    return stats
+
+
+def tat_inflation_table(results: Results) -> pd.DataFrame:
+    """TAT(loss) / TAT(0) per method and loss rate; TAT(0) is the method's median at loss 0."""
+    jobs = sweep_jobs(results, "loss")
+    lossless = jobs[jobs["loss"] == 0].groupby("method")["tat_s"].median()
+    lacking = sorted(set(jobs["method"]) - set(lossless.index))
+    if lacking:
+        raise MissingData(f"no loss=0 point to normalise by for {', '.join(lacking)}")
+    jobs["inflation"] = jobs["tat_s"] / jobs["method"].map(lossless)
+    return summarize(jobs, ["method", "loss", "loss_mechanism", "n_workers", "link_mbps"], "inflation")
+
+
+def loss_timeline_table(results: Results) -> pd.DataFrame:
+    """Packets each worker sent per 10 ms in one SwitchML job at the sweep's highest loss rate.
+
+    The job shown is the first repetition of that point: a timeline is one execution, and
+    averaging timelines would smear out exactly the retransmission stalls it is meant to show.
+    """
+    jobs = sweep_jobs(results, "loss")
+    jobs = jobs[(jobs["method"] == SWITCHML) & (jobs["loss"] > 0)]
+    if jobs.empty:
+        raise MissingData("no SwitchML job with loss > 0")
+    job = jobs.sort_values(["loss", "repetition"], ascending=[False, True]).iloc[0]
+    timeline = results.timeline
+    selected = timeline[
+        (timeline["run"] == job["run"])
+        & (timeline["point"] == job["point"])
+        & (timeline["method"] == job["method"])
+        & (timeline["repetition"] == job["repetition"])
+    ]
+    if selected.empty:
+        raise MissingData(f"timeline.csv has no rows for point {job['point']} of {job['run']}")
+    table = selected[["rank", "t_ms", "packets_sent"]].sort_values(["rank", "t_ms"]).reset_index(drop=True)
+    table = table.assign(point=job["point"], repetition=job["repetition"], loss=job["loss"], loss_mechanism=job["loss_mechanism"])
+    table["line_rate_packets_per_bin"] = job["link_mbps"] * 1e6 * TIMELINE_BIN_S / (models.BITS_PER_BYTE * frame_bytes(int(job["k"])))
+    return table
+
+
+def training_speedup_table(results: Results, reference_link_bps: float = REFERENCE_LINK_BPS) -> pd.DataFrame:
+    """Per workload and baseline: training speedup of SwitchML from measured comm and dilated compute.
+
+    Communication time per iteration is the job TAT of all-reducing the workload's gradients
+    (median over repetitions); the spread combines the extremes (best baseline with worst
+    SwitchML and vice versa). ``expected_speedup`` is the 2(n-1)/n model applied to the
+    measured ring time (defined for the ring only).
+    """
+    jobs = sweep_jobs(results, "workload")
+    comm = summarize(jobs, ["workload", "method", "n_workers", "link_mbps", "compute_s"], "tat_s")
+    switchml = comm[comm["method"] == SWITCHML].set_index("workload")
+    baselines = comm[comm["method"].isin(BASELINES)]
+    if switchml.empty or baselines.empty:
+        raise MissingData("training speedup needs SwitchML and a ring or PS baseline")
+    rows = []
+    for base in baselines.itertuples(index=False):
+        if base.workload not in switchml.index:
+            continue
+        sml = switchml.loc[base.workload]
+        dilation = models.time_dilation_factor(reference_link_bps, base.link_mbps * 1e6)
+        compute = base.compute_s
+        rows.append(
+            {
+                "workload": base.workload,
+                "baseline": base.method,
+                "n_workers": base.n_workers,
+                "link_mbps": base.link_mbps,
+                "reference_link_gbps": reference_link_bps / 1e9,
+                "dilation": dilation,
+                "compute_s": compute,
+                "comm_baseline_s": base.tat_s_median,
+                "comm_switchml_s": sml["tat_s_median"],
+                "speedup_median": models.training_speedup(compute, base.tat_s_median, sml["tat_s_median"], dilation),
+                "speedup_min": models.training_speedup(compute, base.tat_s_min, sml["tat_s_max"], dilation),
+                "speedup_max": models.training_speedup(compute, base.tat_s_max, sml["tat_s_min"], dilation),
+                "expected_speedup": models.expected_training_speedup_over_ring(
+                    compute, base.tat_s_median, int(base.n_workers), dilation
+                )
+                if base.method == "ring"
+                else float("nan"),
+            }
+        )
+    if not rows:
+        raise MissingData("no workload was measured with both SwitchML and a baseline")
+    return pd.DataFrame(rows)
+
+
+def _with_bounds(stats: pd.DataFrame) -> pd.DataFrame:
+    """Add the SwitchML line-rate and ring ATE/s bounds for each row's link rate, k and n."""
+    link_bps = stats["link_mbps"] * 1e6
+    stats["line_rate_bound_ate_per_s"] = [
+        models.switchml_line_rate_ate(bps, int(k)) for bps, k in zip(link_bps, stats["k"], strict=True)
+    ]
+    stats["ring_bound_ate_per_s"] = [
+        models.ring_ate_bound(bps, int(n), int(size))
+        for bps, n, size in zip(link_bps, stats["n_workers"], stats["element_bytes"], strict=True)
+    ]
+    return stats
+
+
+def _normalise(stats: pd.DataFrame, value: str) -> pd.DataFrame:
+    """Divide the statistics of ``value`` and the ring bound by the line-rate bound."""
+    bound = stats["line_rate_bound_ate_per_s"]
+    for stat in ("median", "min", "max", "q25", "q75"):
+        stats[f"normalised_{stat}"] = stats[f"{value}_{stat}"] / bound
+    stats["ring_bound_normalised"] = stats["ring_bound_ate_per_s"] / bound
+    return stats
