@@ -1,0 +1,7 @@
+"""Workloads for the all-reduce experiments: synthetic tensors and model gradient traces.
+
+- :mod:`workloads.synthetic`: deterministic per-(seed, rank) tensors with documented distributions.
+- :mod:`workloads.trace`: the trace file format, its validating loader and writer.
+- :mod:`workloads.architectures` / :mod:`workloads.make_traces`: how the shipped traces were derived.
+- :mod:`workloads.record`: record a trace from real gradients; replay a trace as tensors.
+"""

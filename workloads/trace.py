@@ -1,0 +1,188 @@
+"""Model traces: per-tensor gradient sizes and per-iteration compute time of a training job.
+
+Why a file format: the per-model training-speedup plots need only (a) how many elements are
+all-reduced per iteration and in which pieces and (b) how long the GPU computes, so a model
+is described by data, not by running the model. Each file names its SOURCE and says whether
+its numbers were computed from the architecture definition or are estimates.
+
+Format (YAML)::
+
+    name: resnet50                 # file stem
+    model: ResNet-50
+    task: ImageNet-1k classification
+    parameters:
+      total: 25557032              # must equal the sum of the tensor counts
+      derivation: computed         # computed | estimate | recorded
+      source: "..."                # where the shapes/total come from and why
+    compute:
+      seconds_per_iteration: 0.29  # > 0
+      gpu: NVIDIA P100
+      batch_size: 64               # per worker, > 0
+      estimate: true
+      source: "..."
+    tensors:                       # in registration order
+      - {name: conv1.weight, count: 9408, shape: [64, 3, 7, 7]}   # shape optional; product == count
+
+Gradients recorded with :func:`workloads.record.record_trace` may sit beside the file as
+``<stem>.npz`` (one array per tensor name).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TRACES_DIR = Path(__file__).resolve().parent / "traces"
+DERIVATIONS = ("computed", "estimate", "recorded")
+
+
+class TraceError(ValueError):
+    """A trace file is missing a key or holds an impossible value; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    count: int
+    shape: tuple[int, ...] | None = None
+
+    @property
+    def fan_in(self) -> int:
+        """Elements feeding one output unit (product of all but the first dimension); 1 without a shape."""
+        return max(1, math.prod(self.shape[1:])) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    model: str
+    task: str
+    total_params: int
+    derivation: str
+    params_source: str
+    compute_s: float
+    gpu: str
+    batch_size: int
+    compute_estimate: bool
+    compute_source: str
+    tensors: tuple[TensorSpec, ...]
+    path: Path | None = None
+
+    @property
+    def gradients_path(self) -> Path | None:
+        """``<stem>.npz`` beside the trace file, if recorded gradients were saved."""
+        if self.path is None:
+            return None
+        npz = self.path.with_suffix(".npz")
+        return npz if npz.exists() else None
+
+    def to_dict(self) -> dict[str, Any]:
+        tensors = []
+        for t in self.tensors:
+            entry: dict[str, Any] = {"name": t.name, "count": t.count}
+            if t.shape is not None:
+                entry["shape"] = list(t.shape)
+            tensors.append(entry)
+        return {
+            "name": self.name, "model": self.model, "task": self.task,
+            "parameters": {"total": self.total_params, "derivation": self.derivation, "source": self.params_source},
+            "compute": {"seconds_per_iteration": self.compute_s, "gpu": self.gpu, "batch_size": self.batch_size,
+                        "estimate": self.compute_estimate, "source": self.compute_source},
+            "tensors": tensors,
+        }
+
+
+def _get(mapping: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(mapping, dict):
+        raise TraceError(f"{where}: expected a mapping, got {type(mapping).__name__}")
+    if key not in mapping:
+        raise TraceError(f"{where}: missing key '{key}'")
+    value = mapping[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # bool is an int subclass: a count of `true` is an error, not 1.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise TraceError(f"{where}.{key}: expected {getattr(kind, '__name__', kind)}, got {value!r}")
+    return value
+
+
+def _positive(value: int | float, where: str) -> None:
+    if value <= 0:
+        raise TraceError(f"{where}: must be positive, got {value!r}")
+
+
+def parse_trace(data: Any, where: str, path: Path | None = None) -> Trace:
+    """Validate a loaded YAML document; every error names ``where`` (the file) and the key."""
+    name = _get(data, "name", str, where)
+    params = _get(data, "parameters", dict, where)
+    compute = _get(data, "compute", dict, where)
+    total = _get(params, "total", int, f"{where}: parameters")
+    _positive(total, f"{where}: parameters.total")
+    derivation = _get(params, "derivation", str, f"{where}: parameters")
+    if derivation not in DERIVATIONS:
+        raise TraceError(f"{where}: parameters.derivation must be one of {DERIVATIONS}, got {derivation!r}")
+    seconds = _get(compute, "seconds_per_iteration", (int, float), f"{where}: compute")
+    _positive(seconds, f"{where}: compute.seconds_per_iteration")
+    batch = _get(compute, "batch_size", int, f"{where}: compute")
+    _positive(batch, f"{where}: compute.batch_size")
+    raw_tensors = _get(data, "tensors", list, where)
+    if not raw_tensors:
+        raise TraceError(f"{where}: tensors: empty list")
+    tensors = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_tensors):
+        at = f"{where}: tensors[{i}]"
+        t_name = _get(raw, "name", str, at)
+        if t_name in seen:
+            raise TraceError(f"{at}.name: duplicate tensor name {t_name!r}")
+        seen.add(t_name)
+        count = _get(raw, "count", int, at)
+        _positive(count, f"{at}.count")
+        shape = None
+        if "shape" in raw:
+            shape_list = _get(raw, "shape", list, at)
+            if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape_list):
+                raise TraceError(f"{at}.shape: dimensions must be positive integers, got {shape_list!r}")
+            if math.prod(shape_list) != count:
+                raise TraceError(f"{at}: shape {shape_list} has {math.prod(shape_list)} elements, count says {count}")
+            shape = tuple(shape_list)
+        tensors.append(TensorSpec(t_name, count, shape))
+    summed = sum(t.count for t in tensors)
+    if summed != total:
+        raise TraceError(f"{where}: parameters.total is {total} but the tensor counts sum to {summed}")
+    return Trace(name=name, model=_get(data, "model", str, where), task=_get(data, "task", str, where),
+                 total_params=total, derivation=derivation,
+                 params_source=_get(params, "source", str, f"{where}: parameters"), compute_s=float(seconds),
+                 gpu=_get(compute, "gpu", str, f"{where}: compute"), batch_size=batch,
+                 compute_estimate=_get(compute, "estimate", bool, f"{where}: compute"),
+                 compute_source=_get(compute, "source", str, f"{where}: compute"),
+                 tensors=tuple(tensors), path=path)
+
+
+def load_trace(name_or_path: str | Path) -> Trace:
+    """Load and validate a trace: a path to a YAML file, or the name of a shipped trace (``resnet50``)."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = TRACES_DIR / f"{name_or_path}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read trace file ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise TraceError(f"{path}: not valid YAML ({exc})") from exc
+    return parse_trace(data, str(path), path)
+
+
+def write_trace(trace: Trace, path: Path) -> None:
+    """Write ``trace`` as YAML (validated first, so a written file always loads)."""
+    data = trace.to_dict()
+    parse_trace(data, str(path))
+    path.write_text(yaml.safe_dump(data, sort_keys=False, width=120, default_flow_style=None))
+
+
+def shipped_traces() -> list[str]:
+    """Names of the traces under workloads/traces/."""
+    return sorted(p.stem for p in TRACES_DIR.glob("*.yaml"))
