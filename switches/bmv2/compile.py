@@ -1,0 +1,115 @@
+"""Compile p4/switchml.p4 for bmv2 (v1model) with p4c, once per distinct source and options.
+
+Every switch node of every run needs the same JSON; compiling takes about a second per
+call, but more importantly a stale JSON (sources edited after the last build) would make
+bmv2 run a program the Python side no longer matches. The output directory is therefore
+named by a hash of every file under ``p4/`` plus the compiler options: an edit or a
+different pool size gets a fresh build, an unchanged tree reuses the existing one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol import params
+
+log = logging.getLogger(__name__)
+
+P4_DIR = params.P4_DIR
+P4_MAIN = P4_DIR / "switchml.p4"
+P4_INCLUDE = P4_DIR / "include"
+BUILD_ROOT = params.REPO_ROOT / "build" / "p4"
+
+MAX_SLOT_LIMIT = 0xFFFF
+"""switchml_h.slot is 16 bits wide, and the P4 program compares it with the pool size."""
+
+
+class P4CompileError(RuntimeError):
+    """p4c rejected the program; the message carries the compiler's output verbatim."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything besides the sources that changes the compiled program."""
+
+    max_pool_size: int = params.MAX_POOL_SIZE
+    p4c: str = "p4c"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_pool_size <= MAX_SLOT_LIMIT:
+            raise ValueError(f"max_pool_size must be within 1..{MAX_SLOT_LIMIT}, got {self.max_pool_size}")
+
+    def defines(self) -> list[str]:
+        return [f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}"]
+
+    def command(self, output_dir: Path) -> list[str]:
+        """The p4c command line (also what a student would type by hand)."""
+        return [
+            self.p4c,
+            "--target", "bmv2",
+            "--arch", "v1model",
+            "-I", str(P4_INCLUDE),
+            *self.defines(),
+            "-o", str(output_dir),
+            str(P4_MAIN),
+        ]  # fmt: skip
+
+
+def source_files(p4_dir: Path = P4_DIR) -> list[Path]:
+    """Every regular file under p4/, in a stable order (sources, generator, README alike:
+    hashing a little too much only costs a rebuild, hashing too little runs stale code)."""
+    return sorted(p for p in p4_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def build_hash(options: CompileOptions, p4_dir: Path = P4_DIR) -> str:
+    """Hash of the sources (path and content) and the options; names the output directory."""
+    digest = hashlib.sha256()
+    for path in source_files(p4_dir):
+        digest.update(path.relative_to(p4_dir).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    digest.update(repr((options.defines(), options.p4c)).encode())
+    return digest.hexdigest()[:16]
+
+
+def compile_p4(options: CompileOptions | None = None, build_root: Path = BUILD_ROOT) -> Path:
+    """Path of switchml.json for ``options``, compiling only if this build is not cached.
+
+    Compiles into a temporary directory beside the final one and renames it into place,
+    so a concurrent run or an interrupted compile never leaves a half-written cache entry.
+    """
+    options = options or CompileOptions()
+    output_dir = build_root / build_hash(options)
+    json_path = output_dir / f"{P4_MAIN.stem}.json"
+    if json_path.exists():
+        log.debug("p4c: using cached %s", json_path)
+        return json_path
+    if shutil.which(options.p4c) is None:
+        raise P4CompileError(f"p4c not found ({options.p4c!r} is not on PATH); see README, 'Switch targets'")
+
+    build_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}-", dir=build_root))
+    command = options.command(staging)
+    log.info("p4c: %s", " ".join(command))
+    result = subprocess.run(command, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)
+    if result.returncode != 0 or not (staging / json_path.name).exists():
+        shutil.rmtree(staging, ignore_errors=True)
+        raise P4CompileError(
+            f"p4c failed (exit {result.returncode}): {' '.join(command)}\n{result.stdout}{result.stderr}"
+        )
+    if result.stderr:
+        log.warning("p4c: %s", result.stderr.strip())
+    try:
+        os.rename(staging, output_dir)
+    except OSError:
+        # Another process finished the same build first; its output is identical.
+        shutil.rmtree(staging, ignore_errors=True)
+    if not json_path.exists():
+        raise P4CompileError(f"{output_dir} exists but holds no {json_path.name}: remove that directory and retry")
+    return json_path

@@ -1,0 +1,144 @@
+"""Start, wait for and stop one simple_switch process.
+
+Kept apart from the Mininet node so that tests (and anything without Mininet) can run a
+real bmv2 with the same command line, readiness check and shutdown as the testbed.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Callable, Mapping
+
+log = logging.getLogger(__name__)
+
+THRIFT_HOST = "127.0.0.1"
+START_TIMEOUT_S = 30.0
+"""simple_switch loads the JSON and opens Thrift in well under a second; on a loaded
+2-core machine it can take a few seconds. Beyond this it is not coming up."""
+STOP_TIMEOUT_S = 5.0
+
+Popen = Callable[..., subprocess.Popen]
+
+
+class Bmv2StartError(RuntimeError):
+    """simple_switch exited or did not answer on its Thrift port; carries its log's tail."""
+
+
+def thrift_answers(port: int, host: str = THRIFT_HOST) -> bool:
+    """True if something accepts TCP connections on the Thrift port."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def free_tcp_port(preferred: int) -> int:
+    """``preferred`` if nothing listens there, else a port the kernel picks as free.
+
+    Predictable ports (9090 + device id) suit a student typing simple_switch_CLI; the
+    fallback keeps concurrent runs on one machine from taking each other's switch.
+    """
+    if not thrift_answers(preferred):
+        return preferred
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((THRIFT_HOST, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Bmv2Process:
+    """One simple_switch running a compiled program on a set of interfaces."""
+
+    name: str
+    json_path: Path
+    interfaces: Mapping[int, str]
+    """bmv2 port number -> Linux interface name (``-i port@intf``)."""
+    thrift_port: int
+    device_id: int
+    log_dir: Path
+    log_level: str = "warn"
+    """bmv2 logs every table hit at 'trace'/'debug'; that costs throughput, so runs log
+    warnings only and a debugging session raises it."""
+    executable: str = "simple_switch"
+    popen: Popen = subprocess.Popen
+    """How to launch; a Mininet node passes its own popen to run inside its namespace."""
+    _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    _log_file: IO[bytes] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.simple_switch.log"
+
+    def command(self) -> list[str]:
+        """The simple_switch command line (logged, so a run can be reproduced by hand)."""
+        interface_args = [arg for port, intf in sorted(self.interfaces.items()) for arg in ("-i", f"{port}@{intf}")]
+        return [
+            self.executable,
+            *interface_args,
+            "--thrift-port", str(self.thrift_port),
+            "--device-id", str(self.device_id),
+            "--log-console",
+            "--log-level", self.log_level,
+            str(self.json_path),
+        ]  # fmt: skip
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Launch simple_switch and return once its Thrift server answers."""
+        if self._process is not None:
+            raise RuntimeError(f"{self.name}: simple_switch already started")
+        if thrift_answers(self.thrift_port):
+            raise Bmv2StartError(f"{self.name}: Thrift port {self.thrift_port} is already in use")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        command = self.command()
+        log.info("%s: %s (log: %s)", self.name, " ".join(command), self.log_path)
+        self._log_file = self.log_path.open("ab")
+        self._process = self.popen(command, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while not thrift_answers(self.thrift_port):
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                self._release()
+                raise Bmv2StartError(f"{self.name}: simple_switch exited with {code}:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise Bmv2StartError(
+                    f"{self.name}: no answer on Thrift port {self.thrift_port} after {timeout_s:.0f} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.1)
+        log.info("%s: simple_switch pid %d ready, Thrift port %d", self.name, self._process.pid, self.thrift_port)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Terminate simple_switch, killing it if it has not exited within ``timeout_s``."""
+        if self._process is None:
+            return
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("%s: simple_switch did not exit within %.0f s; killing it", self.name, timeout_s)
+                self._process.kill()
+                self._process.wait()
+        log.info("%s: simple_switch stopped (exit %s)", self.name, self._process.returncode)
+        self._release()
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the switch's log, for error messages."""
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _release(self) -> None:
+        self._process = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None

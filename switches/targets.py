@@ -1,0 +1,68 @@
+"""Which switch target a run uses: bmv2 (the P4 program) or the embedded software switch.
+
+bmv2 needs three things this machine may lack — simple_switch, p4c and p4-utils (with
+bmv2's Thrift bindings) — while the embedded switch needs nothing beyond the project's
+own packages. ``auto`` therefore picks bmv2 only where it can actually run, and asking
+for bmv2 where it cannot says exactly what to install instead of failing mid-run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import shutil
+
+log = logging.getLogger(__name__)
+
+TARGETS = ("auto", "bmv2", "embedded")
+
+BMV2_EXECUTABLES = ("simple_switch", "p4c")
+BMV2_PYTHON_MODULES = {
+    "p4utils": "p4utils",
+    "bm_runtime": "bmv2's Thrift Python bindings (bm_runtime, installed with bmv2)",
+    "thrift": "the Thrift Python library (python3-thrift)",
+}
+"""Importable module -> how to name it when it is missing."""
+
+
+class TargetUnavailableError(RuntimeError):
+    """The requested switch target cannot run on this machine."""
+
+
+def detect_bmv2() -> list[str]:
+    """What bmv2 needs and this machine lacks (empty when bmv2 can run)."""
+    missing = [name for name in BMV2_EXECUTABLES if shutil.which(name) is None]
+    missing += [label for module, label in BMV2_PYTHON_MODULES.items() if importlib.util.find_spec(module) is None]
+    return missing
+
+
+def resolve_target(name: str) -> str:
+    """'auto' | 'bmv2' | 'embedded' -> the concrete target, 'bmv2' or 'embedded'."""
+    if name not in TARGETS:
+        raise ValueError(f"unknown switch target {name!r}; choose one of {', '.join(TARGETS)}")
+    if name == "embedded":
+        return "embedded"
+    missing = detect_bmv2()
+    if name == "bmv2" and missing:
+        raise TargetUnavailableError(
+            f"switch target 'bmv2' needs {', '.join(missing)}, which this machine lacks. "
+            "The Vagrant VM provides all of them: run `vagrant up` in the repository and use the "
+            "testbed inside it (see README, 'Switch targets'), or choose --switch embedded."
+        )
+    if name == "auto" and missing:
+        log.info("switch target auto -> embedded (bmv2 lacks: %s)", ", ".join(missing))
+        return "embedded"
+    return "bmv2"
+
+
+def node_class(target: str) -> type:
+    """The Mininet switch class of a concrete target (imported only when chosen)."""
+    if target == "bmv2":
+        from switches.bmv2.node import Bmv2SwitchNode
+
+        return Bmv2SwitchNode
+    if target == "embedded":
+        from switches.embedded.node import EmbeddedSwitchNode
+
+        return EmbeddedSwitchNode
+    raise ValueError(f"no switch node class for target {target!r}; resolve_target() it first")
