@@ -1,0 +1,61 @@
+"""``python -m switches.embedded --port 1=s1-eth1 --port 2=s1-eth2 --control-socket PATH``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from protocol import params
+from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switch import EmbeddedSwitch
+
+log = logging.getLogger("switches.embedded")
+
+
+def _port(text: str) -> tuple[int, str]:
+    number, sep, ifname = text.partition("=")
+    if not sep or not number.isdigit() or not ifname:
+        raise argparse.ArgumentTypeError(f"expected PORT=INTERFACE, got {text!r}")
+    return int(number), ifname
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m switches.embedded", description=__doc__)
+    parser.add_argument("--port", type=_port, action="append", required=True, help="PORT=INTERFACE, repeatable")
+    parser.add_argument("--control-socket", type=Path, required=True, help="Unix socket the control plane connects to")
+    parser.add_argument("--log-file", type=Path, help="log here instead of stderr")
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--seed", type=int, help="seed of the drop simulator's random draws")
+    parser.add_argument("--k", type=int, default=params.K, help="elements per packet")
+    parser.add_argument("--max-pool-size", type=int, default=params.MAX_POOL_SIZE, help="slots per shadow set")
+    args = parser.parse_args(argv)
+    ports = dict(args.port)
+    if len(ports) != len(args.port):
+        parser.error("a port number is given twice")
+    if not 1 <= args.k <= 255:
+        parser.error("--k must be within 1..255 (num_elements is bit<8>)")
+    if not 1 <= args.max_pool_size <= 0x10000:
+        parser.error("--max-pool-size must be within 1..65536 (slot is bit<16>)")
+    args.ports = ports
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        filename=args.log_file,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    switch = EmbeddedSwitch(SwitchMLPipeline(args.k, args.max_pool_size, args.seed), args.ports, args.control_socket)
+    try:
+        switch.run()
+    finally:
+        switch.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

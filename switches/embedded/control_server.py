@@ -1,0 +1,115 @@
+"""The switch side of the runtime API: JSON lines over a Unix stream socket.
+
+Each request is one line ``{"op": ..., "args": {...}}`` and gets one line back,
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``. The server is driven by
+the switch loop's selector (no thread), so a request runs between two packet bursts and
+sees a consistent switch state. Ops are the SwitchControl primitives plus ``ping`` (the
+launcher's readiness probe) and ``stats`` (loss inside the switch host).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import selectors
+import socket
+from pathlib import Path
+from typing import Any, Callable
+
+from switches.control import ControlPlaneError
+from switches.embedded.pipeline import SwitchMLPipeline
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 1 << 20
+
+
+def _handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> dict[str, Callable[..., Any]]:
+    tm = pipeline.traffic_manager
+    return {
+        "ping": lambda: "pong",
+        "stats": stats,
+        "table_add": lambda table, action, keys, action_params: pipeline.table(table).add(action, keys, action_params),
+        "table_set_default": lambda table, action, action_params: pipeline.table(table).set_default(action, action_params),
+        "table_clear": lambda table: pipeline.table(table).clear(),
+        "mc_mgrp_create": lambda group: tm.mc_mgrp_create(group),
+        "mc_node_create": lambda rid, ports: tm.mc_node_create(rid, ports),
+        "mc_node_associate": lambda group, node_handle: tm.mc_node_associate(group, node_handle),
+        "register_read": lambda register: pipeline.register(register).read(),
+        "register_write": lambda register, index, value: pipeline.register(register).write(index, value),
+        "register_reset": lambda register: pipeline.register(register).reset(),
+        "counter_read": lambda counter: pipeline.counter(counter).read(),
+        "counter_reset": lambda counter: pipeline.counter(counter).reset(),
+    }
+
+
+def handle_request(handlers: dict[str, Callable[..., Any]], line: bytes) -> dict:
+    """Run one request line; every failure becomes an error response, never a crash."""
+    try:
+        request = json.loads(line)
+        op, args = request["op"], request.get("args", {})
+        if op not in handlers:
+            raise ControlPlaneError(f"unknown control operation {op!r}")
+        return {"ok": True, "result": handlers[op](**args)}
+    except ControlPlaneError as exc:
+        return {"ok": False, "error": str(exc)}
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("bad control request %r: %s", line[:200], exc)
+        return {"ok": False, "error": f"bad request: {type(exc).__name__}: {exc}"}
+
+
+class ControlServer:
+    def __init__(self, pipeline: SwitchMLPipeline, path: Path, selector: selectors.BaseSelector, stats: Callable[[], dict]) -> None:
+        self._handlers = _handlers(pipeline, stats)
+        self._selector = selector
+        self._path = path
+        self._buffers: dict[socket.socket, bytearray] = {}
+        path.unlink(missing_ok=True)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(path))
+        self._listener.listen(16)
+        self._listener.setblocking(False)
+        selector.register(self._listener, selectors.EVENT_READ, self._accept)
+        log.info("control socket %s", path)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        conn.setblocking(True)  # requests are read only when readable; replies are small
+        self._buffers[conn] = bytearray()
+        self._selector.register(conn, selectors.EVENT_READ, functools.partial(self._serve, conn))
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            data = conn.recv(65536)
+        except OSError:
+            data = b""
+        buffer = self._buffers[conn]
+        buffer += data
+        if not data or len(buffer) > MAX_REQUEST_BYTES:
+            self._drop(conn)
+            return
+        while (end := buffer.find(b"\n")) >= 0:
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            response = json.dumps(handle_request(self._handlers, line)).encode() + b"\n"
+            try:
+                conn.sendall(response)
+            except OSError:
+                self._drop(conn)
+                return
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._selector.unregister(conn)
+        del self._buffers[conn]
+        conn.close()
+
+    def close(self) -> None:
+        for conn in list(self._buffers):
+            self._drop(conn)
+        self._selector.unregister(self._listener)
+        self._listener.close()
+        self._path.unlink(missing_ok=True)

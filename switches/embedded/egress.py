@@ -1,0 +1,70 @@
+"""SwitchMLEgress: per-rank result addressing, flood pruning, drop simulator, counters.
+
+``rank_addr_table`` maps a rank to the MAC/IPv4/UDP port its result copy is sent to. Since
+a result's address headers depend only on the update's address headers and the rank, the
+egress keeps a cache of finished headers (IPv4 checksum included) per update header; any
+change to the table empties it.
+"""
+
+from __future__ import annotations
+
+from protocol import params
+from switches.embedded.drop_simulator import DropSimulator
+from switches.embedded.parser import SwitchMLDeparser
+from switches.embedded.registers import CellRegister, Counter
+from switches.embedded.tables import ExactMatchTable, Field
+
+NAME = "SwitchMLEgress"
+EGV_SENT = params.P4_CONSTANTS["EGV_SENT"]
+EGV_DROP_SIM_EGRESS = params.P4_CONSTANTS["EGV_DROP_SIM_EGRESS"]
+TEMPLATE_CACHE_LIMIT = 4096
+"""Distinct update headers remembered; beyond this the cache restarts (bounded memory)."""
+
+
+class SwitchMLEgress:
+    def __init__(self, drop_simulator: DropSimulator) -> None:
+        self._drop_simulator = drop_simulator
+        self.rank_addr_table = ExactMatchTable(
+            f"{NAME}.rank_addr_table",
+            [Field("meta.dst_rank", 8)],
+            {"set_rank_addr": [Field("mac", 48), Field("ipv4", 32), Field("udp_port", 16)], "drop": []},
+            default="drop",
+        )
+        self.rank_addr_table.on_change = self._forget_templates
+        self.egress_drop_threshold = CellRegister(f"{NAME}.egress_drop_threshold", 1)
+        self.egress_counter = Counter(f"{NAME}.egress_counter", len(params.EGRESS_EVENTS))
+        self._templates: dict[bytes, dict[int, bytes | None]] = {}
+
+    def _forget_templates(self) -> None:
+        self._templates.clear()
+
+    def result_headers(self, update_headers: bytes, rank: int) -> bytes | None:
+        """The result's Ethernet/IPv4/UDP headers for ``rank``; None on a table miss (drop)."""
+        per_rank = self._templates.get(update_headers)
+        if per_rank is None:
+            if len(self._templates) >= TEMPLATE_CACHE_LIMIT:
+                self._templates.clear()
+            per_rank = self._templates[update_headers] = {}
+        headers = per_rank.get(rank, b"")
+        if headers == b"":
+            headers = per_rank[rank] = self._build(update_headers, rank)
+        return headers
+
+    def _build(self, update_headers: bytes, rank: int) -> bytes | None:
+        action, action_params = self.rank_addr_table.lookup((rank,))
+        if action != "set_rank_addr":
+            return None
+        mac, ipv4, udp_port = action_params
+        return SwitchMLDeparser.result_headers(update_headers, mac, ipv4, udp_port)
+
+    def admit(self, length: int) -> bool:
+        """Drop simulator (egress) and egress_counter for one departing copy."""
+        if self._drop_simulator.drops(self.egress_drop_threshold.cells[0]):
+            self.egress_counter.count(EGV_DROP_SIM_EGRESS, length)
+            return False
+        self.egress_counter.count(EGV_SENT, length)
+        return True
+
+    def registers(self) -> list[CellRegister]:
+        return [self.egress_drop_threshold]
+

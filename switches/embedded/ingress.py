@@ -1,0 +1,194 @@
+"""SwitchMLIngress: drop simulator, L2 forwarding with learning, worker table, aggregation.
+
+Written in the order of docs/dataplane.md ("SwitchMLIngress (in this order)") so it can be
+read beside p4/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
+(the traffic manager's input): DROP, (TO_PORT, port), (TO_GROUP, group),
+(RESULT_TO_GROUP, group) or (RESULT_TO_PORT, port, rank). A result is written into the
+frame here (msg_type, exponent, elements), as the P4 program's ingress does.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from protocol import params
+from protocol.packet import UDP_HEADER_BYTES, payload_bytes
+from switches.embedded.drop_simulator import DropSimulator
+from switches.embedded.parser import EXPONENT_OFFSET, MSG_TYPE_OFFSET, PARSER_ERROR, PacketBuffer
+from switches.embedded.registers import BIT32, CellRegister, Counter, ExponentRegister, ValueRegisters
+from switches.embedded.tables import ExactMatchTable, Field
+
+log = logging.getLogger(__name__)
+
+NAME = "SwitchMLIngress"
+
+DROP: tuple = ()
+TO_PORT, TO_GROUP, RESULT_TO_GROUP, RESULT_TO_PORT = range(4)
+
+_C = params.P4_CONSTANTS
+EV_UPDATE_CONSUMED = _C["EV_UPDATE_CONSUMED"]
+EV_RESULT_MULTICAST = _C["EV_RESULT_MULTICAST"]
+EV_RESULT_UNICAST = _C["EV_RESULT_UNICAST"]
+EV_RETX_IGNORED = _C["EV_RETX_IGNORED"]
+EV_DROP_UNKNOWN_SENDER = _C["EV_DROP_UNKNOWN_SENDER"]
+EV_DROP_WRONG_JOB = _C["EV_DROP_WRONG_JOB"]
+EV_DROP_MALFORMED = _C["EV_DROP_MALFORMED"]
+EV_DROP_SIM_INGRESS = _C["EV_DROP_SIM_INGRESS"]
+EV_FORWARDED = _C["EV_FORWARDED"]
+
+ETHERNET_ADDRESSES = struct.Struct("!HIHI")
+"""dstAddr and srcAddr as (high 16, low 32) pairs: the L2 tables' keys."""
+ETHERNET_HEADER_MIN = 14
+
+
+class SwitchMLIngress:
+    """Registers, tables and the event counter of the ingress control, and its apply()."""
+
+    def __init__(self, k: int, max_pool_size: int, drop_simulator: DropSimulator) -> None:
+        self.k = k
+        self.max_pool_size = max_pool_size
+        self._drop_simulator = drop_simulator
+        cells = 2 * max_pool_size
+        self.values = ValueRegisters(NAME, cells, k)
+        self.bitmap = CellRegister(f"{NAME}.bitmap", cells)
+        self.count = CellRegister(f"{NAME}.count", cells)
+        self.exponent = ExponentRegister(f"{NAME}.exponent", cells)
+        self.ingress_drop_threshold = CellRegister(f"{NAME}.ingress_drop_threshold", 1)
+        self.event_counter = Counter(f"{NAME}.event_counter", len(params.INGRESS_EVENTS))
+        self.worker_table = ExactMatchTable(
+            f"{NAME}.worker_table",
+            [Field("standard_metadata.ingress_port", 9), Field("hdr.ipv4.srcAddr", 32)],
+            {
+                "set_worker": [Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16)],
+                "forward_as_ordinary": [],
+                "drop_unknown_sender": [],
+            },
+            default="drop_unknown_sender",
+        )
+        self.l2_learn_table = ExactMatchTable(
+            f"{NAME}.l2_learn_table", [Field("hdr.ethernet.srcAddr", 48)], {"NoAction": [], "l2_learn": []}, default="l2_learn"
+        )
+        self.l2_table = ExactMatchTable(
+            f"{NAME}.l2_table", [Field("hdr.ethernet.dstAddr", 48)], {"l2_forward": [Field("port", 9)], "l2_flood": []}, default="l2_flood"
+        )
+        self.udp_length = UDP_HEADER_BYTES + payload_bytes(k)
+
+    def registers(self) -> list:
+        return [
+            *(self.values.column(name) for name in self.values.names),
+            self.bitmap,
+            self.count,
+            self.exponent,
+            self.ingress_drop_threshold,
+        ]
+
+    def tables(self) -> list[ExactMatchTable]:
+        return [self.worker_table, self.l2_learn_table, self.l2_table]
+
+    def reset_values(self) -> None:
+        """register_reset of every value_XX at once (the matrix backs all of them)."""
+        self.values.reset()
+
+    def apply(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple | None) -> tuple:
+        counter = self.event_counter
+        # 1. Drop simulator (ingress): every packet.
+        if self._drop_simulator.drops(self.ingress_drop_threshold.cells[0]):
+            counter.count(EV_DROP_SIM_INGRESS, length)
+            return DROP
+        # 2. Not a SwitchML packet: L2 forwarding.
+        if hdr is None:
+            return self._l2_forward(packet, in_port, length)
+        # 3. Malformed SwitchML packet.
+        if (
+            hdr is PARSER_ERROR
+            or hdr[12] != self.k
+            or hdr[7] != self.udp_length
+            or hdr[8] != params.MSG_UPDATE
+            or hdr[9] > 1
+            or hdr[11] >= self.max_pool_size
+        ):
+            counter.count(EV_DROP_MALFORMED, length)
+            return DROP
+        # 4. worker_table: the rank comes from (ingress port, source IPv4), never the packet.
+        action, action_params = self.worker_table.entries.get((in_port, hdr[3]), self.worker_table.default)
+        if action != "set_worker":
+            if action == "forward_as_ordinary":
+                return self._l2_forward(packet, in_port, length)
+            counter.count(EV_DROP_UNKNOWN_SENDER, length)
+            return DROP
+        rank, job_id, num_workers, mcast_grp = action_params
+        # 5. Wrong job.
+        if hdr[10] != job_id:
+            counter.count(EV_DROP_WRONG_JOB, length)
+            return DROP
+        # 6. Aggregation.
+        return self._aggregate(packet, in_port, length, hdr, rank, num_workers, mcast_grp)
+
+    def _aggregate(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple, rank: int, num_workers: int, mcast_grp: int) -> tuple:
+        rank_bit = (1 << rank) & BIT32
+        shadow_set, slot = hdr[9], hdr[11]
+        idx = shadow_set * self.max_pool_size + slot
+        other = (1 - shadow_set) * self.max_pool_size + slot
+        bitmap = self.bitmap.cells
+        count = self.count.cells
+        exponent = self.exponent.cells
+        row = self.values.rows[idx]
+        counter = self.event_counter
+        b = bitmap[idx]
+        if not b & rank_bit:  # a new contribution
+            bitmap[idx] = b | rank_bit
+            bitmap[other] &= ~rank_bit & BIT32
+            if b == 0:  # first contribution of this version
+                row[:] = packet.data
+                exponent[idx] = hdr[13]
+                count[idx] = 1
+            else:
+                row += packet.data  # int32: wraps like bit<32>
+                if hdr[13] > exponent[idx]:
+                    exponent[idx] = hdr[13]
+                count[idx] += 1
+            if count[idx] == num_workers:
+                self._write_result(packet, row, exponent[idx])
+                counter.count(EV_RESULT_MULTICAST, length)
+                return (RESULT_TO_GROUP, mcast_grp)
+            counter.count(EV_UPDATE_CONSUMED, length)
+            return DROP
+        # a retransmission
+        if count[idx] == num_workers:
+            self._write_result(packet, row, exponent[idx])
+            counter.count(EV_RESULT_UNICAST, length)
+            return (RESULT_TO_PORT, in_port, rank)
+        counter.count(EV_RETX_IGNORED, length)
+        return DROP
+
+    @staticmethod
+    def _write_result(packet: PacketBuffer, row, exponent: int) -> None:
+        """data.dXX = value_XX[idx]; exponent = max; msg_type = RESULT (other fields echo)."""
+        packet.data[:] = row
+        frame = packet.frame
+        frame[MSG_TYPE_OFFSET] = params.MSG_RESULT
+        frame[EXPONENT_OFFSET] = exponent & 0xFF
+
+    def _l2_forward(self, packet: PacketBuffer, in_port: int, length: int) -> tuple:
+        """l2_learn_table (answering our own learn digest), then l2_table or flood."""
+        if length < ETHERNET_HEADER_MIN:
+            self.event_counter.count(EV_DROP_MALFORMED, length)
+            return DROP
+        dst_hi, dst_lo, src_hi, src_lo = ETHERNET_ADDRESSES.unpack_from(packet.frame)
+        src = src_hi << 32 | src_lo
+        if (src,) not in self.l2_learn_table.entries:
+            self._learn(src, in_port)
+        self.event_counter.count(EV_FORWARDED, length)
+        action, action_params = self.l2_table.entries.get((dst_hi << 32 | dst_lo,), self.l2_table.default)
+        if action == "l2_forward":
+            return (TO_PORT, action_params[0])
+        return (TO_GROUP, params.FLOOD_MCAST_GRP)
+
+    def _learn(self, src: int, in_port: int) -> None:
+        """The l2_learn digest {srcAddr, ingress_port}, handled as a learning controller would."""
+        log.debug("l2_learn %012x on port %d", src, in_port)
+        self.l2_learn_table.add("NoAction", [src], [])
+        if (src,) in self.l2_table.entries:
+            return
+        self.l2_table.add("l2_forward", [src], [in_port])

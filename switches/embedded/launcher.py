@@ -1,0 +1,153 @@
+"""Start and stop an embedded switch process; the one launcher for Mininet, tests and benchmarks.
+
+The control socket lives in a fresh short directory under /tmp because a Unix socket path
+may not exceed 107 bytes (log directories from pytest easily do). Start-up waits until the
+switch answers ``ping`` on its control socket, bounded, and a switch that died is reported
+with the tail of its log rather than a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from protocol import params
+from switches.control import ControlPlaneError
+from switches.embedded.control_client import EmbeddedControl
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+LOG_TAIL_LINES = 30
+
+
+class SwitchStartError(RuntimeError):
+    """The switch process exited or never answered on its control socket."""
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no log at {path}: {exc})"
+
+
+class EmbeddedSwitchProcess:
+    """One ``python -m switches.embedded`` process owning the given interfaces."""
+
+    def __init__(
+        self,
+        ports: Mapping[int, str],
+        log_dir: Path,
+        name: str = "switch",
+        k: int = params.K,
+        max_pool_size: int = params.MAX_POOL_SIZE,
+        seed: int | None = None,
+        log_level: str = "INFO",
+    ) -> None:
+        self.ports = dict(ports)
+        self.name = name
+        self.log_file = Path(log_dir) / f"{name}.log"
+        self.k = k
+        self.max_pool_size = max_pool_size
+        self.seed = seed
+        self.log_level = log_level
+        self._socket_dir: Path | None = None
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def control_socket(self) -> Path:
+        if self._socket_dir is None:
+            raise RuntimeError(f"switch {self.name} is not started")
+        return self._socket_dir / "control.sock"
+
+    def command(self) -> list[str]:
+        argv = [sys.executable, "-m", "switches.embedded", "--control-socket", str(self.control_socket)]
+        argv += [f"--port={port}={ifname}" for port, ifname in sorted(self.ports.items())]
+        argv += ["--log-file", str(self.log_file), "--log-level", self.log_level]
+        argv += ["--k", str(self.k), "--max-pool-size", str(self.max_pool_size)]
+        if self.seed is not None:
+            argv += ["--seed", str(self.seed)]
+        return argv
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self._socket_dir = Path(tempfile.mkdtemp(prefix=f"sml-{self.name}-"))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(params.REPO_ROOT), os.environ.get("PYTHONPATH")])))
+        with self.log_file.open("ab") as output:
+            self._process = subprocess.Popen(self.command(), cwd=params.REPO_ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+        log.info("started switch %s (pid %d) on %s", self.name, self._process.pid, self.ports)
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._process.poll() is not None:
+                raise SwitchStartError(
+                    f"switch {self.name} exited with {self._process.returncode}; log {self.log_file}:\n{log_tail(self.log_file)}"
+                )
+            if self.control_socket.exists():
+                try:
+                    with EmbeddedControl(self.control_socket, timeout=1.0) as control:
+                        control.ping()
+                    return
+                except ControlPlaneError:
+                    pass
+            if time.monotonic() > deadline:
+                raise SwitchStartError(
+                    f"switch {self.name} did not answer on {self.control_socket} within {timeout:.0f} s; "
+                    f"log {self.log_file}:\n{log_tail(self.log_file)}"
+                )
+            time.sleep(0.02)
+
+    def control(self, command_log: Path | None = None) -> EmbeddedControl:
+        return EmbeddedControl(self.control_socket, command_log=command_log)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; removes the control socket."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("switch %s ignored SIGTERM, killing it", self.name)
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+    @property
+    def pid(self) -> int | None:
+        """The switch process's pid while it runs (the runner samples its CPU time)."""
+        return self._process.pid if self.running else None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+
+@contextlib.contextmanager
+def embedded_switch(ports: Mapping[int, str], log_dir: Path, command_log: Path | None = None, **options) -> Iterator[EmbeddedControl]:
+    """A running switch on ``ports`` (number -> interface name) and a control connection to it."""
+    process = EmbeddedSwitchProcess(ports, log_dir, **options)
+    process.start()
+    try:
+        with process.control(command_log) as control:
+            yield control
+    finally:
+        process.stop()

@@ -1,0 +1,86 @@
+"""Exact-match tables with named actions and a default action, as bmv2 exposes them.
+
+The control plane addresses tables, actions and parameters by their P4 names; this module
+checks every request against the table's declared key widths and action signatures so a
+wrong key or action is refused with a clear message instead of silently never matching.
+The data path reads ``entries`` / ``default`` directly (one dict lookup per packet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from switches.control import ControlPlaneError, MatchValue, parse_value
+
+ActionCall = tuple[str, tuple[int, ...]]
+"""An action name and its parameter values, as stored in an entry or as the default."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """A match key or action parameter: its P4 name and width in bits."""
+
+    name: str
+    bits: int
+
+
+def _encode(fields: Sequence[Field], values: Sequence[MatchValue], what: str) -> tuple[int, ...]:
+    if len(values) != len(fields):
+        names = ", ".join(f.name for f in fields)
+        raise ControlPlaneError(f"{what} takes {len(fields)} value(s) ({names}), got {len(values)}")
+    encoded = []
+    for spec, value in zip(fields, values):
+        try:
+            number = parse_value(value)
+        except ValueError as exc:
+            raise ControlPlaneError(f"{what}: {spec.name}: cannot parse {value!r}") from exc
+        if not 0 <= number < 1 << spec.bits:
+            raise ControlPlaneError(f"{what}: {spec.name}={value!r} does not fit bit<{spec.bits}>")
+        encoded.append(number)
+    return tuple(encoded)
+
+
+class ExactMatchTable:
+    """One P4 table with exact keys; ``on_change`` lets the data path refresh derived caches."""
+
+    def __init__(self, name: str, keys: Sequence[Field], actions: dict[str, Sequence[Field]], default: str) -> None:
+        self.name = name
+        self.keys = tuple(keys)
+        self.actions = {action: tuple(fields) for action, fields in actions.items()}
+        self._initial_default: ActionCall = (default, ())
+        self.default: ActionCall = self._initial_default
+        self.entries: dict[tuple[int, ...], ActionCall] = {}
+        self._handles: dict[int, tuple[int, ...]] = {}
+        self._next_handle = 0
+        self.on_change: Callable[[], None] = lambda: None
+
+    def _action(self, action: str, action_params: Sequence[MatchValue]) -> ActionCall:
+        if action not in self.actions:
+            raise ControlPlaneError(f"{self.name}: unknown action {action!r} (known: {', '.join(self.actions)})")
+        return action, _encode(self.actions[action], action_params, f"{self.name} action {action}")
+
+    def add(self, action: str, keys: Sequence[MatchValue], action_params: Sequence[MatchValue]) -> int:
+        key = _encode(self.keys, keys, f"{self.name} key")
+        call = self._action(action, action_params)
+        if key in self.entries:
+            raise ControlPlaneError(f"{self.name}: duplicate entry for key {list(keys)}")
+        self.entries[key] = call
+        handle = self._next_handle
+        self._next_handle += 1
+        self._handles[handle] = key
+        self.on_change()
+        return handle
+
+    def set_default(self, action: str, action_params: Sequence[MatchValue]) -> None:
+        self.default = self._action(action, action_params)
+        self.on_change()
+
+    def clear(self) -> None:
+        """Remove every entry (the default action stays, as with bmv2's table_clear)."""
+        self.entries.clear()
+        self._handles.clear()
+        self.on_change()
+
+    def lookup(self, key: tuple[int, ...]) -> ActionCall:
+        return self.entries.get(key, self.default)
