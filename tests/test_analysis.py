@@ -1,0 +1,418 @@
+"""Tests of analysis/: models against hand-computed values, loading and validation, every figure.
+
+Figure tests recompute what each plotted series must be straight from the CSV files with the
+csv module and statistics.median (not with analysis/), following docs/results-format.md
+only, so they keep working when tests/data/results_small is replaced by a real run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import shutil
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis import models
+from analysis.__main__ import main
+from analysis.aggregate import job_table
+from analysis.catalog import FIGURES, by_name, render
+from analysis.context import NOT_KEPT_UP
+from analysis.figures import LINE_RATE_LABEL, METHOD_LABELS, RING_BOUND_LABEL
+from analysis.load import ResultsFormatError, load_results
+
+FIXTURE = Path(__file__).parent / "data" / "results_small"
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "analysis" / "notebooks"
+
+
+# --------------------------------------------------------------------------------------
+# models: hand computations
+
+
+def test_switchml_line_rate_at_emulated_rate() -> None:
+    # k=32: frame = 14 Eth + 20 IPv4 + 8 UDP + 12 switchml_h + 4*32 = 182 bytes (no preamble/IFG)
+    # 20e6 bit/s * (128 / 182) / 32 = 439560.44 elements/s
+    assert models.switchml_line_rate_ate(20e6, 32) == pytest.approx(439560.44, rel=1e-8)
+
+
+def test_switchml_line_rate_at_paper_rate() -> None:
+    # k=256: frame = 54 + 1024 = 1078 bytes; 100e9 * (1024 / 1078) / 32 = 1.024e14 / 34496 = 2.968460e9
+    assert models.switchml_line_rate_ate(100e9, 256) == pytest.approx(2.968460e9, rel=1e-6)
+
+
+def test_ring_bounds() -> None:
+    # 20e6 / 8 = 2.5e6 bytes/s; * 4 / (2 * 3) = 1.666667e6 bytes/s; / 4 bytes = 416666.67 elements/s
+    assert models.ring_algbw_bound(20e6, 4) == pytest.approx(1.666667e6, rel=1e-6)
+    assert models.ring_ate_bound(20e6, 4) == pytest.approx(416666.67, rel=1e-8)
+    # 100e9 / 8 = 12.5e9; * 8 / 14 = 7.142857e9 bytes/s
+    assert models.ring_algbw_bound(100e9, 8) == pytest.approx(7.142857e9, rel=1e-6)
+
+
+def test_ps_bound_equals_ring_bound() -> None:
+    # co-located sharded PS: (n-1)/n pushed + (n-1)/n pulled = 2 * 3/4 = 1.5 tensor bytes per byte (n=4)
+    assert models.ps_traffic_per_tensor_byte(4) == 1.5
+    # 2.5e6 / 1.5 = 1.666667e6 bytes/s; / 4 = 416666.67 elements/s
+    assert models.ps_algbw_bound(20e6, 4) == pytest.approx(1.666667e6, rel=1e-6)
+    assert models.ps_ate_bound(20e6, 4) == pytest.approx(416666.67, rel=1e-8)
+
+
+def test_busbw_and_expected_speedup() -> None:
+    # busbw = 1e6 * 2 * 7 / 8 = 1.75e6
+    assert models.busbw(1e6, 8) == pytest.approx(1.75e6)
+    # 2(n-1)/n: n=2 -> 1.0, n=4 -> 1.5, n=8 -> 1.75
+    assert [models.expected_speedup_over_ring(n) for n in (2, 4, 8)] == pytest.approx([1.0, 1.5, 1.75])
+
+
+def test_training_speedup_with_dilation() -> None:
+    # dilation = 100e9 / 20e6 = 5000
+    assert models.time_dilation_factor(100e9, 20e6) == pytest.approx(5000.0)
+    # compute 0.001 s * 5000 = 5 s: (5 + 0.3) / (5 + 0.2) = 5.3 / 5.2 = 1.0192308
+    assert models.training_speedup(0.001, 0.3, 0.2, dilation=5000) == pytest.approx(1.0192308, rel=1e-7)
+    # no dilation: (1 + 3) / (1 + 1) = 2
+    assert models.training_speedup(1.0, 3.0, 1.0) == pytest.approx(2.0)
+
+
+def test_expected_training_speedup_over_ring() -> None:
+    # pure communication, n=8: 0.7 / (0.7 / 1.75) = 1.75
+    assert models.expected_training_speedup_over_ring(0.0, 0.7, 8) == pytest.approx(1.75)
+    # compute 0.0002 * 5000 = 1 s: (1 + 0.7) / (1 + 0.4) = 1.2142857
+    assert models.expected_training_speedup_over_ring(0.0002, 0.7, 8, dilation=5000) == pytest.approx(1.2142857)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: models.ring_ate_bound(20e6, 1),
+        lambda: models.switchml_line_rate_ate(0, 32),
+        lambda: models.training_speedup(-1.0, 1.0, 1.0),
+    ],
+)
+def test_models_reject_meaningless_inputs(call) -> None:
+    with pytest.raises(ValueError):
+        call()
+
+
+# --------------------------------------------------------------------------------------
+# independent reading of the fixture (csv module only)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def newest_run_sweeping(root: Path, sweep_param: str) -> Path:
+    """The run directory the catalog must pick: newest started_utc among runs sweeping the param."""
+    candidates = [
+        csv_path.parent
+        for csv_path in root.rglob("runs.csv")
+        if any(row["sweep_param"] == sweep_param for row in read_csv(csv_path))
+    ]
+    if not candidates:
+        pytest.skip(f"the results fixture has no {sweep_param} sweep")
+    return max(candidates, key=lambda run: json.loads((run / "summary.json").read_text())["started_utc"])
+
+
+def job_tats(run: Path, sweep_param: str) -> dict[tuple[str, str, str], float]:
+    """(point, method, repetition) -> TAT of the slowest worker."""
+    tats: dict[tuple[str, str, str], float] = defaultdict(float)
+    for row in read_csv(run / "runs.csv"):
+        if row["sweep_param"] == sweep_param:
+            key = (row["point"], row["method"], row["repetition"])
+            tats[key] = max(tats[key], float(row["tat_s"]))
+    return tats
+
+
+def point_rows(run: Path, sweep_param: str) -> dict[tuple[str, str], dict[str, str]]:
+    """(point, method) -> one worker row (its configuration columns)."""
+    return {(row["point"], row["method"]): row for row in read_csv(run / "runs.csv") if row["sweep_param"] == sweep_param}
+
+
+def medians_by(run: Path, sweep_param: str, column: str, value) -> dict[str, dict[float, float]]:
+    """method -> {x (float of ``column``) -> median over repetitions of value(row, job TAT)}."""
+    rows = point_rows(run, sweep_param)
+    samples: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (point, method, _), tat in job_tats(run, sweep_param).items():
+        row = rows[(point, method)]
+        samples[method][float(row[column])].append(value(row, tat))
+    return {method: {x: statistics.median(v) for x, v in by_x.items()} for method, by_x in samples.items()}
+
+
+def series(ax) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Legend label -> (x, y) of every error-bar series on ``ax``."""
+    out = {}
+    for container in ax.containers:
+        if container.get_label().startswith("_"):
+            continue
+        line = container.lines[0]
+        out[container.get_label()] = (np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float))
+    return out
+
+
+def model_line(ax, label: str):
+    (line,) = [line for line in ax.lines if line.get_label() == label]
+    return np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+
+
+def assert_series(ax, expected: dict[str, dict[float, float]]) -> None:
+    drawn = series(ax)
+    assert set(drawn) == {METHOD_LABELS[method] for method in expected}
+    for method, points in expected.items():
+        x, y = drawn[METHOD_LABELS[method]]
+        assert list(x) == sorted(points)
+        assert y == pytest.approx([points[value] for value in sorted(points)], rel=1e-9)
+
+
+def ate(row: dict[str, str], tat: float) -> float:
+    return float(row["elements"]) / tat
+
+
+@pytest.fixture(scope="module")
+def results():
+    return load_results([FIXTURE])
+
+
+# --------------------------------------------------------------------------------------
+# loading and aggregation
+
+
+def test_load_finds_every_run(results) -> None:
+    run_dirs = {path.parent for path in FIXTURE.rglob("runs.csv")}
+    assert len(results.summary) == len(run_dirs)
+    assert results.runs["run"].nunique() == len(run_dirs)
+    assert len(results.runs) == sum(len(read_csv(run / "runs.csv")) for run in run_dirs)
+
+
+def test_job_tat_is_the_slowest_worker(results) -> None:
+    run = next(iter(sorted(FIXTURE.rglob("runs.csv")))).parent
+    rows = read_csv(run / "runs.csv")
+    expected: dict[tuple[int, str, int], float] = defaultdict(float)
+    for row in rows:
+        key = (int(row["point"]), row["method"], int(row["repetition"]))
+        expected[key] = max(expected[key], float(row["tat_s"]))
+    run_id = run.relative_to(FIXTURE).as_posix()
+    jobs = job_table(results.runs[results.runs["run"] == run_id])
+    got = {(int(j.point), j.method, int(j.repetition)): j.tat_s for j in jobs.itertuples()}
+    assert got == pytest.approx(dict(expected))
+
+
+def copy_run(tmp_path: Path, sweep_param: str = "n_workers") -> Path:
+    target = tmp_path / "copy" / "run"
+    shutil.copytree(newest_run_sweeping(FIXTURE, sweep_param), target)
+    return target
+
+
+def test_missing_column_names_file_and_column(tmp_path: Path) -> None:
+    run = copy_run(tmp_path)
+    rows = read_csv(run / "runs.csv")
+    with (run / "runs.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[name for name in rows[0] if name != "tat_s"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(ResultsFormatError, match=r"runs\.csv: missing column\(s\) tat_s"):
+        load_results([run])
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    run = copy_run(tmp_path)
+    (run / "fidelity.csv").unlink()
+    with pytest.raises(ResultsFormatError, match=r"fidelity\.csv: file missing"):
+        load_results([run])
+
+
+def test_directory_without_runs_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ResultsFormatError, match="no runs.csv"):
+        load_results([tmp_path])
+
+
+# --------------------------------------------------------------------------------------
+# figures
+
+
+def test_every_figure_with_data_is_written(tmp_path: Path, caplog) -> None:
+    swept = {row["sweep_param"] for path in FIXTURE.rglob("runs.csv") for row in read_csv(path)}
+    with caplog.at_level(logging.INFO):
+        assert main([str(FIXTURE), "--out", str(tmp_path)]) == 0
+    for spec in FIGURES:
+        if spec.sweep_param in swept:
+            for suffix in ("png", "pdf", "csv"):
+                assert (tmp_path / f"{spec.name}.{suffix}").stat().st_size > 0, f"{spec.name}.{suffix}"
+        else:
+            assert f"skipped {spec.name}" in caplog.text
+
+
+def test_figures_without_data_are_skipped_and_logged(tmp_path: Path, caplog) -> None:
+    run = copy_run(tmp_path, "pool_size")
+    with caplog.at_level(logging.INFO):
+        assert main([str(run), "--out", str(tmp_path / "figs")]) == 0
+    assert (tmp_path / "figs" / "pool_size_sensitivity.png").exists()
+    assert not (tmp_path / "figs" / "ate_vs_workers.png").exists()
+    assert "skipped ate_vs_workers: no run sweeps n_workers" in caplog.text
+
+
+def test_ate_vs_workers(results) -> None:
+    run = newest_run_sweeping(FIXTURE, "n_workers")
+    _, fig = render(by_name("ate_vs_workers"), results)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "number of workers"
+    assert ax.get_ylabel() == "ATE/s (aggregated elements / s)"
+    assert_series(ax, medians_by(run, "n_workers", "n_workers", ate))
+    row = next(iter(point_rows(run, "n_workers").values()))
+    link_bps, k = float(row["link_mbps"]) * 1e6, int(row["k"])
+    x, y = model_line(ax, LINE_RATE_LABEL)
+    assert y == pytest.approx([models.switchml_line_rate_ate(link_bps, k)] * len(x))
+    x, y = model_line(ax, RING_BOUND_LABEL)
+    assert y == pytest.approx([models.ring_ate_bound(link_bps, int(n)) for n in x])
+
+
+def test_ate_vs_workers_normalised(results) -> None:
+    run = newest_run_sweeping(FIXTURE, "n_workers")
+    row = next(iter(point_rows(run, "n_workers").values()))
+    bound = models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"]))
+    _, fig = render(by_name("ate_vs_workers_normalised"), results)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "ATE/s ÷ SwitchML line-rate bound"
+    assert_series(ax, medians_by(run, "n_workers", "n_workers", lambda r, tat: ate(r, tat) / bound))
+    assert set(model_line(ax, LINE_RATE_LABEL)[1]) == {1.0}
+
+
+def test_tat_vs_size(results) -> None:
+    run = newest_run_sweeping(FIXTURE, "elements")
+    _, fig = render(by_name("tat_vs_size"), results)
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("tensor size (elements)", "TAT (s)")
+    assert_series(ax, medians_by(run, "elements", "elements", lambda r, tat: tat))
+    row = next(iter(point_rows(run, "elements").values()))
+    x, y = model_line(ax, LINE_RATE_LABEL)
+    assert y == pytest.approx(x / models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"])))
+
+
+def test_tat_inflation_vs_loss(results) -> None:
+    run = newest_run_sweeping(FIXTURE, "loss")
+    tats = medians_by(run, "loss", "loss", lambda r, tat: tat)
+    _, fig = render(by_name("tat_inflation_vs_loss"), results)
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("loss rate per link (%)", "TAT(loss) / TAT(0)")
+    # median of TAT / TAT0 == median(TAT) / TAT0: dividing by a constant keeps the order
+    expected = {
+        method: {loss * 100: tat / by_loss[0.0] for loss, tat in by_loss.items() if loss > 0}
+        for method, by_loss in tats.items()
+    }
+    assert_series(ax, expected)
+
+
+def test_loss_timeline(results) -> None:
+    run = newest_run_sweeping(FIXTURE, "loss")
+    _, fig = render(by_name("loss_timeline"), results)
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("time since job start (ms)", "packets sent per 10 ms")
+    worst = max(float(row["loss"]) for row in point_rows(run, "loss").values())
+    point = next(p for (p, method), row in point_rows(run, "loss").items() if method == "switchml" and float(row["loss"]) == worst)
+    timeline = [row for row in read_csv(run / "timeline.csv") if (row["point"], row["method"], row["repetition"]) == (point, "switchml", "0")]
+    ranks = sorted({int(row["rank"]) for row in timeline})
+    workers = {line.get_label(): line for line in ax.lines if line.get_label().startswith("worker")}
+    assert sorted(workers) == sorted(f"worker {rank}" for rank in ranks)
+    sent = [int(row["packets_sent"]) for row in sorted(timeline, key=lambda r: float(r["t_ms"])) if int(row["rank"]) == ranks[0]]
+    assert list(workers[f"worker {ranks[0]}"].get_ydata()) == sent
+    assert f"{worst:.2%}" in fig.get_suptitle()
+
+
+def test_pool_size_sensitivity(results) -> None:
+    run = newest_run_sweeping(FIXTURE, "pool_size")
+    _, fig = render(by_name("pool_size_sensitivity"), results)
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("pool size (slots)", "ATE/s (aggregated elements / s)")
+    assert_series(ax, medians_by(run, "pool_size", "pool_size", ate))
+
+
+def test_training_speedup(results) -> None:
+    run = newest_run_sweeping(FIXTURE, "workload")
+    rows = point_rows(run, "workload")
+    comm: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (point, method, _), tat in job_tats(run, "workload").items():
+        comm[(rows[(point, method)]["workload"], method)].append(tat)
+    table, fig = render(by_name("training_speedup"), results)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "training speedup of SwitchML"
+    bars = {container.get_label(): container for container in ax.containers if not container.get_label().startswith("_")}
+    workloads = [tick.get_text() for tick in ax.get_xticklabels()]
+    assert f"over {METHOD_LABELS['ring']} (measured)" in bars
+    link_bps = float(next(iter(rows.values()))["link_mbps"]) * 1e6
+    dilation = models.time_dilation_factor(100e9, link_bps)
+    for workload, patch in zip(workloads, bars[f"over {METHOD_LABELS['ring']} (measured)"].patches, strict=True):
+        compute = float(next(r for (_, m), r in rows.items() if r["workload"] == workload and m == "ring")["compute_s"])
+        expected = models.training_speedup(
+            compute, statistics.median(comm[(workload, "ring")]), statistics.median(comm[(workload, "switchml")]), dilation
+        )
+        assert patch.get_height() == pytest.approx(expected)
+    assert f"×{dilation:g}" in ax.get_title(loc="left")
+
+
+@pytest.mark.parametrize("spec", FIGURES, ids=lambda spec: spec.name)
+def test_every_figure_states_the_emulation(results, spec) -> None:
+    run = newest_run_sweeping(FIXTURE, spec.sweep_param)
+    summary = json.loads((run / "summary.json").read_text())
+    link = float(next(iter(point_rows(run, spec.sweep_param).values()))["link_mbps"])
+    _, fig = render(spec, results)
+    subtitle = fig.axes[0].get_title(loc="left")
+    assert f"{link:g} Mbit/s" in subtitle and summary["switch_target"] in subtitle and "Emulation" in subtitle
+
+
+def stamped(fig) -> bool:
+    return any(text.get_text() == NOT_KEPT_UP for text in fig.texts)
+
+
+def set_fidelity(run: Path, kept_up: bool, cpu: float, achieved_fraction: float) -> None:
+    summary = json.loads((run / "summary.json").read_text())
+    summary["kept_up"] = kept_up
+    (run / "summary.json").write_text(json.dumps(summary))
+    rows = read_csv(run / "fidelity.csv")
+    for row in rows:
+        row["cpu_busy_fraction"] = str(cpu)
+        row["achieved_mbps"] = str(float(row["configured_mbps"]) * achieved_fraction)
+    with (run / "fidelity.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+@pytest.mark.parametrize(
+    ("kept_up", "cpu", "achieved_fraction", "marked"),
+    [(True, 0.5, 1.0, False), (False, 0.5, 1.0, True), (True, 0.96, 1.0, True), (True, 0.5, 0.5, True)],
+)
+def test_figure_marked_when_emulation_did_not_keep_up(tmp_path, kept_up, cpu, achieved_fraction, marked) -> None:
+    run = copy_run(tmp_path)
+    set_fidelity(run, kept_up, cpu, achieved_fraction)
+    _, fig = render(by_name("ate_vs_workers"), load_results([run]))
+    assert stamped(fig) == marked
+
+
+# --------------------------------------------------------------------------------------
+# notebooks
+
+
+def test_notebooks_are_up_to_date() -> None:
+    nbformat = pytest.importorskip("nbformat", reason="optional dependency group 'notebooks' not installed")
+    from analysis.notebooks.build import notebook_for, notebook_path
+
+    for spec in FIGURES:
+        assert nbformat.read(notebook_path(spec), as_version=4) == notebook_for(spec), (
+            f"{notebook_path(spec).name} is stale: run python -m analysis.notebooks.build"
+        )
+
+
+def test_notebook_executes_headless() -> None:
+    nbformat = pytest.importorskip("nbformat", reason="optional dependency group 'notebooks' not installed")
+    nbclient = pytest.importorskip("nbclient", reason="optional dependency group 'notebooks' not installed")
+    pytest.importorskip("ipykernel", reason="optional dependency group 'notebooks' not installed")
+    notebook = nbformat.read(NOTEBOOKS / "ate_vs_workers.ipynb", as_version=4)
+    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [output for output in outputs if output.output_type == "error"]
+    assert any("image/png" in output.get("data", {}) for output in outputs), "the notebook did not show the figure"
