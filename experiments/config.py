@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import yaml
 
 from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
+from experiments.inputs import WorkloadInfo, describe_workload
 from protocol import params
 from topologies.model import Topology, find_topology, load_topology
 
@@ -70,6 +71,10 @@ class Point:
     @property
     def limits(self) -> Mapping[str, Any]:
         return self.data["limits"]
+
+    @property
+    def workload_info(self) -> WorkloadInfo:
+        return describe_workload(self.workload)
 
 
 @dataclass(frozen=True)

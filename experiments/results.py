@@ -1,0 +1,216 @@
+"""Writing a run's results as tidy tables (docs/results-format.md), row by row.
+
+Rows are appended as each repetition finishes, so an interrupted sweep keeps what it
+measured and ``--resume`` can skip finished (point, method) pairs. The summary is computed
+from the tables at the end, never from numbers held aside.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+import yaml
+
+from experiments import metrics
+from experiments.config import Experiment, Point
+from experiments.verify import Verdict
+from hosts.stats import TIMELINE_BIN_S
+
+log = logging.getLogger(__name__)
+
+RUNS_COLUMNS = [
+    "point", "sweep_param", "sweep_value", "method", "repetition", "rank", "n_workers", "elements", "dtype",
+    "tensor_bytes", "k", "pool_size", "link_mbps", "loss", "loss_mechanism", "tat_s", "ate_per_s",
+    "algbw_bytes_per_s", "busbw_bytes_per_s", "packets_sent", "packets_received", "retransmissions", "timeouts",
+    "duplicates", "verified", "max_abs_error", "compute_s", "workload",
+]
+COUNTER_COLUMNS = ["point", "method", "repetition", "switch", "counter", "value"]
+TIMELINE_COLUMNS = ["point", "method", "repetition", "rank", "t_ms", "packets_sent"]
+FIDELITY_COLUMNS = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps"]
+
+CPU_SATURATED = 0.9
+"""A process busier than this share of one core may have been the bottleneck, not the network."""
+
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def link_mbps(point: Point) -> float | None:
+    """The slowest host link's rate: the bottleneck the line-rate bound refers to."""
+    rates = [l.spec.bw_mbps for l in point.topology.links if l.spec.bw_mbps is not None]
+    return min(rates) if rates else None
+
+
+def link_loss(point: Point) -> float:
+    return max(l.spec.loss for l in point.topology.links)
+
+
+class ResultsWriter:
+    def __init__(self, run_dir: Path, experiment: Experiment, target: str) -> None:
+        self.run_dir = run_dir
+        self.experiment = experiment
+        self.target = target
+        self.log_dir = run_dir / "logs"
+        self.work_dir = run_dir / "work"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.started = datetime.now(timezone.utc)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
+        (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
+        self._network: dict[int, dict[str, Any]] = {}
+        network_path = run_dir / "network.json"
+        if network_path.exists():
+            self._network = {int(k): v for k, v in json.loads(network_path.read_text()).items()}
+
+    # -- incremental tables --------------------------------------------------------------
+
+    def _append(self, name: str, columns: list[str], rows: Sequence[dict[str, Any]]) -> None:
+        path = self.run_dir / name
+        new = not path.exists()
+        with path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            if new:
+                writer.writeheader()
+            writer.writerows(rows)
+
+    def has_rows(self, point: int, method: str, repetitions: int) -> bool:
+        path = self.run_dir / "runs.csv"
+        if not path.exists():
+            return False
+        runs = pd.read_csv(path)
+        done = runs[(runs["point"] == point) & (runs["method"] == method)]
+        return done["repetition"].nunique() >= repetitions
+
+    def record_network(self, point: int, description: dict[str, Any]) -> None:
+        self._network[point] = description
+        (self.run_dir / "network.json").write_text(json.dumps(self._network, indent=1))
+
+    def add_repetition(
+        self,
+        point: Point,
+        method: str,
+        repetition: int,
+        reports: list[dict[str, Any]],
+        verdicts: list[Verdict],
+        counters: dict[str, dict[str, int]],
+        cpu_busy: dict[str, float],
+        achieved_mbps: dict[str, float],
+        loss_mechanism: str,
+    ) -> None:
+        n = len(reports)
+        workload = point.workload_info
+        elements = workload.elements
+        tensor_bytes = elements * 4
+        rows = []
+        for rank, (report, verdict) in enumerate(zip(reports, verdicts)):
+            stats = report["stats"]
+            tat = stats["tat_s"]
+            algbw = metrics.algbw_bytes_per_s(tensor_bytes, tat)
+            rows.append({
+                "point": point.index, "sweep_param": point.sweep_param or "", "sweep_value": "" if point.sweep_value is None else point.sweep_value,
+                "method": method, "repetition": repetition, "rank": rank, "n_workers": n, "elements": elements,
+                "dtype": point.workload["dtype"], "tensor_bytes": tensor_bytes, "k": point.protocol["k"],
+                "pool_size": point.protocol["pool_size"], "link_mbps": link_mbps(point), "loss": link_loss(point),
+                "loss_mechanism": loss_mechanism, "tat_s": tat, "ate_per_s": metrics.ate_per_s(elements, tat),
+                "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": metrics.busbw_bytes_per_s(algbw, n),
+                "packets_sent": stats["packets_sent"], "packets_received": stats["packets_received"],
+                "retransmissions": stats["retransmissions"], "timeouts": stats["timeouts"], "duplicates": stats["duplicates"],
+                "verified": verdict.verified, "max_abs_error": verdict.max_abs_error,
+                "compute_s": workload.compute_s, "workload": workload.name,
+            })
+        self._append("runs.csv", RUNS_COLUMNS, rows)
+        self._append("switch_counters.csv", COUNTER_COLUMNS, [
+            {"point": point.index, "method": method, "repetition": repetition, "switch": sw, "counter": name, "value": value}
+            for sw, values in counters.items() for name, value in values.items()
+        ])
+        self._append("timeline.csv", TIMELINE_COLUMNS, [
+            {"point": point.index, "method": method, "repetition": repetition, "rank": rank,
+             "t_ms": round(i * TIMELINE_BIN_S * 1000), "packets_sent": count}
+            for rank, report in enumerate(reports) for i, count in enumerate(report["stats"]["timeline"])
+        ])
+        configured = link_mbps(point)
+        self._append("fidelity.csv", FIDELITY_COLUMNS, [
+            {"point": point.index, "method": method, "repetition": repetition, "host": host,
+             "cpu_busy_fraction": round(busy, 4), "configured_mbps": configured,
+             "achieved_mbps": round(max(achieved_mbps.values()), 4) if host in counters else ""}
+            for host, busy in cpu_busy.items()
+        ])
+
+    # -- the summary -----------------------------------------------------------------------
+
+    def finalize(self, verified: bool) -> dict[str, Any]:
+        runs = pd.read_csv(self.run_dir / "runs.csv")
+        fidelity = pd.read_csv(self.run_dir / "fidelity.csv")
+        jobs = runs.groupby(["point", "method", "repetition"], as_index=False).agg(
+            tat_s=("tat_s", "max"), elements=("elements", "first"), verified=("verified", "all"),
+            retransmissions=("retransmissions", "sum"), k=("k", "first"), link_mbps=("link_mbps", "first"),
+        )
+        jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
+        saturated = fidelity[fidelity["cpu_busy_fraction"] >= CPU_SATURATED]
+        points = []
+        for point in self.experiment.points:
+            methods = {}
+            for method, group in jobs[jobs["point"] == point.index].groupby("method"):
+                entry = {
+                    "tat_s": float(group["tat_s"].median()),
+                    "ate_per_s": float(group["ate_per_s"].median()),
+                    "tat_s_min": float(group["tat_s"].min()),
+                    "tat_s_max": float(group["tat_s"].max()),
+                    "retransmissions": int(group["retransmissions"].sum()),
+                    "verified": bool(group["verified"].all()),
+                }
+                rate = link_mbps(point)
+                if method == "switchml" and rate is not None:
+                    bound = metrics.line_rate_bound_ate_per_s(rate, point.protocol["k"])
+                    entry["line_rate_bound_ate_per_s"] = bound
+                    entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
+                methods[method] = entry
+            points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value, "methods": methods})
+        first = self.experiment.points[0]
+        summary = {
+            "config": self.experiment.name,
+            "started_utc": self.started.isoformat(),
+            "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
+            "verified": bool(verified and runs["verified"].all()),
+            "switch_target": self.target,
+            "workers": len(first.topology.hosts),
+            "link_mbps": link_mbps(first),
+            "loss": link_loss(first),
+            "loss_mechanism": self._network.get(first.index, {}).get("loss_mechanism"),
+            "network": self._network,
+            "kept_up": saturated.empty,
+            "saturated_processes": saturated[["point", "method", "repetition", "host", "cpu_busy_fraction"]].to_dict("records"),
+            "methods": points[0]["methods"],
+            "points": points,
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        return summary
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The short table printed at the end of a run."""
+    lines = []
+    for point in summary["points"]:
+        if point["sweep_param"]:
+            lines.append(f"{point['sweep_param']} = {point['sweep_value']}")
+        lines.append(f"  {'method':<9} {'TAT s':>9} {'ATE/s':>12} {'bound ATE/s':>12} {'of bound':>8} {'retx':>6} {'verified':>8}")
+        for method, m in point["methods"].items():
+            bound = m.get("line_rate_bound_ate_per_s")
+            bound_text = "" if bound is None else f"{bound:.4g}"
+            share_text = "" if bound is None else f"{m['ate_fraction_of_bound']:.1%}"
+            lines.append(
+                f"  {method:<9} {m['tat_s']:>9.3f} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
+                f"{m['retransmissions']:>6} {str(m['verified']):>8}"
+            )
+    if not summary["kept_up"]:
+        lines.append("WARNING: some processes were CPU-saturated (see fidelity.csv): the emulator, not the network, may have been the bottleneck")
+    return "\n".join(lines)

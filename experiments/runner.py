@@ -1,0 +1,154 @@
+"""Running an experiment: every sweep point, method and repetition on a fresh network.
+
+For each point: build the emulated network (network.emulation), write each rank's input
+tensor, then for each method start one worker per host (experiments.workers), release the
+repetitions one by one, read the switch counters and each process's CPU time around each
+repetition, verify every worker's result (experiments.verify), and append tidy rows to the
+results (experiments.results). Everything started is stopped on the way out, whether the
+run succeeds, fails, or is interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from experiments.config import Experiment, Point
+from experiments.inputs import point_inputs
+from experiments.results import ResultsWriter
+from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
+from experiments.workers import WorkerGroup
+from network.emulation import EmulatedNetwork
+from switches import programming
+
+log = logging.getLogger(__name__)
+
+BASELINE_PORT = 47000
+"""TCP port the ring and parameter-server ranks listen on."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc), 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def interface_bytes(name: str) -> int:
+    """Bytes the switch has transmitted on one of its (root-namespace) interfaces."""
+    return int(Path(f"/sys/class/net/{name}/statistics/tx_bytes").read_text())
+
+
+class ExperimentRunner:
+    def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
+        self.experiment = experiment
+        self.target = target
+        self.writer = writer
+        self.progress = progress
+
+    def run(self) -> bool:
+        """Run every point not already in the results; True when every result verified."""
+        verified = True
+        for point in self.experiment.points:
+            for method in point.methods:
+                if self.writer.has_rows(point.index, method, point.repetitions):
+                    log.info("point %d %s: already in %s, skipped (resume)", point.index, method, self.writer.run_dir)
+                    for _ in range(point.repetitions):
+                        self.progress("skipped")
+            pending = [m for m in point.methods if not self.writer.has_rows(point.index, m, point.repetitions)]
+            if pending:
+                verified &= self._run_point(point, pending)
+        return verified
+
+    def _run_point(self, point: Point, methods: list[str]) -> bool:
+        protocol = point.protocol
+        topology = point.topology
+        inputs_dir = self.writer.work_dir / f"point{point.index}"
+        inputs_dir.mkdir(parents=True, exist_ok=True)
+        inputs = point_inputs(point.workload, len(topology.hosts))
+        input_paths = []
+        for rank, tensor in enumerate(inputs):
+            path = inputs_dir / f"input-rank{rank}.npy"
+            np.save(path, tensor)
+            input_paths.append(str(path))
+        expected = expected_for(inputs, protocol["k"])
+        ok = True
+        with EmulatedNetwork(
+            topology,
+            self.target,
+            self.writer.log_dir / f"point{point.index}",
+            k=protocol["k"],
+            max_pool_size=self.experiment.data["switch"]["max_pool_size"],
+            job_id=protocol["job_id"],
+            loss_mechanism=point.data["loss_mechanism"],
+        ) as net:
+            self.writer.record_network(point.index, net.describe())
+            for method in methods:
+                spec = {
+                    "method": method,
+                    "n_workers": len(topology.hosts),
+                    "inputs": input_paths,
+                    "switch_ipv4": topology.aggregator_ipv4,
+                    "protocol": dict(protocol),
+                    "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
+                    "job_timeout_s": point.limits["job_timeout_s"],
+                    "connect_timeout_s": point.limits["worker_start_s"],
+                }
+                spec_path = inputs_dir / f"{method}.json"
+                spec_path.write_text(json.dumps(spec, indent=1))
+                ok &= self._run_method(net, point, method, spec_path, inputs, expected)
+        for path in inputs_dir.iterdir():
+            path.unlink()
+        inputs_dir.rmdir()
+        return ok
+
+    def _run_method(self, net: EmulatedNetwork, point: Point, method: str, spec_path: Path, inputs: list[np.ndarray], expected: Expected) -> bool:
+        topology = point.topology
+        control = net.aggregator_control
+        hosts = [net.host(h.name) for h in topology.hosts]
+        switch_intfs = [i.name for sw in net.net.switches for i in sw.intfList() if i.name != "lo"]
+        programming.reset_aggregation_state(control)
+        ok = True
+        with WorkerGroup(hosts, spec_path, self.writer.log_dir / f"point{point.index}") as group:
+            group.start(point.limits["worker_start_s"])
+            for repetition in range(point.repetitions):
+                programming.reset_event_counters(control)
+                pids = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
+                switch_pids = {sw.name: sw.switch_pid for sw in net.net.switches}
+                cpu_before = {name: cpu_seconds(pid) for name, pid in {**pids, **switch_pids}.items()}
+                tx_before = {i: interface_bytes(i) for i in switch_intfs}
+                t0 = time.monotonic()
+                group.release(repetition)
+                reports = group.collect("done", point.limits["job_timeout_s"] + 10)
+                wall = time.monotonic() - t0
+                cpu = {name: (cpu_seconds(pid) - cpu_before[name]) / wall for name, pid in {**pids, **switch_pids}.items()}
+                tx_mbps = {i: (interface_bytes(i) - tx_before[i]) * 8 / wall / 1e6 for i in switch_intfs}
+                counters = {sw: programming.read_event_counters(c) for sw, c in net.controls.items()}
+                verdicts = []
+                for rank, report in enumerate(reports):
+                    values = np.load(report["result"])
+                    if method == "switchml":
+                        verdict = verify_switchml(expected, values, np.load(report["int_sum"]))
+                    else:
+                        verdict = verify_baseline(expected, values)
+                    if not verdict.verified:
+                        log.error("point %d %s rep %d rank %d: NOT VERIFIED: %s", point.index, method, repetition, rank, verdict.detail)
+                    ok &= verdict.verified
+                    verdicts.append(verdict)
+                    for key in ("result", "int_sum"):
+                        if key in report:
+                            Path(report[key]).unlink()
+                self.writer.add_repetition(point, method, repetition, reports, verdicts, counters, cpu, tx_mbps, net.report.loss_mechanism)
+                self.progress(f"{method} rep {repetition}")
+            group.finish()
+        return ok
+

@@ -1,0 +1,140 @@
+"""Running one method's worker processes on the emulated hosts, in lock step.
+
+``WorkerGroup`` starts ``python -m hosts.worker`` on every host (inside its namespace),
+waits for all of them to report ready, then releases each repetition to all ranks at
+once and collects their reports -- every wait bounded, so a crashed or hung worker
+becomes a ``WorkerFailure`` naming the rank and quoting its log, never a hang. Leaving
+the context kills whatever is still running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from mininet.node import Host
+
+from protocol.params import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 15
+
+
+class WorkerFailure(RuntimeError):
+    """A worker exited, reported an error, or did not answer in time."""
+
+
+class WorkerGroup:
+    """One process per rank; ranks are the positions in ``hosts``."""
+
+    def __init__(self, hosts: Sequence[Host], spec_path: Path, log_dir: Path) -> None:
+        self.hosts = list(hosts)
+        self.spec_path = spec_path
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[str]] = []
+        self._buffers: dict[int, str] = {}
+        self._selector = selectors.DefaultSelector()
+
+    def __enter__(self) -> "WorkerGroup":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+    def _log_path(self, rank: int) -> Path:
+        return self.log_dir / f"{self.spec_path.stem}-rank{rank}.log"
+
+    def start(self, timeout_s: float) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+        for rank, host in enumerate(self.hosts):
+            with self._log_path(rank).open("w") as stderr:
+                proc = host.popen(
+                    [sys.executable, "-m", "hosts.worker", str(self.spec_path), "--rank", str(rank)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=str(REPO_ROOT), env=env, text=True,
+                )
+            os.set_blocking(proc.stdout.fileno(), False)
+            self._selector.register(proc.stdout, selectors.EVENT_READ, rank)
+            self._buffers[rank] = ""
+            self.procs.append(proc)
+        self.collect("ready", timeout_s)
+
+    def release(self, repetition: int) -> None:
+        """Let every rank start repetition ``repetition`` (as close to together as pipes allow)."""
+        self._send(f"go {repetition}")
+
+    def _send(self, line: str) -> None:
+        for rank, proc in enumerate(self.procs):
+            try:
+                proc.stdin.write(line + "\n")
+                proc.stdin.flush()
+            except BrokenPipeError:
+                raise self._failure(rank, "exited before it could be told to start") from None
+
+    def collect(self, event: str, timeout_s: float) -> list[dict[str, Any]]:
+        """Wait for one ``event`` report from every rank; fail fast on any error or exit."""
+        reports: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(reports) < len(self.procs):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                missing = sorted(set(range(len(self.procs))) - set(reports))
+                raise self._failure(missing[0], f"no '{event}' within {timeout_s:.0f} s (ranks waiting: {missing})")
+            for key, _ in self._selector.select(timeout=min(remaining, 0.5)):
+                rank = key.data
+                chunk = key.fileobj.read()
+                if not chunk:
+                    self._selector.unregister(key.fileobj)
+                    if rank not in reports:
+                        self.procs[rank].wait(timeout=5)
+                        raise self._failure(rank, f"exited with status {self.procs[rank].returncode} before '{event}'")
+                    continue
+                self._buffers[rank] += chunk
+                *lines, self._buffers[rank] = self._buffers[rank].split("\n")
+                for line in lines:
+                    report = json.loads(line)
+                    if report["event"] == "error":
+                        raise self._failure(rank, report["message"])
+                    if report["event"] != event:
+                        raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
+                    reports[rank] = report
+        return [reports[r] for r in range(len(self.procs))]
+
+    def finish(self, timeout_s: float = 10.0) -> None:
+        """Tell every rank to exit and wait for clean exits."""
+        self._send("exit")
+        for rank, proc in enumerate(self.procs):
+            try:
+                code = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                raise self._failure(rank, f"did not exit within {timeout_s:.0f} s of 'exit'") from None
+            if code != 0:
+                raise self._failure(rank, f"exited with status {code}")
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                log.error("worker pid %d did not die after SIGKILL", proc.pid)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+        self._selector.close()
+        self.procs.clear()
+
+    def _failure(self, rank: int, what: str) -> WorkerFailure:
+        tail = self._log_path(rank).read_text().splitlines()[-LOG_TAIL_LINES:]
+        host = self.hosts[rank].name
+        log_text = "\n".join(f"    {line}" for line in tail) or "    (empty)"
+        return WorkerFailure(f"worker rank {rank} on {host}: {what}\n  last lines of {self._log_path(rank)}:\n{log_text}")

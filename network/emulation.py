@@ -1,0 +1,236 @@
+"""The emulated network: a topology built in Mininet, shaped, addressed and programmed.
+
+``EmulatedNetwork`` is a context manager: on entry it builds the Mininet network (hosts,
+one switch node per topology switch running the chosen target, plain veth links), turns
+off NIC offloads (a user-space switch needs real frames), shapes every link with tc,
+installs static ARP entries (no ARP traffic to lose), and programs every switch through
+the one control-plane interface. On exit -- normal, exception or Ctrl-C -- it stops
+Mininet, which kills the host shells and switch processes and deletes the veths, and then
+checks that none of its interfaces survived.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from mininet.link import Link
+from mininet.net import Mininet
+from mininet.node import Host, Node
+
+from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface
+from switches import programming
+from switches.control import SwitchControl
+from switches.targets import node_class
+from topologies.model import Topology
+
+log = logging.getLogger(__name__)
+
+
+class NetworkError(RuntimeError):
+    """The emulated network could not be built or torn down as configured."""
+
+
+def node_runner(node: Node):
+    """RunCommand that executes an argv inside ``node``'s namespace."""
+
+    def run(argv: Sequence[str]) -> tuple[int, str]:
+        out, err, code = node.pexec(list(argv))
+        return code, (out + err).strip()
+
+    return run
+
+
+@dataclass
+class NetworkReport:
+    """What the network actually is, for the results: mechanisms applied per link."""
+
+    target: str
+    tc_capabilities: dict[str, bool]
+    loss_mechanism: str
+    links: list[dict[str, str]] = field(default_factory=list)
+
+
+class EmulatedNetwork:
+    """A running Mininet network for one topology and switch target."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        target: str,
+        log_dir: Path,
+        k: int,
+        max_pool_size: int,
+        job_id: int,
+        loss_mechanism: str = "auto",
+    ) -> None:
+        self.topology = topology
+        self.target = target
+        self.log_dir = log_dir
+        self.k = k
+        self.max_pool_size = max_pool_size
+        self.job_id = job_id
+        self.requested_loss_mechanism = loss_mechanism
+        self.net: Mininet | None = None
+        self.controls: dict[str, SwitchControl] = {}
+        self.report: NetworkReport | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> "EmulatedNetwork":
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        caps = probe_tc()
+        loss_mechanism = self._choose_loss_mechanism(caps)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        switch_cls = node_class(self.target)
+        net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        self.net = net
+        for host in self.topology.hosts:
+            net.addHost(host.name, cls=Host, ip=f"{host.ipv4}/24", mac=host.mac)
+        for switch in self.topology.switches:
+            net.addSwitch(switch.name, cls=switch_cls, log_dir=self.log_dir, k=self.k, max_pool_size=self.max_pool_size)
+        for link in self.topology.links:
+            net.addLink(link.a, link.b, cls=Link)
+        net.build()
+        for node in [*net.hosts, *net.switches]:
+            run = node_runner(node)
+            for intf in node.intfList():
+                if intf.name != "lo":
+                    disable_offloads(run, intf.name)
+        applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem")
+        net.start()
+        self._static_arp()
+        self.report = NetworkReport(
+            target=self.target,
+            tc_capabilities=caps.describe(),
+            loss_mechanism=loss_mechanism,
+            links=[asdict(a) for a in applied],
+        )
+        self._program_switches(loss_mechanism)
+
+    def close(self) -> None:
+        """Stop everything this network started; safe to call twice."""
+        for control in self.controls.values():
+            try:
+                control.close()
+            except Exception:  # the switch may already be gone; teardown goes on
+                log.exception("closing a control-plane connection")
+        self.controls.clear()
+        if self.net is not None:
+            net, self.net = self.net, None
+            try:
+                net.stop()
+            finally:
+                self._check_nothing_left(net)
+
+    def _check_nothing_left(self, net: Mininet) -> None:
+        names = {intf.name for node in [*net.hosts, *net.switches] for intf in node.intfList() if intf.name != "lo"}
+        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+        left = sorted(n for n in names if f" {n}:" in links or f" {n}@" in links)
+        for name in left:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True)
+        if left:
+            raise NetworkError(f"interfaces survived Mininet's stop and were deleted: {', '.join(left)}")
+
+    # -- construction steps ------------------------------------------------------------
+
+    def _choose_loss_mechanism(self, caps: TcCapabilities) -> str:
+        losses = {l.spec.loss for l in self.topology.links}
+        if losses == {0.0}:
+            return "none"
+        wanted = self.requested_loss_mechanism
+        if wanted == "netem" and not caps.netem:
+            raise NetworkError("loss_mechanism: netem requested, but this kernel has no netem qdisc; use auto or switch")
+        if wanted == "netem" or (wanted == "auto" and caps.netem):
+            return "netem"
+        if len(losses) > 1:
+            raise NetworkError(f"links have different loss rates {sorted(losses)}; the switch drop simulator applies one rate")
+        return "switch_drop_simulator"
+
+    def _shape(self, caps: TcCapabilities, loss_by_netem: bool) -> list[AppliedShaping]:
+        assert self.net is not None
+        applied = []
+        for link in self.topology.links:
+            node_a, node_b = self.net.get(link.a), self.net.get(link.b)
+            for node, other in ((node_a, node_b), (node_b, node_a)):
+                intf, _ = node.connectionsTo(other)[0]
+                applied.append(shape_interface(node_runner(node), intf.name, link.spec, caps, loss_by_netem))
+        return applied
+
+    def _static_arp(self) -> None:
+        """Every host knows every other host and the aggregator's virtual address."""
+        assert self.net is not None
+        entries = [(h.ipv4, h.mac) for h in self.topology.hosts]
+        entries.append((self.topology.aggregator_ipv4, self.topology.aggregator_mac))
+        for host in self.topology.hosts:
+            node = self.net.get(host.name)
+            intf = node.defaultIntf().name
+            run = node_runner(node)
+            for ipv4, mac in entries:
+                if ipv4 != host.ipv4:
+                    code, out = run(["ip", "neigh", "replace", ipv4, "lladdr", mac, "dev", intf, "nud", "permanent"])
+                    if code != 0:
+                        raise NetworkError(f"{host.name}: static ARP entry {ipv4} -> {mac} failed: {out}")
+
+    def port_towards(self, switch: str, node: str) -> int:
+        """The switch port on the path from ``switch`` to ``node``."""
+        assert self.net is not None
+        sw = self.net.get(switch)
+        hop = self.net.get(self.topology.next_hop(switch, node))
+        intf, _ = sw.connectionsTo(hop)[0]
+        return sw.ports[intf]
+
+    def _program_switches(self, loss_mechanism: str) -> None:
+        assert self.net is not None
+        aggregator = self.topology.aggregator.name
+        workers = [
+            programming.WorkerPort(rank=h.rank, switch_port=self.port_towards(aggregator, h.name), mac=h.mac, ipv4=h.ipv4)
+            for h in self.topology.hosts
+        ]
+        loss = max(l.spec.loss for l in self.topology.links)
+        for switch in self.topology.switches:
+            node = self.net.get(switch.name)
+            control = node.control(self.log_dir / f"{switch.name}.commands")
+            self.controls[switch.name] = control
+            ports = sorted(p for intf, p in node.ports.items() if intf.name != "lo")
+            l2 = {h.mac: self.port_towards(switch.name, h.name) for h in self.topology.hosts}
+            if switch.name != aggregator:
+                l2[self.topology.aggregator_mac] = self.port_towards(switch.name, aggregator)
+                programming.program_pass_through(control)
+            else:
+                programming.program_aggregation(control, programming.JobProgram(job_id=self.job_id, workers=workers))
+            programming.program_forwarding(control, ports, l2)
+            if loss_mechanism == "switch_drop_simulator":
+                # Each link direction that ends at a switch is dropped at that switch's
+                # ingress; links that end at a host at the switch's egress. (In a tree,
+                # a leaf's egress also covers its uplink, which so sees the loss twice.)
+                host_facing = any(self.topology.next_hop(switch.name, h.name) == h.name for h in self.topology.hosts)
+                programming.set_drop_probability(control, ingress=loss, egress=loss if host_facing else 0.0)
+
+    # -- access ------------------------------------------------------------------------
+
+    def host(self, name: str) -> Host:
+        assert self.net is not None
+        return self.net.get(name)
+
+    @property
+    def aggregator_control(self) -> SwitchControl:
+        return self.controls[self.topology.aggregator.name]
+
+    def describe(self) -> dict[str, Any]:
+        assert self.report is not None
+        return asdict(self.report)
+

@@ -1,0 +1,141 @@
+"""Link shaping with tc, checked rather than assumed.
+
+Mininet's TCLink only logs tc failures, and this project's machines lack netem (and, per
+the docs, sometimes tbf). So the testbed probes once which qdiscs the kernel has, shapes
+every link itself (htb for the rate, pfifo or netem for the queue, netem for delay/loss
+when present), fails loudly when a tc command fails, and records what it applied. Loss
+without netem is applied by the switch's drop simulator instead (see experiments/runner).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+from topologies.model import LinkSpec
+
+log = logging.getLogger(__name__)
+
+RunCommand = Callable[[Sequence[str]], tuple[int, str]]
+"""Runs an argv (in some namespace) and returns (exit code, combined output)."""
+
+
+class ShapingError(RuntimeError):
+    """A tc command that failed: the link would not be what the config says."""
+
+
+@dataclass(frozen=True)
+class TcCapabilities:
+    """Which qdiscs this kernel accepts."""
+
+    htb: bool
+    netem: bool
+    pfifo: bool
+
+    def describe(self) -> dict[str, bool]:
+        return {"htb": self.htb, "netem": self.netem, "pfifo": self.pfifo}
+
+
+def run_local(argv: Sequence[str]) -> tuple[int, str]:
+    """RunCommand for the current namespace."""
+    done = subprocess.run(list(argv), capture_output=True, text=True)
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+@lru_cache(maxsize=1)
+def probe_tc() -> TcCapabilities:
+    """Try each qdisc on a throw-away veth pair in a throw-away namespace."""
+    netns = f"smltcprobe{os.getpid()}"
+
+    def ok(*argv: str) -> bool:
+        return run_local(["ip", "netns", "exec", netns, *argv])[0] == 0
+
+    code, out = run_local(["ip", "netns", "add", netns])
+    if code != 0:
+        raise ShapingError(f"cannot create a namespace to probe tc (are we root?): {out}")
+    try:
+        if not ok("ip", "link", "add", "probea", "type", "veth", "peer", "name", "probeb"):
+            raise ShapingError("cannot create a veth pair to probe tc")
+        htb = ok("tc", "qdisc", "add", "dev", "probea", "root", "handle", "5:", "htb", "default", "1")
+        pfifo = ok("tc", "qdisc", "add", "dev", "probeb", "root", "pfifo", "limit", "10")
+        netem = ok("tc", "qdisc", "replace", "dev", "probeb", "root", "netem", "delay", "1ms")
+    finally:
+        run_local(["ip", "netns", "delete", netns])
+    caps = TcCapabilities(htb=htb, netem=netem, pfifo=pfifo)
+    log.info("tc capabilities: %s", caps.describe())
+    return caps
+
+
+@dataclass(frozen=True)
+class AppliedShaping:
+    """What one interface got: each item either a mechanism or 'not applied: why'."""
+
+    interface: str
+    bandwidth: str
+    queue: str
+    delay: str
+    loss: str
+
+
+def _tc(run: RunCommand, interface: str, *args: str) -> None:
+    code, out = run(["tc", *args])
+    if code != 0:
+        raise ShapingError(f"tc {' '.join(args)} failed on {interface}: {out or 'exit code ' + str(code)}")
+
+
+def shape_interface(run: RunCommand, interface: str, spec: LinkSpec, caps: TcCapabilities, loss_by_netem: bool) -> AppliedShaping:
+    """Shape the egress of ``interface`` as ``spec`` says; raise ShapingError on any failure.
+
+    Rate: htb class 5:1 at bw_mbps. Below it, netem (delay, and loss when
+    ``loss_by_netem``) with the queue limit, or pfifo with the queue limit. Delay that
+    cannot be applied is an error, never silently dropped.
+    """
+    wants_netem = spec.delay_ms > 0 or (loss_by_netem and spec.loss > 0)
+    if wants_netem and not caps.netem:
+        raise ShapingError(
+            f"{interface}: delay {spec.delay_ms} ms needs netem, which this kernel does not have (tc qdisc netem); "
+            "set delay_ms: 0 or run on a kernel with sch_netem"
+        )
+    parent = ["root"]
+    bandwidth = "unshaped"
+    if spec.bw_mbps is not None:
+        if not caps.htb:
+            raise ShapingError(f"{interface}: bw_mbps {spec.bw_mbps} needs htb, which this kernel does not have")
+        _tc(run, interface, "qdisc", "replace", "dev", interface, "root", "handle", "5:", "htb", "default", "1")
+        _tc(run, interface, "class", "add", "dev", interface, "parent", "5:", "classid", "5:1", "htb", "rate", f"{spec.bw_mbps}mbit", "burst", "15k")
+        parent = ["parent", "5:1"]
+        bandwidth = f"htb {spec.bw_mbps} Mbit/s"
+    delay = "none requested"
+    loss = "none requested" if spec.loss == 0 else "switch_drop_simulator"
+    if wants_netem:
+        netem = ["netem", "limit", str(spec.queue_packets)]
+        if spec.delay_ms > 0:
+            netem += ["delay", f"{spec.delay_ms}ms"]
+            delay = f"netem {spec.delay_ms} ms"
+        if loss_by_netem and spec.loss > 0:
+            netem += ["loss", f"{spec.loss * 100:.6f}%"]
+            loss = f"netem {spec.loss:.6%}"
+        _tc(run, interface, "qdisc", "replace", "dev", interface, *parent, "handle", "10:", *netem)
+        queue = f"netem limit {spec.queue_packets}"
+    elif caps.pfifo:
+        _tc(run, interface, "qdisc", "replace", "dev", interface, *parent, "handle", "10:", "pfifo", "limit", str(spec.queue_packets))
+        queue = f"pfifo {spec.queue_packets} packets"
+    else:
+        raise ShapingError(f"{interface}: queue_packets needs pfifo or netem; this kernel has neither")
+    return AppliedShaping(interface=interface, bandwidth=bandwidth, queue=queue, delay=delay, loss=loss)
+
+
+def disable_offloads(run: RunCommand, interface: str) -> None:
+    """Turn off checksum and segmentation offloads on a veth end.
+
+    A user-space switch reads frames with AF_PACKET: with offloads on, it would see
+    64 KB TCP super-frames it cannot send back out, and UDP/TCP checksums left for a NIC
+    that does not exist.
+    """
+    code, out = run(["ethtool", "-K", interface, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"])
+    if code != 0:
+        raise ShapingError(f"ethtool -K {interface} (disable offloads) failed: {out}")

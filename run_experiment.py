@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Run a SwitchML testbed experiment (or sweep) described by a YAML config.
+
+    run_experiment.py CONFIG [--switch auto|bmv2|embedded] [--out DIR] [--set key=value]...
+                             [--resume RUN_DIR] [--dry-run] [-v]
+
+Results land in results/<config name>/<UTC timestamp>/ (see docs/results-format.md).
+The exit status is 0 only when every worker's result of every repetition verified.
+Needs root (Mininet). Ctrl-C or SIGTERM stops the run and tears the network down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+# Running as a script from anywhere: make the repository's packages importable.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tqdm import tqdm  # noqa: E402
+
+from experiments.config import Experiment, load_experiment  # noqa: E402
+from experiments.yamlschema import ConfigError  # noqa: E402
+from protocol.params import REPO_ROOT  # noqa: E402
+
+log = logging.getLogger("run_experiment")
+
+EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml")
+    parser.add_argument("--switch", choices=["auto", "bmv2", "embedded"], help="switch target (overrides switch.target)")
+    parser.add_argument("--out", type=Path, help="results directory (default results/<name>/<UTC timestamp>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set topology.workers=4 (repeatable)")
+    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run in RUN_DIR, skipping finished points")
+    parser.add_argument("--dry-run", action="store_true", help="validate the config, print the points, run nothing")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def describe(experiment: Experiment, target: str) -> str:
+    lines = [f"experiment {experiment.name} ({experiment.source}), switch target: {target}"]
+    for p in experiment.points:
+        sweep = f" {p.sweep_param}={p.sweep_value!r}" if p.sweep_param else ""
+        info = p.workload_info
+        lines.append(
+            f"  point {p.index}{sweep}: {len(p.topology.hosts)} workers ({p.topology.kind}), {info.elements} x {p.workload['dtype']} "
+            f"({info.name}), k={p.protocol['k']}, pool={p.protocol['pool_size']}, methods={','.join(p.methods)}, "
+            f"repetitions={p.repetitions}"
+        )
+    return "\n".join(lines)
+
+
+def raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
+    try:
+        experiment = load_experiment(args.config, overrides)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
+
+    from switches.targets import TargetUnavailableError, resolve_target
+
+    try:
+        target = resolve_target(experiment.data["switch"]["target"])
+    except TargetUnavailableError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
+    print(describe(experiment, target))
+    if args.dry_run:
+        return EXIT_OK
+    if os.geteuid() != 0:
+        log.error("Mininet needs root: run with sudo (or as root)")
+        return EXIT_CONFIG
+
+    from experiments.results import ResultsWriter, format_table, utc_stamp
+    from experiments.runner import ExperimentRunner
+
+    run_dir = args.resume or args.out or REPO_ROOT / "results" / experiment.name / utc_stamp()
+    writer = ResultsWriter(run_dir, experiment, target)
+    total = sum(p.repetitions * len(p.methods) for p in experiment.points)
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
+    with tqdm(total=total, desc=experiment.name, unit="job", file=sys.stderr, disable=None) as bar:
+        runner = ExperimentRunner(experiment, target, writer, progress=lambda what: (bar.set_postfix_str(what), bar.update(1)))
+        try:
+            verified = runner.run()
+        except KeyboardInterrupt:
+            log.error("interrupted; network torn down; partial results in %s (continue with --resume %s)", run_dir, run_dir)
+            return EXIT_INTERRUPTED
+        except Exception:
+            log.exception("run failed; network torn down; logs in %s", writer.log_dir)
+            return EXIT_FAILED
+    summary = writer.finalize(verified)
+    print(format_table(summary))
+    print(f"verified: {json.dumps(summary['verified'])}; results in {run_dir}")
+    return EXIT_OK if summary["verified"] else EXIT_NOT_VERIFIED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

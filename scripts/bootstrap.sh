@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install what the testbed needs on a fresh Debian/Ubuntu machine; safe to run again.
+# Run as root (Mininet needs it): Debian packages for Mininet and tc/ethtool, and a
+# virtualenv (.venv) with the Python dependencies from pyproject.toml. The venv sees the
+# system site-packages because Mininet's Python package comes from Debian's mininet.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bootstrap.sh: run as root (Mininet and the Debian packages need it)" >&2
+  exit 1
+fi
+
+packages=(mininet bridge-utils iputils-ping iproute2 ethtool procps python3 python3-venv python3-pip shellcheck)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "bootstrap.sh: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "bootstrap.sh: installing Python dependencies into .venv" >&2
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi

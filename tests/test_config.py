@@ -1,0 +1,139 @@
+"""Configs and topologies: every shipped file validates; every mistake names its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.config import CONFIG_DIR, load_experiment
+from experiments.yamlschema import ConfigError
+from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
+
+SHIPPED_CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.yaml") if not p.name.endswith(".schema.yaml"))
+SHIPPED_TOPOLOGIES = sorted(p for p in TOPOLOGY_DIR.glob("*.yaml") if not p.name.endswith(".schema.yaml"))
+MAIN_CONFIG = CONFIG_DIR / "8workers.yaml"
+
+
+@pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda p: p.name)
+def test_shipped_config_validates(path: Path) -> None:
+    experiment = load_experiment(path)
+    assert experiment.points, f"{path} expands to no points"
+    for point in experiment.points:
+        assert point.topology.hosts
+
+
+@pytest.mark.parametrize("path", SHIPPED_TOPOLOGIES, ids=lambda p: p.name)
+def test_shipped_topology_validates(path: Path) -> None:
+    topology = load_topology(path)
+    assert sum(s.aggregate for s in topology.switches) == 1
+
+
+def test_main_config_is_eight_workers_on_one_switch() -> None:
+    point = load_experiment(MAIN_CONFIG).points[0]
+    assert len(point.topology.hosts) == 8
+    assert [s.name for s in point.topology.switches] == ["s1"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("protocol.k=0", "protocol.k: 0 is less than the minimum of 1"),
+        ("protocol.k=abc", "protocol.k: 'abc' is not of type 'integer'"),
+        ("protocol.pool_size=600", "protocol.pool_size: 600 is larger than the switch's registers"),
+        ("topology.workers=33", "topology.workers: 33 is greater than the maximum of 32"),
+        ("topology.file=no-such-topology.yaml", "topology.file: topology 'no-such-topology.yaml': no such file"),
+        ("topology.link.loss=1.5", "topology.link.loss: 1.5 is greater than the maximum of 1"),
+        ("topology.leaves=2", "topology.leaves: not allowed for kind star"),
+        ("protocol.colour=blue", "protocol: unknown key(s) 'colour'"),
+        ("methods=[switchml, allgather]", "methods[1]: 'allgather' is not one of"),
+        ("workload.model=bert", "workload.model: not allowed for workload kind synthetic"),
+        ("switch.target=tofino", "switch.target: 'tofino' is not one of"),
+        ("repetitions=0", "repetitions: 0 is less than the minimum of 1"),
+    ],
+)
+def test_bad_override_names_the_key(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_experiment(MAIN_CONFIG, [override])
+    assert message in str(error.value)
+    assert "8workers.yaml" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "message"),
+    [
+        (None, "methods", "<top level>: 'methods' is a required property"),
+        ("workload", "kind", "workload: 'kind' is a required property"),
+        ("workload", "elements", "workload: 'elements' is a required property"),
+    ],
+)
+def test_missing_key_is_named(tmp_path: Path, section: str | None, key: str, message: str) -> None:
+    config = yaml.safe_load(MAIN_CONFIG.read_text())
+    del (config[section] if section else config)[key]
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError) as error:
+        load_experiment(path)
+    assert str(error.value) == f"{path}: {message}"
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "syntax.yaml"
+    path.write_text("topology: {file: star.yaml\n")
+    with pytest.raises(ConfigError, match=r"syntax.yaml: not valid YAML"):
+        load_experiment(path)
+
+
+def test_sweep_value_is_validated_like_the_base() -> None:
+    with pytest.raises(ConfigError, match=r"sweep topology.workers = 40.*topology.workers: 40 is greater than the maximum of 32"):
+        load_experiment(MAIN_CONFIG, ["sweep={param: topology.workers, values: [2, 40]}"])
+
+
+def test_sweep_expands_into_points() -> None:
+    experiment = load_experiment(MAIN_CONFIG, ["sweep={param: topology.workers, values: [2, 4]}"])
+    assert [len(p.topology.hosts) for p in experiment.points] == [2, 4]
+    assert [p.sweep_value for p in experiment.points] == [2, 4]
+
+
+def test_set_override_is_typed() -> None:
+    experiment = load_experiment(MAIN_CONFIG, ["protocol.timeout_ms=7.5", "topology.workers=3"])
+    assert experiment.points[0].protocol["timeout_ms"] == 7.5
+    assert len(experiment.points[0].topology.hosts) == 3
+
+
+def test_set_without_equals_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="expected key.path=value"):
+        load_experiment(MAIN_CONFIG, ["protocol.k"])
+
+
+def test_tree_topology_routes_through_leaves() -> None:
+    topology = load_topology(find_topology("tree"))
+    assert topology.aggregator.name == "s1"
+    assert topology.next_hop("h1", "s1") == "s2"
+    assert topology.next_hop("s2", "h2") == "s1"
+    assert topology.next_hop("s1", "h2") == "s3"
+
+
+def test_explicit_topology_must_be_connected_tree(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({
+        "kind": "explicit",
+        "switches": [{"name": "s1", "aggregate": True}],
+        "hosts": [{"name": "h1"}, {"name": "h2"}],
+        "links": [{"endpoints": ["h1", "s1"]}, {"endpoints": ["h2", "s9"]}],
+    }))
+    with pytest.raises(ConfigError, match=r"links\[1\].endpoints: unknown node 's9'"):
+        load_topology(path)
+
+
+def test_explicit_topology_needs_one_aggregator(tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump({
+        "kind": "explicit",
+        "switches": [{"name": "s1", "aggregate": True}, {"name": "s2", "aggregate": True}],
+        "hosts": [{"name": "h1"}],
+        "links": [{"endpoints": ["h1", "s1"]}, {"endpoints": ["s1", "s2"]}],
+    }))
+    with pytest.raises(ConfigError, match="exactly one switch must have aggregate: true"):
+        load_topology(path)
