@@ -1,0 +1,117 @@
+"""Crafting SwitchML frames and capturing what a switch sends, for packet-level tests.
+
+Frames are built with protocol.packet (the bytes the worker library sends); captures are
+dissected with scapy. ``SwitchPorts`` holds one raw socket per host of a Testbed and
+collects frames until the expected number arrived plus a short grace period, so tests
+wait only as long as the switch needs.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet
+
+from protocol import params
+from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
+from protocol.scapy_layer import SwitchML
+from tests.netns_harness import Host, Testbed
+
+SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
+"""Where workers send updates: the switch's virtual address."""
+GRACE_S = 0.1
+"""After the expected frames, how long to wait for unexpected extra ones."""
+TIMEOUT_S = 3.0
+NUM_ELEMENTS_OFFSET = 6
+"""Byte offset of num_elements in switchml_h (msg_type, shadow_set, job_id, slot, ...)."""
+
+
+def worker_endpoint(host: Host) -> Endpoint:
+    return Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT)
+
+
+def update_frame(
+    host: Host,
+    slot: int,
+    shadow_set: int,
+    elements: Sequence[int],
+    job_id: int,
+    exponent: int = 0,
+    seq: int = 0,
+    msg_type: int = params.MSG_UPDATE,
+    num_elements: int | None = None,
+) -> bytes:
+    """An update from ``host`` to the switch, as the worker library would send it.
+
+    ``num_elements`` overrides the header's element count (to craft a wrong-k packet).
+    """
+    values = np.asarray(elements, dtype=np.int32)
+    header = SwitchMLHeader(msg_type, shadow_set, job_id, slot, len(values), exponent, seq)
+    payload = bytearray(encode_payload(header, values))
+    if num_elements is not None:
+        payload[NUM_ELEMENTS_OFFSET] = num_elements
+    return build_frame(worker_endpoint(host), SWITCH, bytes(payload))
+
+
+@dataclass
+class Received:
+    """Frames captured per host index."""
+
+    frames: dict[int, list[Packet]]
+
+    def results(self, index: int) -> list[Packet]:
+        return [f for f in self.frames[index] if SwitchML in f]
+
+    def total(self) -> int:
+        return sum(len(f) for f in self.frames.values())
+
+
+class SwitchPorts:
+    """One raw socket per host: send frames from a host, capture frames arriving at hosts."""
+
+    def __init__(self, testbed: Testbed) -> None:
+        self.hosts = testbed.hosts
+        self.sockets: list[socket.socket] = []
+        try:
+            for host in self.hosts:
+                self.sockets.append(host.raw_socket())
+        except BaseException:
+            self.close()
+            raise
+
+    def send(self, index: int, frame: bytes) -> None:
+        self.sockets[index].send(frame)
+
+    def receive(self, expected: int, timeout: float = TIMEOUT_S, grace: float = GRACE_S) -> Received:
+        """Capture until ``expected`` frames arrived in total, then ``grace`` more seconds."""
+        frames: dict[int, list[Packet]] = {h.index: [] for h in self.hosts}
+        by_fd = {s.fileno(): i for i, s in enumerate(self.sockets)}
+        count = 0
+        deadline = time.monotonic() + timeout
+        grace_end = None if expected > 0 else time.monotonic() + grace
+        while True:
+            now = time.monotonic()
+            end = grace_end if grace_end is not None else deadline
+            if now >= end:
+                return Received(frames)
+            ready, _, _ = select.select(self.sockets, [], [], end - now)
+            for sock in ready:
+                frames[by_fd[sock.fileno()]].append(Ether(sock.recv(65536)))
+                count += 1
+            if count >= expected and grace_end is None:
+                grace_end = time.monotonic() + grace
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+
+
+def dissect(frame: Packet) -> tuple[Ether, IP, UDP, SwitchML]:
+    return frame[Ether], frame[IP], frame[UDP], frame[SwitchML]

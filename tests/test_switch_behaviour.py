@@ -1,0 +1,157 @@
+"""The behaviour every SwitchML switch target must show, checked with real packets.
+
+Hosts 0 and 1 are the two workers of job JOB, host 2 a bystander (see conftest.py). Each
+case sends frames from the hosts' namespaces through the switch and checks what arrives
+where: payload sums, exponent, echoed header fields, per-rank addresses, and the
+switch's event counters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from protocol import params
+from protocol.packet import IPV4_OFFSET, UDP_OFFSET, ipv4_checksum
+from tests.conftest import JOB, SwitchUnderTest
+from tests.switch_io import Received, dissect, update_frame
+
+pytestmark = pytest.mark.netns
+
+K = params.K
+
+
+def values(seed: int) -> np.ndarray:
+    """Distinct, signed test elements (includes negatives, so sign handling is checked)."""
+    return np.random.default_rng(seed).integers(-(10**6), 10**6, size=K, dtype=np.int64).astype(np.int32)
+
+
+def check_result(switch: SwitchUnderTest, received: Received, index: int, *, slot: int, shadow_set: int, seq: int, expected: np.ndarray, exponent: int) -> None:
+    """Exactly one result at host ``index``: addressed to it, from the switch, fields echoed."""
+    results = received.results(index)
+    assert len(results) == 1, f"host {index} got {len(results)} results: {[r.summary() for r in received.frames[index]]}"
+    host = switch.testbed.hosts[index]
+    eth, ip, udp, sml = dissect(results[0])
+    assert (eth.dst, eth.src) == (host.mac, params.SWITCH_MAC)
+    assert (ip.src, ip.dst) == (params.SWITCH_IPV4, host.ipv4)
+    ip_header = bytearray(bytes(results[0])[IPV4_OFFSET:UDP_OFFSET])
+    ip_header[10:12] = b"\0\0"
+    assert ip.chksum == ipv4_checksum(ip_header), "IPv4 checksum recomputed after the rewrite"
+    assert (udp.sport, udp.dport, udp.chksum) == (params.UDP_PORT_BASE, params.WORKER_UDP_PORT, 0)
+    assert sml.msg_type == params.MSG_RESULT
+    assert (sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.num_elements) == (JOB, slot, shadow_set, seq, K)
+    assert sml.exponent == exponent
+    assert sml.elements == expected.tolist()
+
+
+def reduce_round(switch: SwitchUnderTest, slot: int, shadow_set: int, seeds: tuple[int, int], exponents=(0, 0), seq: int = 0) -> np.ndarray:
+    """Both workers contribute to (slot, set); both must get the multicast result."""
+    a, b = values(seeds[0]), values(seeds[1])
+    switch.ports.send(0, update_frame(switch.testbed.hosts[0], slot, shadow_set, a, JOB, exponents[0], seq))
+    assert switch.ports.receive(0).total() == 0, "a partial slot must not produce output"
+    switch.ports.send(1, update_frame(switch.testbed.hosts[1], slot, shadow_set, b, JOB, exponents[1], seq))
+    received = switch.ports.receive(2)
+    expected = a + b
+    for index in (0, 1):
+        check_result(switch, received, index, slot=slot, shadow_set=shadow_set, seq=seq, expected=expected, exponent=max(exponents))
+    assert received.total() == 2, "the result goes to the two workers only"
+    return expected
+
+
+def test_basic_reduction(switch: SwitchUnderTest) -> None:
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), exponents=(-3, 5), seq=41)
+    counts = switch.counters()
+    assert (counts["EV_UPDATE_CONSUMED"], counts["EV_RESULT_MULTICAST"], counts["EGV_SENT"]) == (1, 1, 2)
+    assert switch.control.register_read("SwitchMLIngress.count", 0) == 2
+    assert switch.control.register_read("SwitchMLIngress.bitmap", 0) == 0b11
+    assert switch.control.register_read("SwitchMLIngress.exponent", 0) == 5
+
+
+def test_retransmission_after_reduction_gets_unicast_result(switch: SwitchUnderTest) -> None:
+    expected = reduce_round(switch, slot=3, shadow_set=0, seeds=(3, 4), seq=9)
+    switch.ports.send(0, update_frame(switch.testbed.hosts[0], 3, 0, values(3), JOB, seq=9))
+    received = switch.ports.receive(1)
+    check_result(switch, received, 0, slot=3, shadow_set=0, seq=9, expected=expected, exponent=0)
+    assert received.total() == 1, "a retransmitted result is unicast to its sender only"
+    assert switch.counters()["EV_RESULT_UNICAST"] == 1
+
+
+def test_reduction_in_the_other_set(switch: SwitchUnderTest) -> None:
+    reduce_round(switch, slot=5, shadow_set=1, seeds=(5, 6), exponents=(2, -7))
+    pool = len(switch.control.register_read("SwitchMLIngress.bitmap")) // 2
+    assert switch.control.register_read("SwitchMLIngress.bitmap", pool + 5) == 0b11
+    assert switch.control.register_read("SwitchMLIngress.bitmap", 5) == 0
+
+
+def test_reductions_in_both_sets(switch: SwitchUnderTest) -> None:
+    reduce_round(switch, slot=1, shadow_set=0, seeds=(7, 8))
+    reduce_round(switch, slot=1, shadow_set=1, seeds=(9, 10))
+    assert switch.counters()["EV_RESULT_MULTICAST"] == 2
+
+
+def test_slot_reuse(switch: SwitchUnderTest) -> None:
+    """The third round in set 0 starts from the new values, not the old sum."""
+    for round_, seeds in enumerate([(11, 12), (13, 14), (15, 16)]):
+        reduce_round(switch, slot=2, shadow_set=round_ % 2, seeds=seeds, seq=round_)
+    assert switch.counters()["EV_RESULT_MULTICAST"] == 3
+
+
+def test_retransmissions_before_completion_are_ignored(switch: SwitchUnderTest) -> None:
+    hosts = switch.testbed.hosts
+    a, b = values(17), values(18)
+    for _ in range(3):
+        switch.ports.send(0, update_frame(hosts[0], 4, 0, a, JOB))
+    assert switch.ports.receive(0).total() == 0
+    switch.ports.send(1, update_frame(hosts[1], 4, 0, b, JOB))
+    received = switch.ports.receive(2)
+    for index in (0, 1):
+        check_result(switch, received, index, slot=4, shadow_set=0, seq=0, expected=a + b, exponent=0)
+    counts = switch.counters()
+    assert (counts["EV_UPDATE_CONSUMED"], counts["EV_RETX_IGNORED"], counts["EV_RESULT_MULTICAST"]) == (1, 2, 1)
+
+
+def test_retransmission_of_the_previous_sets_result(switch: SwitchUnderTest) -> None:
+    """Worker 0 moved on to set 1; worker 1 lost the set-0 result and asks again."""
+    hosts = switch.testbed.hosts
+    expected = reduce_round(switch, slot=6, shadow_set=0, seeds=(19, 20), seq=1)
+    switch.ports.send(0, update_frame(hosts[0], 6, 1, values(21), JOB, seq=2))
+    assert switch.ports.receive(0).total() == 0
+    switch.ports.send(1, update_frame(hosts[1], 6, 0, values(20), JOB, seq=1))
+    received = switch.ports.receive(1)
+    check_result(switch, received, 1, slot=6, shadow_set=0, seq=1, expected=expected, exponent=0)
+    assert received.total() == 1
+
+
+def test_slot_reuse_with_retransmission(switch: SwitchUnderTest) -> None:
+    hosts = switch.testbed.hosts
+    first = reduce_round(switch, slot=7, shadow_set=0, seeds=(22, 23))
+    a1, b1 = values(24), values(25)
+    switch.ports.send(0, update_frame(hosts[0], 7, 1, a1, JOB, seq=1))
+    switch.ports.send(1, update_frame(hosts[1], 7, 0, values(23), JOB))  # retransmission of set 0
+    received = switch.ports.receive(1)
+    check_result(switch, received, 1, slot=7, shadow_set=0, seq=0, expected=first, exponent=0)
+    switch.ports.send(1, update_frame(hosts[1], 7, 1, b1, JOB, seq=1))
+    received = switch.ports.receive(2)
+    for index in (0, 1):
+        check_result(switch, received, index, slot=7, shadow_set=1, seq=1, expected=a1 + b1, exponent=0)
+    counts = switch.counters()
+    assert (counts["EV_RESULT_MULTICAST"], counts["EV_RESULT_UNICAST"]) == (2, 1)
+
+
+def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
+    """Unknown destination floods (never back to the sender); a learned one is unicast."""
+    hosts = switch.testbed.hosts
+    to_host2 = Ether(src=hosts[0].mac, dst=hosts[2].mac) / IP(src=hosts[0].ipv4, dst=hosts[2].ipv4) / UDP(sport=1234, dport=params.WORKER_UDP_PORT) / b"hello"
+    switch.ports.send(0, bytes(to_host2))
+    received = switch.ports.receive(2)
+    assert [len(received.frames[i]) for i in range(3)] == [0, 1, 1]
+    assert bytes(received.frames[2][0]) == bytes(to_host2)
+    reply = Ether(src=hosts[2].mac, dst=hosts[0].mac) / IP(src=hosts[2].ipv4, dst=hosts[0].ipv4) / UDP(sport=1234, dport=params.WORKER_UDP_PORT) / b"back"
+    switch.ports.send(2, bytes(reply))
+    received = switch.ports.receive(1)
+    assert [len(received.frames[i]) for i in range(3)] == [1, 0, 0], "host 0 was learned on port 1"
+    assert bytes(received.frames[0][0]) == bytes(reply)
+    counts = switch.counters()
+    assert (counts["EV_FORWARDED"], counts["EGV_SENT"]) == (2, 3)
