@@ -31,6 +31,7 @@ RUNS_COLUMNS = (
 COUNTERS_COLUMNS = ("point", "method", "repetition", "switch", "counter", "value")
 TIMELINE_COLUMNS = ("point", "method", "repetition", "rank", "t_ms", "packets_sent")
 FIDELITY_COLUMNS = ("point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps")
+METHODS = ("switchml", "ring", "ps")
 SUMMARY_KEYS = ("config", "started_utc", "switch_target", "link_mbps", "kept_up")
 
 _TABLES = {
@@ -117,6 +118,9 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
         raise ResultsFormatError(f"{path}: missing column(s) {', '.join(missing)}")
     text_columns = [column for column in _TEXT_COLUMNS if column in frame.columns]
     frame[text_columns] = frame[text_columns].fillna("")
+    unknown = sorted(set(frame["method"]) - set(METHODS)) if "method" in frame.columns else []
+    if unknown:
+        raise ResultsFormatError(f"{path}: unknown method(s) {', '.join(unknown)} (expected one of {', '.join(METHODS)})")
     if "verified" in frame.columns:
         frame["verified"] = frame["verified"].map(_parse_bool)
     return frame

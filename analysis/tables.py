@@ -37,21 +37,17 @@ def sweep_jobs(results: Results, sweep_param: str) -> pd.DataFrame:
 
 def ate_vs_workers_table(results: Results) -> pd.DataFrame:
     """ATE/s per method and worker count, with both bounds and everything normalised by line rate."""
-    stats = summarize(sweep_jobs(results, "n_workers"), ["method", "n_workers", "link_mbps", "k", "element_bytes"], "ate_per_s")
-    return _normalise(_with_bounds(stats), "ate_per_s")
+    return _rate_table(results, "n_workers")
 
 
 def pool_size_table(results: Results) -> pd.DataFrame:
     """ATE/s per method and pool size, with the line-rate bound it should saturate at."""
-    stats = summarize(sweep_jobs(results, "pool_size"), ["method", "pool_size", "n_workers", "link_mbps", "k", "element_bytes"], "ate_per_s")
-    return _normalise(_with_bounds(stats), "ate_per_s")
+    return _rate_table(results, "pool_size")
 
 
 def tat_vs_size_table(results: Results) -> pd.DataFrame:
     """TAT per method and tensor size, with the TAT each bound implies (elements / bound)."""
-    stats = _with_bounds(
-        summarize(sweep_jobs(results, "elements"), ["method", "elements", "n_workers", "link_mbps", "k", "element_bytes"], "tat_s")
-    )
+    stats = _with_bounds(summarize(sweep_jobs(results, "elements"), _point_keys("elements"), "tat_s"))
     stats["line_rate_bound_tat_s"] = stats["elements"] / stats["line_rate_bound_ate_per_s"]
     stats["ring_bound_tat_s"] = stats["elements"] / stats["ring_bound_ate_per_s"]
     return stats
@@ -89,8 +85,11 @@ def loss_timeline_table(results: Results) -> pd.DataFrame:
     if selected.empty:
         raise MissingData(f"timeline.csv has no rows for point {job['point']} of {job['run']}")
     table = selected[["rank", "t_ms", "packets_sent"]].sort_values(["rank", "t_ms"]).reset_index(drop=True)
-    table = table.assign(point=job["point"], repetition=job["repetition"], loss=job["loss"], loss_mechanism=job["loss_mechanism"])
-    table["line_rate_packets_per_bin"] = job["link_mbps"] * 1e6 * TIMELINE_BIN_S / (models.BITS_PER_BYTE * frame_bytes(int(job["k"])))
+    table = table.assign(
+        point=job["point"], repetition=job["repetition"], loss=job["loss"], loss_mechanism=job["loss_mechanism"]
+    )
+    link_bytes_per_bin = job["link_mbps"] * 1e6 * TIMELINE_BIN_S / models.BITS_PER_BYTE
+    table["line_rate_packets_per_bin"] = link_bytes_per_bin / frame_bytes(int(job["k"]))
     return table
 
 
@@ -139,6 +138,17 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
     if not rows:
         raise MissingData("no workload was measured with both SwitchML and a baseline")
     return pd.DataFrame(rows)
+
+
+def _point_keys(x: str) -> list[str]:
+    """Group keys of a sweep over ``x``: method, x, and what the bounds depend on."""
+    return ["method", x, *(key for key in ("n_workers", "link_mbps", "k", "element_bytes") if key != x)]
+
+
+def _rate_table(results: Results, x: str) -> pd.DataFrame:
+    """ATE/s statistics over a sweep of ``x`` with both bounds, normalised by line rate."""
+    stats = summarize(sweep_jobs(results, x), _point_keys(x), "ate_per_s")
+    return _normalise(_with_bounds(stats), "ate_per_s")
 
 
 def _with_bounds(stats: pd.DataFrame) -> pd.DataFrame:

@@ -106,6 +106,13 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def write_csv(path: Path, rows: list[dict[str, str]]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def newest_run_sweeping(root: Path, sweep_param: str) -> Path:
     """The run directory the catalog must pick: newest started_utc among runs sweeping the param."""
     candidates = [
@@ -130,7 +137,8 @@ def job_tats(run: Path, sweep_param: str) -> dict[tuple[str, str, str], float]:
 
 def point_rows(run: Path, sweep_param: str) -> dict[tuple[str, str], dict[str, str]]:
     """(point, method) -> one worker row (its configuration columns)."""
-    return {(row["point"], row["method"]): row for row in read_csv(run / "runs.csv") if row["sweep_param"] == sweep_param}
+    rows = read_csv(run / "runs.csv")
+    return {(row["point"], row["method"]): row for row in rows if row["sweep_param"] == sweep_param}
 
 
 def medians_by(run: Path, sweep_param: str, column: str, value) -> dict[str, dict[float, float]]:
@@ -210,10 +218,9 @@ def copy_run(tmp_path: Path, sweep_param: str = "n_workers") -> Path:
 def test_missing_column_names_file_and_column(tmp_path: Path) -> None:
     run = copy_run(tmp_path)
     rows = read_csv(run / "runs.csv")
-    with (run / "runs.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[name for name in rows[0] if name != "tat_s"], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    for row in rows:
+        del row["tat_s"]
+    write_csv(run / "runs.csv", rows)
     with pytest.raises(ResultsFormatError, match=r"runs\.csv: missing column\(s\) tat_s"):
         load_results([run])
 
@@ -222,6 +229,15 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     run = copy_run(tmp_path)
     (run / "fidelity.csv").unlink()
     with pytest.raises(ResultsFormatError, match=r"fidelity\.csv: file missing"):
+        load_results([run])
+
+
+def test_unknown_method_is_named(tmp_path: Path) -> None:
+    run = copy_run(tmp_path)
+    rows = read_csv(run / "runs.csv")
+    rows[0]["method"] = "allgather"
+    write_csv(run / "runs.csv", rows)
+    with pytest.raises(ResultsFormatError, match=r"runs\.csv: unknown method\(s\) allgather"):
         load_results([run])
 
 
@@ -312,13 +328,20 @@ def test_loss_timeline(results) -> None:
     _, fig = render(by_name("loss_timeline"), results)
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("time since job start (ms)", "packets sent per 10 ms")
-    worst = max(float(row["loss"]) for row in point_rows(run, "loss").values())
-    point = next(p for (p, method), row in point_rows(run, "loss").items() if method == "switchml" and float(row["loss"]) == worst)
-    timeline = [row for row in read_csv(run / "timeline.csv") if (row["point"], row["method"], row["repetition"]) == (point, "switchml", "0")]
+    switchml = {point: row for (point, method), row in point_rows(run, "loss").items() if method == "switchml"}
+    worst = max(float(row["loss"]) for row in switchml.values())
+    point = next(point for point, row in switchml.items() if float(row["loss"]) == worst)
+    first = min(int(rep) for (p, m, rep) in job_tats(run, "loss") if (p, m) == (point, "switchml"))
+    timeline = [
+        row
+        for row in read_csv(run / "timeline.csv")
+        if (row["point"], row["method"], int(row["repetition"])) == (point, "switchml", first)
+    ]
     ranks = sorted({int(row["rank"]) for row in timeline})
     workers = {line.get_label(): line for line in ax.lines if line.get_label().startswith("worker")}
     assert sorted(workers) == sorted(f"worker {rank}" for rank in ranks)
-    sent = [int(row["packets_sent"]) for row in sorted(timeline, key=lambda r: float(r["t_ms"])) if int(row["rank"]) == ranks[0]]
+    by_time = sorted(timeline, key=lambda row: float(row["t_ms"]))
+    sent = [int(row["packets_sent"]) for row in by_time if int(row["rank"]) == ranks[0]]
     assert list(workers[f"worker {ranks[0]}"].get_ydata()) == sent
     assert f"{worst:.2%}" in fig.get_suptitle()
 
@@ -340,16 +363,15 @@ def test_training_speedup(results) -> None:
     table, fig = render(by_name("training_speedup"), results)
     ax = fig.axes[0]
     assert ax.get_ylabel() == "training speedup of SwitchML"
-    bars = {container.get_label(): container for container in ax.containers if not container.get_label().startswith("_")}
+    bars = {c.get_label(): c for c in ax.containers if not c.get_label().startswith("_")}
     workloads = [tick.get_text() for tick in ax.get_xticklabels()]
     assert f"over {METHOD_LABELS['ring']} (measured)" in bars
     link_bps = float(next(iter(rows.values()))["link_mbps"]) * 1e6
     dilation = models.time_dilation_factor(100e9, link_bps)
     for workload, patch in zip(workloads, bars[f"over {METHOD_LABELS['ring']} (measured)"].patches, strict=True):
         compute = float(next(r for (_, m), r in rows.items() if r["workload"] == workload and m == "ring")["compute_s"])
-        expected = models.training_speedup(
-            compute, statistics.median(comm[(workload, "ring")]), statistics.median(comm[(workload, "switchml")]), dilation
-        )
+        ring, switchml = (statistics.median(comm[(workload, method)]) for method in ("ring", "switchml"))
+        expected = models.training_speedup(compute, ring, switchml, dilation)
         assert patch.get_height() == pytest.approx(expected)
     assert f"×{dilation:g}" in ax.get_title(loc="left")
 
@@ -376,10 +398,7 @@ def set_fidelity(run: Path, kept_up: bool, cpu: float, achieved_fraction: float)
     for row in rows:
         row["cpu_busy_fraction"] = str(cpu)
         row["achieved_mbps"] = str(float(row["configured_mbps"]) * achieved_fraction)
-    with (run / "fidelity.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(run / "fidelity.csv", rows)
 
 
 @pytest.mark.parametrize(
@@ -412,7 +431,8 @@ def test_notebook_executes_headless() -> None:
     nbclient = pytest.importorskip("nbclient", reason="optional dependency group 'notebooks' not installed")
     pytest.importorskip("ipykernel", reason="optional dependency group 'notebooks' not installed")
     notebook = nbformat.read(NOTEBOOKS / "ate_vs_workers.ipynb", as_version=4)
-    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    resources = {"metadata": {"path": str(NOTEBOOKS)}}
+    nbclient.NotebookClient(notebook, timeout=180, kernel_name="python3", resources=resources).execute()
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [output for output in outputs if output.output_type == "error"]
     assert any("image/png" in output.get("data", {}) for output in outputs), "the notebook did not show the figure"

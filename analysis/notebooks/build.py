@@ -38,6 +38,11 @@ from analysis.load import load_results
 # The default is the hand-made plotting fixture: it shows the figure, it is not a measurement.
 RESULTS_DIR = REPO_ROOT / "tests/data/results_small"'''
 
+_RENDER = """\
+results = load_results([RESULTS_DIR])
+table, fig = render(by_name("{name}"), results)
+table"""
+
 _DATA_NOTE = """
 **Data.** Set `RESULTS_DIR` in the next cell. When several runs sweep the parameter this
 figure needs, the newest one is used. The table below the code is exactly what is plotted
@@ -49,7 +54,7 @@ def notebook_for(spec: FigureSpec) -> nbformat.NotebookNode:
     cells = [
         new_markdown_cell(spec.explanation.strip() + "\n" + _DATA_NOTE.format(name=spec.name), id="explanation"),
         new_code_cell(_SETUP, id="setup"),
-        new_code_cell(f'results = load_results([RESULTS_DIR])\ntable, fig = render(by_name("{spec.name}"), results)\ntable', id="table"),
+        new_code_cell(_RENDER.format(name=spec.name), id="table"),
         new_code_cell("fig", id="figure"),
     ]
     notebook = new_notebook(cells=cells)
