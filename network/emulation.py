@@ -21,7 +21,7 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
-from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface
+from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
 from switches import programming
 from switches.control import SwitchControl
 from switches.targets import node_class
@@ -110,6 +110,7 @@ class EmulatedNetwork:
             for intf in node.intfList():
                 if intf.name != "lo":
                     disable_offloads(run, intf.name)
+                    silence_ipv6(run, intf.name)
         applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem")
         net.start()
         self._static_arp()
@@ -132,6 +133,10 @@ class EmulatedNetwork:
         if self.net is not None:
             net, self.net = self.net, None
             try:
+                # Switch processes first, while their interfaces still exist (Mininet
+                # deletes links before it stops switches).
+                for switch in net.switches:
+                    switch.stop(deleteIntfs=False)
                 net.stop()
             finally:
                 self._check_nothing_left(net)

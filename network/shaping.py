@@ -139,3 +139,14 @@ def disable_offloads(run: RunCommand, interface: str) -> None:
     code, out = run(["ethtool", "-K", interface, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"])
     if code != 0:
         raise ShapingError(f"ethtool -K {interface} (disable offloads) failed: {out}")
+
+
+def silence_ipv6(run: RunCommand, interface: str) -> None:
+    """Disable IPv6 on an interface: no router solicitations or MLD reports in the measurements.
+
+    The testbed speaks IPv4 only; IPv6 housekeeping would add unmeasured packets to the
+    links and make switches learn addresses before the control plane programs them.
+    """
+    code, out = run(["sysctl", "-q", "-w", f"net.ipv6.conf.{interface}.disable_ipv6=1"])
+    if code != 0:
+        raise ShapingError(f"disabling IPv6 on {interface} failed: {out}")

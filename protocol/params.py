@@ -70,6 +70,7 @@ def is_aggregation_port(udp_dst_port: int) -> bool:
     """True for a UDP destination port in the aggregation range (as the P4 parser selects)."""
     return udp_dst_port & UDP_PORT_MASK == UDP_PORT_BASE
 
+
 SWITCH_MAC = "02:53:4d:4c:00:01"
 """Virtual MAC of the aggregating switch: workers address their updates to it (and results come from it)."""
 SWITCH_IPV4 = "10.0.0.254"

@@ -80,7 +80,13 @@ def probability_threshold(probability: float) -> int:
 
 
 def program_forwarding(control: SwitchControl, ports: Sequence[int], l2_entries: Mapping[str, int]) -> None:
-    """Ordinary traffic: static L2 entries for known MACs, flood group over all ports."""
+    """Ordinary traffic: static L2 entries for known MACs, flood group over all ports.
+
+    The tables are cleared first: a switch that learns may already hold entries for
+    packets seen since it started, and the control plane's view is authoritative.
+    """
+    control.table_clear(L2_TABLE)
+    control.table_clear(L2_LEARN_TABLE)
     control.mc_mgrp_create(params.FLOOD_MCAST_GRP)
     control.mc_node_associate(params.FLOOD_MCAST_GRP, control.mc_node_create(0, list(ports)))
     for mac, port in l2_entries.items():

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from protocol import params
 from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = TOPOLOGY_DIR / "topology.schema.yaml"
 
-AGGREGATOR_MAC = "02:53:4d:4c:00:01"
+AGGREGATOR_MAC = params.SWITCH_MAC
 """Virtual MAC the workers send updates to (the aggregating switch answers from it)."""
 AGGREGATOR_HOST_OCTET = 254
 """The aggregating switch's virtual IPv4 is <subnet>.254."""
