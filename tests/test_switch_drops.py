@@ -1,0 +1,162 @@
+"""What a switch target must refuse, and its control plane's state handling, with real packets.
+
+Refused packets (unknown sender, wrong job, malformed) must be dropped, counted under
+their own event and leave the aggregation registers untouched. Also covered: wrap-around
+and unsigned register reads, back-to-back jobs, the drop simulator at probability 0 and 1,
+and control-plane errors.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from protocol import params
+from switches import programming
+from switches.control import ControlPlaneError
+from tests.conftest import JOB, SwitchUnderTest
+from tests.switch_io import update_frame
+from tests.test_switch_behaviour import K, check_result, reduce_round, values
+
+pytestmark = pytest.mark.netns
+
+VALUE_00 = programming.VALUE_REGISTERS[0]
+
+
+def wait_counts(switch: SwitchUnderTest, timeout: float = 3.0, **expected: int) -> dict[str, int]:
+    """Counters once they reach ``expected`` (the switch may still be busy), else fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = switch.counters()
+        if all(counts[name] == value for name, value in expected.items()) or time.monotonic() > deadline:
+            assert {name: counts[name] for name in expected} == expected
+            return counts
+        time.sleep(0.02)
+
+
+def assert_state_untouched(switch: SwitchUnderTest) -> None:
+    control = switch.control
+    for register in (programming.BITMAP_REGISTER, programming.COUNT_REGISTER, programming.EXPONENT_REGISTER, VALUE_00):
+        assert not any(control.register_read(register)), f"{register} changed"
+
+
+def send_and_expect_drop(switch: SwitchUnderTest, host_index: int, frame: bytes, event: str) -> None:
+    switch.ports.send(host_index, frame)
+    assert switch.ports.receive(0).total() == 0
+    counts = wait_counts(switch, **{event: 1})
+    assert counts["EV_UPDATE_CONSUMED"] == counts["EV_RESULT_MULTICAST"] == counts["EGV_SENT"] == 0
+    assert_state_untouched(switch)
+
+
+def test_unknown_sender_is_dropped(switch: SwitchUnderTest) -> None:
+    bystander = switch.testbed.hosts[2]
+    send_and_expect_drop(switch, 2, update_frame(bystander, 0, 0, values(1), JOB, exponent=4), "EV_DROP_UNKNOWN_SENDER")
+
+
+def test_worker_address_on_the_wrong_port_is_an_unknown_sender(switch: SwitchUnderTest) -> None:
+    """The rank comes from (ingress port, source IPv4): worker 0's address from port 3 is refused."""
+    spoofed = update_frame(switch.testbed.hosts[0], 0, 0, values(1), JOB)
+    send_and_expect_drop(switch, 2, spoofed, "EV_DROP_UNKNOWN_SENDER")
+
+
+def test_wrong_job_is_dropped(switch: SwitchUnderTest) -> None:
+    send_and_expect_drop(switch, 0, update_frame(switch.testbed.hosts[0], 0, 0, values(1), JOB + 1), "EV_DROP_WRONG_JOB")
+
+
+MALFORMED = {
+    "truncated": lambda host: update_frame(host, 0, 0, values(1), JOB)[:-10],
+    "wrong_k": lambda host: update_frame(host, 0, 0, values(1)[: K // 2], JOB),
+    "num_elements_mismatch": lambda host: update_frame(host, 0, 0, values(1), JOB, num_elements=K - 1),
+    "result_not_update": lambda host: update_frame(host, 0, 0, values(1), JOB, msg_type=params.MSG_RESULT),
+    "shadow_set_2": lambda host: update_frame(host, 0, 2, values(1), JOB),
+    "slot_out_of_range": lambda host: update_frame(host, params.MAX_POOL_SIZE, 0, values(1), JOB),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(MALFORMED))
+def test_malformed_update_is_dropped(switch: SwitchUnderTest, variant: str) -> None:
+    send_and_expect_drop(switch, 0, MALFORMED[variant](switch.testbed.hosts[0]), "EV_DROP_MALFORMED")
+
+
+def test_sums_wrap_and_registers_read_unsigned(switch: SwitchUnderTest) -> None:
+    hosts = switch.testbed.hosts
+    a = np.full(K, np.iinfo(np.int32).max, dtype=np.int32)
+    b = np.arange(1, K + 1, dtype=np.int32)
+    b[0] = np.iinfo(np.int32).min  # element 0: INT32_MAX + INT32_MIN = -1
+    switch.ports.send(0, update_frame(hosts[0], 0, 0, a, JOB, exponent=-9))
+    switch.ports.send(1, update_frame(hosts[1], 0, 0, b, JOB, exponent=-20))
+    received = switch.ports.receive(2)
+    expected = (a.astype(np.int64) + b).astype(np.int32)  # two's complement wrap, like bit<32>
+    assert expected[1] == np.iinfo(np.int32).min + 1
+    for index in (0, 1):
+        check_result(switch, received, index, slot=0, shadow_set=0, seq=0, expected=expected, exponent=-9)
+    assert switch.control.register_read(VALUE_00, 0) == (1 << 32) - 1
+    assert switch.control.register_read(programming.EXPONENT_REGISTER, 0) == (-9) & 0xFF
+
+
+def test_back_to_back_jobs_need_a_reset(switch: SwitchUnderTest) -> None:
+    """State outlives a job: a fresh job at set 0 is a retransmission until the registers are reset."""
+    hosts = switch.testbed.hosts
+    first = reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2))
+    switch.ports.send(0, update_frame(hosts[0], 0, 0, values(3), JOB))
+    stale = switch.ports.receive(1)
+    check_result(switch, stale, 0, slot=0, shadow_set=0, seq=0, expected=first, exponent=0)
+    programming.reset_aggregation_state(switch.control)
+    programming.reset_event_counters(switch.control)
+    assert_state_untouched(switch)
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(3, 4))
+    wait_counts(switch, EV_UPDATE_CONSUMED=1, EV_RESULT_MULTICAST=1, EV_RESULT_UNICAST=0)
+
+
+def test_ingress_drop_probability_one_drops_everything(switch: SwitchUnderTest) -> None:
+    hosts = switch.testbed.hosts
+    programming.set_drop_probability(switch.control, 1.0, 0.0)
+    for _ in range(5):
+        for index in (0, 1):
+            switch.ports.send(index, update_frame(hosts[index], 0, 0, values(index), JOB))
+    switch.ports.send(2, update_frame(hosts[2], 0, 0, values(2), JOB))  # any packet, known or not
+    assert switch.ports.receive(0).total() == 0
+    wait_counts(switch, EV_DROP_SIM_INGRESS=11, EV_UPDATE_CONSUMED=0, EV_DROP_UNKNOWN_SENDER=0, EGV_SENT=0)
+    assert_state_untouched(switch)
+
+
+def test_egress_drop_probability_one_drops_every_copy(switch: SwitchUnderTest) -> None:
+    hosts = switch.testbed.hosts
+    programming.set_drop_probability(switch.control, 0.0, 1.0)
+    for index in (0, 1):
+        switch.ports.send(index, update_frame(hosts[index], 0, 0, values(index), JOB))
+    assert switch.ports.receive(0).total() == 0
+    wait_counts(switch, EV_RESULT_MULTICAST=1, EGV_DROP_SIM_EGRESS=2, EGV_SENT=0)
+
+
+def test_drop_probability_zero_drops_nothing(switch: SwitchUnderTest) -> None:
+    programming.set_drop_probability(switch.control, 0.0, 0.0)
+    for slot in range(20):
+        reduce_round(switch, slot=slot, shadow_set=0, seeds=(slot, slot + 100))
+    wait_counts(switch, EV_RESULT_MULTICAST=20, EGV_SENT=40, EV_DROP_SIM_INGRESS=0, EGV_DROP_SIM_EGRESS=0)
+
+
+CONTROL_ERRORS = {
+    "unknown_table": ("unknown table", lambda c: c.table_add("SwitchMLIngress.no_such_table", "set_worker", [1, "10.0.0.1"], [0, 1, 2, 2])),
+    "unknown_action": ("unknown action", lambda c: c.table_add(programming.WORKER_TABLE, "no_such_action", [1, "10.0.0.9"], [])),
+    "wrong_key_count": ("takes 2 value", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1], [0, 1, 2, 2])),
+    "key_too_wide": ("does not fit bit<9>", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1 << 9, "10.0.0.9"], [0, 1, 2, 2])),
+    "bad_key": ("cannot parse", lambda c: c.table_add(programming.L2_TABLE, "l2_forward", ["not-a-mac"], [1])),
+    "wrong_param_count": ("takes 4 value", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.9"], [0])),
+    "duplicate_entry": ("duplicate entry", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.1"], [0, JOB, 2, 2])),
+    "unknown_register": ("unknown register", lambda c: c.register_read("SwitchMLIngress.no_such_register")),
+    "register_index": ("out of range", lambda c: c.register_write(programming.BITMAP_REGISTER, 1 << 20, 1)),
+    "unknown_counter": ("unknown counter", lambda c: c.counter_read("SwitchMLIngress.no_such_counter")),
+    "duplicate_group": ("already exists", lambda c: c.mc_mgrp_create(params.FLOOD_MCAST_GRP)),
+    "unknown_group": ("does not exist", lambda c: c.mc_node_associate(999, 0)),
+}
+
+
+@pytest.mark.parametrize("error", sorted(CONTROL_ERRORS))
+def test_control_plane_errors(switch: SwitchUnderTest, error: str) -> None:
+    message, call = CONTROL_ERRORS[error]
+    with pytest.raises(ControlPlaneError, match=message):
+        call(switch.control)
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2))  # the switch and its tables are unharmed
