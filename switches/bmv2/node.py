@@ -78,6 +78,11 @@ class Bmv2SwitchNode(Switch):
             self._bmv2 = None
         super().stop(deleteIntfs)
 
+    @property
+    def switch_pid(self) -> int | None:
+        """Pid of simple_switch (None when stopped), for CPU accounting."""
+        return None if self._bmv2 is None else self._bmv2.pid
+
     def control(self, command_log: Path | None = None) -> SwitchControl:
         """A control-plane connection to this switch (the caller closes it)."""
         if self._bmv2 is None or not self._bmv2.running():

@@ -131,6 +131,11 @@ class Bmv2Process:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """simple_switch's pid while it runs (the runner samples its CPU time)."""
+        return self._process.pid if self.running() else None
+
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the switch's log, for error messages."""
         if not self.log_path.exists():

@@ -53,6 +53,7 @@ class EmbeddedSwitchProcess:
         max_pool_size: int = params.MAX_POOL_SIZE,
         seed: int | None = None,
         log_level: str = "INFO",
+        profile: Path | None = None,
     ) -> None:
         self.ports = dict(ports)
         self.name = name
@@ -61,6 +62,8 @@ class EmbeddedSwitchProcess:
         self.max_pool_size = max_pool_size
         self.seed = seed
         self.log_level = log_level
+        self.profile = profile
+        """Run under cProfile and write its stats here when the switch stops."""
         self._socket_dir: Path | None = None
         self._process: subprocess.Popen | None = None
 
@@ -71,7 +74,8 @@ class EmbeddedSwitchProcess:
         return self._socket_dir / "control.sock"
 
     def command(self) -> list[str]:
-        argv = [sys.executable, "-m", "switches.embedded", "--control-socket", str(self.control_socket)]
+        profiler = [] if self.profile is None else ["-m", "cProfile", "-o", str(self.profile)]
+        argv = [sys.executable, *profiler, "-m", "switches.embedded", "--control-socket", str(self.control_socket)]
         argv += [f"--port={port}={ifname}" for port, ifname in sorted(self.ports.items())]
         argv += ["--log-file", str(self.log_file), "--log-level", self.log_level]
         argv += ["--k", str(self.k), "--max-pool-size", str(self.max_pool_size)]

@@ -1,0 +1,154 @@
+"""The testbed end to end: run_experiment.py starts Mininet, runs workers, verifies, cleans up.
+
+These really start Mininet (root) with the embedded switch, as a user's command would, and
+check what the run leaves: summary.json and the tables -- and nothing else, not even
+after a worker is killed mid-run or the runner is interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from protocol.params import REPO_ROOT
+
+pytestmark = [pytest.mark.mininet, pytest.mark.slow]
+
+if os.geteuid() != 0:
+    pytest.skip("Mininet tests need root", allow_module_level=True)
+
+MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
+SMALL = ["topology.workers=4", "workload.elements=20000", "repetitions=2"]
+EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
+
+
+def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded"]
+    for override in overrides:
+        argv += ["--set", override]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def leftovers(marker: str) -> list[str]:
+    """Interfaces, namespaces and processes an emulation run could leave behind."""
+    found = []
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(": ")[1].split("@")[0]
+        if EMULATION_INTERFACE.match(name):
+            found.append(f"interface {name}")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    found += [f"netns {n}" for n in netns if n.startswith(("h", "s")) and n[1:].isdigit()]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline or "mininet:" in cmdline:
+            found.append(f"process {proc.name}: {cmdline.strip()}")
+    return found
+
+
+def wait_for_process(pattern: str, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+        if found:
+            return int(found[0])
+        time.sleep(0.1)
+    raise AssertionError(f"no process matching {pattern!r} within {timeout} s")
+
+
+def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = run_experiment(out, *SMALL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    assert summary["switch_target"] == "embedded"
+    assert summary["workers"] == 4
+    assert set(summary["methods"]) == {"switchml", "ring", "ps"}
+    switchml = summary["methods"]["switchml"]
+    assert 0 < switchml["ate_per_s"] <= switchml["line_rate_bound_ate_per_s"]
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 3 * 2 * 4  # methods x repetitions x workers
+    assert runs["verified"].all()
+    counters = pd.read_csv(out / "switch_counters.csv")
+    multicast = counters[(counters.method == "switchml") & (counters.counter == "EV_RESULT_MULTICAST")]
+    chunks = -(-20000 // 32)
+    assert (multicast["value"] >= chunks).all()  # every chunk completed once per repetition
+    assert "verified: true" in done.stdout
+    assert not leftovers(str(out))
+
+
+def test_one_percent_loss_is_survived_and_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = run_experiment(out, *SMALL, "methods=[switchml]", "topology.link.loss=0.01")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    assert summary["loss"] == 0.01
+    assert summary["loss_mechanism"] in {"netem", "switch_drop_simulator"}
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["retransmissions"].sum() > 0, "1% loss on every link must cause retransmissions"
+    if summary["loss_mechanism"] == "switch_drop_simulator":
+        counters = pd.read_csv(out / "switch_counters.csv")
+        dropped = counters[counters.counter.isin(["EV_DROP_SIM_INGRESS", "EGV_DROP_SIM_EGRESS"])]["value"].sum()
+        assert dropped > 0
+    assert not leftovers(str(out))
+
+
+def test_killed_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded",
+            "--set", "topology.workers=4", "--set", "workload.elements=2000000", "--set", "methods=[switchml]",
+            "--set", "topology.link.bw_mbps=2", "--set", "limits.job_timeout_s=30"]
+    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        victim = wait_for_process(f"hosts.worker {out}.*--rank 2", timeout=60)
+        time.sleep(1.0)  # mid-job
+        os.kill(victim, signal.SIGKILL)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 3, output
+    assert "worker rank" in output
+    assert not (out / "summary.json").exists()
+    assert not leftovers(str(out))
+
+
+def test_interrupted_run_tears_down(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded",
+            "--set", "topology.workers=2", "--set", "workload.elements=2000000", "--set", "topology.link.bw_mbps=2"]
+    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        wait_for_process(f"hosts.worker {out}", timeout=60)
+        time.sleep(1.0)
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 130, output
+    assert "interrupted" in output
+    assert not leftovers(str(out))
+
+
+def test_bad_config_fails_before_starting_anything(tmp_path: Path) -> None:
+    done = run_experiment(tmp_path / "run", "protocol.k=0")
+    assert done.returncode == 2
+    assert "protocol.k: 0 is less than the minimum of 1" in done.stderr
+    assert not (tmp_path / "run").exists()
