@@ -125,10 +125,11 @@ of SwitchML over a baseline = `(compute * D + comm_baseline) / (compute * D + co
 with comm times measured (median TAT of the model's gradients) and compute times from the
 model trace.
 
-**Time dilation.** The emulated links are D = 100 Gbit/s / (emulated rate) times slower than
-the paper's, so communication takes about D times longer; compute times measured on real
-GPUs are multiplied by the same D to keep the compute : communication ratio. The factor is
-printed on the figure.
+**Time dilation.** The emulated links are 100 Gbit/s / (emulated rate) times slower than
+the paper's, so communication takes about that much longer; the runner multiplies the
+trace's real-GPU compute times by the config's `workload.time_dilation` D to keep the
+compute : communication ratio. `compute_s` in runs.csv is already dilated. The figure
+prints D next to the link slowdown: if they differ, the compute share is distorted.
 
 **Model.** If SwitchML communicated exactly 2(n-1)/n times faster than the ring (both at
 line rate), the speedup would be the diamond. Communication-bound models (large gradients,

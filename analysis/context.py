@@ -9,6 +9,7 @@ it on a figure and stamps a figure whose run did not keep up.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -19,7 +20,11 @@ from analysis.load import Results
 CPU_BUSY_LIMIT = 0.95
 """A host this busy was probably the bottleneck (fidelity.csv cpu_busy_fraction)."""
 LINK_RATE_TOLERANCE = 0.10
-"""achieved/configured link rate further than this from 1 means shaping did not hold."""
+"""achieved/configured link rate above 1 + this means shaping did not hold.
+
+Only the upper side is checked: the runner measures achieved_mbps during the job itself,
+and a job that does not saturate its link (a small tensor, a stalled ring) legitimately
+stays below the configured rate. Falling behind shows up as CPU saturation instead."""
 NOT_KEPT_UP = "EMULATION DID NOT KEEP UP"
 
 
@@ -37,9 +42,9 @@ class EmulationContext:
 
     def describe(self) -> str:
         """One line for the figure: emulated, at which link rate, on which switch target."""
-        rates = " / ".join(f"{rate:g}" for rate in self.link_mbps)
+        rates = " / ".join("unshaped" if math.isnan(rate) else f"{rate:g} Mbit/s" for rate in self.link_mbps)
         targets = ", ".join(self.switch_targets)
-        return f"Emulation: links shaped to {rates} Mbit/s, switch target {targets} (not the paper's hardware)"
+        return f"Emulation: links shaped to {rates}, switch target {targets} (not the paper's hardware)"
 
 
 def emulation_context(results: Results) -> EmulationContext:
@@ -58,9 +63,9 @@ def fidelity_problems(summary: pd.DataFrame, fidelity: pd.DataFrame) -> list[str
     for (run, host), rows in busy.groupby(["run", "host"], sort=True):
         problems.append(f"{run}: host {host} CPU busy {rows['cpu_busy_fraction'].max():.0%}")
     ratio = fidelity["achieved_mbps"] / fidelity["configured_mbps"]
-    off = fidelity[(ratio - 1).abs() > LINK_RATE_TOLERANCE].assign(ratio=ratio)
+    off = fidelity[ratio > 1 + LINK_RATE_TOLERANCE].assign(ratio=ratio)
     for (run, host), rows in off.groupby(["run", "host"], sort=True):
-        worst = rows.loc[(rows["ratio"] - 1).abs().idxmax()]
+        worst = rows.loc[rows["ratio"].idxmax()]
         problems.append(
             f"{run}: host {host} link achieved {worst['achieved_mbps']:g} of {worst['configured_mbps']:g} Mbit/s"
         )

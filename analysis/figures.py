@@ -133,8 +133,8 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
     ax.legend(fontsize=8)
     first = table.iloc[0]
     dilation = (
-        f"Time dilation ×{first['dilation']:g}: compute times scaled by "
-        f"{first['reference_link_gbps']:g} Gbit/s ÷ {first['link_mbps']:g} Mbit/s"
+        f"Time dilation: compute ×{first['dilation']:g} (workload.time_dilation); "
+        f"links ×{first['link_slowdown']:g} slower than {first['reference_link_gbps']:g} Gbit/s"
     )
     annotate(fig, context, f"Training speedup ({_workers(table)})", notes=(dilation,))
     return fig

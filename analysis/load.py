@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def load_run(run_dir: Path, run_id: str) -> dict[str, pd.DataFrame]:
     """The tables of one run directory, each with ``run`` = ``run_id`` as first column."""
     tables = {name: _read_table(run_dir / filename, columns) for name, (filename, columns) in _TABLES.items()}
     tables["summary"] = _read_summary(run_dir / "summary.json")
+    tables["summary"]["time_dilation"] = _read_time_dilation(run_dir / "config.yaml")
     tables["summary"]["path"] = str(run_dir)
     for frame in tables.values():
         frame.insert(0, "run", run_id)
@@ -136,6 +138,19 @@ def _read_summary(path: Path) -> pd.DataFrame:
     scalars = {key: value for key, value in summary.items() if not isinstance(value, (dict, list))}
     scalars.update({f"shaping_{key}": value for key, value in summary.get("shaping", {}).items()})
     return pd.DataFrame([scalars])
+
+
+def _read_time_dilation(path: Path) -> float:
+    """The config's ``workload.time_dilation``: the factor the runner already applied to compute_s.
+
+    runs.csv records compute times after dilation but not the factor itself; the training
+    figure has to state it, so it is read from the resolved config (NaN if not recorded).
+    """
+    if not path.is_file():
+        raise ResultsFormatError(f"{path}: file missing (docs/results-format.md lists it for every run)")
+    config = yaml.safe_load(path.read_text()) or {}
+    workload = config.get("workload") if isinstance(config, dict) else None
+    return float(workload.get("time_dilation", "nan")) if isinstance(workload, dict) else float("nan")
 
 
 def _parse_bool(value: object) -> bool:

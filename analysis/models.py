@@ -119,38 +119,38 @@ def time_dilation_factor(reference_link_bps: float, emulated_link_bps: float) ->
     """How many times slower the emulated links are than the hardware being reproduced.
 
     Communication in emulation takes about this many times longer than on the reference
-    links, so compute time measured on real hardware must be multiplied by the same factor
-    to keep the compute : communication ratio (and thus the training speedup) faithful.
+    links, so compute times measured on real hardware must be multiplied by the same factor
+    (the runner does this with the config's ``workload.time_dilation``) to keep the
+    compute : communication ratio, and thus the training speedup, faithful.
     """
     _require_positive(reference_link_bps=reference_link_bps, emulated_link_bps=emulated_link_bps)
     return reference_link_bps / emulated_link_bps
 
 
-def training_speedup(compute_s: float, comm_baseline_s: float, comm_switchml_s: float, dilation: float = 1.0) -> float:
+def training_speedup(compute_s: float, comm_baseline_s: float, comm_switchml_s: float) -> float:
     """Training-iteration speedup of SwitchML over a baseline, without compute/comm overlap.
 
     One iteration = compute + gradient all-reduce, so its time is compute + comm and the
-    speedup is ``(compute * D + comm_baseline) / (compute * D + comm_switchml)``, where D is
-    the time-dilation factor applied to real-hardware compute times (``compute_s``) so
-    they match communication measured on slowed-down links. Communication-bound models
-    (compute small) approach comm_baseline / comm_switchml; compute-bound ones approach 1.
+    speedup is ``(compute + comm_baseline) / (compute + comm_switchml)``. All three times
+    must be on the same clock: in emulation ``compute_s`` is the real-hardware compute time
+    multiplied by the time-dilation factor D (``time_dilation_factor``), because the
+    measured communication is D times slower than on the reference links.
+    Communication-bound models (compute small) approach comm_baseline / comm_switchml;
+    compute-bound ones approach 1.
     """
     if min(compute_s, comm_baseline_s, comm_switchml_s) < 0:
         raise ValueError("times must be non-negative")
-    _require_positive(dilation=dilation)
-    compute = compute_s * dilation
-    return (compute + comm_baseline_s) / (compute + comm_switchml_s)
+    _require_positive(total_switchml_s=compute_s + comm_switchml_s)
+    return (compute_s + comm_baseline_s) / (compute_s + comm_switchml_s)
 
 
-def expected_training_speedup_over_ring(
-    compute_s: float, comm_ring_s: float, n_workers: int, dilation: float = 1.0
-) -> float:
+def expected_training_speedup_over_ring(compute_s: float, comm_ring_s: float, n_workers: int) -> float:
     """Training speedup over a ring if SwitchML were exactly 2(n-1)/n times faster at communicating.
 
     Plugs ``comm_switchml = comm_ring / expected_speedup_over_ring(n)`` into
     ``training_speedup``: the expectation a measured bar is compared with.
     """
-    return training_speedup(compute_s, comm_ring_s, comm_ring_s / expected_speedup_over_ring(n_workers), dilation)
+    return training_speedup(compute_s, comm_ring_s, comm_ring_s / expected_speedup_over_ring(n_workers))
 
 
 def _require_workers(n_workers: int) -> None:

@@ -74,6 +74,7 @@ def loss_timeline_table(results: Results) -> pd.DataFrame:
     jobs = jobs[(jobs["method"] == SWITCHML) & (jobs["loss"] > 0)]
     if jobs.empty:
         raise MissingData("no SwitchML job with loss > 0")
+    _require_link_rate(jobs)
     job = jobs.sort_values(["loss", "repetition"], ascending=[False, True]).iloc[0]
     timeline = results.timeline
     selected = timeline[
@@ -94,26 +95,30 @@ def loss_timeline_table(results: Results) -> pd.DataFrame:
 
 
 def training_speedup_table(results: Results, reference_link_bps: float = REFERENCE_LINK_BPS) -> pd.DataFrame:
-    """Per workload and baseline: training speedup of SwitchML from measured comm and dilated compute.
+    """Per workload and baseline: training speedup of SwitchML from measured comm and compute times.
 
     Communication time per iteration is the job TAT of all-reducing the workload's gradients
     (median over repetitions); the spread combines the extremes (best baseline with worst
-    SwitchML and vice versa). ``expected_speedup`` is the 2(n-1)/n model applied to the
-    measured ring time (defined for the ring only).
+    SwitchML and vice versa). runs.csv ``compute_s`` is already multiplied by the config's
+    time-dilation factor, which is carried along (``dilation``) next to the factor the link
+    rates call for (``link_slowdown`` = reference / emulated rate) so the figure can show
+    both. ``expected_speedup`` is the 2(n-1)/n model applied to the measured ring time.
     """
     jobs = sweep_jobs(results, "workload")
-    comm = summarize(jobs, ["workload", "method", "n_workers", "link_mbps", "compute_s"], "tat_s")
+    comm = summarize(jobs, ["run", "workload", "method", "n_workers", "link_mbps", "compute_s"], "tat_s")
     switchml = comm[comm["method"] == SWITCHML].set_index("workload")
     baselines = comm[comm["method"].isin(BASELINES)]
     if switchml.empty or baselines.empty:
         raise MissingData("training speedup needs SwitchML and a ring or PS baseline")
+    _require_link_rate(comm)
+    dilations = results.summary.set_index("run")["time_dilation"]
     rows = []
     for base in baselines.itertuples(index=False):
         if base.workload not in switchml.index:
             continue
         sml = switchml.loc[base.workload]
-        dilation = models.time_dilation_factor(reference_link_bps, base.link_mbps * 1e6)
         compute = base.compute_s
+        expected = models.expected_training_speedup_over_ring(compute, base.tat_s_median, int(base.n_workers))
         rows.append(
             {
                 "workload": base.workload,
@@ -121,23 +126,26 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
                 "n_workers": base.n_workers,
                 "link_mbps": base.link_mbps,
                 "reference_link_gbps": reference_link_bps / 1e9,
-                "dilation": dilation,
+                "link_slowdown": models.time_dilation_factor(reference_link_bps, base.link_mbps * 1e6),
+                "dilation": dilations[base.run],
                 "compute_s": compute,
                 "comm_baseline_s": base.tat_s_median,
                 "comm_switchml_s": sml["tat_s_median"],
-                "speedup_median": models.training_speedup(compute, base.tat_s_median, sml["tat_s_median"], dilation),
-                "speedup_min": models.training_speedup(compute, base.tat_s_min, sml["tat_s_max"], dilation),
-                "speedup_max": models.training_speedup(compute, base.tat_s_max, sml["tat_s_min"], dilation),
-                "expected_speedup": models.expected_training_speedup_over_ring(
-                    compute, base.tat_s_median, int(base.n_workers), dilation
-                )
-                if base.method == "ring"
-                else float("nan"),
+                "speedup_median": models.training_speedup(compute, base.tat_s_median, sml["tat_s_median"]),
+                "speedup_min": models.training_speedup(compute, base.tat_s_min, sml["tat_s_max"]),
+                "speedup_max": models.training_speedup(compute, base.tat_s_max, sml["tat_s_min"]),
+                "expected_speedup": expected if base.method == "ring" else float("nan"),
             }
         )
     if not rows:
         raise MissingData("no workload was measured with both SwitchML and a baseline")
     return pd.DataFrame(rows)
+
+
+def _require_link_rate(stats: pd.DataFrame) -> None:
+    """Bounds and dilation are relative to the link rate: without shaping there is nothing to draw."""
+    if stats["link_mbps"].isna().any():
+        raise MissingData("links were not rate-limited (link_mbps empty): no line-rate bound to compare with")
 
 
 def _point_keys(x: str) -> list[str]:
@@ -153,6 +161,7 @@ def _rate_table(results: Results, x: str) -> pd.DataFrame:
 
 def _with_bounds(stats: pd.DataFrame) -> pd.DataFrame:
     """Add the SwitchML line-rate and ring ATE/s bounds for each row's link rate, k and n."""
+    _require_link_rate(stats)
     link_bps = stats["link_mbps"] * 1e6
     stats["line_rate_bound_ate_per_s"] = [
         models.switchml_line_rate_ate(bps, int(k)) for bps, k in zip(link_bps, stats["k"], strict=True)
