@@ -148,12 +148,14 @@ def test_stuck_peer_raises_error_naming_it_within_timeout(method: str) -> None:
             p.join()
     assert got[2] == "connected"
     stuck = f"rank 2 at {peers[2][0]}:{peers[2][1]}"
-    # Rank 0 receives from rank 2 in both methods, so its error must name rank 2.
-    message, elapsed = got[0]
-    assert stuck in message, message
-    assert elapsed < 1.0 + 2.0, f"error took {elapsed:.1f} s with a 1 s timeout"
-    message, elapsed = got[1]
-    assert message != "no error" and elapsed < 3.0
+    # The first rank to time out names the stuck rank 2; the other may instead report that
+    # rank closing on it (which one times out first depends on scheduling). Both fail fast.
+    messages = {rank: got[rank][0] for rank in (0, 1)}
+    assert any(stuck in m for m in messages.values()), messages
+    for rank in (0, 1):
+        message, elapsed = got[rank]
+        assert message != "no error"
+        assert elapsed < 1.0 + 2.0, f"rank {rank}: error took {elapsed:.1f} s with a 1 s timeout"
 
 
 def test_peer_that_never_listens_fails_connect_with_its_name() -> None:
