@@ -141,6 +141,12 @@ class EmbeddedSwitchProcess:
         return self._process.pid if self.running else None
 
     @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError(f"switch {self.name} is not started")
+        return self._process.pid
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

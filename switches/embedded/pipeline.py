@@ -71,8 +71,9 @@ class SwitchMLPipeline:
         kind = decision[0]
         if kind == RESULT_TO_GROUP:
             update_headers = bytes(packet.view[:ADDRESS_HEADERS_BYTES])
+            emit_result = self._emit_result
             for rid, port in self.traffic_manager.replicas(decision[1]):
-                self._emit_result(update_headers, rid, port)
+                emit_result(update_headers, rid, port)
         elif kind == RESULT_TO_PORT:
             self._emit_result(bytes(packet.view[:ADDRESS_HEADERS_BYTES]), decision[2], decision[1])
         elif kind == TO_PORT:
@@ -87,8 +88,9 @@ class SwitchMLPipeline:
         headers = self.egress.result_headers(update_headers, rank)
         if headers is None:  # rank_addr_table miss -> drop
             return
-        self.packet.frame[:ADDRESS_HEADERS_BYTES] = headers
-        self._emit(port, self.packet.result_view)
+        packet = self.packet
+        packet.frame[:ADDRESS_HEADERS_BYTES] = headers
+        self._emit(port, packet.result_view)
 
     def _emit(self, port: int, frame: memoryview) -> None:
         if not self.egress.admit(len(frame)):

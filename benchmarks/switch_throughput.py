@@ -1,0 +1,235 @@
+"""How many SwitchML updates per second the embedded switch aggregates (k = 32 by default).
+
+Creates its own namespaces and veth pairs (tests/netns_harness.py), starts the switch,
+programs one job of n ranks through switches/programming.py and drives it from this one
+process: pre-built update frames, one raw socket per rank, self-clocked like the worker
+protocol — when rank 0 receives a slot's result, all ranks send that slot's next round
+(the other set). A stall (no result for STALL_S) resends every outstanding update, as the
+workers' timers would. Ranks other than 0 never read their results: UDP sinks absorb them
+so the hosts' kernels stay quiet.
+
+Run as root:  .venv/bin/python benchmarks/switch_throughput.py [--ranks 2 4 8] [--seconds 5]
+Writes results/benchmarks/switch_throughput.csv and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import logging
+import os
+import select
+import socket
+import struct
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+import numpy as np  # noqa: E402
+
+from protocol import params  # noqa: E402
+from protocol.packet import SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
+from switches import programming  # noqa: E402
+from switches.embedded.launcher import EmbeddedSwitchProcess  # noqa: E402
+from tests.netns_harness import Host, Testbed  # noqa: E402
+
+log = logging.getLogger("switch_throughput")
+
+JOB = 1
+STALL_S = 0.02
+RESULT_FIELDS = struct.Struct("!BBxxH")
+"""msg_type, shadow_set, slot at the start of switchml_h."""
+OUTPUT_DIR = REPO_ROOT / "results" / "benchmarks"
+
+
+@dataclass
+class Measurement:
+    ranks: int
+    k: int
+    window_slots: int
+    seconds: float
+    rounds: int
+    updates_per_s: float
+    results_out_per_s: float
+    elements_per_s: float
+    stalls: int
+    switch_rx_drops: int
+    retx_ignored: int
+    unicast_results: int
+    switch_user_us_per_update: float
+    switch_sys_us_per_update: float
+    switch_cpu_share: float
+    """Fraction of one core the switch got while measured (the rest went to other work)."""
+
+
+def build_frames(hosts: list[Host], window: int, k: int) -> list[list[list[bytes]]]:
+    """frames[slot][set][rank]: every update the generator will ever send, built once."""
+    switch = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
+    rng = np.random.default_rng(0)
+    return [
+        [
+            [
+                build_frame(
+                    Endpoint(h.mac, h.ipv4, params.WORKER_UDP_PORT),
+                    switch,
+                    encode_payload(SwitchMLHeader(params.MSG_UPDATE, shadow_set, JOB, slot, k, 0, slot), rng.integers(-1000, 1000, k)),
+                )
+                for h in hosts
+            ]
+            for shadow_set in (0, 1)
+        ]
+        for slot in range(window)
+    ]
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def drive(
+    sockets: list[socket.socket], frames: list[list[list[bytes]]], seconds: float, warmup: float, on_measure: Callable[[], None]
+) -> tuple[int, float, int]:
+    """Self-clocked load; returns (rounds completed in the measured window, its length, stalls).
+
+    ``on_measure`` is called when the measured window starts and when it ends.
+    """
+    sends = [s.send for s in sockets]
+    listener = sockets[0]
+    listener.setblocking(False)
+    recv_into = listener.recv_into
+    buffer = bytearray(2048)
+    window = len(frames)
+    current = [0] * window
+    for slot in range(window):
+        for send, frame in zip(sends, frames[slot][0]):
+            send(frame)
+    rounds = stalls = 0
+    start = time.monotonic()
+    measure_from, end = start + warmup, start + warmup + seconds
+    rounds_at_start = None
+    poll = select.poll()
+    poll.register(listener, select.POLLIN)
+    while True:
+        now = time.monotonic()
+        if rounds_at_start is None and now >= measure_from:
+            rounds_at_start, measure_from = rounds, now
+            on_measure()
+        if now >= end:
+            on_measure()
+            return rounds - rounds_at_start, now - measure_from, stalls
+        if not poll.poll(STALL_S * 1000):
+            stalls += 1
+            for slot in range(window):
+                for send, frame in zip(sends, frames[slot][current[slot]]):
+                    send(frame)
+            continue
+        while True:
+            try:
+                recv_into(buffer)
+            except BlockingIOError:
+                break
+            msg_type, shadow_set, slot = RESULT_FIELDS.unpack_from(buffer, SWITCHML_OFFSET)
+            if msg_type != params.MSG_RESULT or slot >= window or shadow_set != current[slot]:
+                continue  # a duplicate (unicast answer to a resend) or stray frame
+            current[slot] = next_set = shadow_set ^ 1
+            rounds += 1
+            for send, frame in zip(sends, frames[slot][next_set]):
+                try:
+                    send(frame)
+                except BlockingIOError:
+                    pass  # lost like on a wire; the stall timer resends
+
+
+def measure(n: int, k: int, window: int, seconds: float, warmup: float, log_dir: Path, profile: Path | None) -> Measurement:
+    with Testbed(n) as bed, contextlib.ExitStack() as stack:
+        for host in bed.hosts[1:]:
+            sink = stack.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
+            sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        switch = EmbeddedSwitchProcess(bed.switch_ports, log_dir, name=f"switch-n{n}", k=k, max_pool_size=max(window, 1), log_level="WARNING", profile=profile)
+        switch.start()
+        stack.callback(switch.stop)
+        control = stack.enter_context(switch.control())
+        programming.program_forwarding(control, list(bed.switch_ports), {})
+        workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in bed.hosts]
+        programming.program_aggregation(control, programming.JobProgram(JOB, workers))
+        sockets = [stack.enter_context(h.raw_socket()) for h in bed.hosts]
+        frames = build_frames(bed.hosts, window, k)
+        cpu: list[tuple[float, float]] = []
+        rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(cpu_seconds(switch.pid)))
+        counts = programming.read_event_counters(control)
+        stats = control.stats()
+    return Measurement(
+        ranks=n,
+        k=k,
+        window_slots=window,
+        seconds=round(elapsed, 3),
+        rounds=rounds,
+        updates_per_s=round(rounds * n / elapsed),
+        results_out_per_s=round(rounds * n / elapsed),
+        elements_per_s=round(rounds * k / elapsed),
+        stalls=stalls,
+        switch_rx_drops=sum(stats["rx_drops"].values()),
+        retx_ignored=counts["EV_RETX_IGNORED"],
+        unicast_results=counts["EV_RESULT_UNICAST"],
+        switch_user_us_per_update=round((cpu[1][0] - cpu[0][0]) * 1e6 / max(rounds * n, 1), 2),
+        switch_sys_us_per_update=round((cpu[1][1] - cpu[0][1]) * 1e6 / max(rounds * n, 1), 2),
+        switch_cpu_share=round((sum(cpu[1]) - sum(cpu[0])) / elapsed, 2),
+    )
+
+
+def write_tables(rows: list[Measurement], output_dir: Path) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    fields = list(asdict(rows[0]))
+    with (output_dir / "switch_throughput.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in rows)
+    lines = ["| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
+    lines += ["| " + " | ".join(str(v) for v in asdict(r).values()) + " |" for r in rows]
+    table = "\n".join(lines)
+    (output_dir / "switch_throughput.md").write_text(
+        "# Embedded switch throughput\n\n"
+        f"Frame {frame_bytes(rows[0].k)} bytes; one generator process, self-clocked; 2-core machine shared "
+        "with other work, so expect noise. elements_per_s = aggregated tensor elements per second.\n\n" + table + "\n"
+    )
+    print(table)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--k", type=int, default=params.K)
+    parser.add_argument("--window", type=int, default=64, help="slots in flight (pool size used)")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--profile", action="store_true", help="run the switch under cProfile (slower) and print the top functions")
+    parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR)
+    parser.add_argument("--log-dir", type=Path, default=Path("/tmp/switch_throughput"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    rows = []
+    for n in args.ranks:
+        profile = args.log_dir / f"switch-n{n}.prof" if args.profile else None
+        row = measure(n, args.k, args.window, args.seconds, args.warmup, args.log_dir, profile)
+        log.info("%s", row)
+        rows.append(row)
+        if profile is not None:
+            import pstats
+
+            pstats.Stats(str(profile)).sort_stats("tottime").print_stats(15)
+    if not args.profile:
+        write_tables(rows, args.output_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
