@@ -185,6 +185,8 @@ def host_ipv4(index: int) -> str:
 class Testbed:
     """``n_hosts`` hosts, each cabled to one switch port (host i on port i + 1)."""
 
+    __test__ = False  # not a pytest test class despite its name
+
     n_hosts: int
     prefix: str = field(default_factory=lambda: f"sml{os.getpid()}{'abcdefghijklmnopqrstuvwxyz'[next(_testbed_counter) % 26]}")
     hosts: list[Host] = field(default_factory=list)
