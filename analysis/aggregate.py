@@ -57,3 +57,31 @@ def summarize(jobs: pd.DataFrame, by: list[str], value: str) -> pd.DataFrame:
         }
     )
     return stats.reset_index()
+
+
+SWEEP_PRIORITY = ("workload", "n_workers", "pool_size", "loss", "elements")
+"""Columns a figure can sweep, in the order that decides which one a run sweeps."""
+
+
+def swept_column(runs: pd.DataFrame) -> str | None:
+    """Which runs.csv column the rows of one run sweep, or None for a run without a sweep.
+
+    runs.csv names the sweep in ``sweep_param``, but the runner writes the config path it
+    overrides (``topology.workers``, ``workload.model``), not a column name, so a sweep is
+    recognised by the column whose value changes between points. Several can change
+    together (a workload sweep changes the tensor size too), so the first varying column in
+    ``SWEEP_PRIORITY`` wins: the one whose change explains the others'. A ``sweep_param``
+    that already is a column name is taken as it is.
+    """
+    params = set(runs["sweep_param"])
+    if params <= {""}:
+        return None
+    if len(params) == 1 and (param := params.pop()) in SWEEP_PRIORITY:
+        return param
+    per_point = runs.groupby("point")[list(SWEEP_PRIORITY)].first()
+    return next((column for column in SWEEP_PRIORITY if per_point[column].nunique() > 1), None)
+
+
+def runs_sweeping(runs: pd.DataFrame, column: str) -> list[str]:
+    """The ``run`` ids whose points sweep ``column``."""
+    return [run for run, rows in runs.groupby("run", sort=True) if swept_column(rows) == column]

@@ -1,7 +1,8 @@
 """The list of paper figures and how each one is made from a set of runs.
 
 The command line and the notebooks both go through ``render`` so a figure looks the same
-wherever it is drawn. Each figure needs one sweep (``sweep_param`` in runs.csv); when
+wherever it is drawn. Each figure needs a run that sweeps one runs.csv column
+(``sweep_column``, recognised by ``aggregate.swept_column``); when
 several runs provide it, the newest run (summary.json ``started_utc``) is used, because a
 rerun of a configuration supersedes the older one and mixing runs would mix link rates.
 """
@@ -18,6 +19,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import figures, tables
+from analysis.aggregate import runs_sweeping
 from analysis.context import emulation_context
 from analysis.load import Results
 from analysis.tables import MissingData
@@ -30,7 +32,7 @@ class FigureSpec:
     """A figure: its file name, the sweep it needs, its numbers, its drawing, a student's note."""
 
     name: str
-    sweep_param: str
+    sweep_column: str
     table: Callable[[Results], pd.DataFrame]
     draw: Callable[..., Figure]
     explanation: str
@@ -147,21 +149,21 @@ def by_name(name: str) -> FigureSpec:
     raise KeyError(f"no figure named {name!r}; known: {', '.join(spec.name for spec in FIGURES)}")
 
 
-def select_run(results: Results, sweep_param: str) -> Results:
-    """The newest run that sweeps ``sweep_param``; raises MissingData if none does."""
-    sweeping = set(results.runs.loc[results.runs["sweep_param"] == sweep_param, "run"])
+def select_run(results: Results, sweep_column: str) -> Results:
+    """The newest run that sweeps ``sweep_column``; raises MissingData if none does."""
+    sweeping = runs_sweeping(results.runs, sweep_column)
     if not sweeping:
-        raise MissingData(f"no run sweeps {sweep_param}")
+        raise MissingData(f"no run sweeps {sweep_column}")
     candidates = results.summary[results.summary["run"].isin(sweeping)].sort_values(["started_utc", "run"])
     chosen = candidates["run"].iloc[-1]
     if len(candidates) > 1:
-        log.info("%s: using newest run %s, ignoring %s", sweep_param, chosen, ", ".join(candidates["run"].iloc[:-1]))
+        log.info("%s: using newest run %s, ignoring %s", sweep_column, chosen, ", ".join(candidates["run"].iloc[:-1]))
     return results.only(chosen)
 
 
 def render(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure]:
     """The table and figure ``spec`` draws from ``results``; raises MissingData if it cannot."""
-    run = select_run(results, spec.sweep_param)
+    run = select_run(results, spec.sweep_column)
     table = spec.table(run)
     return table, spec.draw(table, emulation_context(run))
 

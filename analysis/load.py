@@ -122,7 +122,8 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     frame[text_columns] = frame[text_columns].fillna("")
     unknown = sorted(set(frame["method"]) - set(METHODS)) if "method" in frame.columns else []
     if unknown:
-        raise ResultsFormatError(f"{path}: unknown method(s) {', '.join(unknown)} (expected one of {', '.join(METHODS)})")
+        expected = ", ".join(METHODS)
+        raise ResultsFormatError(f"{path}: unknown method(s) {', '.join(unknown)} (expected one of {expected})")
     if "verified" in frame.columns:
         frame["verified"] = frame["verified"].map(_parse_bool)
     return frame

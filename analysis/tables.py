@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import models
-from analysis.aggregate import job_table, summarize
+from analysis.aggregate import job_table, runs_sweeping, summarize
 from analysis.load import Results
 from protocol.packet import frame_bytes
 
@@ -27,11 +27,11 @@ class MissingData(LookupError):
     """The results do not contain what a figure needs."""
 
 
-def sweep_jobs(results: Results, sweep_param: str) -> pd.DataFrame:
-    """Per-job rows of the points that sweep ``sweep_param``."""
-    runs = results.runs[results.runs["sweep_param"] == sweep_param]
+def sweep_jobs(results: Results, column: str) -> pd.DataFrame:
+    """Per-job rows of the runs that sweep ``column`` (see ``aggregate.swept_column``)."""
+    runs = results.runs[results.runs["run"].isin(runs_sweeping(results.runs, column))]
     if runs.empty:
-        raise MissingData(f"no points sweep {sweep_param}")
+        raise MissingData(f"no run sweeps {column}")
     return job_table(runs)
 
 

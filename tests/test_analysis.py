@@ -114,39 +114,46 @@ def write_csv(path: Path, rows: list[dict[str, str]]) -> None:
         writer.writerows(rows)
 
 
-def newest_run_sweeping(root: Path, sweep_param: str) -> Path:
-    """The run directory the catalog must pick: newest started_utc among runs sweeping the param."""
-    candidates = [
-        csv_path.parent
-        for csv_path in root.rglob("runs.csv")
-        if any(row["sweep_param"] == sweep_param for row in read_csv(csv_path))
-    ]
+SWEEP_PRIORITY = ("workload", "n_workers", "pool_size", "loss", "elements")
+
+
+def swept(rows: list[dict[str, str]]) -> str | None:
+    """The column a run sweeps: sweep_param if it is a column name, else the first one that varies."""
+    params = {row["sweep_param"] for row in rows}
+    if params <= {""}:
+        return None
+    if len(params) == 1 and next(iter(params)) in SWEEP_PRIORITY:
+        return next(iter(params))
+    return next((column for column in SWEEP_PRIORITY if len({row[column] for row in rows}) > 1), None)
+
+
+def newest_run_sweeping(root: Path, column: str) -> Path:
+    """The run directory the catalog must pick: newest started_utc among runs sweeping the column."""
+    candidates = [csv_path.parent for csv_path in root.rglob("runs.csv") if swept(read_csv(csv_path)) == column]
     if not candidates:
-        pytest.skip(f"the results fixture has no {sweep_param} sweep")
+        pytest.skip(f"the results fixture has no {column} sweep")
     return max(candidates, key=lambda run: json.loads((run / "summary.json").read_text())["started_utc"])
 
 
-def job_tats(run: Path, sweep_param: str) -> dict[tuple[str, str, str], float]:
+def job_tats(run: Path) -> dict[tuple[str, str, str], float]:
     """(point, method, repetition) -> TAT of the slowest worker."""
     tats: dict[tuple[str, str, str], float] = defaultdict(float)
     for row in read_csv(run / "runs.csv"):
-        if row["sweep_param"] == sweep_param:
-            key = (row["point"], row["method"], row["repetition"])
-            tats[key] = max(tats[key], float(row["tat_s"]))
+        key = (row["point"], row["method"], row["repetition"])
+        tats[key] = max(tats[key], float(row["tat_s"]))
     return tats
 
 
-def point_rows(run: Path, sweep_param: str) -> dict[tuple[str, str], dict[str, str]]:
+def point_rows(run: Path) -> dict[tuple[str, str], dict[str, str]]:
     """(point, method) -> one worker row (its configuration columns)."""
-    rows = read_csv(run / "runs.csv")
-    return {(row["point"], row["method"]): row for row in rows if row["sweep_param"] == sweep_param}
+    return {(row["point"], row["method"]): row for row in read_csv(run / "runs.csv")}
 
 
-def medians_by(run: Path, sweep_param: str, column: str, value) -> dict[str, dict[float, float]]:
+def medians_by(run: Path, column: str, value) -> dict[str, dict[float, float]]:
     """method -> {x (float of ``column``) -> median over repetitions of value(row, job TAT)}."""
-    rows = point_rows(run, sweep_param)
+    rows = point_rows(run)
     samples: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for (point, method, _), tat in job_tats(run, sweep_param).items():
+    for (point, method, _), tat in job_tats(run).items():
         row = rows[(point, method)]
         samples[method][float(row[column])].append(value(row, tat))
     return {method: {x: statistics.median(v) for x, v in by_x.items()} for method, by_x in samples.items()}
@@ -210,9 +217,9 @@ def test_job_tat_is_the_slowest_worker(results) -> None:
     assert got == pytest.approx(dict(expected))
 
 
-def copy_run(tmp_path: Path, sweep_param: str = "n_workers") -> Path:
+def copy_run(tmp_path: Path, column: str = "n_workers") -> Path:
     target = tmp_path / "copy" / "run"
-    shutil.copytree(newest_run_sweeping(FIXTURE, sweep_param), target)
+    shutil.copytree(newest_run_sweeping(FIXTURE, column), target)
     return target
 
 
@@ -252,11 +259,11 @@ def test_directory_without_runs_is_an_error(tmp_path: Path) -> None:
 
 
 def test_every_figure_with_data_is_written(tmp_path: Path, caplog) -> None:
-    swept = {row["sweep_param"] for path in FIXTURE.rglob("runs.csv") for row in read_csv(path)}
+    present = {swept(read_csv(path)) for path in FIXTURE.rglob("runs.csv")}
     with caplog.at_level(logging.INFO):
         assert main([str(FIXTURE), "--out", str(tmp_path)]) == 0
     for spec in FIGURES:
-        if spec.sweep_param in swept:
+        if spec.sweep_column in present:
             for suffix in ("png", "pdf", "csv"):
                 assert (tmp_path / f"{spec.name}.{suffix}").stat().st_size > 0, f"{spec.name}.{suffix}"
         else:
@@ -278,8 +285,8 @@ def test_ate_vs_workers(results) -> None:
     ax = fig.axes[0]
     assert ax.get_xlabel() == "number of workers"
     assert ax.get_ylabel() == "ATE/s (aggregated elements / s)"
-    assert_series(ax, medians_by(run, "n_workers", "n_workers", ate))
-    row = next(iter(point_rows(run, "n_workers").values()))
+    assert_series(ax, medians_by(run, "n_workers", ate))
+    row = next(iter(point_rows(run).values()))
     link_bps, k = float(row["link_mbps"]) * 1e6, int(row["k"])
     x, y = model_line(ax, LINE_RATE_LABEL)
     assert y == pytest.approx([models.switchml_line_rate_ate(link_bps, k)] * len(x))
@@ -289,12 +296,12 @@ def test_ate_vs_workers(results) -> None:
 
 def test_ate_vs_workers_normalised(results) -> None:
     run = newest_run_sweeping(FIXTURE, "n_workers")
-    row = next(iter(point_rows(run, "n_workers").values()))
+    row = next(iter(point_rows(run).values()))
     bound = models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"]))
     _, fig = render(by_name("ate_vs_workers_normalised"), results)
     ax = fig.axes[0]
     assert ax.get_ylabel() == "ATE/s ÷ SwitchML line-rate bound"
-    assert_series(ax, medians_by(run, "n_workers", "n_workers", lambda r, tat: ate(r, tat) / bound))
+    assert_series(ax, medians_by(run, "n_workers", lambda r, tat: ate(r, tat) / bound))
     assert set(model_line(ax, LINE_RATE_LABEL)[1]) == {1.0}
 
 
@@ -304,15 +311,15 @@ def test_tat_vs_size(results) -> None:
     ax = fig.axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("tensor size (elements)", "TAT (s)")
-    assert_series(ax, medians_by(run, "elements", "elements", lambda r, tat: tat))
-    row = next(iter(point_rows(run, "elements").values()))
+    assert_series(ax, medians_by(run, "elements", lambda r, tat: tat))
+    row = next(iter(point_rows(run).values()))
     x, y = model_line(ax, LINE_RATE_LABEL)
     assert y == pytest.approx(x / models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"])))
 
 
 def test_tat_inflation_vs_loss(results) -> None:
     run = newest_run_sweeping(FIXTURE, "loss")
-    tats = medians_by(run, "loss", "loss", lambda r, tat: tat)
+    tats = medians_by(run, "loss", lambda r, tat: tat)
     _, fig = render(by_name("tat_inflation_vs_loss"), results)
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("loss rate per link (%)", "TAT(loss) / TAT(0)")
@@ -329,10 +336,10 @@ def test_loss_timeline(results) -> None:
     _, fig = render(by_name("loss_timeline"), results)
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("time since job start (ms)", "packets sent per 10 ms")
-    switchml = {point: row for (point, method), row in point_rows(run, "loss").items() if method == "switchml"}
+    switchml = {point: row for (point, method), row in point_rows(run).items() if method == "switchml"}
     worst = max(float(row["loss"]) for row in switchml.values())
     point = next(point for point, row in switchml.items() if float(row["loss"]) == worst)
-    first = min(int(rep) for (p, m, rep) in job_tats(run, "loss") if (p, m) == (point, "switchml"))
+    first = min(int(rep) for (p, m, rep) in job_tats(run) if (p, m) == (point, "switchml"))
     timeline = [
         row
         for row in read_csv(run / "timeline.csv")
@@ -352,14 +359,14 @@ def test_pool_size_sensitivity(results) -> None:
     _, fig = render(by_name("pool_size_sensitivity"), results)
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("pool size (slots)", "ATE/s (aggregated elements / s)")
-    assert_series(ax, medians_by(run, "pool_size", "pool_size", ate))
+    assert_series(ax, medians_by(run, "pool_size", ate))
 
 
 def test_training_speedup(results) -> None:
     run = newest_run_sweeping(FIXTURE, "workload")
-    rows = point_rows(run, "workload")
+    rows = point_rows(run)
     comm: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for (point, method, _), tat in job_tats(run, "workload").items():
+    for (point, method, _), tat in job_tats(run).items():
         comm[(rows[(point, method)]["workload"], method)].append(tat)
     table, fig = render(by_name("training_speedup"), results)
     ax = fig.axes[0]
@@ -378,9 +385,9 @@ def test_training_speedup(results) -> None:
 
 @pytest.mark.parametrize("spec", FIGURES, ids=lambda spec: spec.name)
 def test_every_figure_states_the_emulation(results, spec) -> None:
-    run = newest_run_sweeping(FIXTURE, spec.sweep_param)
+    run = newest_run_sweeping(FIXTURE, spec.sweep_column)
     summary = json.loads((run / "summary.json").read_text())
-    link = float(next(iter(point_rows(run, spec.sweep_param).values()))["link_mbps"])
+    link = float(next(iter(point_rows(run).values()))["link_mbps"])
     _, fig = render(spec, results)
     subtitle = fig.axes[0].get_title(loc="left")
     assert f"{link:g} Mbit/s" in subtitle and summary["switch_target"] in subtitle and "Emulation" in subtitle
@@ -397,7 +404,8 @@ def set_fidelity(run: Path, kept_up: bool, cpu: float, achieved_fraction: float 
     rows = read_csv(run / "fidelity.csv")
     for row in rows:
         row["cpu_busy_fraction"] = str(cpu)
-        row["achieved_mbps"] = "" if achieved_fraction is None else str(float(row["configured_mbps"]) * achieved_fraction)
+        configured = float(row["configured_mbps"])
+        row["achieved_mbps"] = "" if achieved_fraction is None else str(configured * achieved_fraction)
     write_csv(run / "fidelity.csv", rows)
 
 
