@@ -1,0 +1,136 @@
+"""Property tests of SwitchML's block floating-point quantization (protocol/quantize.py)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from protocol.quantize import (
+    INT32_MAX,
+    block_exponents,
+    element_scales,
+    error_bound,
+    expected_sum,
+    quantize,
+)
+
+K = 8
+EXTREME = float(np.float32(1e30))
+TINY = 1e-30
+FLT_MIN = 2.0**-126
+
+
+def _log_uniform(sign: float, log10: float) -> float:
+    return float(np.float32(sign * 10.0**log10))
+
+
+MAGNITUDES = st.one_of(
+    st.just(0.0),
+    st.floats(-FLT_MIN, FLT_MIN, width=32, allow_subnormal=True),  # denormals
+    st.builds(_log_uniform, st.sampled_from([-1.0, 1.0]), st.floats(np.log10(TINY), np.log10(EXTREME))),
+    st.floats(-EXTREME, EXTREME, width=32, allow_subnormal=True),
+)
+"""Zeros, denormals, and 1e-30..1e30 of either sign, so one block mixes scales."""
+
+
+@st.composite
+def worker_tensors(draw: st.DrawFn, n: int | None = None) -> list[np.ndarray]:
+    n = draw(st.integers(1, 32)) if n is None else n
+    length = draw(st.integers(1, 3 * K))
+    return list(draw(arrays(np.float32, (n, length), elements=MAGNITUDES)))
+
+
+def exact_sum(inputs: list[np.ndarray], i: int) -> Fraction:
+    return sum((Fraction(float(x[i])) for x in inputs), Fraction(0))
+
+
+@settings(max_examples=150, deadline=None)
+@given(worker_tensors())
+def test_error_bound_holds_against_the_exact_sum(inputs: list[np.ndarray]) -> None:
+    n = len(inputs)
+    result = expected_sum(inputs, K, n)
+    bound = error_bound(result.scale, n, result.values)
+    for i in range(len(inputs[0])):
+        error = abs(Fraction(float(result.values[i])) - exact_sum(inputs, i))
+        assert error <= Fraction(float(bound[i])), f"element {i}: error {float(error)} > bound {bound[i]}"
+
+
+@settings(max_examples=150, deadline=None)
+@given(worker_tensors())
+def test_expected_sum_matches_a_float64_sum(inputs: list[np.ndarray]) -> None:
+    """The float64 sum has its own rounding error, at most (n-1) 2^-53 sum|x|."""
+    n = len(inputs)
+    stacked = np.stack(inputs).astype(np.float64)
+    direct = stacked.sum(axis=0)
+    result = expected_sum(inputs, K, n)
+    slack = (n - 1) * 2.0**-53 * np.abs(stacked).sum(axis=0)
+    assert np.all(np.abs(result.values - direct) <= error_bound(result.scale, n, result.values) + slack)
+
+
+def _same_value(v: float) -> list[np.ndarray]:
+    return [np.full(K, v, dtype=np.float32)] * 32
+
+
+@settings(max_examples=80, deadline=None)
+@given(worker_tensors(n=32))
+@example(_same_value(2.0**99))  # x * f == M exactly: the largest possible quantized value
+@example(_same_value(-(2.0**-126)))
+@example(_same_value(float(np.nextafter(np.float32(2.0**100), np.float32(0)))))  # rounds up towards M
+@example(_same_value(float(np.nextafter(np.float32(2.0**127), np.float32(0)))))  # largest accepted value
+def test_no_overflow_with_32_workers(inputs: list[np.ndarray]) -> None:
+    n = len(inputs)
+    e_max = np.max(np.stack([block_exponents(x, K) for x in inputs]), axis=0)
+    scale = element_scales(e_max, n, K, len(inputs[0]))
+    quantized = np.stack([quantize(x, scale) for x in inputs]).astype(np.int64)
+    assert np.abs(quantized).max() <= INT32_MAX // n
+    total = quantized.sum(axis=0)
+    assert np.abs(total).max() <= INT32_MAX
+    np.testing.assert_array_equal(expected_sum(inputs, K, n).int_sum, total)
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float32, st.integers(1, 3 * K), elements=MAGNITUDES))
+def test_block_exponent_is_the_smallest_bounding_power_of_two(x: np.ndarray) -> None:
+    exponents = block_exponents(x, K)
+    assert len(exponents) == -(-len(x) // K)
+    for b, e in enumerate(exponents.tolist()):
+        m = float(np.abs(x[b * K : (b + 1) * K]).max())
+        assert m <= 2.0**e
+        assert e == -128 or 2.0 ** (e - 1) < m
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(np.nan, "nan: not finite"), (np.inf, "inf: not finite"), (-np.inf, "-inf: not finite"),
+     (2.0**127, "1.7014118346046923e+38: |x| >= 2^127"), (-3e38, "-3.0000000054977558e+38: |x| >= 2^127")],
+)
+def test_unquantizable_values_are_rejected_by_index(value: float, shown: str) -> None:
+    x = np.ones(20, dtype=np.float32)
+    x[13] = value
+    x[17] = np.nan  # only the first bad element is named
+    with pytest.raises(ValueError, match=r"element 13 = " + shown.replace("+", r"\+").replace("^", r"\^")):
+        expected_sum([np.ones(20, dtype=np.float32), x], K, 2)
+
+
+def test_int32_sum_wraps_like_the_switch() -> None:
+    values = [2**31 - 1, 2**31 - 1, -(2**31), 12345]
+    inputs = [np.array([v, -v - 1, 1], dtype=np.int32) for v in values]
+    result = expected_sum(inputs, K, 4)
+    for i in range(3):
+        true_sum = sum(int(x[i]) for x in inputs)
+        assert int(result.int_sum[i]) == (true_sum + 2**31) % 2**32 - 2**31
+    assert result.values is result.int_sum and result.scale is None
+
+
+def test_inputs_must_agree() -> None:
+    with pytest.raises(ValueError, match="one tensor per worker"):
+        expected_sum([np.ones(3, dtype=np.float32)], K, 2)
+    with pytest.raises(ValueError, match="lengths"):
+        expected_sum([np.ones(3, dtype=np.float32), np.ones(4, dtype=np.float32)], K, 2)
+    with pytest.raises(TypeError, match="float64"):
+        expected_sum([np.ones(3)], K, 1)
