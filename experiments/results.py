@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import pandas as pd
 import yaml
 
+from analysis.models import busbw, switchml_line_rate_ate
 from experiments import metrics
 from experiments.config import Experiment, Point
 from experiments.verify import Verdict
@@ -120,7 +121,7 @@ class ResultsWriter:
                 "dtype": point.workload["dtype"], "tensor_bytes": tensor_bytes, "k": point.protocol["k"],
                 "pool_size": point.protocol["pool_size"], "link_mbps": link_mbps(point), "loss": link_loss(point),
                 "loss_mechanism": loss_mechanism, "tat_s": tat, "ate_per_s": metrics.ate_per_s(elements, tat),
-                "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": metrics.busbw_bytes_per_s(algbw, n),
+                "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": busbw(algbw, n) if n > 1 else 0.0,
                 "packets_sent": stats["packets_sent"], "packets_received": stats["packets_received"],
                 "retransmissions": stats["retransmissions"], "timeouts": stats["timeouts"], "duplicates": stats["duplicates"],
                 "verified": verdict.verified, "max_abs_error": verdict.max_abs_error,
@@ -169,7 +170,7 @@ class ResultsWriter:
                 }
                 rate = link_mbps(point)
                 if method == "switchml" and rate is not None:
-                    bound = metrics.line_rate_bound_ate_per_s(rate, point.protocol["k"])
+                    bound = switchml_line_rate_ate(rate * 1e6, point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
                 methods[method] = entry
