@@ -56,7 +56,7 @@ class Measurement:
     seconds: float
     rounds: int
     updates_per_s: float
-    results_out_per_s: float
+    """Updates the switch aggregated per second; it sends as many result copies (n per round)."""
     elements_per_s: float
     stalls: int
     switch_rx_drops: int
@@ -66,6 +66,8 @@ class Measurement:
     switch_sys_us_per_update: float
     switch_cpu_share: float
     """Fraction of one core the switch got while measured (the rest went to other work)."""
+    updates_per_switch_cpu_s: float
+    """Updates per second of switch CPU time: what one dedicated core would sustain."""
 
 
 def build_frames(hosts: list[Host], window: int, k: int) -> list[list[list[bytes]]]:
@@ -167,6 +169,7 @@ def measure(n: int, k: int, window: int, seconds: float, warmup: float, log_dir:
         rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(cpu_seconds(switch.pid)))
         counts = programming.read_event_counters(control)
         stats = control.stats()
+    switch_cpu_s = sum(cpu[1]) - sum(cpu[0])
     return Measurement(
         ranks=n,
         k=k,
@@ -174,7 +177,6 @@ def measure(n: int, k: int, window: int, seconds: float, warmup: float, log_dir:
         seconds=round(elapsed, 3),
         rounds=rounds,
         updates_per_s=round(rounds * n / elapsed),
-        results_out_per_s=round(rounds * n / elapsed),
         elements_per_s=round(rounds * k / elapsed),
         stalls=stalls,
         switch_rx_drops=sum(stats["rx_drops"].values()),
@@ -182,7 +184,8 @@ def measure(n: int, k: int, window: int, seconds: float, warmup: float, log_dir:
         unicast_results=counts["EV_RESULT_UNICAST"],
         switch_user_us_per_update=round((cpu[1][0] - cpu[0][0]) * 1e6 / max(rounds * n, 1), 2),
         switch_sys_us_per_update=round((cpu[1][1] - cpu[0][1]) * 1e6 / max(rounds * n, 1), 2),
-        switch_cpu_share=round((sum(cpu[1]) - sum(cpu[0])) / elapsed, 2),
+        switch_cpu_share=round(switch_cpu_s / elapsed, 2),
+        updates_per_switch_cpu_s=round(rounds * n / switch_cpu_s) if switch_cpu_s else 0.0,
     )
 
 
