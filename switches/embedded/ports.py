@@ -3,8 +3,11 @@
 Options chosen for a switch rather than a host: the socket is bound before it can see any
 frame, ignores the frames it sends itself (PACKET_IGNORE_OUTGOING, otherwise every sent
 frame would come back as input), puts the interface in promiscuous mode (frames for the
-switch's virtual MAC are not addressed to the veth's own MAC), bypasses the qdisc and gets
-a large receive buffer so bursts from many workers queue instead of being dropped.
+switch's virtual MAC are not addressed to the veth's own MAC), and gets a large receive
+buffer so bursts from many workers queue instead of being dropped. Sends go through the
+interface's qdisc on purpose: that is where the testbed shapes the link (htb), so the
+switch's egress runs at the link's rate like a real port, and a full queue is a counted
+send error (ENOBUFS), not an unshaped burst.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ ETH_P_ALL = 0x0003
 PACKET_ADD_MEMBERSHIP = 1
 PACKET_MR_PROMISC = 1
 PACKET_STATISTICS = 6
-PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
@@ -30,7 +32,6 @@ def open_port_socket(ifname: str, promiscuous: bool = True, buffer_bytes: int = 
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
         sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
         for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
             try:
                 sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
