@@ -14,6 +14,8 @@ import logging
 import multiprocessing
 import os
 import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Iterator
 
@@ -54,7 +56,7 @@ def make_inputs(seed: int) -> list[list[np.ndarray]]:
     return jobs
 
 
-def worker(netns: str, rank: int, ipv4: str, tensors: list[np.ndarray], barrier, conn) -> None:  # noqa: ANN001
+def worker(netns: str, rank: int, ipv4: str, tensors: list[np.ndarray], barrier: Barrier, conn: Connection) -> None:
     """Runs in a forked child: one rank, every job in order, results back through ``conn``."""
     try:
         with in_namespace(netns):

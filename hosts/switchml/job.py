@@ -22,7 +22,7 @@ from hosts.stats import JobStats, SendTimeline
 from hosts.switchml.pool import JobPlan, SlotPool
 from hosts.switchml.timers import RetransmitPolicy, SlotTimers
 from protocol import params
-from protocol.packet import ELEMENT_DTYPE, EXPONENT_MIN, SWITCHML_HEADER, SWITCHML_HEADER_BYTES
+from protocol.packet import ELEMENT_DTYPE, EXPONENT_MAX, EXPONENT_MIN, SWITCHML_HEADER, SWITCHML_HEADER_BYTES
 from protocol.quantize import quantize, scale_for
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,8 @@ class AllReduceJob:
         self._exponents: list[int] = block_exponents.tolist() if block_exponents is not None else []
         self._e_max = np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8)
         self._work = np.empty(pool.k, dtype=np.float64)
+        # scale_for of every int8 exponent, looked up per packet instead of recomputed
+        self._scales: list[float] = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers).tolist()
         self._seq_base = seq_base
         self._t0 = t0
         self.int_sum = np.zeros(plan.n_chunks * pool.k, dtype=np.int32)
@@ -130,7 +132,7 @@ class AllReduceJob:
             lo = chunk * k
             m = min(k, plan.length - lo)
             if self._quantized:
-                scale = scale_for(int(self._e_max[chunk]), self._ctx.n_workers)
+                scale = self._scales[int(self._e_max[chunk]) - EXPONENT_MIN]
                 quantize(self._x[lo : lo + m], scale, out=data[:m], work=self._work[:m])
             else:
                 data[:m] = self._x[lo : lo + m]
