@@ -116,7 +116,7 @@ class ExperimentRunner:
         control = net.aggregator_control
         hosts = [net.host(h.name) for h in topology.hosts]
         switch_intfs = [i.name for sw in net.net.switches for i in sw.intfList() if i.name != "lo"]
-        programming.reset_aggregation_state(control)
+        programming.reset_aggregation_state(control, point.protocol["k"])
         ok = True
         with WorkerGroup(hosts, spec_path, self.writer.log_dir / f"point{point.index}") as group:
             group.start(point.limits["worker_start_s"])

@@ -25,12 +25,23 @@ L2_LEARN_TABLE = f"{INGRESS}.l2_learn_table"
 RANK_ADDR_TABLE = f"{EGRESS}.rank_addr_table"
 """meta.dst_rank -> set_rank_addr(mac, ipv4, udp_port): per-rank rewrite of a result."""
 
-VALUE_REGISTERS: tuple[str, ...] = tuple(f"{INGRESS}.value_{i:02d}" for i in range(params.K))
 BITMAP_REGISTER = f"{INGRESS}.bitmap"
 COUNT_REGISTER = f"{INGRESS}.count"
 EXPONENT_REGISTER = f"{INGRESS}.exponent"
-AGGREGATION_REGISTERS: tuple[str, ...] = (*VALUE_REGISTERS, BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER)
-"""Per slot and shadow set (index = set * MAX_POOL_SIZE + slot): the aggregation state."""
+
+
+def value_registers(k: int = params.K) -> tuple[str, ...]:
+    """value_00 .. value_{k-1}: one accumulator register per element of a packet."""
+    return tuple(f"{INGRESS}.value_{i:02d}" for i in range(k))
+
+
+def aggregation_registers(k: int = params.K) -> tuple[str, ...]:
+    """Per slot and shadow set (index = set * MAX_POOL_SIZE + slot): the aggregation state."""
+    return (*value_registers(k), BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER)
+
+
+VALUE_REGISTERS = value_registers()
+"""The value registers of the P4 build (k = SWITCHML_K)."""
 
 INGRESS_DROP_THRESHOLD = f"{INGRESS}.ingress_drop_threshold"
 EGRESS_DROP_THRESHOLD = f"{EGRESS}.egress_drop_threshold"
@@ -116,9 +127,13 @@ def set_drop_probability(control: SwitchControl, ingress: float, egress: float) 
     control.register_write(EGRESS_DROP_THRESHOLD, 0, probability_threshold(egress))
 
 
-def reset_aggregation_state(control: SwitchControl) -> None:
-    """Clear every slot so the next job starts from empty bitmaps (state outlives a job)."""
-    for register in AGGREGATION_REGISTERS:
+def reset_aggregation_state(control: SwitchControl, k: int = params.K) -> None:
+    """Clear every slot so the next job starts from empty bitmaps (state outlives a job).
+
+    ``k`` is the switch's: the embedded switch can be started with another k than the
+    P4 build's, and has exactly that many value registers.
+    """
+    for register in aggregation_registers(k):
         control.register_reset(register)
 
 

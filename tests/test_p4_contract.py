@@ -201,7 +201,7 @@ def test_value_registers_cover_k_elements() -> None:
 
 def test_aggregation_registers_hold_both_shadow_sets() -> None:
     ingress = CONTROLS[programming.INGRESS]
-    for qualified in programming.AGGREGATION_REGISTERS:
+    for qualified in programming.aggregation_registers():
         assert ingress.registers[qualified.split(".")[-1]] == (32, 2 * params.MAX_POOL_SIZE), qualified
 
 
