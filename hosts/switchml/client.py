@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 
-from hosts.stats import JobStats
 from hosts.switchml.job import SEQ_MASK, AllReduceJob, AllReduceResult, JobContext
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
