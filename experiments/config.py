@@ -26,7 +26,7 @@ SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
 
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": 100, "job_id": 1},
+    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": 1, "job_id": 1},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
@@ -37,9 +37,11 @@ DEFAULTS: dict[str, Any] = {
 _WORKLOAD_COMMON = {"kind", "dtype", "seed", "time_dilation"}
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "synthetic": _WORKLOAD_COMMON | {"elements"},
-    "trace": _WORKLOAD_COMMON | {"model"},
+    "trace": _WORKLOAD_COMMON | {"model", "size_scale"},
 }
 """Workload keys each kind accepts (the schema lists the union)."""
+WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {"trace": {"size_scale": 1.0}}
+"""Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,17 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
         raise ConfigError(f"{source}: the switch drop simulator applies one loss rate to every link; topology has {sorted(links_with_loss)}")
 
 
+def _fill_kind_defaults(data: dict[str, Any]) -> None:
+    """Fill the defaults of the workload's kind, so the resolved config.yaml records them too."""
+    workload = data.get("workload")
+    if isinstance(workload, dict):
+        for key, value in WORKLOAD_KIND_DEFAULTS.get(workload.get("kind"), {}).items():
+            workload.setdefault(key, value)
+
+
 def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any) -> Point:
     label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
+    _fill_kind_defaults(data)
     validate(data, load_schema(SCHEMA_PATH), label)
     workload = data["workload"]
     reject_keys(workload, WORKLOAD_KEYS[workload["kind"]], f"workload kind {workload['kind']}", label, "workload.")
@@ -151,6 +162,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         key, value = parse_set(assignment)
         set_dotted(data, key, value, f"--set {assignment}")
     data.setdefault("name", path.stem)
+    _fill_kind_defaults(data)
     validate(data, load_schema(SCHEMA_PATH), str(path))
     sweep = data.get("sweep")
     points: list[Point] = []
