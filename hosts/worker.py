@@ -56,7 +56,7 @@ class SwitchMLMethod:
             k=proto["k"],
             pool_size=proto["pool_size"],
             retransmit=RetransmitPolicy(
-                initial_s=proto["timeout_ms"] / 1000.0,
+                min_s=proto["timeout_ms"] / 1000.0,
                 backoff_every=proto["backoff_every"],
                 max_s=max(1.0, proto["timeout_ms"] / 1000.0),
             ),

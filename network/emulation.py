@@ -21,6 +21,7 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
+from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
 from switches import programming
 from switches.control import SwitchControl
@@ -75,12 +76,14 @@ class EmulatedNetwork:
         self.job_id = job_id
         self.requested_loss_mechanism = loss_mechanism
         self.net: Mininet | None = None
+        self._lock = NetworkLock()
         self.controls: dict[str, SwitchControl] = {}
         self.report: NetworkReport | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def __enter__(self) -> "EmulatedNetwork":
+        self._lock.acquire()
         try:
             self._start()
         except BaseException:
@@ -130,16 +133,19 @@ class EmulatedNetwork:
             except Exception:  # the switch may already be gone; teardown goes on
                 log.exception("closing a control-plane connection")
         self.controls.clear()
-        if self.net is not None:
-            net, self.net = self.net, None
-            try:
-                # Switch processes first, while their interfaces still exist (Mininet
-                # deletes links before it stops switches).
-                for switch in net.switches:
-                    switch.stop(deleteIntfs=False)
-                net.stop()
-            finally:
-                self._check_nothing_left(net)
+        try:
+            if self.net is not None:
+                net, self.net = self.net, None
+                try:
+                    # Switch processes first, while their interfaces still exist (Mininet
+                    # deletes links before it stops switches).
+                    for switch in net.switches:
+                        switch.stop(deleteIntfs=False)
+                    net.stop()
+                finally:
+                    self._check_nothing_left(net)
+        finally:
+            self._lock.release()
 
     def _check_nothing_left(self, net: Mininet) -> None:
         names = {intf.name for node in [*net.hosts, *net.switches] for intf in node.intfList() if intf.name != "lo"}

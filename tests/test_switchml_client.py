@@ -26,8 +26,8 @@ K = 4
 POOL = 4
 N = 3
 JOB = 7
-LOSSLESS = RetransmitPolicy(initial_s=0.5, max_s=1.0)
-LOSSY = RetransmitPolicy(initial_s=0.005, backoff_every=4, max_s=0.05)
+LOSSLESS = RetransmitPolicy(min_s=0.5, max_s=1.0, first_s=0.5)
+LOSSY = RetransmitPolicy(min_s=0.005, backoff_every=4, max_s=0.05, first_s=0.005)
 
 
 class FakeSwitch:
@@ -224,7 +224,7 @@ def test_switch_that_never_answers_raises_naming_missing_slots() -> None:
     silent.bind(("127.0.0.1", 0))
     deadline = 0.3
     client = SwitchMLClient(0, 2, JOB, "127.0.0.1", switch_port=silent.getsockname()[1], bind_ipv4="127.0.0.1",
-                            bind_port=0, k=K, pool_size=POOL, retransmit=RetransmitPolicy(initial_s=0.02),
+                            bind_port=0, k=K, pool_size=POOL, retransmit=RetransmitPolicy(min_s=0.02, first_s=0.02),
                             job_deadline_s=deadline)
     start = time.perf_counter()
     with client, pytest.raises(SwitchMLTimeout) as caught:
@@ -259,7 +259,7 @@ def test_socket_sends_udp_checksum_zero() -> None:
 
 
 def test_timers_back_off_and_skip_disarmed_entries() -> None:
-    timers = SlotTimers(2, RetransmitPolicy(initial_s=1.0, backoff_every=2, max_s=3.0))
+    timers = SlotTimers(2, RetransmitPolicy(min_s=1.0, backoff_every=2, max_s=3.0, first_s=1.0))
     timers.arm(0, 5, now=0.0)
     timers.arm(1, 6, now=0.5)
     timers.disarm(0)
@@ -272,3 +272,32 @@ def test_timers_back_off_and_skip_disarmed_entries() -> None:
         deadlines.append(timers.next_deadline() - now)
     assert deadlines == [1.0, 2.0, 2.0, 3.0]
     assert timers.timeouts_per_slot == [0, 4]
+
+
+def test_timeout_adapts_to_the_round_trip_and_ignores_resent_packets() -> None:
+    policy = RetransmitPolicy(min_s=0.010, backoff_every=1, max_s=1.0, first_s=0.5)
+    timers = SlotTimers(2, policy)
+    timers.arm(0, 0, now=0.0)
+    assert timers.next_deadline() == pytest.approx(0.5)  # first_s before any sample
+    timers.answered(0, now=0.040)  # a 40 ms round trip: SRTT 40 ms, RTTVAR 20 ms
+    timers.arm(0, 1, now=0.040)
+    assert timers.next_deadline() == pytest.approx(0.040 + 0.040 + 4 * 0.020)
+    timers.disarm(0)
+    # A resent packet's result could answer either copy: no sample (Karn's rule).
+    # A resent packet's result could answer either copy: no sample (Karn's rule), and the
+    # slot keeps its backoff until a packet sent once is answered.
+    timers.arm(1, 2, now=0.0)
+    assert timers.pop_expired(1.0) == (1, 2)
+    timers.arm(1, 2, now=1.0, resend=True)
+    timers.answered(1, now=1.5)
+    assert timers.rtt.srtt == pytest.approx(0.040)
+    timers.arm(1, 3, now=1.5)
+    assert timers.next_deadline() == pytest.approx(1.5 + 2 * 0.120)  # backed off: doubled
+    timers.answered(1, now=1.55)
+    timers.arm(1, 4, now=1.55)
+    srtt, rttvar = timers.rtt.srtt, timers.rtt.rttvar
+    assert timers.next_deadline() == pytest.approx(1.55 + srtt + 4 * rttvar)  # backoff ended
+    # Round trips shorter than the floor never pull the timeout below it.
+    for _ in range(50):
+        timers.rtt.sample(0.001)
+    assert timers.rtt.timeout(policy.min_s, policy.first_s) == policy.min_s

@@ -41,7 +41,7 @@ K = params.K
 FLOAT_LENGTHS = (1, K - 1, K * POOL + 1, 100_003)
 INT_LENGTHS = (K, 40_000)
 WORKER_TIMEOUT_S = 240.0
-POLICY = RetransmitPolicy(initial_s=0.05, backoff_every=8, max_s=1.0)
+POLICY = RetransmitPolicy(min_s=0.05, backoff_every=8, max_s=1.0, first_s=0.05)
 FORK = multiprocessing.get_context("fork")
 
 

@@ -14,13 +14,13 @@ import math
 import select
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hosts.stats import JobStats, SendTimeline
 from hosts.switchml.pool import JobPlan, SlotPool
-from hosts.switchml.timers import RetransmitPolicy, SlotTimers
+from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
 from protocol import params
 from protocol.packet import ELEMENT_DTYPE, EXPONENT_MAX, EXPONENT_MIN, SWITCHML_HEADER, SWITCHML_HEADER_BYTES
 from protocol.quantize import quantize, scale_for
@@ -77,6 +77,8 @@ class JobContext:
     job_id: int
     policy: RetransmitPolicy
     deadline_s: float
+    rtt: RoundTripEstimator = field(default_factory=RoundTripEstimator)
+    """The round-trip estimate, carried from one job of the client to the next."""
 
 
 class AllReduceJob:
@@ -109,7 +111,7 @@ class AllReduceJob:
         self._t0 = t0
         self.int_sum = np.zeros(plan.n_chunks * pool.k, dtype=np.int32)
         self._outstanding = [-1] * plan.n_slots  # packet index each slot waits for, -1 = done
-        self._timers = SlotTimers(plan.n_slots, ctx.policy)
+        self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
         self._timeline = SendTimeline(t0)
         self.stats = JobStats()
 
@@ -156,7 +158,7 @@ class AllReduceJob:
             (self._seq_base + p) & SEQ_MASK,
         )
 
-    def _transmit(self, slot: int, p: int, now: float) -> None:
+    def _transmit(self, slot: int, p: int, now: float, resend: bool = False) -> None:
         """Send the slot's buffer and (re)arm its timer. A send the kernel refuses counts as a
         loss: the timer recovers it like any other."""
         buffer = self._pool.buffers[slot]
@@ -168,14 +170,14 @@ class AllReduceJob:
         self.stats.bytes_sent += len(buffer)
         self._timeline.record(now)
         self._outstanding[slot] = p
-        self._timers.arm(slot, p, now)
+        self._timers.arm(slot, p, now, resend)
 
     def _fire_timers(self, now: float) -> None:
         while (expired := self._timers.pop_expired(now)) is not None:
             slot, p = expired
             self.stats.timeouts += 1
             self.stats.retransmissions += 1
-            self._transmit(slot, p, now)
+            self._transmit(slot, p, now, resend=True)
 
     # -- receiving -----------------------------------------------------------------------
 
@@ -195,11 +197,13 @@ class AllReduceJob:
         shadow_set, outstanding = self._pool.shadow_set, self._outstanding
         job_id, seq_base, stats = self._ctx.job_id, self._seq_base, self.stats
         remaining = plan.n_slots
+        since_timer_check = 0
         while remaining:
             try:
                 nbytes = recv_into(recv_buf)
             except BlockingIOError:
                 now = time.perf_counter()
+                since_timer_check = 0
                 self._fire_timers(now)
                 if now >= deadline:
                     raise self._timeout_error(now) from None
@@ -226,6 +230,7 @@ class AllReduceJob:
             else:
                 accepted = False
             if accepted:
+                self._timers.answered(slot, now)
                 if p < plan.n_chunks and self._quantized:
                     self._e_max[p] = exponent
                 chunk = p - plan.lead
@@ -242,7 +247,15 @@ class AllReduceJob:
                     remaining -= 1
             else:
                 stats.duplicates += 1
-            self._fire_timers(now)
+            # Timers fire when the socket is drained (above), not between queued results:
+            # after the worker was descheduled, results already waiting in the socket
+            # answer slots whose timers have expired, and firing first would resend them.
+            # A worker that never drains (results arriving faster than it reads) still
+            # checks every pool's worth of packets.
+            since_timer_check += 1
+            if since_timer_check >= plan.n_slots:
+                since_timer_check = 0
+                self._fire_timers(now)
             if now >= deadline and remaining:
                 raise self._timeout_error(now)
         stats.timeline = self._timeline.bins

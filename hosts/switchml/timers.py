@@ -1,4 +1,4 @@
-"""Per-slot retransmission timers with exponential backoff.
+"""Per-slot retransmission timers: an adaptive timeout with exponential backoff.
 
 SwitchML has no acknowledgements other than results, so each outstanding slot needs its
 own timer: when it fires, the worker resends the identical packet. All timers live in one
@@ -6,6 +6,19 @@ heap ordered by deadline; re-arming or disarming a slot does not search the heap
 changes the slot's current token, and entries whose token is no longer current are
 skipped when they reach the top (lazy deletion). That keeps every operation O(log s)
 without allocating per-slot timer objects.
+
+The timeout adapts to the measured round trip, as TCP's does (Jacobson/Karels smoothing,
+RFC 6298; samples only from packets sent once, Karn's rule). A fixed timeout cannot suit
+every setting: a slot's round trip is the time the whole pool takes to drain through the
+slowest worker's link (s * frame bits / link rate: 9 ms for 64 slots at 10 Mbit/s, 0.1 ms
+at 10 Gbit/s) plus scheduling delays on CPU-shared emulation hosts. A timeout below that
+resends packets that are only queued; each duplicate joins the same queue, lengthening
+the round trip for every slot, and the job collapses into retransmissions. As in RFC
+6298, the timeout before the first sample is generous (``first_s``: the first round trip
+includes draining the whole pool), ``min_s`` is the floor, ``max_s`` the cap, and a slot's
+backoff lasts until one of its packets, sent once, is answered: a resent packet yields no
+sample, and resetting on its answer would pin a worker whose every packet was resent to
+the floor forever.
 """
 
 from __future__ import annotations
@@ -13,48 +26,99 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-DEFAULT_INITIAL_TIMEOUT_S = 0.050
-"""50 ms, not the reference's 10 ms: in emulation the round trip of a full pool includes
-queueing of s * n packets through a software switch on CPU-shared hosts. Measured with the
-embedded switch, 8 workers, pool 32, k 32 on 2 cores (tests/test_worker_switch_e2e.py):
-10 ms caused ~3400 spurious retransmissions and a 1.5x longer TAT for 100k floats without
-any loss; 50 ms caused none. Backoff handles slower setups."""
-DEFAULT_BACKOFF_EVERY = 8
+DEFAULT_MIN_TIMEOUT_S = 0.010
+"""The reference's 10 ms, as the floor of the adaptive timeout. (A fixed 10 ms timeout,
+measured with 8 workers, pool 32 and the embedded switch on 2 cores, caused ~3400
+spurious retransmissions for 100k floats without any loss: the adaptive timeout is what
+makes a low floor safe.)"""
+DEFAULT_FIRST_TIMEOUT_S = 1.0
+"""Before any round-trip sample: RFC 6298's initial RTO."""
+DEFAULT_BACKOFF_EVERY = 1
+"""Double on every timeout, as TCP does: each premature resend lengthens every slot's
+queue, so the timeout must grow faster than the queue it causes (the reference's 100 is
+for 100 Gbit/s, where a pool drains in microseconds)."""
 DEFAULT_MAX_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
 class RetransmitPolicy:
-    """Timeout of a slot: ``initial_s``, doubled after every ``backoff_every`` timeouts of that
-    slot within a job, never above ``max_s``."""
+    """Timeout of a slot: ``first_s`` until the first round-trip sample, then the adaptive
+    round-trip timeout (never below ``min_s``), doubled after every ``backoff_every``
+    timeouts of that slot until it is answered, never above ``max_s``."""
 
-    initial_s: float = DEFAULT_INITIAL_TIMEOUT_S
+    min_s: float = DEFAULT_MIN_TIMEOUT_S
     backoff_every: int = DEFAULT_BACKOFF_EVERY
     max_s: float = DEFAULT_MAX_TIMEOUT_S
+    first_s: float = DEFAULT_FIRST_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        if not 0 < self.initial_s <= self.max_s:
-            raise ValueError(f"need 0 < initial_s <= max_s, got {self.initial_s}, {self.max_s}")
+        if not 0 < self.min_s <= self.max_s:
+            raise ValueError(f"need 0 < min_s <= max_s, got {self.min_s}, {self.max_s}")
+        if not 0 < self.first_s <= self.max_s:
+            raise ValueError(f"need 0 < first_s <= max_s, got {self.first_s}, {self.max_s}")
         if self.backoff_every < 1:
             raise ValueError(f"backoff_every must be >= 1, got {self.backoff_every}")
+
+
+class RoundTripEstimator:
+    """Smoothed round trip and its variation (RFC 6298's SRTT and RTTVAR)."""
+
+    __slots__ = ("srtt", "rttvar")
+
+    def __init__(self) -> None:
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+
+    def sample(self, rtt: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def timeout(self, floor: float, first: float) -> float:
+        """SRTT + 4 RTTVAR, never below ``floor``; ``first`` before the first sample."""
+        return first if self.srtt is None else max(floor, self.srtt + 4 * self.rttvar)
 
 
 class SlotTimers:
     """One timer per slot; ``token`` identifies what the slot is waiting for (a packet index)."""
 
-    __slots__ = ("_policy", "_heap", "_armed", "_timeout", "timeouts_per_slot")
+    __slots__ = ("_policy", "_heap", "_armed", "_backoff", "_sent_at", "_resent", "rtt", "timeouts_per_slot")
 
-    def __init__(self, n_slots: int, policy: RetransmitPolicy) -> None:
+    def __init__(self, n_slots: int, policy: RetransmitPolicy, rtt: RoundTripEstimator | None = None) -> None:
         self._policy = policy
         self._heap: list[tuple[float, int, int]] = []
         self._armed: list[int] = [-1] * n_slots
-        self._timeout: list[float] = [policy.initial_s] * n_slots
+        self._backoff: list[float] = [1.0] * n_slots
+        self._sent_at: list[float] = [0.0] * n_slots
+        self._resent: list[bool] = [False] * n_slots
+        self.rtt = RoundTripEstimator() if rtt is None else rtt
+        """Shared across a client's jobs, so a job starts from the last one's estimate."""
         self.timeouts_per_slot: list[int] = [0] * n_slots
 
-    def arm(self, slot: int, token: int, now: float) -> None:
-        """(Re)start the slot's timer for ``token`` (a non-negative packet index)."""
+    def arm(self, slot: int, token: int, now: float, resend: bool = False) -> None:
+        """(Re)start the slot's timer for ``token`` (a non-negative packet index).
+
+        ``resend`` marks a retransmission: its result cannot tell which copy it answers,
+        so it yields no round-trip sample (Karn's rule).
+        """
+        if not resend:
+            self._sent_at[slot] = now
+            self._resent[slot] = False
+        else:
+            self._resent[slot] = True
         self._armed[slot] = token
-        heapq.heappush(self._heap, (now + self._timeout[slot], slot, token))
+        policy = self._policy
+        timeout = min(self.rtt.timeout(policy.min_s, policy.first_s) * self._backoff[slot], policy.max_s)
+        heapq.heappush(self._heap, (now + timeout, slot, token))
+
+    def answered(self, slot: int, now: float) -> None:
+        """The slot's result arrived: if its packet was sent once, take a round-trip sample
+        and end the slot's backoff (RFC 6298 keeps a backed-off RTO until a valid sample)."""
+        if not self._resent[slot]:
+            self.rtt.sample(now - self._sent_at[slot])
+            self._backoff[slot] = 1.0
 
     def disarm(self, slot: int) -> None:
         self._armed[slot] = -1
@@ -77,5 +141,5 @@ class SlotTimers:
         count = self.timeouts_per_slot[slot] + 1
         self.timeouts_per_slot[slot] = count
         if count % self._policy.backoff_every == 0:
-            self._timeout[slot] = min(self._timeout[slot] * 2.0, self._policy.max_s)
+            self._backoff[slot] *= 2.0
         return slot, token
