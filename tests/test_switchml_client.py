@@ -281,7 +281,7 @@ def test_timeout_adapts_to_the_round_trip_and_ignores_resent_packets() -> None:
     assert timers.next_deadline() == pytest.approx(0.5)  # first_s before any sample
     timers.answered(0, now=0.040)  # a 40 ms round trip: SRTT 40 ms, RTTVAR 20 ms
     timers.arm(0, 1, now=0.040)
-    assert timers.next_deadline() == pytest.approx(0.040 + 0.040 + 4 * 0.020)
+    assert timers.next_deadline() == pytest.approx(0.040 + 0.040 + 4 * 0.020)  # SRTT + 4 RTTVAR
     timers.disarm(0)
     # A resent packet's result could answer either copy: no sample (Karn's rule).
     # A resent packet's result could answer either copy: no sample (Karn's rule), and the
@@ -296,7 +296,11 @@ def test_timeout_adapts_to_the_round_trip_and_ignores_resent_packets() -> None:
     timers.answered(1, now=1.55)
     timers.arm(1, 4, now=1.55)
     srtt, rttvar = timers.rtt.srtt, timers.rtt.rttvar
-    assert timers.next_deadline() == pytest.approx(1.55 + srtt + 4 * rttvar)  # backoff ended
+    assert timers.next_deadline() == pytest.approx(1.55 + max(srtt + 4 * rttvar, 2 * srtt))  # backoff ended
+    # Perfectly regular round trips: RTTVAR vanishes, 2 SRTT keeps a margin for jitter.
+    for _ in range(100):
+        timers.rtt.sample(0.030)
+    assert timers.rtt.timeout(policy.min_s, policy.first_s) == pytest.approx(0.060, rel=1e-3)
     # Round trips shorter than the floor never pull the timeout below it.
     for _ in range(50):
         timers.rtt.sample(0.001)
