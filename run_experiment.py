@@ -22,7 +22,12 @@ from pathlib import Path
 # Running as a script from anywhere: make the repository's packages importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import mininet.log  # noqa: E402,F401  (before any of our loggers exist: see below)
 from tqdm import tqdm  # noqa: E402
+
+# mininet.log makes its own logger class the default, so every logger created after it
+# would print each message a second time through its private handler.
+logging.setLoggerClass(logging.Logger)
 
 from experiments.config import Experiment, load_experiment  # noqa: E402
 from experiments.yamlschema import ConfigError  # noqa: E402
