@@ -152,3 +152,18 @@ def test_bad_config_fails_before_starting_anything(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "protocol.k: 0 is less than the minimum of 1" in done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_two_level_tree_aggregates_at_the_spine(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = run_experiment(out, "topology.file=tree.yaml", "topology.workers=4", "workload.elements=20000",
+                          "repetitions=1", "methods=[switchml, ring]")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((out / "summary.json").read_text())["verified"] is True
+    counters = pd.read_csv(out / "switch_counters.csv")
+    switchml = counters[counters.method == "switchml"].set_index(["switch", "counter"])["value"]
+    assert switchml["s1", "EV_RESULT_MULTICAST"] >= -(-20000 // 32)  # the spine aggregates
+    for leaf in ("s2", "s3"):  # leaves carry SwitchML traffic as ordinary frames
+        assert switchml[leaf, "EV_RESULT_MULTICAST"] == 0
+        assert switchml[leaf, "EV_FORWARDED"] > 0
+    assert not leftovers(str(out))
