@@ -85,3 +85,33 @@ def swept_column(runs: pd.DataFrame) -> str | None:
 def runs_sweeping(runs: pd.DataFrame, column: str) -> list[str]:
     """The ``run`` ids whose points sweep ``column``."""
     return [run for run, rows in runs.groupby("run", sort=True) if swept_column(rows) == column]
+
+
+def runs_with_lossy_switchml(runs: pd.DataFrame) -> list[str]:
+    """The ``run`` ids with a SwitchML job at loss > 0, whether or not the run sweeps loss.
+
+    A loss timeline shows one job, so a single-point run at 1 % loss (configs/loss_timeline.yaml)
+    serves as well as the lossiest point of a loss sweep.
+    """
+    lossy = runs[(runs["method"] == "switchml") & (runs["loss"] > 0)]
+    return sorted(set(lossy["run"]))
+
+
+MIN_CPU_SAMPLE_S = 0.2
+"""Shortest job whose cpu_busy_fraction (fidelity.csv) says anything.
+
+/proc counts CPU time in ticks of 10 ms (CLK_TCK = 100), so a worker busy for one tick
+more or less in a 10 ms job shows 0 % or over 100 % of a core: a 1,024-element all-reduce
+would always look saturated. From 0.2 s one tick moves the share by at most 5 %."""
+
+
+def timed_cpu_samples(fidelity: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The fidelity.csv rows of jobs that lasted at least ``MIN_CPU_SAMPLE_S`` (job TAT, slowest worker).
+
+    Works on one run's tables (the runner's, keyed by point, method, repetition) and on the
+    analysis' (which add ``run``).
+    """
+    keys = [key for key in JOB_KEYS if key in fidelity.columns and key in runs.columns]
+    tats = runs.groupby(keys, as_index=False)["tat_s"].max()
+    long_enough = fidelity.merge(tats, on=keys, how="left")["tat_s"] >= MIN_CPU_SAMPLE_S
+    return fidelity[long_enough.to_numpy()]

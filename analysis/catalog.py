@@ -1,10 +1,11 @@
 """The list of paper figures and how each one is made from a set of runs.
 
 The command line and the notebooks both go through ``render`` so a figure looks the same
-wherever it is drawn. Each figure needs a run that sweeps one runs.csv column
-(``sweep_column``, recognised by ``aggregate.swept_column``); when
-several runs provide it, the newest run (summary.json ``started_utc``) is used, because a
-rerun of a configuration supersedes the older one and mixing runs would mix link rates.
+wherever it is drawn. Each figure names the runs that can provide it (``RunSource``): most
+need a run that sweeps one runs.csv column (recognised by ``aggregate.swept_column``), the
+loss timeline any run with a SwitchML job under loss. When several runs provide a figure,
+the newest run (summary.json ``started_utc``) is used, because a rerun of a configuration
+supersedes the older one and mixing runs would mix link rates.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import figures, tables
-from analysis.aggregate import runs_sweeping
+from analysis.aggregate import runs_sweeping, runs_with_lossy_switchml
 from analysis.context import emulation_context
 from analysis.load import Results
 from analysis.tables import MissingData
@@ -28,11 +29,28 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class RunSource:
+    """Which runs can provide a figure: ``runs`` picks their ids from runs.csv rows."""
+
+    requirement: str
+    """What such a run does, completing "no run ..." when none does."""
+    runs: Callable[[pd.DataFrame], list[str]]
+
+
+def sweeping(column: str) -> RunSource:
+    """Runs whose points sweep the runs.csv ``column``."""
+    return RunSource(f"sweeps {column}", partial(runs_sweeping, column=column))
+
+
+LOSSY_SWITCHML = RunSource("has a SwitchML job with loss > 0", runs_with_lossy_switchml)
+
+
+@dataclass(frozen=True)
 class FigureSpec:
-    """A figure: its file name, the sweep it needs, its numbers, its drawing, a student's note."""
+    """A figure: its file name, the runs it can use, its numbers, its drawing, a student's note."""
 
     name: str
-    sweep_column: str
+    source: RunSource
     table: Callable[[Results], pd.DataFrame]
     draw: Callable[..., Figure]
     explanation: str
@@ -55,11 +73,11 @@ claim is the gap between the two: 2(n-1)/n at line rate.
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
-        "ate_vs_workers", "n_workers", tables.ate_vs_workers_table, figures.ate_vs_workers,
+        "ate_vs_workers", sweeping("n_workers"), tables.ate_vs_workers_table, figures.ate_vs_workers,
         "# ATE/s vs number of workers\n" + _ATE_NOTE,
     ),
     FigureSpec(
-        "ate_vs_workers_normalised", "n_workers", tables.ate_vs_workers_table,
+        "ate_vs_workers_normalised", sweeping("n_workers"), tables.ate_vs_workers_table,
         partial(figures.ate_vs_workers, normalised=True),
         "# ATE/s vs number of workers, normalised by the line-rate bound\n" + _ATE_NOTE
         + "\nDividing by the SwitchML line-rate bound removes the emulated link rate, so these"
@@ -67,7 +85,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         " bound, the NCCL ring falling as workers are added).\n",
     ),
     FigureSpec(
-        "tat_vs_size", "elements", tables.tat_vs_size_table, figures.tat_vs_size,
+        "tat_vs_size", sweeping("elements"), tables.tat_vs_size_table, figures.tat_vs_size,
         """# TAT vs tensor size
 
 **Metric.** TAT (tensor aggregation time): from handing the tensor to the library until
@@ -80,7 +98,7 @@ above them because a fixed start-up cost (first round trip, pool ramp-up, for th
 """,
     ),
     FigureSpec(
-        "tat_inflation_vs_loss", "loss", tables.tat_inflation_table, figures.tat_inflation_vs_loss,
+        "tat_inflation_vs_loss", sweeping("loss"), tables.tat_inflation_table, figures.tat_inflation_vs_loss,
         """# TAT inflation vs loss rate
 
 **Metric.** TAT at a given per-link loss probability divided by the median TAT of the
@@ -95,10 +113,11 @@ window on every loss.
 """,
     ),
     FigureSpec(
-        "loss_timeline", "loss", tables.loss_timeline_table, figures.loss_timeline,
+        "loss_timeline", LOSSY_SWITCHML, tables.loss_timeline_table, figures.loss_timeline,
         """# Packets sent per 10 ms under loss
 
-**Metric.** For one SwitchML job at the sweep's highest loss rate, the number of packets
+**Metric.** For one SwitchML job at the run's highest loss rate (the newest run with a
+lossy SwitchML job: configs/loss_timeline.yaml, or a loss sweep), the number of packets
 each worker sent in each 10 ms bin (timeline.csv).
 
 **Model.** The dashed line is the most frames one worker's link can carry in 10 ms,
@@ -107,7 +126,7 @@ waiting for its retransmission timeout.
 """,
     ),
     FigureSpec(
-        "pool_size_sensitivity", "pool_size", tables.pool_size_table, figures.pool_size_sensitivity,
+        "pool_size_sensitivity", sweeping("pool_size"), tables.pool_size_table, figures.pool_size_sensitivity,
         """# Pool size sensitivity
 
 **Metric.** ATE/s as the number of switch slots a job may use (pool size s) grows.
@@ -119,7 +138,7 @@ this to argue that a small amount of switch memory suffices.
 """,
     ),
     FigureSpec(
-        "training_speedup", "workload", tables.training_speedup_table, figures.training_speedup,
+        "training_speedup", sweeping("workload"), tables.training_speedup_table, figures.training_speedup,
         """# Training speedup per model
 
 **Metric.** One training iteration = compute + gradient all-reduce (no overlap). Speedup
@@ -127,11 +146,15 @@ of SwitchML over a baseline = `(compute * D + comm_baseline) / (compute * D + co
 with comm times measured (median TAT of the model's gradients) and compute times from the
 model trace.
 
-**Time dilation.** The emulated links are 100 Gbit/s / (emulated rate) times slower than
-the paper's, so communication takes about that much longer; the runner multiplies the
-trace's real-GPU compute times by the config's `workload.time_dilation` D to keep the
-compute : communication ratio. `compute_s` in runs.csv is already dilated. The figure
-prints D next to the link slowdown: if they differ, the compute share is distorted.
+**Time dilation and size scaling.** The emulated links are 100 Gbit/s / (emulated rate)
+times slower than the paper's, so communication takes about that much longer; the runner
+multiplies the trace's real-GPU compute times by the config's `workload.time_dilation` D to
+keep the compute : communication ratio. To keep runs short, `workload.size_scale` s
+all-reduces every gradient tensor at ceil(count * s) elements and multiplies the compute
+time by s as well: steady-state communication time is linear in size, so the ratio, and
+the speedup, is unchanged (fixed per-job latency makes very small scaled tensors slightly
+pessimistic). `compute_s` in runs.csv is already multiplied by D and s. The figure prints
+D next to the link slowdown (if they differ, the compute share is distorted) and s.
 
 **Model.** If SwitchML communicated exactly 2(n-1)/n times faster than the ring (both at
 line rate), the speedup would be the diamond. Communication-bound models (large gradients,
@@ -149,21 +172,22 @@ def by_name(name: str) -> FigureSpec:
     raise KeyError(f"no figure named {name!r}; known: {', '.join(spec.name for spec in FIGURES)}")
 
 
-def select_run(results: Results, sweep_column: str) -> Results:
-    """The newest run that sweeps ``sweep_column``; raises MissingData if none does."""
-    sweeping = runs_sweeping(results.runs, sweep_column)
-    if not sweeping:
-        raise MissingData(f"no run sweeps {sweep_column}")
-    candidates = results.summary[results.summary["run"].isin(sweeping)].sort_values(["started_utc", "run"])
+def select_run(results: Results, source: RunSource) -> Results:
+    """The newest run ``source`` accepts; raises MissingData if there is none."""
+    accepted = source.runs(results.runs)
+    if not accepted:
+        raise MissingData(f"no run {source.requirement}")
+    candidates = results.summary[results.summary["run"].isin(accepted)].sort_values(["started_utc", "run"])
     chosen = candidates["run"].iloc[-1]
     if len(candidates) > 1:
-        log.info("%s: using newest run %s, ignoring %s", sweep_column, chosen, ", ".join(candidates["run"].iloc[:-1]))
+        ignored = ", ".join(candidates["run"].iloc[:-1])
+        log.info("%s: using newest run %s, ignoring %s", source.requirement, chosen, ignored)
     return results.only(chosen)
 
 
 def render(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure]:
     """The table and figure ``spec`` draws from ``results``; raises MissingData if it cannot."""
-    run = select_run(results, spec.sweep_column)
+    run = select_run(results, spec.source)
     table = spec.table(run)
     return table, spec.draw(table, emulation_context(run))
 

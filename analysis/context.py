@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.aggregate import timed_cpu_samples
 from analysis.load import Results
 
 CPU_BUSY_LIMIT = 0.95
@@ -52,14 +53,18 @@ def emulation_context(results: Results) -> EmulationContext:
     return EmulationContext(
         link_mbps=tuple(sorted(float(rate) for rate in results.runs["link_mbps"].unique())),
         switch_targets=tuple(sorted(str(target) for target in results.summary["switch_target"].unique())),
-        problems=tuple(fidelity_problems(results.summary, results.fidelity)),
+        problems=tuple(fidelity_problems(results.summary, results.fidelity, results.runs)),
     )
 
 
-def fidelity_problems(summary: pd.DataFrame, fidelity: pd.DataFrame) -> list[str]:
-    """Human-readable reasons to distrust the runs, empty if the emulation kept up."""
+def fidelity_problems(summary: pd.DataFrame, fidelity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:
+    """Human-readable reasons to distrust the runs, empty if the emulation kept up.
+
+    CPU shares count only for jobs long enough to measure them (``timed_cpu_samples``).
+    """
     problems = [f"{run}: summary.json kept_up is false" for run in summary.loc[~summary["kept_up"].astype(bool), "run"]]
-    busy = fidelity[fidelity["cpu_busy_fraction"] >= CPU_BUSY_LIMIT]
+    cpu = timed_cpu_samples(fidelity, runs)
+    busy = cpu[cpu["cpu_busy_fraction"] >= CPU_BUSY_LIMIT]
     for (run, host), rows in busy.groupby(["run", "host"], sort=True):
         problems.append(f"{run}: host {host} CPU busy {rows['cpu_busy_fraction'].max():.0%}")
     ratio = fidelity["achieved_mbps"] / fidelity["configured_mbps"]

@@ -136,7 +136,11 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
         f"Time dilation: compute ×{first['dilation']:g} (workload.time_dilation); "
         f"links ×{first['link_slowdown']:g} slower than {first['reference_link_gbps']:g} Gbit/s"
     )
-    annotate(fig, context, f"Training speedup ({_workers(table)})", notes=(dilation,))
+    scale = (
+        f"Size scale: gradients and compute ×{first['size_scale']:g} (workload.size_scale), "
+        "speedup preserved (comm linear in size)"
+    )
+    annotate(fig, context, f"Training speedup ({_workers(table)})", notes=(dilation, scale))
     return fig
 
 

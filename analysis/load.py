@@ -104,7 +104,7 @@ def load_run(run_dir: Path, run_id: str) -> dict[str, pd.DataFrame]:
     """The tables of one run directory, each with ``run`` = ``run_id`` as first column."""
     tables = {name: _read_table(run_dir / filename, columns) for name, (filename, columns) in _TABLES.items()}
     tables["summary"] = _read_summary(run_dir / "summary.json")
-    tables["summary"]["time_dilation"] = _read_time_dilation(run_dir / "config.yaml")
+    tables["summary"]["time_dilation"], tables["summary"]["size_scale"] = _read_compute_scaling(run_dir / "config.yaml")
     tables["summary"]["path"] = str(run_dir)
     for frame in tables.values():
         frame.insert(0, "run", run_id)
@@ -141,17 +141,21 @@ def _read_summary(path: Path) -> pd.DataFrame:
     return pd.DataFrame([scalars])
 
 
-def _read_time_dilation(path: Path) -> float:
-    """The config's ``workload.time_dilation``: the factor the runner already applied to compute_s.
+def _read_compute_scaling(path: Path) -> tuple[float, float]:
+    """The config's ``workload.time_dilation`` and ``workload.size_scale``.
 
-    runs.csv records compute times after dilation but not the factor itself; the training
-    figure has to state it, so it is read from the resolved config (NaN if not recorded).
+    runs.csv records compute times after the runner multiplied them by both factors, but
+    not the factors themselves; the training figure has to state them, so they are read
+    from the resolved config. A missing time_dilation is NaN (not recorded); a missing
+    size_scale is 1, because runs written before the key existed were not scaled.
     """
     if not path.is_file():
         raise ResultsFormatError(f"{path}: file missing (docs/results-format.md lists it for every run)")
     config = yaml.safe_load(path.read_text()) or {}
     workload = config.get("workload") if isinstance(config, dict) else None
-    return float(workload.get("time_dilation", "nan")) if isinstance(workload, dict) else float("nan")
+    if not isinstance(workload, dict):
+        return float("nan"), float("nan")
+    return float(workload.get("time_dilation", "nan")), float(workload.get("size_scale", 1.0))
 
 
 def _parse_bool(value: object) -> bool:

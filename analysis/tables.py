@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import models
-from analysis.aggregate import job_table, runs_sweeping, summarize
+from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchml, summarize
 from analysis.load import Results
 from protocol.packet import frame_bytes
 
@@ -65,15 +65,17 @@ def tat_inflation_table(results: Results) -> pd.DataFrame:
 
 
 def loss_timeline_table(results: Results) -> pd.DataFrame:
-    """Packets each worker sent per 10 ms in one SwitchML job at the sweep's highest loss rate.
+    """Packets each worker sent per 10 ms in one SwitchML job at the highest loss rate.
 
     The job shown is the first repetition of that point: a timeline is one execution, and
     averaging timelines would smear out exactly the retransmission stalls it is meant to show.
+    Any run with a lossy SwitchML job qualifies, a single point as well as a loss sweep.
     """
-    jobs = sweep_jobs(results, "loss")
-    jobs = jobs[(jobs["method"] == SWITCHML) & (jobs["loss"] > 0)]
-    if jobs.empty:
+    runs = results.runs[results.runs["run"].isin(runs_with_lossy_switchml(results.runs))]
+    if runs.empty:
         raise MissingData("no SwitchML job with loss > 0")
+    jobs = job_table(runs)
+    jobs = jobs[(jobs["method"] == SWITCHML) & (jobs["loss"] > 0)]
     _require_link_rate(jobs)
     job = jobs.sort_values(["loss", "repetition"], ascending=[False, True]).iloc[0]
     timeline = results.timeline
@@ -100,9 +102,10 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
     Communication time per iteration is the job TAT of all-reducing the workload's gradients
     (median over repetitions); the spread combines the extremes (best baseline with worst
     SwitchML and vice versa). runs.csv ``compute_s`` is already multiplied by the config's
-    time-dilation factor, which is carried along (``dilation``) next to the factor the link
-    rates call for (``link_slowdown`` = reference / emulated rate) so the figure can show
-    both. ``expected_speedup`` is the 2(n-1)/n model applied to the measured ring time.
+    time-dilation factor and size scale; both are carried along (``dilation``,
+    ``size_scale``), the dilation next to the factor the link rates call for
+    (``link_slowdown`` = reference / emulated rate), so the figure can show them.
+    ``expected_speedup`` is the 2(n-1)/n model applied to the measured ring time.
     """
     jobs = sweep_jobs(results, "workload")
     comm = summarize(jobs, ["run", "workload", "method", "n_workers", "link_mbps", "compute_s"], "tat_s")
@@ -111,7 +114,7 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
     if switchml.empty or baselines.empty:
         raise MissingData("training speedup needs SwitchML and a ring or PS baseline")
     _require_link_rate(comm)
-    dilations = results.summary.set_index("run")["time_dilation"]
+    scaling = results.summary.set_index("run")[["time_dilation", "size_scale"]]
     rows = []
     for base in baselines.itertuples(index=False):
         if base.workload not in switchml.index:
@@ -127,7 +130,8 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
                 "link_mbps": base.link_mbps,
                 "reference_link_gbps": reference_link_bps / 1e9,
                 "link_slowdown": models.time_dilation_factor(reference_link_bps, base.link_mbps * 1e6),
-                "dilation": dilations[base.run],
+                "dilation": scaling.at[base.run, "time_dilation"],
+                "size_scale": scaling.at[base.run, "size_scale"],
                 "compute_s": compute,
                 "comm_baseline_s": base.tat_s_median,
                 "comm_switchml_s": sml["tat_s_median"],

@@ -59,4 +59,6 @@ def point_inputs(workload: Mapping[str, Any], n_workers: int) -> list[np.ndarray
         return [synthetic_tensor(workload["elements"], dtype, seed=seed, rank=rank) for rank in range(n_workers)]
     trace = load_trace(workload["model"])
     scale = workload["size_scale"]
-    return [np.concatenate(replay_tensors(trace, dtype, seed=seed, rank=rank, size_scale=scale)) for rank in range(n_workers)]
+    return [
+        np.concatenate(replay_tensors(trace, dtype, seed=seed, rank=rank, size_scale=scale)) for rank in range(n_workers)
+    ]

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import pandas as pd
 import yaml
 
+from analysis.aggregate import timed_cpu_samples
 from analysis.models import busbw, switchml_line_rate_ate
 from experiments import metrics
 from experiments.config import Experiment, Point
@@ -155,7 +156,8 @@ class ResultsWriter:
             retransmissions=("retransmissions", "sum"), k=("k", "first"), link_mbps=("link_mbps", "first"),
         )
         jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
-        saturated = fidelity[fidelity["cpu_busy_fraction"] >= CPU_SATURATED]
+        cpu = timed_cpu_samples(fidelity, runs)
+        saturated = cpu[cpu["cpu_busy_fraction"] >= CPU_SATURATED]
         points = []
         for point in self.experiment.points:
             methods = {}

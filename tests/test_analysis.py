@@ -16,12 +16,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from analysis import models
 from analysis.__main__ import main
-from analysis.aggregate import job_table
+from analysis.aggregate import job_table, timed_cpu_samples
 from analysis.catalog import FIGURES, by_name, render
 from analysis.context import NOT_KEPT_UP
 from analysis.figures import LINE_RATE_LABEL, METHOD_LABELS, RING_BOUND_LABEL
@@ -127,12 +128,41 @@ def swept(rows: list[dict[str, str]]) -> str | None:
     return next((column for column in SWEEP_PRIORITY if len({row[column] for row in rows}) > 1), None)
 
 
-def newest_run_sweeping(root: Path, column: str) -> Path:
-    """The run directory the catalog must pick: newest started_utc among runs sweeping the column."""
-    candidates = [csv_path.parent for csv_path in root.rglob("runs.csv") if swept(read_csv(csv_path)) == column]
+def newest(candidates: list[Path], what: str) -> Path:
+    """The run directory the catalog must pick among ``candidates``: newest started_utc."""
     if not candidates:
-        pytest.skip(f"the results fixture has no {column} sweep")
+        pytest.skip(f"the results fixture has no run that {what}")
     return max(candidates, key=lambda run: json.loads((run / "summary.json").read_text())["started_utc"])
+
+
+def newest_run_sweeping(root: Path, column: str) -> Path:
+    """The newest run sweeping the column."""
+    runs = [path.parent for path in root.rglob("runs.csv") if swept(read_csv(path)) == column]
+    return newest(runs, f"sweeps {column}")
+
+
+def has_lossy_switchml(run: Path) -> bool:
+    return any(row["method"] == "switchml" and float(row["loss"]) > 0 for row in read_csv(run / "runs.csv"))
+
+
+def newest_run_with_lossy_switchml(root: Path) -> Path:
+    """The newest run with a SwitchML job at loss > 0, a sweep or a single point."""
+    runs = [path.parent for path in root.rglob("runs.csv") if has_lossy_switchml(path.parent)]
+    return newest(runs, "has a lossy SwitchML job")
+
+
+FIGURE_SWEEPS = {
+    "ate_vs_workers": "n_workers", "ate_vs_workers_normalised": "n_workers", "tat_vs_size": "elements",
+    "tat_inflation_vs_loss": "loss", "pool_size_sensitivity": "pool_size", "training_speedup": "workload",
+}  # fmt: skip
+"""The column each figure's run sweeps; loss_timeline instead takes any run with a lossy SwitchML job."""
+
+
+def figure_run(root: Path, name: str) -> Path:
+    """The run directory figure ``name`` must be drawn from (skips the test if there is none)."""
+    if name == "loss_timeline":
+        return newest_run_with_lossy_switchml(root)
+    return newest_run_sweeping(root, FIGURE_SWEEPS[name])
 
 
 def job_tats(run: Path) -> dict[tuple[str, str, str], float]:
@@ -217,6 +247,16 @@ def test_job_tat_is_the_slowest_worker(results) -> None:
     assert got == pytest.approx(dict(expected))
 
 
+def test_cpu_shares_of_short_jobs_are_ignored() -> None:
+    # jobs (point 0, rep 0) and (0, 1): slowest worker 0.3 s and 0.05 s; 10 ms CPU ticks make the second meaningless
+    runs = pd.DataFrame({"point": [0, 0, 0, 0], "method": ["ring"] * 4, "repetition": [0, 0, 1, 1],
+                         "tat_s": [0.1, 0.3, 0.05, 0.04]})
+    fidelity = pd.DataFrame({"point": [0, 0, 0], "method": ["ring"] * 3, "repetition": [1, 0, 1],
+                             "host": ["h1", "h1", "s1"], "cpu_busy_fraction": [1.4, 0.97, 0.5]})
+    kept = timed_cpu_samples(fidelity, runs)
+    assert kept.to_dict("records") == [fidelity.iloc[1].to_dict()]
+
+
 def copy_run(tmp_path: Path, column: str = "n_workers") -> Path:
     target = tmp_path / "copy" / "run"
     shutil.copytree(newest_run_sweeping(FIXTURE, column), target)
@@ -260,10 +300,11 @@ def test_directory_without_runs_is_an_error(tmp_path: Path) -> None:
 
 def test_every_figure_with_data_is_written(tmp_path: Path, caplog) -> None:
     present = {swept(read_csv(path)) for path in FIXTURE.rglob("runs.csv")}
+    lossy = any(has_lossy_switchml(path.parent) for path in FIXTURE.rglob("runs.csv"))
     with caplog.at_level(logging.INFO):
         assert main([str(FIXTURE), "--out", str(tmp_path)]) == 0
     for spec in FIGURES:
-        if spec.sweep_column in present:
+        if (lossy if spec.name == "loss_timeline" else FIGURE_SWEEPS[spec.name] in present):
             for suffix in ("png", "pdf", "csv"):
                 assert (tmp_path / f"{spec.name}.{suffix}").stat().st_size > 0, f"{spec.name}.{suffix}"
         else:
@@ -332,7 +373,7 @@ def test_tat_inflation_vs_loss(results) -> None:
 
 
 def test_loss_timeline(results) -> None:
-    run = newest_run_sweeping(FIXTURE, "loss")
+    run = newest_run_with_lossy_switchml(FIXTURE)
     _, fig = render(by_name("loss_timeline"), results)
     ax = fig.axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("time since job start (ms)", "packets sent per 10 ms")
@@ -374,18 +415,34 @@ def test_training_speedup(results) -> None:
     bars = {c.get_label(): c for c in ax.containers if not c.get_label().startswith("_")}
     workloads = [tick.get_text() for tick in ax.get_xticklabels()]
     assert f"over {METHOD_LABELS['ring']} (measured)" in bars
-    dilation = yaml.safe_load((run / "config.yaml").read_text())["workload"]["time_dilation"]
+    workload = yaml.safe_load((run / "config.yaml").read_text())["workload"]
+    dilation, size_scale = workload["time_dilation"], workload["size_scale"]
     for workload, patch in zip(workloads, bars[f"over {METHOD_LABELS['ring']} (measured)"].patches, strict=True):
         compute = float(next(r for (_, m), r in rows.items() if r["workload"] == workload and m == "ring")["compute_s"])
         ring, switchml = (statistics.median(comm[(workload, method)]) for method in ("ring", "switchml"))
-        expected = models.training_speedup(compute, ring, switchml)  # compute_s is already dilated
+        expected = models.training_speedup(compute, ring, switchml)  # compute_s is already dilated and scaled
         assert patch.get_height() == pytest.approx(expected)
-    assert f"compute ×{dilation:g}" in ax.get_title(loc="left")
+    subtitle = ax.get_title(loc="left")
+    assert f"compute ×{dilation:g}" in subtitle
+    assert f"gradients and compute ×{size_scale:g}" in subtitle
+    assert f"links ×{100e3 / float(next(iter(rows.values()))['link_mbps']):g} slower" in subtitle
+
+
+def test_training_speedup_of_unscaled_runs_states_scale_one(tmp_path: Path) -> None:
+    """Runs from before workload.size_scale existed have no such key: they were not scaled."""
+    run = tmp_path / "copy" / "run"
+    shutil.copytree(newest_run_sweeping(FIXTURE, "workload"), run)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    del config["workload"]["size_scale"]
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    table, fig = render(by_name("training_speedup"), load_results([run]))
+    assert set(table["size_scale"]) == {1.0}
+    assert "gradients and compute ×1 " in fig.axes[0].get_title(loc="left")
 
 
 @pytest.mark.parametrize("spec", FIGURES, ids=lambda spec: spec.name)
 def test_every_figure_states_the_emulation(results, spec) -> None:
-    run = newest_run_sweeping(FIXTURE, spec.sweep_column)
+    run = figure_run(FIXTURE, spec.name)
     summary = json.loads((run / "summary.json").read_text())
     link = float(next(iter(point_rows(run).values()))["link_mbps"])
     _, fig = render(spec, results)
@@ -397,7 +454,12 @@ def stamped(fig) -> bool:
     return any(text.get_text() == NOT_KEPT_UP for text in fig.texts)
 
 
-def set_fidelity(run: Path, kept_up: bool, cpu: float, achieved_fraction: float | None) -> None:
+def set_fidelity(run: Path, kept_up: bool, cpu: float, achieved_fraction: float | None, tat_s: float) -> None:
+    """Overwrite every job's fidelity and every worker's TAT (CPU shares count from 0.2 s jobs)."""
+    runs = read_csv(run / "runs.csv")
+    for row in runs:
+        row["tat_s"] = str(tat_s)
+    write_csv(run / "runs.csv", runs)
     summary = json.loads((run / "summary.json").read_text())
     summary["kept_up"] = kept_up
     (run / "summary.json").write_text(json.dumps(summary))
@@ -410,19 +472,21 @@ def set_fidelity(run: Path, kept_up: bool, cpu: float, achieved_fraction: float 
 
 
 @pytest.mark.parametrize(
-    ("kept_up", "cpu", "achieved_fraction", "marked"),
+    ("kept_up", "cpu", "achieved_fraction", "tat_s", "marked"),
     [
-        (True, 0.5, 1.0, False),
-        (True, 0.5, 0.5, False),  # below the configured rate: the job simply did not fill the link
-        (True, 0.5, None, False),  # achieved rate not measured on this host
-        (False, 0.5, 1.0, True),
-        (True, 0.96, 1.0, True),
-        (True, 0.5, 1.5, True),  # above the configured rate: shaping did not hold
+        (True, 0.5, 1.0, 1.0, False),
+        (True, 0.5, 0.5, 1.0, False),  # below the configured rate: the job simply did not fill the link
+        (True, 0.5, None, 1.0, False),  # achieved rate not measured on this host
+        (False, 0.5, 1.0, 1.0, True),
+        (True, 0.96, 1.0, 1.0, True),
+        (True, 0.96, 1.0, 0.2, True),  # just long enough for 10 ms CPU ticks to mean something
+        (True, 1.3, 1.0, 0.05, False),  # a 50 ms job: one 10 ms CPU tick is 20 % of a core
+        (True, 0.5, 1.5, 1.0, True),  # above the configured rate: shaping did not hold
     ],
 )
-def test_figure_marked_when_emulation_did_not_keep_up(tmp_path, kept_up, cpu, achieved_fraction, marked) -> None:
+def test_figure_marked_when_emulation_did_not_keep_up(tmp_path, kept_up, cpu, achieved_fraction, tat_s, marked) -> None:
     run = copy_run(tmp_path)
-    set_fidelity(run, kept_up, cpu, achieved_fraction)
+    set_fidelity(run, kept_up, cpu, achieved_fraction, tat_s)
     _, fig = render(by_name("ate_vs_workers"), load_results([run]))
     assert stamped(fig) == marked
 

@@ -34,8 +34,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from analysis.catalog import by_name, render
 from analysis.load import load_results
 
-# A run directory or any parent of runs, e.g. REPO_ROOT / "results/8workers".
-# The default is the hand-made plotting fixture: it shows the figure, it is not a measurement.
+# A run directory or any parent of runs, e.g. REPO_ROOT / "results/ate_vs_workers".
+# The default is the test fixture: real runs, but tiny (2-4 workers, small tensors), so it
+# shows the figure, not the paper's results (tests/data/results_small/README.md).
 RESULTS_DIR = REPO_ROOT / "tests/data/results_small"'''
 
 _RENDER = """\
