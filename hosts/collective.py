@@ -8,13 +8,19 @@ measure identically and their numbers are comparable with the SwitchML client's.
 
 from __future__ import annotations
 
+import logging
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Self
 
 import numpy as np
 
 from hosts.stats import JobStats
 from hosts.tcp_counters import SegmentTimeline, TcpCounters
-from hosts.tcp_mesh import Pump
+from hosts.tcp_mesh import Peer, PeerError, Pump
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.int32))
 """What the switch aggregates; int32 sums wrap (numpy array addition wraps silently)."""
@@ -71,3 +77,72 @@ def measured_run(pump: Pump, started_s: float) -> JobStats:
 def local_stats(started_s: float) -> JobStats:
     """JobStats of a one-rank job: nothing crosses the network."""
     return JobStats(tat_s=time.perf_counter() - started_s)
+
+
+class TcpCollective(ABC):
+    """What the TCP baselines share: peers and timeouts, job numbering, the timed run.
+
+    A subclass sets up its connections in :meth:`connect` (untimed) and describes one
+    all-reduce as transfers queued on a :class:`Pump` in :meth:`_queue_transfers`.
+    ``peers[i]`` is rank i's listening (IPv4, port). ``timeout_s`` bounds every wait during
+    an all-reduce (no byte moving for that long is an error naming the peer);
+    ``connect_timeout_s`` bounds connection set-up, which waits for ranks that start late.
+    """
+
+    name = "collective"
+
+    def __init__(self, peers: Sequence[Peer], rank: int, chunk_bytes: int = 128 * 1024,
+                 timeout_s: float = 10.0, connect_timeout_s: float = 30.0) -> None:
+        if not 0 <= rank < len(peers):
+            raise ValueError(f"rank {rank} outside 0..{len(peers) - 1}")
+        self.peers = [(str(host), int(port)) for host, port in peers]
+        self.rank = rank
+        self.world = len(peers)
+        self.chunk_bytes = chunk_bytes
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self._seq = 0
+
+    @abstractmethod
+    def connect(self) -> None:
+        ...
+
+    @abstractmethod
+    def close(self) -> None:
+        ...
+
+    @abstractmethod
+    def _connected(self) -> bool:
+        ...
+
+    @abstractmethod
+    def _queue_transfers(self, pump: Pump, out: np.ndarray, seq: int) -> None:
+        """Queue every send and receive of all-reduce number ``seq`` on ``pump``, reducing into ``out``."""
+
+    def allreduce(self, tensor: np.ndarray) -> tuple[np.ndarray, JobStats]:
+        """Element-wise sum of ``tensor`` over all ranks (new flat array, same dtype) and the job's stats."""
+        started = time.perf_counter()
+        out = flat_copy(tensor)
+        seq = self._seq
+        self._seq += 1
+        if self.world == 1:
+            return out, local_stats(started)
+        if not self._connected():
+            raise RuntimeError(f"{type(self).__name__}.connect() must be called before allreduce()")
+        pump = Pump(self.timeout_s)
+        try:
+            self._queue_transfers(pump, out, seq)
+            stats = measured_run(pump, started)
+        except PeerError:
+            log.error("%s rank %d: all-reduce #%d of %d %s failed", self.name, self.rank, seq, out.size, out.dtype)
+            raise
+        finally:
+            pump.close()
+        return out, stats
+
+    def __enter__(self) -> Self:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -17,39 +17,27 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from hosts.collective import chunk_bounds, chunk_elements, flat_copy, local_stats, measured_run, split_bounds
-from hosts.stats import JobStats
-from hosts.tcp_mesh import (JOB_HEADER_BYTES, Peer, PeerError, Pump, accept, check_job_header, connect, describe,
-                            job_header, listen)
+from hosts.collective import TcpCollective, chunk_bounds, chunk_elements, split_bounds
+from hosts.tcp_mesh import JOB_HEADER_BYTES, Peer, Pump, accept, check_job_header, connect, describe, job_header, listen
 
 log = logging.getLogger(__name__)
 
 
-class ParameterServerAllReduce:
-    """One rank (worker + shard server); :meth:`connect` once, then :meth:`allreduce` repeatedly.
+class ParameterServerAllReduce(TcpCollective):
+    """One rank (worker + shard server); :meth:`connect` once, then :meth:`allreduce` repeatedly."""
 
-    Same parameters and timeout semantics as :class:`hosts.ring_allreduce.RingAllReduce`.
-    """
+    name = "parameter server"
 
     def __init__(self, peers: Sequence[Peer], rank: int, chunk_bytes: int = 128 * 1024,
                  timeout_s: float = 10.0, connect_timeout_s: float = 30.0) -> None:
-        if not 0 <= rank < len(peers):
-            raise ValueError(f"rank {rank} outside 0..{len(peers) - 1}")
-        self.peers = [(str(host), int(port)) for host, port in peers]
-        self.rank = rank
-        self.world = len(peers)
-        self.chunk_bytes = chunk_bytes
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
+        super().__init__(peers, rank, chunk_bytes, timeout_s, connect_timeout_s)
         self._listener: socket.socket | None = None
         self._clients: dict[int, socket.socket] = {}  # we push to / pull from rank j's server
         self._servers: dict[int, socket.socket] = {}  # rank j pushes to / pulls from our server
-        self._seq = 0
 
     def _others(self) -> list[int]:
         return [j for j in range(self.world) if j != self.rank]
@@ -65,21 +53,14 @@ class ParameterServerAllReduce:
         self._servers = accept(self._listener, self.rank, self.world, expected, self.connect_timeout_s)
         log.info("parameter server rank %d/%d connected to %d peers", self.rank, self.world, self.world - 1)
 
-    def allreduce(self, tensor: np.ndarray) -> tuple[np.ndarray, JobStats]:
-        """Element-wise sum of ``tensor`` over all ranks (new flat array, same dtype) and the job's stats."""
-        started = time.perf_counter()
-        out = flat_copy(tensor)
-        seq = self._seq
-        self._seq += 1
-        if self.world == 1:
-            return out, local_stats(started)
-        if len(self._clients) != self.world - 1:
-            raise RuntimeError("ParameterServerAllReduce.connect() must be called before allreduce()")
+    def _connected(self) -> bool:
+        return len(self._clients) == self.world - 1
+
+    def _queue_transfers(self, pump: Pump, out: np.ndarray, seq: int) -> None:
         elems = chunk_elements(self.chunk_bytes, out.dtype)
         shards = [chunk_bounds(a, b, elems) for a, b in split_bounds(out.size, self.world)]
         own = shards[self.rank]
         header = job_header(seq, out.size, out.dtype.name)
-        pump = Pump(self.timeout_s)
         names = {j: describe(j, self.peers[j]) for j in self._others()}
         for j in self._others():
             pump.add(self._clients[j], f"server {names[j]}")
@@ -118,14 +99,6 @@ class ParameterServerAllReduce:
             pump.send(server, memoryview(header))
             for c, (a, b) in enumerate(own):
                 pump.recv(server, memoryview(scratch[:b - a]), lambda c=c, s=scratch: pushed(c, s))
-        try:
-            stats = measured_run(pump, started)
-        except PeerError:
-            log.error("parameter server rank %d: all-reduce #%d of %d %s failed", self.rank, seq, out.size, out.dtype)
-            raise
-        finally:
-            pump.close()
-        return out, stats
 
     def close(self) -> None:
         for sock in [*self._clients.values(), *self._servers.values()]:
@@ -133,10 +106,3 @@ class ParameterServerAllReduce:
         if self._listener is not None:
             self._listener.close()
         self._clients, self._servers, self._listener = {}, {}, None
-
-    def __enter__(self) -> ParameterServerAllReduce:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -21,43 +21,29 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from hosts.collective import chunk_bounds, chunk_elements, flat_copy, local_stats, measured_run, split_bounds
-from hosts.stats import JobStats
-from hosts.tcp_mesh import (JOB_HEADER_BYTES, Peer, PeerError, Pump, accept, check_job_header, connect, describe,
-                            job_header, listen)
+from hosts.collective import TcpCollective, chunk_bounds, chunk_elements, split_bounds
+from hosts.tcp_mesh import JOB_HEADER_BYTES, Peer, Pump, accept, check_job_header, connect, describe, job_header, listen
 
 log = logging.getLogger(__name__)
 
 
-class RingAllReduce:
-    """One rank of a ring; :meth:`connect` once, then :meth:`allreduce` as often as needed.
+class RingAllReduce(TcpCollective):
+    """One rank of a ring; :meth:`connect` once, then :meth:`allreduce` as often as needed."""
 
-    ``peers[i]`` is rank i's listening (IPv4, port). ``timeout_s`` bounds every wait during
-    an all-reduce (no byte moving for that long is an error naming the peer);
-    ``connect_timeout_s`` bounds connection set-up, which waits for ranks that start late.
-    """
+    name = "ring"
 
     def __init__(self, peers: Sequence[Peer], rank: int, chunk_bytes: int = 128 * 1024,
                  timeout_s: float = 10.0, connect_timeout_s: float = 30.0) -> None:
-        if not 0 <= rank < len(peers):
-            raise ValueError(f"rank {rank} outside 0..{len(peers) - 1}")
-        self.peers = [(str(host), int(port)) for host, port in peers]
-        self.rank = rank
-        self.world = len(peers)
-        self.chunk_bytes = chunk_bytes
-        self.timeout_s = timeout_s
-        self.connect_timeout_s = connect_timeout_s
+        super().__init__(peers, rank, chunk_bytes, timeout_s, connect_timeout_s)
         self._next_rank = (rank + 1) % self.world
         self._prev_rank = (rank - 1) % self.world
         self._listener: socket.socket | None = None
         self._to_next: socket.socket | None = None
         self._from_prev: socket.socket | None = None
-        self._seq = 0
 
     def connect(self) -> None:
         """Listen on our own address, connect to the next rank, accept the previous one (untimed set-up)."""
@@ -72,16 +58,10 @@ class RingAllReduce:
                  describe(self._next_rank, self.peers[self._next_rank]),
                  describe(self._prev_rank, self.peers[self._prev_rank]))
 
-    def allreduce(self, tensor: np.ndarray) -> tuple[np.ndarray, JobStats]:
-        """Element-wise sum of ``tensor`` over all ranks (new flat array, same dtype) and the job's stats."""
-        started = time.perf_counter()
-        out = flat_copy(tensor)
-        seq = self._seq
-        self._seq += 1
-        if self.world == 1:
-            return out, local_stats(started)
-        if self._to_next is None or self._from_prev is None:
-            raise RuntimeError("RingAllReduce.connect() must be called before allreduce()")
+    def _connected(self) -> bool:
+        return self._to_next is not None and self._from_prev is not None
+
+    def _queue_transfers(self, pump: Pump, out: np.ndarray, seq: int) -> None:
         n, r = self.world, self.rank
         segments = [chunk_bounds(a, b, chunk_elements(self.chunk_bytes, out.dtype))
                     for a, b in split_bounds(out.size, n)]
@@ -89,7 +69,6 @@ class RingAllReduce:
         scratch = np.empty(chunk_elements(self.chunk_bytes, out.dtype), dtype=out.dtype)
         to_next, from_prev = self._to_next, self._from_prev
         prev_name = describe(self._prev_rank, self.peers[self._prev_rank])
-        pump = Pump(self.timeout_s)
         pump.add(to_next, describe(self._next_rank, self.peers[self._next_rank]))
         pump.add(from_prev, prev_name)
 
@@ -110,24 +89,9 @@ class RingAllReduce:
             for a, b in segments[(r - step - 1) % n]:
                 target = scratch[:b - a] if step < n - 1 else out[a:b]
                 pump.recv(from_prev, memoryview(target), lambda s=step, a=a, b=b: received(s, a, b))
-        try:
-            stats = measured_run(pump, started)
-        except PeerError:
-            log.error("ring rank %d: all-reduce #%d of %d %s failed", r, seq, out.size, out.dtype)
-            raise
-        finally:
-            pump.close()
-        return out, stats
 
     def close(self) -> None:
         for sock in (self._to_next, self._from_prev, self._listener):
             if sock is not None:
                 sock.close()
         self._to_next = self._from_prev = self._listener = None
-
-    def __enter__(self) -> RingAllReduce:
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

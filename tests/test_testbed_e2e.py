@@ -31,11 +31,31 @@ SMALL = ["topology.workers=4", "workload.elements=20000", "repetitions=2"]
 EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
 
 
-def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def experiment_argv(out: Path, *overrides: str) -> list[str]:
     argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded"]
     for override in overrides:
         argv += ["--set", override]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return argv
+
+
+def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(experiment_argv(out, *overrides), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str, disturb) -> tuple[int, str]:
+    """Start a long run, wait until a worker matching ``worker_pattern`` runs, call
+    ``disturb(runner, worker_pid)`` a second into the job; return the run's exit status and output."""
+    runner = subprocess.Popen(experiment_argv(out, *overrides), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, stdin=subprocess.DEVNULL)
+    try:
+        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=60)
+        time.sleep(1.0)  # mid-job
+        disturb(runner, worker)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    return runner.returncode, output
 
 
 def leftovers(marker: str) -> list[str]:
@@ -111,19 +131,12 @@ def test_one_percent_loss_is_survived_and_recorded(tmp_path: Path) -> None:
 
 def test_killed_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded",
-            "--set", "topology.workers=4", "--set", "workload.elements=2000000", "--set", "methods=[switchml]",
-            "--set", "topology.link.bw_mbps=2", "--set", "limits.job_timeout_s=30"]
-    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    try:
-        victim = wait_for_process(f"hosts.worker {out}.*--rank 2", timeout=60)
-        time.sleep(1.0)  # mid-job
-        os.kill(victim, signal.SIGKILL)
-        output, _ = runner.communicate(timeout=120)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    assert runner.returncode == 3, output
+    code, output = disturb_mid_run(
+        out, ["topology.workers=4", "workload.elements=2000000", "methods=[switchml]", "topology.link.bw_mbps=2",
+              "limits.job_timeout_s=30"],
+        ".*--rank 2", lambda runner, worker: os.kill(worker, signal.SIGKILL),
+    )
+    assert code == 3, output
     assert "worker rank" in output
     assert not (out / "summary.json").exists()
     assert not leftovers(str(out))
@@ -131,18 +144,11 @@ def test_killed_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
 
 def test_interrupted_run_tears_down(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded",
-            "--set", "topology.workers=2", "--set", "workload.elements=2000000", "--set", "topology.link.bw_mbps=2"]
-    runner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    try:
-        wait_for_process(f"hosts.worker {out}", timeout=60)
-        time.sleep(1.0)
-        runner.send_signal(signal.SIGINT)
-        output, _ = runner.communicate(timeout=120)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    assert runner.returncode == 130, output
+    code, output = disturb_mid_run(
+        out, ["topology.workers=2", "workload.elements=2000000", "topology.link.bw_mbps=2"],
+        "", lambda runner, worker: runner.send_signal(signal.SIGINT),
+    )
+    assert code == 130, output
     assert "interrupted" in output
     assert not leftovers(str(out))
 
