@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,7 +39,8 @@ TIMELINE_COLUMNS = ["point", "method", "repetition", "rank", "t_ms", "packets_se
 FIDELITY_COLUMNS = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps"]
 
 CPU_SATURATED = 0.9
-"""A process busier than this share of one core may have been the bottleneck, not the network."""
+"""A process busier than this share of one core may have been the bottleneck, not the network;
+so may all processes together beyond this share of the machine's cores."""
 
 
 def utc_stamp() -> str:
@@ -158,6 +160,9 @@ class ResultsWriter:
         jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
         cpu = timed_cpu_samples(fidelity, runs)
         saturated = cpu[cpu["cpu_busy_fraction"] >= CPU_SATURATED]
+        cores = os.cpu_count() or 1
+        machine = cpu.groupby(["point", "method", "repetition"], as_index=False)["cpu_busy_fraction"].sum()
+        machine_saturated = machine[machine["cpu_busy_fraction"] >= CPU_SATURATED * cores]
         points = []
         for point in self.experiment.points:
             methods = {}
@@ -189,8 +194,11 @@ class ResultsWriter:
             "loss": link_loss(first),
             "loss_mechanism": self._network.get(first.index, {}).get("loss_mechanism"),
             "network": self._network,
-            "kept_up": saturated.empty,
+            "kept_up": saturated.empty and machine_saturated.empty,
+            "cpu_cores": cores,
+            "max_cpu_cores_busy": round(float(machine["cpu_busy_fraction"].max()), 3) if len(machine) else 0.0,
             "saturated_processes": saturated[["point", "method", "repetition", "host", "cpu_busy_fraction"]].to_dict("records"),
+            "saturated_jobs": machine_saturated.rename(columns={"cpu_busy_fraction": "cores_busy"}).to_dict("records"),
             "methods": points[0]["methods"],
             "points": points,
         }
@@ -215,5 +223,6 @@ def format_table(summary: dict[str, Any]) -> str:
                 f"{m['retransmissions']:>6} {str(m['verified']):>8}"
             )
     if not summary["kept_up"]:
-        lines.append("WARNING: some processes were CPU-saturated (see fidelity.csv): the emulator, not the network, may have been the bottleneck")
+        lines.append("WARNING: CPU-saturated processes or machine (see fidelity.csv, summary.json): "
+                     "the emulator, not the network, may have been the bottleneck")
     return "\n".join(lines)
