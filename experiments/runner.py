@@ -21,7 +21,7 @@ import numpy as np
 
 from experiments.config import Experiment, Point
 from experiments.inputs import point_inputs
-from experiments.results import ResultsWriter
+from experiments.results import MACHINE, ResultsWriter
 from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
 from experiments.workers import WorkerGroup
 from network.emulation import EmulatedNetwork
@@ -41,6 +41,13 @@ def cpu_seconds(pid: int) -> float:
     except FileNotFoundError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of all cores so far, in clock ticks (idle and iowait are not busy)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
 
 
 def interface_bytes(name: str) -> int:
@@ -125,12 +132,15 @@ class ExperimentRunner:
                 pids = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
                 switch_pids = {sw.name: sw.switch_pid for sw in net.net.switches}
                 cpu_before = {name: cpu_seconds(pid) for name, pid in {**pids, **switch_pids}.items()}
+                machine_before = machine_jiffies()
                 tx_before = {i: interface_bytes(i) for i in switch_intfs}
                 t0 = time.monotonic()
                 group.release(repetition)
                 reports = group.collect("done", point.limits["job_timeout_s"] + 10)
                 wall = time.monotonic() - t0
                 cpu = {name: (cpu_seconds(pid) - cpu_before[name]) / wall for name, pid in {**pids, **switch_pids}.items()}
+                machine_after = machine_jiffies()
+                cpu[MACHINE] = (machine_after[0] - machine_before[0]) / max(1, machine_after[1] - machine_before[1])
                 tx_mbps = {i: (interface_bytes(i) - tx_before[i]) * 8 / wall / 1e6 for i in switch_intfs}
                 counters = {sw: programming.read_event_counters(c) for sw, c in net.controls.items()}
                 verdicts = []
