@@ -25,11 +25,11 @@ fi
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+stamp=".venv/.installed-$(cat pyproject.toml "$0" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "bootstrap.sh: installing Python dependencies into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,notebooks]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
