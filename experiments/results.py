@@ -91,12 +91,24 @@ class ResultsWriter:
             writer.writerows(rows)
 
     def has_rows(self, point: int, method: str, repetitions: int) -> bool:
+        """True when every repetition of (point, method) is in runs.csv (``--resume`` skips it)."""
         path = self.run_dir / "runs.csv"
         if not path.exists():
             return False
         runs = pd.read_csv(path)
         done = runs[(runs["point"] == point) & (runs["method"] == method)]
         return done["repetition"].nunique() >= repetitions
+
+    def discard(self, point: int, method: str) -> None:
+        """Remove the rows of an interrupted (point, method) from every table before it reruns,
+        so a resumed run never holds a repetition twice."""
+        for name in ("runs.csv", "switch_counters.csv", "timeline.csv", "fidelity.csv"):
+            path = self.run_dir / name
+            if path.exists():
+                table = pd.read_csv(path, keep_default_na=False)
+                keep = ~((table["point"] == point) & (table["method"] == method))
+                if not keep.all():
+                    table[keep].to_csv(path, index=False)
 
     def record_network(self, point: int, description: dict[str, Any]) -> None:
         self._network[point] = description

@@ -72,6 +72,8 @@ class ExperimentRunner:
                     for _ in range(point.repetitions):
                         self.progress("skipped")
             pending = [m for m in point.methods if not self.writer.has_rows(point.index, m, point.repetitions)]
+            for method in pending:
+                self.writer.discard(point.index, method)
             if pending:
                 verified &= self._run_point(point, pending)
         return verified

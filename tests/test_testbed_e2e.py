@@ -173,3 +173,34 @@ def test_two_level_tree_aggregates_at_the_spine(tmp_path: Path) -> None:
         assert switchml[leaf, "EV_RESULT_MULTICAST"] == 0
         assert switchml[leaf, "EV_FORWARDED"] > 0
     assert not leftovers(str(out))
+
+
+def test_resume_finishes_an_interrupted_sweep_without_duplicates(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    overrides = ["topology.workers=2", "methods=[switchml]", "repetitions=2", "topology.link.bw_mbps=2",
+                 "sweep={param: workload.elements, values: [5000, 150000]}"]
+
+    def interrupt_after_first_repetition_of_point_1(runner: subprocess.Popen, worker: int) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            runs = out / "runs.csv"
+            if runs.exists() and any(line.startswith("1,") for line in runs.read_text().splitlines()):
+                break
+            time.sleep(0.05)
+        runner.send_signal(signal.SIGINT)
+
+    code, output = disturb_mid_run(out, overrides, "/work/point1", interrupt_after_first_repetition_of_point_1)
+    assert code == 130, output
+    partial = pd.read_csv(out / "runs.csv")
+    assert set(partial[partial.point == 1]["repetition"]) == {0}  # interrupted inside point 1
+
+    argv = experiment_argv(out, *overrides)
+    argv[argv.index("--out")] = "--resume"
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "skipped (resume)" in done.stderr
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 2 * 2 * 2  # points x repetitions x workers, each once
+    assert not runs.duplicated(["point", "method", "repetition", "rank"]).any()
+    assert json.loads((out / "summary.json").read_text())["verified"] is True
+    assert not leftovers(str(out))
