@@ -1,0 +1,82 @@
+"""Link shaping: what the kernel has is probed, what is applied is checked, failures are loud."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from network.shaping import ShapingError, TcCapabilities, probe_tc, run_local, shape_interface
+from topologies.model import LinkSpec
+
+pytestmark = pytest.mark.netns
+
+if os.geteuid() != 0:
+    pytest.skip("tc and namespaces need root", allow_module_level=True)
+
+NETNS = f"smlshape{os.getpid()}"
+
+
+@pytest.fixture
+def veth() -> Iterator[str]:
+    """One end of a veth pair inside a throw-away namespace."""
+    subprocess.run(["ip", "netns", "add", NETNS], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", NETNS, "ip", "link", "add", "shapea", "type", "veth", "peer", "name", "shapeb"], check=True)
+        yield "shapea"
+    finally:
+        subprocess.run(["ip", "netns", "delete", NETNS], check=True)
+
+
+def in_netns(argv: list[str] | tuple[str, ...]) -> tuple[int, str]:
+    return run_local(["ip", "netns", "exec", NETNS, *argv])
+
+
+def qdiscs(interface: str) -> str:
+    return in_netns(["tc", "qdisc", "show", "dev", interface])[1]
+
+
+def test_probe_finds_htb_and_pfifo() -> None:
+    caps = probe_tc()
+    assert caps.htb and caps.pfifo  # both exist on every kernel this project runs on
+    assert set(caps.describe()) == {"htb", "netem", "pfifo"}
+
+
+def test_rate_and_queue_are_applied(veth: str) -> None:
+    caps = TcCapabilities(htb=True, netem=False, pfifo=True)
+    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=2.5, delay_ms=0, loss=0, queue_packets=50), caps, loss_by_netem=False)
+    assert applied.bandwidth == "htb 2.5 Mbit/s"
+    assert applied.queue == "pfifo 50 packets"
+    shown = qdiscs(veth)
+    assert "qdisc htb 5: root" in shown and "qdisc pfifo 10: parent 5:1 limit 50p" in shown
+    classes = in_netns(["tc", "class", "show", "dev", veth])[1]
+    assert "rate 2500Kbit" in classes
+
+
+def test_loss_without_netem_is_left_to_the_switch(veth: str) -> None:
+    caps = TcCapabilities(htb=True, netem=False, pfifo=True)
+    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=None, delay_ms=0, loss=0.01, queue_packets=20), caps, loss_by_netem=False)
+    assert applied.loss == "switch_drop_simulator"
+    assert applied.bandwidth == "unshaped"
+    assert "netem" not in qdiscs(veth)
+
+
+def test_delay_without_netem_is_an_error_not_a_silent_no_op(veth: str) -> None:
+    caps = TcCapabilities(htb=True, netem=False, pfifo=True)
+    with pytest.raises(ShapingError, match="shapea: delay 5 ms needs netem, which this kernel does not have"):
+        shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0, queue_packets=20), caps, loss_by_netem=False)
+
+
+def test_a_failing_tc_command_raises_with_its_message() -> None:
+    caps = TcCapabilities(htb=True, netem=False, pfifo=True)
+    with pytest.raises(ShapingError, match=r"tc qdisc replace dev nosuchdev0 .* failed on nosuchdev0: .*(Cannot find device|No such device)"):
+        shape_interface(run_local, "nosuchdev0", LinkSpec(bw_mbps=10, delay_ms=0, loss=0, queue_packets=20), caps, loss_by_netem=False)
+
+
+@pytest.mark.skipif(not probe_tc().netem, reason="this kernel has no netem qdisc")
+def test_netem_carries_delay_and_loss_where_the_kernel_has_it(veth: str) -> None:
+    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0.01, queue_packets=20), probe_tc(), loss_by_netem=True)
+    assert applied.delay == "netem 5.0 ms" and applied.loss.startswith("netem")
+    assert "netem" in qdiscs(veth)
