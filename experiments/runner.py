@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -79,10 +80,18 @@ class ExperimentRunner:
         return verified
 
     def _run_point(self, point: Point, methods: list[str]) -> bool:
-        protocol = point.protocol
-        topology = point.topology
+        """One network for the point; its inputs and results live in a work folder removed
+        afterwards, whatever happens (tensors can be large)."""
         inputs_dir = self.writer.work_dir / f"point{point.index}"
         inputs_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._run_point_in(point, methods, inputs_dir)
+        finally:
+            shutil.rmtree(inputs_dir, ignore_errors=True)
+
+    def _run_point_in(self, point: Point, methods: list[str], inputs_dir: Path) -> bool:
+        protocol = point.protocol
+        topology = point.topology
         inputs = point_inputs(point.workload, len(topology.hosts))
         input_paths = []
         for rank, tensor in enumerate(inputs):
@@ -90,6 +99,7 @@ class ExperimentRunner:
             np.save(path, tensor)
             input_paths.append(str(path))
         expected = expected_for(inputs, protocol["k"])
+        del inputs
         ok = True
         with EmulatedNetwork(
             topology,
@@ -114,13 +124,10 @@ class ExperimentRunner:
                 }
                 spec_path = inputs_dir / f"{method}.json"
                 spec_path.write_text(json.dumps(spec, indent=1))
-                ok &= self._run_method(net, point, method, spec_path, inputs, expected)
-        for path in inputs_dir.iterdir():
-            path.unlink()
-        inputs_dir.rmdir()
+                ok &= self._run_method(net, point, method, spec_path, expected)
         return ok
 
-    def _run_method(self, net: EmulatedNetwork, point: Point, method: str, spec_path: Path, inputs: list[np.ndarray], expected: Expected) -> bool:
+    def _run_method(self, net: EmulatedNetwork, point: Point, method: str, spec_path: Path, expected: Expected) -> bool:
         topology = point.topology
         control = net.aggregator_control
         hosts = [net.host(h.name) for h in topology.hosts]
