@@ -52,6 +52,7 @@ class NetworkReport:
     target: str
     tc_capabilities: dict[str, bool]
     loss_mechanism: str
+    delay_mechanism: str
     links: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -97,14 +98,18 @@ class EmulatedNetwork:
     def _start(self) -> None:
         caps = probe_tc()
         loss_mechanism = self._choose_loss_mechanism(caps)
+        delay_mechanism = self._choose_delay_mechanism(caps)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         switch_cls = node_class(self.target)
+        switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size}
+        if delay_mechanism == "switch_delay_line":
+            switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         for host in self.topology.hosts:
             net.addHost(host.name, cls=Host, ip=f"{host.ipv4}/24", mac=host.mac)
         for switch in self.topology.switches:
-            net.addSwitch(switch.name, cls=switch_cls, log_dir=self.log_dir, k=self.k, max_pool_size=self.max_pool_size)
+            net.addSwitch(switch.name, cls=switch_cls, **switch_options)
         for link in self.topology.links:
             net.addLink(link.a, link.b, cls=Link)
         net.build()
@@ -114,13 +119,14 @@ class EmulatedNetwork:
                 if intf.name != "lo":
                     disable_offloads(run, intf.name)
                     silence_ipv6(run, intf.name)
-        applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem")
+        applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem", delay_by_netem=delay_mechanism == "netem")
         net.start()
         self._static_arp()
         self.report = NetworkReport(
             target=self.target,
             tc_capabilities=caps.describe(),
             loss_mechanism=loss_mechanism,
+            delay_mechanism=delay_mechanism,
             links=[asdict(a) for a in applied],
         )
         self._program_switches(loss_mechanism)
@@ -171,14 +177,30 @@ class EmulatedNetwork:
             raise NetworkError(f"links have different loss rates {sorted(losses)}; the switch drop simulator applies one rate")
         return "switch_drop_simulator"
 
-    def _shape(self, caps: TcCapabilities, loss_by_netem: bool) -> list[AppliedShaping]:
+    def _choose_delay_mechanism(self, caps: TcCapabilities) -> str:
+        """netem where the kernel has it; else the embedded switch's delay line (bmv2 has none)."""
+        delays = {l.spec.delay_ms for l in self.topology.links}
+        if delays == {0.0}:
+            return "none"
+        if caps.netem:
+            return "netem"
+        if self.target != "embedded":
+            raise NetworkError(
+                f"link delay needs netem, which this kernel lacks, and the {self.target} switch cannot delay frames; "
+                "use the embedded switch (--switch embedded) or a kernel with sch_netem"
+            )
+        if len(delays) > 1:
+            raise NetworkError(f"links have different delays {sorted(delays)}; the switch's delay line applies one")
+        return "switch_delay_line"
+
+    def _shape(self, caps: TcCapabilities, loss_by_netem: bool, delay_by_netem: bool) -> list[AppliedShaping]:
         assert self.net is not None
         applied = []
         for link in self.topology.links:
             node_a, node_b = self.net.get(link.a), self.net.get(link.b)
             for node, other in ((node_a, node_b), (node_b, node_a)):
                 intf, _ = node.connectionsTo(other)[0]
-                applied.append(shape_interface(node_runner(node), intf.name, link.spec, caps, loss_by_netem))
+                applied.append(shape_interface(node_runner(node), intf.name, link.spec, caps, loss_by_netem, delay_by_netem))
         return applied
 
     def _static_arp(self) -> None:

@@ -87,18 +87,21 @@ def _tc(run: RunCommand, interface: str, *args: str) -> None:
         raise ShapingError(f"tc {' '.join(args)} failed on {interface}: {out or 'exit code ' + str(code)}")
 
 
-def shape_interface(run: RunCommand, interface: str, spec: LinkSpec, caps: TcCapabilities, loss_by_netem: bool) -> AppliedShaping:
+def shape_interface(
+    run: RunCommand, interface: str, spec: LinkSpec, caps: TcCapabilities, loss_by_netem: bool, delay_by_netem: bool
+) -> AppliedShaping:
     """Shape the egress of ``interface`` as ``spec`` says; raise ShapingError on any failure.
 
-    Rate: htb class 5:1 at bw_mbps. Below it, netem (delay, and loss when
-    ``loss_by_netem``) with the queue limit, or pfifo with the queue limit. Delay that
-    cannot be applied is an error, never silently dropped.
+    Rate: htb class 5:1 at bw_mbps. Below it, netem (delay when ``delay_by_netem``, loss
+    when ``loss_by_netem``) with the queue limit, or pfifo with the queue limit. Delay and
+    loss not given to netem are the switch's (its delay line and drop simulator), and the
+    record says so; netem asked of a kernel without it is an error, never a silent no-op.
     """
-    wants_netem = spec.delay_ms > 0 or (loss_by_netem and spec.loss > 0)
+    wants_netem = (delay_by_netem and spec.delay_ms > 0) or (loss_by_netem and spec.loss > 0)
     if wants_netem and not caps.netem:
         raise ShapingError(
-            f"{interface}: delay {spec.delay_ms} ms needs netem, which this kernel does not have (tc qdisc netem); "
-            "set delay_ms: 0 or run on a kernel with sch_netem"
+            f"{interface}: delay {spec.delay_ms} ms / loss {spec.loss} by netem, which this kernel does not have "
+            "(tc qdisc netem); use the switch's delay line and drop simulator (the embedded switch) instead"
         )
     parent = ["root"]
     bandwidth = "unshaped"
@@ -109,11 +112,11 @@ def shape_interface(run: RunCommand, interface: str, spec: LinkSpec, caps: TcCap
         _tc(run, interface, "class", "add", "dev", interface, "parent", "5:", "classid", "5:1", "htb", "rate", f"{spec.bw_mbps}mbit", "burst", "15k")
         parent = ["parent", "5:1"]
         bandwidth = f"htb {spec.bw_mbps} Mbit/s"
-    delay = "none requested"
+    delay = "none requested" if spec.delay_ms == 0 else "switch_delay_line"
     loss = "none requested" if spec.loss == 0 else "switch_drop_simulator"
     if wants_netem:
         netem = ["netem", "limit", str(spec.queue_packets)]
-        if spec.delay_ms > 0:
+        if delay_by_netem and spec.delay_ms > 0:
             netem += ["delay", f"{spec.delay_ms}ms"]
             delay = f"netem {spec.delay_ms} ms"
         if loss_by_netem and spec.loss > 0:

@@ -46,7 +46,7 @@ def test_probe_finds_htb_and_pfifo() -> None:
 
 def test_rate_and_queue_are_applied(veth: str) -> None:
     caps = TcCapabilities(htb=True, netem=False, pfifo=True)
-    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=2.5, delay_ms=0, loss=0, queue_packets=50), caps, loss_by_netem=False)
+    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=2.5, delay_ms=0, loss=0, queue_packets=50), caps, loss_by_netem=False, delay_by_netem=False)
     assert applied.bandwidth == "htb 2.5 Mbit/s"
     assert applied.queue == "pfifo 50 packets"
     shown = qdiscs(veth)
@@ -57,26 +57,33 @@ def test_rate_and_queue_are_applied(veth: str) -> None:
 
 def test_loss_without_netem_is_left_to_the_switch(veth: str) -> None:
     caps = TcCapabilities(htb=True, netem=False, pfifo=True)
-    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=None, delay_ms=0, loss=0.01, queue_packets=20), caps, loss_by_netem=False)
+    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=None, delay_ms=0, loss=0.01, queue_packets=20), caps, loss_by_netem=False, delay_by_netem=False)
     assert applied.loss == "switch_drop_simulator"
     assert applied.bandwidth == "unshaped"
     assert "netem" not in qdiscs(veth)
 
 
-def test_delay_without_netem_is_an_error_not_a_silent_no_op(veth: str) -> None:
+def test_netem_delay_without_netem_is_an_error_not_a_silent_no_op(veth: str) -> None:
     caps = TcCapabilities(htb=True, netem=False, pfifo=True)
-    with pytest.raises(ShapingError, match="shapea: delay 5 ms needs netem, which this kernel does not have"):
-        shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0, queue_packets=20), caps, loss_by_netem=False)
+    with pytest.raises(ShapingError, match="shapea: delay 5 ms / loss 0 by netem, which this kernel does not have"):
+        shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0, queue_packets=20), caps, loss_by_netem=False, delay_by_netem=True)
+
+
+def test_delay_left_to_the_switch_is_recorded_as_such(veth: str) -> None:
+    caps = TcCapabilities(htb=True, netem=False, pfifo=True)
+    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0, queue_packets=20), caps, loss_by_netem=False, delay_by_netem=False)
+    assert applied.delay == "switch_delay_line"
+    assert "netem" not in qdiscs(veth)
 
 
 def test_a_failing_tc_command_raises_with_its_message() -> None:
     caps = TcCapabilities(htb=True, netem=False, pfifo=True)
     with pytest.raises(ShapingError, match=r"tc qdisc replace dev nosuchdev0 .* failed on nosuchdev0: .*(Cannot find device|No such device)"):
-        shape_interface(run_local, "nosuchdev0", LinkSpec(bw_mbps=10, delay_ms=0, loss=0, queue_packets=20), caps, loss_by_netem=False)
+        shape_interface(run_local, "nosuchdev0", LinkSpec(bw_mbps=10, delay_ms=0, loss=0, queue_packets=20), caps, loss_by_netem=False, delay_by_netem=False)
 
 
 @pytest.mark.skipif(not probe_tc().netem, reason="this kernel has no netem qdisc")
 def test_netem_carries_delay_and_loss_where_the_kernel_has_it(veth: str) -> None:
-    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0.01, queue_packets=20), probe_tc(), loss_by_netem=True)
+    applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0.01, queue_packets=20), probe_tc(), loss_by_netem=True, delay_by_netem=True)
     assert applied.delay == "netem 5.0 ms" and applied.loss.startswith("netem")
     assert "netem" in qdiscs(veth)

@@ -204,3 +204,18 @@ def test_resume_finishes_an_interrupted_sweep_without_duplicates(tmp_path: Path)
     assert not runs.duplicated(["point", "method", "repetition", "rank"]).any()
     assert json.loads((out / "summary.json").read_text())["verified"] is True
     assert not leftovers(str(out))
+
+
+def test_link_delay_without_netem_comes_from_the_switch_and_is_recorded(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = run_experiment(out, "topology.workers=2", "topology.link.delay_ms=10", "methods=[switchml]",
+                          "repetitions=1", "workload.elements=20000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    expected = "netem" if summary["network"]["0"]["tc_capabilities"]["netem"] else "switch_delay_line"
+    assert summary["delay_mechanism"] == expected
+    assert {link["delay"] for link in summary["network"]["0"]["links"]} == {"netem 10.0 ms" if expected == "netem" else expected}
+    # 626 chunks through a 64-slot pool: at least ceil(626 / 64) = 10 round trips of >= 20 ms
+    assert summary["methods"]["switchml"]["tat_s"] >= 10 * 0.020
+    assert not leftovers(str(out))

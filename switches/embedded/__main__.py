@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from protocol import params
+from switches.embedded.delay_line import DelayLine
 from switches.embedded.pipeline import SwitchMLPipeline
 from switches.embedded.switch import EmbeddedSwitch
 
@@ -30,12 +31,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="seed of the drop simulator's random draws")
     parser.add_argument("--k", type=int, default=params.K, help="elements per packet")
     parser.add_argument("--max-pool-size", type=int, default=params.MAX_POOL_SIZE, help="slots per shadow set")
+    parser.add_argument("--link-delay-ms", type=float, default=0.0,
+                        help="propagation delay of each link; every frame is held twice this long (one link in, one out)")
     args = parser.parse_args(argv)
     ports = dict(args.port)
     if len(ports) != len(args.port):
         parser.error("a port number is given twice")
     if not 1 <= args.k <= 255:
         parser.error("--k must be within 1..255 (num_elements is bit<8>)")
+    if args.link_delay_ms < 0:
+        parser.error("--link-delay-ms must not be negative")
     if not 1 <= args.max_pool_size <= 0x10000:
         parser.error("--max-pool-size must be within 1..65536 (slot is bit<16>)")
     args.ports = ports
@@ -49,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    switch = EmbeddedSwitch(SwitchMLPipeline(args.k, args.max_pool_size, args.seed), args.ports, args.control_socket)
+    delay_line = DelayLine(2 * args.link_delay_ms / 1000) if args.link_delay_ms > 0 else None
+    switch = EmbeddedSwitch(SwitchMLPipeline(args.k, args.max_pool_size, args.seed), args.ports, args.control_socket, delay_line)
     try:
         switch.run()
     finally:

@@ -54,6 +54,7 @@ class EmbeddedSwitchProcess:
         seed: int | None = None,
         log_level: str = "INFO",
         profile: Path | None = None,
+        link_delay_ms: float = 0.0,
     ) -> None:
         self.ports = dict(ports)
         self.name = name
@@ -61,6 +62,7 @@ class EmbeddedSwitchProcess:
         self.k = k
         self.max_pool_size = max_pool_size
         self.seed = seed
+        self.link_delay_ms = link_delay_ms
         self.log_level = log_level
         self.profile = profile
         """Run under cProfile and write its stats here when the switch stops."""
@@ -81,6 +83,8 @@ class EmbeddedSwitchProcess:
         argv += ["--k", str(self.k), "--max-pool-size", str(self.max_pool_size)]
         if self.seed is not None:
             argv += ["--seed", str(self.seed)]
+        if self.link_delay_ms:
+            argv += ["--link-delay-ms", str(self.link_delay_ms)]
         return argv
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:

@@ -23,6 +23,7 @@ class EmbeddedSwitchNode(Switch):
         k: int = params.K,
         max_pool_size: int = params.MAX_POOL_SIZE,
         seed: int | None = None,
+        link_delay_ms: float = 0.0,
         **kwargs,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -30,6 +31,8 @@ class EmbeddedSwitchNode(Switch):
         self.k = k
         self.max_pool_size = max_pool_size
         self.seed = seed
+        self.link_delay_ms = link_delay_ms
+        """Propagation delay of the links, emulated by the switch (kernels without netem)."""
         self._switch: EmbeddedSwitchProcess | None = None
 
     def switch_ports(self) -> dict[int, str]:
@@ -41,7 +44,8 @@ class EmbeddedSwitchNode(Switch):
         for ifname in ports.values():
             self.cmd("ip", "link", "set", "dev", ifname, "up")
         self._switch = EmbeddedSwitchProcess(
-            ports, self.log_dir, name=self.name, k=self.k, max_pool_size=self.max_pool_size, seed=self.seed
+            ports, self.log_dir, name=self.name, k=self.k, max_pool_size=self.max_pool_size, seed=self.seed,
+            link_delay_ms=self.link_delay_ms,
         )
         self._switch.start()
 

@@ -13,10 +13,12 @@ import logging
 import selectors
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Mapping
 
 from switches.embedded.control_server import ControlServer
+from switches.embedded.delay_line import DelayLine
 from switches.embedded.pipeline import SwitchMLPipeline
 from switches.embedded.ports import open_port_socket, receive_drops
 
@@ -29,8 +31,10 @@ IDLE_WAKEUP_S = 0.2
 
 
 class EmbeddedSwitch:
-    def __init__(self, pipeline: SwitchMLPipeline, ports: Mapping[int, str], control_socket: Path) -> None:
+    def __init__(self, pipeline: SwitchMLPipeline, ports: Mapping[int, str], control_socket: Path,
+                 delay_line: DelayLine | None = None) -> None:
         self.pipeline = pipeline
+        self.delay_line = delay_line
         self._selector = selectors.EpollSelector()
         self._sockets: dict[int, socket.socket] = {}
         self._rx_drops: dict[int, int] = {port: 0 for port in ports}
@@ -39,7 +43,7 @@ class EmbeddedSwitch:
             for port, ifname in ports.items():
                 sock = open_port_socket(ifname)
                 self._sockets[port] = sock
-                pipeline.ports[port] = sock.send
+                pipeline.ports[port] = sock.send if delay_line is None else delay_line.wrap(sock.send)
                 self._selector.register(sock, selectors.EVENT_READ, functools.partial(self._drain, port, sock.recv_into))
                 log.info("port %d = %s", port, ifname)
             self._control = ControlServer(pipeline, control_socket, self._selector, self.stats)
@@ -51,7 +55,8 @@ class EmbeddedSwitch:
         """Loss inside the switch host: receive-queue overflows per port, refused sends."""
         for port, sock in self._sockets.items():
             self._rx_drops[port] += receive_drops(sock)
-        return {"rx_drops": {str(p): n for p, n in self._rx_drops.items()}, "tx_errors": self.pipeline.tx_errors}
+        delayed_errors = 0 if self.delay_line is None else self.delay_line.tx_errors
+        return {"rx_drops": {str(p): n for p, n in self._rx_drops.items()}, "tx_errors": self.pipeline.tx_errors + delayed_errors}
 
     def _drain(self, port: int, recv_into) -> None:
         frame = self.pipeline.packet.frame
@@ -70,9 +75,18 @@ class EmbeddedSwitch:
             signal.signal(signum, lambda *_: self.stop())
         log.info("switch running: k=%d, pool=%d", self.pipeline.ingress.k, self.pipeline.ingress.max_pool_size)
         select = self._selector.select
-        while self._running:
-            for key, _events in select(IDLE_WAKEUP_S):
-                key.data()
+        delay_line = self.delay_line
+        if delay_line is None:
+            while self._running:
+                for key, _events in select(IDLE_WAKEUP_S):
+                    key.data()
+        else:  # wake up in time for the next delayed frame, too
+            clock = time.monotonic
+            while self._running:
+                due_in = delay_line.due_in(clock())
+                for key, _events in select(IDLE_WAKEUP_S if due_in is None else min(due_in, IDLE_WAKEUP_S)):
+                    key.data()
+                delay_line.release(clock())
         log.info("switch stopping: %s", self.stats())
 
     def stop(self) -> None:
