@@ -36,6 +36,8 @@ class EmulationContext:
     link_mbps: tuple[float, ...]
     switch_targets: tuple[str, ...]
     problems: tuple[str, ...]
+    link_delays: tuple[str, ...] = ()
+    """'10 ms (switch_delay_line)' per distinct configured link delay, if any."""
 
     @property
     def kept_up(self) -> bool:
@@ -45,7 +47,8 @@ class EmulationContext:
         """One line for the figure: emulated, at which link rate, on which switch target."""
         rates = " / ".join("unshaped" if math.isnan(rate) else f"{rate:g} Mbit/s" for rate in self.link_mbps)
         targets = ", ".join(self.switch_targets)
-        return f"Emulation: links shaped to {rates}, switch target {targets} (not the paper's hardware)"
+        delays = f" with {' / '.join(self.link_delays)} delay" if self.link_delays else ""
+        return f"Emulation: links shaped to {rates}{delays}, switch target {targets} (not the paper's hardware)"
 
 
 def emulation_context(results: Results) -> EmulationContext:
@@ -54,7 +57,16 @@ def emulation_context(results: Results) -> EmulationContext:
         link_mbps=tuple(sorted(float(rate) for rate in results.runs["link_mbps"].unique())),
         switch_targets=tuple(sorted(str(target) for target in results.summary["switch_target"].unique())),
         problems=tuple(fidelity_problems(results.summary, results.fidelity, results.runs)),
+        link_delays=link_delays(results.summary),
     )
+
+
+def link_delays(summary: pd.DataFrame) -> tuple[str, ...]:
+    """Each configured per-link delay and how it was applied (runs without the fields: none)."""
+    if "link_delay_ms" not in summary.columns:
+        return ()
+    delayed = summary[summary["link_delay_ms"].fillna(0) > 0]
+    return tuple(sorted({f"{row.link_delay_ms:g} ms ({row.delay_mechanism})" for row in delayed.itertuples()}))
 
 
 def fidelity_problems(summary: pd.DataFrame, fidelity: pd.DataFrame, runs: pd.DataFrame) -> list[str]:

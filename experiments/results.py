@@ -209,6 +209,7 @@ class ResultsWriter:
             "link_mbps": link_mbps(first),
             "loss": link_loss(first),
             "loss_mechanism": self._network.get(first.index, {}).get("loss_mechanism"),
+            "link_delay_ms": max(l.spec.delay_ms for l in first.topology.links),
             "delay_mechanism": self._network.get(first.index, {}).get("delay_mechanism"),
             "network": self._network,
             "kept_up": saturated.empty and machine_saturated.empty,

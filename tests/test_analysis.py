@@ -515,3 +515,14 @@ def test_notebook_executes_headless() -> None:
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [output for output in outputs if output.output_type == "error"]
     assert any("image/png" in output.get("data", {}) for output in outputs), "the notebook did not show the figure"
+
+
+def test_emulation_note_states_link_delay_and_its_mechanism() -> None:
+    from analysis.context import EmulationContext, link_delays
+
+    summary = pd.DataFrame({"link_delay_ms": [10.0, 0.0, None], "delay_mechanism": ["switch_delay_line", "none", None]})
+    delays = link_delays(summary)
+    assert delays == ("10 ms (switch_delay_line)",)
+    note = EmulationContext(link_mbps=(2.5,), switch_targets=("embedded",), problems=(), link_delays=delays).describe()
+    assert note == "Emulation: links shaped to 2.5 Mbit/s with 10 ms (switch_delay_line) delay, switch target embedded (not the paper's hardware)"
+    assert link_delays(pd.DataFrame({"switch_target": ["embedded"]})) == ()  # runs from before the field existed
