@@ -342,11 +342,11 @@ def test_table_keys_and_defaults_follow_dataplane_doc() -> None:
     assert ingress.tables["l2_learn_table"] == Table(["hdr.ethernet.srcAddr"], ["NoAction", "l2_learn"])
     assert ingress.tables["l2_table"] == Table(["hdr.ethernet.dstAddr"], ["l2_forward", "l2_flood"])
     assert egress.tables["rank_addr_table"] == Table(["meta.dst_rank"], ["set_rank_addr", "drop"])
-    for control, table, default in [
-        (programming.INGRESS, "worker_table", "drop_unknown_sender"),
-        (programming.INGRESS, "l2_learn_table", "l2_learn"),
-        (programming.INGRESS, "l2_table", "l2_flood"),
-        (programming.EGRESS, "rank_addr_table", "drop"),
+    for table, default in [
+        ("worker_table", "drop_unknown_sender"),
+        ("l2_learn_table", "l2_learn"),
+        ("l2_table", "l2_flood"),
+        ("rank_addr_table", "drop"),
     ]:
         match = re.search(rf"\btable\s+{table}\b", PROGRAM)
         assert match and re.search(rf"default_action\s*=\s*{default}\s*\(", block_after(PROGRAM, match.end())), table

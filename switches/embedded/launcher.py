@@ -140,11 +140,6 @@ class EmbeddedSwitchProcess:
             self._socket_dir = None
 
     @property
-    def pid(self) -> int | None:
-        """The switch process's pid while it runs (the runner samples its CPU time)."""
-        return self._process.pid if self.running else None
-
-    @property
     def pid(self) -> int:
         if self._process is None:
             raise RuntimeError(f"switch {self.name} is not started")
