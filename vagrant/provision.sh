@@ -72,7 +72,9 @@ fi
 say "p4-utils"
 if ! "${VENV}/bin/python" -c 'import p4utils.utils.sswitch_thrift_API' 2>/dev/null; then
 	# --no-deps: p4-utils pins grpcio/protobuf versions without Python 3.11 wheels, and the
-	# Thrift API this testbed uses needs none of them (only thrift and bmv2's bindings).
+	# Thrift API this testbed uses needs none of them -- only thrift, bmv2's bindings, and
+	# psutil, which p4utils.utils imports at package level.
+	"${VENV}/bin/python" -m pip install psutil
 	"${VENV}/bin/python" -m pip install --no-deps "${P4UTILS_GIT}"
 fi
 
