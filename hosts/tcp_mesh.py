@@ -220,47 +220,41 @@ class Pump:
         ch.registered = want
 
     def _do_send(self, ch: _Channel) -> bool:
-        moved = False
-        while ch.sends:
-            op = ch.sends[0]
-            try:
-                n = ch.sock.send(op.view[op.offset:])
-            except BlockingIOError:
-                return moved
-            except OSError as exc:
-                raise PeerError(f"sending to {ch.name} failed: {exc}") from exc
-            moved = True
-            op.offset += n
-            self.bytes_sent += n
-            if op.offset < op.view.nbytes:
-                return moved
-            ch.sends.popleft()
-            if op.done is not None:
-                op.done()
+        moved, self.bytes_sent = self._advance(ch, ch.sends, ch.sock.send, "sending to", self.bytes_sent)
         return moved
 
     def _do_recv(self, ch: _Channel) -> bool:
+        moved, self.bytes_received = self._advance(ch, ch.recvs, ch.sock.recv_into, "receiving from", self.bytes_received)
+        return moved
+
+    @staticmethod
+    def _advance(ch: _Channel, ops: deque[_Op], io: Callable[[memoryview], int], what: str, total: int) -> tuple[bool, int]:
+        """Move bytes for the queued ops of one direction until the socket would block.
+
+        Returns whether anything moved and the direction's new byte total. Moving 0 bytes
+        into a non-empty buffer is the peer closing the connection, an error naming it.
+        """
         moved = False
-        while ch.recvs:
-            op = ch.recvs[0]
+        while ops:
+            op = ops[0]
             try:
-                n = ch.sock.recv_into(op.view[op.offset:])
+                n = io(op.view[op.offset:])
             except BlockingIOError:
-                return moved
+                return moved, total
             except OSError as exc:
-                raise PeerError(f"receiving from {ch.name} failed: {exc}") from exc
-            if n == 0:
+                raise PeerError(f"{what} {ch.name} failed: {exc}") from exc
+            if n == 0 and op.offset < op.view.nbytes:
                 raise PeerError(f"{ch.name} closed the connection with {op.view.nbytes - op.offset} bytes "
-                                f"of the current buffer and {len(ch.recvs) - 1} more buffers outstanding")
+                                f"of the current buffer and {len(ops) - 1} more buffers outstanding")
             moved = True
             op.offset += n
-            self.bytes_received += n
+            total += n
             if op.offset < op.view.nbytes:
-                return moved
-            ch.recvs.popleft()
+                return moved, total
+            ops.popleft()
             if op.done is not None:
                 op.done()
-        return moved
+        return moved, total
 
     def run(self) -> None:
         """Drive all queues to completion, or raise :class:`PeerError` after ``timeout_s`` idle."""
