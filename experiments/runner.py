@@ -67,14 +67,15 @@ class ExperimentRunner:
         """Run every point not already in the results; True when every result verified."""
         verified = True
         for point in self.experiment.points:
+            pending = []
             for method in point.methods:
                 if self.writer.has_rows(point.index, method, point.repetitions):
                     log.info("point %d %s: already in %s, skipped (resume)", point.index, method, self.writer.run_dir)
                     for _ in range(point.repetitions):
                         self.progress("skipped")
-            pending = [m for m in point.methods if not self.writer.has_rows(point.index, m, point.repetitions)]
-            for method in pending:
-                self.writer.discard(point.index, method)
+                else:
+                    self.writer.discard(point.index, method)
+                    pending.append(method)
             if pending:
                 verified &= self._run_point(point, pending)
         return verified
@@ -136,18 +137,19 @@ class ExperimentRunner:
         ok = True
         with WorkerGroup(hosts, spec_path, self.writer.log_dir / f"point{point.index}") as group:
             group.start(point.limits["worker_start_s"])
+            processes = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
+            processes.update({sw.name: sw.switch_pid for sw in net.net.switches})
             for repetition in range(point.repetitions):
-                programming.reset_event_counters(control)
-                pids = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
-                switch_pids = {sw.name: sw.switch_pid for sw in net.net.switches}
-                cpu_before = {name: cpu_seconds(pid) for name, pid in {**pids, **switch_pids}.items()}
+                for switch_control in net.controls.values():  # every switch's counters are per repetition
+                    programming.reset_event_counters(switch_control)
+                cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
                 machine_before = machine_jiffies()
                 tx_before = {i: interface_bytes(i) for i in switch_intfs}
                 t0 = time.monotonic()
                 group.release(repetition)
                 reports = group.collect("done", point.limits["job_timeout_s"] + 10)
                 wall = time.monotonic() - t0
-                cpu = {name: (cpu_seconds(pid) - cpu_before[name]) / wall for name, pid in {**pids, **switch_pids}.items()}
+                cpu = {name: (cpu_seconds(pid) - cpu_before[name]) / wall for name, pid in processes.items()}
                 machine_after = machine_jiffies()
                 cpu[MACHINE] = (machine_after[0] - machine_before[0]) / max(1, machine_after[1] - machine_before[1])
                 tx_mbps = {i: (interface_bytes(i) - tx_before[i]) * 8 / wall / 1e6 for i in switch_intfs}
