@@ -25,6 +25,7 @@ from experiments import metrics
 from experiments.config import Experiment, Point
 from experiments.verify import Verdict
 from hosts.stats import TIMELINE_BIN_S
+from protocol.packet import ELEMENT_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class ResultsWriter:
         n = len(reports)
         workload = point.workload_info
         elements = workload.elements
-        tensor_bytes = elements * 4
+        tensor_bytes = elements * ELEMENT_BYTES  # float32 and int32 alike
         rows = []
         for rank, (report, verdict) in enumerate(zip(reports, verdicts)):
             stats = report["stats"]
