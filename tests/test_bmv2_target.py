@@ -127,12 +127,29 @@ def cli_style(method: Callable[..., Any]) -> Callable[..., Any]:
     return handle
 
 
+def fake_switch_info() -> types.SimpleNamespace:
+    """p4-utils' view of a program with the worker table and a 3-cell event counter."""
+    set_worker = types.SimpleNamespace(runtime_data=[("rank", 8), ("job_id", 16), ("num_workers", 8), ("mcast_grp", 16)])
+    l2_forward = types.SimpleNamespace(runtime_data=[("port", 9)])
+    worker_table = types.SimpleNamespace(
+        key=[("standard_metadata.ingress_port", "exact", 9), ("hdr.ipv4.srcAddr", "exact", 32)],
+        actions={"SwitchMLIngress.set_worker": set_worker},
+    )
+    l2_table = types.SimpleNamespace(key=[("hdr.ethernet.dstAddr", "exact", 48)], actions={"SwitchMLIngress.l2_forward": l2_forward})
+    return types.SimpleNamespace(
+        tables={programming.WORKER_TABLE: worker_table, programming.L2_TABLE: l2_table},
+        register_arrays={},
+        counter_arrays={programming.EVENT_COUNTER: types.SimpleNamespace(size=3)},
+    )
+
+
 class FakeSimpleSwitchThriftAPI:
     """Answers like p4-utils: (bytes, packets) per counter cell, chatter on stdout."""
 
     instances: list["FakeSimpleSwitchThriftAPI"] = []
 
     def __init__(self, thrift_port: int, thrift_ip: str = "localhost", json_path: str | None = None) -> None:
+        self.switch_info = fake_switch_info()
         self.calls: list[tuple[Any, ...]] = []
         self.client = types.SimpleNamespace(_iprot=types.SimpleNamespace(trans=types.SimpleNamespace(close=lambda: self.calls.append(("close",)))))
         FakeSimpleSwitchThriftAPI.instances.append(self)
@@ -145,8 +162,8 @@ class FakeSimpleSwitchThriftAPI:
     @cli_style
     def table_add(self, table: str, action: str, keys: list[str], action_params: list[str], prio: int = 0) -> int:
         print("Adding entry to exact match table", table)
-        if action != "set_worker":
-            raise FakeUInError(f"Table {table} has no action {action}")
+        if table == programming.L2_TABLE:
+            raise FakeUInError(f"Table {table} is full")
         self.calls.append(("table_add", table, action, keys, action_params))
         return 7
 
@@ -193,10 +210,22 @@ def test_control_raises_what_p4utils_would_only_print(fake_p4utils: type[FakeSim
     from switches.bmv2.control import Bmv2Control
 
     control = Bmv2Control(9090)
-    with pytest.raises(ControlPlaneError, match="has no action l2_forward"):
+    with pytest.raises(ControlPlaneError, match="is full"):
+        control.table_add(programming.L2_TABLE, "l2_forward", ["02:00:00:00:00:01"], [3])
+
+
+def test_control_checks_calls_against_the_program_before_bmv2_sees_them(fake_p4utils: type[FakeSimpleSwitchThriftAPI]) -> None:
+    """bmv2 would store port 512 as port 0; the contract refuses it, like every other target."""
+    from switches.bmv2.control import Bmv2Control
+
+    control = Bmv2Control(9090)
+    with pytest.raises(ControlPlaneError, match="unknown action 'l2_forward'"):
         control.table_add(programming.WORKER_TABLE, "l2_forward", [1, "10.0.0.1"], [3])
-    with pytest.raises(ControlPlaneError, match="Invalid counter name"):
+    with pytest.raises(ControlPlaneError, match="does not fit bit<9>"):
+        control.table_add(programming.WORKER_TABLE, "set_worker", [512, "10.0.0.1"], [0, 1, 2, 2])
+    with pytest.raises(ControlPlaneError, match="unknown counter"):
         control.counter_read(programming.EGRESS_COUNTER)
+    assert fake_p4utils.instances[0].calls == []
 
 
 def test_counter_read_is_packets_then_bytes_for_every_cell(fake_p4utils: type[FakeSimpleSwitchThriftAPI]) -> None:

@@ -14,13 +14,31 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from switches.control import ControlPlaneError, MatchValue, SwitchControl, parse_value
+from switches.control import (
+    ControlPlaneError,
+    Field,
+    MatchValue,
+    ProgramSchema,
+    RegisterSchema,
+    SwitchControl,
+    TableSchema,
+    duplicate_entry_error,
+    mc_group_exists_error,
+    mc_group_missing_error,
+    mc_node_missing_error,
+    parse_value,
+)
 
 log = logging.getLogger(__name__)
+
+THRIFT_ERROR_CODES = {"InvalidTableOperation": "TableOperationErrorCode", "InvalidMcOperation": "McOperationErrorCode"}
+"""bmv2 Thrift exception -> the enum of its ``code`` field, in the same ttypes module."""
 
 
 def _as_api_argument(value: MatchValue) -> str:
@@ -71,12 +89,63 @@ class Bmv2Control(SwitchControl):
             if printed.getvalue():
                 log.debug("p4utils %s: %s", method, printed.getvalue().strip())
 
+    @staticmethod
+    def _refused_with(error: ControlPlaneError, exception: str, code: str) -> bool:
+        """Whether bmv2 refused with this Thrift exception and error code (by name).
+
+        The code enum sits beside the exception in its ttypes module, which for multicast
+        is whichever replication engine (simple_pre, simple_pre_lag) p4-utils talks to.
+        """
+        cause = error.__cause__
+        if type(cause).__name__ != exception:
+            return False
+        codes = getattr(sys.modules[type(cause).__module__], THRIFT_ERROR_CODES[exception])
+        return codes._VALUES_TO_NAMES.get(getattr(cause, "code", None)) == code
+
+    def _load_schema(self) -> ProgramSchema:
+        """The compiled program's tables, registers and counters, from the JSON p4-utils loaded."""
+        info = self._api.switch_info
+        return ProgramSchema(
+            tables={
+                name: TableSchema(
+                    keys=tuple(Field(key, bits) for key, _match, bits in table.key),
+                    actions={
+                        action.rsplit(".", 1)[-1]: tuple(Field(param, bits) for param, bits in spec.runtime_data)
+                        for action, spec in table.actions.items()
+                    },
+                )
+                for name, table in info.tables.items()
+            },
+            registers={name: RegisterSchema(r.size, r.width) for name, r in info.register_arrays.items()},
+            counters={name: c.size for name, c in info.counter_arrays.items()},
+        )
+
+    def _multicast_groups(self) -> set[int]:
+        """Groups the packet replication engine holds now (asked, so that any client agrees)."""
+        entries = json.loads(self._call_thrift(self._api.mc_client, "bm_mc_get_entries", 0))
+        return {group["id"] for group in entries["mgrps"]}
+
+    def _table_num_entries(self, table: str) -> int:
+        return int(self._call("table_num_entries", table))
+
+    def _call_thrift(self, client: Any, method: str, *args: Any) -> Any:
+        """A Thrift call p4-utils does not wrap, with the same error handling as ``_call``."""
+        try:
+            return getattr(client, method)(*args)
+        except self._errors as error:
+            raise ControlPlaneError(f"{self._where}: {method}{args} failed: {error!r}") from error
+
     def _table_add(
         self, table: str, action: str, keys: Sequence[MatchValue], action_params: Sequence[MatchValue]
     ) -> int:
-        handle = self._call(
-            "table_add", table, action, [_as_api_argument(k) for k in keys], [_as_api_argument(p) for p in action_params]
-        )
+        try:
+            handle = self._call(
+                "table_add", table, action, [_as_api_argument(k) for k in keys], [_as_api_argument(p) for p in action_params]
+            )
+        except ControlPlaneError as error:
+            if self._refused_with(error, "InvalidTableOperation", "DUPLICATE_ENTRY"):
+                raise duplicate_entry_error(table, keys) from error
+            raise
         if not isinstance(handle, int):  # p4-utils returns bmv2's answer as is when it is not a handle
             raise ControlPlaneError(f"{self._where}: table_add {table} {action} returned {handle!r}, not a handle")
         return handle
@@ -88,13 +157,26 @@ class Bmv2Control(SwitchControl):
         self._call("table_clear", table)
 
     def _mc_mgrp_create(self, group: int) -> None:
+        if group in self._multicast_groups():  # bmv2 itself would accept the group twice
+            raise mc_group_exists_error(group)
         self._call("mc_mgrp_create", group)
 
     def _mc_node_create(self, rid: int, ports: Sequence[int]) -> int:
         return int(self._call("mc_node_create", rid, list(ports)))
 
     def _mc_node_associate(self, group: int, node_handle: int) -> None:
-        self._call("mc_node_associate", group, node_handle)
+        try:
+            self._call("mc_node_associate", group, node_handle)
+        except ControlPlaneError as error:
+            if self._refused_with(error, "InvalidMcOperation", "INVALID_MGRP_HANDLE"):
+                raise mc_group_missing_error(group) from error
+            if self._refused_with(error, "InvalidMcOperation", "INVALID_L1_HANDLE"):
+                raise mc_node_missing_error(node_handle) from error
+            raise
+
+    def learning_ack_buffer(self, context_id: int, list_id: int, buffer_id: int) -> None:
+        """Acknowledge one learning digest buffer, so bmv2 may send its samples again if needed."""
+        self._call_thrift(self._api.client, "bm_learning_ack_buffer", context_id, list_id, buffer_id)
 
     def _register_read(self, register: str) -> list[int]:
         return list(self._call("register_read", register))

@@ -17,6 +17,12 @@ from typing import IO, Callable, Mapping
 log = logging.getLogger(__name__)
 
 THRIFT_HOST = "127.0.0.1"
+NOTIFICATIONS_DIR = Path("/tmp")
+"""Where each simple_switch's nanomsg notification socket (learning digests) lives.
+
+bmv2's default, ipc:///tmp/bmv2-<device id>-notifications.ipc, collides when two switches
+on one machine share a device id (two testbeds, or a test while a run is going); the path
+here is named after the instance's Thrift port, which is unique among running switches."""
 START_TIMEOUT_S = 30.0
 """simple_switch loads the JSON and opens Thrift in well under a second; on a loaded
 2-core machine it can take a few seconds. Beyond this it is not coming up."""
@@ -72,6 +78,15 @@ class Bmv2Process:
     _log_file: IO[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
+    def notifications_path(self) -> Path:
+        return NOTIFICATIONS_DIR / f"switchml-bmv2-{self.thrift_port}-notifications.ipc"
+
+    @property
+    def notifications_addr(self) -> str:
+        """The nanomsg address simple_switch publishes learning digests on."""
+        return f"ipc://{self.notifications_path}"
+
+    @property
     def log_path(self) -> Path:
         return self.log_dir / f"{self.name}.simple_switch.log"
 
@@ -83,6 +98,7 @@ class Bmv2Process:
             *interface_args,
             "--thrift-port", str(self.thrift_port),
             "--device-id", str(self.device_id),
+            "--notifications-addr", self.notifications_addr,
             "--log-console",
             "--log-level", self.log_level,
             str(self.json_path),
@@ -144,6 +160,7 @@ class Bmv2Process:
 
     def _release(self) -> None:
         self._process = None
+        self.notifications_path.unlink(missing_ok=True)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any, Sequence
 
-from switches.control import ControlPlaneError, MatchValue, SwitchControl
+from switches.control import ControlPlaneError, MatchValue, ProgramSchema, SwitchControl
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -50,6 +50,12 @@ class EmbeddedControl(SwitchControl):
     def stats(self) -> dict:
         """Receive-queue drops per port and refused sends inside the switch process."""
         return self.call("stats")
+
+    def _load_schema(self) -> ProgramSchema:
+        return ProgramSchema.from_json(self.call("schema"))
+
+    def _table_num_entries(self, table: str) -> int:
+        return self.call("table_num_entries", table=table)
 
     def _table_add(self, table: str, action: str, keys: Sequence[MatchValue], action_params: Sequence[MatchValue]) -> int:
         return self.call("table_add", table=table, action=action, keys=list(keys), action_params=list(action_params))

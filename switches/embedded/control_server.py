@@ -4,7 +4,8 @@ Each request is one line ``{"op": ..., "args": {...}}`` and gets one line back,
 ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``. The server is driven by
 the switch loop's selector (no thread), so a request runs between two packet bursts and
 sees a consistent switch state. Ops are the SwitchControl primitives plus ``ping`` (the
-launcher's readiness probe) and ``stats`` (loss inside the switch host).
+launcher's readiness probe), ``stats`` (loss inside the switch host) and ``schema`` (the
+program's tables, registers and counters, which the client checks every call against).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def _handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> dict[str
     return {
         "ping": lambda: "pong",
         "stats": stats,
+        "schema": lambda: pipeline.schema().to_json(),
+        "table_num_entries": lambda table: len(pipeline.table(table).entries),
         "table_add": lambda table, action, keys, action_params: pipeline.table(table).add(action, keys, action_params),
         "table_set_default": lambda table, action, action_params: pipeline.table(table).set_default(action, action_params),
         "table_clear": lambda table: pipeline.table(table).clear(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from switches.control import ControlPlaneError
+from switches.control import ProgramSchema, RegisterSchema, lookup
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.egress import SwitchMLEgress
 from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, SwitchMLIngress
@@ -45,20 +45,21 @@ class SwitchMLPipeline:
     # -- names the control plane uses -------------------------------------------------
 
     def table(self, name: str) -> ExactMatchTable:
-        return self._lookup(self._tables, name, "table")
+        return lookup(self._tables, name, "table")
 
     def register(self, name: str) -> Register:
-        return self._lookup(self._registers, name, "register")
+        return lookup(self._registers, name, "register")
 
     def counter(self, name: str) -> Counter:
-        return self._lookup(self._counters, name, "counter")
+        return lookup(self._counters, name, "counter")
 
-    @staticmethod
-    def _lookup(names: dict, name: str, kind: str):
-        try:
-            return names[name]
-        except KeyError:
-            raise ControlPlaneError(f"unknown {kind} {name!r} (known: {', '.join(sorted(names))})") from None
+    def schema(self) -> ProgramSchema:
+        """Every table, register (bit<32> cells) and counter, as the control plane checks them."""
+        return ProgramSchema(
+            tables={name: table.schema() for name, table in self._tables.items()},
+            registers={name: RegisterSchema(register.size, 32) for name, register in self._registers.items()},
+            counters={name: len(counter.packets) for name, counter in self._counters.items()},
+        )
 
     # -- the data path ------------------------------------------------------------------
 

@@ -11,16 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from switches.control import ControlPlaneError
+from switches.control import check_register_cell
 
 BIT32 = 0xFFFFFFFF
-
-
-def _check_cell(name: str, size: int, index: int, value: int) -> None:
-    if not 0 <= index < size:
-        raise ControlPlaneError(f"{name}: index {index} out of range 0..{size - 1}")
-    if not 0 <= value <= BIT32:
-        raise ControlPlaneError(f"{name}: value {value} does not fit bit<32>")
 
 
 class CellRegister:
@@ -35,7 +28,7 @@ class CellRegister:
         return list(self.cells)
 
     def write(self, index: int, value: int) -> None:
-        _check_cell(self.name, self.size, index, value)
+        check_register_cell(self.name, self.size, 32, index, value)
         self.cells[index] = value
 
     def reset(self) -> None:
@@ -54,7 +47,7 @@ class ExponentRegister(CellRegister):
         return [cell & 0xFF for cell in self.cells]
 
     def write(self, index: int, value: int) -> None:
-        _check_cell(self.name, self.size, index, value)
+        check_register_cell(self.name, self.size, 32, index, value)
         self.cells[index] = ((value & 0xFF) ^ 0x80) - 0x80
 
 
@@ -91,7 +84,7 @@ class ValueColumn:
         return self._column.view(np.uint32).tolist()
 
     def write(self, index: int, value: int) -> None:
-        _check_cell(self.name, self.size, index, value)
+        check_register_cell(self.name, self.size, 32, index, value)
         self._column[index] = np.uint32(value).view(np.int32)
 
     def reset(self) -> None:

@@ -8,37 +8,12 @@ The data path reads ``entries`` / ``default`` directly (one dict lookup per pack
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from switches.control import ControlPlaneError, MatchValue, parse_value
+from switches.control import Field, MatchValue, TableSchema, duplicate_entry_error, encode_fields, lookup
 
 ActionCall = tuple[str, tuple[int, ...]]
 """An action name and its parameter values, as stored in an entry or as the default."""
-
-
-@dataclass(frozen=True)
-class Field:
-    """A match key or action parameter: its P4 name and width in bits."""
-
-    name: str
-    bits: int
-
-
-def _encode(fields: Sequence[Field], values: Sequence[MatchValue], what: str) -> tuple[int, ...]:
-    if len(values) != len(fields):
-        names = ", ".join(f.name for f in fields)
-        raise ControlPlaneError(f"{what} takes {len(fields)} value(s) ({names}), got {len(values)}")
-    encoded = []
-    for spec, value in zip(fields, values):
-        try:
-            number = parse_value(value)
-        except ValueError as exc:
-            raise ControlPlaneError(f"{what}: {spec.name}: cannot parse {value!r}") from exc
-        if not 0 <= number < 1 << spec.bits:
-            raise ControlPlaneError(f"{what}: {spec.name}={value!r} does not fit bit<{spec.bits}>")
-        encoded.append(number)
-    return tuple(encoded)
 
 
 class ExactMatchTable:
@@ -56,15 +31,14 @@ class ExactMatchTable:
         self.on_change: Callable[[], None] = lambda: None
 
     def _action(self, action: str, action_params: Sequence[MatchValue]) -> ActionCall:
-        if action not in self.actions:
-            raise ControlPlaneError(f"{self.name}: unknown action {action!r} (known: {', '.join(self.actions)})")
-        return action, _encode(self.actions[action], action_params, f"{self.name} action {action}")
+        fields = lookup(self.actions, action, "action", where=f"{self.name}: ")
+        return action, encode_fields(fields, action_params, f"{self.name} action {action}")
 
     def add(self, action: str, keys: Sequence[MatchValue], action_params: Sequence[MatchValue]) -> int:
-        key = _encode(self.keys, keys, f"{self.name} key")
+        key = encode_fields(self.keys, keys, f"{self.name} key")
         call = self._action(action, action_params)
         if key in self.entries:
-            raise ControlPlaneError(f"{self.name}: duplicate entry for key {list(keys)}")
+            raise duplicate_entry_error(self.name, keys)
         self.entries[key] = call
         handle = self._next_handle
         self._next_handle += 1
@@ -81,6 +55,9 @@ class ExactMatchTable:
         self.entries.clear()
         self._handles.clear()
         self.on_change()
+
+    def schema(self) -> TableSchema:
+        return TableSchema(self.keys, self.actions)
 
     def lookup(self, key: tuple[int, ...]) -> ActionCall:
         return self.entries.get(key, self.default)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from switches.control import ControlPlaneError
-
-MAX_PORT = (1 << 9) - 1
-MAX_RID = (1 << 16) - 1
+from switches.control import (
+    ControlPlaneError,
+    check_mc_group,
+    check_mc_node,
+    mc_group_exists_error,
+    mc_group_missing_error,
+    mc_node_missing_error,
+)
 
 
 class TrafficManager:
@@ -23,19 +27,14 @@ class TrafficManager:
         self._next_node = 0
 
     def mc_mgrp_create(self, group: int) -> None:
-        if not 0 < group <= 0xFFFF:
-            raise ControlPlaneError(f"multicast group {group} out of range 1..65535")
+        check_mc_group(group)
         if group in self._groups:
-            raise ControlPlaneError(f"multicast group {group} already exists")
+            raise mc_group_exists_error(group)
         self._groups[group] = []
         self._replicas[group] = ()
 
     def mc_node_create(self, rid: int, ports: Sequence[int]) -> int:
-        if not 0 <= rid <= MAX_RID:
-            raise ControlPlaneError(f"multicast rid {rid} out of range 0..{MAX_RID}")
-        bad = [p for p in ports if not isinstance(p, int) or not 0 <= p <= MAX_PORT]
-        if bad:
-            raise ControlPlaneError(f"multicast node ports out of range 0..{MAX_PORT}: {bad}")
+        check_mc_node(rid, ports)
         handle = self._next_node
         self._next_node += 1
         self._nodes[handle] = (rid, tuple(ports))
@@ -43,9 +42,9 @@ class TrafficManager:
 
     def mc_node_associate(self, group: int, node_handle: int) -> None:
         if group not in self._groups:
-            raise ControlPlaneError(f"multicast group {group} does not exist")
+            raise mc_group_missing_error(group)
         if node_handle not in self._nodes:
-            raise ControlPlaneError(f"multicast node {node_handle} does not exist")
+            raise mc_node_missing_error(node_handle)
         if node_handle in self._groups[group]:
             raise ControlPlaneError(f"multicast node {node_handle} is already in group {group}")
         self._groups[group].append(node_handle)
