@@ -24,7 +24,7 @@ from switches import programming
 from switches.bmv2 import compile as p4compile
 from switches.bmv2.process import Bmv2Process, Bmv2StartError, thrift_answers
 from switches.control import ControlPlaneError
-from switches.targets import detect_bmv2
+from tests.conftest import require_bmv2
 
 
 def executable(path: Path, body: str) -> Path:
@@ -276,6 +276,7 @@ def process(tmp_path: Path, switch: Path, port: int) -> Bmv2Process:
         device_id=4,
         log_dir=tmp_path / "logs",
         executable=str(switch),
+        learning=False,
     )
 
 
@@ -318,16 +319,13 @@ def test_process_refuses_a_busy_thrift_port(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------
 # The real thing (in the Vagrant VM)
 
-needs_bmv2 = pytest.mark.skipif(bool(detect_bmv2()), reason="bmv2 not installed")
-
-
 @pytest.fixture(scope="module")
 def compiled_json() -> Path:
+    require_bmv2()
     return p4compile.compile_p4(p4compile.CompileOptions(max_pool_size=16))
 
 
 @pytest.mark.bmv2
-@needs_bmv2
 def test_p4c_compiles_the_program(compiled_json: Path) -> None:
     import json
 
@@ -338,7 +336,6 @@ def test_p4c_compiles_the_program(compiled_json: Path) -> None:
 
 
 @pytest.mark.bmv2
-@needs_bmv2
 def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path) -> None:
     from switches.bmv2.control import Bmv2Control
 
@@ -366,3 +363,30 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
         assert "table_add SwitchMLIngress.worker_table set_worker" in (tmp_path / "commands.txt").read_text()
     finally:
         bmv2.stop()
+
+
+# --------------------------------------------------------------------------------------
+# learning.py: bmv2's learning notifications
+
+
+def learning_message(samples: list[tuple[bytes, int]], topic: bytes = b"LEA|", cut: int = 0) -> bytes:
+    from switches.bmv2.learning import L2_LEARN_SAMPLE, NOTIFICATION_HEADER
+
+    header = NOTIFICATION_HEADER.pack(topic, 0, 0, 1, 42, len(samples))
+    body = b"".join(L2_LEARN_SAMPLE.pack(mac, port) for mac, port in samples)
+    return (header + body)[: len(header + body) - cut]
+
+
+def test_learning_notification_gives_buffer_and_samples() -> None:
+    from switches.bmv2.learning import parse_learning_notification
+
+    message = learning_message([(bytes.fromhex("020000000007"), 1), (bytes.fromhex("02000a000003"), 300)])
+    assert parse_learning_notification(message) == ((0, 1, 42), [("02:00:00:00:00:07", 1), ("02:00:0a:00:00:03", 300)])
+
+
+def test_learning_ignores_other_notifications_and_refuses_cut_ones() -> None:
+    from switches.bmv2.learning import parse_learning_notification
+
+    assert parse_learning_notification(learning_message([(bytes(6), 1)], topic=b"AGE|")) is None
+    with pytest.raises(ValueError, match="expected 40 for 1 samples"):
+        parse_learning_notification(learning_message([(bytes(6), 1)], cut=3))

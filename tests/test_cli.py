@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
-import pytest
-
 from protocol.params import REPO_ROOT
-from switches.targets import detect_bmv2
 
 MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), *args],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, env=env)
 
 
 def test_dry_run_lists_every_sweep_point() -> None:
@@ -32,9 +30,9 @@ def test_bad_override_exits_2_naming_the_key() -> None:
     assert "protocol.pool_size: 0 is less than the minimum of 1" in done.stderr
 
 
-@pytest.mark.skipif(not detect_bmv2(), reason="bmv2 is installed here")
 def test_bmv2_where_it_is_missing_fails_at_once_saying_what_and_where_to_get_it() -> None:
-    done = run(str(MAIN_CONFIG), "--switch", "bmv2", "--dry-run")
+    without_bmv2 = {**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}  # no simple_switch, no p4c
+    done = run(str(MAIN_CONFIG), "--switch", "bmv2", "--dry-run", env=without_bmv2)
     assert done.returncode == 2
     assert "switch target 'bmv2' needs simple_switch" in done.stderr
     assert "vagrant up" in done.stderr

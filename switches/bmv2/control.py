@@ -174,6 +174,10 @@ class Bmv2Control(SwitchControl):
                 raise mc_node_missing_error(node_handle) from error
             raise
 
+    def learning_set_buffer_size(self, list_id: int, samples: int) -> None:
+        """Send a learn list's digest once it holds this many samples (or its timeout passed)."""
+        self._call_thrift(self._api.client, "bm_learning_set_buffer_size", 0, list_id, samples)
+
     def learning_ack_buffer(self, context_id: int, list_id: int, buffer_id: int) -> None:
         """Acknowledge one learning digest buffer, so bmv2 may send its samples again if needed."""
         self._call_thrift(self._api.client, "bm_learning_ack_buffer", context_id, list_id, buffer_id)

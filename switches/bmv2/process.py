@@ -1,7 +1,7 @@
-"""Start, wait for and stop one simple_switch process.
+"""Start, wait for and stop one simple_switch process and its L2 learning controller.
 
 Kept apart from the Mininet node so that tests (and anything without Mininet) can run a
-real bmv2 with the same command line, readiness check and shutdown as the testbed.
+real bmv2 with the same command line, readiness check, learning and shutdown as the testbed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable, Mapping
+from typing import IO, TYPE_CHECKING, Callable, Mapping
+
+if TYPE_CHECKING:
+    from switches.bmv2.learning import L2LearningController
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,11 @@ class Bmv2Process:
     executable: str = "simple_switch"
     popen: Popen = subprocess.Popen
     """How to launch; a Mininet node passes its own popen to run inside its namespace."""
+    learning: bool = True
+    """Answer the program's l2_learn digests (switches/bmv2/learning.py); off only for
+    stand-ins of simple_switch that have no notification socket."""
     _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
+    _learner: "L2LearningController | None" = field(default=None, init=False, repr=False)
     _log_file: IO[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -128,11 +135,23 @@ class Bmv2Process:
                 )
             time.sleep(0.1)
         log.info("%s: simple_switch pid %d ready, Thrift port %d", self.name, self._process.pid, self.thrift_port)
+        if self.learning:
+            from switches.bmv2.learning import L2LearningController
+
+            try:
+                self._learner = L2LearningController(self.name, self.notifications_addr, self.thrift_port, self.json_path)
+            except BaseException:
+                self.stop()
+                raise
+            self._learner.start()
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Terminate simple_switch, killing it if it has not exited within ``timeout_s``."""
         if self._process is None:
             return
+        if self._learner is not None:
+            self._learner.stop()
+            self._learner = None
         if self._process.poll() is None:
             self._process.terminate()
             try:
