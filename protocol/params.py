@@ -50,6 +50,7 @@ INGRESS_EVENTS: tuple[str, ...] = (
     "EV_DROP_MALFORMED",
     "EV_DROP_SIM_INGRESS",
     "EV_FORWARDED",
+    "EV_DROP_STALE",
 )
 """Names of SwitchMLIngress.event_counter's cells, in index order (checked at import)."""
 EGRESS_EVENTS: tuple[str, ...] = ("EGV_SENT", "EGV_DROP_SIM_EGRESS")

@@ -28,6 +28,7 @@ RANK_ADDR_TABLE = f"{EGRESS}.rank_addr_table"
 BITMAP_REGISTER = f"{INGRESS}.bitmap"
 COUNT_REGISTER = f"{INGRESS}.count"
 EXPONENT_REGISTER = f"{INGRESS}.exponent"
+SEQ_REGISTER = f"{INGRESS}.seq"
 
 
 def value_registers(k: int = params.K) -> tuple[str, ...]:
@@ -37,7 +38,7 @@ def value_registers(k: int = params.K) -> tuple[str, ...]:
 
 def aggregation_registers(k: int = params.K) -> tuple[str, ...]:
     """Per slot and shadow set (index = set * MAX_POOL_SIZE + slot): the aggregation state."""
-    return (*value_registers(k), BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER)
+    return (*value_registers(k), BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER, SEQ_REGISTER)
 
 
 VALUE_REGISTERS = value_registers()

@@ -19,7 +19,8 @@ import pytest
 
 from protocol import packet, params
 from switches import programming
-from switches.control import MatchValue, SwitchControl
+from switches.control import MatchValue, ProgramSchema, SwitchControl
+from switches.embedded.pipeline import SwitchMLPipeline
 
 P4_MAIN = params.P4_DIR / "switchml.p4"
 P4_INCLUDE = params.P4_DIR / "include"
@@ -223,6 +224,14 @@ class RecordingControl(SwitchControl):
 
     def _note(self, verb: str, *args: Any) -> None:
         self.calls.append((verb, args))
+
+    def _load_schema(self) -> ProgramSchema:
+        """The embedded switch's program: the calls are then checked against the P4 text."""
+        return SwitchMLPipeline(params.K, params.MAX_POOL_SIZE).schema()
+
+    def _table_num_entries(self, table: str) -> int:
+        self._note("table_num_entries", table)
+        return 0
 
     def _table_add(self, table: str, action: str, keys: Sequence[MatchValue], action_params: Sequence[MatchValue]) -> int:
         self._note("table_add", table, action, tuple(keys), tuple(action_params))

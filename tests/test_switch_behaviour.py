@@ -140,6 +140,55 @@ def test_slot_reuse_with_retransmission(switch: SwitchUnderTest) -> None:
     assert (counts["EV_RESULT_MULTICAST"], counts["EV_RESULT_UNICAST"]) == (2, 1)
 
 
+def stale_copy_is_dropped(switch: SwitchUnderTest, frame: bytes) -> None:
+    """A reordered copy of an update reaches the switch: nothing comes out, nothing is added."""
+    before = {r: switch.control.register_read(r, 0) for r in ("SwitchMLIngress.bitmap", "SwitchMLIngress.count")}
+    switch.ports.send(0, frame)
+    assert switch.ports.receive(0).total() == 0
+    assert switch.counters()["EV_DROP_STALE"] == 1
+    assert {r: switch.control.register_read(r, 0) for r in before} == before
+
+
+def test_stale_update_cannot_open_the_next_version(switch: SwitchUnderTest) -> None:
+    """The reordering hazard (docs/dataplane.md, "Reordering"): both workers have moved on
+    from slot 0's set-0 version (seq 10) to set 1, so set 0's bitmap is empty again. A
+    late copy of worker 0's seq-10 update then looks like the first contribution of the next
+    set-0 version; without the seq guard it would be stored as worker 0's share of that
+    version, and worker 0's real update (seq 12) would be ignored as a retransmission."""
+    hosts = switch.testbed.hosts
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), seq=10)
+    reduce_round(switch, slot=0, shadow_set=1, seeds=(3, 4), seq=11)
+    assert switch.control.register_read("SwitchMLIngress.bitmap", 0) == 0
+    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1), JOB, seq=10))
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(5, 6), seq=12)  # exactly 5 + 6
+
+
+def test_stale_update_cannot_rejoin_a_finished_version(switch: SwitchUnderTest) -> None:
+    """The same hazard while the version is still held: worker 0 has moved on (its bit is
+    cleared from set 0), worker 1 has not. Without the guard the late copy would add worker
+    0's data to the finished version a second time and set its bit again, so its next real
+    set-0 update would be taken for a retransmission."""
+    hosts = switch.testbed.hosts
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), seq=10)
+    switch.ports.send(0, update_frame(hosts[0], 0, 1, values(3), JOB, seq=11))
+    assert switch.ports.receive(0).total() == 0  # (waits until the switch is done with it)
+    assert switch.control.register_read("SwitchMLIngress.bitmap", 0) == 0b10
+    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1), JOB, seq=10))
+    switch.ports.send(1, update_frame(hosts[1], 0, 1, values(4), JOB, seq=11))
+    assert len(switch.ports.receive(2).results(0)) == 1
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(5, 6), seq=12)
+
+
+def test_retransmission_of_an_older_version_gets_no_result(switch: SwitchUnderTest) -> None:
+    """A late retransmission of seq 10 into a cell now holding seq 12 (worker 0's bit set
+    again) must not be answered with seq 12's sum."""
+    hosts = switch.testbed.hosts
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), seq=10)
+    reduce_round(switch, slot=0, shadow_set=1, seeds=(3, 4), seq=11)
+    reduce_round(switch, slot=0, shadow_set=0, seeds=(5, 6), seq=12)
+    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1), JOB, seq=10))
+
+
 def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
     """Unknown destination floods (never back to the sender); a learned one is unicast."""
     hosts = switch.testbed.hosts

@@ -47,7 +47,8 @@
 #define EV_DROP_MALFORMED 6       /* truncated, wrong k, not an update, slot out of range */
 #define EV_DROP_SIM_INGRESS 7     /* dropped by the ingress drop simulator */
 #define EV_FORWARDED 8            /* ordinary (non-SwitchML) traffic forwarded */
-#define EV_COUNT 9
+#define EV_DROP_STALE 9           /* update of an older version than its cell holds (reordered) */
+#define EV_COUNT 10
 
 /* Indices into SwitchMLEgress.egress_counter. */
 #define EGV_SENT 0                /* packets leaving the switch */

@@ -24,18 +24,20 @@ control SwitchMLIngress(inout headers_t hdr,
     /* What happened to each packet, indexed by the EV_* constants. */
     counter(EV_COUNT, CounterType.packets_and_bytes) event_counter;
 
-    /* Per slot version: ranks that contributed, how many, and the max exponent (int8 in
-     * the low byte). */
+    /* Per slot version: ranks that contributed, how many, the max exponent (int8 in the
+     * low byte), and the seq of the version the cell holds (the stale-update guard). */
     register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) bitmap;
     register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) count;
     register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) exponent;
+    register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) seq;
 
     /* value_00 .. value_31 and the actions store_first_values / add_values / read_values. */
 #include "elements.p4"
 
     /* The sender's result multicast group, set by worker_table (metadata_t has no field
-     * for it because egress never needs it). */
-    bit<16> result_mcast_grp;
+     * for it because egress never needs it). Read only after set_worker ran; the
+     * initialiser keeps p4c from warning that it may be read uninitialised. */
+    bit<16> result_mcast_grp = 0;
 
     /* ---- L2 forwarding of ordinary traffic ------------------------------------------ */
 
@@ -165,9 +167,33 @@ control SwitchMLIngress(inout headers_t hdr,
                             count.read(contributions, meta.reg_index);
                             bit<32> max_exponent;
                             exponent.read(max_exponent, meta.reg_index);
+                            bit<32> version_seq;
+                            seq.read(version_seq, meta.reg_index);
                             bit<32> num_workers = (bit<32>)meta.num_workers;
+                            bool is_new = (contributors & meta.rank_bit) == 0;
 
-                            if ((contributors & meta.rank_bit) == 0) {
+                            /* 6a. Stale: the update belongs to an older version of the slot
+                             * than the one this cell holds (a reordered or long-delayed copy;
+                             * docs/dataplane.md, "Reordering"). Workers number their packets
+                             * in one increasing sequence, and every worker's packet for one
+                             * version carries the same seq. */
+                            bool stale;
+                            if (is_new && contributors == 0) {
+                                /* Opening a version: stale unless newer than the last one held. */
+                                stale = contributions != 0
+                                        && (int<32>)(hdr.switchml.seq - version_seq) <= 0;
+                            } else if (is_new) {
+                                /* Joining a version: it must be this one, and not complete
+                                 * (a complete version takes no new ranks: they have moved on). */
+                                stale = hdr.switchml.seq != version_seq || contributions == num_workers;
+                            } else {
+                                stale = hdr.switchml.seq != version_seq;
+                            }
+
+                            if (stale) {
+                                mark_to_drop(standard_metadata);
+                                event_counter.count(EV_DROP_STALE);
+                            } else if (is_new) {
                                 /* A new contribution. Clearing the rank from the other set
                                  * readies that set for this worker's next chunk. */
                                 bitmap.write(meta.reg_index, contributors | meta.rank_bit);
@@ -180,6 +206,7 @@ control SwitchMLIngress(inout headers_t hdr,
                                     store_first_values();
                                     max_exponent = (bit<32>)hdr.switchml.exponent;
                                     contributions = 1;
+                                    seq.write(meta.reg_index, hdr.switchml.seq);
                                 } else {
                                     add_values();
                                     int<8> incoming = (int<8>)hdr.switchml.exponent;

@@ -36,6 +36,10 @@ EV_DROP_WRONG_JOB = _C["EV_DROP_WRONG_JOB"]
 EV_DROP_MALFORMED = _C["EV_DROP_MALFORMED"]
 EV_DROP_SIM_INGRESS = _C["EV_DROP_SIM_INGRESS"]
 EV_FORWARDED = _C["EV_FORWARDED"]
+EV_DROP_STALE = _C["EV_DROP_STALE"]
+
+SEQ_HALF = 1 << 31
+"""Sequence numbers wrap at 2^32; one is newer than another when it is less than 2^31 ahead."""
 
 ETHERNET_ADDRESSES = struct.Struct("!HIHI")
 """dstAddr and srcAddr as (high 16, low 32) pairs: the L2 tables' keys."""
@@ -54,6 +58,7 @@ class SwitchMLIngress:
         self.bitmap = CellRegister(f"{NAME}.bitmap", cells)
         self.count = CellRegister(f"{NAME}.count", cells)
         self.exponent = ExponentRegister(f"{NAME}.exponent", cells)
+        self.seq = CellRegister(f"{NAME}.seq", cells)
         self.ingress_drop_threshold = CellRegister(f"{NAME}.ingress_drop_threshold", 1)
         self.event_counter = Counter(f"{NAME}.event_counter", len(params.INGRESS_EVENTS))
         self.worker_table = ExactMatchTable(
@@ -80,6 +85,7 @@ class SwitchMLIngress:
             self.bitmap,
             self.count,
             self.exponent,
+            self.seq,
             self.ingress_drop_threshold,
         ]
 
@@ -133,16 +139,31 @@ class SwitchMLIngress:
         bitmap = self.bitmap.cells
         count = self.count.cells
         exponent = self.exponent.cells
+        version_seq = self.seq.cells
         row = self.values.rows[idx]
         counter = self.event_counter
         b = bitmap[idx]
-        if not b & rank_bit:  # a new contribution
+        seq = hdr[14]
+        is_new = not b & rank_bit
+        # 6a. Stale: an update of an older version than the one this cell holds.
+        if is_new and b == 0:  # opening a version: stale unless newer than the last one held
+            ahead = (seq - version_seq[idx]) & BIT32  # (int<32>)(seq - version_seq) > 0 <=> 0 < ahead < 2^31
+            stale = count[idx] != 0 and not 0 < ahead < SEQ_HALF
+        elif is_new:  # joining a version: this one, and not complete (complete ones take no new ranks)
+            stale = seq != version_seq[idx] or count[idx] == num_workers
+        else:
+            stale = seq != version_seq[idx]
+        if stale:
+            counter.count(EV_DROP_STALE, length)
+            return DROP
+        if is_new:  # a new contribution
             bitmap[idx] = b | rank_bit
             bitmap[other] &= ~rank_bit & BIT32
             if b == 0:  # first contribution of this version
                 row[:] = packet.data
                 exponent[idx] = hdr[13]
                 count[idx] = 1
+                version_seq[idx] = seq
             else:
                 row += packet.data  # int32: wraps like bit<32>
                 if hdr[13] > exponent[idx]:
