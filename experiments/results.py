@@ -25,6 +25,7 @@ from experiments import metrics
 from experiments.config import Experiment, Point
 from experiments.verify import Verdict
 from hosts.stats import TIMELINE_BIN_S
+from network.port_counters import frames_lost
 from protocol.packet import ELEMENT_BYTES
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ RUNS_COLUMNS = [
 ]
 COUNTER_COLUMNS = ["point", "method", "repetition", "switch", "counter", "value"]
 TIMELINE_COLUMNS = ["point", "method", "repetition", "rank", "t_ms", "packets_sent"]
+FRAMES_COLUMNS = ["point", "method", "repetition", "switch", "port_rx_frames", "pipeline_in_frames", "input_lost",
+                  "pipeline_out_frames", "port_tx_frames", "queue_drops", "output_lost"]
 FIDELITY_COLUMNS = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps"]
 
 MACHINE = "machine"
@@ -103,7 +106,7 @@ class ResultsWriter:
     def discard(self, point: int, method: str) -> None:
         """Remove the rows of an interrupted (point, method) from every table before it reruns,
         so a resumed run never holds a repetition twice."""
-        for name in ("runs.csv", "switch_counters.csv", "timeline.csv", "fidelity.csv"):
+        for name in ("runs.csv", "switch_counters.csv", "switch_frames.csv", "timeline.csv", "fidelity.csv"):
             path = self.run_dir / name
             if path.exists():
                 table = pd.read_csv(path, keep_default_na=False)
@@ -123,6 +126,7 @@ class ResultsWriter:
         reports: list[dict[str, Any]],
         verdicts: list[Verdict],
         counters: dict[str, dict[str, int]],
+        frames: dict[str, dict[str, int]],
         cpu_busy: dict[str, float],
         achieved_mbps: dict[str, float],
         loss_mechanism: str,
@@ -153,6 +157,10 @@ class ResultsWriter:
             {"point": point.index, "method": method, "repetition": repetition, "switch": sw, "counter": name, "value": value}
             for sw, values in counters.items() for name, value in values.items()
         ])
+        self._append("switch_frames.csv", FRAMES_COLUMNS, [
+            {"point": point.index, "method": method, "repetition": repetition, "switch": sw, **accounted}
+            for sw, accounted in frames.items()
+        ])
         self._append("timeline.csv", TIMELINE_COLUMNS, [
             {"point": point.index, "method": method, "repetition": repetition, "rank": rank,
              "t_ms": round(i * TIMELINE_BIN_S * 1000), "packets_sent": count}
@@ -180,6 +188,7 @@ class ResultsWriter:
         processes, machine = cpu[cpu["host"] != MACHINE], cpu[cpu["host"] == MACHINE]
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]
+        lost = switch_frame_losses(pd.read_csv(self.run_dir / "switch_frames.csv"))
         points = []
         for point in self.experiment.points:
             methods = {}
@@ -213,17 +222,29 @@ class ResultsWriter:
             "link_delay_ms": max(l.spec.delay_ms for l in first.topology.links),
             "delay_mechanism": self._network.get(first.index, {}).get("delay_mechanism"),
             "network": self._network,
-            "kept_up": saturated.empty and machine_saturated.empty,
+            "kept_up": saturated.empty and machine_saturated.empty and lost.empty,
             "cpu_cores": os.cpu_count(),
             "max_machine_busy_fraction": round(float(machine["cpu_busy_fraction"].max()), 3) if len(machine) else None,
             "saturated_processes": saturated[["point", "method", "repetition", "host", "cpu_busy_fraction"]].to_dict("records"),
             "saturated_jobs": machine_saturated[["point", "method", "repetition", "cpu_busy_fraction"]].to_dict("records"),
+            "switch_lost_frames": lost.to_dict("records"),
             "methods": points[0]["methods"],
             "points": points,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         shutil.rmtree(self.work_dir, ignore_errors=True)
         return summary
+
+
+def switch_frame_losses(frames: pd.DataFrame) -> pd.DataFrame:
+    """Jobs in which a switch lost frames that no pipeline counter shows (network/port_counters.py)."""
+    lost = [
+        frames_lost(lost_in, frames_in) or frames_lost(lost_out, frames_out)
+        for lost_in, frames_in, lost_out, frames_out in zip(
+            frames["input_lost"], frames["port_rx_frames"], frames["output_lost"], frames["pipeline_out_frames"]
+        )
+    ]
+    return frames[lost]
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -241,7 +262,12 @@ def format_table(summary: dict[str, Any]) -> str:
                 f"  {method:<9} {m['tat_s']:>9.3f} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
                 f"{m['retransmissions']:>6} {str(m['verified']):>8}"
             )
+    if summary["switch_lost_frames"]:
+        worst = max(summary["switch_lost_frames"], key=lambda r: r["input_lost"] + r["output_lost"])
+        lines.append(f"WARNING: the switch lost frames its counters do not show ({len(summary['switch_lost_frames'])} jobs; "
+                     f"worst: {worst['switch']} {worst['method']} lost {worst['input_lost']} of {worst['port_rx_frames']} "
+                     f"frames in, {worst['output_lost']} counted as sent; see switch_frames.csv): it did not keep up")
     if not summary["kept_up"]:
-        lines.append("WARNING: CPU-saturated processes or machine (see fidelity.csv, summary.json): "
-                     "the emulator, not the network, may have been the bottleneck")
+        lines.append("WARNING: CPU-saturated processes or machine, or switch losses (see fidelity.csv, switch_frames.csv, "
+                     "summary.json): the emulator, not the network, may have been the bottleneck")
     return "\n".join(lines)

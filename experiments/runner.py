@@ -26,6 +26,7 @@ from experiments.results import MACHINE, ResultsWriter
 from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
 from experiments.workers import WorkerGroup
 from network.emulation import EmulatedNetwork
+from network.port_counters import SETTLE_S, account_switch, read_ports
 from switches import programming
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ class ExperimentRunner:
         topology = point.topology
         control = net.aggregator_control
         hosts = [net.host(h.name) for h in topology.hosts]
-        switch_intfs = [i.name for sw in net.net.switches for i in sw.intfList() if i.name != "lo"]
+        ports = {sw.name: [i.name for i in sw.intfList() if i.name != "lo"] for sw in net.net.switches}
+        switch_intfs = [i for intfs in ports.values() for i in intfs]
         programming.reset_aggregation_state(control, point.protocol["k"])
         ok = True
         with WorkerGroup(hosts, spec_path, self.writer.log_dir / f"point{point.index}") as group:
@@ -145,6 +147,7 @@ class ExperimentRunner:
                 cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
                 machine_before = machine_jiffies()
                 tx_before = {i: interface_bytes(i) for i in switch_intfs}
+                ports_before = read_ports(switch_intfs)
                 t0 = time.monotonic()
                 group.release(repetition)
                 reports = group.collect("done", point.limits["job_timeout_s"] + 10)
@@ -153,7 +156,10 @@ class ExperimentRunner:
                 machine_after = machine_jiffies()
                 cpu[MACHINE] = (machine_after[0] - machine_before[0]) / max(1, machine_after[1] - machine_before[1])
                 tx_mbps = {i: (interface_bytes(i) - tx_before[i]) * 8 / wall / 1e6 for i in switch_intfs}
+                time.sleep(SETTLE_S)  # let the switches drain before their frames are accounted
+                ports_after = read_ports(switch_intfs)
                 counters = {sw: programming.read_event_counters(c) for sw, c in net.controls.items()}
+                frames = {sw: account_switch(ports_before, ports_after, ports[sw], counters[sw]) for sw in counters}
                 verdicts = []
                 for rank, report in enumerate(reports):
                     values = np.load(report["result"])
@@ -168,7 +174,7 @@ class ExperimentRunner:
                     for key in ("result", "int_sum"):
                         if key in report:
                             Path(report[key]).unlink()
-                self.writer.add_repetition(point, method, repetition, reports, verdicts, counters, cpu, tx_mbps, net.report.loss_mechanism)
+                self.writer.add_repetition(point, method, repetition, reports, verdicts, counters, frames, cpu, tx_mbps, net.report.loss_mechanism)
                 self.progress(f"{method} rep {repetition}")
             group.finish()
         return ok

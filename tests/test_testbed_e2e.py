@@ -108,6 +108,9 @@ def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:
     multicast = counters[(counters.method == "switchml") & (counters.counter == "EV_RESULT_MULTICAST")]
     chunks = -(-20000 // 32)
     assert (multicast["value"] >= chunks).all()  # every chunk completed once per repetition
+    frames = pd.read_csv(out / "switch_frames.csv")
+    assert len(frames) == 3 * 2 and (frames[["input_lost", "output_lost"]] == 0).all().all(), frames
+    assert summary["switch_lost_frames"] == []
     assert "verified: true" in done.stdout
     assert not leftovers(str(out))
 
