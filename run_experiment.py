@@ -52,7 +52,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def describe(experiment: Experiment, target: str) -> str:
-    lines = [f"experiment {experiment.name} ({experiment.source}), switch target: {target}"]
+    rates = sorted({l.spec.bw_mbps for l in experiment.points[0].topology.links if l.spec.bw_mbps is not None})
+    rate_text = f"{rates[0]:g} Mbit/s links" if rates else "unshaped links"
+    lines = [f"experiment {experiment.name} ({experiment.source}), switch target: {target}, "
+             f"{rate_text} (from {experiment.link_rate_source})"]
     for p in experiment.points:
         sweep = f" {p.sweep_param}={p.sweep_value!r}" if p.sweep_param else ""
         info = p.workload_info
@@ -82,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         target = resolve_target(experiment.data["switch"]["target"])
-    except TargetUnavailableError as exc:
+        if target != experiment.data["switch"]["target"]:
+            # 'auto' resolved: load again for the concrete target, so its checks and its
+            # link rate (switch.link_bw_mbps) apply and config.yaml records what ran.
+            experiment = load_experiment(args.config, [*overrides, f"switch.target={target}"])
+    except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
     print(describe(experiment, target))

@@ -44,6 +44,10 @@ WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {"trace": {"size_scale": 1.0
 """Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
 
 
+LINK_RATE_KEY = "topology.link.bw_mbps"
+TARGET_LINK_RATES_KEY = "switch.link_bw_mbps"
+
+
 @dataclass(frozen=True)
 class Point:
     """One sweep point: a complete, validated experiment config and its topology."""
@@ -86,6 +90,8 @@ class Experiment:
     data: Mapping[str, Any]
     """The base config after defaults and --set overrides (sweep not applied)."""
     points: tuple[Point, ...]
+    link_rate_source: str = LINK_RATE_KEY
+    """Which key set the links' rate (summary.json records it): see ``apply_target_link_rate``."""
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any, source: str) -> None:
@@ -109,6 +115,32 @@ def parse_set(assignment: str) -> tuple[str, Any]:
         return key.strip(), yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {assignment!r}: value is not valid YAML: {exc}") from None
+
+
+def apply_target_link_rate(data: dict[str, Any], overridden: set[str]) -> str:
+    """Run the links at the rate the chosen target keeps up with, if the config names one.
+
+    A software switch target has a capacity (updates per second it aggregates without
+    losing frames: benchmarks/README.md); a config can say, per target, which link rate keeps
+    its job within that capacity (``switch.link_bw_mbps``). That rate replaces
+    ``topology.link.bw_mbps`` unless the user set the link rate explicitly (``--set``) or the
+    sweep varies it. Returns where the rate came from, for the summary.
+    """
+    def sets_the_rate(key: str) -> bool:  # topology.link.bw_mbps itself, or a mapping holding it
+        return LINK_RATE_KEY == key or LINK_RATE_KEY.startswith(key + ".")
+
+    sweep = data.get("sweep") or {}
+    if sets_the_rate(sweep.get("param", "")):
+        return f"sweep {sweep['param']}"
+    explicit = sorted(key for key in overridden if sets_the_rate(key))
+    if explicit:
+        return f"--set {explicit[0]}"
+    target = data["switch"]["target"]
+    rate = data["switch"].get("link_bw_mbps", {}).get(target)
+    if rate is None:
+        return LINK_RATE_KEY
+    set_dotted(data, LINK_RATE_KEY, rate, f"{TARGET_LINK_RATES_KEY}.{target}")
+    return f"{TARGET_LINK_RATES_KEY}.{target}"
 
 
 def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -> None:
@@ -158,12 +190,15 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: an experiment config must be a mapping")
     data = deep_merge(DEFAULTS, raw)
+    overridden = set()
     for assignment in overrides:
         key, value = parse_set(assignment)
         set_dotted(data, key, value, f"--set {assignment}")
+        overridden.add(key)
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
     validate(data, load_schema(SCHEMA_PATH), str(path))
+    link_rate_source = apply_target_link_rate(data, overridden)
     sweep = data.get("sweep")
     points: list[Point] = []
     if sweep is None:
@@ -173,4 +208,4 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
             point_data = copy.deepcopy(data)
             set_dotted(point_data, sweep["param"], value, f"{path}: sweep.param")
             points.append(_resolve_point(point_data, path, index, sweep["param"], value))
-    return Experiment(name=data["name"], source=path, data=data, points=tuple(points))
+    return Experiment(name=data["name"], source=path, data=data, points=tuple(points), link_rate_source=link_rate_source)

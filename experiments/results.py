@@ -217,6 +217,7 @@ class ResultsWriter:
             "switch_target": self.target,
             "workers": len(first.topology.hosts),
             "link_mbps": link_mbps(first),
+            "link_mbps_source": self.experiment.link_rate_source,
             "loss": link_loss(first),
             "loss_mechanism": self._network.get(first.index, {}).get("loss_mechanism"),
             "link_delay_ms": max(l.spec.delay_ms for l in first.topology.links),

@@ -137,3 +137,26 @@ def test_explicit_topology_needs_one_aggregator(tmp_path: Path) -> None:
     }))
     with pytest.raises(ConfigError, match="exactly one switch must have aggregate: true"):
         load_topology(path)
+
+
+def link_rates(experiment) -> set[float]:
+    return {link.spec.bw_mbps for point in experiment.points for link in point.topology.links}
+
+
+def test_a_target_runs_its_links_at_the_rate_it_keeps_up_with() -> None:
+    table = "switch.link_bw_mbps={bmv2: 1.25}"
+    on_bmv2 = load_experiment(MAIN_CONFIG, [table, "switch.target=bmv2"])
+    assert link_rates(on_bmv2) == {1.25}
+    assert on_bmv2.link_rate_source == "switch.link_bw_mbps.bmv2"
+    on_embedded = load_experiment(MAIN_CONFIG, [table, "switch.target=embedded"])
+    assert link_rates(on_embedded) == {2.5} and on_embedded.link_rate_source == "topology.link.bw_mbps"
+
+
+def test_an_explicit_or_swept_link_rate_wins_over_the_targets() -> None:
+    table = "switch.link_bw_mbps={bmv2: 1.25}"
+    explicit = load_experiment(MAIN_CONFIG, [table, "switch.target=bmv2", "topology.link.bw_mbps=4"])
+    assert link_rates(explicit) == {4} and explicit.link_rate_source == "--set topology.link.bw_mbps"
+    swept = load_experiment(MAIN_CONFIG, [table, "switch.target=bmv2", "sweep={param: topology.link.bw_mbps, values: [1, 2]}"])
+    assert link_rates(swept) == {1, 2} and swept.link_rate_source == "sweep topology.link.bw_mbps"
+    other_sweep = load_experiment(MAIN_CONFIG, [table, "switch.target=bmv2", "sweep={param: topology.link.loss, values: [0, 0.01]}"])
+    assert link_rates(other_sweep) == {1.25}
