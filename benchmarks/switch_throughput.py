@@ -1,4 +1,4 @@
-"""How many SwitchML updates per second the embedded switch aggregates (k = 32 by default).
+"""How many SwitchML updates per second a switch target aggregates (k = 32 by default).
 
 Creates its own namespaces and veth pairs (tests/netns_harness.py), starts the switch,
 programs one job of n ranks through switches/programming.py and drives it from this one
@@ -8,8 +8,10 @@ protocol — when rank 0 receives a slot's result, all ranks send that slot's ne
 workers' timers would. Ranks other than 0 never read their results: UDP sinks absorb them
 so the hosts' kernels stay quiet.
 
-Run as root:  .venv/bin/python benchmarks/switch_throughput.py [--ranks 2 4 8] [--seconds 5]
-Writes results/benchmarks/switch_throughput.csv and .md.
+Run as root:  .venv/bin/python benchmarks/switch_throughput.py [--target embedded|bmv2] [--ranks 2 4 8] [--seconds 5]
+Writes results/benchmarks/switch_throughput-<target>.csv and .md. For bmv2, put simple_switch
+on PATH first (the Vagrant VM has it; BMV2_BUILD=perf with the prebuilt toolchain picks its
+optimised build, and the table records which simple_switch ran).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import csv
 import logging
 import os
 import select
+import shutil
 import socket
 import struct
 import sys
@@ -36,7 +39,8 @@ import numpy as np  # noqa: E402
 from protocol import params  # noqa: E402
 from protocol.packet import SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
 from switches import programming  # noqa: E402
-from switches.embedded.launcher import EmbeddedSwitchProcess  # noqa: E402
+from network.port_counters import account_switch, read_ports  # noqa: E402
+from switches.standalone import TARGETS, run_switch  # noqa: E402
 from tests.netns_harness import Host, Testbed  # noqa: E402
 
 log = logging.getLogger("switch_throughput")
@@ -45,11 +49,18 @@ JOB = 1
 STALL_S = 0.02
 RESULT_FIELDS = struct.Struct("!BBxxH")
 """msg_type, shadow_set, slot at the start of switchml_h."""
+SEQ = struct.Struct("!I")
+SEQ_OFFSET = SWITCHML_OFFSET + struct.calcsize("!BBHHBb")
+"""switchml_h.seq: every version of a slot carries a newer one, as the worker library's do
+(the switch drops an update whose seq is not newer than its cell's last version)."""
 OUTPUT_DIR = REPO_ROOT / "results" / "benchmarks"
 
 
 @dataclass
 class Measurement:
+    target: str
+    build: str
+    """The simple_switch that ran (bmv2), or the Python that ran the embedded switch."""
     ranks: int
     k: int
     window_slots: int
@@ -59,7 +70,8 @@ class Measurement:
     """Updates the switch aggregated per second; it sends as many result copies (n per round)."""
     elements_per_s: float
     stalls: int
-    switch_rx_drops: int
+    switch_input_lost: int
+    """Frames the switch's ports received that its pipeline never counted (lost inside it)."""
     retx_ignored: int
     unicast_results: int
     switch_user_us_per_update: float
@@ -70,18 +82,18 @@ class Measurement:
     """Updates per second of switch CPU time: what one dedicated core would sustain."""
 
 
-def build_frames(hosts: list[Host], window: int, k: int) -> list[list[list[bytes]]]:
-    """frames[slot][set][rank]: every update the generator will ever send, built once."""
+def build_frames(hosts: list[Host], window: int, k: int) -> list[list[list[bytearray]]]:
+    """frames[slot][set][rank]: every update the generator sends, built once (only seq changes)."""
     switch = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
     rng = np.random.default_rng(0)
     return [
         [
             [
-                build_frame(
+                bytearray(build_frame(
                     Endpoint(h.mac, h.ipv4, params.WORKER_UDP_PORT),
                     switch,
                     encode_payload(SwitchMLHeader(params.MSG_UPDATE, shadow_set, JOB, slot, k, 0, slot), rng.integers(-1000, 1000, k)),
-                )
+                ))
                 for h in hosts
             ]
             for shadow_set in (0, 1)
@@ -98,7 +110,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 
 
 def drive(
-    sockets: list[socket.socket], frames: list[list[list[bytes]]], seconds: float, warmup: float, on_measure: Callable[[], None]
+    sockets: list[socket.socket], frames: list[list[list[bytearray]]], seconds: float, warmup: float, on_measure: Callable[[], None]
 ) -> tuple[int, float, int]:
     """Self-clocked load; returns (rounds completed in the measured window, its length, stalls).
 
@@ -111,6 +123,8 @@ def drive(
     buffer = bytearray(2048)
     window = len(frames)
     current = [0] * window
+    version = [0] * window
+    """Rounds each slot has started: its set is version % 2, its seq version * window + slot."""
     for slot in range(window):
         for send, frame in zip(sends, frames[slot][0]):
             send(frame)
@@ -143,34 +157,42 @@ def drive(
             if msg_type != params.MSG_RESULT or slot >= window or shadow_set != current[slot]:
                 continue  # a duplicate (unicast answer to a resend) or stray frame
             current[slot] = next_set = shadow_set ^ 1
+            version[slot] += 1
             rounds += 1
+            seq = version[slot] * window + slot
             for send, frame in zip(sends, frames[slot][next_set]):
+                SEQ.pack_into(frame, SEQ_OFFSET, seq)
                 try:
                     send(frame)
                 except BlockingIOError:
                     pass  # lost like on a wire; the stall timer resends
 
 
-def measure(n: int, k: int, window: int, seconds: float, warmup: float, log_dir: Path, profile: Path | None) -> Measurement:
+def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: float, log_dir: Path, profile: Path | None) -> Measurement:
+    options = {"k": k, "log_level": "WARNING", "profile": profile} if target == "embedded" else {}
     with Testbed(n) as bed, contextlib.ExitStack() as stack:
         for host in bed.hosts[1:]:
             sink = stack.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        switch = EmbeddedSwitchProcess(bed.switch_ports, log_dir, name=f"switch-n{n}", k=k, max_pool_size=max(window, 1), log_level="WARNING", profile=profile)
-        switch.start()
-        stack.callback(switch.stop)
-        control = stack.enter_context(switch.control())
+        max_pool_size = max(window, 1) if target == "embedded" else params.MAX_POOL_SIZE  # bmv2: the compiled size
+        switch = stack.enter_context(run_switch(target, bed.switch_ports, log_dir, name=f"{target}-n{n}", max_pool_size=max_pool_size, **options))
+        control = switch.control
         programming.program_forwarding(control, list(bed.switch_ports), {})
         workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in bed.hosts]
         programming.program_aggregation(control, programming.JobProgram(JOB, workers))
         sockets = [stack.enter_context(h.raw_socket()) for h in bed.hosts]
         frames = build_frames(bed.hosts, window, k)
+        interfaces = list(bed.switch_ports.values())
+        ports_before = read_ports(interfaces)
         cpu: list[tuple[float, float]] = []
         rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(cpu_seconds(switch.pid)))
+        time.sleep(0.2)  # the switch drains before its frames are accounted
         counts = programming.read_event_counters(control)
-        stats = control.stats()
+        frames_accounted = account_switch(ports_before, read_ports(interfaces), interfaces, counts)
     switch_cpu_s = sum(cpu[1]) - sum(cpu[0])
     return Measurement(
+        target=target,
+        build=switch_build(target),
         ranks=n,
         k=k,
         window_slots=window,
@@ -179,7 +201,7 @@ def measure(n: int, k: int, window: int, seconds: float, warmup: float, log_dir:
         updates_per_s=round(rounds * n / elapsed),
         elements_per_s=round(rounds * k / elapsed),
         stalls=stalls,
-        switch_rx_drops=sum(stats["rx_drops"].values()),
+        switch_input_lost=frames_accounted["input_lost"],
         retx_ignored=counts["EV_RETX_IGNORED"],
         unicast_results=counts["EV_RESULT_UNICAST"],
         switch_user_us_per_update=round((cpu[1][0] - cpu[0][0]) * 1e6 / max(rounds * n, 1), 2),
@@ -189,18 +211,26 @@ def measure(n: int, k: int, window: int, seconds: float, warmup: float, log_dir:
     )
 
 
+def switch_build(target: str) -> str:
+    """Which switch binary ran: bmv2's default and optimised builds differ several-fold."""
+    if target == "bmv2":
+        return shutil.which("simple_switch") or "simple_switch"
+    return f"python {sys.version.split()[0]}"
+
+
 def write_tables(rows: list[Measurement], output_dir: Path) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
     fields = list(asdict(rows[0]))
-    with (output_dir / "switch_throughput.csv").open("w", newline="") as f:
+    stem = f"switch_throughput-{rows[0].target}"
+    with (output_dir / f"{stem}.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(asdict(r) for r in rows)
     lines = ["| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
     lines += ["| " + " | ".join(str(v) for v in asdict(r).values()) + " |" for r in rows]
     table = "\n".join(lines)
-    (output_dir / "switch_throughput.md").write_text(
-        "# Embedded switch throughput\n\n"
+    (output_dir / f"{stem}.md").write_text(
+        f"# {rows[0].target} switch throughput\n\n"
         f"Frame {frame_bytes(rows[0].k)} bytes; one generator process, self-clocked; 2-core machine shared "
         "with other work, so expect noise. elements_per_s = aggregated tensor elements per second.\n\n" + table + "\n"
     )
@@ -209,6 +239,7 @@ def write_tables(rows: list[Measurement], output_dir: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", choices=TARGETS, default="embedded")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--k", type=int, default=params.K)
     parser.add_argument("--window", type=int, default=64, help="slots in flight (pool size used)")
@@ -218,11 +249,13 @@ def main() -> int:
     parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/switch_throughput"))
     args = parser.parse_args()
+    if args.target == "bmv2" and (args.profile or args.k != params.K):
+        parser.error(f"bmv2 runs the compiled program (k = {params.K}) and cannot be profiled from Python")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     rows = []
     for n in args.ranks:
         profile = args.log_dir / f"switch-n{n}.prof" if args.profile else None
-        row = measure(n, args.k, args.window, args.seconds, args.warmup, args.log_dir, profile)
+        row = measure(args.target, n, args.k, args.window, args.seconds, args.warmup, args.log_dir, profile)
         log.info("%s", row)
         rows.append(row)
         if profile is not None:

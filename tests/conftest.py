@@ -1,7 +1,7 @@
 """Fixtures for packet-level switch tests: namespaces, a switch target, fresh state per test.
 
-``target`` is parametrised over TARGETS: adding a switch target is one entry there (a
-function that starts the target on a Testbed's switch ports and yields its SwitchControl).
+``target`` is parametrised over every target switches/standalone.py can start on a
+Testbed's switch ports: a new switch target joins every packet-level case by being added there.
 The switch runs for a whole module; ``switch`` resets its state before every test
 (registers, counters, drop simulator, learned L2 entries) so tests stay independent and
 fast. Hosts 0 and 1 are the workers of job JOB; host 2 is a bystander.
@@ -10,6 +10,7 @@ fast. Hosts 0 and 1 are the workers of job JOB; host 2 is a bystander.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ import pytest
 from protocol import params
 from switches import programming
 from switches.control import SwitchControl
+from switches.standalone import TARGETS as STANDALONE_TARGETS
+from switches.standalone import run_switch
 from switches.targets import detect_bmv2
 from tests.netns_harness import Testbed
 from tests.switch_io import SwitchPorts
@@ -47,36 +50,16 @@ def require_bmv2() -> None:
 
 
 @contextlib.contextmanager
-def _embedded(testbed: Testbed, log_dir: Path) -> Iterator[SwitchControl]:
-    from switches.embedded.launcher import embedded_switch
-
-    with embedded_switch(testbed.switch_ports, log_dir, command_log=log_dir / "commands.txt", seed=1) as control:
-        yield control
-
-
-@contextlib.contextmanager
-def _bmv2(testbed: Testbed, log_dir: Path) -> Iterator[SwitchControl]:
-    """simple_switch running p4/switchml.p4 (compiled, cached) on the test bed's switch ports."""
-    require_bmv2()
-    from switches.bmv2.compile import compile_p4
-    from switches.bmv2.control import Bmv2Control
-    from switches.bmv2.node import THRIFT_PORT_BASE
-    from switches.bmv2.process import Bmv2Process, free_tcp_port
-
-    json_path = compile_p4()
-    process = Bmv2Process(
-        name="bmv2-packet-tests", json_path=json_path, interfaces=testbed.switch_ports,
-        thrift_port=free_tcp_port(THRIFT_PORT_BASE), device_id=0, log_dir=log_dir,
-    )
-    process.start()
-    try:
-        with Bmv2Control(process.thrift_port, json_path=json_path, command_log=log_dir / "commands.txt") as control:
-            yield control
-    finally:
-        process.stop()
+def _start(target: str, testbed: Testbed, log_dir: Path) -> Iterator[SwitchControl]:
+    """The target running on the test bed's switch ports (bmv2: p4/switchml.p4, compiled, cached)."""
+    if target == "bmv2":
+        require_bmv2()
+    options = {"seed": 1} if target == "embedded" else {}
+    with run_switch(target, testbed.switch_ports, log_dir, name=f"{target}-packet-tests", command_log=log_dir / "commands.txt", **options) as running:
+        yield running.control
 
 
-TARGETS: dict[str, StartTarget] = {"embedded": _embedded, "bmv2": _bmv2}
+TARGETS: dict[str, StartTarget] = {name: functools.partial(_start, name) for name in STANDALONE_TARGETS}
 
 
 def _require_root() -> None:
