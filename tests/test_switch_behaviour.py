@@ -16,7 +16,7 @@ from scapy.layers.l2 import Ether
 from protocol import params
 from protocol.packet import IPV4_OFFSET, UDP_OFFSET, ipv4_checksum
 from tests.conftest import JOB, SwitchUnderTest
-from tests.switch_io import Received, dissect, update_frame
+from tests.switch_io import Received, dissect, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
@@ -204,3 +204,19 @@ def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
     assert bytes(received.frames[0][0]) == bytes(reply)
     counts = switch.counters()
     assert (counts["EV_FORWARDED"], counts["EGV_SENT"]) == (2, 3)
+
+
+def test_vlan_tagged_frames_are_ordinary_traffic_and_keep_their_tag(switch: SwitchUnderTest) -> None:
+    """The parser knows etherType 0x0800 only: a tagged update is flooded as it came, tag included.
+
+    The kernel strips a received frame's tag before a packet socket sees it; both the
+    switch and this capture must put it back to see the frame as it was on the wire.
+    """
+    hosts = switch.testbed.hosts
+    for tpid, tci in ((0x8100, 0x2005), (0x88A8, 0x0000)):
+        tagged = vlan_tagged(update_frame(hosts[0], 0, 0, values(1), JOB), tci, tpid)
+        switch.ports.send(0, tagged)
+        received = switch.ports.receive(2)
+        assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [tagged], [tagged]]
+    counts = switch.counters()
+    assert (counts["EV_FORWARDED"], counts["EV_UPDATE_CONSUMED"], counts["EGV_SENT"]) == (2, 0, 4)
