@@ -14,7 +14,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from protocol import params
-from protocol.packet import IPV4_OFFSET, ipv4_checksum
+from protocol.packet import IPV4_OFFSET, frame_bytes, ipv4_checksum
 from tests.conftest import JOB, SwitchUnderTest
 from tests.switch_io import Received, dissect, update_frame, vlan_tagged
 
@@ -245,3 +245,25 @@ def test_forwarded_ipv4_leaves_with_its_header_checksum_recomputed(switch: Switc
         switch.ports.send(0, sent)
         received = switch.ports.receive(2)
         assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [expected], [expected]]
+
+
+TRAILER = bytes(range(16))
+"""Bytes after the IP packet (udp.length and totalLen do not count them), like Ethernet padding."""
+
+
+def test_results_leave_without_the_updates_trailer_and_ordinary_frames_keep_theirs(switch: SwitchUnderTest) -> None:
+    """A result is headers + switchml_h + k elements; a forwarded frame leaves as it came."""
+    hosts = switch.testbed.hosts
+    a, b = values(26), values(27)
+    switch.ports.send(0, update_frame(hosts[0], 8, 0, a, JOB) + TRAILER)
+    switch.ports.send(1, update_frame(hosts[1], 8, 0, b, JOB) + TRAILER)
+    multicast = switch.ports.receive(2)
+    switch.ports.send(0, update_frame(hosts[0], 8, 0, a, JOB) + TRAILER)  # retransmission
+    unicast = switch.ports.receive(1)
+    for received, index in ((multicast, 0), (multicast, 1), (unicast, 0)):
+        check_result(switch, received, index, slot=8, shadow_set=0, seq=0, expected=a + b, exponent=0)
+        assert len(received.results(index)[0]) == frame_bytes(K)
+    ordinary = bytes(Ether(src=hosts[0].mac, dst=UNKNOWN_MAC) / IP(src=hosts[0].ipv4, dst="10.0.1.1") / UDP(sport=1, dport=2)) + TRAILER
+    switch.ports.send(0, ordinary)
+    received = switch.ports.receive(2)
+    assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [ordinary], [ordinary]]
