@@ -121,7 +121,7 @@ class SequenceBuilder:
         return self.rng.integers(INT32.min, INT32.max, size=k, endpoint=True, dtype=np.int64).astype(np.int32)
 
     def update(self, worker: int, **fields: object) -> bytes:
-        """An update from ``worker`` with random header fields and elements, ``fields`` overriding them."""
+        """An update from host ``worker`` with random header fields and elements, ``fields`` overriding them."""
         header = {
             "slot": int(self.rng.integers(SLOTS)),
             "shadow_set": int(self.rng.integers(2)),
@@ -132,8 +132,6 @@ class SequenceBuilder:
         }
         header.update(fields)
         return update_frame(self.hosts[worker], **header)
-
-    # -- the kinds of step, each returns (sender, description, frame) ------------------
 
     def next_contribution(self, worker: int) -> dict[str, int]:
         """Slot and set of a worker's next update: mostly its slot's current round, else any set."""
@@ -146,6 +144,8 @@ class SequenceBuilder:
             self.round_set[slot] ^= 1
             self.round_senders[slot].clear()
         return {"slot": slot, "shadow_set": shadow_set}
+
+    # -- the kinds of step ---------------------------------------------------------------
 
     def new_update(self) -> Step:
         worker = int(self.rng.integers(N_WORKERS))
@@ -219,37 +219,34 @@ class SequenceBuilder:
             "IPv4 cut after its header, wrong checksum": lambda: with_wrong_ipv4_checksum(ipv4)[: UDP_OFFSET + 4],
             "IPv4 cut inside its header": lambda: ipv4[: IPV4_OFFSET + int(self.rng.integers(1, 20))],
             "update to the switch with IPv4 options": lambda: bytes(
-                eth / IP(src=self.hosts[0].ipv4, dst=params.SWITCH_IPV4, options=b"\x01\x01\x01\x00") / UDP(dport=params.UDP_PORT_BASE) / bytes(64)
+                eth / IP(src=self.hosts[sender].ipv4, dst=params.SWITCH_IPV4, options=b"\x01\x01\x01\x00") / UDP(dport=params.UDP_PORT_BASE) / bytes(64)
             ),
             "etherType 0x88B6": lambda: bytes(Ether(src=src, dst=dst, type=0x88B6) / payload),
             "802.1Q-tagged IPv4, wrong checksum": lambda: vlan_tagged(with_wrong_ipv4_checksum(ipv4), self.tci()),
             "802.1ad-tagged IPv4": lambda: vlan_tagged(ipv4, self.tci(), 0x88A8),
-            "802.1Q-tagged update": lambda: vlan_tagged(self.update(0), self.tci()),
+            "802.1Q-tagged update": lambda: vlan_tagged(self.update(sender), self.tci()),
         }
         name = self.pick(sorted(variants))
-        if name == "802.1Q-tagged update":
-            sender = 0
         frame = variants[name]()
         return Step(sender, f"ordinary from host {sender}, {name}: {describe(frame)}", frame)
 
     def tci(self) -> int:
         return int(self.rng.integers(1 << 16))
 
-    KINDS: tuple[tuple[str, int], ...] = (
-        ("new_update", 30),
-        ("repeated_update", 14),
-        ("update_with_trailer", 5),
-        ("update_with_wrong_ipv4_checksum", 3),
-        ("wrong_job", 4),
-        ("unknown_sender", 4),
-        ("malformed", 14),
-        ("ordinary", 26),
-    )
-
     def steps(self, count: int) -> list[Step]:
-        names = [name for name, _ in self.KINDS]
-        weights = np.array([weight for _, weight in self.KINDS], dtype=float)
-        return [getattr(self, str(self.rng.choice(names, p=weights / weights.sum())))() for _ in range(count)]
+        """``count`` steps, each of a kind drawn with these weights."""
+        kinds: list[tuple[Callable[[], Step], int]] = [
+            (self.new_update, 30),
+            (self.repeated_update, 14),
+            (self.update_with_trailer, 5),
+            (self.update_with_wrong_ipv4_checksum, 3),
+            (self.wrong_job, 4),
+            (self.unknown_sender, 4),
+            (self.malformed, 14),
+            (self.ordinary, 26),
+        ]
+        weights = np.array([weight for _, weight in kinds], dtype=float)
+        return [kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))][0]() for _ in range(count)]
 
 
 def with_udp_length_delta(frame: bytes, delta: int) -> bytes:
