@@ -97,7 +97,6 @@ class SwitchMLDeparser:
         ip = bytearray(update_headers[IPV4_OFFSET:UDP_OFFSET])
         ip[12:16] = ip[16:20]  # srcAddr := the update's dstAddr
         ip[16:20] = ipv4.to_bytes(4, "big")
-        ip[10:12] = b"\0\0"
         struct.pack_into("!H", ip, 10, ipv4_checksum(ip))
         udp = bytearray(update_headers[UDP_OFFSET:SWITCHML_OFFSET])
         udp[0:2] = udp[2:4]  # srcPort := the update's dstPort
