@@ -7,6 +7,9 @@ relative to the directory it was found under) so rows from different runs never 
 
 Validation is strict on purpose: a figure drawn from a half-written or older-format run is
 worse than no figure, so a missing file or column raises ``ResultsFormatError`` naming both.
+A run without ``summary.json`` is one that was interrupted or failed (the summary is the
+last file a run writes): it is skipped with a warning that says how to finish it, so one
+stopped run does not keep every figure from being drawn.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+
+from experiments.run_dir import resume_command
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +91,21 @@ def find_runs(path: Path) -> list[Path]:
 
 def load_results(paths: Iterable[Path | str]) -> Results:
     """Load every run under each of ``paths`` into one ``Results``."""
+    roots = [Path(path) for path in paths]
     loaded = []
-    for root in map(Path, paths):
+    for root in roots:
         runs = find_runs(root)
         if not runs:
             raise ResultsFormatError(f"no runs.csv at or below {root}")
         for run_dir in runs:
+            if not (run_dir / "summary.json").is_file():
+                log.warning("skipped %s: incomplete (no summary.json: interrupted or failed); finish it with %s",
+                            run_dir, resume_command(run_dir))
+                continue
             run_id = run_dir.relative_to(root).as_posix() if run_dir != root else root.name
             loaded.append(load_run(run_dir, run_id))
     if not loaded:
-        raise ResultsFormatError("no results directories given")
+        raise ResultsFormatError(f"no complete run in {', '.join(map(str, roots))}")
     log.info("loaded %d run(s)", len(loaded))
     return Results(**{name: pd.concat([r[name] for r in loaded], ignore_index=True) for name in loaded[0]})
 

@@ -20,6 +20,7 @@ from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_ya
 from experiments.inputs import WorkloadInfo, describe_workload
 from protocol import params
 from topologies.model import Topology, find_topology, load_topology
+from workloads.trace import TraceError, shipped_traces
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
@@ -181,6 +182,10 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
         raise ConfigError(f"{label}: topology.file: {exc}") from None
     topology = load_topology(topology_path, topology_keys, context=label)
     _check_semantics(data, topology, label)
+    try:
+        describe_workload(workload)  # a trace is read here, so a bad one fails before anything runs
+    except TraceError as exc:
+        raise ConfigError(f"{label}: workload.model: {exc} (shipped traces: {', '.join(shipped_traces())})") from None
     return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
 
 
@@ -198,6 +203,8 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
     validate(data, load_schema(SCHEMA_PATH), str(path))
+    if data["name"] in (".", ".."):
+        raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     link_rate_source = apply_target_link_rate(data, overridden)
     sweep = data.get("sweep")
     points: list[Point] = []

@@ -9,7 +9,8 @@ protocol parameters, input file per rank) and talks to this process over stdin/s
     runner -> "go <repetition>"                  all ranks released together (a barrier)
     worker -> {"event": "done", "repetition": r, "stats": {...}, "result": "path.npy"}
     runner -> "exit"
-    worker -> {"event": "error", "message": "..."} then exit status 1, on any failure
+    worker -> {"event": "error", "message": "...", "timed_out": bool} then exit status 1, on any
+              failure; ``timed_out`` when an all-reduce missed its deadline (spec's job_timeout_s)
 
 Results are written as .npy next to the spec so the runner verifies them exactly.
 """
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         serve(spec, args.rank, args.spec.parent)
     except Exception as exc:
         log.exception("worker failed")
-        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
+        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}", "timed_out": isinstance(exc, TimeoutError)})
         return 1
     return 0
 
