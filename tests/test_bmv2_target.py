@@ -365,6 +365,26 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
         bmv2.stop()
 
 
+@pytest.mark.bmv2
+def test_two_switches_with_the_same_device_id_run_side_by_side(tmp_path: Path, compiled_json: Path) -> None:
+    """Two testbeds (or a test during a run) on one machine: each simple_switch gets its own
+    Thrift port and notification socket, so neither fails on 'Address already in use'."""
+    switches = [
+        Bmv2Process(name=f"s{i}", json_path=compiled_json, interfaces={}, thrift_port=free_port(), device_id=0, log_dir=tmp_path)
+        for i in (1, 2)
+    ]
+    try:
+        for bmv2 in switches:
+            bmv2.start()
+        assert all(bmv2.running() for bmv2 in switches)
+        assert len({bmv2.notifications_addr for bmv2 in switches}) == 2
+        assert all(bmv2.notifications_path.exists() for bmv2 in switches)
+    finally:
+        for bmv2 in switches:
+            bmv2.stop()
+    assert not any(bmv2.notifications_path.exists() for bmv2 in switches), "notification sockets left behind"
+
+
 # --------------------------------------------------------------------------------------
 # learning.py: bmv2's learning notifications
 
