@@ -19,10 +19,12 @@ frames (broadcast, flooded to every port but their own) from two hosts. bmv2 kee
 order of packets per egress port, so everything a port sends before its first probe is
 the step's output. Once every probe has arrived, the counters are read.
 
-Ordinary frames go to destinations no frame ever comes from (broadcast, multicast, the
-switch's MAC, unicast MACs never used as a source), so their flooding does not depend on
-when a target learns: the embedded switch learns synchronously, bmv2 through a controller
-that answers its digests later (or, until one exists, never).
+Ordinary frames go to a few source MACs of earlier ordinary frames (unicast to the port
+where a target learned them, even back out of the sender's port) or to destinations no
+frame comes from (broadcast, multicast, the switch's MAC, unused unicast MACs: flooded).
+The embedded switch learns synchronously, bmv2 through a controller that answers its
+digests a little later, so after each step a bmv2 run waits until its l2_table holds as
+many entries as the embedded switch's did after the same step, and compares that count too.
 """
 
 from __future__ import annotations
@@ -52,8 +54,7 @@ from protocol.packet import (
 from protocol.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
-from switches.targets import detect_bmv2
-from tests.conftest import JOB, N_WORKERS, TARGETS, job_program
+from tests.conftest import JOB, N_WORKERS, TARGETS, job_program, require_bmv2
 from tests.netns_harness import Host, Testbed
 from tests.switch_io import SwitchPorts, update_frame, vlan_tagged
 
@@ -73,14 +74,18 @@ PROBE_MIN_BYTES = 60
 WAIT_S = 5.0
 """Longest wait for the ingress counter or a probe: far beyond what a healthy switch needs."""
 BROADCAST = "ff:ff:ff:ff:ff:ff"
-NEVER_SOURCES = ("02:00:00:00:aa:01", "02:00:00:00:aa:02", "01:00:5e:00:00:fb", BROADCAST, params.SWITCH_MAC)
-"""Ordinary traffic's destinations: no frame in the sequence comes from them."""
 ORDINARY_SOURCES = ("02:00:00:00:bb:01", "02:00:00:00:bb:02", "02:00:00:00:bb:03")
+NEVER_SOURCES = ("02:00:00:00:aa:01", "02:00:00:00:aa:02", "01:00:5e:00:00:fb", BROADCAST, params.SWITCH_MAC)
+ORDINARY_DESTINATIONS = ORDINARY_SOURCES + NEVER_SOURCES
+"""Learned once a frame came from them, or flooded forever."""
+FIRST_SEQ = (1 << 32) - 40
+"""Sequence number of the first versions: the sequence wraps early on (serial-number order)."""
 FOREIGN_NET = "10.0.1."
 """Ordinary traffic's IPv4 destinations: no host's address, so no host kernel answers."""
 UDP_LENGTH_OFFSET = UDP_OFFSET + 4
 IPV4_CHECKSUM_OFFSET = IPV4_OFFSET + 10
 INT32 = np.iinfo(np.int32)
+SEQ_MASK = (1 << 32) - 1
 T = TypeVar("T")
 
 
@@ -95,10 +100,12 @@ class Step:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a target did with one step: frames per host, in arrival order, and then its counters."""
+    """What a target did with one step: frames per host in arrival order, then its counters
+    and how many L2 entries it had learned."""
 
     frames: tuple[tuple[bytes, ...], ...]
     counters: dict[str, int]
+    l2_entries: int
 
 
 class SequenceBuilder:
@@ -113,6 +120,9 @@ class SequenceBuilder:
         """Per slot, the shadow set of its current round: workers move on to the other set
         once both sent theirs, as the protocol does, so many slots complete."""
         self.round_senders: list[set[int]] = [set() for _ in range(SLOTS)]
+        self.round_seq = [(FIRST_SEQ + slot) & SEQ_MASK for slot in range(SLOTS)]
+        """Per slot, the seq every worker's update of the current round carries (as workers do)."""
+        self.next_seq = FIRST_SEQ + SLOTS
 
     def pick(self, options: Sequence[T]) -> T:
         return options[int(self.rng.integers(len(options)))]
@@ -134,16 +144,21 @@ class SequenceBuilder:
         return update_frame(self.hosts[worker], **header)
 
     def next_contribution(self, worker: int) -> dict[str, int]:
-        """Slot and set of a worker's next update: mostly its slot's current round, else any set."""
+        """Slot, set and seq of a worker's next update: mostly its slot's current round, else
+        any set with this round's, the previous round's or any seq (stale and odd updates)."""
         slot = int(self.rng.integers(SLOTS))
+        current = self.round_seq[slot]
         if self.rng.random() < OFF_ROUND_SHARE:
-            return {"slot": slot, "shadow_set": int(self.rng.integers(2))}
+            seq = self.pick([current, (current - 1) & SEQ_MASK, int(self.rng.integers(1 << 32))])
+            return {"slot": slot, "shadow_set": int(self.rng.integers(2)), "seq": seq}
         shadow_set = self.round_set[slot]
         self.round_senders[slot].add(worker)
         if len(self.round_senders[slot]) == N_WORKERS:
             self.round_set[slot] ^= 1
             self.round_senders[slot].clear()
-        return {"slot": slot, "shadow_set": shadow_set}
+            self.round_seq[slot] = self.next_seq & SEQ_MASK
+            self.next_seq += 1
+        return {"slot": slot, "shadow_set": shadow_set, "seq": current}
 
     # -- the kinds of step ---------------------------------------------------------------
 
@@ -205,7 +220,7 @@ class SequenceBuilder:
     def ordinary(self) -> Step:
         sender = int(self.rng.integers(len(self.hosts)))
         src = self.pick(ORDINARY_SOURCES)
-        dst = self.pick(NEVER_SOURCES)
+        dst = self.pick(ORDINARY_DESTINATIONS)
         ip_src, ip_dst = f"{FOREIGN_NET}{self.rng.integers(1, 255)}", f"{FOREIGN_NET}{self.rng.integers(1, 255)}"
         payload = self.rng.bytes(int(self.rng.integers(0, 64)))
         eth = Ether(src=src, dst=dst)
@@ -312,8 +327,20 @@ def collect(ports: SwitchPorts, probes: dict[int, bytes], target: str, step: int
     return tuple(tuple(f) for f in frames)
 
 
-def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], target: str) -> list[Outcome]:
-    outcomes = []
+def learned_entries(control: SwitchControl, reference: int | None) -> int:
+    """l2_table's size once it reached ``reference`` (a learning controller may lag), or
+    what it is when that does not happen within WAIT_S; at once without a reference."""
+    deadline = time.monotonic() + WAIT_S
+    while (entries := control.table_num_entries(programming.L2_TABLE)) != reference and reference is not None:
+        if time.monotonic() > deadline:
+            return entries
+        time.sleep(0.001)
+    return entries
+
+
+def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], target: str, reference: list[Outcome] | None) -> list[Outcome]:
+    """Every step in lock-step; with a reference run, each step waits for its learning state."""
+    outcomes: list[Outcome] = []
     events = ingress_events(programming.read_event_counters(control))
     for index, step in enumerate(steps):
         ports.send(step.sender, step.frame)
@@ -324,18 +351,19 @@ def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], 
         frames = collect(ports, probes, target, index)
         counters = programming.read_event_counters(control)
         events = ingress_events(counters)
-        outcomes.append(Outcome(frames, counters))
+        l2_entries = learned_entries(control, None if reference is None else reference[index].l2_entries)
+        outcomes.append(Outcome(frames, counters, l2_entries))
     return outcomes
 
 
-def run_on_target(name: str, testbed: Testbed, steps: list[Step], log_dir: Path) -> list[Outcome]:
+def run_on_target(name: str, testbed: Testbed, steps: list[Step], log_dir: Path, reference: list[Outcome] | None = None) -> list[Outcome]:
     """A fresh switch of target ``name``, programmed like the packet tests' (conftest.py)."""
     with TARGETS[name](testbed, log_dir / name) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_aggregation(control, job_program(testbed))
         ports = SwitchPorts(testbed)
         try:
-            return run_sequence(control, ports, steps, name)
+            return run_sequence(control, ports, steps, name, reference)
         finally:
             ports.close()
 
@@ -366,6 +394,8 @@ def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str |
         changed = {k: (a.counters.get(k), b.counters.get(k)) for k in sorted(a.counters.keys() | b.counters.keys()) if a.counters.get(k) != b.counters.get(k)}
         if changed:
             lines.append(f"counters after the step ({name_a}, {name_b}): {changed}")
+        if a.l2_entries != b.l2_entries:
+            lines.append(f"l2_table entries after the step: {name_a} {a.l2_entries}, {name_b} {b.l2_entries}")
         lines.append("steps before it:")
         lines += [f"  {i}: host {steps[i].sender} sent {steps[i].what}" for i in range(max(0, index - 5), index)]
         return "\n".join(lines)
@@ -373,11 +403,10 @@ def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str |
 
 
 def test_embedded_and_bmv2_send_and_count_the_same(testbed: Testbed, tmp_path: Path) -> None:
-    missing = detect_bmv2()
-    if missing:
-        pytest.skip(f"compares against bmv2, which is not installed (missing: {', '.join(missing)})")
+    require_bmv2()  # the embedded switch is compared with bmv2: nothing to do without it
     steps = SequenceBuilder(testbed.hosts, np.random.default_rng(SEED)).steps(STEPS)
-    runs = {name: run_on_target(name, testbed, steps, tmp_path) for name in ("embedded", "bmv2")}
+    embedded = run_on_target("embedded", testbed, steps, tmp_path)
+    runs = {"embedded": embedded, "bmv2": run_on_target("bmv2", testbed, steps, tmp_path, reference=embedded)}
     difference = first_difference(steps, runs)
     if difference is not None:
         pytest.fail("the targets differ:\n" + difference, pytrace=False)
