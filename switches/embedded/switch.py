@@ -2,8 +2,9 @@
 
 Readiness of a port drains that socket until EAGAIN (bounded by ``BURST`` so one busy port
 cannot starve the others or the control plane), receiving each frame as it was on the
-wire (802.1Q tag included, see ports.py) into the pipeline's single preallocated buffer. Control requests are served between bursts by the same loop,
-so they never race the data path and never block it for longer than one request.
+wire (802.1Q tag included, see ports.py) into the pipeline's single preallocated buffer.
+Control requests are served between bursts by the same loop, so they never race the data
+path and never block it for longer than one request.
 """
 
 from __future__ import annotations
