@@ -64,8 +64,11 @@ SEED = 20261130
 STEPS = 1000
 SLOTS = 4
 """Slots the updates use: few, so that completions, duplicates and set changes are frequent."""
-OFF_ROUND_SHARE = 0.15
+OFF_ROUND_SHARE = 0.05
 """Share of updates sent to a random shadow set instead of the slot's current round."""
+RECENT_UPDATES = 6
+RECENT_REPEAT_SHARE = 0.75
+"""Share of repeated updates that copy one of the RECENT_UPDATES last ones."""
 PROBE_SENDERS = (2, 0)
 """Hosts the probes come from: every port is reached by at least one of them."""
 PROBE_ETHERTYPE = 0x88B5
@@ -170,9 +173,11 @@ class SequenceBuilder:
         return step
 
     def repeated_update(self) -> Step:
+        """A copy of an earlier update: mostly a recent one (a retransmission), else any (stale)."""
         if not self.updates:
             return self.new_update()
-        earlier = self.pick(self.updates)
+        recent = self.rng.random() < RECENT_REPEAT_SHARE
+        earlier = self.pick(self.updates[-RECENT_UPDATES:] if recent else self.updates)
         return Step(earlier.sender, f"again: {earlier.what}", earlier.frame)
 
     def update_with_trailer(self) -> Step:
