@@ -8,8 +8,9 @@ completions, duplicates, retransmissions before and after completion, stale ones
 job ids, unknown and spoofed senders, malformed updates (truncated, wrong k, wrong
 num_elements, wrong udp.length, bad slot, bad shadow set, bad msg_type), updates with a
 trailer or a wrong IPv4 checksum, and ordinary traffic: IPv4 with right and wrong header
-checksums, with options, cut inside its headers, with trailing bytes, other etherTypes,
-802.1Q/802.1ad-tagged frames (tagged updates too). It runs the sequence on each target in
+checksums, with options, with odd version or ihl fields, cut inside its headers, with
+trailing bytes, other etherTypes, 802.1Q, 802.1ad and double-tagged frames (tagged
+updates too). It runs the sequence on each target in
 turn, on the same namespaces, from a fresh switch, and compares step by step.
 
 Lock-step makes the order deterministic on bmv2, whose ports, ingress and egress are
@@ -244,6 +245,9 @@ class SequenceBuilder:
             "etherType 0x88B6": lambda: bytes(Ether(src=src, dst=dst, type=0x88B6) / payload),
             "802.1Q-tagged IPv4, wrong checksum": lambda: vlan_tagged(with_wrong_ipv4_checksum(ipv4), self.tci()),
             "802.1ad-tagged IPv4": lambda: vlan_tagged(ipv4, self.tci(), 0x88A8),
+            "802.1ad + 802.1Q double-tagged IPv4": lambda: vlan_tagged(vlan_tagged(ipv4, self.tci()), self.tci(), 0x88A8),
+            "IPv4 version field 5, wrong checksum": lambda: with_version_ihl(with_wrong_ipv4_checksum(ipv4), 0x55),
+            "IPv4 ihl 4, wrong checksum": lambda: with_version_ihl(with_wrong_ipv4_checksum(ipv4), 0x44),
             "802.1Q-tagged update": lambda: vlan_tagged(self.update(sender), self.tci()),
         }
         name = self.pick(sorted(variants))
@@ -274,6 +278,11 @@ def with_udp_length_delta(frame: bytes, delta: int) -> bytes:
     out = bytearray(frame)
     struct.pack_into("!H", out, UDP_LENGTH_OFFSET, length + delta)
     return bytes(out)
+
+
+def with_version_ihl(frame: bytes, version_ihl: int) -> bytes:
+    """The IPv4 header's first byte replaced: the checksum rule looks at ihl only."""
+    return frame[:IPV4_OFFSET] + bytes([version_ihl]) + frame[IPV4_OFFSET + 1 :]
 
 
 def with_wrong_ipv4_checksum(frame: bytes) -> bytes:
