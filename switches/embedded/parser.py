@@ -1,6 +1,6 @@
 """SwitchMLParser and SwitchMLDeparser over one preallocated frame buffer.
 
-The switch receives every frame into the same ``PacketBuffer`` (recv_into), parses it with
+The switch receives every frame into the same ``PacketBuffer`` (ports.py), parses it with
 one ``struct`` call at the fixed offsets of protocol/packet.py and writes results back
 into the same bytes, so the data path allocates no per-packet buffers. The deparser's
 per-rank result headers are built once per (update header, rank) and then copied in.
