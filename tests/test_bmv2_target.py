@@ -228,6 +228,26 @@ def test_control_checks_calls_against_the_program_before_bmv2_sees_them(fake_p4u
     assert fake_p4utils.instances[0].calls == []
 
 
+def test_capturing_p4utils_printing_from_two_threads_restores_stdout() -> None:
+    """The runner and a learning controller call p4-utils at once: sys.stdout must come back."""
+    import threading
+
+    from switches.bmv2.control import _p4utils_printing
+
+    def calls() -> None:
+        for _ in range(5000):
+            with _p4utils_printing():
+                print("p4-utils chatter")
+
+    threads = [threading.Thread(target=calls) for _ in range(2)]
+    stdout = sys.stdout
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sys.stdout is stdout
+
+
 def test_counter_read_is_packets_then_bytes_for_every_cell(fake_p4utils: type[FakeSimpleSwitchThriftAPI]) -> None:
     from switches.bmv2.control import Bmv2Control
 
