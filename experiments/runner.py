@@ -22,7 +22,7 @@ import numpy as np
 
 from experiments.config import Experiment, Point
 from experiments.inputs import point_inputs
-from experiments.results import MACHINE, ResultsWriter
+from experiments.results import MACHINE, ResultsWriter, link_mbps
 from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from network.emulation import EmulatedNetwork
@@ -121,6 +121,7 @@ class ExperimentRunner:
                 "n_workers": len(topology.hosts),
                 "inputs": input_paths,
                 "switch_ipv4": topology.aggregator_ipv4,
+                "link_mbps": link_mbps(point),
                 "protocol": dict(protocol),
                 "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
                 "job_timeout_s": point.limits["job_timeout_s"],
