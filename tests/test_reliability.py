@@ -419,3 +419,20 @@ def test_cleanup_command_removes_what_no_record_names(tmp_path: Path) -> None:
         marked.kill()
         subprocess.run(["ip", "link", "delete", "s99-eth99"], capture_output=True)
         shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_an_error_while_a_switch_is_dead_is_blamed_on_the_switch(tmp_path: Path) -> None:
+    """Between jobs the runner talks to the switch: a control-plane error then is a symptom."""
+    from experiments.workers import DependencyExited, WorkerGroup
+
+    switch = subprocess.Popen(["sleep", "600"])
+    switch.kill()
+    with pytest.raises(DependencyExited, match=rf"^switch s1 \(pid {switch.pid}\) exited with status -9$") as raised:
+        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": switch.pid}) as group:
+            with group.dependencies_checked():
+                raise ConnectionResetError("control socket closed")
+    assert isinstance(raised.value.__cause__, ConnectionResetError)
+    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": os.getpid()}) as group:
+        with pytest.raises(ConnectionResetError), group.dependencies_checked():  # nothing died: the error stands
+            raise ConnectionResetError("control socket closed")
+    switch.wait()
