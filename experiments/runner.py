@@ -137,12 +137,12 @@ class ExperimentRunner:
         control = net.aggregator_control
         hosts = [net.host(h.name) for h in topology.hosts]
         switch_intfs = [i.name for sw in net.net.switches for i in sw.intfList() if i.name != "lo"]
+        programming.reset_aggregation_state(control, point.protocol["k"])
         ok = True
         switches = {sw.name: sw.switch_pid for sw in net.net.switches}
         job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
         log_dir = self.writer.log_dir / f"point{point.index}"
         with WorkerGroup(method, hosts, spec_path, log_dir, dependencies=switches) as group, group.dependencies_checked():
-            programming.reset_aggregation_state(control, point.protocol["k"])
             group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
             processes = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
             processes.update(switches)
