@@ -18,6 +18,7 @@ import yaml
 
 from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 from experiments.inputs import WorkloadInfo, describe_workload
+from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 from protocol import params
 from topologies.model import Topology, find_topology, load_topology
 from workloads.trace import TraceError, shipped_traces
@@ -27,7 +28,7 @@ SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
 
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": 1, "job_id": 1},
+    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",

@@ -22,7 +22,7 @@ import numpy as np
 
 from experiments.config import Experiment, Point
 from experiments.inputs import point_inputs
-from experiments.results import MACHINE, ResultsWriter
+from experiments.results import MACHINE, ResultsWriter, link_mbps
 from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from network.emulation import EmulatedNetwork
@@ -122,6 +122,7 @@ class ExperimentRunner:
                 "n_workers": len(topology.hosts),
                 "inputs": input_paths,
                 "switch_ipv4": topology.aggregator_ipv4,
+                "link_mbps": link_mbps(point),
                 "protocol": dict(protocol),
                 "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
                 "job_timeout_s": point.limits["job_timeout_s"],
@@ -142,7 +143,8 @@ class ExperimentRunner:
         ok = True
         switches = {sw.name: sw.switch_pid for sw in net.net.switches}
         job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
-        with WorkerGroup(method, hosts, spec_path, self.writer.log_dir / f"point{point.index}", dependencies=switches) as group:
+        log_dir = self.writer.log_dir / f"point{point.index}"
+        with WorkerGroup(method, hosts, spec_path, log_dir, dependencies=switches) as group, group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
             processes = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
             processes.update(switches)

@@ -15,16 +15,18 @@ if the runner is killed, they die with it rather than keep the hosts' namespaces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import select
 import selectors
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from mininet.node import Host
 
@@ -37,6 +39,11 @@ LOG_TAIL_LINES = 15
 REPORT_GRACE_S = 10.0
 """How much longer than a worker's own deadline the runner waits for its report: the worker
 reports a missed deadline itself, with details, unless it is hung."""
+
+
+EXIT_NOTICE_S = 0.5
+"""A dying process closes its sockets before its exit is signalled: how long an error may
+precede the news of the death that caused it."""
 
 
 class WorkerFailure(RuntimeError):
@@ -74,10 +81,10 @@ class WorkerGroup:
         self.procs: list[subprocess.Popen[str]] = []
         self._buffers: dict[int, str] = {}
         self._selector = selectors.DefaultSelector()
-        self._pidfds: list[int] = []
+        self._pidfds: dict[int, tuple[str, int]] = {}
         for name, pid in (dependencies or {}).items():
             pidfd = os.pidfd_open(pid)
-            self._pidfds.append(pidfd)
+            self._pidfds[pidfd] = (name, pid)
             self._selector.register(pidfd, selectors.EVENT_READ, (name, pid))
 
     def __enter__(self) -> "WorkerGroup":
@@ -129,8 +136,7 @@ class WorkerGroup:
                 raise self._failure(missing[0], f"no '{event}' within {timeout_s:g} s (ranks waiting: {missing}; {limit.describe()})")
             for key, _ in self._selector.select(timeout=min(remaining, 0.5)):
                 if isinstance(key.data, tuple):
-                    name, pid = key.data
-                    raise DependencyExited(f"switch {name} (pid {pid}) exited with status {exit_status(pid)}")
+                    raise dependency_exited(*key.data)
                 rank = key.data
                 chunk = key.fileobj.read()
                 if not chunk:
@@ -154,6 +160,18 @@ class WorkerGroup:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
                     reports[rank] = report
         return [reports[r] for r in range(len(self.procs))]
+
+    @contextlib.contextmanager
+    def dependencies_checked(self) -> Iterator[None]:
+        """An error inside (a control-plane call to a switch, say) becomes DependencyExited
+        when a dependency has exited meanwhile: that is the cause, the error its symptom."""
+        try:
+            yield
+        except Exception as symptom:
+            exited = select.select(list(self._pidfds), [], [], EXIT_NOTICE_S)[0]
+            if exited:
+                raise dependency_exited(*self._pidfds[exited[0]]) from symptom
+            raise
 
     def finish(self, timeout_s: float = 10.0) -> None:
         """Tell every rank to exit and wait for clean exits."""
@@ -193,6 +211,10 @@ class WorkerGroup:
         host = self.hosts[rank].name
         log_text = "\n".join(f"    {line}" for line in tail) or "    (empty)"
         return WorkerFailure(f"{self.method}: worker rank {rank} on {host}: {what}\n  last lines of {self._log_path(rank)}:\n{log_text}")
+
+
+def dependency_exited(name: str, pid: int) -> DependencyExited:
+    return DependencyExited(f"switch {name} (pid {pid}) exited with status {exit_status(pid)}")
 
 
 def exit_status(pid: int) -> int | str:

@@ -23,11 +23,14 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
 from hosts.stats import JobStats
+
+if TYPE_CHECKING:
+    from hosts.switchml.timers import RetransmitPolicy
 
 log = logging.getLogger("hosts.worker")
 
@@ -46,7 +49,6 @@ class SwitchMLMethod:
 
     def __init__(self, spec: dict[str, Any], rank: int) -> None:
         from hosts.switchml.client import SwitchMLClient
-        from hosts.switchml.timers import RetransmitPolicy
 
         proto = spec["protocol"]
         self._client = SwitchMLClient(
@@ -56,11 +58,7 @@ class SwitchMLMethod:
             switch_ipv4=spec["switch_ipv4"],
             k=proto["k"],
             pool_size=proto["pool_size"],
-            retransmit=RetransmitPolicy(
-                min_s=proto["timeout_ms"] / 1000.0,
-                backoff_every=proto["backoff_every"],
-                max_s=max(1.0, proto["timeout_ms"] / 1000.0),
-            ),
+            retransmit=retransmit_policy(proto, spec["link_mbps"]),
             job_deadline_s=spec["job_timeout_s"],
         )
 
@@ -70,6 +68,18 @@ class SwitchMLMethod:
 
     def close(self) -> None:
         self._client.close()
+
+
+def retransmit_policy(protocol: dict[str, Any], link_mbps: float | None) -> RetransmitPolicy:
+    """The config's timeout floor (``timeout_ms``), raised to twice the time a full pool takes
+    to cross the slowest link when links are rate-limited (hosts/switchml/timers.py: under
+    loss the measured round trips fall below it just before the pool refills)."""
+    from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
+
+    floor_s = protocol["timeout_ms"] / 1000.0
+    if link_mbps is not None:
+        floor_s = max(floor_s, 2 * pool_drain_s(protocol["pool_size"], protocol["k"], link_mbps * 1e6))
+    return RetransmitPolicy(min_s=floor_s, backoff_every=protocol["backoff_every"], max_s=max(1.0, floor_s))
 
 
 class BaselineMethod:

@@ -12,9 +12,9 @@ usually nothing is left for a user to do.
 
 The command is for the rest: it does the same while no run holds the network, and also
 removes what no record names -- testbed interfaces (``hN-ethM``, ``sN-ethM``) in the root
-namespace, processes marked with the pid of a dead holder, and embedded-switch socket
-folders (``/tmp/sml-*``) whose switch no longer answers. It refuses while a run holds
-the network.
+namespace, processes marked with the pid of a dead holder, networks' temporary folders
+(``/tmp/switchml-net-*``) and embedded-switch socket folders (``/tmp/sml-*``) whose switch
+no longer answers. It refuses while a run holds the network.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from network.lock import HOLDER_ENV, HolderRecord, NetworkLock
 log = logging.getLogger("network.cleanup")
 
 TESTBED_INTERFACE = re.compile(r"^[hs]\d+-eth\d+$")
+SCRATCH_PREFIX = "switchml-net-"
+"""An emulated network's temporary folder (network.emulation)."""
 SWITCH_SOCKET_DIRS = "sml-*"
 """The embedded switch's control-socket folders (switches/embedded/launcher.py)."""
 KILL_WAIT_S = 5.0
@@ -130,7 +132,8 @@ def clean_all() -> list[str]:
     removed = [f"process {pid}" for pid in kill_marked_processes(dead_holders())]
     testbed = [name for name in root_interfaces() if TESTBED_INTERFACE.match(name)]
     removed += [f"interface {name}" for name in delete_interfaces(testbed)]
-    for directory in stale_switch_socket_dirs():
+    scratch = sorted(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"))  # no network is up: none is in use
+    for directory in scratch + stale_switch_socket_dirs():
         shutil.rmtree(directory, ignore_errors=True)
         removed.append(f"folder {directory}")
     return removed

@@ -28,7 +28,7 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
-from network.cleanup import delete_interfaces, remove_leftovers, root_interfaces
+from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
 from network.lifetime import deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
@@ -132,7 +132,7 @@ class EmulatedNetwork:
         switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size}
         if delay_mechanism == "switch_delay_line":
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
-        self._scratch = Path(tempfile.mkdtemp(prefix="switchml-net-"))
+        self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.declare_directory(self._scratch)
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net

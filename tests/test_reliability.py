@@ -14,8 +14,10 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -384,3 +386,53 @@ def test_unwritable_results_folder_is_one_line_and_exit_4(small_tmpfs: Path, cas
     expected = "[Errno 30] Read-only file system" if case == "read-only" else "its file system is full"
     assert f"cannot write the results in {out}: " in line and expected in line, line
     assert not leftovers(str(out))
+
+
+@in_mininet
+def test_cleanup_command_removes_what_no_record_names(tmp_path: Path) -> None:
+    """The documented command, for leftovers of runs that left no record (older versions,
+    hand-made networks): testbed-named interfaces, processes of a dead network holder,
+    switch socket folders whose switch is gone. Names no testbed topology uses."""
+    from network.lock import HOLDER_ENV
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    marked = subprocess.Popen(["sleep", "600"], env={**os.environ, HOLDER_ENV: str(dead.pid)})
+    socket_dir = Path(tempfile.mkdtemp(prefix="sml-reliability-test-"))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+        gone.bind(str(socket_dir / "control.sock"))  # a switch that died: its socket refuses
+    subprocess.run(["ip", "link", "add", "s99-eth99", "type", "veth", "peer", "name", "h99-eth99"], check=True)
+    try:
+        deadline = time.monotonic() + 300
+        while (done := subprocess.run([sys.executable, "-m", "network.cleanup"], cwd=REPO_ROOT, capture_output=True,
+                                      text=True, timeout=60)).returncode == 1:  # a run holds the network: wait
+            assert time.monotonic() < deadline, done.stderr
+            time.sleep(1)
+        assert done.returncode == 0, done.stderr
+        for removed in (f"process {marked.pid}", f"folder {socket_dir}"):
+            assert f"removed {removed}" in done.stderr
+        assert "removed interface h99-eth99" in done.stderr or "removed interface s99-eth99" in done.stderr  # either takes its peer
+        assert marked.wait(timeout=5) == -signal.SIGKILL
+        assert not socket_dir.exists()
+        assert "s99-eth99" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    finally:
+        marked.kill()
+        subprocess.run(["ip", "link", "delete", "s99-eth99"], capture_output=True)
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_an_error_while_a_switch_is_dead_is_blamed_on_the_switch(tmp_path: Path) -> None:
+    """Between jobs the runner talks to the switch: a control-plane error then is a symptom."""
+    from experiments.workers import DependencyExited, WorkerGroup
+
+    switch = subprocess.Popen(["sleep", "600"])
+    switch.kill()
+    with pytest.raises(DependencyExited, match=rf"^switch s1 \(pid {switch.pid}\) exited with status -9$") as raised:
+        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": switch.pid}) as group:
+            with group.dependencies_checked():
+                raise ConnectionResetError("control socket closed")
+    assert isinstance(raised.value.__cause__, ConnectionResetError)
+    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": os.getpid()}) as group:
+        with pytest.raises(ConnectionResetError), group.dependencies_checked():  # nothing died: the error stands
+            raise ConnectionResetError("control socket closed")
+    switch.wait()
