@@ -19,6 +19,7 @@ same parameters, bit for bit.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -180,6 +181,14 @@ def worker_gradient(model: MLP, config: TrainingConfig, data: Dataset, params: n
     """What worker ``rank`` all-reduces at ``step`` when it holds ``params``."""
     x, y = minibatch(config, data, rank, n_workers, step)
     return model.gradient(params, x, y)
+
+
+def array_digest(array: np.ndarray) -> str:
+    """A short digest of an array's dtype, shape and bytes: equal digests, equal arrays."""
+    digest = hashlib.blake2b(digest_size=12)
+    digest.update(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
 
 
 def sgd_update(params: np.ndarray, gradient_sum: np.ndarray, n_workers: int, learning_rate: float) -> np.ndarray:
