@@ -1,7 +1,7 @@
 """The training workload end to end: run_experiment.py trains through Mininet, is interrupted
 in its second method, and resumes without training the first one again.
 
-One short training (4 workers, 30 steps, SwitchML and the ring) on the embedded switch, as
+One short training (4 workers, 60 steps, SwitchML and the ring) on the embedded switch, as
 a user's command would run it: every step verified, every series' learning curve written
 once, and nothing of the network left behind after the interruption or the resumed run.
 """
@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +27,8 @@ if os.geteuid() != 0:
     pytest.skip("Mininet tests need root", allow_module_level=True)
 
 CONFIG = REPO_ROOT / "configs" / "training_convergence.yaml"
-STEPS = 30
+STEPS = 60
+"""Long enough that the ring (about 50 ms a step here) is still training when it is interrupted."""
 WORKERS = 4
 SHORT = [f"topology.workers={WORKERS}", f"workload.steps={STEPS}", "methods=[switchml, ring]"]
 SERIES = {"exact", "switchml 8-bit", "switchml 5-bit", "switchml", "ring"}
@@ -34,8 +36,17 @@ SERIES = {"exact", "switchml 8-bit", "switchml 5-bit", "switchml", "ring"}
 
 def test_short_training_verifies_every_step_and_resumes_after_an_interrupt(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    code, output = disturb_mid_run(out, SHORT, "/work/point0/ring", lambda runner, worker: runner.send_signal(signal.SIGINT),
-                                   config=CONFIG)
+
+    def interrupt_once_the_ring_has_trained(runner: subprocess.Popen, worker: int) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            steps = out / "training_steps.csv"
+            if steps.exists() and any(line.startswith("ring,ring,network,,1,") for line in steps.read_text().splitlines()):
+                break
+            time.sleep(0.02)
+        runner.send_signal(signal.SIGINT)
+
+    code, output = disturb_mid_run(out, SHORT, "/work/point0/ring", interrupt_once_the_ring_has_trained, config=CONFIG)
     assert code == 130, output
     partial = pd.read_csv(out / "training_steps.csv")
     assert (partial["series"] == "switchml").sum() == STEPS + 1  # the first method finished
