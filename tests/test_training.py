@@ -13,10 +13,12 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from experiments.config import load_experiment
 from experiments.training_replay import Replay, exact_sum, quantized_sum, replay
+from experiments.training_results import training_summary
 from hosts.training import steps
 from protocol.quantize import error_bound, expected_sum
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, load_dataset, minibatch, sgd_update, shard
@@ -153,3 +155,28 @@ def test_worker_steps_follow_the_runner_in_order() -> None:
         list(steps(io.StringIO("go 1\ngo 3\n")))
     with pytest.raises(EOFError):
         list(steps(io.StringIO("go 1\n")))
+
+
+def test_summary_is_computed_from_the_steps_table() -> None:
+    """training_summary.csv of the fixture run, recomputed from its training_steps.csv by hand."""
+    run = Path(__file__).resolve().parent / "data" / "results_small" / "training_convergence"
+    steps = pd.read_csv(run / "training_steps.csv")
+    target = 0.9
+    table = training_summary(steps, target).set_index("series")
+    pd.testing.assert_frame_equal(table.reset_index(), pd.read_csv(run / "training_summary.csv"), check_dtype=False)
+    last = steps["step"].max()
+    exact_final = steps.loc[(steps["series"] == "exact") & (steps["step"] == last), "test_accuracy"].item()
+    for series, rows in steps.groupby("series"):
+        final = rows[rows["step"] == last].iloc[0]
+        assert table.loc[series, "test_accuracy_diff_pp"] == pytest.approx(100 * (final["test_accuracy"] - exact_final))
+        assert table.loc[series, "max_param_diff"] == rows["max_param_diff"].max()
+        reached = rows[rows["test_accuracy"] >= target].sort_values("step")
+        if reached.empty:
+            assert np.isnan(table.loc[series, "steps_to_target"])
+            continue
+        assert table.loc[series, "steps_to_target"] == reached["step"].iloc[0]
+        if final["source"] == "network":
+            assert table.loc[series, "time_to_target_s"] == reached["emulated_time_s"].iloc[0]
+            assert table.loc[series, "verified"]
+        else:
+            assert np.isnan(table.loc[series, "time_to_target_s"])
