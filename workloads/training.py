@@ -20,7 +20,7 @@ same parameters, bit for bit.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -53,7 +53,8 @@ class TrainingConfig:
                    test_fraction=workload["test_fraction"], seed=workload["seed"])
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The keyword arguments that rebuild it (what a worker's spec carries)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class MLP:
         return sum(int(np.prod(shape)) for shape in self.shapes)
 
     def unflatten(self, params: np.ndarray) -> list[np.ndarray]:
-        """Views of W1, b1, W2, b2 in ``params`` (float64 for the arithmetic)."""
+        """W1, b1, W2, b2 as float64 arrays (views of one float64 copy of ``params``)."""
         flat = params.astype(np.float64)
         parts, start = [], 0
         for shape in self.shapes:
