@@ -47,8 +47,9 @@ def quantized_run(setup, bits: int) -> tuple[np.ndarray, np.ndarray]:
     """Parameters after every step of the training with ``bits``-bit SwitchML sums, and the
     accumulated bound on their distance to the exact trajectory: per step, the proven error
     of the quantized sum (protocol.quantize.error_bound) times lr/n, plus float32 storage
-    rounding of the parameters -- summed over steps, i.e. assuming SGD does not amplify a
-    perturbation of the parameters (tanh and softmax are contracting at this step size)."""
+    rounding of the parameters -- summed over steps. Summing assumes that SGD does not
+    amplify a small perturbation of the parameters; that is not proven for this model, so
+    the trajectory test checks it too: amplification would carry the distance past the bound."""
     model, config, data, n, k = setup
     state = Replay(model, config, data, n)
     params = np.empty((config.steps, model.parameter_count), dtype=np.float32)
