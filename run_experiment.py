@@ -149,11 +149,21 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         run_dir = claim_out_dir(args.out)
     else:
         run_dir = new_run_dir(REPO_ROOT / "results" / experiment.name, utc_stamp())
-    writer = ResultsWriter(run_dir, experiment, target)
-    total = sum(p.repetitions * len(p.methods) for p in experiment.points)
+    training = experiment.data["workload"]["kind"] == "training"
+    if training:  # each step of each method is one job (experiments/training_runner.py)
+        from experiments.training_results import TrainingResultsWriter, format_training_table
+        from experiments.training_runner import TrainingRunner
+
+        writer = TrainingResultsWriter(run_dir, experiment, target)
+        total = experiment.data["workload"]["steps"] * len(experiment.data["methods"])
+        runner_class, unit = TrainingRunner, "step"
+    else:
+        writer = ResultsWriter(run_dir, experiment, target)
+        total = sum(p.repetitions * len(p.methods) for p in experiment.points)
+        runner_class, unit = ExperimentRunner, "job"
     stop_on_first_signal()
-    with tqdm(total=total, desc=experiment.name, unit="job", file=sys.stderr, disable=None) as bar:
-        runner = ExperimentRunner(experiment, target, writer, progress=lambda what: (bar.set_postfix_str(what), bar.update(1)))
+    with tqdm(total=total, desc=experiment.name, unit=unit, file=sys.stderr, disable=None) as bar:
+        runner = runner_class(experiment, target, writer, progress=lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
             verified = runner.run()
         except KeyboardInterrupt:
@@ -171,6 +181,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
             return EXIT_FAILED
     summary = writer.finalize(verified)
     print(format_table(summary))
+    if training:
+        print(format_training_table(summary))
     print(f"verified: {json.dumps(summary['verified'])}; results in {run_dir}")
     return EXIT_OK if summary["verified"] else EXIT_NOT_VERIFIED
 

@@ -20,6 +20,7 @@ from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_ya
 from experiments.inputs import WorkloadInfo, describe_workload
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 from protocol import params
+from protocol.quantize import quantized_limit
 from topologies.model import Topology, find_topology, load_topology
 from workloads.trace import TraceError, shipped_traces
 
@@ -40,9 +41,15 @@ _WORKLOAD_COMMON = {"kind", "dtype", "seed", "time_dilation"}
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "synthetic": _WORKLOAD_COMMON | {"elements"},
     "trace": _WORKLOAD_COMMON | {"model", "size_scale"},
+    "training": _WORKLOAD_COMMON | {"dataset", "hidden_units", "batch_size", "learning_rate", "steps", "test_fraction",
+                                    "target_accuracy", "ablation_bits"},
 }
 """Workload keys each kind accepts (the schema lists the union)."""
-WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {"trace": {"size_scale": 1.0}}
+WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    "trace": {"size_scale": 1.0},
+    "training": {"dataset": "digits", "hidden_units": 32, "batch_size": 16, "learning_rate": 0.5, "steps": 300,
+                 "test_fraction": 0.2, "target_accuracy": 0.9, "ablation_bits": [8, 5]},
+}
 """Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
 
 
@@ -157,9 +164,28 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
         raise ConfigError(f"{source}: protocol.k: the bmv2 program is built for k = {params.K} (p4/include/constants.p4), got {protocol['k']}")
     if switch["target"] == "bmv2" and switch["max_pool_size"] > params.MAX_POOL_SIZE:
         raise ConfigError(f"{source}: switch.max_pool_size: the bmv2 program is built with {params.MAX_POOL_SIZE} slots")
+    if data["workload"]["kind"] == "training":
+        _check_training(data, topology, source)
     links_with_loss = {l.spec.loss for l in topology.links}
     if data["loss_mechanism"] == "switch" and len(links_with_loss) > 1:
         raise ConfigError(f"{source}: the switch drop simulator applies one loss rate to every link; topology has {sorted(links_with_loss)}")
+
+
+def _check_training(data: Mapping[str, Any], topology: Topology, source: str) -> None:
+    """A training is one run per method of float32 gradients; its ablation widths must leave
+    every worker at least one quantization level."""
+    workload = data["workload"]
+    if workload["dtype"] != "float32":
+        raise ConfigError(f"{source}: workload.dtype: a training all-reduces float32 gradients, got {workload['dtype']}")
+    if data["repetitions"] != 1:
+        raise ConfigError(f"{source}: repetitions: a training runs once per method (its steps are the repetitions), got {data['repetitions']}")
+    if data.get("sweep") is not None:
+        raise ConfigError(f"{source}: sweep: a training config does not sweep; run one config per setting")
+    for bits in workload["ablation_bits"]:
+        try:
+            quantized_limit(len(topology.hosts), bits)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: workload.ablation_bits: {exc}") from None
 
 
 def _fill_kind_defaults(data: dict[str, Any]) -> None:

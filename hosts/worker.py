@@ -148,7 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{args.rank} %(name)s %(levelname)s %(message)s")
     try:
         spec = json.loads(args.spec.read_text())
-        serve(spec, args.rank, args.spec.parent)
+        if "training" in spec:  # the training workload: one SGD step per command (hosts/training.py)
+            from hosts.training import serve_training
+
+            serve_training(spec, args.rank, args.spec.parent)
+        else:
+            serve(spec, args.rank, args.spec.parent)
     except Exception as exc:
         log.exception("worker failed")
         emit({"event": "error", "message": f"{type(exc).__name__}: {exc}", "timed_out": isinstance(exc, TimeoutError)})

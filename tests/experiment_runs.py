@@ -21,8 +21,8 @@ MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
 
 
-def experiment_argv(out: Path, *overrides: str) -> list[str]:
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded"]
+def experiment_argv(out: Path, *overrides: str, config: Path = MAIN_CONFIG) -> list[str]:
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--out", str(out), "--switch", "embedded"]
     for override in overrides:
         argv += ["--set", override]
     return argv
@@ -33,10 +33,10 @@ def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subproce
 
 
 def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
-                    disturb: Callable[[subprocess.Popen, int], None]) -> tuple[int, str]:
+                    disturb: Callable[[subprocess.Popen, int], None], config: Path = MAIN_CONFIG) -> tuple[int, str]:
     """Start a long run, wait until a worker matching ``worker_pattern`` runs, call
     ``disturb(runner, worker_pid)`` a second into the job; return the run's exit status and output."""
-    runner = subprocess.Popen(experiment_argv(out, *overrides), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    runner = subprocess.Popen(experiment_argv(out, *overrides, config=config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, stdin=subprocess.DEVNULL)
     try:
         worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=60)
