@@ -14,7 +14,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,6 +31,21 @@ log = logging.getLogger(__name__)
 
 BASELINE_PORT = 47000
 """TCP port the ring and parameter-server ranks listen on."""
+
+def worker_spec(point: Point, method: str) -> dict[str, Any]:
+    """What every worker process of a method needs (hosts/worker.py), whatever its job."""
+    topology = point.topology
+    return {
+        "method": method,
+        "n_workers": len(topology.hosts),
+        "switch_ipv4": topology.aggregator_ipv4,
+        "link_mbps": link_mbps(point),
+        "protocol": dict(point.protocol),
+        "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
+        "job_timeout_s": point.limits["job_timeout_s"],
+        "connect_timeout_s": point.limits["worker_start_s"],
+    }
+
 
 class ExperimentRunner:
     def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
@@ -92,17 +107,7 @@ class ExperimentRunner:
         ok = True
         self.writer.record_network(point.index, net.describe())
         for method in methods:
-            spec = {
-                "method": method,
-                "n_workers": len(topology.hosts),
-                "inputs": input_paths,
-                "switch_ipv4": topology.aggregator_ipv4,
-                "link_mbps": link_mbps(point),
-                "protocol": dict(protocol),
-                "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
-                "job_timeout_s": point.limits["job_timeout_s"],
-                "connect_timeout_s": point.limits["worker_start_s"],
-            }
+            spec = worker_spec(point, method) | {"inputs": input_paths}
             spec_path = inputs_dir / f"{method}.json"
             spec_path.write_text(json.dumps(spec, indent=1))
             ok &= self._run_method(net, point, method, spec_path, expected)

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 
 from experiments.config import Experiment
 from experiments.job_meter import JobMeter
-from experiments.runner import BASELINE_PORT
+from experiments.runner import worker_spec
 from experiments.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
 from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series
 from experiments.verify import Verdict, expected_for, verify_baseline, verify_switchml
@@ -133,13 +133,7 @@ class TrainingRunner:
 
     def _spec(self, method: str, dataset_path: Path) -> dict[str, Any]:
         """What hosts/worker.py needs: the method's usual keys and the training section."""
-        hosts = self.point.topology.hosts
-        return {
-            "method": method, "n_workers": self.n_workers, "switch_ipv4": self.point.topology.aggregator_ipv4,
-            "protocol": dict(self.point.protocol), "peers": [[h.ipv4, BASELINE_PORT] for h in hosts],
-            "job_timeout_s": self.point.limits["job_timeout_s"], "connect_timeout_s": self.point.limits["worker_start_s"],
-            "training": {"config": self.config.as_dict(), "dataset": str(dataset_path)},
-        }
+        return worker_spec(self.point, method) | {"training": {"config": self.config.as_dict(), "dataset": str(dataset_path)}}
 
     def _train(self, net: EmulatedNetwork, method: str, spec: dict[str, Any], work: Path, exact: Trajectory) -> bool:
         point = self.point
