@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from network.cleanup import remove_leftovers
 from network.lock import NetworkLock
 from protocol.params import REPO_ROOT
 
@@ -52,13 +53,17 @@ def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
 def leftovers(marker: str) -> list[str]:
     """Interfaces, namespaces, processes and the work folder (inputs) a run in the results
     folder ``marker`` could leave behind. Looked for while holding the network lock, so that
-    the live network of another run on the machine is not taken for leftovers."""
+    the live network of another run on the machine is not taken for leftovers; what another
+    run that died holding the network left is removed first, as every next holder does."""
     lock = NetworkLock()
     lock.acquire()
     try:
-        found = _leftovers(marker)
-        if lock.previous is not None:
-            found.append(f"the network lock's record of pid {lock.previous.pid}, which died holding it")
+        found = []
+        if lock.previous is not None:  # a run died holding the network: its record says whose
+            if any(Path(d).is_relative_to(marker) for d in lock.previous.directories):
+                found.append(f"the network lock's record of this run (pid {lock.previous.pid}), which died holding it")
+            remove_leftovers(lock.previous)  # as any next holder does, whether the dead run is this one or not
+        found += _leftovers(marker)
     finally:
         lock.release()
     return found

@@ -252,6 +252,7 @@ def test_runner_killed_with_sigkill_takes_its_processes_along_and_the_next_run_r
                                         stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         wait_until_only_waiter(follower.pid, timeout=60)
         runner.kill()
+        lock_waiters_at_kill = lock_waiters()
         runner.wait()
         deadline = time.monotonic() + 2.0
         while any(Path(f"/proc/{pid}").exists() for pid in children):
@@ -262,8 +263,10 @@ def test_runner_killed_with_sigkill_takes_its_processes_along_and_the_next_run_r
         for process in (runner, locals().get("follower")):
             if process is not None and process.poll() is None:
                 process.kill()
-    output = next_log.read_text()
-    assert f"the run with pid {runner.pid} died holding the network; removed what it left: " in output
+    # The next holder of the network removes what the record names: normally the follower,
+    # which says so; another run on the machine may have been quicker to take the network.
+    said = [line for line in next_log.read_text().splitlines() if f"the run with pid {runner.pid} died holding" in line]
+    assert all(d in said[0] for d in record.directories) if said else lock_waiters_at_kill != {follower.pid}
     assert not any(Path(d).exists() for d in record.directories)  # its scratch folder and its tensors
     assert not leftovers(str(killed_out)) and not leftovers(str(next_out))
 
