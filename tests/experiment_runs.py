@@ -19,6 +19,9 @@ from network.lock import NetworkLock
 from protocol.params import REPO_ROOT
 
 MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
+NETWORK_WAIT_S = 600
+"""How long a run may wait for the network before its workers appear: other runs on the
+machine (another test session, say) can hold it for minutes."""
 EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
 
 
@@ -29,7 +32,7 @@ def experiment_argv(out: Path, *overrides: str) -> list[str]:
     return argv
 
 
-def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_experiment(out: Path, *overrides: str, timeout: float = NETWORK_WAIT_S + 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(experiment_argv(out, *overrides), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -40,7 +43,7 @@ def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
     runner = subprocess.Popen(experiment_argv(out, *overrides), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, stdin=subprocess.DEVNULL)
     try:
-        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=60)
+        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=NETWORK_WAIT_S)
         time.sleep(1.0)  # mid-job
         disturb(runner, worker)
         output, _ = runner.communicate(timeout=120)
