@@ -14,10 +14,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from network.cleanup import remove_leftovers
 from network.lock import NetworkLock
 from protocol.params import REPO_ROOT
 
 MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
+NETWORK_WAIT_S = 600
+"""How long a run may wait for the network before its workers appear: other runs on the
+machine (another test session, say) can hold it for minutes."""
 EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
 
 
@@ -28,7 +32,7 @@ def experiment_argv(out: Path, *overrides: str, config: Path = MAIN_CONFIG) -> l
     return argv
 
 
-def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_experiment(out: Path, *overrides: str, timeout: float = NETWORK_WAIT_S + 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(experiment_argv(out, *overrides), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
@@ -39,7 +43,7 @@ def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
     runner = subprocess.Popen(experiment_argv(out, *overrides, config=config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, stdin=subprocess.DEVNULL)
     try:
-        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=60)
+        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=NETWORK_WAIT_S)
         time.sleep(1.0)  # mid-job
         disturb(runner, worker)
         output, _ = runner.communicate(timeout=120)
@@ -52,13 +56,17 @@ def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
 def leftovers(marker: str) -> list[str]:
     """Interfaces, namespaces, processes and the work folder (inputs) a run in the results
     folder ``marker`` could leave behind. Looked for while holding the network lock, so that
-    the live network of another run on the machine is not taken for leftovers."""
+    the live network of another run on the machine is not taken for leftovers; what another
+    run that died holding the network left is removed first, as every next holder does."""
     lock = NetworkLock()
     lock.acquire()
     try:
-        found = _leftovers(marker)
-        if lock.previous is not None:
-            found.append(f"the network lock's record of pid {lock.previous.pid}, which died holding it")
+        found = []
+        if lock.previous is not None:  # a run died holding the network: its record says whose
+            if any(Path(d).is_relative_to(marker) for d in lock.previous.directories):
+                found.append(f"the network lock's record of this run (pid {lock.previous.pid}), which died holding it")
+            remove_leftovers(lock.previous)  # as any next holder does, whether the dead run is this one or not
+        found += _leftovers(marker)
     finally:
         lock.release()
     return found

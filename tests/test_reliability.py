@@ -28,7 +28,9 @@ import yaml
 from analysis.__main__ import main as analysis_main
 from network.lock import LOCK_PATH, HolderRecord
 from protocol.params import REPO_ROOT
-from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers, run_experiment, wait_for_process
+from tests.experiment_runs import (
+    NETWORK_WAIT_S, disturb_mid_run, experiment_argv, leftovers, run_experiment, wait_for_process,
+)
 
 MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 FIXTURE = REPO_ROOT / "tests" / "data" / "results_small"
@@ -241,7 +243,7 @@ def test_runner_killed_with_sigkill_takes_its_processes_along_and_the_next_run_r
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     next_log = tmp_path / "next.log"
     try:
-        wait_for_process(f"hosts.worker {killed_out}", timeout=60)
+        wait_for_process(f"hosts.worker {killed_out}", timeout=NETWORK_WAIT_S)
         time.sleep(1.0)  # mid-job
         record = holder_record(runner.pid)
         children = pids_of(f"hosts.worker {killed_out}") + pids_of(f"switches.embedded .*--log-file {killed_out}")
@@ -250,20 +252,23 @@ def test_runner_killed_with_sigkill_takes_its_processes_along_and_the_next_run_r
             follower = subprocess.Popen(experiment_argv(next_out, "topology.workers=3", "methods=[ring]", "repetitions=1",
                                                         "workload.elements=20000"),
                                         stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_until_only_waiter(follower.pid, timeout=60)
+        wait_until_only_waiter(follower.pid, timeout=NETWORK_WAIT_S)
         runner.kill()
+        lock_waiters_at_kill = lock_waiters()
         runner.wait()
         deadline = time.monotonic() + 2.0
         while any(Path(f"/proc/{pid}").exists() for pid in children):
             assert time.monotonic() < deadline, "workers or switch outlived the killed runner by 2 s"
             time.sleep(0.05)
-        assert follower.wait(timeout=120) == 0, next_log.read_text()
+        assert follower.wait(timeout=NETWORK_WAIT_S) == 0, next_log.read_text()
     finally:
         for process in (runner, locals().get("follower")):
             if process is not None and process.poll() is None:
                 process.kill()
-    output = next_log.read_text()
-    assert f"the run with pid {runner.pid} died holding the network; removed what it left: " in output
+    # The next holder of the network removes what the record names: normally the follower,
+    # which says so; another run on the machine may have been quicker to take the network.
+    said = [line for line in next_log.read_text().splitlines() if f"the run with pid {runner.pid} died holding" in line]
+    assert all(d in said[0] for d in record.directories) if said else lock_waiters_at_kill != {follower.pid}
     assert not any(Path(d).exists() for d in record.directories)  # its scratch folder and its tensors
     assert not leftovers(str(killed_out)) and not leftovers(str(next_out))
 
@@ -340,7 +345,7 @@ def test_a_run_never_writes_into_a_folder_another_run_created(tmp_path: Path) ->
         argv = experiment_argv(tmp_path / "unused", f"name={name}", "topology.workers=2", "methods=[switchml]",
                                "repetitions=1", "workload.elements=2000")
         del argv[argv.index("--out"):argv.index("--out") + 2]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S, stdin=subprocess.DEVNULL)
         assert done.returncode == 0, done.stderr
         [ours] = [p for p in parent.iterdir() if p.name not in taken]
         assert ours.name.endswith("-2") and ours.name[:-2] in taken
@@ -403,7 +408,7 @@ def test_cleanup_command_removes_what_no_record_names(tmp_path: Path) -> None:
         gone.bind(str(socket_dir / "control.sock"))  # a switch that died: its socket refuses
     subprocess.run(["ip", "link", "add", "s99-eth99", "type", "veth", "peer", "name", "h99-eth99"], check=True)
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + NETWORK_WAIT_S
         while (done := subprocess.run([sys.executable, "-m", "network.cleanup"], cwd=REPO_ROOT, capture_output=True,
                                       text=True, timeout=60)).returncode == 1:  # a run holds the network: wait
             assert time.monotonic() < deadline, done.stderr
