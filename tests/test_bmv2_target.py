@@ -230,13 +230,15 @@ def test_control_checks_calls_against_the_program_before_bmv2_sees_them(fake_p4u
 
 def test_capturing_p4utils_printing_from_two_threads_restores_stdout() -> None:
     """The runner and a learning controller call p4-utils at once: sys.stdout must come back."""
+    import contextlib
+    import io
     import threading
 
-    from switches.bmv2.control import _p4utils_printing
+    from switches.bmv2.control import STDOUT_CAPTURE
 
     def calls() -> None:
         for _ in range(5000):
-            with _p4utils_printing():
+            with STDOUT_CAPTURE, contextlib.redirect_stdout(io.StringIO()):
                 print("p4-utils chatter")
 
     threads = [threading.Thread(target=calls) for _ in range(2)]
