@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a SwitchML testbed experiment (or sweep) described by a YAML config.
 
-    run_experiment.py CONFIG [--switch auto|bmv2|embedded] [--out DIR] [--set key=value]...
+    run_experiment.py CONFIG [--switch auto|bmv2|ebpf|embedded] [--out DIR] [--set key=value]...
                              [--resume RUN_DIR] [--dry-run] [-v]
 
 Results land in results/<config name>/<UTC timestamp>/ (see docs/results-format.md).
@@ -41,7 +41,7 @@ EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml")
-    parser.add_argument("--switch", choices=["auto", "bmv2", "embedded"], help="switch target (overrides switch.target)")
+    parser.add_argument("--switch", choices=["auto", "bmv2", "ebpf", "embedded"], help="switch target (overrides switch.target)")
     parser.add_argument("--out", type=Path, help="results directory (default results/<name>/<UTC timestamp>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set topology.workers=4 (repeatable)")

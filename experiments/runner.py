@@ -140,7 +140,9 @@ class ExperimentRunner:
         with WorkerGroup(hosts, spec_path, self.writer.log_dir / f"point{point.index}") as group:
             group.start(point.limits["worker_start_s"])
             processes = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
-            processes.update({sw.name: sw.switch_pid for sw in net.net.switches})
+            # An eBPF switch has no process (switch_pid None): its work is softirq time, which
+            # the machine's busy share counts; a switch process's share is measured per pid.
+            processes.update({sw.name: sw.switch_pid for sw in net.net.switches if sw.switch_pid is not None})
             for repetition in range(point.repetitions):
                 for switch_control in net.controls.values():  # every switch's counters are per repetition
                     programming.reset_event_counters(switch_control)

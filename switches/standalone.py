@@ -75,6 +75,7 @@ def run_switch(
     elif target == "ebpf":
         from switches.ebpf.datapath import EbpfDataPlane
 
+        log_dir.mkdir(parents=True, exist_ok=True)  # for the command log: the data plane writes none
         ebpf = EbpfDataPlane(ports, name=name, max_pool_size=max_pool_size)
         ebpf.start()
         try:
