@@ -71,6 +71,21 @@ def raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def needs_delay_line(experiment: Experiment) -> bool:
+    """Whether 'auto' must pick the embedded switch: some link has a delay and the kernel has
+    no netem (probed only then: the probe creates a namespace, which needs root)."""
+    if experiment.data["switch"]["target"] != "auto" or not any(
+        link.spec.delay_ms for point in experiment.points for link in point.topology.links
+    ):
+        return False
+    from network.shaping import ShapingError, probe_tc
+
+    try:
+        return not probe_tc().netem
+    except ShapingError:
+        return True  # cannot probe (not root: a dry run): assume no netem, like this project's machines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -84,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from switches.targets import TargetUnavailableError, resolve_target
 
     try:
-        target = resolve_target(experiment.data["switch"]["target"])
+        target = resolve_target(experiment.data["switch"]["target"], needs_delay_line=needs_delay_line(experiment))
         if target != experiment.data["switch"]["target"]:
             # 'auto' resolved: load again for the concrete target, so its checks and its
             # link rate (switch.link_bw_mbps) apply and config.yaml records what ran.

@@ -46,11 +46,18 @@ def detect_ebpf() -> list[str]:
     return list(probe())
 
 
-def resolve_target(name: str) -> str:
-    """'auto' | 'bmv2' | 'ebpf' | 'embedded' -> the concrete target."""
+def resolve_target(name: str, needs_delay_line: bool = False) -> str:
+    """'auto' | 'bmv2' | 'ebpf' | 'embedded' -> the concrete target.
+
+    ``needs_delay_line``: the links have a delay and the kernel has no netem, so only the
+    embedded switch can delay frames; 'auto' then picks it.
+    """
     if name not in TARGETS:
         raise ValueError(f"unknown switch target {name!r}; choose one of {', '.join(TARGETS)}")
     if name == "embedded":
+        return "embedded"
+    if name == "auto" and needs_delay_line:
+        log.info("switch target auto -> embedded (the links have a delay, the kernel has no netem: only its delay line can delay frames)")
         return "embedded"
     if name == "ebpf":
         refused = detect_ebpf()

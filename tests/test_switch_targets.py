@@ -52,6 +52,12 @@ def test_auto_picks_ebpf_when_bmv2_is_incomplete_and_the_kernel_takes_it(monkeyp
     assert targets.resolve_target("auto") == "bmv2", "bmv2 comes first where it can run"
 
 
+def test_auto_picks_embedded_when_only_its_delay_line_can_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    pretend(monkeypatch, {"simple_switch", "p4c"}, ALL_BMV2_MODULES, ebpf_refused=[])
+    assert targets.resolve_target("auto", needs_delay_line=True) == "embedded"
+    assert targets.resolve_target("ebpf", needs_delay_line=True) == "ebpf", "an explicit choice stands (the network refuses the delay)"
+
+
 def test_ebpf_when_refused_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     pretend(monkeypatch, set(), set(), ebpf_refused=["the bpf system call (Operation not permitted)"])
     with pytest.raises(targets.TargetUnavailableError, match=r"'ebpf' needs the bpf system call \(Operation not permitted\)"):
