@@ -35,3 +35,7 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+
+# The eBPF switch's object for the default pool size (cached under build/ebpf/; a run with
+# another pool size builds its own on first use).
+.venv/bin/python -c "from switches.ebpf.compile import compile_program; compile_program()"

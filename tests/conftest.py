@@ -38,11 +38,21 @@ BMV2_REQUIRED = os.environ.get("SWITCHML_REQUIRE_BMV2") == "1"
 skip is a failure, so a broken toolchain set-up cannot pass as 'skipped'."""
 
 
+EBPF_REQUIRED = os.environ.get("SWITCHML_REQUIRE_EBPF") == "1"
+"""Set by .ci/run, whose bootstrap installs clang and bpftool on a kernel that takes the
+program: there an eBPF test that would skip is a failure."""
+
+
 def require_ebpf() -> None:
-    """Skip the calling test where the kernel or the tools refuse the eBPF switch, saying why."""
+    """Skip the calling test where the kernel or the tools refuse the eBPF switch, saying why
+    (fail instead where SWITCHML_REQUIRE_EBPF=1)."""
     refused = detect_ebpf()
-    if refused:
-        pytest.skip(f"eBPF switch cannot run here (missing or refused: {'; '.join(refused)})")
+    if not refused:
+        return
+    reason = f"eBPF switch cannot run here (missing or refused: {'; '.join(refused)})"
+    if EBPF_REQUIRED:
+        pytest.fail(f"{reason}, but SWITCHML_REQUIRE_EBPF=1 says it must run here")
+    pytest.skip(reason)
 
 
 def require_bmv2() -> None:
