@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import logging
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -31,8 +30,6 @@ from switches.control import (
 )
 from switches.ebpf import maps
 from switches.ebpf.bpf import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, BpfMap
-
-log = logging.getLogger(__name__)
 
 ZERO = bytes(maps.U32Key(0))
 
