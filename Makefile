@@ -1,7 +1,7 @@
 # Shortcuts for the commands in README.md. Run as root (Mininet); each target first runs
 # scripts/bootstrap.sh, which installs what is missing and does nothing the second time.
 PYTHON := .venv/bin/python
-PAPER_CONFIGS := ate_vs_workers_16 tat_vs_size tat_inflation_vs_loss loss_timeline pool_size_sensitivity training_speedup
+PAPER_CONFIGS := ate_vs_workers_16 tat_vs_size tat_inflation_vs_loss loss_timeline pool_size_sensitivity training_speedup training_convergence
 
 .PHONY: setup run test test-fast bench paper figures notebooks
 

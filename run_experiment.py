@@ -6,7 +6,9 @@
 
 Results land in results/<config name>/<UTC timestamp>/ (see docs/results-format.md).
 The exit status is 0 only when every worker's result of every repetition verified.
-Needs root (Mininet). Ctrl-C or SIGTERM stops the run and tears the network down.
+Needs root (Mininet). Ctrl-C or SIGTERM stops the run and tears the network down (a second
+one waits for the teardown). Exit status: 0 verified, 1 not verified, 2 bad input, 3 run
+failed, 4 results could not be written (disk full, read-only), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -35,17 +37,18 @@ from protocol.params import REPO_ROOT  # noqa: E402
 
 log = logging.getLogger("run_experiment")
 
-EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml")
     parser.add_argument("--switch", choices=["auto", "bmv2", "ebpf", "embedded"], help="switch target (overrides switch.target)")
-    parser.add_argument("--out", type=Path, help="results directory (default results/<name>/<UTC timestamp>)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, help="results directory, new or empty (default results/<name>/<UTC timestamp>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set topology.workers=4 (repeatable)")
-    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run in RUN_DIR, skipping finished points")
+    where.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run in RUN_DIR, skipping finished points")
     parser.add_argument("--dry-run", action="store_true", help="validate the config, print the points, run nothing")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
@@ -67,8 +70,22 @@ def describe(experiment: Experiment, target: str) -> str:
     return "\n".join(lines)
 
 
-def raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+def stop_on_first_signal() -> None:
+    """SIGINT (Ctrl-C) and SIGTERM stop the run once: the first raises KeyboardInterrupt,
+    which tears the network down on its way out; later ones only say that this is under way,
+    since interrupting a teardown would leak namespaces, veths and processes."""
+
+    def stop(signum: int, frame: object) -> None:
+        for stopping in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stopping, already_stopping)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def already_stopping(signum: int, frame: object) -> None:
+        log.warning("signal %d: already stopping, the network is being torn down (kill -9 %d abandons the teardown; "
+                    "the next run or python -m network.cleanup removes what is left)", signum, os.getpid())
+
+    for stopping in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stopping, stop)
 
 
 def needs_delay_line(experiment: Experiment) -> bool:
@@ -114,25 +131,73 @@ def main(argv: list[str] | None = None) -> int:
         log.error("Mininet needs root: run with sudo (or as root)")
         return EXIT_CONFIG
 
-    from experiments.results import ResultsWriter, format_table, utc_stamp
-    from experiments.runner import ExperimentRunner
+    from experiments.storage import storage_problem
 
-    run_dir = args.resume or args.out or REPO_ROOT / "results" / experiment.name / utc_stamp()
-    writer = ResultsWriter(run_dir, experiment, target)
-    total = sum(p.repetitions * len(p.methods) for p in experiment.points)
-    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
-    with tqdm(total=total, desc=experiment.name, unit="job", file=sys.stderr, disable=None) as bar:
-        runner = ExperimentRunner(experiment, target, writer, progress=lambda what: (bar.set_postfix_str(what), bar.update(1)))
+    try:
+        return run(experiment, target, args)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
+    except Exception as exc:
+        results = args.resume or args.out or REPO_ROOT / "results" / experiment.name
+        problem = storage_problem(exc, results)
+        if problem is None:
+            raise
+        log.error("cannot write the results in %s: %s", results, problem)
+        return EXIT_STORAGE
+
+
+def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
+    """Run into a new results folder (or the resumed one); failures that are the disk's
+    propagate to main, which gives them their own exit status."""
+    from experiments.results import ResultsWriter, format_table, utc_stamp
+    from experiments.run_dir import check_resumable, claim_out_dir, new_run_dir, resume_command
+    from experiments.runner import ExperimentRunner
+    from experiments.storage import storage_problem
+    from experiments.workers import DependencyExited, WorkerFailure
+    from network.emulation import NetworkError
+
+    if args.resume:
+        check_resumable(args.resume, experiment)
+        run_dir = args.resume
+    elif args.out:
+        run_dir = claim_out_dir(args.out)
+    else:
+        run_dir = new_run_dir(REPO_ROOT / "results" / experiment.name, utc_stamp())
+    training = experiment.data["workload"]["kind"] == "training"
+    if training:  # each step of each method is one job (experiments/training_runner.py)
+        from experiments.training_results import TrainingResultsWriter, format_training_table
+        from experiments.training_runner import TrainingRunner
+
+        writer = TrainingResultsWriter(run_dir, experiment, target)
+        total = experiment.data["workload"]["steps"] * len(experiment.data["methods"])
+        runner_class, unit = TrainingRunner, "step"
+    else:
+        writer = ResultsWriter(run_dir, experiment, target)
+        total = sum(p.repetitions * len(p.methods) for p in experiment.points)
+        runner_class, unit = ExperimentRunner, "job"
+    stop_on_first_signal()
+    with tqdm(total=total, desc=experiment.name, unit=unit, file=sys.stderr, disable=None) as bar:
+        runner = runner_class(experiment, target, writer, progress=lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
             verified = runner.run()
         except KeyboardInterrupt:
-            log.error("interrupted; network torn down; partial results in %s (continue with --resume %s)", run_dir, run_dir)
+            for stopping in (signal.SIGINT, signal.SIGTERM):  # torn down: a late one must not kill the exit itself
+                signal.signal(stopping, signal.SIG_IGN)
+            log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
             return EXIT_INTERRUPTED
-        except Exception:
-            log.exception("run failed; network torn down; logs in %s", writer.log_dir)
+        except Exception as exc:
+            if storage_problem(exc, run_dir) is not None:
+                raise
+            if isinstance(exc, (WorkerFailure, DependencyExited, NetworkError)):  # says what failed; no traceback needed
+                log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)
+            else:
+                log.exception("run failed; network torn down; logs in %s", writer.log_dir)
             return EXIT_FAILED
     summary = writer.finalize(verified)
     print(format_table(summary))
+    if training:
+        print(format_training_table(summary))
     print(f"verified: {json.dumps(summary['verified'])}; results in {run_dir}")
     return EXIT_OK if summary["verified"] else EXIT_NOT_VERIFIED
 

@@ -97,6 +97,11 @@ def runs_with_lossy_switchml(runs: pd.DataFrame) -> list[str]:
     return sorted(set(lossy["run"]))
 
 
+def runs_training(runs: pd.DataFrame) -> list[str]:
+    """The ``run`` ids of training runs (workload ``training``: one job per SGD step)."""
+    return sorted(set(runs.loc[runs["workload"] == "training", "run"]))
+
+
 MIN_CPU_SAMPLE_S = 0.2
 """Shortest job whose cpu_busy_fraction (fidelity.csv) says anything.
 

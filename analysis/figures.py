@@ -181,3 +181,55 @@ def _log_axis_at(ax: Axes, values: pd.Series, base: int) -> None:
 def _workers(table: pd.DataFrame) -> str:
     counts = sorted(set(int(n) for n in table["n_workers"]))
     return f"{'/'.join(map(str, counts))} workers"
+
+
+EXACT_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1.2}
+ABLATION_COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:pink")
+
+
+def training_convergence(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """Test accuracy against step and against emulated time, and each series' distance to the
+    exact reference's parameters: accuracy curves can coincide while parameters drift apart,
+    which is what the bottom panel shows."""
+    fig = Figure(figsize=(7.5, 13), layout="constrained")
+    by_step, by_time, drift = fig.subplots(3, 1)
+    styles = _training_styles(table)
+    order = sorted(dict.fromkeys(table["series"]), key=lambda series: series == "exact")  # exact last: dashed, on top
+    for series in order:
+        rows = table[table["series"] == series]
+        rows = rows.sort_values("step")
+        style = styles[series]
+        by_step.plot(rows["step"], rows["test_accuracy"] * 100, label=series, **style)
+        if (rows["source"] == "network").all():
+            by_time.plot(rows["emulated_time_s"], rows["test_accuracy"] * 100, label=series, **style)
+        if series != "exact":
+            moved = rows[rows["step"] > 0]
+            drift.plot(moved["step"], moved["max_param_diff"], label=series, **style)
+    by_step.set_xlabel("SGD step")
+    by_time.set_xlabel("emulated time (s): slowest worker's compute + all-reduce, summed over steps")
+    for ax in (by_step, by_time):
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_ylim(bottom=max(0.0, table["test_accuracy"].min() * 100 - 5), top=100)
+        ax.legend(fontsize=8)
+    drift.set_yscale("log")
+    drift.set_xlabel("SGD step")
+    drift.set_ylabel("max |parameters − exact reference's|")
+    drift.legend(fontsize=8)
+    offline = "exact (float64 sums), fewer-bit SwitchML: replayed offline (quantization is arithmetic, not network)"
+    annotate(fig, context, f"Data-parallel training through the emulated network ({_workers(table)})", notes=(offline,))
+    return fig
+
+
+def _training_styles(table: pd.DataFrame) -> dict[str, dict[str, object]]:
+    """Network methods in their usual colours, the exact reference dashed black, ablations dotted."""
+    styles: dict[str, dict[str, object]] = {}
+    ablations = iter(ABLATION_COLORS)
+    for series, rows in table.groupby("series", sort=False):
+        first = rows.iloc[0]
+        if series == "exact":
+            styles[series] = EXACT_STYLE
+        elif first["source"] == "network":
+            styles[series] = {"color": METHOD_COLORS[first["method"]], "linewidth": 1.2}
+        else:
+            styles[series] = {"color": next(ablations), "linestyle": ":", "linewidth": 1.5}
+    return styles

@@ -7,6 +7,9 @@ relative to the directory it was found under) so rows from different runs never 
 
 Validation is strict on purpose: a figure drawn from a half-written or older-format run is
 worse than no figure, so a missing file or column raises ``ResultsFormatError`` naming both.
+A run without ``summary.json`` is one that was interrupted or failed (the summary is the
+last file a run writes): it is skipped with a warning that says how to finish it, so one
+stopped run does not keep every figure from being drawn.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from experiments.run_dir import resume_command
+
 log = logging.getLogger(__name__)
 
 RUNS_COLUMNS = (
@@ -32,6 +37,12 @@ RUNS_COLUMNS = (
 COUNTERS_COLUMNS = ("point", "method", "repetition", "switch", "counter", "value")
 TIMELINE_COLUMNS = ("point", "method", "repetition", "rank", "t_ms", "packets_sent")
 FIDELITY_COLUMNS = ("point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps")
+TRAINING_COLUMNS = (
+    "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",
+    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "verified",
+)  # fmt: skip
+TRAINING_FILE = "training_steps.csv"
+"""Only training runs write it; other runs get an empty ``training`` frame."""
 METHODS = ("switchml", "ring", "ps")
 SUMMARY_KEYS = ("config", "started_utc", "switch_target", "link_mbps", "kept_up")
 
@@ -61,6 +72,8 @@ class Results:
     timeline: pd.DataFrame
     fidelity: pd.DataFrame
     summary: pd.DataFrame
+    training: pd.DataFrame
+    """training_steps.csv of training runs (docs/results-format.md, "Training runs")."""
 
     def only(self, run: str) -> Results:
         """The same tables restricted to one run."""
@@ -73,6 +86,7 @@ class Results:
             ("timeline", self.timeline),
             ("fidelity", self.fidelity),
             ("summary", self.summary),
+            ("training", self.training),
         )
 
 
@@ -86,16 +100,21 @@ def find_runs(path: Path) -> list[Path]:
 
 def load_results(paths: Iterable[Path | str]) -> Results:
     """Load every run under each of ``paths`` into one ``Results``."""
+    roots = [Path(path) for path in paths]
     loaded = []
-    for root in map(Path, paths):
+    for root in roots:
         runs = find_runs(root)
         if not runs:
             raise ResultsFormatError(f"no runs.csv at or below {root}")
         for run_dir in runs:
+            if not (run_dir / "summary.json").is_file():
+                log.warning("skipped %s: incomplete (no summary.json: interrupted or failed); finish it with %s",
+                            run_dir, resume_command(run_dir))
+                continue
             run_id = run_dir.relative_to(root).as_posix() if run_dir != root else root.name
             loaded.append(load_run(run_dir, run_id))
     if not loaded:
-        raise ResultsFormatError("no results directories given")
+        raise ResultsFormatError(f"no complete run in {', '.join(map(str, roots))}")
     log.info("loaded %d run(s)", len(loaded))
     return Results(**{name: pd.concat([r[name] for r in loaded], ignore_index=True) for name in loaded[0]})
 
@@ -103,6 +122,7 @@ def load_results(paths: Iterable[Path | str]) -> Results:
 def load_run(run_dir: Path, run_id: str) -> dict[str, pd.DataFrame]:
     """The tables of one run directory, each with ``run`` = ``run_id`` as first column."""
     tables = {name: _read_table(run_dir / filename, columns) for name, (filename, columns) in _TABLES.items()}
+    tables["training"] = _read_training(run_dir / TRAINING_FILE)
     tables["summary"] = _read_summary(run_dir / "summary.json")
     tables["summary"]["time_dilation"], tables["summary"]["size_scale"] = _read_compute_scaling(run_dir / "config.yaml")
     tables["summary"]["path"] = str(run_dir)
@@ -126,6 +146,17 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
         raise ResultsFormatError(f"{path}: unknown method(s) {', '.join(unknown)} (expected one of {expected})")
     if "verified" in frame.columns:
         frame["verified"] = frame["verified"].map(_parse_bool)
+    return frame
+
+
+def _read_training(path: Path) -> pd.DataFrame:
+    """A training run's learning curves, or an empty frame with their columns for other runs."""
+    if not path.is_file():
+        return pd.DataFrame(columns=list(TRAINING_COLUMNS))
+    frame = pd.read_csv(path, dtype={"series": str, "method": str, "source": str})
+    missing = [column for column in TRAINING_COLUMNS if column not in frame.columns]
+    if missing:
+        raise ResultsFormatError(f"{path}: missing column(s) {', '.join(missing)}")
     return frame
 
 

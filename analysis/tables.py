@@ -146,6 +146,27 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
     return pd.DataFrame(rows)
 
 
+def training_convergence_table(results: Results) -> pd.DataFrame:
+    """Per series (network methods, exact reference, ablation) and step: the learning curves.
+
+    The rows are training_steps.csv's: loss and accuracies of the parameters after each step,
+    their largest distance to the exact reference's (``max_param_diff``), and for the
+    network's methods the measured times (``emulated_time_s`` accumulates the slowest
+    worker's compute + all-reduce per step); ``n_workers`` from runs.csv. ``run`` is
+    dropped: the table is one run's.
+    """
+    training = results.training
+    if training.empty:
+        raise MissingData("the run has no training_steps.csv")
+    if "exact" not in set(training["series"]):
+        raise MissingData("training_steps.csv has no exact reference")
+    columns = ["series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy",
+               "max_param_diff", "allreduce_s", "emulated_time_s"]
+    table = training[columns].reset_index(drop=True)
+    table["n_workers"] = int(results.runs["n_workers"].max())
+    return table
+
+
 def _require_link_rate(stats: pd.DataFrame) -> None:
     """Bounds and dilation are relative to the link rate: without shaping there is nothing to draw."""
     if stats["link_mbps"].isna().any():

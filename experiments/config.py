@@ -18,15 +18,18 @@ import yaml
 
 from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 from experiments.inputs import WorkloadInfo, describe_workload
+from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 from protocol import params
+from protocol.quantize import quantized_limit
 from topologies.model import Topology, find_topology, load_topology
+from workloads.trace import TraceError, shipped_traces
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
 
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": 1, "job_id": 1},
+    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
@@ -38,9 +41,15 @@ _WORKLOAD_COMMON = {"kind", "dtype", "seed", "time_dilation"}
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "synthetic": _WORKLOAD_COMMON | {"elements"},
     "trace": _WORKLOAD_COMMON | {"model", "size_scale"},
+    "training": _WORKLOAD_COMMON | {"dataset", "hidden_units", "batch_size", "learning_rate", "steps", "test_fraction",
+                                    "target_accuracy", "ablation_bits"},
 }
 """Workload keys each kind accepts (the schema lists the union)."""
-WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {"trace": {"size_scale": 1.0}}
+WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    "trace": {"size_scale": 1.0},
+    "training": {"dataset": "digits", "hidden_units": 32, "batch_size": 16, "learning_rate": 0.5, "steps": 300,
+                 "test_fraction": 0.2, "target_accuracy": 0.9, "ablation_bits": [8, 5]},
+}
 """Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
 
 
@@ -157,9 +166,28 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
         )
     if switch["target"] == "bmv2" and switch["max_pool_size"] > params.MAX_POOL_SIZE:
         raise ConfigError(f"{source}: switch.max_pool_size: the bmv2 program is built with {params.MAX_POOL_SIZE} slots")
+    if data["workload"]["kind"] == "training":
+        _check_training(data, topology, source)
     links_with_loss = {l.spec.loss for l in topology.links}
     if data["loss_mechanism"] == "switch" and len(links_with_loss) > 1:
         raise ConfigError(f"{source}: the switch drop simulator applies one loss rate to every link; topology has {sorted(links_with_loss)}")
+
+
+def _check_training(data: Mapping[str, Any], topology: Topology, source: str) -> None:
+    """A training is one run per method of float32 gradients; its ablation widths must leave
+    every worker at least one quantization level."""
+    workload = data["workload"]
+    if workload["dtype"] != "float32":
+        raise ConfigError(f"{source}: workload.dtype: a training all-reduces float32 gradients, got {workload['dtype']}")
+    if data["repetitions"] != 1:
+        raise ConfigError(f"{source}: repetitions: a training runs once per method (its steps are the repetitions), got {data['repetitions']}")
+    if data.get("sweep") is not None:
+        raise ConfigError(f"{source}: sweep: a training config does not sweep; run one config per setting")
+    for bits in workload["ablation_bits"]:
+        try:
+            quantized_limit(len(topology.hosts), bits)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: workload.ablation_bits: {exc}") from None
 
 
 def _fill_kind_defaults(data: dict[str, Any]) -> None:
@@ -183,6 +211,10 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
         raise ConfigError(f"{label}: topology.file: {exc}") from None
     topology = load_topology(topology_path, topology_keys, context=label)
     _check_semantics(data, topology, label)
+    try:
+        describe_workload(workload)  # a trace is read here, so a bad one fails before anything runs
+    except TraceError as exc:
+        raise ConfigError(f"{label}: workload.model: {exc} (shipped traces: {', '.join(shipped_traces())})") from None
     return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
 
 
@@ -200,6 +232,8 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
     validate(data, load_schema(SCHEMA_PATH), str(path))
+    if data["name"] in (".", ".."):
+        raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     link_rate_source = apply_target_link_rate(data, overridden)
     sweep = data.get("sweep")
     points: list[Point] = []

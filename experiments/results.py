@@ -11,7 +11,6 @@ import csv
 import json
 import logging
 import os
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -52,8 +51,10 @@ the network, set the pace. (A self-clocked run uses whatever CPU is free, so bus
 processes alone do not say whether they were starved; idle time does.)"""
 
 
-def utc_stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+def utc_stamp(at: float | None = None) -> str:
+    """A results folder's name: the UTC time (now, or ``at`` in seconds since the epoch) to the second."""
+    moment = datetime.now(timezone.utc) if at is None else datetime.fromtimestamp(at, timezone.utc)
+    return moment.strftime("%Y%m%dT%H%M%SZ")
 
 
 def link_mbps(point: Point) -> float | None:
@@ -73,8 +74,8 @@ class ResultsWriter:
         self.target = target
         self.log_dir = run_dir / "logs"
         self.work_dir = run_dir / "work"
+        """Inputs and workers' results of the point running; the runner makes and removes it."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
         self.started = datetime.now(timezone.utc)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
         (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
@@ -233,7 +234,6 @@ class ResultsWriter:
             "points": points,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-        shutil.rmtree(self.work_dir, ignore_errors=True)
         return summary
 
 

@@ -22,9 +22,9 @@ import numpy as np
 
 from experiments.config import Experiment, Point
 from experiments.inputs import point_inputs
-from experiments.results import MACHINE, ResultsWriter
+from experiments.results import MACHINE, ResultsWriter, link_mbps
 from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
-from experiments.workers import WorkerGroup
+from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from network.emulation import EmulatedNetwork
 from network.port_counters import SETTLE_S, account_switch, read_ports
 from switches import programming
@@ -82,16 +82,28 @@ class ExperimentRunner:
         return verified
 
     def _run_point(self, point: Point, methods: list[str]) -> bool:
-        """One network for the point; its inputs and results live in a work folder removed
-        afterwards, whatever happens (tensors can be large)."""
-        inputs_dir = self.writer.work_dir / f"point{point.index}"
-        inputs_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            return self._run_point_in(point, methods, inputs_dir)
-        finally:
-            shutil.rmtree(inputs_dir, ignore_errors=True)
+        """One network for the point. Its inputs and the workers' results live in a work
+        folder that exists only while the network is held: removed afterwards whatever
+        happens, and by the next run if this one is killed (tensors can be large)."""
+        protocol = point.protocol
+        with EmulatedNetwork(
+            point.topology,
+            self.target,
+            self.writer.log_dir / f"point{point.index}",
+            k=protocol["k"],
+            max_pool_size=self.experiment.data["switch"]["max_pool_size"],
+            job_id=protocol["job_id"],
+            loss_mechanism=point.data["loss_mechanism"],
+        ) as net:
+            net.declare_directory(self.writer.work_dir)
+            inputs_dir = self.writer.work_dir / f"point{point.index}"
+            inputs_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                return self._run_point_in(net, point, methods, inputs_dir)
+            finally:
+                shutil.rmtree(self.writer.work_dir, ignore_errors=True)
 
-    def _run_point_in(self, point: Point, methods: list[str], inputs_dir: Path) -> bool:
+    def _run_point_in(self, net: EmulatedNetwork, point: Point, methods: list[str], inputs_dir: Path) -> bool:
         protocol = point.protocol
         topology = point.topology
         inputs = point_inputs(point.workload, len(topology.hosts))
@@ -103,30 +115,22 @@ class ExperimentRunner:
         expected = expected_for(inputs, protocol["k"])
         del inputs
         ok = True
-        with EmulatedNetwork(
-            topology,
-            self.target,
-            self.writer.log_dir / f"point{point.index}",
-            k=protocol["k"],
-            max_pool_size=self.experiment.data["switch"]["max_pool_size"],
-            job_id=protocol["job_id"],
-            loss_mechanism=point.data["loss_mechanism"],
-        ) as net:
-            self.writer.record_network(point.index, net.describe())
-            for method in methods:
-                spec = {
-                    "method": method,
-                    "n_workers": len(topology.hosts),
-                    "inputs": input_paths,
-                    "switch_ipv4": topology.aggregator_ipv4,
-                    "protocol": dict(protocol),
-                    "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
-                    "job_timeout_s": point.limits["job_timeout_s"],
-                    "connect_timeout_s": point.limits["worker_start_s"],
-                }
-                spec_path = inputs_dir / f"{method}.json"
-                spec_path.write_text(json.dumps(spec, indent=1))
-                ok &= self._run_method(net, point, method, spec_path, expected)
+        self.writer.record_network(point.index, net.describe())
+        for method in methods:
+            spec = {
+                "method": method,
+                "n_workers": len(topology.hosts),
+                "inputs": input_paths,
+                "switch_ipv4": topology.aggregator_ipv4,
+                "link_mbps": link_mbps(point),
+                "protocol": dict(protocol),
+                "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
+                "job_timeout_s": point.limits["job_timeout_s"],
+                "connect_timeout_s": point.limits["worker_start_s"],
+            }
+            spec_path = inputs_dir / f"{method}.json"
+            spec_path.write_text(json.dumps(spec, indent=1))
+            ok &= self._run_method(net, point, method, spec_path, expected)
         return ok
 
     def _run_method(self, net: EmulatedNetwork, point: Point, method: str, spec_path: Path, expected: Expected) -> bool:
@@ -137,12 +141,16 @@ class ExperimentRunner:
         switch_intfs = [i for intfs in ports.values() for i in intfs]
         programming.reset_aggregation_state(control, point.protocol["k"])
         ok = True
-        with WorkerGroup(hosts, spec_path, self.writer.log_dir / f"point{point.index}") as group:
-            group.start(point.limits["worker_start_s"])
+        # Switch processes the workers depend on, and whose CPU share is measured. An eBPF
+        # switch has none (switch_pid None): it lives as long as its ports, and its work is
+        # softirq time, which the machine's busy share counts.
+        switches = {sw.name: sw.switch_pid for sw in net.net.switches if sw.switch_pid is not None}
+        job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
+        log_dir = self.writer.log_dir / f"point{point.index}"
+        with WorkerGroup(method, hosts, spec_path, log_dir, dependencies=switches) as group, group.dependencies_checked():
+            group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
             processes = {h.name: p.pid for h, p in zip(topology.hosts, group.procs)}
-            # An eBPF switch has no process (switch_pid None): its work is softirq time, which
-            # the machine's busy share counts; a switch process's share is measured per pid.
-            processes.update({sw.name: sw.switch_pid for sw in net.net.switches if sw.switch_pid is not None})
+            processes.update(switches)
             for repetition in range(point.repetitions):
                 for switch_control in net.controls.values():  # every switch's counters are per repetition
                     programming.reset_event_counters(switch_control)
@@ -152,7 +160,7 @@ class ExperimentRunner:
                 ports_before = read_ports(switch_intfs)
                 t0 = time.monotonic()
                 group.release(repetition)
-                reports = group.collect("done", point.limits["job_timeout_s"] + 10)
+                reports = group.collect("done", job_limit, grace_s=REPORT_GRACE_S)
                 wall = time.monotonic() - t0
                 cpu = {name: (cpu_seconds(pid) - cpu_before[name]) / wall for name, pid in processes.items()}
                 machine_after = machine_jiffies()

@@ -5,43 +5,87 @@ waits for all of them to report ready, then releases each repetition to all rank
 once and collects their reports -- every wait bounded, so a crashed or hung worker
 becomes a ``WorkerFailure`` naming the rank and quoting its log, never a hang. Leaving
 the context kills whatever is still running.
+
+The group also watches the processes the workers depend on but did not start (the
+switches): each is a pidfd in the same selector as the workers' pipes, so a switch that
+dies wakes the wait at once and fails the run naming it and its exit status, instead of
+every worker waiting out its time limit. Workers are started with a parent-death signal:
+if the runner is killed, they die with it rather than keep the hosts' namespaces alive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import select
 import selectors
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from mininet.node import Host
 
+from network.lifetime import deferred_signals, dies_with_this_process
 from protocol.params import REPO_ROOT
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 15
+REPORT_GRACE_S = 10.0
+"""How much longer than a worker's own deadline the runner waits for its report: the worker
+reports a missed deadline itself, with details, unless it is hung."""
+
+
+EXIT_NOTICE_S = 0.5
+"""A dying process closes its sockets before its exit is signalled: how long an error may
+precede the news of the death that caused it."""
 
 
 class WorkerFailure(RuntimeError):
     """A worker exited, reported an error, or did not answer in time."""
 
 
-class WorkerGroup:
-    """One process per rank; ranks are the positions in ``hosts``."""
+class DependencyExited(RuntimeError):
+    """A process the workers depend on (a switch) exited while they ran."""
 
-    def __init__(self, hosts: Sequence[Host], spec_path: Path, log_dir: Path) -> None:
+
+@dataclass(frozen=True)
+class Limit:
+    """A time limit and the config key that sets it, so that a message can say what to raise."""
+
+    key: str
+    seconds: float
+
+    def describe(self) -> str:
+        return f"{self.key} = {self.seconds:g} s (raise it with --set {self.key}=<seconds> if the job is only slow)"
+
+
+class WorkerGroup:
+    """One process per rank; ranks are the positions in ``hosts``.
+
+    ``dependencies`` maps a name (``s1``) to the pid of a child process of this one that
+    must stay up while the workers run.
+    """
+
+    def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
+                 dependencies: Mapping[str, int] | None = None) -> None:
+        self.method = method
         self.hosts = list(hosts)
         self.spec_path = spec_path
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[str]] = []
         self._buffers: dict[int, str] = {}
         self._selector = selectors.DefaultSelector()
+        self._pidfds: dict[int, tuple[str, int]] = {}
+        for name, pid in (dependencies or {}).items():
+            pidfd = os.pidfd_open(pid)
+            self._pidfds[pidfd] = (name, pid)
+            self._selector.register(pidfd, selectors.EVENT_READ, (name, pid))
 
     def __enter__(self) -> "WorkerGroup":
         return self
@@ -52,19 +96,20 @@ class WorkerGroup:
     def _log_path(self, rank: int) -> Path:
         return self.log_dir / f"{self.spec_path.stem}-rank{rank}.log"
 
-    def start(self, timeout_s: float) -> None:
+    def start(self, limit: Limit) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
         for rank, host in enumerate(self.hosts):
             with self._log_path(rank).open("w") as stderr:
                 proc = host.popen(
                     [sys.executable, "-m", "hosts.worker", str(self.spec_path), "--rank", str(rank)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=str(REPO_ROOT), env=env, text=True,
+                    preexec_fn=dies_with_this_process(),
                 )
             os.set_blocking(proc.stdout.fileno(), False)
             self._selector.register(proc.stdout, selectors.EVENT_READ, rank)
             self._buffers[rank] = ""
             self.procs.append(proc)
-        self.collect("ready", timeout_s)
+        self.collect("ready", limit)
 
     def release(self, repetition: int) -> None:
         """Let every rank start repetition ``repetition`` (as close to together as pipes allow)."""
@@ -78,16 +123,20 @@ class WorkerGroup:
             except BrokenPipeError:
                 raise self._failure(rank, "exited before it could be told to start") from None
 
-    def collect(self, event: str, timeout_s: float) -> list[dict[str, Any]]:
-        """Wait for one ``event`` report from every rank; fail fast on any error or exit."""
+    def collect(self, event: str, limit: Limit, grace_s: float = 0.0) -> list[dict[str, Any]]:
+        """Wait up to ``limit`` (+ ``grace_s``) for one ``event`` report from every rank; fail
+        fast on any error or exit, of a worker or of a dependency."""
         reports: dict[int, dict[str, Any]] = {}
+        timeout_s = limit.seconds + grace_s
         deadline = time.monotonic() + timeout_s
         while len(reports) < len(self.procs):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 missing = sorted(set(range(len(self.procs))) - set(reports))
-                raise self._failure(missing[0], f"no '{event}' within {timeout_s:.0f} s (ranks waiting: {missing})")
+                raise self._failure(missing[0], f"no '{event}' within {timeout_s:g} s (ranks waiting: {missing}; {limit.describe()})")
             for key, _ in self._selector.select(timeout=min(remaining, 0.5)):
+                if isinstance(key.data, tuple):
+                    raise dependency_exited(*key.data)
                 rank = key.data
                 chunk = key.fileobj.read()
                 if not chunk:
@@ -100,12 +149,29 @@ class WorkerGroup:
                 *lines, self._buffers[rank] = self._buffers[rank].split("\n")
                 for line in lines:
                     report = json.loads(line)
+                    if report["event"] == "error" and report.get("timed_out"):
+                        raise WorkerFailure(
+                            f"{self.method}: rank {rank} on {self.hosts[rank].name} did not finish the all-reduce within "
+                            f"{limit.describe()}; worker log {self._log_path(rank)}"
+                        )
                     if report["event"] == "error":
                         raise self._failure(rank, report["message"])
                     if report["event"] != event:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
                     reports[rank] = report
         return [reports[r] for r in range(len(self.procs))]
+
+    @contextlib.contextmanager
+    def dependencies_checked(self) -> Iterator[None]:
+        """An error inside (a control-plane call to a switch, say) becomes DependencyExited
+        when a dependency has exited meanwhile: that is the cause, the error its symptom."""
+        try:
+            yield
+        except Exception as symptom:
+            exited = select.select(list(self._pidfds), [], [], EXIT_NOTICE_S)[0]
+            if exited:
+                raise dependency_exited(*self._pidfds[exited[0]]) from symptom
+            raise
 
     def finish(self, timeout_s: float = 10.0) -> None:
         """Tell every rank to exit and wait for clean exits."""
@@ -119,6 +185,10 @@ class WorkerGroup:
                 raise self._failure(rank, f"exited with status {code}")
 
     def kill(self) -> None:
+        with deferred_signals():
+            self._kill()
+
+    def _kill(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.kill()
@@ -131,10 +201,29 @@ class WorkerGroup:
                 if stream is not None:
                     stream.close()
         self._selector.close()
+        for pidfd in self._pidfds:
+            os.close(pidfd)
+        self._pidfds.clear()
         self.procs.clear()
 
     def _failure(self, rank: int, what: str) -> WorkerFailure:
         tail = self._log_path(rank).read_text().splitlines()[-LOG_TAIL_LINES:]
         host = self.hosts[rank].name
         log_text = "\n".join(f"    {line}" for line in tail) or "    (empty)"
-        return WorkerFailure(f"worker rank {rank} on {host}: {what}\n  last lines of {self._log_path(rank)}:\n{log_text}")
+        return WorkerFailure(f"{self.method}: worker rank {rank} on {host}: {what}\n  last lines of {self._log_path(rank)}:\n{log_text}")
+
+
+def dependency_exited(name: str, pid: int) -> DependencyExited:
+    return DependencyExited(f"switch {name} (pid {pid}) exited with status {exit_status(pid)}")
+
+
+def exit_status(pid: int) -> int | str:
+    """A dead child's exit status as subprocess reports it (-9 for SIGKILL), without reaping
+    it: its owner (Mininet's node, the switch launcher) still waits for it."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return "unknown (not a child of the runner)"
+    if info is None:
+        return "unknown (still running)"
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status

@@ -55,14 +55,28 @@ def validate(data: Any, schema: dict[str, Any], source: str, key_prefix: str = "
 
 
 def load_yaml(path: Path) -> Any:
-    """Parse a YAML file; a missing file or a syntax error becomes a ConfigError naming it."""
+    """Parse a YAML file; a missing, unreadable or binary file or a syntax error becomes a ConfigError naming it."""
     try:
         with path.open() as f:
             return yaml.safe_load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text (YAML) file: byte {exc.start} is not UTF-8") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: what is wrong and where (its own text spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return " ".join(problem.split()) + where
 
 
 def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

@@ -84,9 +84,11 @@ class TcpCollective(ABC):
 
     A subclass sets up its connections in :meth:`connect` (untimed) and describes one
     all-reduce as transfers queued on a :class:`Pump` in :meth:`_queue_transfers`.
-    ``peers[i]`` is rank i's listening (IPv4, port). ``timeout_s`` bounds every wait during
-    an all-reduce (no byte moving for that long is an error naming the peer);
-    ``connect_timeout_s`` bounds connection set-up, which waits for ranks that start late.
+    ``peers[i]`` is rank i's listening (IPv4, port). ``timeout_s`` is the deadline of one
+    all-reduce, counted from the call (as SwitchML's ``job_deadline_s``, so a time limit
+    means the same for every method): not finished by then is a :class:`PeerTimeout`
+    naming the peers still pending. ``connect_timeout_s`` bounds connection set-up, which
+    waits for ranks that start late.
     """
 
     name = "collective"
@@ -122,6 +124,7 @@ class TcpCollective(ABC):
     def allreduce(self, tensor: np.ndarray) -> tuple[np.ndarray, JobStats]:
         """Element-wise sum of ``tensor`` over all ranks (new flat array, same dtype) and the job's stats."""
         started = time.perf_counter()
+        deadline_from = time.monotonic()
         out = flat_copy(tensor)
         seq = self._seq
         self._seq += 1
@@ -129,7 +132,7 @@ class TcpCollective(ABC):
             return out, local_stats(started)
         if not self._connected():
             raise RuntimeError(f"{type(self).__name__}.connect() must be called before allreduce()")
-        pump = Pump(self.timeout_s)
+        pump = Pump(self.timeout_s, since=deadline_from)
         try:
             self._queue_transfers(pump, out, seq)
             stats = measured_run(pump, started)

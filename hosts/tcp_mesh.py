@@ -6,9 +6,10 @@ that tells the acceptor which rank is calling, and a non-blocking pump that move
 buffers over many sockets at once without deadlocking (every rank sends and receives
 concurrently, so blocking sends would stall once the kernel buffers fill).
 
-Every wait is bounded: connecting retries until a deadline, accepting and the pump raise
-:class:`PeerError` naming the peer(s) they were waiting for once ``timeout_s`` passes
-without progress. Nothing here hangs on a dead peer.
+Every wait is bounded: connecting retries until a deadline, accepting raises
+:class:`PeerError` naming the peer(s) it was waiting for once ``timeout_s`` passes, and the
+pump raises :class:`PeerTimeout` when its transfers are not done by their deadline.
+Nothing here hangs on a dead peer.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ JOB_HEADER_BYTES = _JOB.size
 
 class PeerError(RuntimeError):
     """A peer did not answer in time, closed its connection, or broke the protocol."""
+
+
+class PeerTimeout(PeerError, TimeoutError):
+    """The transfers were not finished by their deadline (names the peers still pending)."""
 
 
 def describe(rank: int, peer: Peer) -> str:
@@ -168,12 +173,15 @@ class Pump:
     chunk and queue the next sends, which is what pipelines the algorithms: chunk i goes out
     while chunk i+1 is still arriving. One thread, one selector -- no locks.
 
-    ``timeout_s`` bounds the time without any byte moving; when it passes, the error names
+    ``timeout_s`` bounds the whole of :meth:`run`, counted from ``since`` (a
+    ``time.monotonic()`` value; default: now) -- a total deadline, not an idle timeout, so a
+    peer that trickles bytes cannot stretch a job beyond it. When it passes, the error names
     every peer we were still waiting on.
     """
 
-    def __init__(self, timeout_s: float, tick_s: float = 0.01) -> None:
+    def __init__(self, timeout_s: float, tick_s: float = 0.01, since: float | None = None) -> None:
         self._timeout_s = timeout_s
+        self._deadline = (time.monotonic() if since is None else since) + timeout_s
         self._on_tick: Callable[[float], None] | None = None
         self._tick_s = tick_s
         self._selector = selectors.DefaultSelector()
@@ -219,46 +227,41 @@ class Pump:
             self._selector.unregister(ch.sock)
         ch.registered = want
 
-    def _do_send(self, ch: _Channel) -> bool:
-        moved, self.bytes_sent = self._advance(ch, ch.sends, ch.sock.send, "sending to", self.bytes_sent)
-        return moved
+    def _do_send(self, ch: _Channel) -> None:
+        self.bytes_sent = self._advance(ch, ch.sends, ch.sock.send, "sending to", self.bytes_sent)
 
-    def _do_recv(self, ch: _Channel) -> bool:
-        moved, self.bytes_received = self._advance(ch, ch.recvs, ch.sock.recv_into, "receiving from", self.bytes_received)
-        return moved
+    def _do_recv(self, ch: _Channel) -> None:
+        self.bytes_received = self._advance(ch, ch.recvs, ch.sock.recv_into, "receiving from", self.bytes_received)
 
     @staticmethod
-    def _advance(ch: _Channel, ops: deque[_Op], io: Callable[[memoryview], int], what: str, total: int) -> tuple[bool, int]:
+    def _advance(ch: _Channel, ops: deque[_Op], io: Callable[[memoryview], int], what: str, total: int) -> int:
         """Move bytes for the queued ops of one direction until the socket would block.
 
-        Returns whether anything moved and the direction's new byte total. Moving 0 bytes
-        into a non-empty buffer is the peer closing the connection, an error naming it.
+        Returns the direction's new byte total. Moving 0 bytes into a non-empty buffer is
+        the peer closing the connection, an error naming it.
         """
-        moved = False
         while ops:
             op = ops[0]
             try:
                 n = io(op.view[op.offset:])
             except BlockingIOError:
-                return moved, total
+                return total
             except OSError as exc:
                 raise PeerError(f"{what} {ch.name} failed: {exc}") from exc
             if n == 0 and op.offset < op.view.nbytes:
                 raise PeerError(f"{ch.name} closed the connection with {op.view.nbytes - op.offset} bytes "
                                 f"of the current buffer and {len(ops) - 1} more buffers outstanding")
-            moved = True
             op.offset += n
             total += n
             if op.offset < op.view.nbytes:
-                return moved, total
+                return total
             ops.popleft()
             if op.done is not None:
                 op.done()
-        return moved, total
+        return total
 
     def run(self) -> None:
-        """Drive all queues to completion, or raise :class:`PeerError` after ``timeout_s`` idle."""
-        last_progress = time.monotonic()
+        """Drive all queues to completion, or raise :class:`PeerTimeout` at the deadline."""
         try:
             while True:
                 pending = self._pending()
@@ -266,22 +269,18 @@ class Pump:
                     self._update_registration(ch)
                 if not pending:
                     return
-                now = time.monotonic()
-                idle_left = self._timeout_s - (now - last_progress)
-                if idle_left <= 0:
+                left = self._deadline - time.monotonic()
+                if left <= 0:
                     waiting = "; ".join(f"{ch.name} ({len(ch.sends)} sends, {len(ch.recvs)} receives pending)"
                                         for ch in pending)
-                    raise PeerError(f"no progress for {self._timeout_s:.1f} s waiting on: {waiting}")
-                wait = min(idle_left, self._tick_s) if self._on_tick else idle_left
+                    raise PeerTimeout(f"not finished within {self._timeout_s:g} s, still waiting on: {waiting}")
+                wait = min(left, self._tick_s) if self._on_tick else left
                 for key, events in self._selector.select(wait):
                     ch: _Channel = key.data
-                    moved = False
                     if events & selectors.EVENT_READ:
-                        moved |= self._do_recv(ch)
+                        self._do_recv(ch)
                     if events & selectors.EVENT_WRITE:
-                        moved |= self._do_send(ch)
-                    if moved:
-                        last_progress = time.monotonic()
+                        self._do_send(ch)
                 if self._on_tick:
                     self._on_tick(time.monotonic())
         finally:

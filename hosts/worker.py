@@ -9,7 +9,8 @@ protocol parameters, input file per rank) and talks to this process over stdin/s
     runner -> "go <repetition>"                  all ranks released together (a barrier)
     worker -> {"event": "done", "repetition": r, "stats": {...}, "result": "path.npy"}
     runner -> "exit"
-    worker -> {"event": "error", "message": "..."} then exit status 1, on any failure
+    worker -> {"event": "error", "message": "...", "timed_out": bool} then exit status 1, on any
+              failure; ``timed_out`` when an all-reduce missed its deadline (spec's job_timeout_s)
 
 Results are written as .npy next to the spec so the runner verifies them exactly.
 """
@@ -22,11 +23,14 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
 from hosts.stats import JobStats
+
+if TYPE_CHECKING:
+    from hosts.switchml.timers import RetransmitPolicy
 
 log = logging.getLogger("hosts.worker")
 
@@ -45,7 +49,6 @@ class SwitchMLMethod:
 
     def __init__(self, spec: dict[str, Any], rank: int) -> None:
         from hosts.switchml.client import SwitchMLClient
-        from hosts.switchml.timers import RetransmitPolicy
 
         proto = spec["protocol"]
         self._client = SwitchMLClient(
@@ -55,11 +58,7 @@ class SwitchMLMethod:
             switch_ipv4=spec["switch_ipv4"],
             k=proto["k"],
             pool_size=proto["pool_size"],
-            retransmit=RetransmitPolicy(
-                min_s=proto["timeout_ms"] / 1000.0,
-                backoff_every=proto["backoff_every"],
-                max_s=max(1.0, proto["timeout_ms"] / 1000.0),
-            ),
+            retransmit=retransmit_policy(proto, spec["link_mbps"]),
             job_deadline_s=spec["job_timeout_s"],
         )
 
@@ -69,6 +68,18 @@ class SwitchMLMethod:
 
     def close(self) -> None:
         self._client.close()
+
+
+def retransmit_policy(protocol: dict[str, Any], link_mbps: float | None) -> RetransmitPolicy:
+    """The config's timeout floor (``timeout_ms``), raised to twice the time a full pool takes
+    to cross the slowest link when links are rate-limited (hosts/switchml/timers.py: under
+    loss the measured round trips fall below it just before the pool refills)."""
+    from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
+
+    floor_s = protocol["timeout_ms"] / 1000.0
+    if link_mbps is not None:
+        floor_s = max(floor_s, 2 * pool_drain_s(protocol["pool_size"], protocol["k"], link_mbps * 1e6))
+    return RetransmitPolicy(min_s=floor_s, backoff_every=protocol["backoff_every"], max_s=max(1.0, floor_s))
 
 
 class BaselineMethod:
@@ -137,10 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{args.rank} %(name)s %(levelname)s %(message)s")
     try:
         spec = json.loads(args.spec.read_text())
-        serve(spec, args.rank, args.spec.parent)
+        if "training" in spec:  # the training workload: one SGD step per command (hosts/training.py)
+            from hosts.training import serve_training
+
+            serve_training(spec, args.rank, args.spec.parent)
+        else:
+            serve(spec, args.rank, args.spec.parent)
     except Exception as exc:
         log.exception("worker failed")
-        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
+        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}", "timed_out": isinstance(exc, TimeoutError)})
         return 1
     return 0
 

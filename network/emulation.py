@@ -6,13 +6,20 @@ off NIC offloads (a user-space switch needs real frames), shapes every link with
 installs static ARP entries (no ARP traffic to lose), and programs every switch through
 the one control-plane interface. On exit -- normal, exception or Ctrl-C -- it stops
 Mininet, which kills the host shells and switch processes and deletes the veths, and then
-checks that none of its interfaces survived.
+checks that none of its interfaces survived; a second Ctrl-C waits until that is done.
+
+A run killed with SIGKILL cannot do any of this, so the network records in its lock what it
+made (interfaces, its temporary folder, which holds the switches' control sockets, and
+folders the runner declares), and the next network to take the lock removes what a dead
+holder recorded, and any interface with its own names, before it builds (network.cleanup).
 """
 
 from __future__ import annotations
 
 import logging
-import subprocess
+import re
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,6 +28,8 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
+from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
+from network.lifetime import deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
 from switches import programming
@@ -78,6 +87,7 @@ class EmulatedNetwork:
         self.requested_loss_mechanism = loss_mechanism
         self.net: Mininet | None = None
         self._lock = NetworkLock()
+        self._scratch: Path | None = None
         self.controls: dict[str, SwitchControl] = {}
         self.report: NetworkReport | None = None
 
@@ -86,11 +96,29 @@ class EmulatedNetwork:
     def __enter__(self) -> "EmulatedNetwork":
         self._lock.acquire()
         try:
+            self._remove_leftovers()
             self._start()
         except BaseException:
             self.close()
             raise
         return self
+
+    def _remove_leftovers(self) -> None:
+        """What a killed run left (its record in the lock), and interfaces with our names."""
+        previous = self._lock.previous
+        if previous is not None:
+            removed = remove_leftovers(previous)
+            log.warning("the run with pid %d died holding the network; removed what it left: %s",
+                        previous.pid, ", ".join(removed) or "nothing was left")
+        nodes = "|".join(re.escape(n.name) for n in [*self.topology.hosts, *self.topology.switches])
+        ours = re.compile(rf"^({nodes})-eth\d+$")
+        stale = delete_interfaces([name for name in root_interfaces() if ours.match(name)])
+        if stale:
+            log.warning("deleted interfaces left by an earlier network (no record of whose): %s", ", ".join(stale))
+
+    def declare_directory(self, path: Path) -> None:
+        """Have ``path`` removed by the next run if this process dies while it holds the network."""
+        self._lock.declare(directories=[str(path)])
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -104,6 +132,8 @@ class EmulatedNetwork:
         switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size}
         if delay_mechanism == "switch_delay_line":
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
+        self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+        self.declare_directory(self._scratch)
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         for host in self.topology.hosts:
@@ -112,6 +142,7 @@ class EmulatedNetwork:
             net.addSwitch(switch.name, cls=switch_cls, **switch_options)
         for link in self.topology.links:
             net.addLink(link.a, link.b, cls=Link)
+        self._lock.declare(interfaces=self._interface_names(net))
         net.build()
         for node in [*net.hosts, *net.switches]:
             run = node_runner(node)
@@ -120,7 +151,11 @@ class EmulatedNetwork:
                     disable_offloads(run, intf.name)
                     silence_ipv6(run, intf.name)
         applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem", delay_by_netem=delay_mechanism == "netem")
-        net.start()
+        tempfile.tempdir, default_tempdir = str(self._scratch), tempfile.tempdir
+        try:
+            net.start()  # the switches' temporary files (control sockets) go into the scratch folder
+        finally:
+            tempfile.tempdir = default_tempdir
         self._static_arp()
         self.report = NetworkReport(
             target=self.target,
@@ -132,7 +167,12 @@ class EmulatedNetwork:
         self._program_switches(loss_mechanism)
 
     def close(self) -> None:
-        """Stop everything this network started; safe to call twice."""
+        """Stop everything this network started; safe to call twice. SIGINT and SIGTERM wait
+        until it is done: a half-done teardown leaks namespaces, veths and processes."""
+        with deferred_signals():
+            self._close()
+
+    def _close(self) -> None:
         for control in self.controls.values():
             try:
                 control.close()
@@ -151,14 +191,17 @@ class EmulatedNetwork:
                 finally:
                     self._check_nothing_left(net)
         finally:
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+                self._scratch = None
             self._lock.release()
 
+    @staticmethod
+    def _interface_names(net: Mininet) -> list[str]:
+        return [intf.name for node in [*net.hosts, *net.switches] for intf in node.intfList() if intf.name != "lo"]
+
     def _check_nothing_left(self, net: Mininet) -> None:
-        names = {intf.name for node in [*net.hosts, *net.switches] for intf in node.intfList() if intf.name != "lo"}
-        links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-        left = sorted(n for n in names if f" {n}:" in links or f" {n}@" in links)
-        for name in left:
-            subprocess.run(["ip", "link", "delete", name], capture_output=True)
+        left = delete_interfaces(sorted(self._interface_names(net)))
         if left:
             raise NetworkError(f"interfaces survived Mininet's stop and were deleted: {', '.join(left)}")
 

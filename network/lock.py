@@ -1,48 +1,112 @@
-"""One emulated network at a time on a machine.
+"""One emulated network at a time on a machine, and a record of what the holder made.
 
 Mininet names interfaces after nodes (h1-eth0, s1-eth1) in the root namespace, so two runs
 at once would collide on the same names, and the second would fail half-built. Runs
 therefore take an exclusive lock for the lifetime of their network; a second run waits,
 saying for whom.
+
+The lock file also holds a record of its holder: its pid, the interfaces it created and
+the folders it wants gone when it is gone. A holder that stops normally empties the file
+when it releases the lock. The kernel releases the lock of a holder that was killed, but
+the record stays: the next holder finds it (``previous``) and knows exactly what to remove
+(network.cleanup). While the lock is held, the holder's environment carries ``HOLDER_ENV``,
+so every process it starts -- Mininet's shells, switches, workers -- can be found by that
+pid if it outlives its owner.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Sequence
 
 log = logging.getLogger(__name__)
 
 LOCK_PATH = Path("/run/lock/switchml-testbed.lock") if Path("/run/lock").is_dir() else Path("/tmp/switchml-testbed.lock")
+HOLDER_ENV = "SWITCHML_NETWORK_HOLDER"
+
+
+@dataclass
+class HolderRecord:
+    """What a lock holder left in the lock file: enough to clean up after it."""
+
+    pid: int
+    interfaces: list[str] = field(default_factory=list)
+    directories: list[str] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, text: str) -> HolderRecord:
+        """The record in a lock file; a record that is not one (an older format, a torn
+        write) still names nothing to remove rather than failing the run."""
+        try:
+            data = json.loads(text)
+            return cls(pid=int(data["pid"]), interfaces=list(data["interfaces"]), directories=list(data["directories"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("lock file holds %r, not a holder record; nothing recorded to clean", text[:80])
+            return cls(pid=-1)
 
 
 class NetworkLock:
     def __init__(self, path: Path = LOCK_PATH) -> None:
         self.path = path
         self._file: IO[str] | None = None
+        self._record: HolderRecord | None = None
+        self.previous: HolderRecord | None = None
+        """The record of a holder that died holding the lock (found by acquire), else None."""
 
-    def acquire(self) -> None:
+    def acquire(self, wait: bool = True) -> bool:
+        """Take the lock (waiting for another holder if ``wait``); False if not taken."""
         handle = self.path.open("a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            log.warning("another emulated network is running (pid %s, lock %s); waiting for it to finish", holder, self.path)
+            if not wait:
+                handle.close()
+                return False
+            log.warning("another emulated network is running (%s, lock %s); waiting for it to finish", self.holder(), self.path)
             fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
+        left = handle.read().strip()
+        self.previous = HolderRecord.parse(left) if left else None
         self._file = handle
+        self._record = HolderRecord(pid=os.getpid())
+        self._write()
+        os.environ[HOLDER_ENV] = str(os.getpid())
+        return True
+
+    def holder(self) -> str:
+        """Who holds the lock, as far as its record says (for messages)."""
+        try:
+            text = self.path.read_text().strip()
+        except OSError:
+            return "holder unknown"
+        return f"pid {HolderRecord.parse(text).pid}" if text else "holder unknown"
+
+    def declare(self, interfaces: Sequence[str] = (), directories: Sequence[str] = ()) -> None:
+        """Add to the record what must be removed if this process dies holding the lock."""
+        assert self._record is not None, "declare() needs the lock"
+        self._record.interfaces += [i for i in interfaces if i not in self._record.interfaces]
+        self._record.directories += [d for d in directories if d not in self._record.directories]
+        self._write()
+
+    def _write(self) -> None:
+        assert self._file is not None and self._record is not None
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(json.dumps(asdict(self._record)))
+        self._file.flush()
 
     def release(self) -> None:
         if self._file is not None:
+            os.environ.pop(HOLDER_ENV, None)
             self._file.seek(0)
             self._file.truncate()
+            self._file.flush()
             fcntl.flock(self._file, fcntl.LOCK_UN)
             self._file.close()
             self._file = None
+            self._record = None

@@ -90,9 +90,20 @@ def decode_elements(buffer: bytes | bytearray | memoryview, offset: int, k: int)
     return np.frombuffer(buffer, dtype=ELEMENT_DTYPE, count=k, offset=offset)
 
 
-def ipv4_checksum(header: bytes | bytearray | memoryview) -> int:
-    """RFC 791 header checksum of a 20-byte IPv4 header whose checksum field is zero."""
-    total = sum(struct.unpack("!10H", bytes(header[:IPV4_HEADER_BYTES])))
+IPV4_HEADER_WORDS = struct.Struct("!10H")
+"""An option-less IPv4 header as the 16-bit words its checksum sums."""
+IPV4_CHECKSUM_WORD = 5
+"""hdrChecksum's position among them."""
+
+
+def ipv4_checksum(buffer: bytes | bytearray | memoryview, offset: int = 0) -> int:
+    """RFC 791 checksum of the 20-byte IPv4 header at ``offset``, whatever its checksum field holds.
+
+    The field itself is left out of the sum (as if zero), like P4's update_checksum over
+    the header's other fields, so a stale or wrong checksum does not need clearing first.
+    """
+    words = IPV4_HEADER_WORDS.unpack_from(buffer, offset)
+    total = sum(words) - words[IPV4_CHECKSUM_WORD]
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF

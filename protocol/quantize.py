@@ -22,6 +22,15 @@ either. So every quantized value lies in ``[-M, M]`` and any n of them sum to at
 the floor (``f = INT32_MAX / (n 2^e_max)``), ``x * f`` could be ``INT32_MAX / n`` with a
 fractional part >= 1/2 that rounds up, and n such values overflow.
 
+Fewer bits (ablation)
+---------------------
+``bits`` b < 32 emulates a switch whose adders are b bits wide: the scale becomes
+``f = floor((2^(b-1) - 1) / n) / 2^e_max``, so every quantized value lies in
+``[-floor((2^(b-1)-1)/n), +floor(...)]`` and n of them fit a signed b-bit integer by the same
+argument as above. The switch still adds int32 (the sums are small enough), so a b-bit
+quantization is only a coarser scale: the arithmetic, the verifier and the error bound are
+the same functions. The default ``bits = 32`` is the protocol's own scale, bit for bit.
+
 Integer tensors
 ---------------
 int32 tensors are aggregated unscaled: the switch adds them with wrapping 32-bit
@@ -90,16 +99,37 @@ def block_exponents(x: np.ndarray, k: int) -> np.ndarray:
     return np.clip(exponent, EXPONENT_MIN, EXPONENT_MAX).astype(np.int8)
 
 
-def scale_for(exponent: np.ndarray | int, n_workers: int) -> np.ndarray:
-    """f = floor(INT32_MAX / n) / 2^e_max, exactly (a power-of-two shift of an integer)."""
+PROTOCOL_BITS = 32
+"""Width of the switch's adders: quantization uses the whole int32 range by default."""
+
+
+def quantized_limit(n_workers: int, bits: int = PROTOCOL_BITS) -> int:
+    """floor((2^(bits-1) - 1) / n): the largest |quantized value| of one worker.
+
+    Raises ValueError when the range leaves fewer than one level per worker (then every
+    value would quantize to 0) or ``bits`` is outside 2..32.
+    """
     if n_workers < 1:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
-    return np.ldexp(np.float64(INT32_MAX // n_workers), -np.asarray(exponent, dtype=np.int32))
+    if not 2 <= bits <= PROTOCOL_BITS:
+        raise ValueError(f"bits must be 2..{PROTOCOL_BITS}, got {bits}")
+    limit = (2 ** (bits - 1) - 1) // n_workers
+    if limit < 1:
+        raise ValueError(f"{bits}-bit sums leave no quantization level for {n_workers} workers (need 2^{bits - 1} - 1 >= n)")
+    return limit
 
 
-def element_scales(exponents: np.ndarray, n_workers: int, k: int, length: int) -> np.ndarray:
+def scale_for(exponent: np.ndarray | int, n_workers: int, bits: int = PROTOCOL_BITS) -> np.ndarray:
+    """f = floor((2^(bits-1) - 1) / n) / 2^e_max, exactly (a power-of-two shift of an integer).
+
+    With the default 32 bits this is floor(INT32_MAX / n) / 2^e_max.
+    """
+    return np.ldexp(np.float64(quantized_limit(n_workers, bits)), -np.asarray(exponent, dtype=np.int32))
+
+
+def element_scales(exponents: np.ndarray, n_workers: int, k: int, length: int, bits: int = PROTOCOL_BITS) -> np.ndarray:
     """Per element: the scale of its block, for vectorised quantize/dequantize of a tensor."""
-    return np.repeat(scale_for(exponents, n_workers), k)[:length]
+    return np.repeat(scale_for(exponents, n_workers, bits), k)[:length]
 
 
 def quantize(
@@ -158,12 +188,12 @@ def _check_inputs(inputs: list[np.ndarray], n_workers: int) -> tuple[np.dtype, i
     return dtype, lengths.pop()
 
 
-def expected_sum(inputs: list[np.ndarray], k: int, n: int) -> ExpectedSum:
+def expected_sum(inputs: list[np.ndarray], k: int, n: int, bits: int = PROTOCOL_BITS) -> ExpectedSum:
     """The integer sum (and float result) a correct switch produces for these worker inputs.
 
     float32: block exponents per worker, e_max = max over workers, quantize with the shared
-    scale, add in int64 (never beyond int32, see the module docstring), dequantize.
-    int32: the wrapping 32-bit sum.
+    scale (of ``bits``-bit sums, see "Fewer bits"), add in int64 (never beyond int32, see the
+    module docstring), dequantize. int32: the wrapping 32-bit sum (``bits`` does not apply).
     """
     dtype, length = _check_inputs(inputs, n)
     if dtype == np.dtype(np.int32):
@@ -171,7 +201,7 @@ def expected_sum(inputs: list[np.ndarray], k: int, n: int) -> ExpectedSum:
         int_sum = total.astype(np.int32)  # keeps the low 32 bits: the switch's wrapping add
         return ExpectedSum(int_sum=int_sum, values=int_sum, exponents=None, scale=None)
     exponents = np.max(np.stack([block_exponents(x, k) for x in inputs]), axis=0) if length else np.zeros(0, np.int8)
-    scale = element_scales(exponents, n, k, length)
+    scale = element_scales(exponents, n, k, length, bits)
     total = np.sum(np.stack([quantize(x, scale) for x in inputs]).astype(np.int64), axis=0)
     if length and np.abs(total).max() > INT32_MAX:
         raise OverflowError("quantized sum exceeds int32: the scale invariant is broken")

@@ -3,7 +3,8 @@
 Frames are built with protocol.packet (the bytes the worker library sends); captures are
 dissected with scapy. ``SwitchPorts`` holds one raw socket per host of a Testbed and
 collects frames until the expected number arrived plus a short grace period, so tests
-wait only as long as the switch needs.
+wait only as long as the switch needs. Frames are captured as they were on the wire, with
+their 802.1Q tag (the kernel strips it; the switch's own port receiver puts it back).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from scapy.packet import Packet
 from protocol import params
 from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
 from protocol.scapy_layer import SwitchML
+from switches.embedded.ports import ETH_P_8021Q, MAC_ADDRESSES_BYTES, VLAN_TAG, WireFrameReceiver
 from tests.netns_harness import Host, Testbed
 
 SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
@@ -29,6 +31,8 @@ SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
 GRACE_S = 0.1
 """After the expected frames, how long to wait for unexpected extra ones."""
 TIMEOUT_S = 3.0
+CAPTURE_BUFFER_BYTES = 65536
+"""Room for any frame a test sends, 802.1Q tag included."""
 NUM_ELEMENTS_OFFSET = 6
 """Byte offset of num_elements in switchml_h (msg_type, shadow_set, job_id, slot, ...)."""
 
@@ -60,6 +64,11 @@ def update_frame(
     return build_frame(worker_endpoint(host), SWITCH, bytes(payload))
 
 
+def vlan_tagged(frame: bytes, tci: int, tpid: int = ETH_P_8021Q) -> bytes:
+    """``frame`` with an 802.1Q (or, with tpid 0x88A8, 802.1ad) tag after its MAC addresses."""
+    return frame[:MAC_ADDRESSES_BYTES] + VLAN_TAG.pack(tpid, tci) + frame[MAC_ADDRESSES_BYTES:]
+
+
 @dataclass
 class Received:
     """Frames captured per host index."""
@@ -79,15 +88,23 @@ class SwitchPorts:
     def __init__(self, testbed: Testbed) -> None:
         self.hosts = testbed.hosts
         self.sockets: list[socket.socket] = []
+        self._receivers: list[WireFrameReceiver] = []
         try:
             for host in self.hosts:
                 self.sockets.append(host.raw_socket())
+                self._receivers.append(WireFrameReceiver(self.sockets[-1], bytearray(CAPTURE_BUFFER_BYTES)))
         except BaseException:
             self.close()
             raise
 
     def send(self, index: int, frame: bytes) -> None:
         self.sockets[index].send(frame)
+
+    def receive_frame(self, index: int) -> bytes | None:
+        """The next frame queued at host ``index``, as on the wire; None if none is queued."""
+        receiver = self._receivers[index]
+        length = receiver.receive()
+        return None if length is None else bytes(receiver.buffer[:length])
 
     def receive(self, expected: int, timeout: float = TIMEOUT_S, grace: float = GRACE_S) -> Received:
         """Capture until ``expected`` frames arrived in total, then ``grace`` more seconds."""
@@ -103,8 +120,11 @@ class SwitchPorts:
                 return Received(frames)
             ready, _, _ = select.select(self.sockets, [], [], end - now)
             for sock in ready:
-                frames[by_fd[sock.fileno()]].append(Ether(sock.recv(65536)))
-                count += 1
+                index = by_fd[sock.fileno()]
+                frame = self.receive_frame(index)
+                if frame is not None:
+                    frames[index].append(Ether(frame))
+                    count += 1
             if count >= expected and grace_end is None:
                 grace_end = time.monotonic() + grace
 

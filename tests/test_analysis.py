@@ -158,10 +158,16 @@ FIGURE_SWEEPS = {
 """The column each figure's run sweeps; loss_timeline instead takes any run with a lossy SwitchML job."""
 
 
+def is_training(run: Path) -> bool:
+    return any(row["workload"] == "training" for row in read_csv(run / "runs.csv"))
+
+
 def figure_run(root: Path, name: str) -> Path:
     """The run directory figure ``name`` must be drawn from (skips the test if there is none)."""
     if name == "loss_timeline":
         return newest_run_with_lossy_switchml(root)
+    if name == "training_convergence":
+        return newest([path.parent for path in root.rglob("runs.csv") if is_training(path.parent)], "trained a model")
     return newest_run_sweeping(root, FIGURE_SWEEPS[name])
 
 
@@ -301,10 +307,12 @@ def test_directory_without_runs_is_an_error(tmp_path: Path) -> None:
 def test_every_figure_with_data_is_written(tmp_path: Path, caplog) -> None:
     present = {swept(read_csv(path)) for path in FIXTURE.rglob("runs.csv")}
     lossy = any(has_lossy_switchml(path.parent) for path in FIXTURE.rglob("runs.csv"))
+    trained = any(is_training(path.parent) for path in FIXTURE.rglob("runs.csv"))
     with caplog.at_level(logging.INFO):
         assert main([str(FIXTURE), "--out", str(tmp_path)]) == 0
     for spec in FIGURES:
-        if (lossy if spec.name == "loss_timeline" else FIGURE_SWEEPS[spec.name] in present):
+        special = {"loss_timeline": lossy, "training_convergence": trained}
+        if special[spec.name] if spec.name in special else FIGURE_SWEEPS[spec.name] in present:
             for suffix in ("png", "pdf", "csv"):
                 assert (tmp_path / f"{spec.name}.{suffix}").stat().st_size > 0, f"{spec.name}.{suffix}"
         else:
@@ -438,6 +446,28 @@ def test_training_speedup_of_unscaled_runs_states_scale_one(tmp_path: Path) -> N
     table, fig = render(by_name("training_speedup"), load_results([run]))
     assert set(table["size_scale"]) == {1.0}
     assert "gradients and compute ×1 " in fig.axes[0].get_title(loc="left")
+
+
+def test_training_convergence(results) -> None:
+    """Every series' test accuracy per step (top) and distance to exact (bottom) as in training_steps.csv."""
+    run = figure_run(FIXTURE, "training_convergence")
+    curves: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for row in read_csv(run / "training_steps.csv"):
+        curves[row["series"]][int(row["step"])] = (float(row["test_accuracy"]) * 100, float(row["max_param_diff"]))
+    assert {"exact", "switchml"} <= set(curves)
+    _, fig = render(by_name("training_convergence"), results)
+    by_step, by_time, drift = fig.axes
+    for line in by_step.lines:
+        expected = curves[line.get_label()]
+        assert list(line.get_xdata()) == sorted(expected)
+        assert list(line.get_ydata()) == pytest.approx([expected[step][0] for step in sorted(expected)])
+    assert {line.get_label() for line in by_step.lines} == set(curves)
+    assert {line.get_label() for line in drift.lines} == set(curves) - {"exact"}
+    for line in drift.lines:
+        expected = curves[line.get_label()]
+        assert list(line.get_ydata()) == pytest.approx([expected[step][1] for step in sorted(expected) if step > 0])
+    network = {row["series"] for row in read_csv(run / "training_steps.csv") if row["source"] == "network"}
+    assert {line.get_label() for line in by_time.lines} == network
 
 
 @pytest.mark.parametrize("spec", FIGURES, ids=lambda spec: spec.name)

@@ -228,6 +228,26 @@ def test_control_checks_calls_against_the_program_before_bmv2_sees_them(fake_p4u
     assert fake_p4utils.instances[0].calls == []
 
 
+def test_capturing_p4utils_printing_from_two_threads_restores_stdout() -> None:
+    """The runner and a learning controller call p4-utils at once: sys.stdout must come back."""
+    import threading
+
+    from switches.bmv2.control import _p4utils_printing
+
+    def calls() -> None:
+        for _ in range(5000):
+            with _p4utils_printing():
+                print("p4-utils chatter")
+
+    threads = [threading.Thread(target=calls) for _ in range(2)]
+    stdout = sys.stdout
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sys.stdout is stdout
+
+
 def test_counter_read_is_packets_then_bytes_for_every_cell(fake_p4utils: type[FakeSimpleSwitchThriftAPI]) -> None:
     from switches.bmv2.control import Bmv2Control
 
@@ -363,6 +383,26 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
         assert "table_add SwitchMLIngress.worker_table set_worker" in (tmp_path / "commands.txt").read_text()
     finally:
         bmv2.stop()
+
+
+@pytest.mark.bmv2
+def test_two_switches_with_the_same_device_id_run_side_by_side(tmp_path: Path, compiled_json: Path) -> None:
+    """Two testbeds (or a test during a run) on one machine: each simple_switch gets its own
+    Thrift port and notification socket, so neither fails on 'Address already in use'."""
+    switches = [
+        Bmv2Process(name=f"s{i}", json_path=compiled_json, interfaces={}, thrift_port=free_port(), device_id=0, log_dir=tmp_path)
+        for i in (1, 2)
+    ]
+    try:
+        for bmv2 in switches:
+            bmv2.start()
+        assert all(bmv2.running() for bmv2 in switches)
+        assert len({bmv2.notifications_addr for bmv2 in switches}) == 2
+        assert all(bmv2.notifications_path.exists() for bmv2 in switches)
+    finally:
+        for bmv2 in switches:
+            bmv2.stop()
+    assert not any(bmv2.notifications_path.exists() for bmv2 in switches), "notification sockets left behind"
 
 
 # --------------------------------------------------------------------------------------

@@ -160,3 +160,31 @@ def test_an_explicit_or_swept_link_rate_wins_over_the_targets() -> None:
     assert link_rates(swept) == {1, 2} and swept.link_rate_source == "sweep topology.link.bw_mbps"
     other_sweep = load_experiment(MAIN_CONFIG, [table, "switch.target=bmv2", "sweep={param: topology.link.loss, values: [0, 0.01]}"])
     assert link_rates(other_sweep) == {1.25}
+
+
+TRAINING_CONFIG = CONFIG_DIR / "training_convergence.yaml"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("workload.ablation_bits=[3]", "workload.ablation_bits: 3-bit sums leave no quantization level for 8 workers"),
+        ("repetitions=2", "repetitions: a training runs once per method"),
+        ("workload.dtype=int32", "workload.dtype: a training all-reduces float32 gradients"),
+        ("workload.elements=100", "elements"),
+        ("workload.dataset=mnist", "workload.dataset"),
+        ("workload.learning_rate=0", "workload.learning_rate"),
+        ("sweep={param: workload.learning_rate, values: [0.1, 0.5]}", "sweep: a training config does not sweep"),
+    ],
+)
+def test_training_config_mistakes_are_named(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_experiment(TRAINING_CONFIG, [override])
+
+
+def test_training_defaults_are_recorded_in_the_resolved_config(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"topology": {"file": "star.yaml", "workers": 2}, "methods": ["switchml"],
+                                    "repetitions": 1, "workload": {"kind": "training"}}))
+    workload = load_experiment(path).points[0].workload
+    assert workload["steps"] == 300 and workload["ablation_bits"] == [8, 5] and workload["dataset"] == "digits"

@@ -189,6 +189,14 @@ def test_frame_size_matches_udp_length_check() -> None:
     assert evaluate(define.group(1)) == packet.UDP_HEADER_BYTES + packet.payload_bytes(params.K)
 
 
+def test_results_are_cut_to_a_frame_of_k_elements() -> None:
+    """SwitchMLEgress truncates every result to SWITCHML_FRAME_BYTES, the frame protocol/packet.py builds."""
+    define = re.search(r"#define\s+SWITCHML_FRAME_BYTES\s+(.+)", PROGRAM)
+    assert define, "SWITCHML_FRAME_BYTES not defined"
+    assert evaluate(define.group(1)) == packet.frame_bytes(params.K)
+    assert re.search(r"truncate\(\(bit<32>\)SWITCHML_FRAME_BYTES\)", block_after(PROGRAM, PROGRAM.index("control SwitchMLEgress")))
+
+
 # --------------------------------------------------------------------------------------
 # Registers and counters
 

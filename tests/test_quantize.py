@@ -17,6 +17,8 @@ from protocol.quantize import (
     error_bound,
     expected_sum,
     quantize,
+    quantized_limit,
+    scale_for,
 )
 
 K = 8
@@ -134,3 +136,38 @@ def test_inputs_must_agree() -> None:
         expected_sum([np.ones(3, dtype=np.float32), np.ones(4, dtype=np.float32)], K, 2)
     with pytest.raises(TypeError, match="float64"):
         expected_sum([np.ones(3)], K, 1)
+
+
+# fewer bits (the training workload's ablation)
+
+
+def test_default_bits_is_the_protocols_scale() -> None:
+    exponents = np.array([-3, 0, 5], dtype=np.int8)
+    for n in (1, 3, 8, 32):
+        np.testing.assert_array_equal(scale_for(exponents, n), np.ldexp(float(INT32_MAX // n), -exponents.astype(int)))
+        np.testing.assert_array_equal(scale_for(exponents, n, bits=32), scale_for(exponents, n))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(2, 16).flatmap(lambda n: st.tuples(worker_tensors(n=n), st.integers(max(2, n.bit_length() + 1), 31))))
+def test_fewer_bits_fit_their_width_and_keep_the_error_bound(case: tuple[list[np.ndarray], int]) -> None:
+    """b-bit quantized values and their sums fit a signed b-bit integer; error_bound still holds."""
+    inputs, bits = case
+    n = len(inputs)
+    limit = quantized_limit(n, bits)
+    result = expected_sum(inputs, K, n, bits)
+    quantized = np.stack([quantize(x, result.scale) for x in inputs]).astype(np.int64)
+    assert np.abs(quantized).max() <= limit
+    assert np.abs(result.int_sum.astype(np.int64)).max() <= 2 ** (bits - 1) - 1
+    bound = error_bound(result.scale, n, result.values)
+    for i in range(len(inputs[0])):
+        error = abs(Fraction(float(result.values[i])) - exact_sum(inputs, i))
+        assert error <= Fraction(float(bound[i]))
+
+
+def test_too_few_bits_for_the_workers_are_rejected() -> None:
+    assert quantized_limit(8, 5) == 1  # floor(15 / 8): every worker keeps one level per sign
+    with pytest.raises(ValueError, match="no quantization level for 8 workers"):
+        quantized_limit(8, 4)
+    with pytest.raises(ValueError, match="bits must be 2..32"):
+        quantized_limit(2, 33)

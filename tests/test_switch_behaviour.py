@@ -14,9 +14,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from protocol import params
-from protocol.packet import IPV4_OFFSET, UDP_OFFSET, ipv4_checksum
+from protocol.packet import IPV4_OFFSET, frame_bytes, ipv4_checksum
 from tests.conftest import JOB, SwitchUnderTest
-from tests.switch_io import Received, dissect, update_frame
+from tests.switch_io import Received, dissect, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
@@ -36,9 +36,7 @@ def check_result(switch: SwitchUnderTest, received: Received, index: int, *, slo
     eth, ip, udp, sml = dissect(results[0])
     assert (eth.dst, eth.src) == (host.mac, params.SWITCH_MAC)
     assert (ip.src, ip.dst) == (params.SWITCH_IPV4, host.ipv4)
-    ip_header = bytearray(bytes(results[0])[IPV4_OFFSET:UDP_OFFSET])
-    ip_header[10:12] = b"\0\0"
-    assert ip.chksum == ipv4_checksum(ip_header), "IPv4 checksum recomputed after the rewrite"
+    assert ip.chksum == ipv4_checksum(bytes(results[0]), IPV4_OFFSET), "IPv4 checksum recomputed after the rewrite"
     assert (udp.sport, udp.dport, udp.chksum) == (params.UDP_PORT_BASE, params.WORKER_UDP_PORT, 0)
     assert sml.msg_type == params.MSG_RESULT
     assert (sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.num_elements) == (JOB, slot, shadow_set, seq, K)
@@ -204,3 +202,68 @@ def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
     assert bytes(received.frames[0][0]) == bytes(reply)
     counts = switch.counters()
     assert (counts["EV_FORWARDED"], counts["EGV_SENT"]) == (2, 3)
+
+
+def test_vlan_tagged_frames_are_ordinary_traffic_and_keep_their_tag(switch: SwitchUnderTest) -> None:
+    """The parser knows etherType 0x0800 only: a tagged update is flooded as it came, tag included.
+
+    The kernel strips a received frame's tag before a packet socket sees it; both the
+    switch and this capture must put it back to see the frame as it was on the wire.
+    """
+    hosts = switch.testbed.hosts
+    for tpid, tci in ((0x8100, 0x2005), (0x88A8, 0x0000)):
+        tagged = vlan_tagged(update_frame(hosts[0], 0, 0, values(1), JOB), tci, tpid)
+        switch.ports.send(0, tagged)
+        received = switch.ports.receive(2)
+        assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [tagged], [tagged]]
+    counts = switch.counters()
+    assert (counts["EV_FORWARDED"], counts["EV_UPDATE_CONSUMED"], counts["EGV_SENT"]) == (2, 0, 4)
+
+
+UNKNOWN_MAC = "02:00:00:00:aa:01"
+"""A unicast destination no frame ever comes from: flooded by every target, learning or not."""
+WRONG_CHECKSUM = 0xBAD0
+
+
+def test_forwarded_ipv4_leaves_with_its_header_checksum_recomputed(switch: SwitchUnderTest) -> None:
+    """SwitchMLComputeChecksum: every departing packet with a parsed, option-less IPv4 header."""
+    hosts = switch.testbed.hosts
+    eth = Ether(src=hosts[0].mac, dst=UNKNOWN_MAC)
+    udp = UDP(sport=1234, dport=4321) / b"payload"
+    correct = bytes(eth / IP(src=hosts[0].ipv4, dst="10.0.1.1") / udp)
+    wrong = bytes(eth / IP(src=hosts[0].ipv4, dst="10.0.1.1", chksum=WRONG_CHECKSUM) / udp)
+    with_options = bytes(eth / IP(src=hosts[0].ipv4, dst="10.0.1.1", options=b"\x01\x01\x01\x00", chksum=WRONG_CHECKSUM) / udp)
+    cases = [  # (sent, what must arrive)
+        (wrong, correct),
+        (wrong[: IPV4_OFFSET + 22], correct[: IPV4_OFFSET + 22]),  # IPv4 header complete, UDP cut
+        (wrong[: IPV4_OFFSET + 16], wrong[: IPV4_OFFSET + 16]),  # IPv4 header cut: not parsed
+        (with_options, with_options),  # ihl 6: the program does not checksum options
+        (vlan_tagged(wrong, 7), vlan_tagged(wrong, 7)),  # tagged: not parsed as IPv4
+    ]
+    assert IP(correct[IPV4_OFFSET:]).chksum != WRONG_CHECKSUM
+    for sent, expected in cases:
+        switch.ports.send(0, sent)
+        received = switch.ports.receive(2)
+        assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [expected], [expected]]
+
+
+TRAILER = bytes(range(16))
+"""Bytes after the IP packet (udp.length and totalLen do not count them), like Ethernet padding."""
+
+
+def test_results_leave_without_the_updates_trailer_and_ordinary_frames_keep_theirs(switch: SwitchUnderTest) -> None:
+    """A result is headers + switchml_h + k elements; a forwarded frame leaves as it came."""
+    hosts = switch.testbed.hosts
+    a, b = values(26), values(27)
+    switch.ports.send(0, update_frame(hosts[0], 8, 0, a, JOB) + TRAILER)
+    switch.ports.send(1, update_frame(hosts[1], 8, 0, b, JOB) + TRAILER)
+    multicast = switch.ports.receive(2)
+    switch.ports.send(0, update_frame(hosts[0], 8, 0, a, JOB) + TRAILER)  # retransmission
+    unicast = switch.ports.receive(1)
+    for received, index in ((multicast, 0), (multicast, 1), (unicast, 0)):
+        check_result(switch, received, index, slot=8, shadow_set=0, seq=0, expected=a + b, exponent=0)
+        assert len(received.results(index)[0]) == frame_bytes(K)
+    ordinary = bytes(Ether(src=hosts[0].mac, dst=UNKNOWN_MAC) / IP(src=hosts[0].ipv4, dst="10.0.1.1") / UDP(sport=1, dport=2)) + TRAILER
+    switch.ports.send(0, ordinary)
+    received = switch.ports.receive(2)
+    assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [ordinary], [ordinary]]

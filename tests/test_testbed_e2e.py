@@ -9,87 +9,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from protocol.params import REPO_ROOT
 from switches.ebpf.datapath import PIN_ROOT
 from tests.conftest import require_bmv2, require_ebpf
+from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers, run_experiment
 
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
 
 if os.geteuid() != 0:
     pytest.skip("Mininet tests need root", allow_module_level=True)
 
-MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 SMALL = ["topology.workers=4", "workload.elements=20000", "repetitions=2"]
-EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
-
-
-def experiment_argv(out: Path, *overrides: str) -> list[str]:
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--out", str(out), "--switch", "embedded"]
-    for override in overrides:
-        argv += ["--set", override]
-    return argv
-
-
-def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(experiment_argv(out, *overrides), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-
-
-def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str, disturb) -> tuple[int, str]:
-    """Start a long run, wait until a worker matching ``worker_pattern`` runs, call
-    ``disturb(runner, worker_pid)`` a second into the job; return the run's exit status and output."""
-    runner = subprocess.Popen(experiment_argv(out, *overrides), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, stdin=subprocess.DEVNULL)
-    try:
-        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=60)
-        time.sleep(1.0)  # mid-job
-        disturb(runner, worker)
-        output, _ = runner.communicate(timeout=120)
-    finally:
-        if runner.poll() is None:
-            runner.kill()
-    return runner.returncode, output
-
-
-def leftovers(marker: str) -> list[str]:
-    """Interfaces, namespaces and processes an emulation run could leave behind."""
-    found = []
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    for line in links.splitlines():
-        name = line.split(": ")[1].split("@")[0]
-        if EMULATION_INTERFACE.match(name):
-            found.append(f"interface {name}")
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
-    found += [f"netns {n}" for n in netns if n.startswith(("h", "s")) and n[1:].isdigit()]
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline or "mininet:" in cmdline:
-            found.append(f"process {proc.name}: {cmdline.strip()}")
-    return found
-
-
-def wait_for_process(pattern: str, timeout: float) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
-        if found:
-            return int(found[0])
-        time.sleep(0.1)
-    raise AssertionError(f"no process matching {pattern!r} within {timeout} s")
 
 
 def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 /*
- * egress.p4 -- SwitchMLEgress: address each result copy to its rank, prune flood echoes,
- * and simulate loss on the link out of the switch (docs/dataplane.md, SwitchMLEgress).
+ * egress.p4 -- SwitchMLEgress: address each result copy to its rank and cut it to a
+ * result's size, prune flood echoes, and simulate loss on the link out of the switch
+ * (docs/dataplane.md, SwitchMLEgress).
  */
 #ifndef SWITCHML_EGRESS_P4
 #define SWITCHML_EGRESS_P4
@@ -10,6 +11,9 @@
 /* standard_metadata.instance_type of a copy made by the multicast engine (bmv2's
  * PKT_INSTANCE_TYPE_REPLICATION). */
 #define INSTANCE_TYPE_REPLICATION 5
+
+/* Bytes of a result: Ethernet (14) + IPv4 (20) + UDP (8) + switchml_h (12) + k int32. */
+#define SWITCHML_FRAME_BYTES (14 + 20 + 8 + 12 + 4 * SWITCHML_K)
 
 control SwitchMLEgress(inout headers_t hdr,
                        inout metadata_t meta,
@@ -50,6 +54,10 @@ control SwitchMLEgress(inout headers_t hdr,
             if (!rank_addr_table.apply().hit) {
                 dropped = true;
             }
+            /* Bytes after the k elements (a trailer outside the IP packet) are not part
+             * of the result. Here, per copy: bmv2 does not carry a truncation made in
+             * ingress over to multicast replicas (it clones the packet's data only). */
+            truncate((bit<32>)SWITCHML_FRAME_BYTES);
         } else if (standard_metadata.instance_type == INSTANCE_TYPE_REPLICATION
                        && standard_metadata.egress_port == meta.ingress_port) {
             /* 2. A flooded copy back out of the port it came in on. */

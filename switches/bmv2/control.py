@@ -17,8 +17,9 @@ import io
 import json
 import logging
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from switches.control import (
     ControlPlaneError,
@@ -39,6 +40,20 @@ log = logging.getLogger(__name__)
 
 THRIFT_ERROR_CODES = {"InvalidTableOperation": "TableOperationErrorCode", "InvalidMcOperation": "McOperationErrorCode"}
 """bmv2 Thrift exception -> the enum of its ``code`` field, in the same ttypes module."""
+
+
+_STDOUT_CAPTURE = threading.Lock()
+"""p4-utils prints instead of returning; capturing it swaps the process-wide sys.stdout.
+Two threads (the runner, a learning controller) swapping it at once can leave it pointing
+at a finished call's buffer, after which every print vanishes; so one capture at a time."""
+
+
+@contextlib.contextmanager
+def _p4utils_printing() -> Iterator[io.StringIO]:
+    """What p4-utils prints inside the block, captured rather than shown."""
+    printed = io.StringIO()
+    with _STDOUT_CAPTURE, contextlib.redirect_stdout(printed):
+        yield printed
 
 
 def _as_api_argument(value: MatchValue) -> str:
@@ -65,9 +80,8 @@ class Bmv2Control(SwitchControl):
         self._errors: tuple[type[BaseException], ...] = (thrift_API.UIn_Error, TException)
         self._res_type = thrift_API.ResType
         self._where = f"simple_switch at {thrift_ip}:{thrift_port}"
-        printed = io.StringIO()
         try:
-            with contextlib.redirect_stdout(printed):
+            with _p4utils_printing() as printed:
                 self._api = SimpleSwitchThriftAPI(
                     thrift_port, thrift_ip=thrift_ip, json_path=None if json_path is None else str(json_path)
                 )
@@ -79,9 +93,9 @@ class Bmv2Control(SwitchControl):
         """Run one p4-utils method with its exceptions intact and its printing logged."""
         function = getattr(type(self._api), method)
         function = getattr(function, "__wrapped__", function)
-        printed = io.StringIO()
+        printed = io.StringIO()  # (rebound by the capture; here for ``finally`` if it never starts)
         try:
-            with contextlib.redirect_stdout(printed):
+            with _p4utils_printing() as printed:
                 return function(self._api, *args)
         except self._errors as error:
             raise ControlPlaneError(f"{self._where}: {method}{args} failed: {error!r} {error}") from error

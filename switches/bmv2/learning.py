@@ -46,6 +46,8 @@ L2_LEARN_SAMPLE = struct.Struct("!6sH")
 """l2_learn_digest_t: srcAddr (bit<48>), ingress_port (bit<9> in two bytes)."""
 POLL_S = 0.2
 """How often the thread looks up from the socket to see whether it should stop."""
+STOP_TIMEOUT_S = 5.0
+"""A Thrift call to a switch that hangs must not hang the teardown: the thread is a daemon."""
 
 
 def parse_learning_notification(message: bytes) -> tuple[tuple[int, int, int], list[tuple[str, int]]] | None:
@@ -94,7 +96,9 @@ class L2LearningController:
 
     def stop(self) -> None:
         self._stopping.set()
-        self._thread.join()
+        self._thread.join(STOP_TIMEOUT_S)
+        if self._thread.is_alive():
+            log.warning("%s: L2 learning controller still busy after %.0f s; leaving it behind", self.name, STOP_TIMEOUT_S)
         self._socket.close()
         self._control.close()
         log.info("%s: L2 learning controller stopped (%d addresses learned)", self.name, self.learned)

@@ -17,6 +17,8 @@ from typing import IO, TYPE_CHECKING, Callable, Mapping
 if TYPE_CHECKING:
     from switches.bmv2.learning import L2LearningController
 
+from network.lifetime import dies_with_this_process
+
 log = logging.getLogger(__name__)
 
 THRIFT_HOST = "127.0.0.1"
@@ -121,7 +123,8 @@ class Bmv2Process:
         command = self.command()
         log.info("%s: %s (log: %s)", self.name, " ".join(command), self.log_path)
         self._log_file = self.log_path.open("ab")
-        self._process = self.popen(command, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT)
+        self._process = self.popen(command, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
+                                   preexec_fn=dies_with_this_process())  # dies with the runner (network.lifetime)
         deadline = time.monotonic() + timeout_s
         while not thrift_answers(self.thrift_port):
             if self._process.poll() is not None:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from network.lifetime import dies_with_this_process
 from protocol import params
 from switches.control import ControlPlaneError
 from switches.embedded.control_client import EmbeddedControl
@@ -92,7 +93,9 @@ class EmbeddedSwitchProcess:
         self._socket_dir = Path(tempfile.mkdtemp(prefix=f"sml-{self.name}-"))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(params.REPO_ROOT), os.environ.get("PYTHONPATH")])))
         with self.log_file.open("ab") as output:
-            self._process = subprocess.Popen(self.command(), cwd=params.REPO_ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+            # dies with the runner (network.lifetime): an orphaned switch would hold its ports
+            self._process = subprocess.Popen(self.command(), cwd=params.REPO_ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                             preexec_fn=dies_with_this_process())
         log.info("started switch %s (pid %d) on %s", self.name, self._process.pid, self.ports)
         try:
             self._wait_ready(timeout)

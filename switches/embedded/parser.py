@@ -1,6 +1,6 @@
 """SwitchMLParser and SwitchMLDeparser over one preallocated frame buffer.
 
-The switch receives every frame into the same ``PacketBuffer`` (recv_into), parses it with
+The switch receives every frame into the same ``PacketBuffer`` (ports.py), parses it with
 one ``struct`` call at the fixed offsets of protocol/packet.py and writes results back
 into the same bytes, so the data path allocates no per-packet buffers. The deparser's
 per-rank result headers are built once per (update header, rank) and then copied in.
@@ -97,7 +97,6 @@ class SwitchMLDeparser:
         ip = bytearray(update_headers[IPV4_OFFSET:UDP_OFFSET])
         ip[12:16] = ip[16:20]  # srcAddr := the update's dstAddr
         ip[16:20] = ipv4.to_bytes(4, "big")
-        ip[10:12] = b"\0\0"
         struct.pack_into("!H", ip, 10, ipv4_checksum(ip))
         udp = bytearray(update_headers[UDP_OFFSET:SWITCHML_OFFSET])
         udp[0:2] = udp[2:4]  # srcPort := the update's dstPort

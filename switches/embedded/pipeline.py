@@ -3,7 +3,8 @@
 This is the v1model pipeline of docs/dataplane.md, minus I/O: the switch loop receives a
 frame into ``packet`` and calls ``process``; frames leave through the per-port transmit
 functions in ``ports``. Keeping sockets out of here lets the control plane, the tests and a
-profiler drive the exact same code.
+profiler drive the exact same code. SwitchMLComputeChecksum runs once per forwarded
+packet, before replication, since egress never changes an ordinary packet's bytes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 from typing import Callable
 
 from switches.control import ProgramSchema, RegisterSchema, lookup
+from switches.embedded.checksum import compute_checksum
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.egress import SwitchMLEgress
 from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, SwitchMLIngress
@@ -78,8 +80,10 @@ class SwitchMLPipeline:
         elif kind == RESULT_TO_PORT:
             self._emit_result(bytes(packet.view[:ADDRESS_HEADERS_BYTES]), decision[2], decision[1])
         elif kind == TO_PORT:
+            compute_checksum(packet.frame, length)
             self._emit(decision[1], packet.view[:length])
         else:  # TO_GROUP: flood, never back out of the ingress port
+            compute_checksum(packet.frame, length)
             frame = packet.view[:length]
             for _rid, port in self.traffic_manager.replicas(decision[1]):
                 if port != in_port:

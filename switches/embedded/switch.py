@@ -1,9 +1,10 @@
 """The port I/O loop: one thread, epoll over every port socket and the control socket.
 
 Readiness of a port drains that socket until EAGAIN (bounded by ``BURST`` so one busy port
-cannot starve the others or the control plane), receiving each frame into the pipeline's
-single preallocated buffer. Control requests are served between bursts by the same loop,
-so they never race the data path and never block it for longer than one request.
+cannot starve the others or the control plane), receiving each frame as it was on the
+wire (802.1Q tag included, see ports.py) into the pipeline's single preallocated buffer.
+Control requests are served between bursts by the same loop, so they never race the data
+path and never block it for longer than one request.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from switches.embedded.control_server import ControlServer
 from switches.embedded.delay_line import DelayLine
 from switches.embedded.pipeline import SwitchMLPipeline
-from switches.embedded.ports import open_port_socket, receive_drops
+from switches.embedded.ports import WireFrameReceiver, open_port_socket, receive_drops
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ class EmbeddedSwitch:
                 sock = open_port_socket(ifname)
                 self._sockets[port] = sock
                 pipeline.ports[port] = sock.send if delay_line is None else delay_line.wrap(sock.send)
-                self._selector.register(sock, selectors.EVENT_READ, functools.partial(self._drain, port, sock.recv_into))
+                receiver = WireFrameReceiver(sock, pipeline.packet.frame)
+                self._selector.register(sock, selectors.EVENT_READ, functools.partial(self._drain, port, receiver.receive))
                 log.info("port %d = %s", port, ifname)
             self._control = ControlServer(pipeline, control_socket, self._selector, self.stats)
         except BaseException:
@@ -58,13 +60,11 @@ class EmbeddedSwitch:
         delayed_errors = 0 if self.delay_line is None else self.delay_line.tx_errors
         return {"rx_drops": {str(p): n for p, n in self._rx_drops.items()}, "tx_errors": self.pipeline.tx_errors + delayed_errors}
 
-    def _drain(self, port: int, recv_into) -> None:
-        frame = self.pipeline.packet.frame
+    def _drain(self, port: int, receive: Callable[[], int | None]) -> None:
         process = self.pipeline.process
         for _ in range(BURST):
-            try:
-                length = recv_into(frame)
-            except BlockingIOError:
+            length = receive()
+            if length is None:
                 return
             process(port, length)
 

@@ -1,0 +1,97 @@
+"""Which folder a run writes its results to: a new one of its own, or the run it resumes.
+
+A new folder is created with a plain ``mkdir`` (no ``exist_ok``), which the kernel does
+atomically: of two runs started in the same second, one gets ``<stamp>`` and the other
+``<stamp>-2``, so they never write into each other's tables. ``--out`` is claimed the same
+way (an existing empty folder is accepted: the user made it for this run).
+
+``--resume`` continues a run only with the config that run was started with: resuming
+with another one would append its numbers under the old run's name. The run's
+``config.yaml`` is the resolved config (defaults and ``--set`` applied), so it is compared
+key by key with the config resolved now, and it is also a config file that resumes
+the run exactly (``resume_command``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import yaml
+
+from experiments.yamlschema import ConfigError
+
+if TYPE_CHECKING:  # analysis imports resume_command without the config machinery
+    from experiments.config import Experiment
+
+MAX_SAME_SECOND_RUNS = 1000
+DIFFERENCES_SHOWN = 5
+
+
+def new_run_dir(parent: Path, stamp: str) -> Path:
+    """``parent/stamp``, or ``parent/stamp-2``, ``-3``, ... if another run took it first."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, MAX_SAME_SECOND_RUNS + 1):
+        candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise ConfigError(f"{parent}: {MAX_SAME_SECOND_RUNS} runs started at {stamp}; choose a folder with --out")
+
+
+def claim_out_dir(path: Path) -> Path:
+    """``--out``: created for this run, or an existing empty folder; never another run's folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        if not path.is_dir():
+            raise ConfigError(f"--out {path}: exists and is not a folder") from None
+        if any(path.iterdir()):
+            raise ConfigError(
+                f"--out {path}: folder is not empty (another run's results?); choose a new folder, "
+                f"or continue that run with --resume {path}"
+            ) from None
+    return path
+
+
+def check_resumable(run_dir: Path, experiment: Experiment) -> None:
+    """Raise ConfigError unless ``run_dir`` is a run started with the config resolved now."""
+    recorded_path = run_dir / "config.yaml"
+    if not run_dir.is_dir():
+        raise ConfigError(f"--resume {run_dir}: no such folder")
+    if not recorded_path.is_file():
+        raise ConfigError(f"--resume {run_dir}: not a run folder (it has no config.yaml)")
+    recorded = yaml.safe_load(recorded_path.read_text())
+    current = yaml.safe_load(yaml.safe_dump(dict(experiment.data)))  # the form config.yaml is written in
+    differences = config_differences(recorded, current)
+    if differences:
+        shown = "; ".join(differences[:DIFFERENCES_SHOWN])
+        more = f"; and {len(differences) - DIFFERENCES_SHOWN} more" if len(differences) > DIFFERENCES_SHOWN else ""
+        raise ConfigError(
+            f"--resume {run_dir}: that run used another config than {experiment.source} "
+            f"({shown}{more}); resume it with {resume_command(run_dir)}"
+        )
+
+
+def config_differences(recorded: Any, current: Any, key: str = "") -> list[str]:
+    """Every dotted key whose value differs, as 'key: <recorded> in the run, <current> now'."""
+    if isinstance(recorded, Mapping) and isinstance(current, Mapping):
+        differences = []
+        for name in sorted(set(recorded) | set(current), key=str):
+            child = f"{key}.{name}" if key else str(name)
+            if name not in current:
+                differences.append(f"{child}: {recorded[name]!r} in the run, not set now")
+            elif name not in recorded:
+                differences.append(f"{child}: not set in the run, {current[name]!r} now")
+            else:
+                differences += config_differences(recorded[name], current[name], child)
+        return differences
+    return [] if recorded == current else [f"{key or '<config>'}: {recorded!r} in the run, {current!r} now"]
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues ``run_dir`` (its own config.yaml is the config it ran with)."""
+    return f"run_experiment.py {run_dir / 'config.yaml'} --resume {run_dir}"

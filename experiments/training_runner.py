@@ -1,0 +1,242 @@
+"""Running a training workload: every method trains the same model through the emulated network.
+
+Before the network is built, the exact reference (float64 sums) and the quantization
+ablation are replayed offline (experiments/training_replay.py) and their learning curves
+written. Then, per method, one worker per host trains step by step (hosts/training.py):
+the runner releases step t, collects every worker's report, and replays the step itself
+(``Replay``): it computes every worker's gradient from the parameters it holds, checks the
+all-reduce result against them exactly as for any other tensor (SwitchML bit for bit, the
+baselines within the float32 bound), applies the verified result, and checks that every
+worker reports the same gradient, result and parameters as its replay (digests). So a step
+verifies only when every worker holds exactly the parameters of a correct training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from experiments.config import Experiment
+from experiments.results import MACHINE
+from experiments.runner import BASELINE_PORT, cpu_seconds, interface_bytes, machine_jiffies
+from experiments.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
+from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series
+from experiments.verify import Verdict, expected_for, verify_baseline, verify_switchml
+from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
+from experiments.yamlschema import ConfigError
+from hosts.training import ARRAYS_RANK
+from network.emulation import EmulatedNetwork
+from network.port_counters import SETTLE_S, account_switch, read_ports
+from switches import programming
+from workloads.training import MLP, TrainingConfig, array_digest, load_dataset, minibatch
+
+log = logging.getLogger(__name__)
+
+
+class TrainingRunner:
+    """The training counterpart of ``ExperimentRunner``: same network, workers and verifier."""
+
+    def __init__(self, experiment: Experiment, target: str, writer: TrainingResultsWriter,
+                 progress: Callable[[str], None]) -> None:
+        self.experiment = experiment
+        self.target = target
+        self.writer = writer
+        self.progress = progress
+        self.point = experiment.points[0]
+        self.config = TrainingConfig.from_workload(self.point.workload)
+        self.n_workers = len(self.point.topology.hosts)
+        self.model = MLP(self.config.hidden_units)
+        self.data = load_dataset(self.config)
+        try:
+            minibatch(self.config, self.data, self.n_workers - 1, self.n_workers, 1)
+        except ValueError as exc:
+            raise ConfigError(f"{experiment.source}: workload.batch_size: {exc}") from None
+
+    def run(self) -> bool:
+        """Replay the references, then train every method not already in the results.
+
+        With one BLAS thread: the model's matrices are small, and on a machine whose cores
+        the emulation keeps busy, OpenBLAS threads waiting for each other made the runner's
+        per-step evaluation about three times slower than one thread (measured on 2 cores).
+        """
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._run()
+
+    def _run(self) -> bool:
+        exact = replay(self.model, self.config, self.data, self.n_workers, exact_sum)
+        self._record_reference(EXACT, EXACT, None, exact, exact)
+        for bits in self.point.workload["ablation_bits"]:
+            ablation = replay(self.model, self.config, self.data, self.n_workers, quantized_sum(self.point.protocol["k"], bits))
+            self._record_reference(ablation_series(bits), "switchml", bits, ablation, exact)
+        pending = []
+        for method in self.point.methods:
+            if self.writer.series_complete(method, self.config.steps):
+                log.info("%s: training already in %s, skipped (resume)", method, self.writer.run_dir)
+                for _ in range(self.config.steps):
+                    self.progress("skipped")
+            else:
+                self.writer.discard(self.point.index, method)
+                pending.append(method)
+        if not pending:
+            return True
+        return self._train_methods(pending, exact)
+
+    def _record_reference(self, series: str, method: str, bits: int | None, trajectory: Trajectory, exact: Trajectory) -> None:
+        if self.writer.series_complete(series, self.config.steps):
+            return
+        self.writer.discard_series(series)
+        rows = [self._step_row(series, method, "offline", bits, 0, self.model.initial_parameters(self.config.seed), exact)]
+        rows += [self._step_row(series, method, "offline", bits, step, trajectory.params[step - 1], exact)
+                 for step in range(1, self.config.steps + 1)]
+        self.writer.add_training_steps(rows)
+        final = rows[-1]
+        log.info("%s (offline): test accuracy %.4f, max |params - exact| %.3g", series, final["test_accuracy"],
+                 max(row["max_param_diff"] for row in rows))
+
+    def _step_row(self, series: str, method: str, source: str, bits: int | None, step: int, params: np.ndarray,
+                  exact: Trajectory, timing: dict[str, Any] | None = None) -> dict[str, Any]:
+        loss, train_accuracy, test_accuracy = self.model.evaluate(params, self.data)
+        reference = exact.params[step - 1] if step else self.model.initial_parameters(self.config.seed)
+        return {
+            "series": series, "method": method, "source": source, "bits": "" if bits is None else bits, "step": step,
+            "loss": loss, "train_accuracy": train_accuracy, "test_accuracy": test_accuracy,
+            "max_param_diff": float(np.max(np.abs(params.astype(np.float64) - reference))),
+            **(timing or {"allreduce_s": "", "compute_s": "", "step_s": "", "emulated_time_s": "", "verified": ""}),
+        }
+
+    def _train_methods(self, methods: list[str], exact: Trajectory) -> bool:
+        """One network for every method; the data set file lives in the work folder while it is held."""
+        protocol = self.point.protocol
+        with EmulatedNetwork(
+            self.point.topology, self.target, self.writer.log_dir / f"point{self.point.index}", k=protocol["k"],
+            max_pool_size=self.experiment.data["switch"]["max_pool_size"], job_id=protocol["job_id"],
+            loss_mechanism=self.point.data["loss_mechanism"],
+        ) as net:
+            net.declare_directory(self.writer.work_dir)
+            work = self.writer.work_dir / f"point{self.point.index}"
+            work.mkdir(parents=True, exist_ok=True)
+            try:
+                dataset_path = work / "dataset.npz"
+                self.data.save(dataset_path)
+                self.writer.record_network(self.point.index, net.describe())
+                ok = True
+                for method in methods:
+                    ok &= self._train(net, method, self._spec(method, dataset_path), work, exact)
+                return ok
+            finally:
+                shutil.rmtree(self.writer.work_dir, ignore_errors=True)
+
+    def _spec(self, method: str, dataset_path: Path) -> dict[str, Any]:
+        """What hosts/worker.py needs: the method's usual keys and the training section."""
+        hosts = self.point.topology.hosts
+        return {
+            "method": method, "n_workers": self.n_workers, "switch_ipv4": self.point.topology.aggregator_ipv4,
+            "protocol": dict(self.point.protocol), "peers": [[h.ipv4, BASELINE_PORT] for h in hosts],
+            "job_timeout_s": self.point.limits["job_timeout_s"], "connect_timeout_s": self.point.limits["worker_start_s"],
+            "training": {"config": self.config.as_dict(), "dataset": str(dataset_path)},
+        }
+
+    def _train(self, net: EmulatedNetwork, method: str, spec: dict[str, Any], work: Path, exact: Trajectory) -> bool:
+        point = self.point
+        spec_path = work / f"{method}.json"
+        spec_path.write_text(json.dumps(spec, indent=1))
+        hosts = [net.host(h.name) for h in point.topology.hosts]
+        ports = {sw.name: [i.name for i in sw.intfList() if i.name != "lo"] for sw in net.net.switches}
+        switch_intfs = [i for intfs in ports.values() for i in intfs]
+        switches = {sw.name: sw.switch_pid for sw in net.net.switches}
+        programming.reset_aggregation_state(net.aggregator_control, point.protocol["k"])
+        job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
+        state = Replay(self.model, self.config, self.data, self.n_workers)
+        ok, emulated_s = True, 0.0
+        with WorkerGroup(method, hosts, spec_path, self.writer.log_dir / f"point{point.index}", dependencies=switches) as group:
+            group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
+            processes = {h.name: p.pid for h, p in zip(point.topology.hosts, group.procs)} | switches
+            for control in net.controls.values():
+                programming.reset_event_counters(control)
+            cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+            machine_before, tx_before, ports_before = machine_jiffies(), {i: interface_bytes(i) for i in switch_intfs}, read_ports(switch_intfs)
+            t0 = time.monotonic()
+            self.writer.add_training_steps([self._step_row(method, method, "network", self._bits(method), 0, state.params, exact,
+                                                           _timing(0.0, 0.0, 0.0, 0.0, True))])
+            for step in range(1, self.config.steps + 1):
+                group.release(step)
+                reports = group.collect("done", job_limit, grace_s=REPORT_GRACE_S)
+                verdicts = verify_step(state, method, reports, point.protocol["k"])
+                verified = all(v.verified for v in verdicts)
+                for rank, verdict in enumerate(verdicts):
+                    if not verdict.verified:
+                        log.error("%s step %d rank %d: NOT VERIFIED: %s", method, step, rank, verdict.detail)
+                ok &= verified
+                allreduce_s = max(r["stats"]["tat_s"] for r in reports)
+                compute_s = max(r["compute_s"] for r in reports)
+                step_s = max(r["stats"]["tat_s"] + r["compute_s"] for r in reports)
+                emulated_s += step_s
+                row = self._step_row(method, method, "network", self._bits(method), step, state.params, exact,
+                                     _timing(allreduce_s, compute_s, step_s, emulated_s, verified))
+                self.writer.add_repetition(point, method, step, reports, verdicts, {}, {}, {}, {}, net.report.loss_mechanism)
+                self.writer.add_training_steps([row])
+                self.progress(f"{method} step {step}: test accuracy {row['test_accuracy']:.3f}")
+            wall = time.monotonic() - t0
+            cpu = {name: (cpu_seconds(pid) - cpu_before[name]) / wall for name, pid in processes.items()}
+            machine_after = machine_jiffies()
+            cpu[MACHINE] = (machine_after[0] - machine_before[0]) / max(1, machine_after[1] - machine_before[1])
+            tx_mbps = {i: (interface_bytes(i) - tx_before[i]) * 8 / wall / 1e6 for i in switch_intfs}
+            time.sleep(SETTLE_S)
+            ports_after = read_ports(switch_intfs)
+            counters = {sw: programming.read_event_counters(c) for sw, c in net.controls.items()}
+            frames = {sw: account_switch(ports_before, ports_after, ports[sw], counters[sw]) for sw in counters}
+            self.writer.add_whole_training(point, method, counters, frames, cpu, tx_mbps, net.report.loss_mechanism)
+            group.finish()
+        return ok
+
+    @staticmethod
+    def _bits(method: str) -> int | None:
+        return 32 if method == "switchml" else None
+
+
+def _timing(allreduce_s: float, compute_s: float, step_s: float, emulated_s: float, verified: bool) -> dict[str, Any]:
+    return {"allreduce_s": allreduce_s, "compute_s": compute_s, "step_s": step_s, "emulated_time_s": emulated_s,
+            "verified": verified}
+
+
+def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: int) -> list[Verdict]:
+    """Verify one step's all-reduce against the replay's gradients and advance the replay.
+
+    Rank ``ARRAYS_RANK``'s result arrays are verified as any all-reduce result is; every
+    rank's digests must then equal the replay's: its gradient, that verified result (and
+    integer sum) and the parameters after applying it. The replay applies the result the
+    workers received, so a failed step is reported and the training continues from what
+    the workers hold.
+    """
+    gradients = state.gradients()
+    expected = expected_for(gradients, k)
+    arrays = reports[ARRAYS_RANK]
+    values = np.load(arrays["result"])
+    int_sum = np.load(arrays["int_sum"]) if "int_sum" in arrays else None
+    for key in ("result", "int_sum"):
+        if key in arrays:
+            Path(arrays[key]).unlink()
+    if method == "switchml":
+        verdict = verify_switchml(expected, values, int_sum)
+    else:
+        verdict = verify_baseline(expected, values)
+    params = state.apply(values)
+    shared = {"result": array_digest(values), "parameters": array_digest(params)}
+    if int_sum is not None:
+        shared["int_sum"] = array_digest(int_sum)
+    verdicts = []
+    for rank, report in enumerate(reports):
+        want = {"gradient": array_digest(gradients[rank]), **shared}
+        differ = [name for name, digest in want.items() if report["digests"].get(name) != digest]
+        if differ:
+            verdicts.append(Verdict(False, float("inf"), f"{', '.join(differ)} differ from the replay's (rank {ARRAYS_RANK}'s verified result)"))
+        else:
+            verdicts.append(verdict)
+    return verdicts

@@ -1,0 +1,82 @@
+"""The training workload on a worker: one SGD step per runner command, through any method.
+
+``hosts.worker`` hands a spec with a ``training`` section to ``serve_training`` instead of
+replaying a fixed tensor. The conversation with the runner is the same (ready, then one
+``go <n>`` and one ``done`` per all-reduce, then ``exit``), with ``n`` the step (1, 2, ...):
+
+    runner -> "go <step>"
+    worker -> {"event": "done", "repetition": step, "stats": {...}, "compute_s": s,
+               "digests": {"gradient": .., "result": .., "int_sum": .., "parameters": ..},
+               "result": "path.npy", "int_sum": "path.npy"}     (the two paths: rank 0 only)
+
+Why digests: the runner replays the training (experiments/training_replay.py), so it knows
+every worker's gradient; a worker reports a digest of its gradient, of its all-reduce
+result (and SwitchML's integer sum) and of its parameters after the update, and rank 0
+also its result arrays, which the runner verifies as it verifies any all-reduce. Equal
+digests then say that every worker computed that gradient, received that verified result
+and holds the same parameters, without shipping 8 copies of each array every step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from hosts.worker import METHODS, emit
+from workloads.training import MLP, Dataset, TrainingConfig, array_digest, sgd_update, worker_gradient
+
+ARRAYS_RANK = 0
+"""The rank that writes its result arrays for the runner to verify in full."""
+
+
+def steps(commands: IO[str]) -> Iterator[int]:
+    """The steps the runner releases, in order, until it says exit."""
+    expected = 1
+    for line in commands:
+        command = line.split()
+        if command == ["exit"]:
+            return
+        if len(command) != 2 or command[0] != "go" or command[1] != str(expected):
+            raise ValueError(f"expected 'go {expected}' or 'exit' from the runner, got {line.strip()!r}")
+        yield expected
+        expected += 1
+    raise EOFError("the runner closed stdin before saying exit")
+
+
+def serve_training(spec: dict[str, Any], rank: int, out_dir: Path) -> None:
+    """Train: each released step computes this rank's gradient, all-reduces it, applies the sum."""
+    training = spec["training"]
+    config = TrainingConfig(**training["config"])
+    data = Dataset.load(Path(training["dataset"]))
+    model = MLP(config.hidden_units)
+    n_workers = spec["n_workers"]
+    params = model.initial_parameters(config.seed)
+    method = METHODS[spec["method"]](spec, rank)
+    try:
+        emit({"event": "ready"})
+        for step in steps(sys.stdin):
+            started = time.perf_counter()
+            gradient = worker_gradient(model, config, data, params, rank, n_workers, step)
+            compute_s = time.perf_counter() - started
+            values, int_sum, stats = method.allreduce(gradient)
+            params = sgd_update(params, values, n_workers, config.learning_rate)
+            digests = {"gradient": array_digest(gradient), "result": array_digest(values), "parameters": array_digest(params)}
+            event: dict[str, Any] = {"event": "done", "repetition": step, "stats": dataclasses.asdict(stats),
+                                     "compute_s": compute_s, "digests": digests}
+            if int_sum is not None:
+                digests["int_sum"] = array_digest(int_sum)
+            if rank == ARRAYS_RANK:
+                event["result"] = str(out_dir / f"{spec['method']}-step{step}.npy")
+                np.save(event["result"], values)
+                if int_sum is not None:
+                    event["int_sum"] = str(out_dir / f"{spec['method']}-step{step}-int.npy")
+                    np.save(event["int_sum"], int_sum)
+            emit(event)
+    finally:
+        method.close()

@@ -1,0 +1,165 @@
+"""Remove what a killed run left behind: its processes, interfaces and temporary folders.
+
+    sudo .venv/bin/python -m network.cleanup
+
+A run that is killed with SIGKILL cannot clean up. Its workers and switch die with it
+(network.lifetime), but a network-building run also leaves veths in the root namespace
+(the kernel frees those of dead namespaces only minutes later, and never the links
+between two switches), its temporary folders, and any process it started without the
+parent-death signal. ``remove_leftovers`` removes exactly what the dead run recorded in
+the network lock (network.lock); every run calls it when it finds such a record, so
+usually nothing is left for a user to do.
+
+The command is for the rest: it does the same while no run holds the network, and also
+removes what no record names -- testbed interfaces (``hN-ethM``, ``sN-ethM``) in the root
+namespace, processes marked with the pid of a dead holder, networks' temporary folders
+(``/tmp/switchml-net-*``) and embedded-switch socket folders (``/tmp/sml-*``) whose switch
+no longer answers. It refuses while a run holds the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from network.lock import HOLDER_ENV, HolderRecord, NetworkLock
+
+log = logging.getLogger("network.cleanup")
+
+TESTBED_INTERFACE = re.compile(r"^[hs]\d+-eth\d+$")
+SCRATCH_PREFIX = "switchml-net-"
+"""An emulated network's temporary folder (network.emulation)."""
+SWITCH_SOCKET_DIRS = "sml-*"
+"""The embedded switch's control-socket folders (switches/embedded/launcher.py)."""
+KILL_WAIT_S = 5.0
+
+
+def remove_leftovers(record: HolderRecord) -> list[str]:
+    """Kill the dead holder's processes, delete its interfaces and folders; what was removed."""
+    removed = [f"process {pid}" for pid in kill_marked_processes({record.pid})]
+    removed += [f"interface {name}" for name in delete_interfaces(record.interfaces)]
+    for directory in map(Path, record.directories):
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(f"folder {directory}")
+    return removed
+
+
+def kill_marked_processes(holders: set[int]) -> list[int]:
+    """SIGKILL every process whose environment names one of ``holders`` as its network
+    holder, and wait for them to go; the pids killed."""
+    marks = {f"{HOLDER_ENV}={pid}".encode() for pid in holders}
+    killed = []
+    for pid, environ in _environments():
+        if pid != os.getpid() and marks & set(environ.split(b"\0")):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + KILL_WAIT_S
+    while any(Path(f"/proc/{pid}").exists() for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return killed
+
+
+def _environments() -> list[tuple[int, bytes]]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append((int(entry.name), (entry / "environ").read_bytes()))
+            except OSError:  # gone meanwhile, or a kernel thread
+                continue
+    return found
+
+
+def root_interfaces() -> list[str]:
+    """Names of the interfaces in the root namespace."""
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return [line.split(": ")[1].split("@")[0] for line in out.splitlines()]
+
+
+def delete_interfaces(names: list[str]) -> list[str]:
+    """Delete those of ``names`` that exist (a veth takes its peer with it); the ones deleted."""
+    present = set(root_interfaces())
+    deleted = []
+    for name in names:
+        if name in present and subprocess.run(["ip", "link", "delete", name], capture_output=True).returncode == 0:
+            deleted.append(name)
+    return deleted
+
+
+def dead_holders() -> set[int]:
+    """Pids named as network holder by some process's environment that no longer exist."""
+    holders = set()
+    for _, environ in _environments():
+        for item in environ.split(b"\0"):
+            if item.startswith(f"{HOLDER_ENV}=".encode()):
+                holders.add(int(item.split(b"=", 1)[1]))
+    return {pid for pid in holders if not Path(f"/proc/{pid}").exists()}
+
+
+def stale_switch_socket_dirs() -> list[Path]:
+    """Embedded-switch socket folders whose switch is gone (its socket refuses connections).
+    A folder without a socket may belong to a switch still starting, and is left alone."""
+    stale = []
+    for directory in Path(tempfile.gettempdir()).glob(SWITCH_SOCKET_DIRS):
+        path = directory / "control.sock"
+        if not path.is_socket():
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+            except ConnectionRefusedError:
+                stale.append(directory)
+    return stale
+
+
+def clean_all() -> list[str]:
+    """Everything ``remove_leftovers`` removes, and the unrecorded rest (see the module doc).
+    The caller holds the network lock."""
+    removed = [f"process {pid}" for pid in kill_marked_processes(dead_holders())]
+    testbed = [name for name in root_interfaces() if TESTBED_INTERFACE.match(name)]
+    removed += [f"interface {name}" for name in delete_interfaces(testbed)]
+    scratch = sorted(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"))  # no network is up: none is in use
+    for directory in scratch + stale_switch_socket_dirs():
+        shutil.rmtree(directory, ignore_errors=True)
+        removed.append(f"folder {directory}")
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m network.cleanup", description=__doc__.split("\n\n")[0])
+    parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+    if os.geteuid() != 0:
+        log.error("cleaning up namespaces, interfaces and processes needs root: run with sudo")
+        return 2
+    lock = NetworkLock()
+    if not lock.acquire(wait=False):
+        log.error("a run holds the network (%s); nothing cleaned: stop that run first", lock.holder())
+        return 1
+    try:
+        removed = remove_leftovers(lock.previous) if lock.previous is not None else []
+        removed += clean_all()
+    finally:
+        lock.release()
+    for item in removed:
+        log.info("removed %s", item)
+    log.info("nothing left behind" if not removed else f"removed {len(removed)} leftover(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

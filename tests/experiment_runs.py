@@ -1,0 +1,95 @@
+"""Running run_experiment.py as a user would, disturbing it mid-run, and finding what it left.
+
+Shared by the end-to-end tests (test_testbed_e2e, test_reliability): each starts the real
+command on the embedded switch and checks afterwards that no interface, namespace or
+process of the run survived.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from network.lock import NetworkLock
+from protocol.params import REPO_ROOT
+
+MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
+EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
+
+
+def experiment_argv(out: Path, *overrides: str, config: Path = MAIN_CONFIG) -> list[str]:
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--out", str(out), "--switch", "embedded"]
+    for override in overrides:
+        argv += ["--set", override]
+    return argv
+
+
+def run_experiment(out: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(experiment_argv(out, *overrides), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
+                    disturb: Callable[[subprocess.Popen, int], None], config: Path = MAIN_CONFIG) -> tuple[int, str]:
+    """Start a long run, wait until a worker matching ``worker_pattern`` runs, call
+    ``disturb(runner, worker_pid)`` a second into the job; return the run's exit status and output."""
+    runner = subprocess.Popen(experiment_argv(out, *overrides, config=config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, stdin=subprocess.DEVNULL)
+    try:
+        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=60)
+        time.sleep(1.0)  # mid-job
+        disturb(runner, worker)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    return runner.returncode, output
+
+
+def leftovers(marker: str) -> list[str]:
+    """Interfaces, namespaces, processes and the work folder (inputs) a run in the results
+    folder ``marker`` could leave behind. Looked for while holding the network lock, so that
+    the live network of another run on the machine is not taken for leftovers."""
+    lock = NetworkLock()
+    lock.acquire()
+    try:
+        found = _leftovers(marker)
+        if lock.previous is not None:
+            found.append(f"the network lock's record of pid {lock.previous.pid}, which died holding it")
+    finally:
+        lock.release()
+    return found
+
+
+def _leftovers(marker: str) -> list[str]:
+    found = [f"folder {Path(marker, 'work')}"] if Path(marker, "work").exists() else []
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(": ")[1].split("@")[0]
+        if EMULATION_INTERFACE.match(name):
+            found.append(f"interface {name}")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    found += [f"netns {n}" for n in netns if n.startswith(("h", "s")) and n[1:].isdigit()]
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline or "mininet:" in cmdline:
+            found.append(f"process {proc.name}: {cmdline.strip()}")
+    return found
+
+
+def wait_for_process(pattern: str, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+        if found:
+            return int(found[0])
+        time.sleep(0.1)
+    raise AssertionError(f"no process matching {pattern!r} within {timeout} s")

@@ -1,0 +1,438 @@
+"""What a run does when it is killed, disturbed or given bad input (issue 9), reproduced.
+
+Each test reproduces one way a run used to go wrong: bad input that gave a traceback, a
+resume of the wrong run, results folders shared by two runs, a stopped run that broke the
+analysis, a time limit that meant different things per method, an unwritable results
+folder, a second Ctrl-C during teardown, and kill -9 of the runner or of the switch. The
+Mininet ones really start and kill processes, with small tensors so each takes seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.__main__ import main as analysis_main
+from network.lock import LOCK_PATH, HolderRecord
+from protocol.params import REPO_ROOT
+from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers, run_experiment, wait_for_process
+
+MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
+FIXTURE = REPO_ROOT / "tests" / "data" / "results_small"
+EXIT_CONFIG = 2
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), *args],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if " ERROR " in line]
+
+
+# -- 5. bad input: one line naming the file and the key, exit 2 ---------------------------
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "run"])
+def test_missing_trace_model_names_config_and_key(dry_run: bool) -> None:
+    args = [str(MAIN_CONFIG), "--set", "workload={kind: trace, model: no_such_model}"] + (["--dry-run"] if dry_run else [])
+    done = run_cli(*args)
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert f"{MAIN_CONFIG}: workload.model: " in line
+    assert "no_such_model.yaml" in line and "resnet50" in line  # what was looked for, what exists
+
+
+def test_directory_as_config_is_refused() -> None:
+    done = run_cli(str(REPO_ROOT / "configs"), "--dry-run")
+    assert done.returncode == EXIT_CONFIG
+    assert "Traceback" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert line.endswith(f"{REPO_ROOT / 'configs'}: is a directory, not a YAML file")
+
+
+def test_binary_file_as_config_is_refused(tmp_path: Path) -> None:
+    binary = tmp_path / "model.pt"
+    binary.write_bytes(bytes(range(256)))
+    done = run_cli(str(binary), "--dry-run")
+    assert done.returncode == EXIT_CONFIG
+    assert "Traceback" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert f"{binary}: not a text (YAML) file" in line
+
+
+@pytest.mark.parametrize("name", ["..", "."])
+def test_name_that_leaves_results_is_refused(name: str) -> None:
+    done = run_cli(str(MAIN_CONFIG), "--set", f"name='{name}'", "--dry-run")
+    assert done.returncode == EXIT_CONFIG
+    [line] = error_lines(done.stderr)
+    assert f"{MAIN_CONFIG}: name: '{name}' would put the results outside results/" in line
+
+
+# -- 4. --resume only continues the run it names, with that run's config ----------------
+
+
+def test_resume_with_another_config_is_refused_naming_what_differs(tmp_path: Path) -> None:
+    other = tmp_path / "tat_vs_size"
+    shutil.copytree(FIXTURE / "tat_vs_size", other)
+    recorded = (other / "config.yaml").read_text()
+    done = run_cli(str(MAIN_CONFIG), "--resume", str(other))
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    [line] = error_lines(done.stderr)
+    assert "that run used another config than" in line
+    assert "name: 'tat_vs_size' in the run, '8workers' now" in line
+    assert f"resume it with run_experiment.py {other / 'config.yaml'} --resume {other}" in line
+    assert (other / "config.yaml").read_text() == recorded  # untouched
+    assert not (other / "logs").exists()
+
+
+def test_resume_of_a_missing_folder_is_an_error(tmp_path: Path) -> None:
+    done = run_cli(str(MAIN_CONFIG), "--resume", str(tmp_path / "mistyped"))
+    assert done.returncode == EXIT_CONFIG
+    [line] = error_lines(done.stderr)
+    assert line.endswith(f"--resume {tmp_path / 'mistyped'}: no such folder")
+    assert not (tmp_path / "mistyped").exists()
+
+
+def test_out_folder_of_another_run_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "run"
+    shutil.copytree(FIXTURE / "tat_vs_size", other)
+    done = run_cli(str(MAIN_CONFIG), "--out", str(other))
+    assert done.returncode == EXIT_CONFIG
+    [line] = error_lines(done.stderr)
+    assert f"--out {other}: folder is not empty" in line
+
+
+# -- 9. an incomplete run does not break the analysis ------------------------------------
+
+
+def test_analysis_skips_an_incomplete_run_saying_how_to_finish_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(FIXTURE, results)
+    stopped = results / "tat_vs_size_stopped"
+    shutil.copytree(FIXTURE / "tat_vs_size", stopped)
+    (stopped / "summary.json").unlink()  # what an interrupted run leaves
+    with caplog.at_level(logging.WARNING):
+        assert analysis_main([str(results), "--out", str(tmp_path / "figures")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "incomplete" in r.getMessage()]
+    assert warnings == [
+        f"skipped {stopped}: incomplete (no summary.json: interrupted or failed); "
+        f"finish it with run_experiment.py {stopped / 'config.yaml'} --resume {stopped}"
+    ]
+    assert (tmp_path / "figures" / "tat_vs_size.csv").exists()
+
+
+def test_a_runs_own_config_resumes_it() -> None:
+    """The command the warning suggests passes --resume's check: config.yaml is the resolved config."""
+    from experiments.config import load_experiment
+    from experiments.run_dir import check_resumable
+
+    run = FIXTURE / "tat_vs_size"
+    check_resumable(run, load_experiment(run / "config.yaml"))
+    assert yaml.safe_load((run / "config.yaml").read_text())["name"] == "tat_vs_size"
+    assert json.loads((run / "summary.json").read_text())["config"] == "tat_vs_size"
+
+
+
+# -- 1. what a holder of the network that is killed leaves, and who removes it -----------
+
+HOLDER = """
+import subprocess, sys, time
+from pathlib import Path
+from network.lock import NetworkLock
+lock = NetworkLock(Path(sys.argv[1]))
+lock.acquire()
+lock.declare(interfaces=["s9-eth1"], directories=[sys.argv[2]])
+orphan = subprocess.Popen(["sleep", "60"])  # no parent-death signal: it outlives this process
+print(orphan.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_lock_holder_is_cleaned_up_after_by_the_next_one(tmp_path: Path) -> None:
+    from network.cleanup import remove_leftovers
+    from network.lock import NetworkLock
+
+    lock_path, work = tmp_path / "lock", tmp_path / "work"
+    work.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_path), str(work)], cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    orphan = int(holder.stdout.readline())
+    holder.kill()
+    holder.wait()
+    assert Path(f"/proc/{orphan}").exists()
+
+    lock = NetworkLock(lock_path)
+    assert lock.acquire(wait=False)
+    try:
+        assert lock.previous == HolderRecord(pid=holder.pid, interfaces=["s9-eth1"], directories=[str(work)])
+        assert remove_leftovers(lock.previous) == [f"process {orphan}", f"folder {work}"]
+    finally:
+        lock.release()
+    assert not Path(f"/proc/{orphan}").exists() and not work.exists()
+    assert lock_path.read_text() == ""  # released normally: nothing for the next holder to do
+
+
+# -- end to end, in Mininet --------------------------------------------------------------
+
+
+
+def in_mininet(test):
+    """Marks of a test that starts Mininet (root)."""
+    for mark in (pytest.mark.mininet, pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="Mininet tests need root")):
+        test = mark(test)
+    return test
+
+LONG_JOB = ["workload.elements=2000000", "topology.link.bw_mbps=2"]
+"""A job that lasts tens of seconds: whatever disturbs it happens mid-job."""
+
+
+def holder_record(pid: int) -> HolderRecord:
+    """The network lock's record while run ``pid`` holds it."""
+    record = HolderRecord.parse(LOCK_PATH.read_text())
+    assert record.pid == pid, f"the network is held by {record.pid}, not by the run {pid}"
+    return record
+
+
+def pids_of(pattern: str) -> list[int]:
+    return [int(p) for p in subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()]
+
+
+def lock_waiters() -> set[int]:
+    """Pids blocked waiting for the network lock (from /proc/locks)."""
+    inode = LOCK_PATH.stat().st_ino
+    waiters = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == "->" and fields[2] == "FLOCK" and int(fields[6].rsplit(":", 1)[1]) == inode:
+            waiters.add(int(fields[5]))
+    return waiters
+
+
+def wait_until_only_waiter(pid: int, timeout: float) -> None:
+    """Until ``pid`` is the one process waiting for the network, so that it is the one that
+    gets it next (other runs on the machine may be queued for it too)."""
+    deadline = time.monotonic() + timeout
+    while lock_waiters() != {pid}:
+        assert time.monotonic() < deadline, f"waiting for the network: {lock_waiters()}, not only {pid}"
+        time.sleep(0.05)
+
+
+@in_mininet
+def test_runner_killed_with_sigkill_takes_its_processes_along_and_the_next_run_removes_the_rest(
+        tmp_path: Path) -> None:
+    killed_out, next_out = tmp_path / "killed", tmp_path / "next"
+    runner = subprocess.Popen(experiment_argv(killed_out, "topology.workers=3", "methods=[ring]", *LONG_JOB),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    next_log = tmp_path / "next.log"
+    try:
+        wait_for_process(f"hosts.worker {killed_out}", timeout=60)
+        time.sleep(1.0)  # mid-job
+        record = holder_record(runner.pid)
+        children = pids_of(f"hosts.worker {killed_out}") + pids_of(f"switches.embedded .*--log-file {killed_out}")
+        assert len(children) == 4  # 3 workers and the switch
+        with next_log.open("w") as log_file:  # the next run waits for the network before the kill
+            follower = subprocess.Popen(experiment_argv(next_out, "topology.workers=3", "methods=[ring]", "repetitions=1",
+                                                        "workload.elements=20000"),
+                                        stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        wait_until_only_waiter(follower.pid, timeout=60)
+        runner.kill()
+        runner.wait()
+        deadline = time.monotonic() + 2.0
+        while any(Path(f"/proc/{pid}").exists() for pid in children):
+            assert time.monotonic() < deadline, "workers or switch outlived the killed runner by 2 s"
+            time.sleep(0.05)
+        assert follower.wait(timeout=120) == 0, next_log.read_text()
+    finally:
+        for process in (runner, locals().get("follower")):
+            if process is not None and process.poll() is None:
+                process.kill()
+    output = next_log.read_text()
+    assert f"the run with pid {runner.pid} died holding the network; removed what it left: " in output
+    assert not any(Path(d).exists() for d in record.directories)  # its scratch folder and its tensors
+    assert not leftovers(str(killed_out)) and not leftovers(str(next_out))
+
+
+@in_mininet
+def test_killed_switch_fails_the_run_at_once_naming_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    killed: dict[str, float] = {}
+
+    def kill_switch(runner: subprocess.Popen, worker: int) -> None:
+        [switch] = pids_of(f"switches.embedded .*--log-file {out}")
+        killed["pid"], killed["at"] = switch, time.monotonic()
+        os.kill(switch, signal.SIGKILL)
+        runner.wait(timeout=60)
+        killed["runner_exited_after_s"] = time.monotonic() - killed["at"]
+
+    code, output = disturb_mid_run(out, ["topology.workers=2", "methods=[switchml]", *LONG_JOB], "", kill_switch)
+    assert code == 3, output
+    assert f"switch s1 (pid {killed['pid']}) exited with status -9" in output
+    assert killed["runner_exited_after_s"] < 3.0, f"took {killed['runner_exited_after_s']:.1f} s (limit 60 s)"
+    assert "Traceback" not in output
+    assert not leftovers(str(out))
+
+
+@in_mininet
+def test_ctrl_c_again_during_teardown_still_tears_down(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    held: list[HolderRecord] = []
+
+    def interrupt_repeatedly(runner: subprocess.Popen, worker: int) -> None:
+        held.append(holder_record(runner.pid))
+        runner.send_signal(signal.SIGINT)
+        while runner.poll() is None:  # an impatient user, until the run has exited
+            runner.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+
+    code, output = disturb_mid_run(out, ["topology.workers=3", "methods=[ring]", *LONG_JOB], "", interrupt_repeatedly)
+    assert code == 130, output
+    assert "already stopping, the network is being torn down" in output
+    assert "interrupted; network torn down" in output and "Traceback" not in output
+    assert not any(Path(d).exists() for d in held[0].directories)
+    assert not leftovers(str(out))
+
+
+@in_mininet
+@pytest.mark.parametrize("method", ["switchml", "ring", "ps"])
+def test_job_time_limit_is_a_total_deadline_for_every_method(tmp_path: Path, method: str) -> None:
+    out = tmp_path / "run"
+    started = time.monotonic()
+    done = run_experiment(out, "topology.workers=2", f"methods=[{method}]", "limits.job_timeout_s=1", *LONG_JOB)
+    took = time.monotonic() - started
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert (f"{method}: rank " in done.stderr and "did not finish the all-reduce within limits.job_timeout_s = 1 s "
+            "(raise it with --set limits.job_timeout_s=<seconds> if the job is only slow)" in done.stderr), done.stderr
+    assert took < 20, f"{method}: a 1 s limit took {took:.0f} s to fail"
+    assert "Traceback" not in done.stderr
+    assert not leftovers(str(out))
+
+
+@in_mininet
+def test_a_run_never_writes_into_a_folder_another_run_created(tmp_path: Path) -> None:
+    """Two runs started in the same second: the later one finds <stamp> taken and uses <stamp>-2.
+    The folders another run took are made up front, for this second and the next few."""
+    from experiments.results import utc_stamp
+
+    name = f"test-reliability-{os.getpid()}"
+    parent = REPO_ROOT / "results" / name
+    try:
+        now = time.time()
+        taken = {utc_stamp(now + dt) for dt in range(5)}
+        for stamp in taken:
+            (parent / stamp).mkdir(parents=True)
+            (parent / stamp / "other-run").write_text("")
+        argv = experiment_argv(tmp_path / "unused", f"name={name}", "topology.workers=2", "methods=[switchml]",
+                               "repetitions=1", "workload.elements=2000")
+        del argv[argv.index("--out"):argv.index("--out") + 2]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        [ours] = [p for p in parent.iterdir() if p.name not in taken]
+        assert ours.name.endswith("-2") and ours.name[:-2] in taken
+        assert (ours / "summary.json").exists()
+        assert all(sorted(p.name for p in (parent / stamp).iterdir()) == ["other-run"] for stamp in taken)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_concurrent_runs_in_one_second_get_distinct_folders(tmp_path: Path) -> None:
+    from experiments.run_dir import new_run_dir
+
+    with ProcessPoolExecutor(4) as pool:
+        folders = list(pool.map(new_run_dir, [tmp_path] * 8, ["20261130T000000Z"] * 8))
+    assert sorted(p.name for p in folders) == sorted(["20261130T000000Z"] + [f"20261130T000000Z-{n}" for n in range(2, 9)])
+
+
+# -- 7. a results folder that cannot be written: one line, exit 4 --------------------------
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    """A 24 kB file system: room for the run's first files, not for its tensors."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@in_mininet
+@pytest.mark.parametrize("case", ["read-only", "full"])
+def test_unwritable_results_folder_is_one_line_and_exit_4(small_tmpfs: Path, case: str) -> None:
+    out = small_tmpfs / "run"
+    if case == "read-only":
+        subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    done = run_experiment(out, "topology.workers=2", "methods=[switchml]", "repetitions=1", "workload.elements=20000")
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = error_lines(done.stderr)
+    expected = "[Errno 30] Read-only file system" if case == "read-only" else "its file system is full"
+    assert f"cannot write the results in {out}: " in line and expected in line, line
+    assert not leftovers(str(out))
+
+
+@in_mininet
+def test_cleanup_command_removes_what_no_record_names(tmp_path: Path) -> None:
+    """The documented command, for leftovers of runs that left no record (older versions,
+    hand-made networks): testbed-named interfaces, processes of a dead network holder,
+    switch socket folders whose switch is gone. Names no testbed topology uses."""
+    from network.lock import HOLDER_ENV
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    marked = subprocess.Popen(["sleep", "600"], env={**os.environ, HOLDER_ENV: str(dead.pid)})
+    socket_dir = Path(tempfile.mkdtemp(prefix="sml-reliability-test-"))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as gone:
+        gone.bind(str(socket_dir / "control.sock"))  # a switch that died: its socket refuses
+    subprocess.run(["ip", "link", "add", "s99-eth99", "type", "veth", "peer", "name", "h99-eth99"], check=True)
+    try:
+        deadline = time.monotonic() + 300
+        while (done := subprocess.run([sys.executable, "-m", "network.cleanup"], cwd=REPO_ROOT, capture_output=True,
+                                      text=True, timeout=60)).returncode == 1:  # a run holds the network: wait
+            assert time.monotonic() < deadline, done.stderr
+            time.sleep(1)
+        assert done.returncode == 0, done.stderr
+        for removed in (f"process {marked.pid}", f"folder {socket_dir}"):
+            assert f"removed {removed}" in done.stderr
+        assert "removed interface h99-eth99" in done.stderr or "removed interface s99-eth99" in done.stderr  # either takes its peer
+        assert marked.wait(timeout=5) == -signal.SIGKILL
+        assert not socket_dir.exists()
+        assert "s99-eth99" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    finally:
+        marked.kill()
+        subprocess.run(["ip", "link", "delete", "s99-eth99"], capture_output=True)
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+def test_an_error_while_a_switch_is_dead_is_blamed_on_the_switch(tmp_path: Path) -> None:
+    """Between jobs the runner talks to the switch: a control-plane error then is a symptom."""
+    from experiments.workers import DependencyExited, WorkerGroup
+
+    switch = subprocess.Popen(["sleep", "600"])
+    switch.kill()
+    with pytest.raises(DependencyExited, match=rf"^switch s1 \(pid {switch.pid}\) exited with status -9$") as raised:
+        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": switch.pid}) as group:
+            with group.dependencies_checked():
+                raise ConnectionResetError("control socket closed")
+    assert isinstance(raised.value.__cause__, ConnectionResetError)
+    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": os.getpid()}) as group:
+        with pytest.raises(ConnectionResetError), group.dependencies_checked():  # nothing died: the error stands
+            raise ConnectionResetError("control socket closed")
+    switch.wait()

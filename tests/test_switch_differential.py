@@ -1,0 +1,433 @@
+"""The same random frames into the embedded switch and into bmv2 or the eBPF switch: the same
+frames must come out.
+
+Every target implements one program (docs/dataplane.md), so for any input they must send
+the same bytes out of the same ports in the same order and count the same events. This
+test generates a seeded random sequence of frames covering every path of the program:
+updates of both workers into several slots and both shadow sets (new contributions,
+completions, duplicates, retransmissions before and after completion, stale ones), wrong
+job ids, unknown and spoofed senders, malformed updates (truncated, wrong k, wrong
+num_elements, wrong udp.length, bad slot, bad shadow set, bad msg_type), updates with a
+trailer or a wrong IPv4 checksum, and ordinary traffic: IPv4 with right and wrong header
+checksums, with options, with odd version or ihl fields, cut inside its headers, with
+trailing bytes, other etherTypes, 802.1Q, 802.1ad and double-tagged frames (tagged
+updates too). It runs the sequence on the embedded switch (the reference) and on the
+compared target in turn, on the same namespaces, from a fresh switch, and compares step by step.
+
+Lock-step makes the order deterministic on bmv2, whose ports, ingress and egress are
+separate threads. For each step: send the frame, wait until the ingress event counter
+moved (every frame that reaches ingress counts exactly one event), then send two probe
+frames (broadcast, flooded to every port but their own) from two hosts. bmv2 keeps the
+order of packets per egress port, so everything a port sends before its first probe is
+the step's output. Once every probe has arrived, the counters are read.
+
+Ordinary frames go to a few source MACs of earlier ordinary frames (unicast to the port
+where a target learned them, even back out of the sender's port) or to destinations no
+frame comes from (broadcast, multicast, the switch's MAC, unused unicast MACs: flooded).
+The embedded and the eBPF switch learn synchronously, bmv2 through a controller that
+answers its digests a little later, so after each step the compared run waits until its
+l2_table holds as many entries as the embedded switch's did after the same step, and
+compares that count too.
+"""
+
+from __future__ import annotations
+
+import select
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, TypeVar
+
+import numpy as np
+import pytest
+from scapy.layers.inet import IP, TCP, UDP
+from scapy.layers.l2 import Ether
+
+from protocol import params
+from protocol.packet import (
+    ETH_HEADER_BYTES,
+    IPV4_OFFSET,
+    UDP_OFFSET,
+    Endpoint,
+    build_frame,
+    frame_bytes,
+    mac_to_bytes,
+)
+from protocol.scapy_layer import SwitchML
+from switches import programming
+from switches.control import SwitchControl
+from tests.conftest import JOB, N_WORKERS, TARGET_MARKS, TARGETS, job_program, require_bmv2, require_ebpf
+from tests.netns_harness import Host, Testbed
+from tests.switch_io import SwitchPorts, update_frame, vlan_tagged
+
+pytestmark = pytest.mark.netns
+
+COMPARED: dict[str, Callable[[], None]] = {"bmv2": require_bmv2, "ebpf": require_ebpf}
+"""Targets compared with the embedded switch, and what skips (or, in CI, fails) the comparison
+where the target cannot run: without it there is nothing to compare."""
+
+SEED = 20261130
+STEPS = 1000
+SLOTS = 4
+"""Slots the updates use: few, so that completions, duplicates and set changes are frequent."""
+OFF_ROUND_SHARE = 0.05
+"""Share of updates sent to a random shadow set instead of the slot's current round."""
+RECENT_UPDATES = 6
+RECENT_REPEAT_SHARE = 0.75
+"""Share of repeated updates that copy one of the RECENT_UPDATES last ones."""
+PROBE_SENDERS = (2, 0)
+"""Hosts the probes come from: every port is reached by at least one of them."""
+PROBE_ETHERTYPE = 0x88B5
+"""IEEE 802 local experimental etherType: no host kernel answers it."""
+PROBE_MIN_BYTES = 60
+WAIT_S = 5.0
+"""Longest wait for the ingress counter or a probe: far beyond what a healthy switch needs."""
+BROADCAST = "ff:ff:ff:ff:ff:ff"
+ORDINARY_SOURCES = ("02:00:00:00:bb:01", "02:00:00:00:bb:02", "02:00:00:00:bb:03")
+NEVER_SOURCES = ("02:00:00:00:aa:01", "02:00:00:00:aa:02", "01:00:5e:00:00:fb", BROADCAST, params.SWITCH_MAC)
+ORDINARY_DESTINATIONS = ORDINARY_SOURCES + NEVER_SOURCES
+"""Learned once a frame came from them, or flooded forever."""
+FIRST_SEQ = (1 << 32) - 40
+"""Sequence number of the first versions: the sequence wraps early on (serial-number order)."""
+FOREIGN_NET = "10.0.1."
+"""Ordinary traffic's IPv4 destinations: no host's address, so no host kernel answers."""
+UDP_LENGTH_OFFSET = UDP_OFFSET + 4
+IPV4_CHECKSUM_OFFSET = IPV4_OFFSET + 10
+INT32 = np.iinfo(np.int32)
+SEQ_MASK = (1 << 32) - 1
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One frame of the sequence: who sends it, what it is (for the failure message), its bytes."""
+
+    sender: int
+    what: str
+    frame: bytes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a target did with one step: frames per host in arrival order, then its counters
+    and how many L2 entries it had learned."""
+
+    frames: tuple[tuple[bytes, ...], ...]
+    counters: dict[str, int]
+    l2_entries: int
+
+
+class SequenceBuilder:
+    """Draws the random steps; every choice comes from one seeded generator."""
+
+    def __init__(self, hosts: list[Host], rng: np.random.Generator) -> None:
+        self.hosts = hosts
+        self.rng = rng
+        self.updates: list[Step] = []
+        """Well-formed updates sent so far, for duplicates and retransmissions."""
+        self.round_set = [0] * SLOTS
+        """Per slot, the shadow set of its current round: workers move on to the other set
+        once both sent theirs, as the protocol does, so many slots complete."""
+        self.round_senders: list[set[int]] = [set() for _ in range(SLOTS)]
+        self.round_seq = [(FIRST_SEQ + slot) & SEQ_MASK for slot in range(SLOTS)]
+        """Per slot, the seq every worker's update of the current round carries (as workers do)."""
+        self.next_seq = FIRST_SEQ + SLOTS
+
+    def pick(self, options: Sequence[T]) -> T:
+        return options[int(self.rng.integers(len(options)))]
+
+    def elements(self, k: int = params.K) -> np.ndarray:
+        return self.rng.integers(INT32.min, INT32.max, size=k, endpoint=True, dtype=np.int64).astype(np.int32)
+
+    def update(self, worker: int, **fields: object) -> bytes:
+        """An update from host ``worker`` with random header fields and elements, ``fields`` overriding them."""
+        header = {
+            "slot": int(self.rng.integers(SLOTS)),
+            "shadow_set": int(self.rng.integers(2)),
+            "elements": self.elements(),
+            "job_id": JOB,
+            "exponent": int(self.rng.integers(-128, 128)),
+            "seq": int(self.rng.integers(1 << 32)),
+        }
+        header.update(fields)
+        return update_frame(self.hosts[worker], **header)
+
+    def next_contribution(self, worker: int) -> dict[str, int]:
+        """Slot, set and seq of a worker's next update: mostly its slot's current round, else
+        any set with this round's, the previous round's or any seq (stale and odd updates)."""
+        slot = int(self.rng.integers(SLOTS))
+        current = self.round_seq[slot]
+        if self.rng.random() < OFF_ROUND_SHARE:
+            seq = self.pick([current, (current - 1) & SEQ_MASK, int(self.rng.integers(1 << 32))])
+            return {"slot": slot, "shadow_set": int(self.rng.integers(2)), "seq": seq}
+        shadow_set = self.round_set[slot]
+        self.round_senders[slot].add(worker)
+        if len(self.round_senders[slot]) == N_WORKERS:
+            self.round_set[slot] ^= 1
+            self.round_senders[slot].clear()
+            self.round_seq[slot] = self.next_seq & SEQ_MASK
+            self.next_seq += 1
+        return {"slot": slot, "shadow_set": shadow_set, "seq": current}
+
+    # -- the kinds of step ---------------------------------------------------------------
+
+    def new_update(self) -> Step:
+        worker = int(self.rng.integers(N_WORKERS))
+        frame = self.update(worker, **self.next_contribution(worker))
+        step = Step(worker, f"update from worker {worker}: {describe(frame)}", frame)
+        self.updates.append(step)
+        return step
+
+    def repeated_update(self) -> Step:
+        """A copy of an earlier update: mostly a recent one (a retransmission), else any (stale)."""
+        if not self.updates:
+            return self.new_update()
+        recent = self.rng.random() < RECENT_REPEAT_SHARE
+        earlier = self.pick(self.updates[-RECENT_UPDATES:] if recent else self.updates)
+        return Step(earlier.sender, f"again: {earlier.what}", earlier.frame)
+
+    def update_with_trailer(self) -> Step:
+        worker = int(self.rng.integers(N_WORKERS))
+        trailer = self.rng.bytes(int(self.rng.integers(1, 33)))
+        frame = self.update(worker, **self.next_contribution(worker)) + trailer
+        step = Step(worker, f"update from worker {worker} + {len(trailer)} trailing bytes: {describe(frame)}", frame)
+        self.updates.append(step)
+        return step
+
+    def update_with_wrong_ipv4_checksum(self) -> Step:
+        worker = int(self.rng.integers(N_WORKERS))
+        frame = with_wrong_ipv4_checksum(self.update(worker, **self.next_contribution(worker)))
+        step = Step(worker, f"update from worker {worker} with a wrong IPv4 checksum: {describe(frame)}", frame)
+        self.updates.append(step)
+        return step
+
+    def wrong_job(self) -> Step:
+        worker = int(self.rng.integers(N_WORKERS))
+        job = int(self.pick([JOB + 1, 0, 0xFFFF]))
+        return Step(worker, f"update from worker {worker} for job {job}", self.update(worker, job_id=job))
+
+    def unknown_sender(self) -> Step:
+        sender, as_host = self.pick([(2, 2), (2, 0), (1, 0), (0, 1)])
+        frame = update_frame(self.hosts[as_host], int(self.rng.integers(SLOTS)), 0, self.elements(), JOB)
+        return Step(sender, f"update with host {as_host}'s addresses from host {sender}'s port", frame)
+
+    def malformed(self) -> Step:
+        worker = int(self.rng.integers(N_WORKERS))
+        variants: dict[str, Callable[[], bytes]] = {
+            "truncated": lambda: self.update(worker)[: int(self.rng.integers(ETH_HEADER_BYTES, frame_bytes(params.K)))],
+            "k/2 elements": lambda: self.update(worker, elements=self.elements(params.K // 2)),
+            "num_elements k-1": lambda: self.update(worker, num_elements=params.K - 1),
+            "msg_type result": lambda: self.update(worker, msg_type=params.MSG_RESULT),
+            "msg_type 7": lambda: self.update(worker, msg_type=7),
+            "shadow_set 2": lambda: self.update(worker, shadow_set=2),
+            "slot out of range": lambda: self.update(worker, slot=int(self.rng.integers(params.MAX_POOL_SIZE, 1 << 16))),
+            "udp.length + 4": lambda: with_udp_length_delta(self.update(worker), 4),
+            "udp.length - 4": lambda: with_udp_length_delta(self.update(worker), -4),
+        }
+        name = self.pick(sorted(variants))
+        frame = variants[name]()
+        return Step(worker, f"malformed update from worker {worker} ({name}, {len(frame)} bytes)", frame)
+
+    def ordinary(self) -> Step:
+        sender = int(self.rng.integers(len(self.hosts)))
+        src = self.pick(ORDINARY_SOURCES)
+        dst = self.pick(ORDINARY_DESTINATIONS)
+        ip_src, ip_dst = f"{FOREIGN_NET}{self.rng.integers(1, 255)}", f"{FOREIGN_NET}{self.rng.integers(1, 255)}"
+        payload = self.rng.bytes(int(self.rng.integers(0, 64)))
+        eth = Ether(src=src, dst=dst)
+        ipv4 = build_frame(Endpoint(src, ip_src, 1000), Endpoint(dst, ip_dst, int(self.rng.integers(1 << 16))), payload)
+        variants: dict[str, Callable[[], bytes]] = {
+            "IPv4/UDP": lambda: ipv4,
+            "IPv4/UDP, wrong checksum": lambda: with_wrong_ipv4_checksum(ipv4),
+            "IPv4/UDP + trailer": lambda: ipv4 + self.rng.bytes(int(self.rng.integers(1, 40))),
+            "IPv4/TCP, wrong checksum": lambda: bytes(eth / IP(src=ip_src, dst=ip_dst, chksum=0x1234) / TCP() / payload),
+            "IPv4 with options, wrong checksum": lambda: bytes(eth / IP(src=ip_src, dst=ip_dst, options=b"\x01\x01\x01\x00", chksum=0x1234) / UDP() / payload),
+            "IPv4 cut after its header, wrong checksum": lambda: with_wrong_ipv4_checksum(ipv4)[: UDP_OFFSET + 4],
+            "IPv4 cut inside its header": lambda: ipv4[: IPV4_OFFSET + int(self.rng.integers(1, 20))],
+            "update to the switch with IPv4 options": lambda: bytes(
+                eth / IP(src=self.hosts[sender].ipv4, dst=params.SWITCH_IPV4, options=b"\x01\x01\x01\x00") / UDP(dport=params.UDP_PORT_BASE) / bytes(64)
+            ),
+            "etherType 0x88B6": lambda: bytes(Ether(src=src, dst=dst, type=0x88B6) / payload),
+            "802.1Q-tagged IPv4, wrong checksum": lambda: vlan_tagged(with_wrong_ipv4_checksum(ipv4), self.tci()),
+            "802.1ad-tagged IPv4": lambda: vlan_tagged(ipv4, self.tci(), 0x88A8),
+            "802.1ad + 802.1Q double-tagged IPv4": lambda: vlan_tagged(vlan_tagged(ipv4, self.tci()), self.tci(), 0x88A8),
+            "IPv4 version field 5, wrong checksum": lambda: with_version_ihl(with_wrong_ipv4_checksum(ipv4), 0x55),
+            "IPv4 ihl 4, wrong checksum": lambda: with_version_ihl(with_wrong_ipv4_checksum(ipv4), 0x44),
+            "802.1Q-tagged update": lambda: vlan_tagged(self.update(sender), self.tci()),
+        }
+        name = self.pick(sorted(variants))
+        frame = variants[name]()
+        return Step(sender, f"ordinary from host {sender}, {name}: {describe(frame)}", frame)
+
+    def tci(self) -> int:
+        return int(self.rng.integers(1 << 16))
+
+    def steps(self, count: int) -> list[Step]:
+        """``count`` steps, each of a kind drawn with these weights."""
+        kinds: list[tuple[Callable[[], Step], int]] = [
+            (self.new_update, 30),
+            (self.repeated_update, 14),
+            (self.update_with_trailer, 5),
+            (self.update_with_wrong_ipv4_checksum, 3),
+            (self.wrong_job, 4),
+            (self.unknown_sender, 4),
+            (self.malformed, 14),
+            (self.ordinary, 26),
+        ]
+        weights = np.array([weight for _, weight in kinds], dtype=float)
+        return [kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))][0]() for _ in range(count)]
+
+
+def with_udp_length_delta(frame: bytes, delta: int) -> bytes:
+    (length,) = struct.unpack_from("!H", frame, UDP_LENGTH_OFFSET)
+    out = bytearray(frame)
+    struct.pack_into("!H", out, UDP_LENGTH_OFFSET, length + delta)
+    return bytes(out)
+
+
+def with_version_ihl(frame: bytes, version_ihl: int) -> bytes:
+    """The IPv4 header's first byte replaced: the checksum rule looks at ihl only."""
+    return frame[:IPV4_OFFSET] + bytes([version_ihl]) + frame[IPV4_OFFSET + 1 :]
+
+
+def with_wrong_ipv4_checksum(frame: bytes) -> bytes:
+    out = bytearray(frame)
+    out[IPV4_CHECKSUM_OFFSET] ^= 0x5A
+    return bytes(out)
+
+
+def describe(frame: bytes) -> str:
+    """A frame in one line, for failure messages: scapy's summary plus the SwitchML fields."""
+    packet = Ether(frame)
+    if SwitchML in packet:
+        sml = packet[SwitchML]
+        return (
+            f"{len(frame)} B {packet.summary()} type={sml.msg_type} job={sml.job_id} slot={sml.slot} "
+            f"set={sml.shadow_set} seq={sml.seq} exp={sml.exponent} elements[0]={sml.elements[0] if sml.elements else None}"
+        )
+    return f"{len(frame)} B {packet.summary()}"
+
+
+def probe_frame(sender: int, step: int) -> bytes:
+    """Broadcast marker from host ``sender`` after step ``step``: flooded to every other port."""
+    header = mac_to_bytes(BROADCAST) + mac_to_bytes(f"02:00:00:00:fe:{sender + 1:02x}") + struct.pack("!H", PROBE_ETHERTYPE)
+    return (header + struct.pack("!I", step)).ljust(PROBE_MIN_BYTES, b"\0")
+
+
+def ingress_events(counters: dict[str, int]) -> int:
+    return sum(counters[name] for name in params.INGRESS_EVENTS)
+
+
+def wait_for_ingress(control: SwitchControl, events_before: int, target: str, step: int) -> None:
+    """Until the ingress event counter counted the step's frame."""
+    deadline = time.monotonic() + WAIT_S
+    while ingress_events(programming.read_event_counters(control)) <= events_before:
+        assert time.monotonic() < deadline, f"{target}, step {step}: the frame never reached ingress (no event counted)"
+        time.sleep(0.001)
+
+
+def collect(ports: SwitchPorts, probes: dict[int, bytes], target: str, step: int) -> tuple[tuple[bytes, ...], ...]:
+    """Every host's frames until all probes that reach it arrived, without the probes."""
+    hosts = range(len(ports.sockets))
+    awaited = {h: {frame for sender, frame in probes.items() if sender != h} for h in hosts}
+    frames: list[list[bytes]] = [[] for _ in hosts]
+    deadline = time.monotonic() + WAIT_S
+    while any(awaited.values()):
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"{target}, step {step}: probes never arrived at hosts {[h for h in hosts if awaited[h]]}"
+        ready, _, _ = select.select([ports.sockets[h] for h in hosts if awaited[h]], [], [], remaining)
+        for sock in ready:
+            h = ports.sockets.index(sock)
+            while (frame := ports.receive_frame(h)) is not None:
+                if frame in awaited[h]:
+                    awaited[h].discard(frame)
+                else:
+                    frames[h].append(frame)
+    return tuple(tuple(f) for f in frames)
+
+
+def learned_entries(control: SwitchControl, reference: int | None) -> int:
+    """l2_table's size once it reached ``reference`` (a learning controller may lag), or
+    what it is when that does not happen within WAIT_S; at once without a reference."""
+    deadline = time.monotonic() + WAIT_S
+    while (entries := control.table_num_entries(programming.L2_TABLE)) != reference and reference is not None:
+        if time.monotonic() > deadline:
+            return entries
+        time.sleep(0.001)
+    return entries
+
+
+def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], target: str, reference: list[Outcome] | None) -> list[Outcome]:
+    """Every step in lock-step; with a reference run, each step waits for its learning state."""
+    outcomes: list[Outcome] = []
+    events = ingress_events(programming.read_event_counters(control))
+    for index, step in enumerate(steps):
+        ports.send(step.sender, step.frame)
+        wait_for_ingress(control, events, target, index)
+        probes = {sender: probe_frame(sender, index) for sender in PROBE_SENDERS}
+        for sender, probe in probes.items():
+            ports.send(sender, probe)
+        frames = collect(ports, probes, target, index)
+        counters = programming.read_event_counters(control)
+        events = ingress_events(counters)
+        l2_entries = learned_entries(control, None if reference is None else reference[index].l2_entries)
+        outcomes.append(Outcome(frames, counters, l2_entries))
+    return outcomes
+
+
+def run_on_target(name: str, testbed: Testbed, steps: list[Step], log_dir: Path, reference: list[Outcome] | None = None) -> list[Outcome]:
+    """A fresh switch of target ``name``, programmed like the packet tests' (conftest.py)."""
+    with TARGETS[name](testbed, log_dir / name) as control:
+        programming.program_forwarding(control, list(testbed.switch_ports), {})
+        programming.program_aggregation(control, job_program(testbed))
+        ports = SwitchPorts(testbed)
+        try:
+            return run_sequence(control, ports, steps, name, reference)
+        finally:
+            ports.close()
+
+
+def first_differing_byte(a: bytes, b: bytes) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str | None:
+    """The first step at which the targets differ, explained; None if they never do."""
+    (name_a, outcomes_a), (name_b, outcomes_b) = runs.items()
+    for index, (a, b) in enumerate(zip(outcomes_a, outcomes_b, strict=True)):
+        if a == b:
+            continue
+        lines = [f"seed {SEED}, step {index} of {len(steps)}: host {steps[index].sender} sent {steps[index].what}"]
+        lines += [f"  {describe(steps[index].frame)}", f"  bytes {steps[index].frame.hex()}"]
+        for host, (frames_a, frames_b) in enumerate(zip(a.frames, b.frames, strict=True)):
+            if frames_a != frames_b:
+                lines.append(f"host {host} received:")
+                for name, frames in ((name_a, frames_a), (name_b, frames_b)):
+                    lines.append(f"  {name}: {len(frames)} frame(s)")
+                    lines += [f"    {describe(f)}\n      {f.hex()}" for f in frames]
+                lines += [
+                    f"  frame {i}: first difference at byte {first_differing_byte(fa, fb)}"
+                    for i, (fa, fb) in enumerate(zip(frames_a, frames_b))
+                    if fa != fb
+                ]
+        changed = {k: (a.counters.get(k), b.counters.get(k)) for k in sorted(a.counters.keys() | b.counters.keys()) if a.counters.get(k) != b.counters.get(k)}
+        if changed:
+            lines.append(f"counters after the step ({name_a}, {name_b}): {changed}")
+        if a.l2_entries != b.l2_entries:
+            lines.append(f"l2_table entries after the step: {name_a} {a.l2_entries}, {name_b} {b.l2_entries}")
+        lines.append("steps before it:")
+        lines += [f"  {i}: host {steps[i].sender} sent {steps[i].what}" for i in range(max(0, index - 5), index)]
+        return "\n".join(lines)
+    return None
+
+
+@pytest.mark.parametrize("target", [pytest.param(name, marks=TARGET_MARKS[name]) for name in COMPARED])
+def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path) -> None:
+    COMPARED[target]()
+    steps = SequenceBuilder(testbed.hosts, np.random.default_rng(SEED)).steps(STEPS)
+    embedded = run_on_target("embedded", testbed, steps, tmp_path)
+    runs = {"embedded": embedded, target: run_on_target(target, testbed, steps, tmp_path, reference=embedded)}
+    difference = first_difference(steps, runs)
+    if difference is not None:
+        pytest.fail("the targets differ:\n" + difference, pytrace=False)
