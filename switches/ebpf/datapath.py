@@ -65,15 +65,16 @@ def ensure_bpffs() -> None:
         run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
 
 
-def remove_orphaned_pins() -> None:
-    """Remove pin directories whose owner process is gone (killed while loading)."""
+def remove_orphaned_pins() -> list[Path]:
+    """Remove pin directories whose owner process is gone (killed while loading); which."""
     if not PIN_ROOT.is_dir():
-        return
-    for directory in PIN_ROOT.iterdir():
-        owner = directory.name.split("-", 1)[0]
-        if owner.isdigit() and not Path("/proc", owner).exists():
-            log.warning("removing %s, left by process %s", directory, owner)
-            remove_pins(directory)
+        return []
+    owners = {directory: directory.name.split("-", 1)[0] for directory in PIN_ROOT.iterdir()}
+    orphans = [directory for directory, pid in owners.items() if pid.isdigit() and not Path("/proc", pid).exists()]
+    for directory in orphans:
+        log.warning("removing %s, left by a process that is gone", directory)
+        remove_pins(directory)
+    return orphans
 
 
 def remove_pins(pin_dir: Path) -> None:
