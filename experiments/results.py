@@ -13,7 +13,7 @@ import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 import yaml
@@ -25,6 +25,9 @@ from experiments.config import Experiment, Point
 from experiments.verify import Verdict
 from hosts.stats import TIMELINE_BIN_S
 from network.port_counters import frames_lost
+
+if TYPE_CHECKING:
+    from experiments.job_meter import JobMeasurement
 from protocol.packet import ELEMENT_BYTES
 
 log = logging.getLogger(__name__)
@@ -126,12 +129,11 @@ class ResultsWriter:
         repetition: int,
         reports: list[dict[str, Any]],
         verdicts: list[Verdict],
-        counters: dict[str, dict[str, int]],
-        frames: dict[str, dict[str, int]],
-        cpu_busy: dict[str, float],
-        achieved_mbps: dict[str, float],
+        measured: JobMeasurement | None,
         loss_mechanism: str,
     ) -> None:
+        """Rows of one job: per worker in runs.csv and timeline.csv; the job's measurements
+        (``measured``: counters, frames, CPU) unless the job was too short to measure alone."""
         n = len(reports)
         workload = point.workload_info
         elements = workload.elements
@@ -154,25 +156,27 @@ class ResultsWriter:
                 "compute_s": workload.compute_s, "workload": workload.name,
             })
         self._append("runs.csv", RUNS_COLUMNS, rows)
-        self._append("switch_counters.csv", COUNTER_COLUMNS, [
-            {"point": point.index, "method": method, "repetition": repetition, "switch": sw, "counter": name, "value": value}
-            for sw, values in counters.items() for name, value in values.items()
-        ])
-        self._append("switch_frames.csv", FRAMES_COLUMNS, [
-            {"point": point.index, "method": method, "repetition": repetition, "switch": sw, **accounted}
-            for sw, accounted in frames.items()
-        ])
         self._append("timeline.csv", TIMELINE_COLUMNS, [
             {"point": point.index, "method": method, "repetition": repetition, "rank": rank,
              "t_ms": round(i * TIMELINE_BIN_S * 1000), "packets_sent": count}
             for rank, report in enumerate(reports) for i, count in enumerate(report["stats"]["timeline"])
         ])
+        if measured is None:
+            return
+        self._append("switch_counters.csv", COUNTER_COLUMNS, [
+            {"point": point.index, "method": method, "repetition": repetition, "switch": sw, "counter": name, "value": value}
+            for sw, values in measured.counters.items() for name, value in values.items()
+        ])
+        self._append("switch_frames.csv", FRAMES_COLUMNS, [
+            {"point": point.index, "method": method, "repetition": repetition, "switch": sw, **accounted}
+            for sw, accounted in measured.frames.items()
+        ])
         configured = link_mbps(point)
         self._append("fidelity.csv", FIDELITY_COLUMNS, [
             {"point": point.index, "method": method, "repetition": repetition, "host": host,
              "cpu_busy_fraction": round(busy, 4), "configured_mbps": configured,
-             "achieved_mbps": round(max(achieved_mbps.values()), 4) if host in counters else ""}
-            for host, busy in cpu_busy.items()
+             "achieved_mbps": round(max(measured.tx_mbps.values()), 4) if host in measured.counters else ""}
+            for host, busy in measured.cpu_busy.items()
         ])
 
     # -- the summary -----------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.config import Point
+from experiments.job_meter import JobMeasurement
 from experiments.results import CPU_SATURATED, MACHINE, MACHINE_SATURATED, ResultsWriter
 
 TRAINING_STEPS_COLUMNS = [
@@ -67,11 +68,9 @@ class TrainingResultsWriter(ResultsWriter):
     def add_training_steps(self, rows: list[dict[str, Any]]) -> None:
         self._append("training_steps.csv", TRAINING_STEPS_COLUMNS, rows)
 
-    def add_whole_training(self, point: Point, method: str, counters: dict[str, dict[str, int]],
-                           frames: dict[str, dict[str, int]], cpu_busy: dict[str, float],
-                           achieved_mbps: dict[str, float], loss_mechanism: str) -> None:
+    def add_whole_training(self, point: Point, method: str, measured: JobMeasurement, loss_mechanism: str) -> None:
         """Switch counters, frames and CPU shares over a method's training, as its repetition 0."""
-        self.add_repetition(point, method, WHOLE_TRAINING, [], [], counters, frames, cpu_busy, achieved_mbps, loss_mechanism)
+        self.add_repetition(point, method, WHOLE_TRAINING, [], [], measured, loss_mechanism)
 
     def finalize(self, verified: bool) -> dict[str, Any]:
         """summary.json as for any run, plus ``training`` (training_summary.csv's rows); CPU

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,8 +23,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from experiments.config import Experiment
-from experiments.results import MACHINE
-from experiments.runner import BASELINE_PORT, cpu_seconds, interface_bytes, machine_jiffies
+from experiments.job_meter import JobMeter
+from experiments.runner import worker_spec
 from experiments.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
 from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series
 from experiments.verify import Verdict, expected_for, verify_baseline, verify_switchml
@@ -33,7 +32,6 @@ from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from experiments.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
 from network.emulation import EmulatedNetwork
-from network.port_counters import SETTLE_S, account_switch, read_ports
 from switches import programming
 from workloads.training import MLP, TrainingConfig, array_digest, load_dataset, minibatch
 
@@ -135,34 +133,22 @@ class TrainingRunner:
 
     def _spec(self, method: str, dataset_path: Path) -> dict[str, Any]:
         """What hosts/worker.py needs: the method's usual keys and the training section."""
-        hosts = self.point.topology.hosts
-        return {
-            "method": method, "n_workers": self.n_workers, "switch_ipv4": self.point.topology.aggregator_ipv4,
-            "protocol": dict(self.point.protocol), "peers": [[h.ipv4, BASELINE_PORT] for h in hosts],
-            "job_timeout_s": self.point.limits["job_timeout_s"], "connect_timeout_s": self.point.limits["worker_start_s"],
-            "training": {"config": self.config.as_dict(), "dataset": str(dataset_path)},
-        }
+        return worker_spec(self.point, method) | {"training": {"config": self.config.as_dict(), "dataset": str(dataset_path)}}
 
     def _train(self, net: EmulatedNetwork, method: str, spec: dict[str, Any], work: Path, exact: Trajectory) -> bool:
         point = self.point
         spec_path = work / f"{method}.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         hosts = [net.host(h.name) for h in point.topology.hosts]
-        ports = {sw.name: [i.name for i in sw.intfList() if i.name != "lo"] for sw in net.net.switches}
-        switch_intfs = [i for intfs in ports.values() for i in intfs]
-        switches = {sw.name: sw.switch_pid for sw in net.net.switches}
+        switches = net.switch_processes()
         programming.reset_aggregation_state(net.aggregator_control, point.protocol["k"])
         job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
         state = Replay(self.model, self.config, self.data, self.n_workers)
         ok, emulated_s = True, 0.0
         with WorkerGroup(method, hosts, spec_path, self.writer.log_dir / f"point{point.index}", dependencies=switches) as group:
             group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
-            processes = {h.name: p.pid for h, p in zip(point.topology.hosts, group.procs)} | switches
-            for control in net.controls.values():
-                programming.reset_event_counters(control)
-            cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
-            machine_before, tx_before, ports_before = machine_jiffies(), {i: interface_bytes(i) for i in switch_intfs}, read_ports(switch_intfs)
-            t0 = time.monotonic()
+            meter = JobMeter(net, {h.name: p.pid for h, p in zip(point.topology.hosts, group.procs)} | switches)
+            meter.start()
             self.writer.add_training_steps([self._step_row(method, method, "network", self._bits(method), 0, state.params, exact,
                                                            _timing(0.0, 0.0, 0.0, 0.0, True))])
             for step in range(1, self.config.steps + 1):
@@ -180,19 +166,10 @@ class TrainingRunner:
                 emulated_s += step_s
                 row = self._step_row(method, method, "network", self._bits(method), step, state.params, exact,
                                      _timing(allreduce_s, compute_s, step_s, emulated_s, verified))
-                self.writer.add_repetition(point, method, step, reports, verdicts, {}, {}, {}, {}, net.report.loss_mechanism)
+                self.writer.add_repetition(point, method, step, reports, verdicts, None, net.report.loss_mechanism)
                 self.writer.add_training_steps([row])
                 self.progress(f"{method} step {step}: test accuracy {row['test_accuracy']:.3f}")
-            wall = time.monotonic() - t0
-            cpu = {name: (cpu_seconds(pid) - cpu_before[name]) / wall for name, pid in processes.items()}
-            machine_after = machine_jiffies()
-            cpu[MACHINE] = (machine_after[0] - machine_before[0]) / max(1, machine_after[1] - machine_before[1])
-            tx_mbps = {i: (interface_bytes(i) - tx_before[i]) * 8 / wall / 1e6 for i in switch_intfs}
-            time.sleep(SETTLE_S)
-            ports_after = read_ports(switch_intfs)
-            counters = {sw: programming.read_event_counters(c) for sw, c in net.controls.items()}
-            frames = {sw: account_switch(ports_before, ports_after, ports[sw], counters[sw]) for sw in counters}
-            self.writer.add_whole_training(point, method, counters, frames, cpu, tx_mbps, net.report.loss_mechanism)
+            self.writer.add_whole_training(point, method, meter.stop(), net.report.loss_mechanism)
             group.finish()
         return ok
 
