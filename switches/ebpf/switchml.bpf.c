@@ -607,6 +607,9 @@ static __always_inline int make_result(struct __sk_buff *skb, const struct heade
 	return 0;
 }
 
+/* Step 6 for an update from a known worker of its job: the cell is registers[slot].set[shadow_set]
+ * (idx = shadow_set * SWITCHML_MAX_POOL_SIZE + slot), the other set's cell is beside it. The
+ * outcome is counted, and a result multicast to the job's group or unicast to the sender. */
 static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struct headers *hdr, __u32 in_port,
 					      const struct worker_action *worker, __u32 wire_bytes)
 {
