@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a SwitchML testbed experiment (or sweep) described by a YAML config.
 
-    run_experiment.py CONFIG [--switch auto|bmv2|embedded] [--out DIR] [--set key=value]...
+    run_experiment.py CONFIG [--switch auto|bmv2|ebpf|embedded] [--out DIR] [--set key=value]...
                              [--resume RUN_DIR] [--dry-run] [-v]
 
 Results land in results/<config name>/<UTC timestamp>/ (see docs/results-format.md).
@@ -43,7 +43,7 @@ EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_INTERRU
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml")
-    parser.add_argument("--switch", choices=["auto", "bmv2", "embedded"], help="switch target (overrides switch.target)")
+    parser.add_argument("--switch", choices=["auto", "bmv2", "ebpf", "embedded"], help="switch target (overrides switch.target)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="results directory, new or empty (default results/<name>/<UTC timestamp>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -88,6 +88,21 @@ def stop_on_first_signal() -> None:
         signal.signal(stopping, stop)
 
 
+def needs_delay_line(experiment: Experiment) -> bool:
+    """Whether 'auto' must pick the embedded switch: some link has a delay and the kernel has
+    no netem (probed only then: the probe creates a namespace, which needs root)."""
+    if experiment.data["switch"]["target"] != "auto" or not any(
+        link.spec.delay_ms for point in experiment.points for link in point.topology.links
+    ):
+        return False
+    from network.shaping import ShapingError, probe_tc
+
+    try:
+        return not probe_tc().netem
+    except ShapingError:
+        return True  # cannot probe (not root: a dry run): assume no netem, like this project's machines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -101,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     from switches.targets import TargetUnavailableError, resolve_target
 
     try:
-        target = resolve_target(experiment.data["switch"]["target"])
+        target = resolve_target(experiment.data["switch"]["target"], needs_delay_line=needs_delay_line(experiment))
         if target != experiment.data["switch"]["target"]:
             # 'auto' resolved: load again for the concrete target, so its checks and its
             # link rate (switch.link_bw_mbps) apply and config.yaml records what ran.

@@ -8,10 +8,12 @@ protocol — when rank 0 receives a slot's result, all ranks send that slot's ne
 workers' timers would. Ranks other than 0 never read their results: UDP sinks absorb them
 so the hosts' kernels stay quiet.
 
-Run as root:  .venv/bin/python benchmarks/switch_throughput.py [--target embedded|bmv2] [--ranks 2 4 8] [--seconds 5]
+Run as root:  .venv/bin/python benchmarks/switch_throughput.py [--target embedded|bmv2|ebpf] [--ranks 2 4 8] [--seconds 5]
 Writes results/benchmarks/switch_throughput-<target>.csv and .md. For bmv2, put simple_switch
 on PATH first (the Vagrant VM has it; BMV2_BUILD=perf with the prebuilt toolchain picks its
-optimised build, and the table records which simple_switch ran).
+optimised build, and the table records which simple_switch ran). The eBPF switch has no
+process: its CPU time is its program's run time from the kernel's BPF statistics
+(switches/ebpf/stats.py), reported as system time.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
@@ -102,11 +104,25 @@ def build_frames(hosts: list[Host], window: int, k: int) -> list[list[list[bytea
     ]
 
 
-def cpu_seconds(pid: int) -> tuple[float, float]:
+def process_cpu(pid: int) -> Callable[[], tuple[float, float]]:
     """(user, system) CPU seconds a process has used so far, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+    def cpu_seconds() -> tuple[float, float]:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+    return cpu_seconds
+
+
+@contextlib.contextmanager
+def ebpf_cpu(interface: str) -> Iterator[Callable[[], tuple[float, float]]]:
+    """(0, seconds) the eBPF switch's program has run so far: softirq time, as system time."""
+    from switches.ebpf.stats import attached_program_id, bpf_stats_enabled, program_run
+
+    program_id = attached_program_id(interface)
+    with bpf_stats_enabled():
+        yield lambda: (0.0, program_run(program_id)[0])
 
 
 def drive(
@@ -148,7 +164,10 @@ def drive(
                 for send, frame in zip(sends, frames[slot][current[slot]]):
                     send(frame)
             continue
-        while True:
+        # At most a pool's worth of results per wake-up, so the clock is read even when the
+        # switch answers inline: the eBPF switch runs in the sender's softirq, so the next
+        # round's results are queued before its send() returns and the queue never drains.
+        for _ in range(window):
             try:
                 recv_into(buffer)
             except BlockingIOError:
@@ -174,7 +193,7 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
         for host in bed.hosts[1:]:
             sink = stack.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        max_pool_size = max(window, 1) if target == "embedded" else params.MAX_POOL_SIZE  # bmv2: the compiled size
+        max_pool_size = params.MAX_POOL_SIZE if target == "bmv2" else max(window, 1)  # bmv2: the compiled size
         switch = stack.enter_context(run_switch(target, bed.switch_ports, log_dir, name=f"{target}-n{n}", max_pool_size=max_pool_size, **options))
         control = switch.control
         programming.program_forwarding(control, list(bed.switch_ports), {})
@@ -185,7 +204,8 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
         interfaces = list(bed.switch_ports.values())
         ports_before = read_ports(interfaces)
         cpu: list[tuple[float, float]] = []
-        rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(cpu_seconds(switch.pid)))
+        switch_cpu = process_cpu(switch.pid) if switch.pid is not None else stack.enter_context(ebpf_cpu(interfaces[0]))
+        rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(switch_cpu()))
         time.sleep(0.2)  # the switch drains before its frames are accounted
         counts = programming.read_event_counters(control)
         frames_accounted = account_switch(ports_before, read_ports(interfaces), interfaces, counts)
@@ -215,6 +235,8 @@ def switch_build(target: str) -> str:
     """Which switch binary ran: bmv2's default and optimised builds differ several-fold."""
     if target == "bmv2":
         return shutil.which("simple_switch") or "simple_switch"
+    if target == "ebpf":
+        return f"switchml.bpf.c, kernel {os.uname().release}"
     return f"python {sys.version.split()[0]}"
 
 

@@ -160,8 +160,10 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             f"{source}: protocol.pool_size: {protocol['pool_size']} is larger than the switch's registers "
             f"(switch.max_pool_size = {switch['max_pool_size']})"
         )
-    if switch["target"] == "bmv2" and protocol["k"] != params.K:
-        raise ConfigError(f"{source}: protocol.k: the bmv2 program is built for k = {params.K} (p4/include/constants.p4), got {protocol['k']}")
+    if switch["target"] in ("bmv2", "ebpf") and protocol["k"] != params.K:
+        raise ConfigError(
+            f"{source}: protocol.k: the {switch['target']} program is built for k = {params.K} (p4/include/constants.p4), got {protocol['k']}"
+        )
     if switch["target"] == "bmv2" and switch["max_pool_size"] > params.MAX_POOL_SIZE:
         raise ConfigError(f"{source}: switch.max_pool_size: the bmv2 program is built with {params.MAX_POOL_SIZE} slots")
     if data["workload"]["kind"] == "training":

@@ -119,7 +119,7 @@ class ExperimentRunner:
         hosts = [net.host(h.name) for h in topology.hosts]
         programming.reset_aggregation_state(control, point.protocol["k"])
         ok = True
-        switches = {sw.name: sw.switch_pid for sw in net.net.switches}
+        switches = net.switch_processes()
         job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
         log_dir = self.writer.log_dir / f"point{point.index}"
         with WorkerGroup(method, hosts, spec_path, log_dir, dependencies=switches) as group, group.dependencies_checked():

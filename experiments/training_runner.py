@@ -140,7 +140,7 @@ class TrainingRunner:
         spec_path = work / f"{method}.json"
         spec_path.write_text(json.dumps(spec, indent=1))
         hosts = [net.host(h.name) for h in point.topology.hosts]
-        switches = {sw.name: sw.switch_pid for sw in net.net.switches}
+        switches = net.switch_processes()
         programming.reset_aggregation_state(net.aggregator_control, point.protocol["k"])
         job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
         state = Replay(self.model, self.config, self.data, self.n_workers)

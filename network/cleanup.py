@@ -13,8 +13,9 @@ usually nothing is left for a user to do.
 The command is for the rest: it does the same while no run holds the network, and also
 removes what no record names -- testbed interfaces (``hN-ethM``, ``sN-ethM``) in the root
 namespace, processes marked with the pid of a dead holder, networks' temporary folders
-(``/tmp/switchml-net-*``) and embedded-switch socket folders (``/tmp/sml-*``) whose switch
-no longer answers. It refuses while a run holds the network.
+(``/tmp/switchml-net-*``), embedded-switch socket folders (``/tmp/sml-*``) whose switch
+no longer answers, and eBPF-switch pins of a loader killed while loading (an eBPF switch
+itself goes with its interfaces). It refuses while a run holds the network.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 from network.lock import HOLDER_ENV, HolderRecord, NetworkLock
+from switches.ebpf.datapath import remove_orphaned_pins
 
 log = logging.getLogger("network.cleanup")
 
@@ -136,6 +138,7 @@ def clean_all() -> list[str]:
     for directory in scratch + stale_switch_socket_dirs():
         shutil.rmtree(directory, ignore_errors=True)
         removed.append(f"folder {directory}")
+    removed += [f"BPF pins {directory}" for directory in remove_orphaned_pins()]
     return removed
 
 

@@ -306,6 +306,13 @@ class EmulatedNetwork:
     def aggregator_control(self) -> SwitchControl:
         return self.controls[self.topology.aggregator.name]
 
+    def switch_processes(self) -> dict[str, int]:
+        """Switch name -> pid of the process doing its switching: what the workers depend on
+        and whose CPU share is measured. An eBPF switch has none (switch_pid None): it lives
+        as long as its ports, and its work is softirq time, which the machine's busy share counts."""
+        assert self.net is not None
+        return {sw.name: sw.switch_pid for sw in self.net.switches if sw.switch_pid is not None}
+
     def describe(self) -> dict[str, Any]:
         assert self.report is not None
         return asdict(self.report)

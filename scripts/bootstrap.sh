@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the testbed needs on a fresh Debian/Ubuntu machine; safe to run again.
-# Run as root (Mininet needs it): Debian packages for Mininet and tc/ethtool, and a
+# Run as root (Mininet needs it): Debian packages for Mininet and tc/ethtool, the eBPF
+# switch target's compiler and tools (clang, llvm, libbpf-dev, bpftool), and a
 # virtualenv (.venv) with the Python dependencies from pyproject.toml. The venv sees the
 # system site-packages because Mininet's Python package comes from Debian's mininet.
 set -euo pipefail
@@ -11,7 +12,8 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-packages=(mininet bridge-utils iputils-ping iproute2 ethtool procps python3 python3-venv python3-pip shellcheck)
+packages=(mininet bridge-utils iputils-ping iproute2 ethtool procps python3 python3-venv python3-pip shellcheck
+          clang llvm libbpf-dev bpftool)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -33,3 +35,7 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+
+# The eBPF switch's object for the default pool size (cached under build/ebpf/; a run with
+# another pool size builds its own on first use).
+.venv/bin/python -c "from switches.ebpf.compile import compile_program; compile_program()"

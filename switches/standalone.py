@@ -1,9 +1,9 @@
 """A switch target on a set of interfaces, outside Mininet: for the packet-level tests and the
 benchmarks, which cable namespaces to veth pairs themselves (tests/netns_harness.py).
 
-Both targets start the same way and give back the same two things, so a test or a
+Every target starts the same way and gives back the same two things, so a test or a
 benchmark is written once for every target: the control plane, and the pid of the process
-doing the switching (whose CPU time a benchmark reads).
+doing the switching (whose CPU time a benchmark reads; the eBPF switch has no process).
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ from typing import Any, Iterator, Mapping
 from protocol import params
 from switches.control import SwitchControl
 
-TARGETS = ("embedded", "bmv2")
+TARGETS = ("embedded", "bmv2", "ebpf")
 
 
 @dataclass(frozen=True)
 class RunningSwitch:
     control: SwitchControl
-    pid: int
+    pid: int | None
+    """The switching process; None for the eBPF switch, which has none: its work is
+    softirq time of whichever core received the frame."""
 
 
 @contextlib.contextmanager
@@ -38,7 +40,9 @@ def run_switch(
     """Start ``target`` on ``ports`` (port number -> interface), yield it, stop it.
 
     ``embedded_options`` go to the embedded switch (seed, log_level, profile, ...); bmv2 runs
-    p4/switchml.p4 compiled for ``max_pool_size`` (cached), with its L2 learning controller.
+    p4/switchml.p4 compiled for ``max_pool_size`` (cached), with its L2 learning controller;
+    ebpf loads switches/ebpf/switchml.bpf.c, compiled for ``max_pool_size`` (cached), onto
+    the ports' tc ingress hooks.
     """
     if target == "embedded":
         from switches.embedded.launcher import EmbeddedSwitchProcess
@@ -68,5 +72,16 @@ def run_switch(
                 yield RunningSwitch(control, bmv2.pid)
         finally:
             bmv2.stop()
+    elif target == "ebpf":
+        from switches.ebpf.datapath import EbpfDataPlane
+
+        log_dir.mkdir(parents=True, exist_ok=True)  # for the command log: the data plane writes none
+        ebpf = EbpfDataPlane(ports, name=name, max_pool_size=max_pool_size)
+        ebpf.start()
+        try:
+            with ebpf.control(command_log) as control:
+                yield RunningSwitch(control, None)
+        finally:
+            ebpf.stop()
     else:
         raise ValueError(f"no standalone switch target {target!r}; choose one of {', '.join(TARGETS)}")

@@ -23,7 +23,7 @@ from switches import programming
 from switches.control import SwitchControl
 from switches.standalone import TARGETS as STANDALONE_TARGETS
 from switches.standalone import run_switch
-from switches.targets import detect_bmv2
+from switches.targets import detect_bmv2, detect_ebpf
 from tests.netns_harness import Testbed
 from tests.switch_io import SwitchPorts
 
@@ -36,6 +36,23 @@ StartTarget = Callable[[Testbed, Path], ContextManager[SwitchControl]]
 BMV2_REQUIRED = os.environ.get("SWITCHML_REQUIRE_BMV2") == "1"
 """Set by .ci/run where the prebuilt toolchain is installed: there a bmv2 test that would
 skip is a failure, so a broken toolchain set-up cannot pass as 'skipped'."""
+
+
+EBPF_REQUIRED = os.environ.get("SWITCHML_REQUIRE_EBPF") == "1"
+"""Set by .ci/run, whose bootstrap installs clang and bpftool on a kernel that takes the
+program: there an eBPF test that would skip is a failure."""
+
+
+def require_ebpf() -> None:
+    """Skip the calling test where the kernel or the tools refuse the eBPF switch, saying why
+    (fail instead where SWITCHML_REQUIRE_EBPF=1)."""
+    refused = detect_ebpf()
+    if not refused:
+        return
+    reason = f"eBPF switch cannot run here (missing or refused: {'; '.join(refused)})"
+    if EBPF_REQUIRED:
+        pytest.fail(f"{reason}, but SWITCHML_REQUIRE_EBPF=1 says it must run here")
+    pytest.skip(reason)
 
 
 def require_bmv2() -> None:
@@ -54,6 +71,8 @@ def _start(target: str, testbed: Testbed, log_dir: Path) -> Iterator[SwitchContr
     """The target running on the test bed's switch ports (bmv2: p4/switchml.p4, compiled, cached)."""
     if target == "bmv2":
         require_bmv2()
+    if target == "ebpf":
+        require_ebpf()
     options = {"seed": 1} if target == "embedded" else {}
     with run_switch(target, testbed.switch_ports, log_dir, name=f"{target}-packet-tests", command_log=log_dir / "commands.txt", **options) as running:
         yield running.control
@@ -88,8 +107,9 @@ class SwitchTarget:
     testbed: Testbed
 
 
-TARGET_MARKS = {"bmv2": [pytest.mark.bmv2]}
-"""So that ``pytest -m bmv2`` selects every bmv2-parametrised case (and ``-m 'not bmv2'`` none)."""
+TARGET_MARKS = {"bmv2": [pytest.mark.bmv2], "ebpf": [pytest.mark.ebpf]}
+"""So that ``pytest -m bmv2`` (``-m ebpf``) selects every case parametrised with that target
+(and ``-m 'not bmv2'`` none)."""
 
 
 @pytest.fixture(scope="module", params=[pytest.param(name, marks=TARGET_MARKS.get(name, [])) for name in sorted(TARGETS)])

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from protocol.params import REPO_ROOT
 
@@ -36,3 +40,16 @@ def test_bmv2_where_it_is_missing_fails_at_once_saying_what_and_where_to_get_it(
     assert done.returncode == 2
     assert "switch target 'bmv2' needs simple_switch" in done.stderr
     assert "vagrant up" in done.stderr
+
+
+def test_ebpf_where_clang_is_missing_fails_at_once_saying_what(tmp_path: Path) -> None:
+    """A PATH with the tools the eBPF switch needs but clang: --switch ebpf names what is missing."""
+    for tool in ("ip", "tc", "bpftool"):
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"{tool} is not installed here")
+        (tmp_path / tool).symlink_to(found)
+    done = run(str(MAIN_CONFIG), "--switch", "ebpf", "--dry-run", env={**os.environ, "PATH": str(tmp_path)})
+    assert done.returncode == 2
+    assert "switch target 'ebpf' needs clang" in done.stderr
+    assert "scripts/bootstrap.sh" in done.stderr

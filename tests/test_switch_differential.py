@@ -1,6 +1,7 @@
-"""The same random frames into the embedded switch and into bmv2: the same frames must come out.
+"""The same random frames into the embedded switch and into bmv2 or the eBPF switch: the same
+frames must come out.
 
-Both targets implement one program (docs/dataplane.md), so for any input they must send
+Every target implements one program (docs/dataplane.md), so for any input they must send
 the same bytes out of the same ports in the same order and count the same events. This
 test generates a seeded random sequence of frames covering every path of the program:
 updates of both workers into several slots and both shadow sets (new contributions,
@@ -10,8 +11,8 @@ num_elements, wrong udp.length, bad slot, bad shadow set, bad msg_type), updates
 trailer or a wrong IPv4 checksum, and ordinary traffic: IPv4 with right and wrong header
 checksums, with options, with odd version or ihl fields, cut inside its headers, with
 trailing bytes, other etherTypes, 802.1Q, 802.1ad and double-tagged frames (tagged
-updates too). It runs the sequence on each target in
-turn, on the same namespaces, from a fresh switch, and compares step by step.
+updates too). It runs the sequence on the embedded switch (the reference) and on the
+compared target in turn, on the same namespaces, from a fresh switch, and compares step by step.
 
 Lock-step makes the order deterministic on bmv2, whose ports, ingress and egress are
 separate threads. For each step: send the frame, wait until the ingress event counter
@@ -23,9 +24,10 @@ the step's output. Once every probe has arrived, the counters are read.
 Ordinary frames go to a few source MACs of earlier ordinary frames (unicast to the port
 where a target learned them, even back out of the sender's port) or to destinations no
 frame comes from (broadcast, multicast, the switch's MAC, unused unicast MACs: flooded).
-The embedded switch learns synchronously, bmv2 through a controller that answers its
-digests a little later, so after each step a bmv2 run waits until its l2_table holds as
-many entries as the embedded switch's did after the same step, and compares that count too.
+The embedded and the eBPF switch learn synchronously, bmv2 through a controller that
+answers its digests a little later, so after each step the compared run waits until its
+l2_table holds as many entries as the embedded switch's did after the same step, and
+compares that count too.
 """
 
 from __future__ import annotations
@@ -55,11 +57,15 @@ from protocol.packet import (
 from protocol.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
-from tests.conftest import JOB, N_WORKERS, TARGETS, job_program, require_bmv2
+from tests.conftest import JOB, N_WORKERS, TARGET_MARKS, TARGETS, job_program, require_bmv2, require_ebpf
 from tests.netns_harness import Host, Testbed
 from tests.switch_io import SwitchPorts, update_frame, vlan_tagged
 
-pytestmark = [pytest.mark.netns, pytest.mark.bmv2]
+pytestmark = pytest.mark.netns
+
+COMPARED: dict[str, Callable[[], None]] = {"bmv2": require_bmv2, "ebpf": require_ebpf}
+"""Targets compared with the embedded switch, and what skips (or, in CI, fails) the comparison
+where the target cannot run: without it there is nothing to compare."""
 
 SEED = 20261130
 STEPS = 1000
@@ -416,11 +422,12 @@ def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str |
     return None
 
 
-def test_embedded_and_bmv2_send_and_count_the_same(testbed: Testbed, tmp_path: Path) -> None:
-    require_bmv2()  # the embedded switch is compared with bmv2: nothing to do without it
+@pytest.mark.parametrize("target", [pytest.param(name, marks=TARGET_MARKS[name]) for name in COMPARED])
+def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path) -> None:
+    COMPARED[target]()
     steps = SequenceBuilder(testbed.hosts, np.random.default_rng(SEED)).steps(STEPS)
     embedded = run_on_target("embedded", testbed, steps, tmp_path)
-    runs = {"embedded": embedded, "bmv2": run_on_target("bmv2", testbed, steps, tmp_path, reference=embedded)}
+    runs = {"embedded": embedded, target: run_on_target(target, testbed, steps, tmp_path, reference=embedded)}
     difference = first_difference(steps, runs)
     if difference is not None:
         pytest.fail("the targets differ:\n" + difference, pytrace=False)

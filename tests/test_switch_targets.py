@@ -1,4 +1,5 @@
-"""Choosing a switch target: what bmv2 needs, what 'auto' picks, what 'bmv2' says when it cannot run."""
+"""Choosing a switch target: what bmv2 and ebpf need, what 'auto' picks, what a target that
+cannot run says."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from switches import targets
 ALL_BMV2_MODULES = set(targets.BMV2_PYTHON_MODULES)
 
 
-def pretend(monkeypatch: pytest.MonkeyPatch, executables: set[str], modules: set[str]) -> None:
-    """Make only ``executables`` findable on PATH and only ``modules`` importable."""
+def pretend(monkeypatch: pytest.MonkeyPatch, executables: set[str], modules: set[str], ebpf_refused: list[str] | None = None) -> None:
+    """Make only ``executables`` findable on PATH and only ``modules`` importable; the eBPF
+    switch refused for the reasons ``ebpf_refused`` (default: no clang)."""
+    refused = ["clang"] if ebpf_refused is None else ebpf_refused
+    monkeypatch.setattr(targets, "detect_ebpf", lambda: list(refused))
     monkeypatch.setattr(targets.shutil, "which", lambda name: f"/usr/bin/{name}" if name in executables else None)
     real_find_spec = importlib.util.find_spec
 
@@ -39,6 +43,34 @@ def test_auto_picks_bmv2_only_when_complete(monkeypatch: pytest.MonkeyPatch) -> 
     assert targets.resolve_target("auto") == "bmv2"
     pretend(monkeypatch, {"simple_switch"}, ALL_BMV2_MODULES)
     assert targets.resolve_target("auto") == "embedded"
+
+
+def test_auto_picks_ebpf_when_bmv2_is_incomplete_and_the_kernel_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    pretend(monkeypatch, {"p4c"}, ALL_BMV2_MODULES, ebpf_refused=[])
+    assert targets.resolve_target("auto") == "ebpf"
+    pretend(monkeypatch, {"simple_switch", "p4c"}, ALL_BMV2_MODULES, ebpf_refused=[])
+    assert targets.resolve_target("auto") == "bmv2", "bmv2 comes first where it can run"
+
+
+def test_auto_picks_embedded_when_only_its_delay_line_can_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    pretend(monkeypatch, {"simple_switch", "p4c"}, ALL_BMV2_MODULES, ebpf_refused=[])
+    assert targets.resolve_target("auto", needs_delay_line=True) == "embedded"
+    assert targets.resolve_target("ebpf", needs_delay_line=True) == "ebpf", "an explicit choice stands (the network refuses the delay)"
+
+
+def test_ebpf_when_refused_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    pretend(monkeypatch, set(), set(), ebpf_refused=["the bpf system call (Operation not permitted)"])
+    with pytest.raises(targets.TargetUnavailableError, match=r"'ebpf' needs the bpf system call \(Operation not permitted\)"):
+        targets.resolve_target("ebpf")
+    pretend(monkeypatch, set(), set(), ebpf_refused=[])
+    assert targets.resolve_target("ebpf") == "ebpf"
+
+
+def test_ebpf_node_class() -> None:
+    pytest.importorskip("mininet.node")
+    from switches.ebpf.node import EbpfSwitchNode
+
+    assert targets.node_class("ebpf") is EbpfSwitchNode
 
 
 def test_bmv2_when_missing_says_what_and_where(monkeypatch: pytest.MonkeyPatch) -> None:

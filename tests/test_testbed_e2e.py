@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import require_bmv2
+from switches.ebpf.datapath import PIN_ROOT
+from tests.conftest import require_bmv2, require_ebpf
 from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers, run_experiment
 
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
@@ -68,6 +69,26 @@ def test_bmv2_target_runs_and_verifies(tmp_path: Path) -> None:
     assert counters["switchml", "EV_RESULT_MULTICAST"] >= -(-20000 // 32)
     assert counters["ring", "EV_FORWARDED"] > 0
     assert not leftovers(str(out))
+
+
+@pytest.mark.ebpf
+def test_ebpf_target_runs_and_verifies(tmp_path: Path) -> None:
+    """switches/ebpf in the kernel under Mininet: SwitchML and the ring (TCP, forwarded by
+    the program's L2 tables) verify, every frame is accounted for, and the switch leaves
+    nothing behind: its filters went with Mininet's links, and nothing stays pinned."""
+    require_ebpf()
+    out = tmp_path / "run"
+    argv = experiment_argv(out, *SMALL, "methods=[switchml, ring]", "repetitions=1") + ["--switch", "ebpf"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["switch_target"] == "ebpf" and summary["verified"] is True
+    assert summary["switch_lost_frames"] == []
+    counters = pd.read_csv(out / "switch_counters.csv").set_index(["method", "counter"])["value"]
+    assert counters["switchml", "EV_RESULT_MULTICAST"] >= -(-20000 // 32)
+    assert counters["ring", "EV_FORWARDED"] > 0
+    assert not leftovers(str(out))
+    assert not PIN_ROOT.exists()
 
 
 def test_one_percent_loss_is_survived_and_recorded(tmp_path: Path) -> None:

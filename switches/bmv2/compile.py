@@ -1,24 +1,21 @@
 """Compile p4/switchml.p4 for bmv2 (v1model) with p4c, once per distinct source and options.
 
 Every switch node of every run needs the same JSON; compiling takes about a second per
-call, but more importantly a stale JSON (sources edited after the last build) would make
-bmv2 run a program the Python side no longer matches. The output directory is therefore
-named by a hash of every file under ``p4/`` plus the compiler options: an edit or a
-different pool size gets a fresh build, an unchanged tree reuses the existing one.
+call. The build is cached under a hash of every file under ``p4/`` plus the compiler
+options (``switches/build_cache.py``): an edit or a different pool size gets a fresh
+build, an unchanged tree reuses the existing one.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from protocol import params
+from switches.build_cache import build_once, source_hash
 
 log = logging.getLogger(__name__)
 
@@ -70,46 +67,32 @@ def source_files(p4_dir: Path = P4_DIR) -> list[Path]:
 
 def build_hash(options: CompileOptions, p4_dir: Path = P4_DIR) -> str:
     """Hash of the sources (path and content) and the options; names the output directory."""
-    digest = hashlib.sha256()
-    for path in source_files(p4_dir):
-        digest.update(path.relative_to(p4_dir).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    digest.update(repr((options.defines(), options.p4c)).encode())
-    return digest.hexdigest()[:16]
+    files = [(path.relative_to(p4_dir).as_posix(), path) for path in source_files(p4_dir)]
+    return source_hash(files, repr((options.defines(), options.p4c)))
 
 
 def compile_p4(options: CompileOptions | None = None, build_root: Path = BUILD_ROOT) -> Path:
-    """Path of switchml.json for ``options``, compiling only if this build is not cached.
-
-    Compiles into a temporary directory beside the final one and renames it into place,
-    so a concurrent run or an interrupted compile never leaves a half-written cache entry.
-    """
+    """Path of switchml.json for ``options``, compiling only if this build is not cached."""
     options = options or CompileOptions()
     output_dir = build_root / build_hash(options)
-    json_path = output_dir / f"{P4_MAIN.stem}.json"
-    if json_path.exists():
-        log.debug("p4c: using cached %s", json_path)
-        return json_path
-    if shutil.which(options.p4c) is None:
+    json_name = f"{P4_MAIN.stem}.json"
+    if (output_dir / json_name).exists():
+        log.debug("p4c: using cached %s", output_dir / json_name)
+    elif shutil.which(options.p4c) is None:
         raise P4CompileError(f"p4c not found ({options.p4c!r} is not on PATH); see README, 'Switch targets'")
 
-    build_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}-", dir=build_root))
-    command = options.command(staging)
-    log.info("p4c: %s", " ".join(command))
-    result = subprocess.run(command, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)
-    if result.returncode != 0 or not (staging / json_path.name).exists():
-        shutil.rmtree(staging, ignore_errors=True)
-        raise P4CompileError(
-            f"p4c failed (exit {result.returncode}): {' '.join(command)}\n{result.stdout}{result.stderr}"
-        )
-    if result.stderr:
-        log.warning("p4c: %s", result.stderr.strip())
+    def run_p4c(staging: Path) -> None:
+        command = options.command(staging)
+        log.info("p4c: %s", " ".join(command))
+        result = subprocess.run(command, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)
+        if result.returncode != 0 or not (staging / json_name).exists():
+            raise P4CompileError(
+                f"p4c failed (exit {result.returncode}): {' '.join(command)}\n{result.stdout}{result.stderr}"
+            )
+        if result.stderr:
+            log.warning("p4c: %s", result.stderr.strip())
+
     try:
-        os.rename(staging, output_dir)
-    except OSError:
-        # Another process finished the same build first; its output is identical.
-        shutil.rmtree(staging, ignore_errors=True)
-    if not json_path.exists():
-        raise P4CompileError(f"{output_dir} exists but holds no {json_path.name}: remove that directory and retry")
-    return json_path
+        return build_once(output_dir, json_name, run_p4c)
+    except FileNotFoundError as error:
+        raise P4CompileError(str(error)) from error

@@ -1,0 +1,79 @@
+"""Compile switchml.bpf.c with clang (-target bpf), once per distinct source and options.
+
+The object is cached under ``build/ebpf/<hash of the sources and options>/`` like the
+bmv2 build (``switches/build_cache.py``). The sources are the C file, its header and
+p4/include/constants.p4, which the C program includes as is: k, the port range, the
+message types and the counter indices have one definition for all three targets.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol import params
+from switches.build_cache import build_once, source_hash
+from switches.ebpf.maps import EBPF_DIR, SWITCHML_H
+
+log = logging.getLogger(__name__)
+
+SOURCE = EBPF_DIR / "switchml.bpf.c"
+SOURCES = (SOURCE, SWITCHML_H, params.CONSTANTS_P4)
+OBJECT = "switchml.bpf.o"
+BUILD_ROOT = params.REPO_ROOT / "build" / "ebpf"
+MAX_SLOT_LIMIT = 0xFFFF
+"""switchml_h.slot is 16 bits wide."""
+
+
+class EbpfCompileError(RuntimeError):
+    """clang refused the program; the message carries its output verbatim."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    max_pool_size: int = params.MAX_POOL_SIZE
+    clang: str = "clang"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_pool_size <= MAX_SLOT_LIMIT:
+            raise ValueError(f"max_pool_size must be within 1..{MAX_SLOT_LIMIT}, got {self.max_pool_size}")
+
+    def command(self, output: Path) -> list[str]:
+        """The clang command line (also what a student would type by hand)."""
+        return [
+            self.clang, "-O2", "-g", "-Wall", "-Werror", "-target", "bpf",
+            "-I", str(params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR),
+            # asm/types.h, which linux/bpf.h includes, lives under the host's multiarch path.
+            "-I", f"/usr/include/{platform.machine()}-linux-gnu",
+            f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}",
+            "-c", str(SOURCE), "-o", str(output),
+        ]  # fmt: skip
+
+
+def build_hash(options: CompileOptions) -> str:
+    files = [(path.name, path) for path in SOURCES]
+    return source_hash(files, repr((options.max_pool_size, options.clang)))
+
+
+def compile_program(options: CompileOptions | None = None, build_root: Path = BUILD_ROOT) -> Path:
+    """Path of the BPF object for ``options``, compiling only if this build is not cached."""
+    options = options or CompileOptions()
+    output_dir = build_root / build_hash(options)
+    if not (output_dir / OBJECT).exists() and shutil.which(options.clang) is None:
+        raise EbpfCompileError(f"clang not found ({options.clang!r} is not on PATH); run scripts/bootstrap.sh")
+
+    def run_clang(staging: Path) -> None:
+        command = options.command(staging / OBJECT)
+        log.info("clang: %s", " ".join(command))
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise EbpfCompileError(f"clang failed (exit {result.returncode}): {' '.join(command)}\n{result.stdout}{result.stderr}")
+
+    try:
+        return build_once(output_dir, OBJECT, run_clang)
+    except FileNotFoundError as error:
+        raise EbpfCompileError(str(error)) from error

@@ -1,0 +1,240 @@
+"""The eBPF switch's maps as the control plane sees them: C layouts and P4 names.
+
+Each ctypes structure below mirrors one struct of switchml.bpf.c field by field (the
+control plane checks every map's key and value sizes against them when it opens the
+maps, so a drift fails loudly). Table values start with the action number (from
+switchml.h, read the way protocol/params.py reads constants.p4) followed by the action's
+parameters under their P4 names, so an entry is written as ``Value(action=n, **params)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from protocol import params
+from switches.control import Field, ProgramSchema, RegisterSchema, TableSchema
+
+EBPF_DIR = Path(__file__).resolve().parent
+SWITCHML_H = EBPF_DIR / "switchml.h"
+DEFINES = params.read_p4_constants(SWITCHML_H)
+
+INGRESS = "SwitchMLIngress"
+EGRESS = "SwitchMLEgress"
+
+MC_MAX_REPLICAS = DEFINES["MC_MAX_REPLICAS"]
+MC_MAX_NODES = DEFINES["MC_MAX_NODES"]
+MC_MAX_NODE_PORTS = DEFINES["MC_MAX_NODE_PORTS"]
+
+
+# -- SwitchMLIngress registers ----------------------------------------------------------
+
+
+class RegisterCell(ctypes.Structure):
+    """struct register_cell: one cell of bitmap, count, exponent, seq, value_00..value_XX."""
+
+    _fields_ = [
+        ("bitmap", ctypes.c_uint32),
+        ("count", ctypes.c_uint32),
+        ("exponent", ctypes.c_uint32),
+        ("seq", ctypes.c_uint32),
+        ("value", ctypes.c_uint32 * params.K),
+    ]
+
+
+class SlotCells(ctypes.Structure):
+    """struct slot_cells: both shadow sets of one slot behind one bpf_spin_lock."""
+
+    _fields_ = [("lock", ctypes.c_uint32), ("set", RegisterCell * 2)]
+
+
+class Threshold(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_uint32)]
+
+
+class CounterCell(ctypes.Structure):
+    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
+
+
+# -- tables -------------------------------------------------------------------------------
+
+
+class WorkerKey(ctypes.Structure):
+    _fields_ = [("ingress_port", ctypes.c_uint32), ("src_addr", ctypes.c_uint32)]
+
+
+class WorkerAction(ctypes.Structure):
+    _fields_ = [
+        ("action", ctypes.c_uint32),
+        ("rank", ctypes.c_uint32),
+        ("job_id", ctypes.c_uint32),
+        ("num_workers", ctypes.c_uint32),
+        ("mcast_grp", ctypes.c_uint32),
+    ]
+
+
+class MacKey(ctypes.Structure):
+    _fields_ = [("mac", ctypes.c_uint64)]
+
+
+class L2LearnAction(ctypes.Structure):
+    _fields_ = [("action", ctypes.c_uint32)]
+
+
+class L2Action(ctypes.Structure):
+    _fields_ = [("action", ctypes.c_uint32), ("port", ctypes.c_uint32)]
+
+
+class RankKey(ctypes.Structure):
+    _fields_ = [("dst_rank", ctypes.c_uint32)]
+
+
+class RankAddrAction(ctypes.Structure):
+    _fields_ = [
+        ("action", ctypes.c_uint32),
+        ("ipv4", ctypes.c_uint32),
+        ("mac", ctypes.c_uint64),
+        ("udp_port", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class U32Key(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_uint32)]
+
+
+# -- traffic manager ----------------------------------------------------------------------
+
+
+class Replica(ctypes.Structure):
+    _fields_ = [("rid", ctypes.c_uint16), ("port", ctypes.c_uint16)]
+
+
+class McGroup(ctypes.Structure):
+    _fields_ = [
+        ("num_nodes", ctypes.c_uint32),
+        ("nodes", ctypes.c_uint32 * MC_MAX_NODES),
+        ("num_replicas", ctypes.c_uint32),
+        ("replicas", Replica * MC_MAX_REPLICAS),
+    ]
+
+
+class McNode(ctypes.Structure):
+    _fields_ = [("rid", ctypes.c_uint32), ("num_ports", ctypes.c_uint32), ("ports", ctypes.c_uint16 * MC_MAX_NODE_PORTS)]
+
+
+# -- what the P4 names map to ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """One P4 table: its entries map, its one-cell default map, keys and actions."""
+
+    map_name: str
+    keys: tuple[Field, ...]
+    key_type: type[ctypes.Structure]
+    actions: Mapping[str, tuple[int, tuple[Field, ...]]]
+    """Action name -> (its number in switchml.h, its parameters)."""
+    value_type: type[ctypes.Structure]
+
+    @property
+    def default_map_name(self) -> str:
+        return f"{self.map_name}_default"
+
+    def schema(self) -> TableSchema:
+        return TableSchema(self.keys, {action: fields for action, (_number, fields) in self.actions.items()})
+
+
+TABLES: Mapping[str, TableLayout] = {
+    f"{INGRESS}.worker_table": TableLayout(
+        "worker_table",
+        (Field("standard_metadata.ingress_port", 9), Field("hdr.ipv4.srcAddr", 32)),
+        WorkerKey,
+        {
+            "set_worker": (
+                DEFINES["WORKER_TABLE_SET_WORKER"],
+                (Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16)),
+            ),
+            "forward_as_ordinary": (DEFINES["WORKER_TABLE_FORWARD_AS_ORDINARY"], ()),
+            "drop_unknown_sender": (DEFINES["WORKER_TABLE_DROP_UNKNOWN_SENDER"], ()),
+        },
+        WorkerAction,
+    ),
+    f"{INGRESS}.l2_learn_table": TableLayout(
+        "l2_learn_table",
+        (Field("hdr.ethernet.srcAddr", 48),),
+        MacKey,
+        {"NoAction": (DEFINES["L2_LEARN_TABLE_NOACTION"], ()), "l2_learn": (DEFINES["L2_LEARN_TABLE_L2_LEARN"], ())},
+        L2LearnAction,
+    ),
+    f"{INGRESS}.l2_table": TableLayout(
+        "l2_table",
+        (Field("hdr.ethernet.dstAddr", 48),),
+        MacKey,
+        {"l2_forward": (DEFINES["L2_TABLE_L2_FORWARD"], (Field("port", 9),)), "l2_flood": (DEFINES["L2_TABLE_L2_FLOOD"], ())},
+        L2Action,
+    ),
+    f"{EGRESS}.rank_addr_table": TableLayout(
+        "rank_addr_table",
+        (Field("meta.dst_rank", 8),),
+        RankKey,
+        {
+            "set_rank_addr": (
+                DEFINES["RANK_ADDR_TABLE_SET_RANK_ADDR"],
+                (Field("mac", 48), Field("ipv4", 32), Field("udp_port", 16)),
+            ),
+            "drop": (DEFINES["RANK_ADDR_TABLE_DROP"], ()),
+        },
+        RankAddrAction,
+    ),
+}
+
+AGGREGATION_FIELDS: Mapping[str, tuple[str, int | None]] = {
+    **{f"{INGRESS}.value_{i:02d}": ("value", i) for i in range(params.K)},
+    f"{INGRESS}.bitmap": ("bitmap", None),
+    f"{INGRESS}.count": ("count", None),
+    f"{INGRESS}.exponent": ("exponent", None),
+    f"{INGRESS}.seq": ("seq", None),
+}
+"""Register name -> (field of struct register_cell, element index for value_XX)."""
+
+AGGREGATION_MAP = "registers"
+
+THRESHOLDS: Mapping[str, str] = {
+    f"{INGRESS}.ingress_drop_threshold": "ingress_drop_threshold",
+    f"{EGRESS}.egress_drop_threshold": "egress_drop_threshold",
+}
+"""One-cell registers -> their maps."""
+
+COUNTERS: Mapping[str, str] = {f"{INGRESS}.event_counter": "event_counter", f"{EGRESS}.egress_counter": "egress_counter"}
+
+MC_GROUP_MAP = "mc_group"
+MC_NODE_MAP = "mc_node"
+PORT_OF_IFINDEX_MAP = "port_of_ifindex"
+IFINDEX_OF_PORT_MAP = "ifindex_of_port"
+
+LAYOUTS: Mapping[str, tuple[type[ctypes.Structure], type[ctypes.Structure]]] = {
+    AGGREGATION_MAP: (U32Key, SlotCells),
+    **{name: (U32Key, Threshold) for name in THRESHOLDS.values()},
+    **{name: (U32Key, CounterCell) for name in COUNTERS.values()},
+    **{t.map_name: (t.key_type, t.value_type) for t in TABLES.values()},
+    **{t.default_map_name: (U32Key, t.value_type) for t in TABLES.values()},
+    MC_GROUP_MAP: (U32Key, McGroup),
+    MC_NODE_MAP: (U32Key, McNode),
+    PORT_OF_IFINDEX_MAP: (U32Key, U32Key),
+    IFINDEX_OF_PORT_MAP: (U32Key, U32Key),
+}
+"""Every map of switchml.bpf.c: (key, value) layout."""
+
+
+def program_schema(max_pool_size: int) -> ProgramSchema:
+    """The tables, registers and counters the program offers, by their P4 names."""
+    registers = {name: RegisterSchema(2 * max_pool_size, 32) for name in AGGREGATION_FIELDS}
+    registers.update({name: RegisterSchema(1, 32) for name in THRESHOLDS})
+    return ProgramSchema(
+        tables={name: table.schema() for name, table in TABLES.items()},
+        registers=registers,
+        counters={f"{INGRESS}.event_counter": len(params.INGRESS_EVENTS), f"{EGRESS}.egress_counter": len(params.EGRESS_EVENTS)},
+    )

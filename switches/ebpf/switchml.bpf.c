@@ -1,0 +1,782 @@
+/*
+ * switchml.bpf.c -- the SwitchML data plane of docs/dataplane.md as one TC (clsact,
+ * direct-action) program, attached to the ingress of every switch port.
+ *
+ * Read it beside p4/include/ingress.p4 and switches/embedded/ingress.py: the maps carry the
+ * P4 program's register, table and counter names, and the steps carry the numbers of
+ * docs/dataplane.md. One program runs the whole v1model pipeline for a received frame:
+ *
+ *   SwitchMLParser          parse()
+ *   SwitchMLIngress         switchml_ingress(), steps 1-6
+ *   traffic manager         replicate(): one bpf_clone_redirect per multicast copy
+ *   SwitchMLEgress          switchml_egress(), steps 1-3, per copy, before it is sent
+ *   SwitchMLComputeChecksum ipv4_checksum()
+ *
+ * Copies go out through the port's egress qdisc (bpf_clone_redirect / bpf_redirect to the
+ * port's egress), so the testbed's htb shaping of the link applies as for any frame.
+ *
+ * Concurrency: the kernel runs this program on every core at once (one softirq per core,
+ * frames from different workers land on different cores). A slot's aggregation (step 6)
+ * reads and writes bitmap, count, exponent, seq and the k values of its cell, and clears
+ * the rank's bit in the other shadow set's cell; interleaving two such updates would lose
+ * a contribution or complete a slot twice. Both shadow sets of a slot therefore live in
+ * one map value with one bpf_spin_lock, and step 6 runs entirely under it: the same
+ * serial order per slot that a P4 switch's register pipeline gives. The verifier allows
+ * no helper calls under the lock, so the elements are loaded before and stored after.
+ * Counters are per-CPU (the control plane sums the cores); tables are hash maps, whose
+ * lookups and updates are safe from any core.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/pkt_cls.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "constants.p4"
+#include "switchml.h"
+
+#define SWITCHML_UDP_LENGTH (8 + 12 + 4 * SWITCHML_K)
+#define SWITCHML_OFFSET (ETH_HLEN + sizeof(struct iphdr) + sizeof(struct udphdr))
+#define DATA_OFFSET (SWITCHML_OFFSET + sizeof(struct switchml_h))
+/* A result is exactly these bytes: headers + switchml_h + k elements (docs/dataplane.md). */
+#define SWITCHML_FRAME_BYTES (DATA_OFFSET + 4 * SWITCHML_K)
+#define VLAN_TAG_BYTES 4
+#define DROP_DRAW_VALUES 0xFFFFFFFFu /* random(draw, 0, 0xFFFFFFFE): 2^32 - 1 values */
+
+/* ---- headers (p4/include/headers.p4) ------------------------------------------------- */
+
+struct switchml_h {
+	__u8 msg_type;
+	__u8 shadow_set;
+	__be16 job_id;
+	__be16 slot;
+	__u8 num_elements;
+	__u8 exponent; /* int8 */
+	__be32 seq;
+} __attribute__((packed));
+
+/* Everything up to the elements: what the parser extracts before switchml_data_h. */
+struct headers {
+	struct ethhdr ethernet;
+	struct iphdr ipv4;
+	struct udphdr udp;
+	struct switchml_h switchml;
+} __attribute__((packed));
+
+/* What a result's per-copy rewrite replaces: Ethernet + IPv4 + UDP. */
+struct address_headers {
+	struct ethhdr ethernet;
+	struct iphdr ipv4;
+	struct udphdr udp;
+} __attribute__((packed));
+
+/* ---- SwitchMLIngress state ------------------------------------------------------------ */
+
+/* One cell of the registers bitmap, count, exponent, seq and value_00..value_XX: the cell
+ * at index shadow_set * SWITCHML_MAX_POOL_SIZE + slot of each register array. */
+struct register_cell {
+	__u32 bitmap;
+	__u32 count;
+	__u32 exponent; /* int8 in the low byte, as (bit<32>)hdr.switchml.exponent */
+	__u32 seq;
+	__u32 value[SWITCHML_K];
+};
+
+/* Both shadow sets of one slot under one lock: step 6 writes both (bitmap[other]). */
+struct slot_cells {
+	struct bpf_spin_lock lock;
+	struct register_cell set[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SWITCHML_MAX_POOL_SIZE);
+	__type(key, __u32);
+	__type(value, struct slot_cells);
+} registers SEC(".maps");
+
+struct threshold {
+	__u32 value;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct threshold);
+} ingress_drop_threshold SEC(".maps");
+
+struct counter_cell {
+	__u64 packets;
+	__u64 bytes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EV_COUNT);
+	__type(key, __u32);
+	__type(value, struct counter_cell);
+} event_counter SEC(".maps");
+
+/* worker_table: (ingress_port, hdr.ipv4.srcAddr) -> set_worker(rank, job_id, num_workers,
+ * mcast_grp) | forward_as_ordinary | drop_unknown_sender (default). */
+struct worker_key {
+	__u32 ingress_port;
+	__u32 src_addr; /* host byte order, as the control plane writes an IPv4 address */
+};
+
+struct worker_action {
+	__u32 action;
+	__u32 rank;
+	__u32 job_id;
+	__u32 num_workers;
+	__u32 mcast_grp;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WORKER_TABLE_SIZE);
+	__type(key, struct worker_key);
+	__type(value, struct worker_action);
+} worker_table SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct worker_action);
+} worker_table_default SEC(".maps");
+
+/* l2_learn_table: hdr.ethernet.srcAddr -> NoAction | l2_learn (default). MAC keys are the
+ * 48-bit address as a host-order integer. */
+struct l2_learn_action {
+	__u32 action;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, L2_LEARN_TABLE_SIZE);
+	__type(key, __u64);
+	__type(value, struct l2_learn_action);
+} l2_learn_table SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct l2_learn_action);
+} l2_learn_table_default SEC(".maps");
+
+/* l2_table: hdr.ethernet.dstAddr -> l2_forward(port) | l2_flood (default). */
+struct l2_action {
+	__u32 action;
+	__u32 port;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, L2_TABLE_SIZE);
+	__type(key, __u64);
+	__type(value, struct l2_action);
+} l2_table SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct l2_action);
+} l2_table_default SEC(".maps");
+
+/* ---- traffic manager ------------------------------------------------------------------ */
+
+/* A multicast group: the node handles the control plane associated (its bookkeeping) and
+ * the copies they make, (rid, port) in association order (what the data path reads). */
+struct replica {
+	__u16 rid;
+	__u16 port;
+};
+
+struct mc_group {
+	__u32 num_nodes;
+	__u32 nodes[MC_MAX_NODES];
+	__u32 num_replicas;
+	struct replica replicas[MC_MAX_REPLICAS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MC_MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, struct mc_group);
+} mc_group SEC(".maps");
+
+/* A multicast node (mc_node_create): its rid and ports. Only the control plane reads it. */
+struct mc_node {
+	__u32 rid;
+	__u32 num_ports;
+	__u16 ports[MC_MAX_NODE_PORTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MC_MAX_NODE_HANDLES);
+	__type(key, __u32);
+	__type(value, struct mc_node);
+} mc_node SEC(".maps");
+
+/* The switch's wiring (bmv2's -i PORT@IFACE): port number <-> interface index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PORT_NUMBERS);
+	__type(key, __u32);   /* ifindex */
+	__type(value, __u32); /* port */
+} port_of_ifindex SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PORT_NUMBERS);
+	__type(key, __u32);   /* port */
+	__type(value, __u32); /* ifindex; 0: no interface */
+} ifindex_of_port SEC(".maps");
+
+/* ---- SwitchMLEgress state ------------------------------------------------------------- */
+
+/* rank_addr_table: meta.dst_rank -> set_rank_addr(mac, ipv4, udp_port) | drop (default). */
+struct rank_addr_action {
+	__u32 action;
+	__u32 ipv4; /* host byte order */
+	__u64 mac;  /* host-order 48-bit integer */
+	__u32 udp_port;
+	__u32 reserved;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RANK_ADDR_TABLE_SIZE);
+	__type(key, __u32);
+	__type(value, struct rank_addr_action);
+} rank_addr_table SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rank_addr_action);
+} rank_addr_table_default SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct threshold);
+} egress_drop_threshold SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EGV_COUNT);
+	__type(key, __u32);
+	__type(value, struct counter_cell);
+} egress_counter SEC(".maps");
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+static __always_inline void count(void *counter, __u32 index, __u32 bytes)
+{
+	struct counter_cell *cell = bpf_map_lookup_elem(counter, &index);
+
+	if (cell) {
+		cell->packets += 1;
+		cell->bytes += bytes;
+	}
+}
+
+/* random(meta.drop_draw, 0, 0xFFFFFFFE) < threshold[0]: the drop simulator of both sides. */
+static __always_inline int drop_simulator(void *threshold_map)
+{
+	__u32 zero = 0;
+	struct threshold *threshold = bpf_map_lookup_elem(threshold_map, &zero);
+
+	if (!threshold || threshold->value == 0)
+		return 0;
+	return bpf_get_prandom_u32() % DROP_DRAW_VALUES < threshold->value;
+}
+
+static __always_inline __u64 mac_key(const unsigned char *mac)
+{
+	return (__u64)mac[0] << 40 | (__u64)mac[1] << 32 | (__u64)mac[2] << 24 | (__u64)mac[3] << 16 |
+	       (__u64)mac[4] << 8 | (__u64)mac[5];
+}
+
+static __always_inline void mac_bytes(unsigned char *mac, __u64 key)
+{
+#pragma unroll
+	for (int i = 0; i < ETH_ALEN; i++)
+		mac[i] = key >> (8 * (ETH_ALEN - 1 - i));
+}
+
+/* SwitchMLComputeChecksum: csum16 over the 20-byte header, its checksum field as zero
+ * (network byte order, like the field). */
+static __always_inline __be16 ipv4_checksum(const void *ipv4)
+{
+	const __u8 *byte = ipv4;
+	__u32 sum = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)sizeof(struct iphdr); i += 2)
+		if (i != offsetof(struct iphdr, check))
+			sum += (__u32)byte[i] << 8 | byte[i + 1];
+	sum = (sum & 0xFFFF) + (sum >> 16);
+	sum = (sum & 0xFFFF) + (sum >> 16);
+	return bpf_htons(~sum & 0xFFFF);
+}
+
+static __always_inline __u32 ifindex_of(__u32 port)
+{
+	__u32 *ifindex = bpf_map_lookup_elem(&ifindex_of_port, &port);
+
+	return ifindex ? *ifindex : 0;
+}
+
+/* ---- SwitchMLEgress --------------------------------------------------------------------- */
+
+/* Steps 1 and 3 for one result copy to rank dst_rank: rank_addr_table writes the
+ * destination (a miss drops the copy, uncounted, as on bmv2), the IPv4 checksum is
+ * recomputed, the drop simulator may drop it. 1 when the copy may leave. */
+static __always_inline int switchml_egress_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 dst_rank)
+{
+	struct rank_addr_action *entry = bpf_map_lookup_elem(&rank_addr_table, &dst_rank);
+
+	if (!entry) {
+		__u32 zero = 0;
+
+		entry = bpf_map_lookup_elem(&rank_addr_table_default, &zero);
+		if (!entry)
+			return 0;
+	}
+	if (entry->action != RANK_ADDR_TABLE_SET_RANK_ADDR)
+		return 0;
+	mac_bytes(hdr->ethernet.h_dest, entry->mac);
+	hdr->ipv4.daddr = bpf_htonl(entry->ipv4);
+	hdr->udp.dest = bpf_htons(entry->udp_port);
+	hdr->ipv4.check = ipv4_checksum(&hdr->ipv4);
+	if (bpf_skb_store_bytes(skb, 0, hdr, sizeof(*hdr), 0))
+		return 0;
+	/* 3. Drop simulator (egress). */
+	if (drop_simulator(&egress_drop_threshold)) {
+		count(&egress_counter, EGV_DROP_SIM_EGRESS, SWITCHML_FRAME_BYTES);
+		return 0;
+	}
+	count(&egress_counter, EGV_SENT, SWITCHML_FRAME_BYTES);
+	return 1;
+}
+
+/* Step 3 for an ordinary frame: 1 when it may leave. */
+static __always_inline int switchml_egress_forward(__u32 wire_bytes)
+{
+	if (drop_simulator(&egress_drop_threshold)) {
+		count(&egress_counter, EGV_DROP_SIM_EGRESS, wire_bytes);
+		return 0;
+	}
+	count(&egress_counter, EGV_SENT, wire_bytes);
+	return 1;
+}
+
+/* ---- traffic manager: unicast and multicast -------------------------------------------- */
+
+/* A frame to a port: redirect it to that port's egress, or drop it if no interface is
+ * wired to the port (egress has already counted it, as the embedded switch does). */
+static __always_inline int to_port(__u32 port)
+{
+	__u32 ifindex = ifindex_of(port);
+
+	return ifindex ? bpf_redirect(ifindex, 0) : TC_ACT_SHOT;
+}
+
+/* Multicast of a result: one copy per (rid, port) of the group, each addressed to rank
+ * rid by SwitchMLEgress, then the original is dropped. */
+static __always_inline int multicast_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 group_id)
+{
+	struct mc_group *group = bpf_map_lookup_elem(&mc_group, &group_id);
+
+	if (!group)
+		return TC_ACT_SHOT;
+	for (__u32 i = 0; i < MC_MAX_REPLICAS; i++) {
+		if (i >= group->num_replicas)
+			break;
+		struct replica copy = group->replicas[i];
+
+		if (!switchml_egress_result(skb, hdr, copy.rid))
+			continue;
+		__u32 ifindex = ifindex_of(copy.port);
+
+		if (ifindex)
+			bpf_clone_redirect(skb, ifindex, 0);
+	}
+	return TC_ACT_SHOT;
+}
+
+/* Flood (l2_flood): every port of the flood group but the one the frame came in on
+ * (SwitchMLEgress step 2). */
+static __always_inline int flood(struct __sk_buff *skb, __u32 in_port, __u32 wire_bytes)
+{
+	__u32 group_id = SWITCHML_FLOOD_MCAST_GRP;
+	struct mc_group *group = bpf_map_lookup_elem(&mc_group, &group_id);
+
+	if (!group)
+		return TC_ACT_SHOT;
+	for (__u32 i = 0; i < MC_MAX_REPLICAS; i++) {
+		if (i >= group->num_replicas)
+			break;
+		__u32 port = group->replicas[i].port;
+
+		if (port == in_port || !switchml_egress_forward(wire_bytes))
+			continue;
+		__u32 ifindex = ifindex_of(port);
+
+		if (ifindex)
+			bpf_clone_redirect(skb, ifindex, 0);
+	}
+	return TC_ACT_SHOT;
+}
+
+/* ---- SwitchMLIngress step 2: L2 forwarding ---------------------------------------------- */
+
+/* The l2_learn digest, answered here as the learning controller answers it for bmv2:
+ * l2_learn_table gets the source (NoAction) and, unless it is there, l2_table a
+ * forward to the port it came in on. */
+static __always_inline void l2_learn(__u64 src, __u32 in_port)
+{
+	struct l2_learn_action known = {.action = L2_LEARN_TABLE_NOACTION};
+	struct l2_action forward = {.action = L2_TABLE_L2_FORWARD, .port = in_port};
+
+	bpf_map_update_elem(&l2_learn_table, &src, &known, BPF_NOEXIST);
+	bpf_map_update_elem(&l2_table, &src, &forward, BPF_NOEXIST);
+}
+
+/* SwitchMLComputeChecksum for a frame that leaves as it came: an option-less IPv4 header
+ * that the parser extracted (untagged, etherType 0x0800, all 20 bytes there). */
+static __always_inline void compute_checksum_forwarded(struct __sk_buff *skb, const struct headers *hdr, __u32 parsed)
+{
+	if (parsed < ETH_HLEN + sizeof(struct iphdr) || hdr->ethernet.h_proto != bpf_htons(ETH_P_IP) || hdr->ipv4.ihl != 5)
+		return;
+	__be16 check = ipv4_checksum(&hdr->ipv4);
+
+	if (check != hdr->ipv4.check)
+		bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, check), &check, sizeof(check), 0);
+}
+
+static __always_inline int l2_forward(struct __sk_buff *skb, const struct headers *hdr, __u32 parsed, __u32 in_port,
+				      __u32 wire_bytes)
+{
+	__u64 src = mac_key(hdr->ethernet.h_source);
+	__u64 dst = mac_key(hdr->ethernet.h_dest);
+	__u32 zero = 0;
+	struct l2_learn_action *learn = bpf_map_lookup_elem(&l2_learn_table, &src);
+
+	if (!learn)
+		learn = bpf_map_lookup_elem(&l2_learn_table_default, &zero);
+	if (learn && learn->action == L2_LEARN_TABLE_L2_LEARN)
+		l2_learn(src, in_port);
+
+	struct l2_action *l2 = bpf_map_lookup_elem(&l2_table, &dst);
+
+	if (!l2)
+		l2 = bpf_map_lookup_elem(&l2_table_default, &zero);
+	count(&event_counter, EV_FORWARDED, wire_bytes);
+	compute_checksum_forwarded(skb, hdr, parsed);
+	if (l2 && l2->action == L2_TABLE_L2_FORWARD) {
+		__u32 port = l2->port;
+
+		return switchml_egress_forward(wire_bytes) ? to_port(port) : TC_ACT_SHOT;
+	}
+	return flood(skb, in_port, wire_bytes);
+}
+
+/* ---- SwitchMLIngress step 6: aggregation ------------------------------------------------ */
+
+/* Serial-number order on 32 bits: a is newer than b. */
+static __always_inline int newer(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) > 0;
+}
+
+enum aggregation_outcome {
+	STALE,
+	CONSUMED,
+	COMPLETED,
+	RETX_COMPLETE,
+	RETX_IGNORED,
+};
+
+struct update {
+	__u32 rank_bit;
+	__u32 num_workers;
+	__u32 seq;
+	__s8 exponent;
+	__u32 shadow_set;
+};
+
+/* Step 6 on one slot, under its lock. ``data`` holds the update's elements (host order)
+ * and leaves holding the slot's values whenever a result is due; ``exponent`` the max. */
+static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slot, const struct update *u, __u32 *data,
+							  __u8 *exponent)
+{
+	enum aggregation_outcome outcome;
+	struct register_cell *cell = &slot->set[u->shadow_set & 1];
+	struct register_cell *other = &slot->set[(u->shadow_set & 1) ^ 1];
+	__u32 b;
+	int is_new, stale;
+
+	bpf_spin_lock(&slot->lock);
+	b = cell->bitmap;
+	is_new = (b & u->rank_bit) == 0;
+	/* 6a. Stale: an update of an older version than the one this cell holds. */
+	if (is_new && b == 0)
+		stale = cell->count != 0 && !newer(u->seq, cell->seq);
+	else if (is_new)
+		stale = u->seq != cell->seq || cell->count == u->num_workers;
+	else
+		stale = u->seq != cell->seq;
+
+	if (stale) {
+		outcome = STALE;
+	} else if (is_new) {
+		/* A new contribution; clearing the rank from the other set readies that set
+		 * for this worker's next chunk. */
+		cell->bitmap = b | u->rank_bit;
+		other->bitmap &= ~u->rank_bit;
+		if (b == 0) {
+			/* First contribution of this version: overwrite. */
+#pragma unroll
+			for (int i = 0; i < SWITCHML_K; i++)
+				cell->value[i] = data[i];
+			cell->exponent = (__u8)u->exponent;
+			cell->count = 1;
+			cell->seq = u->seq;
+		} else {
+#pragma unroll
+			for (int i = 0; i < SWITCHML_K; i++) {
+				cell->value[i] += data[i]; /* wrapping 32-bit add */
+				data[i] = cell->value[i];
+			}
+			if (u->exponent > (__s8)cell->exponent)
+				cell->exponent = (__u8)u->exponent;
+			cell->count += 1;
+		}
+		*exponent = cell->exponent;
+		outcome = cell->count == u->num_workers ? COMPLETED : CONSUMED;
+	} else if (cell->count == u->num_workers) {
+		/* A retransmission to a complete version: send the stored result back. */
+#pragma unroll
+		for (int i = 0; i < SWITCHML_K; i++)
+			data[i] = cell->value[i];
+		*exponent = cell->exponent;
+		outcome = RETX_COMPLETE;
+	} else {
+		outcome = RETX_IGNORED;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return outcome;
+}
+
+/* make_result(): the update becomes its result in place. Ingress writes msg_type,
+ * exponent and the elements; the address headers answer from the address the worker sent
+ * to (egress adds the destination per copy); a result is exactly SWITCHML_FRAME_BYTES. */
+static __always_inline int make_result(struct __sk_buff *skb, const struct headers *hdr, struct address_headers *result,
+				       __u32 *data, __u8 exponent)
+{
+	__u8 msg_type = SWITCHML_MSG_RESULT;
+
+#pragma unroll
+	for (int i = 0; i < SWITCHML_K; i++)
+		data[i] = bpf_htonl(data[i]);
+	if (skb->len > SWITCHML_FRAME_BYTES && bpf_skb_change_tail(skb, SWITCHML_FRAME_BYTES, 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, DATA_OFFSET, data, 4 * SWITCHML_K, 0) ||
+	    bpf_skb_store_bytes(skb, SWITCHML_OFFSET + offsetof(struct switchml_h, msg_type), &msg_type, 1, 0) ||
+	    bpf_skb_store_bytes(skb, SWITCHML_OFFSET + offsetof(struct switchml_h, exponent), &exponent, 1, 0))
+		return -1;
+	__builtin_memcpy(result, hdr, sizeof(*result));
+	__builtin_memcpy(result->ethernet.h_source, hdr->ethernet.h_dest, ETH_ALEN);
+	result->ipv4.saddr = hdr->ipv4.daddr;
+	result->udp.source = hdr->udp.dest;
+	result->udp.check = 0;
+	return 0;
+}
+
+/* Step 6 for an update from a known worker of its job: the cell is registers[slot].set[shadow_set]
+ * (idx = shadow_set * SWITCHML_MAX_POOL_SIZE + slot), the other set's cell is beside it. The
+ * outcome is counted, and a result multicast to the job's group or unicast to the sender. */
+static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struct headers *hdr, __u32 in_port,
+					      const struct worker_action *worker, __u32 wire_bytes)
+{
+	const struct switchml_h *sml = &hdr->switchml;
+	__u32 slot_index = bpf_ntohs(sml->slot);
+	struct slot_cells *slot = bpf_map_lookup_elem(&registers, &slot_index);
+	__u32 data[SWITCHML_K];
+	struct address_headers result;
+	__u8 exponent = 0;
+
+	if (!slot || bpf_skb_load_bytes(skb, DATA_OFFSET, data, sizeof(data)))
+		return TC_ACT_SHOT;
+#pragma unroll
+	for (int i = 0; i < SWITCHML_K; i++)
+		data[i] = bpf_ntohl(data[i]);
+
+	struct update u = {
+		.rank_bit = worker->rank < 32 ? 1u << worker->rank : 0,
+		.num_workers = worker->num_workers,
+		.seq = bpf_ntohl(sml->seq),
+		.exponent = (__s8)sml->exponent,
+		.shadow_set = sml->shadow_set,
+	};
+
+	switch (aggregate(slot, &u, data, &exponent)) {
+	case STALE:
+		count(&event_counter, EV_DROP_STALE, wire_bytes);
+		return TC_ACT_SHOT;
+	case CONSUMED:
+		count(&event_counter, EV_UPDATE_CONSUMED, wire_bytes);
+		return TC_ACT_SHOT;
+	case RETX_IGNORED:
+		count(&event_counter, EV_RETX_IGNORED, wire_bytes);
+		return TC_ACT_SHOT;
+	case COMPLETED:
+		/* Complete: multicast the result to the job's group. */
+		count(&event_counter, EV_RESULT_MULTICAST, wire_bytes);
+		if (make_result(skb, hdr, &result, data, exponent))
+			return TC_ACT_SHOT;
+		return multicast_result(skb, &result, worker->mcast_grp);
+	case RETX_COMPLETE:
+		/* Unicast the stored result back to the sender: egress_spec = ingress_port,
+		 * meta.dst_rank = meta.rank. */
+		count(&event_counter, EV_RESULT_UNICAST, wire_bytes);
+		if (make_result(skb, hdr, &result, data, exponent))
+			return TC_ACT_SHOT;
+		return switchml_egress_result(skb, &result, worker->rank) ? to_port(in_port) : TC_ACT_SHOT;
+	}
+	return TC_ACT_SHOT;
+}
+
+/* ---- SwitchMLParser --------------------------------------------------------------------- */
+
+enum parsed_as {
+	ORDINARY,     /* not to an aggregation port (or tagged, or too short for UDP) */
+	SWITCHML,     /* switchml_h + data extracted */
+	PARSER_ERROR, /* to an aggregation port, too short for switchml_h + k elements */
+};
+
+/* The headers up to switchml_h into ``hdr`` (as far as the frame has them; ``parsed``
+ * says how many bytes), and what the parser made of the frame. The frame is seen as on
+ * the wire: the kernel holds an 802.1Q tag in the skb's metadata, and a tagged frame's
+ * etherType on the wire is 0x8100, so it is ordinary traffic. */
+static __always_inline enum parsed_as parse(struct __sk_buff *skb, struct headers *hdr, __u32 *parsed)
+{
+	__u32 len = skb->len;
+
+	*parsed = 0;
+	if (skb->vlan_present) {
+		if (bpf_skb_load_bytes(skb, 0, hdr, ETH_HLEN))
+			return ORDINARY;
+		*parsed = ETH_HLEN;
+		return ORDINARY;
+	}
+	if (len >= sizeof(*hdr)) {
+		if (bpf_skb_load_bytes(skb, 0, hdr, sizeof(*hdr)))
+			return ORDINARY;
+		*parsed = sizeof(*hdr);
+	} else if (len >= SWITCHML_OFFSET) {
+		if (bpf_skb_load_bytes(skb, 0, hdr, SWITCHML_OFFSET))
+			return ORDINARY;
+		*parsed = SWITCHML_OFFSET;
+	} else if (len >= ETH_HLEN + sizeof(struct iphdr)) {
+		if (bpf_skb_load_bytes(skb, 0, hdr, ETH_HLEN + sizeof(struct iphdr)))
+			return ORDINARY;
+		*parsed = ETH_HLEN + sizeof(struct iphdr);
+		return ORDINARY;
+	} else if (len >= ETH_HLEN) {
+		if (bpf_skb_load_bytes(skb, 0, hdr, ETH_HLEN))
+			return ORDINARY;
+		*parsed = ETH_HLEN;
+		return ORDINARY;
+	} else {
+		return ORDINARY;
+	}
+	if (hdr->ethernet.h_proto != bpf_htons(ETH_P_IP) || hdr->ipv4.ihl != 5 ||
+	    hdr->ipv4.protocol != IPPROTO_UDP ||
+	    (bpf_ntohs(hdr->udp.dest) & SWITCHML_UDP_PORT_MASK) != SWITCHML_UDP_PORT_BASE)
+		return ORDINARY;
+	return len >= SWITCHML_FRAME_BYTES ? SWITCHML : PARSER_ERROR;
+}
+
+/* ---- SwitchMLIngress -------------------------------------------------------------------- */
+
+SEC("tc")
+int switchml_ingress(struct __sk_buff *skb)
+{
+	struct headers hdr = {};
+	__u32 parsed;
+	__u32 ifindex = skb->ifindex;
+	__u32 *port = bpf_map_lookup_elem(&port_of_ifindex, &ifindex);
+	/* Counters count the frame as it was on the wire, tag included. */
+	__u32 wire_bytes = skb->len + (skb->vlan_present ? VLAN_TAG_BYTES : 0);
+
+	if (!port)
+		return TC_ACT_OK; /* not a port of this switch: leave it to the kernel */
+	__u32 in_port = *port;
+
+	/* 1. Drop simulator (ingress): every packet. */
+	if (drop_simulator(&ingress_drop_threshold)) {
+		count(&event_counter, EV_DROP_SIM_INGRESS, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+	if (skb->len < ETH_HLEN) { /* not even an Ethernet header (as the embedded switch) */
+		count(&event_counter, EV_DROP_MALFORMED, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+	enum parsed_as parsed_as = parse(skb, &hdr, &parsed);
+
+	/* 2. Not a SwitchML update: L2 forwarding. */
+	if (parsed_as == ORDINARY)
+		return l2_forward(skb, &hdr, parsed, in_port, wire_bytes);
+
+	/* 3. Malformed: truncated, wrong k, not an update, bad set or slot. */
+	const struct switchml_h *sml = &hdr.switchml;
+
+	if (parsed_as == PARSER_ERROR || sml->num_elements != SWITCHML_K ||
+	    bpf_ntohs(hdr.udp.len) != SWITCHML_UDP_LENGTH || sml->msg_type != SWITCHML_MSG_UPDATE ||
+	    sml->shadow_set > 1 || bpf_ntohs(sml->slot) >= SWITCHML_MAX_POOL_SIZE) {
+		count(&event_counter, EV_DROP_MALFORMED, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+
+	/* 4. worker_table: the rank comes from (ingress port, source IPv4), never the packet. */
+	struct worker_key key = {.ingress_port = in_port, .src_addr = bpf_ntohl(hdr.ipv4.saddr)};
+	__u32 zero = 0;
+	struct worker_action *worker = bpf_map_lookup_elem(&worker_table, &key);
+
+	if (!worker)
+		worker = bpf_map_lookup_elem(&worker_table_default, &zero);
+	if (!worker)
+		return TC_ACT_SHOT;
+	if (worker->action == WORKER_TABLE_FORWARD_AS_ORDINARY)
+		return l2_forward(skb, &hdr, parsed, in_port, wire_bytes);
+	if (worker->action != WORKER_TABLE_SET_WORKER) {
+		count(&event_counter, EV_DROP_UNKNOWN_SENDER, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+
+	/* 5. Not the sender's job. */
+	if (bpf_ntohs(sml->job_id) != worker->job_id) {
+		count(&event_counter, EV_DROP_WRONG_JOB, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+
+	/* 6. Aggregation. */
+	return switchml_aggregate(skb, &hdr, in_port, worker, wire_bytes);
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,45 @@
+/*
+ * switchml.h -- what the eBPF data plane (switchml.bpf.c) and its control plane
+ * (control.py, maps.py) share: action numbers of the tables, and the limits of the maps
+ * that have no P4 counterpart. Plain "#define NAME number" lines only: maps.py reads them
+ * with protocol.params.read_p4_constants, as the Python side reads constants.p4.
+ *
+ * Every table's action 0 is its P4 default action, so the one-cell <table>_default
+ * maps, which the kernel creates zeroed, start with the P4 program's default_action.
+ */
+#ifndef SWITCHML_EBPF_H
+#define SWITCHML_EBPF_H
+
+/* SwitchMLIngress.worker_table */
+#define WORKER_TABLE_DROP_UNKNOWN_SENDER 0
+#define WORKER_TABLE_SET_WORKER 1
+#define WORKER_TABLE_FORWARD_AS_ORDINARY 2
+#define WORKER_TABLE_SIZE 1024
+
+/* SwitchMLIngress.l2_learn_table */
+#define L2_LEARN_TABLE_L2_LEARN 0
+#define L2_LEARN_TABLE_NOACTION 1
+#define L2_LEARN_TABLE_SIZE 4096
+
+/* SwitchMLIngress.l2_table */
+#define L2_TABLE_L2_FLOOD 0
+#define L2_TABLE_L2_FORWARD 1
+#define L2_TABLE_SIZE 4096
+
+/* SwitchMLEgress.rank_addr_table */
+#define RANK_ADDR_TABLE_DROP 0
+#define RANK_ADDR_TABLE_SET_RANK_ADDR 1
+#define RANK_ADDR_TABLE_SIZE 256
+
+/* The traffic manager's multicast groups: copies per group, nodes per group, ports per
+ * node, and groups. A flood group holds every port of the switch. */
+#define MC_MAX_REPLICAS 64
+#define MC_MAX_NODES 64
+#define MC_MAX_NODE_PORTS 64
+#define MC_MAX_GROUPS 64
+#define MC_MAX_NODE_HANDLES 1024
+
+/* Port numbers are bit<9>, as in v1model: ifindex_of_port has one cell per number. */
+#define PORT_NUMBERS 512
+
+#endif

@@ -1,0 +1,194 @@
+"""The eBPF target: its schema, its build, and a lifecycle that leaves nothing behind.
+
+The packet-level behaviour runs through the ``target`` fixture (test_switch_*.py) and the
+differential test; this file checks what is particular to a switch that lives in the
+kernel: every map and filter goes away when it stops, also when its owner is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from protocol import params
+from switches import programming
+from switches.control import ControlPlaneError
+from switches.ebpf import compile as ebpf_compile
+from switches.ebpf import datapath, maps
+from switches.ebpf.bpf import BpfMap
+from switches.ebpf.control import EbpfControl
+from switches.embedded.pipeline import SwitchMLPipeline
+from tests.conftest import require_ebpf
+from tests.netns_harness import Testbed
+
+POOL = 16
+"""A small pool: a build of its own, and quick register resets."""
+
+
+def test_schema_is_the_embedded_switchs() -> None:
+    """Same tables (keys, actions, widths), registers and counters: programming.py drives both."""
+    for pool in (POOL, params.MAX_POOL_SIZE):
+        assert maps.program_schema(pool) == SwitchMLPipeline(params.K, pool).schema()
+
+
+def test_action_numbers_are_distinct_and_defaults_are_zero() -> None:
+    """Action 0 of every table is its P4 default: the kernel creates the default maps zeroed."""
+    defaults = {"worker_table": "drop_unknown_sender", "l2_learn_table": "l2_learn", "l2_table": "l2_flood", "rank_addr_table": "drop"}
+    for table in maps.TABLES.values():
+        numbers = [number for number, _fields in table.actions.values()]
+        assert sorted(numbers) == list(range(len(numbers))), table.map_name
+        assert table.actions[defaults[table.map_name]][0] == 0
+
+
+def test_build_hash_follows_options_and_sources(tmp_path: Path) -> None:
+    options = ebpf_compile.CompileOptions(max_pool_size=POOL)
+    assert ebpf_compile.build_hash(options) == ebpf_compile.build_hash(ebpf_compile.CompileOptions(max_pool_size=POOL))
+    assert ebpf_compile.build_hash(options) != ebpf_compile.build_hash(ebpf_compile.CompileOptions(max_pool_size=POOL + 1))
+    with pytest.raises(ValueError):
+        ebpf_compile.CompileOptions(max_pool_size=1 << 16)
+
+
+def test_missing_clang_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ebpf_compile.EbpfCompileError, match="clang not found"):
+        ebpf_compile.compile_program(ebpf_compile.CompileOptions(clang="no-such-clang"), build_root=tmp_path)
+
+
+# --------------------------------------------------------------------------------------
+# In the kernel (root, clang, bpftool, bpf syscall, clsact)
+
+
+def ingress_filters(ifname: str) -> list[dict]:
+    result = subprocess.run(["tc", "-json", "filter", "show", "dev", ifname, "ingress"], capture_output=True, text=True, check=True)
+    return [f for f in json.loads(result.stdout or "[]") if f.get("kind") == "bpf" and "options" in f]  # not the per-pref headers
+
+
+def qdisc_kinds(ifname: str) -> set[str]:
+    result = subprocess.run(["tc", "-json", "qdisc", "show", "dev", ifname], capture_output=True, text=True, check=True)
+    return {q["kind"] for q in json.loads(result.stdout or "[]")}
+
+
+def map_exists(map_id: int) -> bool:
+    try:
+        BpfMap.from_id(map_id).close()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    """The kernel frees a program's maps after an RCU grace period, not at once."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def bed() -> Iterator[Testbed]:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    require_ebpf()
+    with Testbed(2) as testbed:
+        yield testbed
+
+
+@pytest.mark.netns
+@pytest.mark.ebpf
+def test_stop_removes_filters_qdiscs_pins_and_maps(bed: Testbed) -> None:
+    switch = datapath.EbpfDataPlane(bed.switch_ports, name="lifecycle", max_pool_size=POOL)
+    switch.start()
+    try:
+        for ifname in bed.switch_ports.values():
+            assert len(ingress_filters(ifname)) == 1 and "clsact" in qdisc_kinds(ifname)
+        assert not datapath.PIN_ROOT.exists(), "pins are removed once the filters hold the program"
+        with switch.control() as control:
+            assert control.schema == maps.program_schema(POOL)
+            programming.program_forwarding(control, list(bed.switch_ports), {})
+            assert control.table_num_entries(programming.L2_TABLE) == 0
+    finally:
+        switch.stop()
+    for ifname in bed.switch_ports.values():
+        assert ingress_filters(ifname) == [] and "clsact" not in qdisc_kinds(ifname)
+    assert wait_until(lambda: not any(map_exists(i) for i in switch.map_ids.values())), "maps outlived the switch"
+    with pytest.raises(RuntimeError, match="not running"):
+        switch.control()
+    with pytest.raises(ControlPlaneError, match="has the switch stopped"):
+        EbpfControl(switch.map_ids)
+
+
+KILLED_OWNER = """
+import json, os, signal, sys
+from switches.ebpf.datapath import EbpfDataPlane
+switch = EbpfDataPlane({int(k): v for k, v in json.loads(sys.argv[1]).items()}, name="killed", max_pool_size=int(sys.argv[2]))
+switch.start()
+print(json.dumps(switch.map_ids), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.netns
+@pytest.mark.ebpf
+def test_killed_owner_leaves_nothing_once_its_ports_are_gone(bed: Testbed) -> None:
+    """SIGKILL: no stop() runs. The filters keep the switch alive while its ports exist (so a
+    crashed runner's network still forwards until torn down), and the kernel frees program
+    and maps with the ports; nothing was ever left pinned."""
+    ports = json.dumps(bed.switch_ports)
+    child = subprocess.run([sys.executable, "-c", KILLED_OWNER, ports, str(POOL)], capture_output=True, text=True, cwd=params.REPO_ROOT)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    map_ids = json.loads(child.stdout)
+    assert not datapath.PIN_ROOT.exists()
+    assert all(len(ingress_filters(ifname)) == 1 for ifname in bed.switch_ports.values())
+    assert all(map_exists(i) for i in map_ids.values())
+    bed.close()
+    assert wait_until(lambda: not any(map_exists(i) for i in map_ids.values())), "maps outlived the ports"
+
+
+@pytest.mark.netns
+@pytest.mark.ebpf
+def test_start_removes_pins_of_a_dead_owner(bed: Testbed) -> None:
+    """A kill while loading leaves a pin directory named after the owner's pid: the next start removes it."""
+    dead_pid = 4_000_000  # above pid_max's largest value (2^22): never a live process
+    datapath.ensure_bpffs()
+    orphan = datapath.PIN_ROOT / f"{dead_pid}-crashed-0"
+    orphan.mkdir(parents=True)
+    switch = datapath.EbpfDataPlane(bed.switch_ports, name="sweeper", max_pool_size=POOL)
+    switch.start()
+    switch.stop()
+    assert not orphan.exists() and not datapath.PIN_ROOT.exists()
+
+
+@pytest.mark.netns
+@pytest.mark.ebpf
+def test_two_instances_keep_their_own_state(tmp_path: Path) -> None:
+    """Two switches at once (two test beds): separate maps, so one's tables never show in the other."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    require_ebpf()
+    with Testbed(2) as first_bed, Testbed(2) as second_bed:
+        first = datapath.EbpfDataPlane(first_bed.switch_ports, name="first", max_pool_size=POOL)
+        second = datapath.EbpfDataPlane(second_bed.switch_ports, name="second", max_pool_size=POOL)
+        first.start()
+        try:
+            second.start()
+            try:
+                assert set(first.map_ids.values()).isdisjoint(second.map_ids.values())
+                with first.control() as a, second.control() as b:
+                    a.table_add(programming.L2_TABLE, "l2_forward", ["02:00:00:00:00:01"], [1])
+                    a.register_write(programming.BITMAP_REGISTER, POOL + 3, 5)
+                    assert b.table_num_entries(programming.L2_TABLE) == 0
+                    assert b.register_read(programming.BITMAP_REGISTER, POOL + 3) == 0
+                    assert a.register_read(programming.BITMAP_REGISTER, POOL + 3) == 5
+            finally:
+                second.stop()
+        finally:
+            first.stop()
