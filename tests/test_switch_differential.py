@@ -67,7 +67,8 @@ COMPARED: dict[str, Callable[[], None]] = {"bmv2": require_bmv2, "ebpf": require
 """Targets compared with the embedded switch, and what skips (or, in CI, fails) the comparison
 where the target cannot run: without it there is nothing to compare."""
 
-SEED = 20261130
+SEEDS = (20261130, 8)
+"""One sequence per seed, each on fresh switches."""
 STEPS = 1000
 SLOTS = 4
 """Slots the updates use: few, so that completions, duplicates and set changes are frequent."""
@@ -392,13 +393,13 @@ def first_differing_byte(a: bytes, b: bytes) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str | None:
+def first_difference(seed: int, steps: list[Step], runs: dict[str, list[Outcome]]) -> str | None:
     """The first step at which the targets differ, explained; None if they never do."""
     (name_a, outcomes_a), (name_b, outcomes_b) = runs.items()
     for index, (a, b) in enumerate(zip(outcomes_a, outcomes_b, strict=True)):
         if a == b:
             continue
-        lines = [f"seed {SEED}, step {index} of {len(steps)}: host {steps[index].sender} sent {steps[index].what}"]
+        lines = [f"seed {seed}, step {index} of {len(steps)}: host {steps[index].sender} sent {steps[index].what}"]
         lines += [f"  {describe(steps[index].frame)}", f"  bytes {steps[index].frame.hex()}"]
         for host, (frames_a, frames_b) in enumerate(zip(a.frames, b.frames, strict=True)):
             if frames_a != frames_b:
@@ -422,12 +423,13 @@ def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str |
     return None
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("target", [pytest.param(name, marks=TARGET_MARKS[name]) for name in COMPARED])
-def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path) -> None:
+def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path, seed: int) -> None:
     COMPARED[target]()
-    steps = SequenceBuilder(testbed.hosts, np.random.default_rng(SEED)).steps(STEPS)
+    steps = SequenceBuilder(testbed.hosts, np.random.default_rng(seed)).steps(STEPS)
     embedded = run_on_target("embedded", testbed, steps, tmp_path)
     runs = {"embedded": embedded, target: run_on_target(target, testbed, steps, tmp_path, reference=embedded)}
-    difference = first_difference(steps, runs)
+    difference = first_difference(seed, steps, runs)
     if difference is not None:
         pytest.fail("the targets differ:\n" + difference, pytrace=False)
