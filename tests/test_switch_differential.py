@@ -343,7 +343,7 @@ def collect(ports: SwitchPorts, probes: dict[int, bytes], target: str, step: int
         ready, _, _ = select.select([ports.sockets[h] for h in hosts if awaited[h]], [], [], remaining)
         for sock in ready:
             h = ports.sockets.index(sock)
-            while (frame := ports.receive_frame(h)) is not None:
+            while time.monotonic() < deadline and (frame := ports.receive_frame(h)) is not None:
                 if frame in awaited[h]:
                     awaited[h].discard(frame)
                 else:
@@ -355,10 +355,10 @@ def learned_entries(control: SwitchControl, reference: int | None) -> int:
     """l2_table's size once it reached ``reference`` (a learning controller may lag), or
     what it is when that does not happen within WAIT_S; at once without a reference."""
     deadline = time.monotonic() + WAIT_S
-    while (entries := control.table_num_entries(programming.L2_TABLE)) != reference and reference is not None:
-        if time.monotonic() > deadline:
-            return entries
+    entries = control.table_num_entries(programming.L2_TABLE)
+    while reference is not None and entries != reference and time.monotonic() < deadline:
         time.sleep(0.001)
+        entries = control.table_num_entries(programming.L2_TABLE)
     return entries
 
 
