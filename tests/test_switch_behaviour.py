@@ -247,6 +247,15 @@ def test_forwarded_ipv4_leaves_with_its_header_checksum_recomputed(switch: Switc
         assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [expected], [expected]]
 
 
+def test_frame_to_its_own_unlearned_source_is_flooded(switch: SwitchUnderTest) -> None:
+    """The learn digest is answered after the packet: its own l2_table lookup misses."""
+    mac = "02:00:00:00:cc:01"
+    frame = bytes(Ether(src=mac, dst=mac) / IP(src="10.0.1.1", dst="10.0.1.2") / UDP(sport=1, dport=2))
+    switch.ports.send(2, frame)
+    received = switch.ports.receive(2)
+    assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[frame], [frame], []]
+
+
 TRAILER = bytes(range(16))
 """Bytes after the IP packet (udp.length and totalLen do not count them), like Ethernet padding."""
 

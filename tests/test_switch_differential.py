@@ -12,7 +12,9 @@ trailer or a wrong IPv4 checksum, and ordinary traffic: IPv4 with right and wron
 checksums, with options, with odd version or ihl fields, cut inside its headers, with
 trailing bytes, other etherTypes, 802.1Q, 802.1ad and double-tagged frames (tagged
 updates too). It runs the sequence on the embedded switch (the reference) and on the
-compared target in turn, on the same namespaces, from a fresh switch, and compares step by step.
+compared target in turn, on the same namespaces, from a fresh switch, and compares step by
+step; once on a switch that drops unknown senders' updates and once on one that forwards
+them as ordinary traffic (pass-through).
 
 Lock-step makes the order deterministic on bmv2, whose ports, ingress and egress are
 separate threads. For each step: send the frame, wait until the ingress event counter
@@ -67,7 +69,9 @@ COMPARED: dict[str, Callable[[], None]] = {"bmv2": require_bmv2, "ebpf": require
 """Targets compared with the embedded switch, and what skips (or, in CI, fails) the comparison
 where the target cannot run: without it there is nothing to compare."""
 
-SEED = 20261130
+CASES = {"seed-20261130": (20261130, False), "seed-8-pass-through": (8, True)}
+"""(seed of the sequence, whether unknown senders' updates are forwarded as ordinary traffic
+instead of dropped), each on fresh switches."""
 STEPS = 1000
 SLOTS = 4
 """Slots the updates use: few, so that completions, duplicates and set changes are frequent."""
@@ -339,7 +343,7 @@ def collect(ports: SwitchPorts, probes: dict[int, bytes], target: str, step: int
         ready, _, _ = select.select([ports.sockets[h] for h in hosts if awaited[h]], [], [], remaining)
         for sock in ready:
             h = ports.sockets.index(sock)
-            while (frame := ports.receive_frame(h)) is not None:
+            while time.monotonic() < deadline and (frame := ports.receive_frame(h)) is not None:
                 if frame in awaited[h]:
                     awaited[h].discard(frame)
                 else:
@@ -351,10 +355,10 @@ def learned_entries(control: SwitchControl, reference: int | None) -> int:
     """l2_table's size once it reached ``reference`` (a learning controller may lag), or
     what it is when that does not happen within WAIT_S; at once without a reference."""
     deadline = time.monotonic() + WAIT_S
-    while (entries := control.table_num_entries(programming.L2_TABLE)) != reference and reference is not None:
-        if time.monotonic() > deadline:
-            return entries
+    entries = control.table_num_entries(programming.L2_TABLE)
+    while reference is not None and entries != reference and time.monotonic() < deadline:
         time.sleep(0.001)
+        entries = control.table_num_entries(programming.L2_TABLE)
     return entries
 
 
@@ -376,11 +380,16 @@ def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], 
     return outcomes
 
 
-def run_on_target(name: str, testbed: Testbed, steps: list[Step], log_dir: Path, reference: list[Outcome] | None = None) -> list[Outcome]:
-    """A fresh switch of target ``name``, programmed like the packet tests' (conftest.py)."""
+def run_on_target(
+    name: str, testbed: Testbed, steps: list[Step], log_dir: Path, pass_through: bool, reference: list[Outcome] | None = None
+) -> list[Outcome]:
+    """A fresh switch of target ``name``, programmed like the packet tests' (conftest.py);
+    ``pass_through`` forwards updates of senders not in worker_table as ordinary traffic."""
     with TARGETS[name](testbed, log_dir / name) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_aggregation(control, job_program(testbed))
+        if pass_through:
+            programming.program_pass_through(control)
         ports = SwitchPorts(testbed)
         try:
             return run_sequence(control, ports, steps, name, reference)
@@ -392,13 +401,13 @@ def first_differing_byte(a: bytes, b: bytes) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str | None:
+def first_difference(seed: int, steps: list[Step], runs: dict[str, list[Outcome]]) -> str | None:
     """The first step at which the targets differ, explained; None if they never do."""
     (name_a, outcomes_a), (name_b, outcomes_b) = runs.items()
     for index, (a, b) in enumerate(zip(outcomes_a, outcomes_b, strict=True)):
         if a == b:
             continue
-        lines = [f"seed {SEED}, step {index} of {len(steps)}: host {steps[index].sender} sent {steps[index].what}"]
+        lines = [f"seed {seed}, step {index} of {len(steps)}: host {steps[index].sender} sent {steps[index].what}"]
         lines += [f"  {describe(steps[index].frame)}", f"  bytes {steps[index].frame.hex()}"]
         for host, (frames_a, frames_b) in enumerate(zip(a.frames, b.frames, strict=True)):
             if frames_a != frames_b:
@@ -422,12 +431,15 @@ def first_difference(steps: list[Step], runs: dict[str, list[Outcome]]) -> str |
     return None
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("target", [pytest.param(name, marks=TARGET_MARKS[name]) for name in COMPARED])
-def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path) -> None:
+def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path, case: str) -> None:
     COMPARED[target]()
-    steps = SequenceBuilder(testbed.hosts, np.random.default_rng(SEED)).steps(STEPS)
-    embedded = run_on_target("embedded", testbed, steps, tmp_path)
-    runs = {"embedded": embedded, target: run_on_target(target, testbed, steps, tmp_path, reference=embedded)}
-    difference = first_difference(steps, runs)
+    seed, pass_through = CASES[case]
+    steps = SequenceBuilder(testbed.hosts, np.random.default_rng(seed)).steps(STEPS)
+    embedded = run_on_target("embedded", testbed, steps, tmp_path, pass_through)
+    compared = run_on_target(target, testbed, steps, tmp_path, pass_through, reference=embedded)
+    runs = {"embedded": embedded, target: compared}
+    difference = first_difference(seed, steps, runs)
     if difference is not None:
         pytest.fail("the targets differ:\n" + difference, pytrace=False)

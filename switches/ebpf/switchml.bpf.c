@@ -474,6 +474,13 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 	__u64 src = mac_key(hdr->ethernet.h_source);
 	__u64 dst = mac_key(hdr->ethernet.h_dest);
 	__u32 zero = 0;
+	/* l2_table is looked up before the learn digest is answered: a controller answers it
+	 * only after the packet, so a frame to its own, not yet learned, source is flooded. */
+	struct l2_action *l2 = bpf_map_lookup_elem(&l2_table, &dst);
+
+	if (!l2)
+		l2 = bpf_map_lookup_elem(&l2_table_default, &zero);
+	struct l2_action decision = l2 ? *l2 : (struct l2_action){.action = L2_TABLE_L2_FLOOD};
 	struct l2_learn_action *learn = bpf_map_lookup_elem(&l2_learn_table, &src);
 
 	if (!learn)
@@ -481,17 +488,10 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 	if (learn && learn->action == L2_LEARN_TABLE_L2_LEARN)
 		l2_learn(src, in_port);
 
-	struct l2_action *l2 = bpf_map_lookup_elem(&l2_table, &dst);
-
-	if (!l2)
-		l2 = bpf_map_lookup_elem(&l2_table_default, &zero);
 	count(&event_counter, EV_FORWARDED, wire_bytes);
 	compute_checksum_forwarded(skb, hdr, parsed);
-	if (l2 && l2->action == L2_TABLE_L2_FORWARD) {
-		__u32 port = l2->port;
-
-		return switchml_egress_forward(wire_bytes) ? to_port(port) : TC_ACT_SHOT;
-	}
+	if (decision.action == L2_TABLE_L2_FORWARD)
+		return switchml_egress_forward(wire_bytes) ? to_port(decision.port) : TC_ACT_SHOT;
 	return flood(skb, in_port, wire_bytes);
 }
 

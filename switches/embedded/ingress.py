@@ -194,16 +194,18 @@ class SwitchMLIngress:
         frame[EXPONENT_OFFSET] = exponent & 0xFF
 
     def _l2_forward(self, packet: PacketBuffer, in_port: int, length: int) -> tuple:
-        """l2_learn_table (answering our own learn digest), then l2_table or flood."""
+        """l2_learn_table, then l2_table or flood; our own learn digest is answered after the
+        lookup, because a controller answers it only after the packet has left: a frame to
+        its own, not yet learned, source MAC is flooded (as on bmv2), not sent back."""
         if length < ETHERNET_HEADER_MIN:
             self.event_counter.count(EV_DROP_MALFORMED, length)
             return DROP
         dst_hi, dst_lo, src_hi, src_lo = ETHERNET_ADDRESSES.unpack_from(packet.frame)
+        action, action_params = self.l2_table.entries.get((dst_hi << 32 | dst_lo,), self.l2_table.default)
         src = src_hi << 32 | src_lo
         if (src,) not in self.l2_learn_table.entries:
             self._learn(src, in_port)
         self.event_counter.count(EV_FORWARDED, length)
-        action, action_params = self.l2_table.entries.get((dst_hi << 32 | dst_lo,), self.l2_table.default)
         if action == "l2_forward":
             return (TO_PORT, action_params[0])
         return (TO_GROUP, params.FLOOD_MCAST_GRP)
