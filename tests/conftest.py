@@ -43,27 +43,23 @@ EBPF_REQUIRED = os.environ.get("SWITCHML_REQUIRE_EBPF") == "1"
 program: there an eBPF test that would skip is a failure."""
 
 
-def require_ebpf() -> None:
-    """Skip the calling test where the kernel or the tools refuse the eBPF switch, saying why
-    (fail instead where SWITCHML_REQUIRE_EBPF=1)."""
-    refused = detect_ebpf()
-    if not refused:
+def _require(target: str, problems: list[str], required: bool, variable: str) -> None:
+    """Skip the calling test where ``target`` cannot run here, saying why; fail instead
+    where ``variable``=1 says it must (CI with the toolchain and a kernel that takes it)."""
+    if not problems:
         return
-    reason = f"eBPF switch cannot run here (missing or refused: {'; '.join(refused)})"
-    if EBPF_REQUIRED:
-        pytest.fail(f"{reason}, but SWITCHML_REQUIRE_EBPF=1 says it must run here")
+    reason = f"{target} cannot run here (missing or refused: {'; '.join(problems)})"
+    if required:
+        pytest.fail(f"{reason}, but {variable}=1 says it must run here")
     pytest.skip(reason)
+
+
+def require_ebpf() -> None:
+    _require("eBPF switch", detect_ebpf(), EBPF_REQUIRED, "SWITCHML_REQUIRE_EBPF")
 
 
 def require_bmv2() -> None:
-    """Skip the calling test where bmv2 is absent (a user's machine), fail where it must run."""
-    missing = detect_bmv2()
-    if not missing:
-        return
-    reason = f"bmv2 not installed (missing: {', '.join(missing)})"
-    if BMV2_REQUIRED:
-        pytest.fail(f"{reason}, but SWITCHML_REQUIRE_BMV2=1 says it must run here")
-    pytest.skip(reason)
+    _require("bmv2", detect_bmv2(), BMV2_REQUIRED, "SWITCHML_REQUIRE_BMV2")
 
 
 @contextlib.contextmanager

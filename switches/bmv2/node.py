@@ -12,13 +12,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mininet.node import Switch
-
 from protocol import params
 from switches.bmv2.compile import CompileOptions, compile_p4
 from switches.bmv2.control import Bmv2Control
 from switches.bmv2.process import Bmv2Process, free_tcp_port
 from switches.control import SwitchControl
+from switches.mininet_node import TargetSwitch
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +27,7 @@ THRIFT_PORT_BASE = 9090
 _device_ids = itertools.count()
 
 
-class Bmv2SwitchNode(Switch):
+class Bmv2SwitchNode(TargetSwitch):
     """A Mininet switch backed by simple_switch; Mininet's port numbers are bmv2's ports."""
 
     def __init__(
@@ -59,7 +58,7 @@ class Bmv2SwitchNode(Switch):
 
     def start(self, controllers: list[Any]) -> None:
         """Run simple_switch on this node's interfaces (Mininet calls this from net.start)."""
-        interfaces = {port: intf.name for port, intf in self.intfs.items() if intf.name != "lo"}
+        interfaces = self.switch_ports()
         self._bmv2 = Bmv2Process(
             name=self.name,
             json_path=self.json_path,

@@ -12,14 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mininet.node import Switch
-
 from protocol import params
 from switches.control import SwitchControl
 from switches.ebpf.datapath import EbpfDataPlane
+from switches.mininet_node import TargetSwitch
 
 
-class EbpfSwitchNode(Switch):
+class EbpfSwitchNode(TargetSwitch):
     def __init__(
         self,
         name: str,
@@ -37,14 +36,8 @@ class EbpfSwitchNode(Switch):
         self.max_pool_size = max_pool_size
         self._data_plane: EbpfDataPlane | None = None
 
-    def switch_ports(self) -> dict[int, str]:
-        """Port number -> interface name for every data interface (not the loopback)."""
-        return {self.ports[intf]: intf.name for intf in self.intfList() if intf.name != "lo"}
-
     def start(self, controllers: list) -> None:
-        ports = self.switch_ports()
-        for ifname in ports.values():
-            self.cmd("ip", "link", "set", "dev", ifname, "up")
+        ports = self.ports_up()
         self._data_plane = EbpfDataPlane(ports, name=self.name, max_pool_size=self.max_pool_size)
         self._data_plane.start()
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mininet.node import Switch
-
 from protocol import params
 from switches.control import SwitchControl
 from switches.embedded.launcher import EmbeddedSwitchProcess
+from switches.mininet_node import TargetSwitch
 
 
-class EmbeddedSwitchNode(Switch):
+class EmbeddedSwitchNode(TargetSwitch):
     def __init__(
         self,
         name: str,
@@ -35,14 +34,8 @@ class EmbeddedSwitchNode(Switch):
         """Propagation delay of the links, emulated by the switch (kernels without netem)."""
         self._switch: EmbeddedSwitchProcess | None = None
 
-    def switch_ports(self) -> dict[int, str]:
-        """Port number -> interface name for every data interface (not the loopback)."""
-        return {self.ports[intf]: intf.name for intf in self.intfList() if intf.name != "lo"}
-
     def start(self, controllers: list) -> None:
-        ports = self.switch_ports()
-        for ifname in ports.values():
-            self.cmd("ip", "link", "set", "dev", ifname, "up")
+        ports = self.ports_up()
         self._switch = EmbeddedSwitchProcess(
             ports, self.log_dir, name=self.name, k=self.k, max_pool_size=self.max_pool_size, seed=self.seed,
             link_delay_ms=self.link_delay_ms,
