@@ -22,6 +22,7 @@ import pytest
 from protocol import params
 from switches import programming
 from switches.bmv2 import compile as p4compile
+from switches.bmv2.control import THRIFT_TIMEOUT_S
 from switches.bmv2.process import Bmv2Process, Bmv2StartError, thrift_answers
 from switches.control import ControlPlaneError
 from tests.conftest import require_bmv2
@@ -382,6 +383,7 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
             assert programming.read_event_counters(control) == dict.fromkeys(params.INGRESS_EVENTS + params.EGRESS_EVENTS, 0)
             with pytest.raises(ControlPlaneError):
                 control.table_add(programming.WORKER_TABLE, "l2_forward", [1, "10.0.0.9"], [1])
+            assert control._thrift_socket()._timeout == THRIFT_TIMEOUT_S, "a hung switch must not hang the run"
         assert "table_add SwitchMLIngress.worker_table set_worker" in (tmp_path / "commands.txt").read_text()
     finally:
         bmv2.stop()

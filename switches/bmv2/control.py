@@ -38,6 +38,10 @@ from switches.control import (
 
 log = logging.getLogger(__name__)
 
+THRIFT_TIMEOUT_S = 30.0
+"""Longest a control-plane call may take (resetting every register of a 512-slot build
+takes well under a second); beyond it simple_switch is hung, and the call fails."""
+
 THRIFT_ERROR_CODES = {"InvalidTableOperation": "TableOperationErrorCode", "InvalidMcOperation": "McOperationErrorCode"}
 """bmv2 Thrift exception -> the enum of its ``code`` field, in the same ttypes module."""
 
@@ -83,6 +87,18 @@ class Bmv2Control(SwitchControl):
         except (*self._errors, SystemExit) as error:
             # bmv2's bmpy_utils.thrift_connect calls sys.exit(1) when nothing answers.
             raise ControlPlaneError(f"cannot connect to {self._where}: {printed.getvalue().strip()} {error!r}") from error
+        socket_ = self._thrift_socket()
+        if socket_ is not None:  # a simple_switch that stops answering is an error, not a hang
+            socket_.setTimeout(THRIFT_TIMEOUT_S * 1000)
+
+    def _transport(self) -> Any:
+        """The one buffered transport bmpy_utils builds every client on (None if Thrift's
+        layout differs: the lookups tolerate it rather than fail)."""
+        return getattr(getattr(self._api.client, "_iprot", None), "trans", None)
+
+    def _thrift_socket(self) -> Any:
+        """The TSocket under that transport (a name-mangled attribute of TBufferedTransport)."""
+        return getattr(self._transport(), "_TBufferedTransport__trans", None)
 
     def _call(self, method: str, *args: Any) -> Any:
         """Run one p4-utils method with its exceptions intact and its printing logged."""
@@ -213,9 +229,8 @@ class Bmv2Control(SwitchControl):
     def close(self) -> None:
         """Close the Thrift socket p4-utils opened; it offers no close() of its own.
 
-        bmpy_utils builds every client on one transport, reachable as the protocol's
-        ``trans``; the lookups tolerate a different Thrift layout rather than fail at exit.
+        bmpy_utils builds every client on one transport (``_transport``).
         """
-        transport = getattr(getattr(self._api.client, "_iprot", None), "trans", None)
+        transport = self._transport()
         if transport is not None:
             transport.close()
