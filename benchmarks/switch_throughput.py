@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 from protocol import params  # noqa: E402
 from protocol.packet import SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
 from switches import programming  # noqa: E402
-from network.port_counters import account_switch, read_ports  # noqa: E402
+from network.port_counters import SETTLE_S, account_switch, read_ports  # noqa: E402
 from switches.standalone import TARGETS, run_switch  # noqa: E402
 from tests.netns_harness import Host, Testbed  # noqa: E402
 
@@ -206,7 +206,7 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
         cpu: list[tuple[float, float]] = []
         switch_cpu = process_cpu(switch.pid) if switch.pid is not None else stack.enter_context(ebpf_cpu(interfaces[0]))
         rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(switch_cpu()))
-        time.sleep(0.2)  # the switch drains before its frames are accounted
+        time.sleep(SETTLE_S)  # the switch drains before its frames are accounted
         counts = programming.read_event_counters(control)
         frames_accounted = account_switch(ports_before, read_ports(interfaces), interfaces, counts)
     switch_cpu_s = sum(cpu[1]) - sum(cpu[0])

@@ -342,6 +342,17 @@ static __always_inline __u32 ifindex_of(__u32 port)
 
 /* ---- SwitchMLEgress --------------------------------------------------------------------- */
 
+/* Step 3, the drop simulator (egress), for any frame: 1 when it may leave. */
+static __always_inline int switchml_egress_forward(__u32 wire_bytes)
+{
+	if (drop_simulator(&egress_drop_threshold)) {
+		count(&egress_counter, EGV_DROP_SIM_EGRESS, wire_bytes);
+		return 0;
+	}
+	count(&egress_counter, EGV_SENT, wire_bytes);
+	return 1;
+}
+
 /* Steps 1 and 3 for one result copy to rank dst_rank: rank_addr_table writes the
  * destination (a miss drops the copy, uncounted, as on bmv2), the IPv4 checksum is
  * recomputed, the drop simulator may drop it. 1 when the copy may leave. */
@@ -365,23 +376,7 @@ static __always_inline int switchml_egress_result(struct __sk_buff *skb, struct 
 	if (bpf_skb_store_bytes(skb, 0, hdr, sizeof(*hdr), 0))
 		return 0;
 	/* 3. Drop simulator (egress). */
-	if (drop_simulator(&egress_drop_threshold)) {
-		count(&egress_counter, EGV_DROP_SIM_EGRESS, SWITCHML_FRAME_BYTES);
-		return 0;
-	}
-	count(&egress_counter, EGV_SENT, SWITCHML_FRAME_BYTES);
-	return 1;
-}
-
-/* Step 3 for an ordinary frame: 1 when it may leave. */
-static __always_inline int switchml_egress_forward(__u32 wire_bytes)
-{
-	if (drop_simulator(&egress_drop_threshold)) {
-		count(&egress_counter, EGV_DROP_SIM_EGRESS, wire_bytes);
-		return 0;
-	}
-	count(&egress_counter, EGV_SENT, wire_bytes);
-	return 1;
+	return switchml_egress_forward(SWITCHML_FRAME_BYTES);
 }
 
 /* ---- traffic manager: unicast and multicast -------------------------------------------- */
