@@ -63,6 +63,18 @@ def payload_bytes(k: int) -> int:
     return SWITCHML_HEADER_BYTES + k * ELEMENT_BYTES
 
 
+def payload_dtype(k: int) -> np.dtype:
+    """switchml_h and k elements as one numpy record, byte for byte the UDP payload.
+
+    Lets a worker build and parse whole batches of packets with array operations: a
+    (B,) array of these records is B payloads back to back, ready for sendmmsg.
+    """
+    return np.dtype([
+        ("msg_type", "u1"), ("shadow_set", "u1"), ("job_id", ">u2"), ("slot", ">u2"),
+        ("num_elements", "u1"), ("exponent", "i1"), ("seq", ">u4"), ("data", ELEMENT_DTYPE, (k,)),
+    ])
+
+
 def frame_bytes(k: int) -> int:
     """Ethernet frame size (without FCS) of a packet carrying k elements."""
     return DATA_OFFSET + k * ELEMENT_BYTES

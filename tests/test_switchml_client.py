@@ -259,20 +259,38 @@ def test_socket_sends_udp_checksum_zero() -> None:
         assert client._sock.getsockopt(socket.SOL_SOCKET, 11) == 1
 
 
-def test_timers_back_off_and_skip_disarmed_entries() -> None:
+def expired(timers: SlotTimers, now: float) -> list[tuple[int, int]]:
+    slots, tokens = timers.pop_expired(now)
+    return list(zip(slots.tolist(), tokens.tolist()))
+
+
+def test_timers_back_off_and_skip_disarmed_slots() -> None:
     timers = SlotTimers(2, RetransmitPolicy(min_s=1.0, backoff_every=2, max_s=3.0, first_s=1.0))
     timers.arm(0, 5, now=0.0)
     timers.arm(1, 6, now=0.5)
     timers.disarm(0)
-    assert timers.next_deadline() == 1.5 and timers.pop_expired(1.4) is None
+    assert timers.next_deadline() == 1.5 and expired(timers, 1.4) == []
     deadlines = []
     for _ in range(4):  # slot 1 times out again and again: 1 s, 1 s, 2 s, 2 s, then 3 s (cap)
         now = timers.next_deadline()
-        assert timers.pop_expired(now) == (1, 6)
+        assert expired(timers, now) == [(1, 6)]
+        assert timers.next_deadline() is None  # disarmed until re-armed
         timers.arm(1, 6, now)
         deadlines.append(timers.next_deadline() - now)
     assert deadlines == [1.0, 2.0, 2.0, 3.0]
-    assert timers.timeouts_per_slot == [0, 4]
+    assert timers.timeouts_per_slot.tolist() == [0, 4]
+
+
+def test_timers_take_batches_of_slots() -> None:
+    timers = SlotTimers(4, RetransmitPolicy(min_s=0.01, backoff_every=1, max_s=1.0, first_s=0.5))
+    timers.arm(np.array([0, 2, 3]), np.array([10, 12, 13]), now=0.0)
+    assert timers.next_deadline() == pytest.approx(0.5)
+    assert expired(timers, 0.5) == [(0, 10), (2, 12), (3, 13)]
+    timers.arm(np.array([0, 2]), np.array([10, 12]), now=0.5, resend=True)  # backed off: 1 s
+    timers.arm(3, 14, now=0.5)
+    assert timers.next_deadline() == pytest.approx(1.5)
+    timers.answered(np.array([0, 3]), now=0.6)  # slot 0 was resent: only slot 3 gives a sample
+    assert timers.rtt.median == pytest.approx(0.1)
 
 
 def test_timeout_adapts_to_the_round_trip_and_ignores_resent_packets() -> None:
@@ -287,7 +305,7 @@ def test_timeout_adapts_to_the_round_trip_and_ignores_resent_packets() -> None:
     # A resent packet's result could answer either copy: no sample (Karn's rule), and the
     # slot keeps its backoff until a packet sent once is answered.
     timers.arm(1, 2, now=0.0)
-    assert timers.pop_expired(1.0) == (1, 2)
+    assert expired(timers, 1.0) == [(1, 2)]
     timers.arm(1, 2, now=1.0, resend=True)
     timers.answered(1, now=1.5)
     assert timers.rtt.median == pytest.approx(0.040)
@@ -313,6 +331,22 @@ def test_timeout_ignores_slots_that_waited_for_another_workers_loss() -> None:
     for _ in range(RoundTripEstimator.WINDOW // 2 + 1):
         rtt.sample(0.100)
     assert rtt.timeout(0.075, 1.0) == pytest.approx(0.200)
+
+
+def test_round_trip_batches_count_like_single_samples() -> None:
+    """A batch of samples is the same history as the samples one by one, also when it is
+    longer than the window; queueing is the median's excess over the shortest."""
+    values = np.random.default_rng(5).uniform(0.001, 0.050, 300)
+    one_by_one, batched = RoundTripEstimator(), RoundTripEstimator()
+    for value in values:
+        one_by_one.sample(value)
+    batched.sample(values[:7])
+    batched.sample(values[7:200])
+    batched.sample(values[200:])
+    recent = np.sort(values[-RoundTripEstimator.WINDOW:])
+    assert one_by_one.median == batched.median == recent[len(recent) // 2]
+    assert batched.queueing == pytest.approx(recent[len(recent) // 2] - recent[0])
+    assert RoundTripEstimator().queueing == 0.0
 
 
 def test_pool_drain_time_is_the_pool_at_line_rate() -> None:

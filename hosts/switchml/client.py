@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from hosts.switchml.job import SEQ_MASK, AllReduceJob, AllReduceResult, JobContext
+from hosts.switchml.mmsg import BatchSocket
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from protocol import params
@@ -37,6 +38,9 @@ DEFAULT_POOL_SIZE = 32
 """Enough slots to keep an emulated link of tens of Mbit/s busy with k = 32 (the pool must
 cover the bandwidth-delay product) while staying far below what a software switch queues."""
 DEFAULT_JOB_DEADLINE_S = 60.0
+BATCH_PER_POOL = 2
+"""Datagrams one batch may hold, per slot: a whole pool of results plus as many
+duplicates (retransmissions answered twice); what does not fit waits for the next batch."""
 
 
 def _set_buffer(sock: socket.socket, force_option: int, option: int, size: int) -> None:
@@ -91,6 +95,7 @@ class SwitchMLClient:
         except OSError:
             self._sock.close()
             raise
+        self._io = BatchSocket(self._sock, self._pool.packets.dtype, BATCH_PER_POOL * pool_size)
         self._poller = select.poll()
         self._poller.register(self._sock, select.POLLIN)
         log.debug("rank %d: bound %s, switch %s:%d, k=%d, pool=%d", rank, self._sock.getsockname(), switch_ipv4, switch_port, k, pool_size)
@@ -103,7 +108,7 @@ class SwitchMLClient:
     @property
     def shadow_sets(self) -> list[int]:
         """Per slot: the shadow set its next packet will use (a copy)."""
-        return list(self._pool.shadow_set)
+        return self._pool.shadow_set.tolist()
 
     def reset_shadow_sets(self) -> None:
         """Start all slots at set 0; only together with the switch's reset_aggregation_state."""
@@ -128,7 +133,7 @@ class SwitchMLClient:
             exponents = None
         else:
             raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
-        job = AllReduceJob(self._sock, self._poller, self._pool, self._ctx, x, exponents, self._next_seq, t0)
+        job = AllReduceJob(self._io, self._poller, self._pool, self._ctx, x, exponents, self._next_seq, t0)
         self._next_seq = (self._next_seq + job.total_packets) & SEQ_MASK
         if len(x):
             job.run()

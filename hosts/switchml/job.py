@@ -1,10 +1,17 @@
 """One all-reduce on the wire: the self-clocked send/receive loop of a SwitchML worker.
 
-The loop owns nothing long-lived: the socket and the slot pool belong to the client, so
-shadow sets and sequence numbers continue across jobs. The hot path allocates no per-packet
-objects beyond what CPython needs for a call: it quantizes into preallocated numpy views
-of the slot's send buffer, receives into one preallocated buffer and copies the result
-elements straight from a big-endian view of it into the int32 sum.
+The loop owns nothing long-lived: the socket, its batch buffers and the slot pool belong to
+the client, so shadow sets and sequence numbers continue across jobs.
+
+The loop works in batches. When the worker wakes up it takes every result waiting in the
+socket at once (one recvmmsg), checks and files them with array operations, quantizes the
+chunks those results make ready as one (B, k) block, and sends the B next packets with one
+sendmmsg. The per-slot bookkeeping that stays in Python (timers, round-trip samples) is a
+few attribute updates per packet. A lightly loaded worker sees batches of one and pays a
+full call's overhead per packet; a busy one sees large batches, so its cost per packet
+falls exactly when it matters. The packets on the wire are the same either way: which
+packet a slot sends, its shadow set, seq, exponent and data depend only on the results,
+not on how they were grouped.
 """
 
 from __future__ import annotations
@@ -12,17 +19,17 @@ from __future__ import annotations
 import logging
 import math
 import select
-import socket
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from hosts.stats import JobStats, SendTimeline
+from hosts.switchml.mmsg import BatchSocket
 from hosts.switchml.pool import JobPlan, SlotPool
 from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
 from protocol import params
-from protocol.packet import ELEMENT_DTYPE, EXPONENT_MAX, EXPONENT_MIN, SWITCHML_HEADER, SWITCHML_HEADER_BYTES
+from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
 from protocol.quantize import quantize, scale_for
 
 log = logging.getLogger(__name__)
@@ -30,6 +37,24 @@ log = logging.getLogger(__name__)
 SEQ_MASK = 0xFFFFFFFF
 MISSING_SLOTS_SHOWN = 32
 """A timeout message lists at most this many slots (all are in SwitchMLTimeout.missing)."""
+HOLD_SHARE = 0.25
+"""After sending, a worker whose batch was small waits this share of the results' queueing
+delay before it receives again, so that results gather into batches instead of waking it
+one by one (each wake-up costs a poll, a receive, a send and ~70 array operations,
+~100 us, whatever the batch). Waiting costs no throughput while the link is the
+bottleneck: the round trip's queueing part is time the slots' packets sit in the link's
+queue behind others, and a quarter of it leaves three quarters of the pool queued,
+keeping the link busy. Where the pool does not cover the round trip (long links, small
+pools) nothing queues and the worker does not wait: the hold never shortens the window
+the experiment set."""
+HOLD_BELOW_SHARE = 0.25
+"""Only batches smaller than this share of the pool make the worker hold. A worker whose
+CPU is the bottleneck already gets large batches, and there its own queue would pass for
+link queueing: holding would slow it further (measured: 8 workers on unshaped links took
+twice as long with an unconditional hold)."""
+HOLD_MAX_S = 0.002
+"""The longest hold: bursts of at most 2 ms of a link's packets, well inside the 10 ms bins
+of the send timeline and far below any retransmission timeout."""
 
 
 class SwitchMLTimeout(TimeoutError):
@@ -51,6 +76,17 @@ class SwitchMLTimeout(TimeoutError):
             f"SwitchML job {job_id} rank {rank}: no result after {elapsed_s:.3f} s for "
             f"{len(missing)} slot(s): {shown}{more}"
         )
+
+
+def result_prefix(job_id: int, k: int) -> int:
+    """switchml_h's first 8 bytes (msg_type .. exponent) as a big-endian integer for a result
+    of ``job_id`` with k elements, with the per-packet fields (set, slot, exponent) zero:
+    compared under RESULT_PREFIX_MASK, it checks three fields of a whole batch in one step."""
+    return (params.MSG_RESULT << 56) | (job_id << 32) | (k << 8)
+
+
+RESULT_PREFIX_MASK = 0xFF00_FFFF_0000_FF00
+"""msg_type, job_id and num_elements in switchml_h's first 8 bytes (result_prefix)."""
 
 
 @dataclass
@@ -86,7 +122,7 @@ class AllReduceJob:
 
     def __init__(
         self,
-        sock: socket.socket,
+        io: BatchSocket,
         poller: select.poll,
         pool: SlotPool,
         ctx: JobContext,
@@ -95,25 +131,41 @@ class AllReduceJob:
         seq_base: int,
         t0: float,
     ) -> None:
-        self._sock = sock
+        self._io = io
         self._poller = poller
         self._pool = pool
         self._ctx = ctx
-        self._x = tensor
         self._quantized = block_exponents is not None
         self._plan = plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, self._quantized)
-        self._exponents: list[int] = block_exponents.tolist() if block_exponents is not None else []
+        k = pool.k
+        # The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows.
+        self._chunks = np.zeros((plan.n_chunks, k), dtype=tensor.dtype)
+        self._chunks.reshape(-1)[: len(tensor)] = tensor
+        # The exponent field of every packet p: chunk p's block exponent while p < n_chunks
+        # (the lookahead round), EXPONENT_MIN after; 0 throughout an int32 job.
+        self._packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if self._quantized else 0, dtype=np.int8)
+        if block_exponents is not None:
+            self._packet_exponents[: plan.n_chunks] = block_exponents
         self._e_max = np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8)
-        self._work = np.empty(pool.k, dtype=np.float64)
-        # scale_for of every int8 exponent, looked up per packet instead of recomputed
-        self._scales: list[float] = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers).tolist()
+        # scale_for of every int8 exponent, looked up per chunk instead of recomputed
+        self._scales = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers)
         self._seq_base = seq_base
         self._t0 = t0
-        self.int_sum = np.zeros(plan.n_chunks * pool.k, dtype=np.int32)
-        self._outstanding = [-1] * plan.n_slots  # packet index each slot waits for, -1 = done
+        self.int_sum = np.zeros(plan.n_chunks * k, dtype=np.int32)
+        self._sums = self.int_sum.reshape(plan.n_chunks, k)
+        self._outstanding = np.full(plan.n_slots, -1, dtype=np.int64)  # packet each slot waits for, -1 = done
         self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
         self._timeline = SendTimeline(t0)
         self.stats = JobStats()
+        # Field views of the batch buffers, made once: a batch then slices them.
+        rx, tx = io.rx, io.tx
+        self._rx_prefix = rx.view(np.dtype({"names": ["prefix"], "formats": [">u8"], "itemsize": rx.dtype.itemsize}))["prefix"]
+        self._rx_slot, self._rx_set, self._rx_seq = rx["slot"], rx["shadow_set"], rx["seq"]
+        self._rx_exponent, self._rx_data = rx["exponent"], rx["data"]
+        self._expected_prefix = result_prefix(ctx.job_id, k)
+        self._tx_set, self._tx_slot, self._tx_exponent, self._tx_seq, self._tx_data = (
+            tx["shadow_set"], tx["slot"], tx["exponent"], tx["seq"], tx["data"])
+        tx["msg_type"], tx["job_id"], tx["num_elements"] = params.MSG_UPDATE, ctx.job_id, k
 
     @property
     def total_packets(self) -> int:
@@ -125,145 +177,159 @@ class AllReduceJob:
 
     # -- sending -------------------------------------------------------------------------
 
-    def _fill(self, slot: int, p: int) -> None:
-        """Write packet p (header + elements) into the slot's buffer."""
-        plan, k = self._plan, self._pool.k
-        data = self._pool.data[slot]
-        chunk = p - plan.lead
-        if chunk >= 0:
-            lo = chunk * k
-            m = min(k, plan.length - lo)
-            if self._quantized:
-                scale = self._scales[int(self._e_max[chunk]) - EXPONENT_MIN]
-                quantize(self._x[lo : lo + m], scale, out=data[:m], work=self._work[:m])
-            else:
-                data[:m] = self._x[lo : lo + m]
-            if m < k:
-                data[m:] = 0
-        else:
-            data.fill(0)
-        if self._quantized:
-            exponent = self._exponents[p] if p < plan.n_chunks else EXPONENT_MIN
-        else:
-            exponent = 0
-        SWITCHML_HEADER.pack_into(
-            self._pool.buffers[slot],
-            0,
-            params.MSG_UPDATE,
-            self._pool.shadow_set[slot],
-            self._ctx.job_id,
-            slot,
-            k,
-            exponent,
-            (self._seq_base + p) & SEQ_MASK,
-        )
+    def _send_next(self, slots: np.ndarray, packets: np.ndarray, now: float) -> None:
+        """Build packet ``packets[i]`` for slot ``slots[i]`` (all in one batch), keep each in
+        its slot for retransmission, and send them."""
+        count = len(slots)
+        self._tx_set[:count] = self._pool.shadow_set[slots]
+        self._tx_slot[:count] = slots
+        self._tx_exponent[:count] = self._packet_exponents[packets]
+        self._tx_seq[:count] = (self._seq_base + packets) & SEQ_MASK
+        chunks = packets - self._plan.lead
+        data = self._tx_data[:count]
+        if chunks[0] >= 0 and chunks.min() >= 0:
+            data[:] = self._chunk_data(chunks)
+        else:  # the lookahead round: exponent-only packets carry zeros
+            has_data = chunks >= 0
+            data[:] = 0
+            data[has_data] = self._chunk_data(chunks[has_data])
+        self._pool.packets[slots] = self._io.tx[:count]
+        self._transmit(count, now)
+        self._outstanding[slots] = packets
+        self._timers.arm(slots, packets, now)
 
-    def _transmit(self, slot: int, p: int, now: float, resend: bool = False) -> None:
-        """Send the slot's buffer and (re)arm its timer. A send the kernel refuses counts as a
-        loss: the timer recovers it like any other."""
-        buffer = self._pool.buffers[slot]
-        try:
-            self._sock.send(buffer)
-        except (BlockingIOError, ConnectionRefusedError) as exc:
-            log.debug("rank %d: send of slot %d seq %d failed: %s", self._ctx.rank, slot, p, exc)
-        self.stats.packets_sent += 1
-        self.stats.bytes_sent += len(buffer)
-        self._timeline.record(now)
-        self._outstanding[slot] = p
-        self._timers.arm(slot, p, now, resend)
+    def _chunk_data(self, chunks: np.ndarray) -> np.ndarray:
+        """The elements of these chunks as they go on the wire: quantized with each chunk's
+        e_max (known from the lookahead round's results), or the int32 values as they are."""
+        if not self._quantized:
+            return self._chunks[chunks]
+        scales = self._scales[self._e_max[chunks].astype(np.intp) - EXPONENT_MIN]
+        return quantize(self._chunks[chunks], scales[:, np.newaxis])
+
+    def _transmit(self, count: int, now: float, resent: int = 0) -> None:
+        """Send ``tx[:count]``. A datagram the kernel refuses counts as a loss: its timer
+        recovers it like any other."""
+        refused = self._io.send(count)
+        if refused:
+            log.debug("rank %d: the kernel refused %d of %d packets", self._ctx.rank, refused, count)
+        stats = self.stats
+        stats.packets_sent += count
+        stats.bytes_sent += count * self._io.tx.dtype.itemsize
+        stats.retransmissions += resent
+        self._timeline.record(now, count)
 
     def _fire_timers(self, now: float) -> None:
-        while (expired := self._timers.pop_expired(now)) is not None:
-            slot, p = expired
-            self.stats.timeouts += 1
-            self.stats.retransmissions += 1
-            self._transmit(slot, p, now, resend=True)
+        """Resend, in one batch, every slot whose timer has expired."""
+        slots, packets = self._timers.pop_expired(now)
+        count = len(slots)
+        if count:
+            self._io.tx[:count] = self._pool.packets[slots]
+            self.stats.timeouts += count
+            self._transmit(count, now, resent=count)
+            self._timers.arm(slots, packets, now, resend=True)
 
     # -- receiving -----------------------------------------------------------------------
 
+    def _accept(self, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of ``rx[:count]``: the indices of the results this job is waiting for (one per
+        slot, the first if a result arrived twice), their slots and packet indices."""
+        candidate = (self._rx_prefix[:count] & RESULT_PREFIX_MASK) == self._expected_prefix
+        candidate &= self._io.lengths[:count] == self._io.rx.dtype.itemsize
+        rx_slots = self._rx_slot[:count]
+        candidate &= rx_slots < self._plan.n_slots
+        index = np.flatnonzero(candidate)
+        slots = rx_slots[index].astype(np.intp)
+        packets = (self._rx_seq[:count][index].astype(np.int64) - self._seq_base) & SEQ_MASK
+        waited = (self._outstanding[slots] == packets) & (self._pool.shadow_set[slots] == self._rx_set[:count][index])
+        if not waited.all():
+            index, slots, packets = index[waited], slots[waited], packets[waited]
+        if len(slots) > 1 and np.bincount(slots).max() > 1:  # a result that arrived twice in one batch
+            _, first = np.unique(slots, return_index=True)
+            first.sort()
+            index, slots, packets = index[first], slots[first], packets[first]
+        return index, slots, packets
+
+    def _file_results(self, index: np.ndarray, slots: np.ndarray, packets: np.ndarray) -> None:
+        """Take the accepted results: e_max of lookahead chunks, sums of data chunks."""
+        plan = self._plan
+        if self._quantized and packets.min() < plan.n_chunks:
+            lookahead = packets < plan.n_chunks
+            self._e_max[packets[lookahead]] = self._rx_exponent[index[lookahead]]
+        chunks = packets - plan.lead
+        if chunks.min() >= 0:
+            self._sums[chunks] = self._rx_data[index]
+        else:
+            data = chunks >= 0
+            self._sums[chunks[data]] = self._rx_data[index[data]]
+        self._pool.shadow_set[slots] ^= 1
+
+    def _hold(self) -> float:
+        """How long to let results gather before the next receive (see HOLD_SHARE)."""
+        return min(HOLD_SHARE * self._timers.rtt.queueing, HOLD_MAX_S)
+
     def run(self) -> None:
         """Run the job to completion, or raise SwitchMLTimeout at the deadline."""
-        plan, k = self._plan, self._pool.k
+        plan = self._plan
         now = time.perf_counter()
-        for slot in range(plan.n_slots):
-            self._fill(slot, slot)
-            self._transmit(slot, slot, now)
+        first = np.arange(plan.n_slots)
+        self._send_next(first, first.astype(np.int64), now)
         deadline = self._t0 + self._ctx.deadline_s
-        recv_buf = bytearray(max(2048, 2 * len(self._pool.buffers[0])))
-        recv_data = np.frombuffer(recv_buf, dtype=ELEMENT_DTYPE, count=k, offset=SWITCHML_HEADER_BYTES)
-        expected_bytes = len(self._pool.buffers[0])
-        unpack_from = SWITCHML_HEADER.unpack_from
-        recv_into = self._sock.recv_into
-        shadow_set, outstanding = self._pool.shadow_set, self._outstanding
-        job_id, seq_base, stats = self._ctx.job_id, self._seq_base, self.stats
+        stats, timers, io = self.stats, self._timers, self._io
         remaining = plan.n_slots
         since_timer_check = 0
         while remaining:
-            try:
-                nbytes = recv_into(recv_buf)
-            except BlockingIOError:
+            count = io.receive()
+            if count == 0:
                 now = time.perf_counter()
                 since_timer_check = 0
                 self._fire_timers(now)
                 if now >= deadline:
-                    raise self._timeout_error(now) from None
-                next_deadline = self._timers.next_deadline()
+                    raise self._timeout_error(now)
+                next_deadline = timers.next_deadline()
                 wake = deadline if next_deadline is None else min(next_deadline, deadline)
                 self._poller.poll(max(0, math.ceil((wake - now) * 1000)))
                 continue
-            except ConnectionRefusedError:
-                continue  # an ICMP error for an earlier send: that packet is lost, its timer resends
             now = time.perf_counter()
-            stats.packets_received += 1
-            stats.bytes_received += nbytes
-            if nbytes == expected_bytes:
-                msg_type, set_bit, rx_job, slot, num_elements, exponent, seq = unpack_from(recv_buf, 0)
-                p = (seq - seq_base) & SEQ_MASK
-                accepted = (
-                    msg_type == params.MSG_RESULT
-                    and rx_job == job_id
-                    and num_elements == k
-                    and slot < plan.n_slots
-                    and outstanding[slot] == p
-                    and shadow_set[slot] == set_bit
-                )
-            else:
-                accepted = False
-            if accepted:
-                self._timers.answered(slot, now)
-                if p < plan.n_chunks and self._quantized:
-                    self._e_max[p] = exponent
-                chunk = p - plan.lead
-                if chunk >= 0:
-                    self.int_sum[chunk * k : chunk * k + k] = recv_data
-                shadow_set[slot] ^= 1
-                following = p + plan.n_slots
-                if following < plan.total_packets:
-                    self._fill(slot, following)
-                    self._transmit(slot, following, now)
+            stats.packets_received += count
+            stats.bytes_received += int(io.lengths[:count].sum())
+            index, slots, packets = self._accept(count)
+            stats.duplicates += count - len(index)
+            sending = False
+            if len(index):
+                self._file_results(index, slots, packets)
+                timers.answered(slots, now)
+                following = packets + plan.n_slots
+                more = following < plan.total_packets
+                if more.all():
+                    self._send_next(slots, following, now)
+                    sending = True
                 else:
-                    outstanding[slot] = -1
-                    self._timers.disarm(slot)
-                    remaining -= 1
-            else:
-                stats.duplicates += 1
+                    finished = slots[~more]
+                    self._outstanding[finished] = -1
+                    timers.disarm(finished)
+                    remaining -= len(finished)
+                    if more.any():
+                        self._send_next(slots[more], following[more], now)
+                        sending = True
             # Timers fire when the socket is drained (above), not between queued results:
             # after the worker was descheduled, results already waiting in the socket
             # answer slots whose timers have expired, and firing first would resend them.
             # A worker that never drains (results arriving faster than it reads) still
             # checks every pool's worth of packets.
-            since_timer_check += 1
+            since_timer_check += count
             if since_timer_check >= plan.n_slots:
                 since_timer_check = 0
                 self._fire_timers(now)
             if now >= deadline and remaining:
                 raise self._timeout_error(now)
+            if sending and count < plan.n_slots * HOLD_BELOW_SHARE and (hold := self._hold()) > 0:
+                time.sleep(hold)
         stats.timeline = self._timeline.bins
 
     def _timeout_error(self, now: float) -> SwitchMLTimeout:
         missing = {
-            slot: ((self._seq_base + p) & SEQ_MASK, self._pool.shadow_set[slot])
-            for slot, p in enumerate(self._outstanding)
+            slot: ((self._seq_base + p) & SEQ_MASK, int(self._pool.shadow_set[slot]))
+            for slot, p in enumerate(self._outstanding.tolist())
             if p >= 0
         }
         return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, missing)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from protocol.packet import ELEMENT_DTYPE, SWITCHML_HEADER_BYTES, payload_bytes
+from protocol.packet import payload_dtype
 
 
 @dataclass(frozen=True)
@@ -41,25 +41,24 @@ class JobPlan:
 
 
 class SlotPool:
-    """Send buffers and shadow-set positions of every slot, kept for the client's lifetime.
+    """Outstanding packets and shadow-set positions of every slot, kept for the client's lifetime.
 
-    A slot's buffer holds its outstanding packet until the result arrives, so a
-    retransmission resends the identical bytes. ``shadow_set[i]`` is the set slot i's next
-    packet uses; it flips with every result and carries over to the next all-reduce,
-    because the switch's per-set bitmaps outlive a job: the next job on a slot must
-    continue with the other set, exactly as every other worker of the job does.
+    ``packets[i]`` holds slot i's outstanding packet (a payload_dtype record) until the
+    result arrives, so a retransmission resends the identical bytes. ``shadow_set[i]`` is
+    the set slot i's next packet uses; it flips with every result and carries over to the
+    next all-reduce, because the switch's per-set bitmaps outlive a job: the next job on a
+    slot must continue with the other set, exactly as every other worker of the job does.
     """
 
-    __slots__ = ("pool_size", "k", "buffers", "data", "shadow_set")
+    __slots__ = ("pool_size", "k", "packets", "shadow_set")
 
     def __init__(self, pool_size: int, k: int) -> None:
         self.pool_size = pool_size
         self.k = k
-        self.buffers = [bytearray(payload_bytes(k)) for _ in range(pool_size)]
-        self.data = [np.frombuffer(b, dtype=ELEMENT_DTYPE, count=k, offset=SWITCHML_HEADER_BYTES) for b in self.buffers]
-        self.shadow_set = [0] * pool_size
+        self.packets = np.zeros(pool_size, dtype=payload_dtype(k))
+        self.shadow_set = np.zeros(pool_size, dtype=np.uint8)
 
     def reset_shadow_sets(self) -> None:
         """Start every slot at set 0 again: only valid together with a reset of the switch's
         aggregation registers (programming.reset_aggregation_state)."""
-        self.shadow_set = [0] * self.pool_size
+        self.shadow_set[:] = 0

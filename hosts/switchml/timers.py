@@ -1,11 +1,12 @@
 """Per-slot retransmission timers: an adaptive timeout with a slow exponential backoff.
 
 SwitchML has no acknowledgements other than results, so each outstanding slot needs its
-own timer: when it fires, the worker resends the identical packet. All timers live in one
-heap ordered by deadline; re-arming or disarming a slot does not search the heap but only
-changes the slot's current token, and entries whose token is no longer current are
-skipped when they reach the top (lazy deletion). That keeps every operation O(log s)
-without allocating per-slot timer objects.
+own timer: when it fires, the worker resends the identical packet. The timers are arrays
+indexed by slot (deadline, packet awaited, send time, ...), and every operation takes a
+whole batch of slots at once, as the worker's loop handles its packets (hosts/switchml/job.py):
+arming the 16 slots a batch of results answered is one array assignment, and finding the
+expired ones is one comparison over the pool, which for pools of at most a few hundred
+slots is cheaper in numpy than any per-slot structure in Python.
 
 The timeout adapts to the measured round trip (twice the median of recent samples, taken
 only from packets sent once: Karn's rule; see RoundTripEstimator for why not TCP's
@@ -28,10 +29,9 @@ every packet was resent to the floor forever.
 
 from __future__ import annotations
 
-import bisect
-import heapq
-from collections import deque
 from dataclasses import dataclass
+
+import numpy as np
 
 from protocol.packet import frame_bytes
 
@@ -95,28 +95,54 @@ class RoundTripEstimator:
     without loss a self-clocked pool's round trips are so regular that a variance term
     would vanish, and every scheduling hiccup of a CPU-shared emulated host (tens of ms)
     would then resend a whole pool of packets.
+
+    The samples live in a ring of ``window`` entries; the median is computed when asked
+    for after new samples (once per batch of packets, not per sample).
     """
 
-    __slots__ = ("_window", "_recent", "_sorted")
+    __slots__ = ("_ring", "_count", "_median", "_minimum")
 
     WINDOW = 64
     """About one pool of samples: one round trip's worth of history."""
 
     def __init__(self, window: int = WINDOW) -> None:
-        self._window = window
-        self._recent: deque[float] = deque()
-        self._sorted: list[float] = []
+        self._ring = np.zeros(window)
+        self._count = 0
+        self._median: float | None = None
+        self._minimum: float | None = None
 
-    def sample(self, rtt: float) -> None:
-        if len(self._recent) == self._window:
-            del self._sorted[bisect.bisect_left(self._sorted, self._recent.popleft())]
-        self._recent.append(rtt)
-        bisect.insort(self._sorted, rtt)
+    def sample(self, rtt: float | np.ndarray) -> None:
+        """Add one round trip or an array of them (oldest first)."""
+        samples = np.atleast_1d(np.asarray(rtt, dtype=np.float64))
+        window = len(self._ring)
+        if len(samples) > window:
+            self._count += len(samples) - window
+            samples = samples[-window:]
+        positions = (self._count + np.arange(len(samples))) % window
+        self._ring[positions] = samples
+        self._count += len(samples)
+        self._median = self._minimum = None
+
+    def _summarise(self) -> None:
+        recent = self._ring[: min(self._count, len(self._ring))]
+        middle = len(recent) // 2
+        ordered = np.partition(recent, (0, middle))
+        self._minimum, self._median = float(ordered[0]), float(ordered[middle])
 
     @property
     def median(self) -> float | None:
         """The median of the recent samples (the upper one of an even count), None before the first."""
-        return self._sorted[len(self._sorted) // 2] if self._sorted else None
+        if self._median is None and self._count:
+            self._summarise()
+        return self._median
+
+    @property
+    def queueing(self) -> float:
+        """How much longer the typical round trip is than the shortest recent one: the time
+        a result spends queued behind others (0 before the first sample)."""
+        if self._median is None and self._count:
+            self._summarise()
+        return 0.0 if self._median is None else self._median - self._minimum
 
     def timeout(self, floor: float, first: float) -> float:
         """Twice the median round trip, never below ``floor``; ``first`` before any sample."""
@@ -125,64 +151,66 @@ class RoundTripEstimator:
 
 
 class SlotTimers:
-    """One timer per slot; ``token`` identifies what the slot is waiting for (a packet index)."""
+    """One timer per slot, as arrays; ``token`` identifies what a slot waits for (a packet index).
 
-    __slots__ = ("_policy", "_heap", "_armed", "_backoff", "_sent_at", "_resent", "rtt", "timeouts_per_slot")
+    Methods take ``slots`` as an int or an integer array, so a batch of slots costs one call.
+    """
+
+    __slots__ = ("_policy", "_deadline", "_token", "_backoff", "_sent_at", "_resent", "rtt", "timeouts_per_slot")
 
     def __init__(self, n_slots: int, policy: RetransmitPolicy, rtt: RoundTripEstimator | None = None) -> None:
         self._policy = policy
-        self._heap: list[tuple[float, int, int]] = []
-        self._armed: list[int] = [-1] * n_slots
-        self._backoff: list[float] = [1.0] * n_slots
-        self._sent_at: list[float] = [0.0] * n_slots
-        self._resent: list[bool] = [False] * n_slots
+        self._deadline = np.full(n_slots, np.inf)
+        """When each slot's timer fires; infinity while it is disarmed."""
+        self._token = np.full(n_slots, -1, dtype=np.int64)
+        self._backoff = np.ones(n_slots)
+        self._sent_at = np.zeros(n_slots)
+        self._resent = np.zeros(n_slots, dtype=bool)
         self.rtt = RoundTripEstimator() if rtt is None else rtt
         """Shared across a client's jobs, so a job starts from the last one's estimate."""
-        self.timeouts_per_slot: list[int] = [0] * n_slots
+        self.timeouts_per_slot = np.zeros(n_slots, dtype=np.int64)
 
-    def arm(self, slot: int, token: int, now: float, resend: bool = False) -> None:
-        """(Re)start the slot's timer for ``token`` (a non-negative packet index).
+    def arm(self, slots: int | np.ndarray, tokens: int | np.ndarray, now: float, resend: bool = False) -> None:
+        """(Re)start the slots' timers for ``tokens`` (non-negative packet indices).
 
-        ``resend`` marks a retransmission: its result cannot tell which copy it answers,
-        so it yields no round-trip sample (Karn's rule).
+        ``resend`` marks retransmissions: their results cannot tell which copy they answer,
+        so they yield no round-trip sample (Karn's rule).
         """
         if not resend:
-            self._sent_at[slot] = now
-            self._resent[slot] = False
-        else:
-            self._resent[slot] = True
-        self._armed[slot] = token
+            self._sent_at[slots] = now
+        self._resent[slots] = resend
+        self._token[slots] = tokens
         policy = self._policy
-        timeout = min(self.rtt.timeout(policy.min_s, policy.first_s) * self._backoff[slot], policy.max_s)
-        heapq.heappush(self._heap, (now + timeout, slot, token))
+        timeout = self.rtt.timeout(policy.min_s, policy.first_s)
+        self._deadline[slots] = now + np.minimum(timeout * self._backoff[slots], policy.max_s)
 
-    def answered(self, slot: int, now: float) -> None:
-        """The slot's result arrived: if its packet was sent once, take a round-trip sample
-        and end the slot's backoff (RFC 6298 keeps a backed-off RTO until a valid sample)."""
-        if not self._resent[slot]:
-            self.rtt.sample(now - self._sent_at[slot])
-            self._backoff[slot] = 1.0
+    def answered(self, slots: int | np.ndarray, now: float) -> None:
+        """The slots' results arrived: each packet sent once gives a round-trip sample and
+        ends its slot's backoff (RFC 6298 keeps a backed-off RTO until a valid sample)."""
+        slots = np.atleast_1d(slots)
+        once = slots[~self._resent[slots]]
+        if len(once):
+            self.rtt.sample(now - self._sent_at[once])
+            self._backoff[once] = 1.0
 
-    def disarm(self, slot: int) -> None:
-        self._armed[slot] = -1
+    def disarm(self, slots: int | np.ndarray) -> None:
+        self._deadline[slots] = np.inf
+        self._token[slots] = -1
 
     def next_deadline(self) -> float | None:
-        """Earliest live deadline, or None when no slot is armed."""
-        heap, armed = self._heap, self._armed
-        while heap and armed[heap[0][1]] != heap[0][2]:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        """Earliest deadline, or None when no slot is armed."""
+        earliest = float(self._deadline.min()) if len(self._deadline) else np.inf
+        return None if earliest == np.inf else earliest
 
-    def pop_expired(self, now: float) -> tuple[int, int] | None:
-        """The next (slot, token) whose deadline is <= now, counting the timeout and backing
-        off; the slot is left disarmed until the caller re-arms it after resending."""
-        deadline = self.next_deadline()
-        if deadline is None or deadline > now:
-            return None
-        _, slot, token = heapq.heappop(self._heap)
-        self._armed[slot] = -1
-        count = self.timeouts_per_slot[slot] + 1
-        self.timeouts_per_slot[slot] = count
-        if count % self._policy.backoff_every == 0:
-            self._backoff[slot] *= 2.0
-        return slot, token
+    def pop_expired(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """The slots whose deadline is <= now and the tokens they wait for (both empty when
+        none), counting a timeout of each and backing off every ``backoff_every``-th; the
+        slots are left disarmed until the caller re-arms them after resending."""
+        slots = np.flatnonzero(self._deadline <= now)
+        tokens = self._token[slots]
+        if len(slots):
+            self.disarm(slots)
+            self.timeouts_per_slot[slots] += 1
+            backing_off = slots[self.timeouts_per_slot[slots] % self._policy.backoff_every == 0]
+            self._backoff[backing_off] *= 2.0
+        return slots, tokens
