@@ -113,14 +113,17 @@ class RoundTripEstimator:
 
     def sample(self, rtt: float | np.ndarray) -> None:
         """Add one round trip or an array of them (oldest first)."""
-        samples = np.atleast_1d(np.asarray(rtt, dtype=np.float64))
-        window = len(self._ring)
-        if len(samples) > window:
-            self._count += len(samples) - window
-            samples = samples[-window:]
-        positions = (self._count + np.arange(len(samples))) % window
-        self._ring[positions] = samples
-        self._count += len(samples)
+        samples = np.atleast_1d(rtt)
+        ring, n = self._ring, len(samples)
+        window = len(ring)
+        if n > window:
+            self._count += n - window
+            samples, n = samples[-window:], window
+        start = self._count % window
+        head = min(n, window - start)  # up to the ring's end, the rest from its start
+        ring[start : start + head] = samples[:head]
+        ring[: n - head] = samples[head:]
+        self._count += n
         self._median = self._minimum = None
 
     def _summarise(self) -> None:
@@ -188,7 +191,7 @@ class SlotTimers:
         """The slots' results arrived: each packet sent once gives a round-trip sample and
         ends its slot's backoff (RFC 6298 keeps a backed-off RTO until a valid sample)."""
         slots = np.atleast_1d(slots)
-        once = slots[~self._resent[slots]]
+        once = slots[~self._resent[slots]] if self._resent.any() else slots
         if len(once):
             self.rtt.sample(now - self._sent_at[once])
             self._backoff[once] = 1.0
