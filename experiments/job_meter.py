@@ -27,9 +27,10 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 class CpuSplit:
     """CPU time split by where it was spent: seconds, or shares once divided by a span.
 
-    ``softirq`` is only known for the whole machine: /proc does not charge a process for
-    the softirqs that ran on its core (the eBPF switch, the veths' delivery), so a
-    process's is None.
+    ``softirq`` is only known for the whole machine: /proc/<pid>/stat has no softirq
+    column (a softirq that interrupted a process -- the eBPF switch, a veth's delivery --
+    is in that process's system time with tick-based accounting, in no process's with
+    CONFIG_IRQ_TIME_ACCOUNTING), so a process's is None.
     """
 
     user: float
