@@ -3,7 +3,8 @@
 A probe is one real run of ``run_experiment.py`` (Mininet, the target, the workers, the
 results tables): configs/8workers.yaml with SwitchML only, the link rate, worker count and
 switch target overridden with ``--set``, and a tensor sized to ``--seconds`` of line-rate
-data at the probed rate (so every probe's jobs are equally long, whatever the rate). A
+data at the probed rate (so jobs are about equally long whatever the rate), never smaller
+than the config's own (131,072 elements, whose float32 lead round is 1.5 % of it). A
 rate keeps up when SwitchML's median ATE/s reaches KEEPS_UP_SHARE of its line-rate bound
 and the run's ``kept_up`` is true (docs/results-format.md: no saturated process or machine,
 no lost frame, no job paced by the emulator). A machine shared with other work can only
@@ -47,6 +48,7 @@ import pandas as pd  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from analysis.models import switchml_line_rate_ate  # noqa: E402
+from experiments.config import load_experiment  # noqa: E402
 from experiments.results import MACHINE, utc_stamp  # noqa: E402
 from protocol import params  # noqa: E402
 from switches.standalone import TARGETS  # noqa: E402
@@ -108,18 +110,20 @@ class Probe:
         return self.kept_up and self.verified and self.share_of_bound >= KEEPS_UP_SHARE
 
 
-def probe_elements(link_mbps: float, seconds: float, k: int = params.K) -> int:
-    """A tensor of ``seconds`` of line-rate data at ``link_mbps``, in whole packets."""
+def probe_elements(link_mbps: float, seconds: float, at_least: int, k: int = params.K) -> int:
+    """A tensor of ``seconds`` of line-rate data at ``link_mbps`` in whole packets, and no
+    smaller than ``at_least`` elements: the config's own tensor, whose float32 lead round
+    (one exponent-only packet per slot) is 1.5 % of its packets, so that no probe is held
+    further below the line-rate bound than the main job is."""
     packets = math.ceil(seconds * switchml_line_rate_ate(link_mbps * 1e6, k) / k)
-    return packets * k
+    return max(packets * k, at_least)
 
 
-def run_probe(target: str, workers: int, link_mbps: float, seconds: float, repetitions: int, out: Path) -> Path:
+def run_probe(target: str, workers: int, link_mbps: float, elements: int, repetitions: int, out: Path) -> Path:
     """One real run of the experiment runner into ``out``; its output goes to ``out``.log."""
     overrides = [
         "methods=[switchml]", f"switch.target={target}", f"topology.workers={workers}",
-        f"topology.link.bw_mbps={link_mbps:g}", f"workload.elements={probe_elements(link_mbps, seconds)}",
-        f"repetitions={repetitions}",
+        f"topology.link.bw_mbps={link_mbps:g}", f"workload.elements={elements}", f"repetitions={repetitions}",
     ]
     argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(CONFIG), "--out", str(out)]
     for override in overrides:
@@ -183,6 +187,7 @@ class Prober:
         self.bar = bar
         self.runs_dir = args.runs_dir / f"{utc_stamp()}-{args.target}-{args.workers}w"
         self.probes: list[Probe] = []
+        self.config_elements = load_experiment(CONFIG).points[0].workload_info.elements
 
     def keeps_up(self, link_mbps: float) -> bool:
         """Up to ``--attempts`` runs at ``link_mbps``; True as soon as one keeps up."""
@@ -190,7 +195,8 @@ class Prober:
             self.bar.set_postfix_str(f"{link_mbps:g} Mbit/s, attempt {attempt}")
             load_before = os.getloadavg()[0]
             out = self.runs_dir / f"{link_mbps:g}mbps-a{attempt}"
-            run_probe(self.args.target, self.args.workers, link_mbps, self.args.seconds, self.args.repetitions, out)
+            elements = probe_elements(link_mbps, self.args.seconds, self.config_elements)
+            run_probe(self.args.target, self.args.workers, link_mbps, elements, self.args.repetitions, out)
             probe = read_probe(out, attempt, load_before)
             self.probes.append(probe)
             append_row(self.args.output, probe)
@@ -276,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor", type=float, default=0.25, help="search: lowest rate tried")
     parser.add_argument("--ceiling", type=float, default=160.0, help="search: highest rate tried")
     parser.add_argument("--bisections", type=int, default=2, help="search: midpoints tried after bracketing")
-    parser.add_argument("--seconds", type=float, default=2.0, help="line-rate seconds of data per job (sizes the tensor)")
+    parser.add_argument("--seconds", type=float, default=2.0,
+                        help="line-rate seconds of data per job (sizes the tensor; never below the config's)")
     parser.add_argument("--repetitions", type=int, default=2, help="jobs per probe (the share is their median)")
     parser.add_argument("--attempts", type=int, help="runs per rate until one keeps up (default: 2 searching, 1 with --rates)")
     parser.add_argument("--output", type=Path, default=OUTPUT, help="CSV the rows are appended to")

@@ -38,9 +38,10 @@ def test_search_brackets_then_bisects(capacity: float, found: float | None, trie
 
 
 def test_probe_jobs_hold_the_same_seconds_of_data_at_every_rate() -> None:
-    slow, fast = probe_elements(2.5, 2.0), probe_elements(10.0, 2.0)
+    slow, fast = probe_elements(2.5, 2.0, 0), probe_elements(10.0, 2.0, 0)
     assert slow % 32 == 0 and fast % 32 == 0  # whole packets
     assert fast / slow == pytest.approx(4, rel=1e-3)
+    assert probe_elements(2.5, 2.0, at_least=131_072) == 131_072 > slow  # never a smaller tensor than the config's
 
 
 @pytest.mark.slow
@@ -50,7 +51,7 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
         pytest.skip("the probe starts Mininet: needs root")
     output = tmp_path / "capacity.csv"
     argv = [sys.executable, str(REPO_ROOT / "benchmarks" / "emulation_capacity.py"), "--target", "embedded", "--workers", "2",
-            "--rates", "2.5", "--seconds", "0.5", "--repetitions", "1", "--output", str(output), "--runs-dir", str(tmp_path / "runs")]
+            "--rates", "2.5", "--repetitions", "1", "--output", str(output), "--runs-dir", str(tmp_path / "runs")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     with output.open() as f:
