@@ -1,6 +1,7 @@
 """What the runner measures around one job, whatever the job is (a repetition, a training).
 
-CPU time of every worker and switch process and the machine's busy share (kept_up), the
+CPU time of every worker and switch process and the machine's busy share (kept_up), split
+into user, system and softirq time (the eBPF switch's work is softirq time), the
 switches' transmit rates, their event counters, and the accounting of every frame they
 handled (network/port_counters.py). ``ExperimentRunner`` and ``TrainingRunner`` both time
 their jobs with one ``JobMeter``, so the fidelity columns mean the same in every run.
@@ -22,20 +23,56 @@ from switches import programming
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (from /proc), 0 if it is gone."""
+@dataclass(frozen=True)
+class CpuSplit:
+    """CPU time split by where it was spent: seconds, or shares once divided by a span.
+
+    ``softirq`` is only known for the whole machine: /proc/<pid>/stat has no softirq
+    column (a softirq that interrupted a process -- the eBPF switch, a veth's delivery --
+    is in that process's system time with tick-based accounting, in no process's with
+    CONFIG_IRQ_TIME_ACCOUNTING), so a process's is None.
+    """
+
+    user: float
+    system: float
+    softirq: float | None
+    busy: float
+    """user + system + softirq, plus interrupts and steal (time the hypervisor took: a VM's
+    core that was not ours is not idle either)."""
+
+    def __sub__(self, earlier: "CpuSplit") -> "CpuSplit":
+        softirq = None if self.softirq is None or earlier.softirq is None else self.softirq - earlier.softirq
+        return CpuSplit(self.user - earlier.user, self.system - earlier.system, softirq, self.busy - earlier.busy)
+
+    def share_of(self, span: float) -> "CpuSplit":
+        """Each part divided by ``span`` (seconds of one core, or of all cores)."""
+        softirq = None if self.softirq is None else self.softirq / span
+        return CpuSplit(self.user / span, self.system / span, softirq, self.busy / span)
+
+
+def process_cpu(pid: int) -> CpuSplit:
+    """User and system CPU time of a process so far (from /proc), zero if it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return CpuSplit(0.0, 0.0, None, 0.0)
+    user, system = int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+    return CpuSplit(user, system, None, user + system)
 
 
-def machine_jiffies() -> tuple[int, int]:
-    """(busy, total) CPU time of all cores so far, in clock ticks (idle and iowait are not busy)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]
-    return sum(fields) - idle, sum(fields)
+def machine_cpu() -> tuple[CpuSplit, float]:
+    """CPU time of all cores so far, and all cores' time (busy or not), in seconds.
+
+    /proc/stat's first line: user nice system idle iowait irq softirq steal guest guest_nice.
+    Guest time is already inside user and nice, so it is not added again; idle and iowait
+    are the only time not busy. Kernel switch work (the eBPF switch, veth delivery, htb)
+    runs as softirq, so it is in ``busy`` and shown on its own.
+    """
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        int(v) / CLOCK_TICKS for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    )
+    busy = user + nice + system + irq + softirq + steal
+    return CpuSplit(user + nice, system + irq, softirq, busy), busy + idle + iowait
 
 
 def interface_bytes(name: str) -> int:
@@ -45,8 +82,10 @@ def interface_bytes(name: str) -> int:
 
 @dataclass(frozen=True)
 class JobMeasurement:
-    cpu_busy: dict[str, float]
-    """Share of one core per process name, and the machine's busy share of all cores (MACHINE)."""
+    cpu: dict[str, CpuSplit]
+    """Shares of one core per process name, and the machine's shares of all cores (MACHINE)."""
+    wall_s: float
+    """Wall-clock time the shares are over: from the job's release until every worker reported."""
     tx_mbps: dict[str, float]
     """Transmit rate of every switch port over the job."""
     counters: dict[str, dict[str, int]]
@@ -67,20 +106,20 @@ class JobMeter:
     def start(self) -> None:
         for control in self._net.controls.values():
             programming.reset_event_counters(control)
-        self._cpu = {name: cpu_seconds(pid) for name, pid in self._processes.items()}
-        self._machine = machine_jiffies()
+        self._cpu = {name: process_cpu(pid) for name, pid in self._processes.items()}
+        self._machine = machine_cpu()
         self._tx = {i: interface_bytes(i) for i in self._interfaces}
         self._port_counters = read_ports(self._interfaces)
         self._t0 = time.monotonic()
 
     def stop(self) -> JobMeasurement:
         wall = time.monotonic() - self._t0
-        cpu = {name: (cpu_seconds(pid) - self._cpu[name]) / wall for name, pid in self._processes.items()}
-        busy, total = machine_jiffies()
-        cpu[MACHINE] = (busy - self._machine[0]) / max(1, total - self._machine[1])
+        cpu = {name: (process_cpu(pid) - self._cpu[name]).share_of(wall) for name, pid in self._processes.items()}
+        machine, total = machine_cpu()
+        cpu[MACHINE] = (machine - self._machine[0]).share_of(max(1 / CLOCK_TICKS, total - self._machine[1]))
         tx_mbps = {i: (interface_bytes(i) - self._tx[i]) * 8 / wall / 1e6 for i in self._interfaces}
         time.sleep(SETTLE_S)  # let the switches drain before their frames are accounted
         ports_after = read_ports(self._interfaces)
         counters = {sw: programming.read_event_counters(control) for sw, control in self._net.controls.items()}
         frames = {sw: account_switch(self._port_counters, ports_after, self._ports[sw], counters[sw]) for sw in counters}
-        return JobMeasurement(cpu, tx_mbps, counters, frames)
+        return JobMeasurement(cpu, wall, tx_mbps, counters, frames)

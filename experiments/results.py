@@ -22,6 +22,7 @@ from analysis.aggregate import timed_cpu_samples
 from analysis.models import busbw, switchml_line_rate_ate
 from experiments import metrics
 from experiments.config import Experiment, Point
+from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
 from experiments.verify import Verdict
 from hosts.stats import TIMELINE_BIN_S
 from network.port_counters import frames_lost
@@ -42,7 +43,8 @@ COUNTER_COLUMNS = ["point", "method", "repetition", "switch", "counter", "value"
 TIMELINE_COLUMNS = ["point", "method", "repetition", "rank", "t_ms", "packets_sent"]
 FRAMES_COLUMNS = ["point", "method", "repetition", "switch", "port_rx_frames", "pipeline_in_frames", "input_lost",
                   "pipeline_out_frames", "port_tx_frames", "queue_drops", "output_lost"]
-FIDELITY_COLUMNS = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps"]
+FIDELITY_COLUMNS = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps",
+                    "cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s"]
 
 MACHINE = "machine"
 """fidelity.csv's row for the whole machine: busy share of all cores (from /proc/stat)."""
@@ -174,9 +176,12 @@ class ResultsWriter:
         configured = link_mbps(point)
         self._append("fidelity.csv", FIDELITY_COLUMNS, [
             {"point": point.index, "method": method, "repetition": repetition, "host": host,
-             "cpu_busy_fraction": round(busy, 4), "configured_mbps": configured,
-             "achieved_mbps": round(max(measured.tx_mbps.values()), 4) if host in measured.counters else ""}
-            for host, busy in measured.cpu_busy.items()
+             "cpu_busy_fraction": round(cpu.busy, 4), "configured_mbps": configured,
+             "achieved_mbps": round(max(measured.tx_mbps.values()), 4) if host in measured.counters else "",
+             "cpu_user_fraction": round(cpu.user, 4), "cpu_system_fraction": round(cpu.system, 4),
+             "cpu_softirq_fraction": "" if cpu.softirq is None else round(cpu.softirq, 4),
+             "wall_s": round(measured.wall_s, 4)}
+            for host, cpu in measured.cpu.items()
         ])
 
     # -- the summary -----------------------------------------------------------------------
@@ -194,7 +199,7 @@ class ResultsWriter:
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]
         lost = switch_frame_losses(pd.read_csv(self.run_dir / "switch_frames.csv"))
-        points = []
+        points, paced = [], []
         for point in self.experiment.points:
             methods = {}
             for method, group in jobs[jobs["point"] == point.index].groupby("method"):
@@ -211,8 +216,15 @@ class ResultsWriter:
                     bound = switchml_line_rate_ate(rate * 1e6, point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
+                    check = pace_check(point, rate, link_loss(point))
+                    if check is not None:
+                        entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
+                                  "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,
+                                  "pace_checked": check.checked}
+                        paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
                 methods[method] = entry
             points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value, "methods": methods})
+        paced_jobs = pd.concat(paced, ignore_index=True) if paced else pd.DataFrame()
         first = self.experiment.points[0]
         summary = {
             "config": self.experiment.name,
@@ -228,12 +240,13 @@ class ResultsWriter:
             "link_delay_ms": max(l.spec.delay_ms for l in first.topology.links),
             "delay_mechanism": self._network.get(first.index, {}).get("delay_mechanism"),
             "network": self._network,
-            "kept_up": saturated.empty and machine_saturated.empty and lost.empty,
+            "kept_up": saturated.empty and machine_saturated.empty and lost.empty and paced_jobs.empty,
             "cpu_cores": os.cpu_count(),
             "max_machine_busy_fraction": round(float(machine["cpu_busy_fraction"].max()), 3) if len(machine) else None,
             "saturated_processes": saturated[["point", "method", "repetition", "host", "cpu_busy_fraction"]].to_dict("records"),
             "saturated_jobs": machine_saturated[["point", "method", "repetition", "cpu_busy_fraction"]].to_dict("records"),
             "switch_lost_frames": lost.to_dict("records"),
+            "paced_by_emulator": paced_jobs.to_dict("records"),
             "methods": points[0]["methods"],
             "points": points,
         }
@@ -267,12 +280,30 @@ def format_table(summary: dict[str, Any]) -> str:
                 f"  {method:<9} {m['tat_s']:>9.3f} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
                 f"{m['retransmissions']:>6} {str(m['verified']):>8}"
             )
+    if not summary["kept_up"]:
+        lines.append(kept_up_warning(summary))
+    return "\n".join(lines)
+
+
+def kept_up_warning(summary: dict[str, Any]) -> str:
+    """Why ``kept_up`` is false, each reason with the summary.json key that lists its jobs."""
+    reasons = []
+    if summary["saturated_processes"]:
+        worst = max(summary["saturated_processes"], key=lambda r: r["cpu_busy_fraction"])
+        reasons.append(f"{len(summary['saturated_processes'])} process(es) used >= {CPU_SATURATED:.0%} of a core "
+                       f"(worst: {worst['host']} {worst['cpu_busy_fraction']:.0%}; saturated_processes)")
+    if summary["saturated_jobs"]:
+        reasons.append(f"the machine had < {1 - MACHINE_SATURATED:.0%} idle CPU in {len(summary['saturated_jobs'])} job(s) "
+                       "(saturated_jobs)")
     if summary["switch_lost_frames"]:
         worst = max(summary["switch_lost_frames"], key=lambda r: r["input_lost"] + r["output_lost"])
-        lines.append(f"WARNING: the switch lost frames its counters do not show ({len(summary['switch_lost_frames'])} jobs; "
-                     f"worst: {worst['switch']} {worst['method']} lost {worst['input_lost']} of {worst['port_rx_frames']} "
-                     f"frames in, {worst['output_lost']} counted as sent; see switch_frames.csv): it did not keep up")
-    if not summary["kept_up"]:
-        lines.append("WARNING: CPU-saturated processes or machine, or switch losses (see fidelity.csv, switch_frames.csv, "
-                     "summary.json): the emulator, not the network, may have been the bottleneck")
-    return "\n".join(lines)
+        reasons.append(f"the switch lost frames its counters do not show in {len(summary['switch_lost_frames'])} job(s) "
+                       f"(worst: {worst['switch']} {worst['method']} lost {worst['input_lost']} of {worst['port_rx_frames']} "
+                       f"frames in, {worst['output_lost']} counted as sent; switch_lost_frames, switch_frames.csv)")
+    if summary["paced_by_emulator"]:
+        worst = min(summary["paced_by_emulator"], key=lambda r: r["share_of_pace"])
+        reasons.append(f"{len(summary['paced_by_emulator'])} SwitchML job(s) ran slower than {PACE_SHARE:.0%} of the pace "
+                       f"their links allow (worst: {worst['share_of_pace']:.1%}; paced_by_emulator)")
+    if summary.get("saturated_trainings"):
+        reasons.append(f"{len(summary['saturated_trainings'])} training(s) saturated a process or the machine (saturated_trainings)")
+    return ("WARNING: the emulator, not the network, set the pace (kept_up false in summary.json): " + "; ".join(reasons))

@@ -20,7 +20,7 @@ import pandas as pd
 
 from experiments.config import Point
 from experiments.job_meter import JobMeasurement
-from experiments.results import CPU_SATURATED, MACHINE, MACHINE_SATURATED, ResultsWriter
+from experiments.results import CPU_SATURATED, MACHINE, MACHINE_SATURATED, ResultsWriter, kept_up_warning
 
 TRAINING_STEPS_COLUMNS = [
     "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",
@@ -133,6 +133,5 @@ def format_training_table(summary: dict[str, Any]) -> str:
         )
     lines.append(f"  (target test accuracy {summary['training'][0]['target_accuracy']:.0%}: steps and emulated seconds to reach it)")
     if not summary["kept_up"]:
-        lines.append("WARNING: CPU-saturated processes or machine, or switch losses (see fidelity.csv, switch_frames.csv, "
-                     "summary.json): the emulator, not the network, may have been the bottleneck")
+        lines.append(kept_up_warning(summary))
     return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""benchmarks/emulation_capacity.py: its search, and one real probe's row of the table."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from benchmarks.emulation_capacity import Probe, probe_elements, search
+from protocol.params import REPO_ROOT
+from tests.experiment_runs import NETWORK_WAIT_S, leftovers
+
+
+@pytest.mark.parametrize(
+    ("capacity", "found", "tried"),
+    [
+        (12.0, 10.0, [2.5, 5.0, 10.0, 20.0, 15.0, 12.5]),  # doubling brackets 10-20, two midpoints
+        (13.0, 12.5, [2.5, 5.0, 10.0, 20.0, 15.0, 12.5]),
+        (1.0, 0.938, [2.5, 1.25, 0.625, 0.938, 1.09]),  # halving from a start that does not keep up
+        (0.1, None, [2.5, 1.25, 0.625, 0.3125]),  # nothing down to the floor keeps up
+        (1000.0, 160.0, [2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0]),  # everything up to the ceiling keeps up
+    ],
+)
+def test_search_brackets_then_bisects(capacity: float, found: float | None, tried: list[float]) -> None:
+    probed: list[float] = []
+
+    def keeps_up(rate: float) -> bool:
+        probed.append(rate)
+        return rate <= capacity
+
+    assert search(keeps_up, start=2.5, floor=0.25, ceiling=160.0, bisections=2) == found
+    assert probed == tried
+
+
+def test_probe_jobs_hold_the_same_seconds_of_data_at_every_rate() -> None:
+    slow, fast = probe_elements(2.5, 2.0, 0), probe_elements(10.0, 2.0, 0)
+    assert slow % 32 == 0 and fast % 32 == 0  # whole packets
+    assert fast / slow == pytest.approx(4, rel=1e-3)
+    assert probe_elements(2.5, 2.0, at_least=131_072) == 131_072 > slow  # never a smaller tensor than the config's
+
+
+@pytest.mark.slow
+@pytest.mark.mininet
+def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the probe starts Mininet: needs root")
+    output = tmp_path / "capacity.csv"
+    argv = [sys.executable, str(REPO_ROOT / "benchmarks" / "emulation_capacity.py"), "--target", "embedded", "--workers", "2",
+            "--rates", "2.5", "--repetitions", "1", "--output", str(output), "--runs-dir", str(tmp_path / "runs")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with output.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1 and list(rows[0]) == [field.name for field in fields(Probe)]
+    row = rows[0]
+    assert (row["target"], row["workers"], float(row["link_mbps"]), row["verified"]) == ("embedded", "2", 2.5, "True")
+    assert 0 < float(row["share_of_bound"]) <= 1.05 and row["kept_up"] in ("True", "False")
+    split = sum(float(row[f"cpu_{part}_us_per_update"]) for part in ("user", "system", "softirq"))
+    assert 0 < split <= float(row["cpu_us_per_update"]) + 0.05  # busy also holds steal
+    assert float(row["worker_us_per_packet"]) > 0 and float(row["switch_us_per_update"]) > 0  # the embedded switch is a process
+    assert "| embedded | 2 | 2.5 | 1 |" in done.stdout
+    assert not leftovers(row["run_dir"])

@@ -1,0 +1,112 @@
+"""``kept_up`` in summary.json: false whenever the emulator, not the network, set the pace.
+
+Each case writes one job's rows through the real ResultsWriter (the runner's path) with a
+chosen TAT and CPU shares, and reads the verdict from its finalize(), as a run would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.load import load_results
+from analysis.models import switchml_job_pace, switchml_line_rate_ate
+from experiments.config import CONFIG_DIR, load_experiment
+from experiments.job_meter import CpuSplit, JobMeasurement
+from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S
+from experiments.results import MACHINE, ResultsWriter, format_table
+from experiments.verify import Verdict
+
+MAIN_CONFIG = CONFIG_DIR / "8workers.yaml"
+QUIET = CpuSplit(user=0.3, system=0.2, softirq=None, busy=0.5)
+"""A worker's shares of one core: far from saturated."""
+MACHINE_80 = CpuSplit(user=0.4, system=0.25, softirq=0.15, busy=0.8)
+"""The machine 80 % busy: 20 % idle, far from MACHINE_SATURATED."""
+
+
+def finalize_one_job(tmp_path, overrides: list[str], share_of_line_rate: float) -> dict:
+    """summary.json of a run of one SwitchML job that reached ``share_of_line_rate`` of its
+    line-rate bound, no process or machine saturated, no frame lost."""
+    experiment = load_experiment(MAIN_CONFIG, ["methods=[switchml]", "repetitions=1", "switch.target=embedded", *overrides])
+    point = experiment.points[0]
+    rate_mbps = point.topology.links[0].spec.bw_mbps
+    elements = point.workload_info.elements
+    tat_s = elements / (share_of_line_rate * switchml_line_rate_ate(rate_mbps * 1e6, point.protocol["k"]))
+    n = len(point.topology.hosts)
+    stats = {"tat_s": tat_s, "packets_sent": 1, "packets_received": 1, "retransmissions": 0, "timeouts": 0,
+             "duplicates": 0, "timeline": [1]}
+    frames = {"port_rx_frames": 1000, "pipeline_in_frames": 1000, "input_lost": 0, "pipeline_out_frames": 1000,
+              "port_tx_frames": 1000, "queue_drops": 0, "output_lost": 0}
+    measured = JobMeasurement(
+        cpu={**{h.name: QUIET for h in point.topology.hosts}, MACHINE: MACHINE_80}, wall_s=tat_s,
+        tx_mbps={"s1-eth1": rate_mbps * share_of_line_rate}, counters={"s1": {}}, frames={"s1": frames},
+    )
+    writer = ResultsWriter(tmp_path, experiment, "embedded")
+    writer.add_repetition(point, "switchml", 0, [{"stats": stats}] * n, [Verdict(True, 0.0, "")] * n, measured, "none")
+    return writer.finalize(True)
+
+
+def test_a_job_the_emulator_paced_did_not_keep_up(tmp_path) -> None:
+    """The 10 Mbit/s main job that reached 69 % of its bound without loss or a saturated CPU."""
+    summary = finalize_one_job(tmp_path, ["topology.link.bw_mbps=10"], 0.69)
+    assert not summary["saturated_processes"] and not summary["saturated_jobs"] and not summary["switch_lost_frames"]
+    assert summary["kept_up"] is False
+    (paced,) = summary["paced_by_emulator"]
+    assert paced["share_of_pace"] == pytest.approx(0.69 / summary["methods"]["switchml"]["pace_bound_ate_per_s"]
+                                                   * summary["methods"]["switchml"]["line_rate_bound_ate_per_s"], rel=1e-3)
+    assert "paced_by_emulator" in format_table(summary)
+    assert json.loads((tmp_path / "summary.json").read_text())["kept_up"] is False
+
+
+def test_a_long_job_near_its_bound_kept_up(tmp_path) -> None:
+    summary = finalize_one_job(tmp_path, [], 0.97)
+    switchml = summary["methods"]["switchml"]
+    assert switchml["pace_checked"] and switchml["pace_bound"] == "line rate"
+    assert summary["kept_up"] is True and summary["paced_by_emulator"] == []
+    assert "WARNING" not in format_table(summary)
+
+
+def test_a_short_latency_bound_job_is_not_held_to_the_line_rate(tmp_path) -> None:
+    """A training-sized all-reduce (2,410 elements, pool 16) reaches ~80 % of the line-rate
+    bound on an idle machine: its lead round and last round trip are a fifth of its time."""
+    summary = finalize_one_job(tmp_path, ["workload.elements=2410", "protocol.pool_size=16"], 0.80)
+    assert summary["methods"]["switchml"]["pace_checked"] is False
+    assert summary["kept_up"] is True
+
+
+def test_lossy_jobs_have_no_pace_bound(tmp_path) -> None:
+    """Under loss a slot waits for its retransmission timeout by design: no pace is checked."""
+    summary = finalize_one_job(tmp_path, ["topology.link.loss=0.01"], 0.4)
+    assert "pace_checked" not in summary["methods"]["switchml"]
+    assert summary["kept_up"] is True
+
+
+def test_fidelity_rows_split_cpu_and_still_load(tmp_path) -> None:
+    finalize_one_job(tmp_path, [], 0.97)
+    results = load_results([tmp_path])
+    machine = results.fidelity[results.fidelity["host"] == MACHINE].iloc[0]
+    assert (machine["cpu_user_fraction"], machine["cpu_system_fraction"], machine["cpu_softirq_fraction"]) == (0.4, 0.25, 0.15)
+    worker = results.fidelity[results.fidelity["host"] == "h1"].iloc[0]
+    assert worker["cpu_busy_fraction"] == 0.5 and worker["wall_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("elements", "pool_size", "delay_s", "checked", "window"),
+    [
+        (131_072, 64, 0.0, True, False),  # the main job: 65 rounds per slot
+        (16_384, 64, 0.0, False, False),  # 9 rounds per slot: the lead round is a ninth of the job
+        (131_072, 8, 0.010, True, True),  # pool 8 against a 21 ms round trip: the window binds
+        (1_024, 64, 0.0, False, False),  # 32 packets: all start and drain
+    ],
+)
+def test_which_jobs_are_bandwidth_bound(elements, pool_size, delay_s, checked, window) -> None:
+    pace = switchml_job_pace(elements, 32, pool_size, 2.5e6, delay_s, quantized=True)
+    assert pace.window_bound == window
+    assert (pace.tat_s >= MIN_PACED_S and pace.streaming_fraction >= BANDWIDTH_BOUND) == checked
+
+
+def test_window_bound_pace_is_pool_over_round_trip() -> None:
+    pace = switchml_job_pace(131_072, 32, 8, 2.5e6, 0.010, quantized=False)
+    assert pace.packet_interval_s == pytest.approx(pace.round_trip_s / 8)
+    assert pace.ate_per_s < 0.25 * switchml_line_rate_ate(2.5e6, 32)
