@@ -47,7 +47,8 @@ class Lab:
     hours: str
     timeout_s: float
     run: str | None
-    plot: str
+    figures: tuple[str, ...]
+    plot_about: str
     tracks: dict[str, Track]
 
     @property
@@ -78,7 +79,7 @@ def load_lab(folder: Path) -> Lab:
         for name, track in data["tracks"].items()
     }
     return Lab(data["number"], folder, data["title"], data["hours"], float(data.get("timeout_s", DEFAULT_TIMEOUT_S)),
-               data.get("run"), data["plot"], tracks)  # fmt: skip
+               data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks)  # fmt: skip
 
 
 def all_labs(labs_dir: Path = LABS_DIR) -> list[Lab]:
