@@ -47,6 +47,8 @@ def cmd_skeleton(args: argparse.Namespace) -> int:
     venv = source / ".venv"
     if venv.is_dir() and not (args.out / ".venv").exists():
         (args.out / ".venv").symlink_to(venv)  # the same commands work in the skeleton: .venv/bin/python ...
+        with (args.out / ".git" / "info" / "exclude").open("a") as exclude:
+            exclude.write(".venv\n")  # .gitignore's ".venv/" matches the folder, not a link to it
     print(f"lab {lab.number} ({track.name} track) skeleton in {args.out}; write your code in:")
     for region in regions:
         print(f"  {region.where}  {region.hint}")
