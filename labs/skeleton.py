@@ -90,7 +90,7 @@ def make_skeleton(source: Path, out: Path, lab: int, files: list[str]) -> list[R
         target = out / path
         target.write_text(stub_text(target.read_text(), mine, target.suffix))
         stubbed += mine
-        log.info("%s: stubbed %s", path, ", ".join(region.where for region in mine))
+        log.debug("%s: stubbed %s", path, ", ".join(region.where for region in mine))
     if not stubbed:
         raise SkeletonError(f"no BEGIN LAB {lab} region in {', '.join(files)}")
     _commit(out, f"lab {lab} skeleton")
