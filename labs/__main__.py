@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import logging
 import shutil
 import sys
@@ -63,12 +64,17 @@ def _grade_copy(lab: catalog.Lab, track: catalog.Track, tree: Path, tests_from: 
     copy = scratch / tree.name
     shutil.copytree(tree, copy, ignore=COPY_IGNORED, symlinks=True)
     replace_graded_files(copy, tests_from)
-    result = grade(lab, track, copy)
-    return type(result)(**{**result.__dict__, "tree": str(tree.resolve())})
+    return dataclasses.replace(grade(lab, track, copy), tree=str(tree.resolve()))
+
+
+def _graded_lab(args: argparse.Namespace) -> catalog.Lab:
+    """The lab as the tests' owner describes it: with --tests-from, that checkout's lab.yaml
+    (which lists its hidden tests), else this one's."""
+    return catalog.by_number(args.lab, args.tests_from / "labs" if args.tests_from else catalog.LABS_DIR)
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    lab = catalog.by_number(args.lab)
+    lab = _graded_lab(args)
     track = lab.track(args.track)
     with tempfile.TemporaryDirectory(prefix="labs-submission-") as scratch:
         result = _grade_copy(lab, track, args.tree, args.tests_from, Path(scratch))
@@ -80,7 +86,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_grade_batch(args: argparse.Namespace) -> int:
-    lab = catalog.by_number(args.lab)
+    lab = _graded_lab(args)
     track = lab.track(args.track)
     submissions = sorted(path for path in args.submissions.iterdir() if path.is_dir())
     if not submissions:

@@ -178,3 +178,21 @@ def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path:
     assert rows["bob"]["max"] == "10"
     report = json.loads((tmp_path / "grades" / "alice.json").read_text())
     assert report["tree"] == str(submissions / "alice") and not report["full_marks"]
+
+
+def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
+    fork = tmp_path / "fork"
+    copy_tree(REPO_ROOT, fork)
+    hidden = "labs/00-run-and-measure/tests/test_hidden.py"
+    (fork / hidden).write_text(
+        "from analysis import models\n\n\ndef test_bound_at_ten_megabits():\n"
+        "    assert round(models.switchml_line_rate_ate(10e6, 32)) == 219780\n"
+    )
+    with (fork / "labs" / "00-run-and-measure" / "lab.yaml").open("a") as description:
+        description.write(f'      - {{id: "{hidden}::test_bound_at_ten_megabits", points: 5, skeleton: fail}}\n')
+    report = tmp_path / "grade.json"
+    assert main(["grade", "0", "--tree", str(REPO_ROOT), "--tests-from", str(fork), "--report", str(report)]) == 0
+    graded = json.loads(report.read_text())
+    assert graded["max_score"] == 15 and graded["full_marks"]
+    assert f"{hidden}::test_bound_at_ten_megabits" in [test["id"] for test in graded["tests"]]
+    assert not (REPO_ROOT / hidden).exists(), "the tree graded is a copy"
