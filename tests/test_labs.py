@@ -120,6 +120,11 @@ def test_junit_names_of_node_ids() -> None:
 # ---- every lab both ways ----------------------------------------------------------------
 
 
+GRADING_TIMEOUT_S = 1200
+"""A grader run holds the lab's whole pytest session; lab 3's waits for the network lock too."""
+
+
+@pytest.mark.timeout(GRADING_TIMEOUT_S)
 @pytest.mark.parametrize(("lab", "track"), TRACK_CASES)
 def test_reference_gets_full_marks(lab: catalog.Lab, track: catalog.Track) -> None:
     _require_machine(track)
@@ -127,6 +132,7 @@ def test_reference_gets_full_marks(lab: catalog.Lab, track: catalog.Track) -> No
     assert result.full_marks, score_table(lab, result)
 
 
+@pytest.mark.timeout(GRADING_TIMEOUT_S)
 @pytest.mark.parametrize(("lab", "track"), TRACK_CASES)
 def test_skeleton_fails_exactly_its_expected_tests(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
     _require_machine(track)
