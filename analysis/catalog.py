@@ -220,8 +220,13 @@ def render(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure]:
 
 def save(spec: FigureSpec, table: pd.DataFrame, fig: Figure, out_dir: Path) -> list[Path]:
     """Write <name>.png, <name>.pdf and <name>.csv (the numbers behind it) into ``out_dir``."""
+    return save_figure(spec.name, table, fig, out_dir)
+
+
+def save_figure(name: str, table: pd.DataFrame, fig: Figure, out_dir: Path) -> list[Path]:
+    """``save`` for any figure called ``name`` (the labs' figures too)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{spec.name}.{suffix}" for suffix in ("png", "pdf", "csv")]
+    paths = [out_dir / f"{name}.{suffix}" for suffix in ("png", "pdf", "csv")]
     fig.savefig(paths[0], dpi=150)
     fig.savefig(paths[1])
     table.to_csv(paths[2], index=False)

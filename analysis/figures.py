@@ -27,14 +27,14 @@ def ate_vs_workers(table: pd.DataFrame, context: EmulationContext, normalised: b
     ``normalised`` divides by the line-rate bound, the form in which an emulation at a few
     Mbit/s can be compared with the paper's 100 Gbit/s numbers.
     """
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     value, ring = ("normalised", "ring_bound_normalised") if normalised else ("ate_per_s", "ring_bound_ate_per_s")
     _plot_methods(ax, table, "n_workers", value)
     bounds = table.drop_duplicates("n_workers").sort_values("n_workers")
     line_rate = np.ones(len(bounds)) if normalised else bounds["line_rate_bound_ate_per_s"]
     ax.plot(bounds["n_workers"], line_rate, "k--", label=LINE_RATE_LABEL)
     ax.plot(bounds["n_workers"], bounds[ring], "k:", label=RING_BOUND_LABEL)
-    _log_axis_at(ax, bounds["n_workers"], base=2)
+    log_axis_at(ax, bounds["n_workers"], base=2)
     ax.set_xlabel("number of workers")
     ax.set_ylabel("ATE/s ÷ SwitchML line-rate bound" if normalised else "ATE/s (aggregated elements / s)")
     ax.set_ylim(bottom=0)
@@ -46,7 +46,7 @@ def ate_vs_workers(table: pd.DataFrame, context: EmulationContext, normalised: b
 
 def tat_vs_size(table: pd.DataFrame, context: EmulationContext) -> Figure:
     """Tensor aggregation time against tensor size, log-log, with the TAT each bound allows."""
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     _plot_methods(ax, table, "elements", "tat_s")
     bounds = table.drop_duplicates("elements").sort_values("elements")
     ax.plot(bounds["elements"], bounds["line_rate_bound_tat_s"], "k--", label=LINE_RATE_LABEL)
@@ -62,11 +62,11 @@ def tat_vs_size(table: pd.DataFrame, context: EmulationContext) -> Figure:
 
 def tat_inflation_vs_loss(table: pd.DataFrame, context: EmulationContext) -> Figure:
     """TAT(loss)/TAT(0) against per-link loss rate (loss 0 is the reference line at 1)."""
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     lossy = table[table["loss"] > 0].assign(loss_percent=lambda t: t["loss"] * 100)
     _plot_methods(ax, lossy, "loss_percent", "inflation")
     ax.axhline(1.0, color="grey", linewidth=0.8, label="no inflation (TAT at loss 0)")
-    _log_axis_at(ax, lossy["loss_percent"], base=10)
+    log_axis_at(ax, lossy["loss_percent"], base=10)
     ax.set_xlabel("loss rate per link (%)")
     ax.set_ylabel("TAT(loss) / TAT(0)")
     ax.legend(fontsize=8)
@@ -81,7 +81,7 @@ def loss_timeline(table: pd.DataFrame, context: EmulationContext) -> Figure:
     Flat stretches at the line-rate level are self-clocked sending; dips are workers waiting
     for a retransmission timeout on a lost update or result.
     """
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     for rank, rows in table.groupby("rank", sort=True):
         ax.step(rows["t_ms"], rows["packets_sent"], where="post", label=f"worker {rank}", linewidth=1)
     ax.axhline(table["line_rate_packets_per_bin"].iloc[0], color="k", linestyle="--", label=LINE_RATE_LABEL)
@@ -95,11 +95,11 @@ def loss_timeline(table: pd.DataFrame, context: EmulationContext) -> Figure:
 
 def pool_size_sensitivity(table: pd.DataFrame, context: EmulationContext) -> Figure:
     """ATE/s against pool size: too few slots cannot cover the round trip, more adds nothing."""
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     _plot_methods(ax, table, "pool_size", "ate_per_s")
     bounds = table.drop_duplicates("pool_size").sort_values("pool_size")
     ax.plot(bounds["pool_size"], bounds["line_rate_bound_ate_per_s"], "k--", label=LINE_RATE_LABEL)
-    _log_axis_at(ax, bounds["pool_size"], base=2)
+    log_axis_at(ax, bounds["pool_size"], base=2)
     ax.set_xlabel("pool size (slots)")
     ax.set_ylabel("ATE/s (aggregated elements / s)")
     ax.set_ylim(bottom=0)
@@ -110,7 +110,7 @@ def pool_size_sensitivity(table: pd.DataFrame, context: EmulationContext) -> Fig
 
 def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
     """Per model: training speedup of SwitchML over each baseline, with the 2(n-1)/n expectation."""
-    fig, ax = _new_axes()
+    fig, ax = new_axes()
     workloads = list(dict.fromkeys(table["workload"]))
     baselines = _method_order(table["baseline"])
     width = 0.8 / len(baselines)
@@ -144,7 +144,7 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
     return fig
 
 
-def _new_axes() -> tuple[Figure, Axes]:
+def new_axes() -> tuple[Figure, Axes]:
     fig = Figure(figsize=(6.4, 4.6), layout="constrained")
     return fig, fig.add_subplot()
 
@@ -170,7 +170,7 @@ def _spread(rows: pd.DataFrame, value: str) -> np.ndarray:
     return np.vstack([median - rows[f"{value}_min"].to_numpy(), rows[f"{value}_max"].to_numpy() - median])
 
 
-def _log_axis_at(ax: Axes, values: pd.Series, base: int) -> None:
+def log_axis_at(ax: Axes, values: pd.Series, base: int) -> None:
     """Logarithmic x axis ticked exactly at the measured values, labelled plainly."""
     ax.set_xscale("log", base=base)
     ticks = sorted(set(values))

@@ -38,7 +38,9 @@ def switchml_line_rate_ate(link_bps: float, k: int) -> float:
     counted (see the module docstring: htb shapes frame bytes).
     """
     _require_positive(link_bps=link_bps, k=k)
+    # BEGIN LAB 0: elements/s on links of link_bps when each k-element update and each result crosses once in frame_bytes(k)
     return link_bps * (ELEMENT_BYTES * k / frame_bytes(k)) / (BITS_PER_BYTE * ELEMENT_BYTES)
+    # END LAB 0
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,9 @@ def training_speedup(compute_s: float, comm_baseline_s: float, comm_switchml_s: 
     if min(compute_s, comm_baseline_s, comm_switchml_s) < 0:
         raise ValueError("times must be non-negative")
     _require_positive(total_switchml_s=compute_s + comm_switchml_s)
+    # BEGIN LAB 5: iteration time (compute + all-reduce) with the baseline over that with SwitchML
     return (compute_s + comm_baseline_s) / (compute_s + comm_switchml_s)
+    # END LAB 5
 
 
 def expected_training_speedup_over_ring(compute_s: float, comm_ring_s: float, n_workers: int) -> float:
@@ -217,7 +221,42 @@ def expected_training_speedup_over_ring(compute_s: float, comm_ring_s: float, n_
     Plugs ``comm_switchml = comm_ring / expected_speedup_over_ring(n)`` into
     ``training_speedup``: the expectation a measured bar is compared with.
     """
+    # BEGIN LAB 5: training_speedup with SwitchML's all-reduce 2(n-1)/n times shorter than the ring's
     return training_speedup(compute_s, comm_ring_s, comm_ring_s / expected_speedup_over_ring(n_workers))
+    # END LAB 5
+
+
+def slot_round_trip_s(link_bps: float, k: int, link_delay_s: float) -> float:
+    """Round trip of one slot on an idle star: the update crosses the worker's link (one
+    frame's serialisation plus the link's delay), then the result comes back the same way.
+
+    The switch's own processing time is left out (microseconds here, against milliseconds of
+    serialisation at a few Mbit/s), as are queues: this is the round trip of the first slot,
+    the shortest a pool can see.
+    """
+    _require_positive(link_bps=link_bps, k=k)
+    if link_delay_s < 0:
+        raise ValueError(f"link_delay_s must be non-negative, got {link_delay_s}")
+    # BEGIN LAB 4: two frame_bytes(k) serialisations at link_bps plus the link delay each way
+    return 2 * (frame_bytes(k) * BITS_PER_BYTE / link_bps + link_delay_s)
+    # END LAB 4
+
+
+def switchml_pool_bound_ate(link_bps: float, k: int, pool_size: int, round_trip_s: float) -> float:
+    """Most aggregated elements/s a pool of ``pool_size`` slots allows: the smaller of the
+    line-rate bound and one pool of k-element packets per round trip.
+
+    A worker has at most ``pool_size`` updates outstanding, and a slot is reused only when
+    its result is back, so it sends at most ``pool_size * k`` elements per round trip
+    (the window limit of any sliding-window protocol). The pool covers the link when
+    ``pool_size`` is at least the bandwidth-delay product in frames; beyond that the line
+    rate is the limit and more slots add nothing: the paper's argument that a little
+    switch memory suffices.
+    """
+    _require_positive(link_bps=link_bps, k=k, pool_size=pool_size, round_trip_s=round_trip_s)
+    # BEGIN LAB 4: the window limit pool_size * k per round trip, capped by switchml_line_rate_ate
+    return min(switchml_line_rate_ate(link_bps, k), pool_size * k / round_trip_s)
+    # END LAB 4
 
 
 def _require_workers(n_workers: int) -> None:

@@ -92,11 +92,13 @@ def block_exponents(x: np.ndarray, k: int) -> np.ndarray:
     check_quantizable(x)
     if len(x) == 0:
         return np.zeros(0, dtype=np.int8)
+    # BEGIN LAB 1: per block of k, the smallest e with 2^e >= max|x| as int8 (all-zero block: -128, clamp to int8)
     block_max = np.maximum.reduceat(np.abs(x.astype(np.float64)), np.arange(0, len(x), k))
     mantissa, exponent = np.frexp(block_max)  # block_max = mantissa * 2^exponent, mantissa in [0.5, 1)
     exponent = np.where(mantissa == 0.5, exponent - 1, exponent)  # an exact power of two is its own bound
     exponent = np.where(block_max == 0.0, ZERO_BLOCK_EXPONENT, exponent)
     return np.clip(exponent, EXPONENT_MIN, EXPONENT_MAX).astype(np.int8)
+    # END LAB 1
 
 
 PROTOCOL_BITS = 32
@@ -113,7 +115,9 @@ def quantized_limit(n_workers: int, bits: int = PROTOCOL_BITS) -> int:
         raise ValueError(f"n_workers must be >= 1, got {n_workers}")
     if not 2 <= bits <= PROTOCOL_BITS:
         raise ValueError(f"bits must be 2..{PROTOCOL_BITS}, got {bits}")
+    # BEGIN LAB 1: the largest |value| one worker may send so that n of them never overflow a signed bits-bit sum
     limit = (2 ** (bits - 1) - 1) // n_workers
+    # END LAB 1
     if limit < 1:
         raise ValueError(f"{bits}-bit sums leave no quantization level for {n_workers} workers (need 2^{bits - 1} - 1 >= n)")
     return limit
@@ -144,12 +148,14 @@ def quantize(
     (float64, same length) let the worker quantize into its send buffer without
     allocating per packet. Callers guarantee |x| <= 2^e_max, so the result fits int32.
     """
+    # BEGIN LAB 1: round half to even of x * scale in float64, as int32 (into out when given, using work)
     work = np.multiply(x, scale, out=work, dtype=np.float64)
     np.rint(work, out=work)
     if out is None:
         return work.astype(np.int32)
     np.copyto(out, work, casting="unsafe")
     return out
+    # END LAB 1
 
 
 def dequantize(int_sum: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -77,7 +77,9 @@ class RetransmitPolicy:
 def pool_drain_s(pool_size: int, k: int, link_bps: float) -> float:
     """How long a full pool of packets takes to cross a link of ``link_bps``: the round trip
     of a slot whose packet waits behind every other slot's."""
+    # BEGIN LAB 3: seconds for pool_size frames of frame_bytes(k) to cross a link of link_bps
     return pool_size * frame_bytes(k) * 8 / link_bps
+    # END LAB 3
 
 
 class RoundTripEstimator:
@@ -149,8 +151,10 @@ class RoundTripEstimator:
 
     def timeout(self, floor: float, first: float) -> float:
         """Twice the median round trip, never below ``floor``; ``first`` before any sample."""
+        # BEGIN LAB 3: first before any sample, else twice the median round trip, never below floor
         median = self.median
         return first if median is None else max(floor, 2 * median)
+        # END LAB 3
 
 
 class SlotTimers:
@@ -214,6 +218,8 @@ class SlotTimers:
         if len(slots):
             self.disarm(slots)
             self.timeouts_per_slot[slots] += 1
+            # BEGIN LAB 3: double the backoff factor of the slots whose timeout count is a multiple of backoff_every
             backing_off = slots[self.timeouts_per_slot[slots] % self._policy.backoff_every == 0]
             self._backoff[backing_off] *= 2.0
+            # END LAB 3
         return slots, tokens

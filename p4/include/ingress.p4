@@ -194,6 +194,7 @@ control SwitchMLIngress(inout headers_t hdr,
                                 mark_to_drop(standard_metadata);
                                 event_counter.count(EV_DROP_STALE);
                             } else if (is_new) {
+                                // BEGIN LAB 2: set the rank bit (clear it in the other set), store or add, max exponent, count; multicast when complete
                                 /* A new contribution. Clearing the rank from the other set
                                  * readies that set for this worker's next chunk. */
                                 bitmap.write(meta.reg_index, contributors | meta.rank_bit);
@@ -229,7 +230,9 @@ control SwitchMLIngress(inout headers_t hdr,
                                     mark_to_drop(standard_metadata);
                                     event_counter.count(EV_UPDATE_CONSUMED);
                                 }
+                                // END LAB 2
                             } else if (contributions == num_workers) {
+                                // BEGIN LAB 3: a retransmission to a complete version: send the stored result back to its sender only
                                 /* A retransmission to a complete version: the worker
                                  * missed the result, so send the stored one back to it. */
                                 read_values();
@@ -238,11 +241,14 @@ control SwitchMLIngress(inout headers_t hdr,
                                 standard_metadata.egress_spec = standard_metadata.ingress_port;
                                 meta.dst_rank = meta.rank;
                                 event_counter.count(EV_RESULT_UNICAST);
+                                // END LAB 3
                             } else {
+                                // BEGIN LAB 3: a retransmission before completion: drop it and count EV_RETX_IGNORED
                                 /* A retransmission before completion: the others are
                                  * still missing, the result will come by multicast. */
                                 mark_to_drop(standard_metadata);
                                 event_counter.count(EV_RETX_IGNORED);
+                                // END LAB 3
                             }
                         }
                     }

@@ -156,6 +156,7 @@ class SwitchMLIngress:
         if stale:
             counter.count(EV_DROP_STALE, length)
             return DROP
+        # BEGIN LAB 2: a new contribution: set its rank bit (and clear it in the other set), store or add, max exponent, count; multicast when complete
         if is_new:  # a new contribution
             bitmap[idx] = b | rank_bit
             bitmap[other] &= ~rank_bit & BIT32
@@ -177,6 +178,8 @@ class SwitchMLIngress:
             counter.packets[EV_UPDATE_CONSUMED] += 1
             counter.bytes[EV_UPDATE_CONSUMED] += length
             return DROP
+        # END LAB 2
+        # BEGIN LAB 3: a retransmission: unicast the stored result to its sender if the version is complete, else ignore it
         # a retransmission
         if count[idx] == num_workers:
             self._write_result(packet, row, exponent[idx])
@@ -184,6 +187,7 @@ class SwitchMLIngress:
             return (RESULT_TO_PORT, in_port, rank)
         counter.count(EV_RETX_IGNORED, length)
         return DROP
+        # END LAB 3
 
     @staticmethod
     def _write_result(packet: PacketBuffer, row, exponent: int) -> None:

@@ -1,0 +1,35 @@
+"""Lab 1: block-exponent quantization on numbers small enough to check by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from protocol import quantize
+
+
+def test_block_exponents_by_hand() -> None:
+    x = np.array([0.75, -0.5, 3.0, 4.0, 0.0, 0.0], dtype=np.float32)
+    # blocks of 2: max 0.75 -> 2^0 (2^-1 < 0.75); max 4.0 -> exactly 2^2; all zero -> -128
+    assert quantize.block_exponents(x, 2).tolist() == [0, 2, -128]
+    assert quantize.block_exponents(x, 2).dtype == np.int8
+
+
+def test_limit_leaves_room_for_every_worker() -> None:
+    assert quantize.quantized_limit(4) == 536_870_911  # floor((2^31 - 1) / 4)
+    assert quantize.quantized_limit(3, bits=8) == 42  # floor(127 / 3)
+    assert 4 * quantize.quantized_limit(4) <= 2**31 - 1
+
+
+def test_quantize_rounds_half_to_even_into_the_buffer_given() -> None:
+    out = np.zeros(4, dtype=">i4")  # a big-endian view, as in a packet buffer
+    result = quantize.quantize(np.array([0.5, 1.5, 2.5, -0.5]), 1.0, out=out)
+    assert result is out and out.tolist() == [0, 2, 2, 0]
+    assert quantize.quantize(np.array([0.75], dtype=np.float32), 536_870_911.0).tolist() == [402_653_183]
+
+
+def test_sum_of_n_workers_at_the_limit_does_not_overflow() -> None:
+    n = 7
+    x = np.full(5, 2.0, dtype=np.float32)  # exactly 2^1: every worker at the largest value
+    expected = quantize.expected_sum([x] * n, k=5, n=n)
+    assert expected.int_sum.tolist() == [n * quantize.quantized_limit(n)] * 5
+    assert expected.values.tolist() == [14.0] * 5

@@ -1,0 +1,26 @@
+"""Lab 3: the switch's retransmission branch, called in-process (labs/bench.py)."""
+
+from __future__ import annotations
+
+from labs.bench import IngressBench
+from protocol import params
+from switches.embedded.ingress import DROP, RESULT_TO_PORT
+
+
+def test_retransmission_to_a_complete_slot_is_answered_to_its_sender_only() -> None:
+    bench = IngressBench(n=2)
+    bench.send(0, slot=2, shadow_set=0, values=[1, 2, 3, 4], exponent=1)
+    bench.send(1, slot=2, shadow_set=0, values=[4, 3, 2, 1], exponent=3)
+    assert bench.send(1, slot=2, shadow_set=0, values=[4, 3, 2, 1], exponent=3) == (RESULT_TO_PORT, 2, 1)
+    assert bench.result() == (params.MSG_RESULT, 3, [5, 5, 5, 5]), "the stored sum and exponent, not the resent update"
+    assert bench.cell("count", 2, 0) == 2, "a retransmission is not a new contribution"
+    assert bench.events()["EV_RESULT_UNICAST"] == 1
+
+
+def test_retransmission_before_completion_is_ignored() -> None:
+    bench = IngressBench(n=3)
+    bench.send(0, slot=5, shadow_set=1, values=[1, 1, 1, 1])
+    assert bench.send(0, slot=5, shadow_set=1, values=[1, 1, 1, 1]) == DROP
+    assert bench.ingress.values.rows[8 + 5].tolist() == [1, 1, 1, 1], "a copy must not be added twice"
+    assert bench.cell("count", 5, 1) == 1
+    assert bench.events() == {"EV_UPDATE_CONSUMED": 1, "EV_RETX_IGNORED": 1}

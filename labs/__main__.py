@@ -1,0 +1,176 @@
+"""The labs' command line (labs/README.md).
+
+    python -m labs list
+    python -m labs skeleton N --out DIR [--track python|p4]
+    python -m labs grade N [--tree DIR] [--track ...] [--tests-from DIR] [--report FILE]
+    python -m labs grade-batch N SUBMISSIONS --csv FILE [--track ...] [--tests-from DIR]
+    python -m labs plot N [--results DIR ...] [--out DIR]
+
+``grade`` exits 0 only with full marks, 1 below, 2 on bad input. Run it from the tree's root
+(or give --tree): the tree's code is what is graded, whichever checkout the grader is in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import logging
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from experiments.yamlschema import ConfigError
+from labs import catalog
+from labs.grade import default_report, grade, replace_graded_files, score_table, write_report
+from labs.markers import MarkerError
+from labs.skeleton import SkeletonError, make_skeleton
+
+log = logging.getLogger("labs")
+
+COPY_IGNORED = shutil.ignore_patterns(".git", ".venv", "results", "build", "__pycache__", ".pytest_cache", ".hypothesis")
+"""What a submission's copy leaves out: none of it is graded, some of it is large."""
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    for lab in catalog.all_labs():
+        tracks = ", ".join(f"{name} ({track.points} points)" for name, track in lab.tracks.items())
+        print(f"{lab.number}  {lab.title:<48} {lab.hours:>9}  {lab.folder.relative_to(catalog.LABS_DIR.parent)}/  {tracks}")
+    return 0
+
+
+def cmd_skeleton(args: argparse.Namespace) -> int:
+    lab = catalog.by_number(args.lab)
+    track = lab.track(args.track)
+    source = catalog.LABS_DIR.parent
+    regions = make_skeleton(source, args.out, lab.number, list(track.files))
+    venv = source / ".venv"
+    if venv.is_dir() and not (args.out / ".venv").exists():
+        (args.out / ".venv").symlink_to(venv)  # the same commands work in the skeleton: .venv/bin/python ...
+        with (args.out / ".git" / "info" / "exclude").open("a") as exclude:
+            exclude.write(".venv\n")  # .gitignore's ".venv/" matches the folder, not a link to it
+    print(f"lab {lab.number} ({track.name} track) skeleton in {args.out}; write your code in:")
+    for region in regions:
+        print(f"  {region.where}  {region.hint}")
+    print(f"then: cd {args.out} && .venv/bin/python -m labs grade {lab.number}" + (f" --track {track.name}" if args.track else ""))
+    return 0
+
+
+def _grade_copy(lab: catalog.Lab, track: catalog.Track, tree: Path, tests_from: Path | None, scratch: Path):
+    """Grade ``tree``, or with ``tests_from``, a copy of it holding those tests instead of its own."""
+    if tests_from is None:
+        return grade(lab, track, tree)
+    copy = scratch / tree.name
+    shutil.copytree(tree, copy, ignore=COPY_IGNORED, symlinks=True)
+    replace_graded_files(copy, tests_from)
+    return dataclasses.replace(grade(lab, track, copy), tree=str(tree.resolve()))
+
+
+def _graded_lab(args: argparse.Namespace) -> catalog.Lab:
+    """The lab as the tests' owner describes it: with --tests-from, that checkout's lab.yaml
+    (which lists its hidden tests), else this one's."""
+    return catalog.by_number(args.lab, args.tests_from / "labs" if args.tests_from else catalog.LABS_DIR)
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    lab = _graded_lab(args)
+    track = lab.track(args.track)
+    with tempfile.TemporaryDirectory(prefix="labs-submission-") as scratch:
+        result = _grade_copy(lab, track, args.tree, args.tests_from, Path(scratch))
+    report = args.report or default_report(args.tree, lab, track)
+    write_report(result, report)
+    print(score_table(lab, result))
+    print(f"report: {report}")
+    return 0 if result.full_marks else 1
+
+
+def cmd_grade_batch(args: argparse.Namespace) -> int:
+    lab = _graded_lab(args)
+    track = lab.track(args.track)
+    submissions = sorted(path for path in args.submissions.iterdir() if path.is_dir())
+    if not submissions:
+        raise ConfigError(f"{args.submissions}: no submission folders in it")
+    reports = args.csv.with_suffix("")
+    rows = []
+    for tree in submissions:
+        with tempfile.TemporaryDirectory(prefix="labs-submission-") as scratch:
+            result = _grade_copy(lab, track, tree, args.tests_from, Path(scratch))
+        write_report(result, reports / f"{tree.name}.json")
+        print(f"{tree.name}: {result.score}/{result.max_score}", flush=True)
+        rows.append({"submission": tree.name, "score": result.score, "max": result.max_score, "seconds": result.seconds,
+                     **{test.id: test.earned for test in result.tests}})  # fmt: skip
+    args.csv.parent.mkdir(parents=True, exist_ok=True)
+    with args.csv.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{len(rows)} submission(s) graded: {args.csv}; one JSON report each in {reports}/")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from analysis.load import ResultsFormatError  # matplotlib and pandas only for this command
+    from analysis.tables import MissingData
+    from labs.plot import PlotError, plot
+
+    lab = catalog.by_number(args.lab)
+    try:
+        written = plot(lab, args.results, args.out)
+    except (PlotError, MissingData, ResultsFormatError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0 if written else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labs", description="SwitchML classroom labs: skeletons, grading, plots")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="the labs, their time and points").set_defaults(run=cmd_list)
+
+    def lab_command(name: str, help_: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_)
+        sub.add_argument("lab", type=int, help="lab number (python -m labs list)")
+        return sub
+
+    def track_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--track", choices=["python", "p4"], help="python (embedded switch, default) or p4 (bmv2)")
+
+    sub = lab_command("skeleton", "copy this repository with the lab's regions replaced by stubs")
+    sub.add_argument("--out", type=Path, required=True, help="new or empty folder for the student's tree")
+    track_option(sub)
+    sub.set_defaults(run=cmd_skeleton)
+
+    sub = lab_command("grade", "run the lab's graded tests in a tree, print the score, write a JSON report")
+    sub.add_argument("--tree", type=Path, default=Path.cwd(), help="the tree to grade (default: the current folder)")
+    sub.add_argument("--tests-from", type=Path, help="grade a copy of the tree with this checkout's tests/ and labs/ (hidden tests)")
+    sub.add_argument("--report", type=Path, help="JSON report (default: TREE/results/labs/labN-TRACK.json)")
+    track_option(sub)
+    sub.set_defaults(run=cmd_grade)
+
+    sub = lab_command("grade-batch", "grade every submission folder in a folder, one CSV row each")
+    sub.add_argument("submissions", type=Path, help="a folder with one tree per student")
+    sub.add_argument("--csv", type=Path, required=True, help="the grades; JSON reports go to a folder of the same name")
+    sub.add_argument("--tests-from", type=Path, default=catalog.LABS_DIR.parent,
+                     help="whose tests/ and labs/ grade the copies (default: this checkout, not the students')")  # fmt: skip
+    track_option(sub)
+    sub.set_defaults(run=cmd_grade_batch)
+
+    sub = lab_command("plot", "draw the lab's figures from your runs")
+    sub.add_argument("--results", type=Path, nargs="+", default=[], help="your run folders (or their parents)")
+    sub.add_argument("--out", type=Path, default=Path("results/labs/figures"), help="where the PNG, PDF and CSV go")
+    sub.set_defaults(run=cmd_plot)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:
+        return args.run(args)
+    except (ConfigError, SkeletonError, MarkerError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

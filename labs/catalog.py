@@ -1,0 +1,99 @@
+"""The labs: one folder per lab, ``labs/NN-name/``, with its README.md and lab.yaml.
+
+lab.yaml is checked against ``labs/lab.schema.yaml`` by the project's YAML validator, so a
+mistake names the file and the key. A lab has one or two tracks (``python``: the embedded
+switch, anywhere; ``p4``: bmv2, in the Vagrant VM); each track lists the files the student
+writes in and the graded tests, with their points and what the skeleton must do in each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiments.yamlschema import ConfigError, load_schema, load_yaml, validate
+
+LABS_DIR = Path(__file__).resolve().parent
+SCHEMA = LABS_DIR / "lab.schema.yaml"
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class GradedTest:
+    id: str
+    """pytest node id, relative to the tree's root."""
+    points: int
+    skeleton: str
+    """'fail' or 'pass': what the untouched skeleton does in this test."""
+
+
+@dataclass(frozen=True)
+class Track:
+    name: str
+    files: tuple[str, ...]
+    tests: tuple[GradedTest, ...]
+    needs: tuple[str, ...]
+
+    @property
+    def points(self) -> int:
+        return sum(test.points for test in self.tests)
+
+
+@dataclass(frozen=True)
+class Lab:
+    number: int
+    folder: Path
+    title: str
+    hours: str
+    timeout_s: float
+    run: str | None
+    figures: tuple[str, ...]
+    plot_about: str
+    tracks: dict[str, Track]
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    def track(self, name: str | None) -> Track:
+        """The track called ``name`` (None: python, or the only one)."""
+        if name is None:
+            name = "python" if "python" in self.tracks else next(iter(self.tracks))
+        if name not in self.tracks:
+            raise ConfigError(f"lab {self.number} has no {name!r} track; it has: {', '.join(self.tracks)}")
+        return self.tracks[name]
+
+
+def load_lab(folder: Path) -> Lab:
+    """The lab described by ``folder/lab.yaml``."""
+    path = folder / "lab.yaml"
+    data = load_yaml(path)
+    validate(data, load_schema(SCHEMA), str(path))
+    tracks = {
+        name: Track(
+            name,
+            tuple(track["files"]),
+            tuple(GradedTest(t["id"], t["points"], t["skeleton"]) for t in track["tests"]),
+            tuple(track.get("needs", [])),
+        )
+        for name, track in data["tracks"].items()
+    }
+    return Lab(data["number"], folder, data["title"], data["hours"], float(data.get("timeout_s", DEFAULT_TIMEOUT_S)),
+               data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks)  # fmt: skip
+
+
+def all_labs(labs_dir: Path = LABS_DIR) -> list[Lab]:
+    """Every lab, by number; two folders claiming one number are an error."""
+    labs = sorted((load_lab(folder) for folder in labs_dir.iterdir() if (folder / "lab.yaml").is_file()), key=lambda lab: lab.number)
+    numbers = [lab.number for lab in labs]
+    duplicated = sorted({n for n in numbers if numbers.count(n) > 1})
+    if duplicated:
+        raise ConfigError(f"{labs_dir}: more than one lab numbered {', '.join(map(str, duplicated))}")
+    return labs
+
+
+def by_number(number: int, labs_dir: Path = LABS_DIR) -> Lab:
+    for lab in all_labs(labs_dir):
+        if lab.number == number:
+            return lab
+    raise ConfigError(f"no lab {number}; there are: {', '.join(str(lab.number) for lab in all_labs(labs_dir))}")

@@ -1,0 +1,207 @@
+"""The labs (labs/): descriptions, markers, skeletons and grader, and every lab both ways.
+
+For every lab and track the reference (this checkout: the reference solution is the
+project's own code) gets full marks, and the skeleton fails exactly the tests its lab.yaml
+says it fails and passes all the others. A skeleton that passed a test it should fail
+would mean the stub did not take (the graded tree's code was not what ran); one that
+failed a test it should pass would mean a stub broke more than its lab.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labs import catalog
+from labs.__main__ import main
+from labs.grade import grade, junit_key, score_table
+from labs.markers import MarkerError, marked_files, scan_text
+from labs.plot import known_figures
+from labs.skeleton import copy_tree, make_skeleton, stub_text, tracked_files
+from protocol.params import REPO_ROOT
+from tests.conftest import require_bmv2
+
+LABS = catalog.all_labs()
+TRACK_CASES = [
+    pytest.param(lab, track, id=f"lab{lab.number}-{track.name}", marks=[getattr(pytest.mark, need) for need in track.needs])
+    for lab in LABS
+    for track in lab.tracks.values()
+]
+
+
+def _require_machine(track: catalog.Track) -> None:
+    """What the graded tests need: bmv2 for the P4 track (or fail where CI says it must
+    run), root for namespaces and Mininet."""
+    if "bmv2" in track.needs:
+        require_bmv2()
+    if {"netns", "mininet"} & set(track.needs) and os.geteuid() != 0:
+        pytest.skip("the graded tests create network namespaces: root only")
+
+
+# ---- descriptions and markers -----------------------------------------------------------
+
+
+def test_labs_are_numbered_from_zero_without_gaps() -> None:
+    assert [lab.number for lab in LABS] == list(range(len(LABS)))
+    assert all(lab.folder.name.startswith(f"{lab.number:02d}-") for lab in LABS)
+    assert all((lab.folder / "README.md").is_file() for lab in LABS)
+
+
+def test_every_marked_region_belongs_to_a_lab_track_that_lists_its_file() -> None:
+    regions = marked_files(REPO_ROOT, tracked_files(REPO_ROOT))
+    marked = {(region.lab, path) for path, found in regions.items() for region in found}
+    listed = {(lab.number, path) for lab in LABS for track in lab.tracks.values() for path in track.files}
+    assert marked == listed
+
+
+def test_graded_tests_exist_and_figures_are_known() -> None:
+    """Every graded node id collects (a renamed test would otherwise only show as 'not run')."""
+    for lab in LABS:
+        assert set(lab.figures) <= known_figures(), lab.name
+        for track in lab.tracks.values():
+            ids = [test.id for test in track.tests]
+            assert len(ids) == len(set(ids)), f"{lab.name} {track.name}: a test is listed twice"
+            assert any(test.skeleton == "fail" for test in track.tests)
+    ids = sorted({test.id for lab in LABS for track in lab.tracks.values() for test in track.tests})
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *ids],
+                               capture_output=True, text=True, cwd=REPO_ROOT)  # fmt: skip
+    assert collected.returncode == 0, f"a graded test id does not exist: {collected.stdout[-2000:]}{collected.stderr[-2000:]}"
+
+
+def test_lab_configs_validate() -> None:
+    for config in sorted((REPO_ROOT / "configs" / "labs").glob("*.yaml")):
+        run = subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--dry-run"],
+                             capture_output=True, text=True, cwd=REPO_ROOT)  # fmt: skip
+        assert run.returncode == 0, f"{config.name}: {run.stderr}"
+
+
+def test_a_bad_description_names_file_and_key(tmp_path: Path) -> None:
+    folder = tmp_path / "09-bad"
+    folder.mkdir()
+    (folder / "lab.yaml").write_text("number: 9\ntitle: x\nhours: 1 h\nplot: {figures: [x], about: y}\ntracks: {python: {files: [a.py], tests: [{id: a.py, points: 1, skeleton: fail}]}}\n")
+    with pytest.raises(catalog.ConfigError, match=r"lab.yaml: tracks.python.tests\[0\].id: 'a.py' does not match"):
+        catalog.all_labs(tmp_path)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("# BEGIN LAB 1: x\n# BEGIN LAB 2: y\n# END LAB 2\n", "f.py:2: BEGIN LAB 2 inside BEGIN LAB 1 of line 1"),
+    ("x = 1\n# END LAB 1\n", "f.py:2: END LAB 1 without a BEGIN LAB 1"),
+    ("# BEGIN LAB 1: x\ny = 2\n", "f.py:1: BEGIN LAB 1 is never ended"),
+    ("# BEGIN LAB 1: x\n# END LAB 1\n", "f.py:2: LAB 1 region is empty"),
+    ("# BEGIN LAB 1\nx = 1\n# END LAB 1\n", "f.py:1: BEGIN LAB 1 needs a hint"),
+])  # fmt: skip
+def test_markers_that_do_not_pair_up_are_named(text: str, problem: str) -> None:
+    with pytest.raises(MarkerError, match=problem.replace("(", r"\(")):
+        scan_text(text, "f.py")
+
+
+def test_stubs_keep_the_markers_and_the_indentation() -> None:
+    python = "def f(x):\n    y = 1\n    # BEGIN LAB 3: return twice x\n    z = 2 * x\n    return z\n    # END LAB 3\n"
+    assert stub_text(python, scan_text(python, "f.py"), ".py") == (
+        "def f(x):\n    y = 1\n    # BEGIN LAB 3: return twice x\n"
+        "    raise NotImplementedError('Lab 3: return twice x')\n    # END LAB 3\n"
+    )
+    p4 = "        } else {\n            // BEGIN LAB 2: add\n            add_values();\n            // END LAB 2\n"
+    assert stub_text(p4, scan_text(p4, "f.p4"), ".p4") == (
+        "        } else {\n            // BEGIN LAB 2: add\n            // Lab 2: add\n"
+        "            mark_to_drop(standard_metadata);\n            // END LAB 2\n"
+    )
+
+
+def test_junit_names_of_node_ids() -> None:
+    assert junit_key("tests/test_a.py::test_b[embedded]") == ("tests.test_a", "test_b[embedded]")
+    assert junit_key("labs/02-x/tests/test_c.py::TestD::test_e") == ("labs.02-x.tests.test_c.TestD", "test_e")
+
+
+# ---- every lab both ways ----------------------------------------------------------------
+
+
+GRADING_TIMEOUT_S = 1200
+"""A grader run holds the lab's whole pytest session; lab 3's waits for the network lock too."""
+
+
+@pytest.mark.timeout(GRADING_TIMEOUT_S)
+@pytest.mark.parametrize(("lab", "track"), TRACK_CASES)
+def test_reference_gets_full_marks(lab: catalog.Lab, track: catalog.Track) -> None:
+    _require_machine(track)
+    result = grade(lab, track, REPO_ROOT)
+    assert result.full_marks, score_table(lab, result)
+
+
+@pytest.mark.timeout(GRADING_TIMEOUT_S)
+@pytest.mark.parametrize(("lab", "track"), TRACK_CASES)
+def test_skeleton_fails_exactly_its_expected_tests(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
+    _require_machine(track)
+    tree = tmp_path / "tree"
+    make_skeleton(REPO_ROOT, tree, lab.number, list(track.files))
+    result = grade(lab, track, tree)
+    passed = {test.id: test.outcome == "pass" for test in result.tests}
+    assert passed == {test.id: test.skeleton == "pass" for test in track.tests}, score_table(lab, result)
+    assert result.score < result.max_score
+
+
+@pytest.mark.bmv2
+@pytest.mark.parametrize("lab", [lab for lab in LABS if "p4" in lab.tracks], ids=lambda lab: f"lab{lab.number}")
+def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
+    require_bmv2()
+    tree = tmp_path / "tree"
+    make_skeleton(REPO_ROOT, tree, lab.number, list(lab.tracks["p4"].files))
+    assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "include" / "ingress.p4").read_text()
+    compiled = subprocess.run(
+        [sys.executable, "-c", "from switches.bmv2.compile import compile_p4; print(compile_p4())"],
+        cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr
+    assert Path(compiled.stdout.strip()).is_relative_to(tree), "compiled the skeleton's program, not the checkout's"
+
+
+# ---- the command line -------------------------------------------------------------------
+
+
+def test_skeleton_command_makes_a_repository_of_its_own(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "lab0"
+    assert main(["skeleton", "0", "--out", str(out)]) == 0
+    assert "analysis/models.py:" in capsys.readouterr().out
+    status = subprocess.run(["git", "-C", str(out), "status", "--porcelain"], capture_output=True, text=True, check=True)
+    assert status.stdout == "", "the skeleton is committed, nothing else is in it"
+    assert main(["skeleton", "0", "--out", str(out)]) == 2, "refuses a folder that is not empty"
+
+
+def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path: Path) -> None:
+    lab = catalog.by_number(0)
+    submissions = tmp_path / "submissions"
+    make_skeleton(REPO_ROOT, submissions / "alice", 0, list(lab.track(None).files))
+    copy_tree(REPO_ROOT, submissions / "bob")
+    shutil.rmtree(submissions / "alice" / "labs" / "00-run-and-measure" / "tests")  # a student cannot drop the tests
+    grades = tmp_path / "grades.csv"
+    assert main(["grade-batch", "0", str(submissions), "--csv", str(grades)]) == 0
+    rows = {row["submission"]: row for row in csv.DictReader(grades.open())}
+    assert (rows["alice"]["score"], rows["bob"]["score"]) == ("1", "10")
+    assert rows["bob"]["max"] == "10"
+    report = json.loads((tmp_path / "grades" / "alice.json").read_text())
+    assert report["tree"] == str(submissions / "alice") and not report["full_marks"]
+
+
+def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
+    fork = tmp_path / "fork"
+    copy_tree(REPO_ROOT, fork)
+    hidden = "labs/00-run-and-measure/tests/test_hidden.py"
+    (fork / hidden).write_text(
+        "from analysis import models\n\n\ndef test_bound_at_ten_megabits():\n"
+        "    assert round(models.switchml_line_rate_ate(10e6, 32)) == 219780\n"
+    )
+    with (fork / "labs" / "00-run-and-measure" / "lab.yaml").open("a") as description:
+        description.write(f'      - {{id: "{hidden}::test_bound_at_ten_megabits", points: 5, skeleton: fail}}\n')
+    report = tmp_path / "grade.json"
+    assert main(["grade", "0", "--tree", str(REPO_ROOT), "--tests-from", str(fork), "--report", str(report)]) == 0
+    graded = json.loads(report.read_text())
+    assert graded["max_score"] == 15 and graded["full_marks"]
+    assert f"{hidden}::test_bound_at_ten_megabits" in [test["id"] for test in graded["tests"]]
+    assert not (REPO_ROOT / hidden).exists(), "the tree graded is a copy"
