@@ -94,6 +94,8 @@ class ResultsWriter:
     def _append(self, name: str, columns: list[str], rows: Sequence[dict[str, Any]]) -> None:
         path = self.run_dir / name
         new = not path.exists()
+        if not new and table_columns(path) != columns:  # a run resumed by a version that writes more columns
+            pd.read_csv(path, dtype=str, keep_default_na=False).reindex(columns=columns, fill_value="").to_csv(path, index=False)
         with path.open("a", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns)
             if new:
@@ -252,6 +254,12 @@ class ResultsWriter:
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         return summary
+
+
+def table_columns(path: Path) -> list[str]:
+    """The header of a csv table."""
+    with path.open(newline="") as f:
+        return next(csv.reader(f), [])
 
 
 def switch_frame_losses(frames: pd.DataFrame) -> pd.DataFrame:

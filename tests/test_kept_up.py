@@ -110,3 +110,13 @@ def test_window_bound_pace_is_pool_over_round_trip() -> None:
     pace = switchml_job_pace(131_072, 32, 8, 2.5e6, 0.010, quantized=False)
     assert pace.packet_interval_s == pytest.approx(pace.round_trip_s / 8)
     assert pace.ate_per_s < 0.25 * switchml_line_rate_ate(2.5e6, 32)
+
+
+def test_a_resumed_run_from_before_the_cpu_split_gets_the_new_columns(tmp_path) -> None:
+    """fidelity.csv of a run started by a version without the CPU split: resuming appends
+    rows with the new columns, the old rows get them empty, and the table still loads."""
+    old_columns = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps"]
+    (tmp_path / "fidelity.csv").write_text(",".join(old_columns) + "\n0,switchml,9,h1,0.5,2.5,\n")
+    finalize_one_job(tmp_path, [], 0.97)
+    fidelity = load_results([tmp_path]).fidelity
+    assert fidelity["cpu_user_fraction"].isna().sum() == 1 and len(fidelity) == 1 + 8 + 1  # old row, 8 workers, machine
