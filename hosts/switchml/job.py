@@ -47,14 +47,14 @@ queue behind others, and a quarter of it leaves three quarters of the pool queue
 keeping the link busy. Where the pool does not cover the round trip (long links, small
 pools) nothing queues and the worker does not wait: the hold never shortens the window
 the experiment set."""
-HOLD_BELOW_SHARE = 0.25
+HOLD_BELOW_SHARE = 0.5
 """Only batches smaller than this share of the pool make the worker hold. A worker whose
 CPU is the bottleneck already gets large batches, and there its own queue would pass for
 link queueing: holding would slow it further (measured: 8 workers on unshaped links took
 twice as long with an unconditional hold)."""
-HOLD_MAX_S = 0.002
-"""The longest hold: bursts of at most 2 ms of a link's packets, well inside the 10 ms bins
-of the send timeline and far below any retransmission timeout."""
+HOLD_MAX_S = 0.010
+"""The longest hold: one bin of the send timeline, and far below any retransmission
+timeout (at least twice the pool's drain time)."""
 
 
 class SwitchMLTimeout(TimeoutError):

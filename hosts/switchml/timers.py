@@ -102,7 +102,7 @@ class RoundTripEstimator:
     for after new samples (once per batch of packets, not per sample).
     """
 
-    __slots__ = ("_ring", "_count", "_median", "_minimum")
+    __slots__ = ("_ring", "_count", "_median", "_shortest")
 
     WINDOW = 64
     """About one pool of samples: one round trip's worth of history."""
@@ -111,11 +111,14 @@ class RoundTripEstimator:
         self._ring = np.zeros(window)
         self._count = 0
         self._median: float | None = None
-        self._minimum: float | None = None
+        self._shortest = np.inf
+        """The shortest round trip ever sampled: the path's own, with empty queues (every
+        job starts with them, and the estimator outlives jobs)."""
 
     def sample(self, rtt: float | np.ndarray) -> None:
         """Add one round trip or an array of them (oldest first)."""
         samples = np.atleast_1d(rtt)
+        self._shortest = min(self._shortest, float(samples.min()))
         ring, n = self._ring, len(samples)
         window = len(ring)
         if n > window:
@@ -126,28 +129,25 @@ class RoundTripEstimator:
         ring[start : start + head] = samples[:head]
         ring[: n - head] = samples[head:]
         self._count += n
-        self._median = self._minimum = None
-
-    def _summarise(self) -> None:
-        recent = self._ring[: min(self._count, len(self._ring))]
-        middle = len(recent) // 2
-        ordered = np.partition(recent, (0, middle))
-        self._minimum, self._median = float(ordered[0]), float(ordered[middle])
+        self._median = None
 
     @property
     def median(self) -> float | None:
         """The median of the recent samples (the upper one of an even count), None before the first."""
         if self._median is None and self._count:
-            self._summarise()
+            recent = self._ring[: min(self._count, len(self._ring))]
+            middle = len(recent) // 2
+            self._median = float(np.partition(recent, middle)[middle])
         return self._median
 
     @property
     def queueing(self) -> float:
-        """How much longer the typical round trip is than the shortest recent one: the time
-        a result spends queued behind others (0 before the first sample)."""
-        if self._median is None and self._count:
-            self._summarise()
-        return 0.0 if self._median is None else self._median - self._minimum
+        """How much longer the typical round trip is than the shortest ever: the time a
+        result spends queued behind others (0 before the first sample). Not the spread of
+        the recent samples: a self-clocked pool that keeps a link busy queues every packet
+        behind the same number of others, so its round trips are long and nearly equal."""
+        median = self.median
+        return 0.0 if median is None else median - self._shortest
 
     def timeout(self, floor: float, first: float) -> float:
         """Twice the median round trip, never below ``floor``; ``first`` before any sample."""
