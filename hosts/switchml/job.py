@@ -53,8 +53,8 @@ CPU is the bottleneck already gets large batches, and there its own queue would 
 link queueing: holding would slow it further (measured: 8 workers on unshaped links took
 twice as long with an unconditional hold)."""
 HOLD_MAX_S = 0.010
-"""The longest hold: one bin of the send timeline, and far below any retransmission
-timeout (at least twice the pool's drain time)."""
+"""The longest hold: one bin of the send timeline. (A hold is also at most a quarter of the
+median round trip, so an eighth of the retransmission timeout, twice that median.)"""
 
 
 class SwitchMLTimeout(TimeoutError):
