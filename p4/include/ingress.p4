@@ -2,8 +2,9 @@
  * ingress.p4 -- SwitchMLIngress: drop simulator, L2 forwarding, worker table and the
  * aggregation of one slot version (docs/dataplane.md, SwitchMLIngress, steps 1-6).
  *
- * Register cells are indexed by meta.reg_index = shadow_set * SWITCHML_MAX_POOL_SIZE + slot
- * (the "version" of a slot); meta.other_index is the same slot in the other shadow set.
+ * Register cells are indexed by meta.reg_index = shadow_set * SWITCHML_MAX_POOL_SIZE +
+ * slot_base + slot (the "version" of a slot of the sender's job, whose slots start at
+ * slot_base); meta.other_index is the same slot in the other shadow set.
  */
 #ifndef SWITCHML_INGRESS_P4
 #define SWITCHML_INGRESS_P4
@@ -71,11 +72,16 @@ control SwitchMLIngress(inout headers_t hdr,
 
     /* ---- who sent this update -------------------------------------------------------- */
 
-    action set_worker(bit<8> rank, bit<16> job_id, bit<8> num_workers, bit<16> mcast_grp) {
+    /* A job's workers share its job_id, result group and slot range (slot_base, pool_size):
+     * several jobs on one switch never touch each other's cells or workers. */
+    action set_worker(bit<8> rank, bit<16> job_id, bit<8> num_workers, bit<16> mcast_grp,
+                      bit<16> slot_base, bit<16> pool_size) {
         meta.rank = rank;
         meta.rank_bit = (bit<32>)1 << rank;
         meta.job_id = job_id;
         meta.num_workers = num_workers;
+        meta.slot_base = slot_base;
+        meta.pool_size = pool_size;
         result_mcast_grp = mcast_grp;
     }
 
@@ -101,10 +107,9 @@ control SwitchMLIngress(inout headers_t hdr,
     /* ---- aggregation helpers --------------------------------------------------------- */
 
     action compute_indices() {
-        meta.reg_index = (bit<32>)hdr.switchml.shadow_set * SWITCHML_MAX_POOL_SIZE
-                         + (bit<32>)hdr.switchml.slot;
-        meta.other_index = (bit<32>)(8w1 - hdr.switchml.shadow_set) * SWITCHML_MAX_POOL_SIZE
-                           + (bit<32>)hdr.switchml.slot;
+        bit<32> cell = (bit<32>)meta.slot_base + (bit<32>)hdr.switchml.slot;
+        meta.reg_index = (bit<32>)hdr.switchml.shadow_set * SWITCHML_MAX_POOL_SIZE + cell;
+        meta.other_index = (bit<32>)(8w1 - hdr.switchml.shadow_set) * SWITCHML_MAX_POOL_SIZE + cell;
     }
 
     /* Turn the update into its result (hdr.data and exponent are filled in by the caller):
@@ -158,6 +163,10 @@ control SwitchMLIngress(inout headers_t hdr,
                             /* 5. Not the sender's job. */
                             mark_to_drop(standard_metadata);
                             event_counter.count(EV_DROP_WRONG_JOB);
+                        } else if (hdr.switchml.slot >= meta.pool_size) {
+                            /* 5b. Beyond the job's slot range: other jobs' cells. */
+                            mark_to_drop(standard_metadata);
+                            event_counter.count(EV_DROP_OUTSIDE_POOL);
                         } else {
                             /* 6. Aggregation: read each register once, decide, write once. */
                             compute_indices();

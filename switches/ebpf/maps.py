@@ -72,6 +72,8 @@ class WorkerAction(ctypes.Structure):
         ("job_id", ctypes.c_uint32),
         ("num_workers", ctypes.c_uint32),
         ("mcast_grp", ctypes.c_uint32),
+        ("slot_base", ctypes.c_uint32),
+        ("pool_size", ctypes.c_uint32),
     ]
 
 
@@ -88,7 +90,7 @@ class L2Action(ctypes.Structure):
 
 
 class RankKey(ctypes.Structure):
-    _fields_ = [("dst_rank", ctypes.c_uint32)]
+    _fields_ = [("job_id", ctypes.c_uint32), ("dst_rank", ctypes.c_uint32)]
 
 
 class RankAddrAction(ctypes.Structure):
@@ -155,7 +157,10 @@ TABLES: Mapping[str, TableLayout] = {
         {
             "set_worker": (
                 DEFINES["WORKER_TABLE_SET_WORKER"],
-                (Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16)),
+                (
+                    Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16),
+                    Field("slot_base", 16), Field("pool_size", 16),
+                ),
             ),
             "forward_as_ordinary": (DEFINES["WORKER_TABLE_FORWARD_AS_ORDINARY"], ()),
             "drop_unknown_sender": (DEFINES["WORKER_TABLE_DROP_UNKNOWN_SENDER"], ()),
@@ -178,7 +183,7 @@ TABLES: Mapping[str, TableLayout] = {
     ),
     f"{EGRESS}.rank_addr_table": TableLayout(
         "rank_addr_table",
-        (Field("meta.dst_rank", 8),),
+        (Field("meta.job_id", 16), Field("meta.dst_rank", 8)),
         RankKey,
         {
             "set_rank_addr": (

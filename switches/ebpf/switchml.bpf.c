@@ -76,7 +76,7 @@ struct address_headers {
 /* ---- SwitchMLIngress state ------------------------------------------------------------ */
 
 /* One cell of the registers bitmap, count, exponent, seq and value_00..value_XX: the cell
- * at index shadow_set * SWITCHML_MAX_POOL_SIZE + slot of each register array. */
+ * at index shadow_set * SWITCHML_MAX_POOL_SIZE + slot_base + slot of each register array. */
 struct register_cell {
 	__u32 bitmap;
 	__u32 count;
@@ -122,7 +122,7 @@ struct {
 } event_counter SEC(".maps");
 
 /* worker_table: (ingress_port, hdr.ipv4.srcAddr) -> set_worker(rank, job_id, num_workers,
- * mcast_grp) | forward_as_ordinary | drop_unknown_sender (default). */
+ * mcast_grp, slot_base, pool_size) | forward_as_ordinary | drop_unknown_sender (default). */
 struct worker_key {
 	__u32 ingress_port;
 	__u32 src_addr; /* host byte order, as the control plane writes an IPv4 address */
@@ -134,6 +134,8 @@ struct worker_action {
 	__u32 job_id;
 	__u32 num_workers;
 	__u32 mcast_grp;
+	__u32 slot_base;
+	__u32 pool_size;
 };
 
 struct {
@@ -244,7 +246,13 @@ struct {
 
 /* ---- SwitchMLEgress state ------------------------------------------------------------- */
 
-/* rank_addr_table: meta.dst_rank -> set_rank_addr(mac, ipv4, udp_port) | drop (default). */
+/* rank_addr_table: (meta.job_id, meta.dst_rank) -> set_rank_addr(mac, ipv4, udp_port) | drop
+ * (default). */
+struct rank_addr_key {
+	__u32 job_id;
+	__u32 dst_rank;
+};
+
 struct rank_addr_action {
 	__u32 action;
 	__u32 ipv4; /* host byte order */
@@ -256,7 +264,7 @@ struct rank_addr_action {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, RANK_ADDR_TABLE_SIZE);
-	__type(key, __u32);
+	__type(key, struct rank_addr_key);
 	__type(value, struct rank_addr_action);
 } rank_addr_table SEC(".maps");
 
@@ -353,12 +361,14 @@ static __always_inline int switchml_egress_forward(__u32 wire_bytes)
 	return 1;
 }
 
-/* Steps 1 and 3 for one result copy to rank dst_rank: rank_addr_table writes the
- * destination (a miss drops the copy, uncounted, as on bmv2), the IPv4 checksum is
+/* Steps 1 and 3 for one result copy to rank dst_rank of job job_id: rank_addr_table writes
+ * the destination (a miss drops the copy, uncounted, as on bmv2), the IPv4 checksum is
  * recomputed, the drop simulator may drop it. 1 when the copy may leave. */
-static __always_inline int switchml_egress_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 dst_rank)
+static __always_inline int switchml_egress_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 job_id,
+						  __u32 dst_rank)
 {
-	struct rank_addr_action *entry = bpf_map_lookup_elem(&rank_addr_table, &dst_rank);
+	struct rank_addr_key key = {.job_id = job_id, .dst_rank = dst_rank};
+	struct rank_addr_action *entry = bpf_map_lookup_elem(&rank_addr_table, &key);
 
 	if (!entry) {
 		__u32 zero = 0;
@@ -391,8 +401,9 @@ static __always_inline int to_port(__u32 port)
 }
 
 /* Multicast of a result: one copy per (rid, port) of the group, each addressed to rank
- * rid by SwitchMLEgress, then the original is dropped. */
-static __always_inline int multicast_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 group_id)
+ * rid of job job_id by SwitchMLEgress, then the original is dropped. */
+static __always_inline int multicast_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 group_id,
+					    __u32 job_id)
 {
 	struct mc_group *group = bpf_map_lookup_elem(&mc_group, &group_id);
 
@@ -403,7 +414,7 @@ static __always_inline int multicast_result(struct __sk_buff *skb, struct addres
 			break;
 		struct replica copy = group->replicas[i];
 
-		if (!switchml_egress_result(skb, hdr, copy.rid))
+		if (!switchml_egress_result(skb, hdr, job_id, copy.rid))
 			continue;
 		__u32 ifindex = ifindex_of(copy.port);
 
@@ -602,14 +613,15 @@ static __always_inline int make_result(struct __sk_buff *skb, const struct heade
 	return 0;
 }
 
-/* Step 6 for an update from a known worker of its job: the cell is registers[slot].set[shadow_set]
- * (idx = shadow_set * SWITCHML_MAX_POOL_SIZE + slot), the other set's cell is beside it. The
- * outcome is counted, and a result multicast to the job's group or unicast to the sender. */
+/* Step 6 for an update from a known worker of its job: the cell is
+ * registers[slot_base + slot].set[shadow_set] (idx = shadow_set * SWITCHML_MAX_POOL_SIZE +
+ * slot_base + slot), the other set's cell is beside it. The outcome is counted, and a
+ * result multicast to the job's group or unicast to the sender. */
 static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struct headers *hdr, __u32 in_port,
 					      const struct worker_action *worker, __u32 wire_bytes)
 {
 	const struct switchml_h *sml = &hdr->switchml;
-	__u32 slot_index = bpf_ntohs(sml->slot);
+	__u32 slot_index = worker->slot_base + bpf_ntohs(sml->slot);
 	struct slot_cells *slot = bpf_map_lookup_elem(&registers, &slot_index);
 	__u32 data[SWITCHML_K];
 	struct address_headers result;
@@ -644,14 +656,14 @@ static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struc
 		count(&event_counter, EV_RESULT_MULTICAST, wire_bytes);
 		if (make_result(skb, hdr, &result, data, exponent))
 			return TC_ACT_SHOT;
-		return multicast_result(skb, &result, worker->mcast_grp);
+		return multicast_result(skb, &result, worker->mcast_grp, worker->job_id);
 	case RETX_COMPLETE:
 		/* Unicast the stored result back to the sender: egress_spec = ingress_port,
 		 * meta.dst_rank = meta.rank. */
 		count(&event_counter, EV_RESULT_UNICAST, wire_bytes);
 		if (make_result(skb, hdr, &result, data, exponent))
 			return TC_ACT_SHOT;
-		return switchml_egress_result(skb, &result, worker->rank) ? to_port(in_port) : TC_ACT_SHOT;
+		return switchml_egress_result(skb, &result, worker->job_id, worker->rank) ? to_port(in_port) : TC_ACT_SHOT;
 	}
 	return TC_ACT_SHOT;
 }
@@ -767,6 +779,12 @@ int switchml_ingress(struct __sk_buff *skb)
 	/* 5. Not the sender's job. */
 	if (bpf_ntohs(sml->job_id) != worker->job_id) {
 		count(&event_counter, EV_DROP_WRONG_JOB, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+
+	/* 5b. Beyond the job's slot range: other jobs' cells. */
+	if (bpf_ntohs(sml->slot) >= worker->pool_size) {
+		count(&event_counter, EV_DROP_OUTSIDE_POOL, wire_bytes);
 		return TC_ACT_SHOT;
 	}
 

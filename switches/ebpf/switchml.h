@@ -29,7 +29,7 @@
 /* SwitchMLEgress.rank_addr_table */
 #define RANK_ADDR_TABLE_DROP 0
 #define RANK_ADDR_TABLE_SET_RANK_ADDR 1
-#define RANK_ADDR_TABLE_SIZE 256
+#define RANK_ADDR_TABLE_SIZE 1024
 
 /* The traffic manager's multicast groups: copies per group, nodes per group, ports per
  * node, and groups. A flood group holds every port of the switch. */

@@ -3,7 +3,7 @@
 Written in the order of docs/dataplane.md ("SwitchMLIngress (in this order)") so it can be
 read beside p4/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
 (the traffic manager's input): DROP, (TO_PORT, port), (TO_GROUP, group),
-(RESULT_TO_GROUP, group) or (RESULT_TO_PORT, port, rank). A result is written into the
+(RESULT_TO_GROUP, group, job_id) or (RESULT_TO_PORT, port, rank, job_id). A result is written into the
 frame here (msg_type, exponent, elements), as the P4 program's ingress does.
 """
 
@@ -37,6 +37,7 @@ EV_DROP_MALFORMED = _C["EV_DROP_MALFORMED"]
 EV_DROP_SIM_INGRESS = _C["EV_DROP_SIM_INGRESS"]
 EV_FORWARDED = _C["EV_FORWARDED"]
 EV_DROP_STALE = _C["EV_DROP_STALE"]
+EV_DROP_OUTSIDE_POOL = _C["EV_DROP_OUTSIDE_POOL"]
 
 SEQ_HALF = 1 << 31
 """Sequence numbers wrap at 2^32; one is newer than another when it is less than 2^31 ahead."""
@@ -65,7 +66,10 @@ class SwitchMLIngress:
             f"{NAME}.worker_table",
             [Field("standard_metadata.ingress_port", 9), Field("hdr.ipv4.srcAddr", 32)],
             {
-                "set_worker": [Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16)],
+                "set_worker": [
+                    Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16),
+                    Field("slot_base", 16), Field("pool_size", 16),
+                ],
                 "forward_as_ordinary": [],
                 "drop_unknown_sender": [],
             },
@@ -123,19 +127,25 @@ class SwitchMLIngress:
                 return self._l2_forward(packet, in_port, length)
             counter.count(EV_DROP_UNKNOWN_SENDER, length)
             return DROP
-        rank, job_id, num_workers, mcast_grp = action_params
+        rank, job_id, num_workers, mcast_grp, slot_base, pool_size = action_params
         # 5. Wrong job.
         if hdr[10] != job_id:
             counter.count(EV_DROP_WRONG_JOB, length)
             return DROP
+        # 5b. Beyond the job's slot range: other jobs' cells.
+        if hdr[11] >= pool_size:
+            counter.count(EV_DROP_OUTSIDE_POOL, length)
+            return DROP
         # 6. Aggregation.
-        return self._aggregate(packet, in_port, length, hdr, rank, num_workers, mcast_grp)
+        return self._aggregate(packet, in_port, length, hdr, rank, num_workers, mcast_grp, slot_base)
 
-    def _aggregate(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple, rank: int, num_workers: int, mcast_grp: int) -> tuple:
+    def _aggregate(
+        self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple, rank: int, num_workers: int, mcast_grp: int, slot_base: int
+    ) -> tuple:
         rank_bit = (1 << rank) & BIT32
-        shadow_set, slot = hdr[9], hdr[11]
-        idx = shadow_set * self.max_pool_size + slot
-        other = (1 - shadow_set) * self.max_pool_size + slot
+        shadow_set, cell = hdr[9], slot_base + hdr[11]
+        idx = shadow_set * self.max_pool_size + cell
+        other = (1 - shadow_set) * self.max_pool_size + cell
         bitmap = self.bitmap.cells
         count = self.count.cells
         exponent = self.exponent.cells
@@ -173,7 +183,7 @@ class SwitchMLIngress:
                 self._write_result(packet, row, exponent[idx])
                 counter.packets[EV_RESULT_MULTICAST] += 1  # counter.count() inlined: the hot path
                 counter.bytes[EV_RESULT_MULTICAST] += length
-                return (RESULT_TO_GROUP, mcast_grp)
+                return (RESULT_TO_GROUP, mcast_grp, hdr[10])
             counter.packets[EV_UPDATE_CONSUMED] += 1
             counter.bytes[EV_UPDATE_CONSUMED] += length
             return DROP
@@ -181,7 +191,7 @@ class SwitchMLIngress:
         if count[idx] == num_workers:
             self._write_result(packet, row, exponent[idx])
             counter.count(EV_RESULT_UNICAST, length)
-            return (RESULT_TO_PORT, in_port, rank)
+            return (RESULT_TO_PORT, in_port, rank, hdr[10])
         counter.count(EV_RETX_IGNORED, length)
         return DROP
 

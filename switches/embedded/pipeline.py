@@ -75,10 +75,11 @@ class SwitchMLPipeline:
         if kind == RESULT_TO_GROUP:
             update_headers = bytes(packet.view[:ADDRESS_HEADERS_BYTES])
             emit_result = self._emit_result
+            job_id = decision[2]
             for rid, port in self.traffic_manager.replicas(decision[1]):
-                emit_result(update_headers, rid, port)
+                emit_result(update_headers, job_id, rid, port)
         elif kind == RESULT_TO_PORT:
-            self._emit_result(bytes(packet.view[:ADDRESS_HEADERS_BYTES]), decision[2], decision[1])
+            self._emit_result(bytes(packet.view[:ADDRESS_HEADERS_BYTES]), decision[3], decision[2], decision[1])
         elif kind == TO_PORT:
             compute_checksum(packet.frame, length)
             self._emit(decision[1], packet.view[:length])
@@ -89,8 +90,8 @@ class SwitchMLPipeline:
                 if port != in_port:
                     self._emit(port, frame)
 
-    def _emit_result(self, update_headers: bytes, rank: int, port: int) -> None:
-        headers = self.egress.result_headers(update_headers, rank)
+    def _emit_result(self, update_headers: bytes, job_id: int, rank: int, port: int) -> None:
+        headers = self.egress.result_headers(update_headers, job_id, rank)
         if headers is None:  # rank_addr_table miss -> drop
             return
         packet = self.packet
