@@ -54,6 +54,16 @@ def node_runner(node: Node):
     return run
 
 
+@dataclass(frozen=True)
+class SharedJob:
+    """One of several jobs on the aggregating switch: its id, its workers' hosts (rank
+    order) and its pool; the control plane gives it its own slots and multicast group."""
+
+    job_id: int
+    hosts: tuple[str, ...]
+    pool_size: int
+
+
 @dataclass
 class NetworkReport:
     """What the network actually is, for the results: mechanisms applied per link."""
@@ -77,13 +87,16 @@ class EmulatedNetwork:
         max_pool_size: int,
         job_id: int,
         loss_mechanism: str = "auto",
+        jobs: Sequence[SharedJob] = (),
     ) -> None:
+        """One job (``job_id``, every host a worker) unless ``jobs`` lists several."""
         self.topology = topology
         self.target = target
         self.log_dir = log_dir
         self.k = k
         self.max_pool_size = max_pool_size
         self.job_id = job_id
+        self.jobs = tuple(jobs)
         self.requested_loss_mechanism = loss_mechanism
         self.net: Mininet | None = None
         self._lock = NetworkLock()
@@ -286,6 +299,8 @@ class EmulatedNetwork:
             if switch.name != aggregator:
                 l2[self.topology.aggregator_mac] = self.port_towards(switch.name, aggregator)
                 programming.program_pass_through(control)
+            elif self.jobs:
+                programming.program_jobs(control, programming.admit_jobs(self._job_requests(aggregator), self.max_pool_size))
             else:
                 programming.program_aggregation(control, programming.JobProgram(job_id=self.job_id, workers=workers))
             programming.program_forwarding(control, ports, l2)
@@ -295,6 +310,16 @@ class EmulatedNetwork:
                 # a leaf's egress also covers its uplink, which so sees the loss twice.)
                 host_facing = any(self.topology.next_hop(switch.name, h.name) == h.name for h in self.topology.hosts)
                 programming.set_drop_probability(control, ingress=loss, egress=loss if host_facing else 0.0)
+
+    def _job_requests(self, aggregator: str) -> list[programming.JobRequest]:
+        hosts = {h.name: h for h in self.topology.hosts}
+        return [
+            programming.JobRequest(job.job_id, [
+                programming.WorkerPort(rank, self.port_towards(aggregator, name), hosts[name].mac, hosts[name].ipv4)
+                for rank, name in enumerate(job.hosts)
+            ], job.pool_size)
+            for job in self.jobs
+        ]
 
     # -- access ------------------------------------------------------------------------
 

@@ -117,30 +117,40 @@ class JobRequest:
     pool_size: int
 
 
-def admit_jobs(requests: Sequence[JobRequest], max_pool_size: int, first_mcast_grp: int = 2) -> list[JobProgram]:
-    """Partition the switch's slots between jobs: consecutive ranges in request order, one
-    result multicast group each. Refuses (AdmissionError) when the pools together exceed
-    the switch's slots, rather than shrinking them: a job's pool size is a protocol
-    parameter its workers were started with (they send slots 0..pool-1), and a smaller pool
-    than asked for would change the job's throughput without anyone having chosen it."""
-    ids = [r.job_id for r in requests]
+def partition_slots(pools: Sequence[tuple[int, int]], max_pool_size: int) -> list[range]:
+    """(job id, pool size) per job -> each job's cells: consecutive ranges in the given order.
+
+    Refuses (AdmissionError) when the pools together exceed the switch's slots, rather than
+    shrinking them: a job's pool size is a protocol parameter its workers were started with
+    (they send slots 0..pool-1), and a smaller pool than asked for would change the job's
+    throughput without anyone having chosen it."""
+    ids = [job_id for job_id, _ in pools]
     if len(set(ids)) != len(ids):
         raise AdmissionError(f"job ids must differ between jobs sharing a switch, got {ids}")
-    total = sum(r.pool_size for r in requests)
+    total = sum(pool for _, pool in pools)
     if total > max_pool_size:
-        asked = " + ".join(f"{r.pool_size} (job {r.job_id})" for r in requests)
+        asked = " + ".join(f"{pool} (job {job_id})" for job_id, pool in pools)
         raise AdmissionError(
             f"admission refused: the jobs' pools need {asked} = {total} slots, the switch has {max_pool_size} "
             f"(switch.max_pool_size); give the jobs smaller pools or fewer jobs"
         )
-    programs, base = [], 0
-    for index, request in enumerate(requests):
-        group = first_mcast_grp + index
-        if group == params.FLOOD_MCAST_GRP:
-            raise AdmissionError(f"multicast group {group} is reserved for flooding; start job groups above it")
-        programs.append(JobProgram(request.job_id, request.workers, group, slot_base=base, pool_size=request.pool_size))
-        base += request.pool_size
-    return programs
+    ranges, base = [], 0
+    for _, pool in pools:
+        ranges.append(range(base, base + pool))
+        base += pool
+    return ranges
+
+
+def admit_jobs(requests: Sequence[JobRequest], max_pool_size: int, first_mcast_grp: int = 2) -> list[JobProgram]:
+    """Each job its slot range (``partition_slots``) and result multicast group (from
+    ``first_mcast_grp`` on, in request order)."""
+    if first_mcast_grp <= params.FLOOD_MCAST_GRP < first_mcast_grp + len(requests):
+        raise AdmissionError(f"multicast group {params.FLOOD_MCAST_GRP} is reserved for flooding; start job groups above it")
+    ranges = partition_slots([(r.job_id, r.pool_size) for r in requests], max_pool_size)
+    return [
+        JobProgram(r.job_id, r.workers, first_mcast_grp + i, slot_base=cells.start, pool_size=len(cells))
+        for i, (r, cells) in enumerate(zip(requests, ranges))
+    ]
 
 
 def probability_threshold(probability: float) -> int:
