@@ -18,6 +18,9 @@ EGRESS = "SwitchMLEgress"
 
 WORKER_TABLE = f"{INGRESS}.worker_table"
 """(ingress_port, ipv4.srcAddr) -> set_worker(rank, job_id, num_workers, mcast_grp, slot_base, pool_size)."""
+UPLINK_TABLE = f"{INGRESS}.uplink_table"
+"""meta.job_id -> set_uplink(port, src_mac, src_ipv4, dst_mac, dst_ipv4, num_workers, mcast_grp, slot_base,
+pool_size): a job aggregated further up (hierarchical aggregation); miss -> this switch is the top."""
 L2_TABLE = f"{INGRESS}.l2_table"
 """ethernet.dstAddr -> l2_forward(port); miss -> l2_flood."""
 L2_LEARN_TABLE = f"{INGRESS}.l2_learn_table"
@@ -66,6 +69,19 @@ class WorkerPort:
     udp_port: int = params.WORKER_UDP_PORT
 
 
+@dataclass(frozen=True)
+class Uplink:
+    """Where a switch sends a job's partial sums in hierarchical aggregation: its port
+    towards the switch above, its own addresses there (it is one worker of that switch) and
+    the upper switch's address (where partial sums go, and where results come from)."""
+
+    port: int
+    mac: str
+    ipv4: str
+    upper_mac: str
+    upper_ipv4: str
+
+
 class AdmissionError(ValueError):
     """Jobs that cannot share one switch: their pools do not fit its registers together,
     or they would share a job id, a multicast group or a worker."""
@@ -86,6 +102,8 @@ class JobProgram:
     result_mcast_grp: int = 2
     slot_base: int = 0
     pool_size: int | None = None
+    uplink: Uplink | None = None
+    """Set on a switch below the top of the job's tree (docs/dataplane.md, "Hierarchical aggregation")."""
 
     def __post_init__(self) -> None:
         ranks = sorted(w.rank for w in self.workers)
@@ -207,6 +225,12 @@ def program_jobs(control: SwitchControl, jobs: Sequence[JobProgram]) -> None:
             handle = control.mc_node_create(worker.rank, [worker.switch_port])
             control.mc_node_associate(job.result_mcast_grp, handle)
             control.table_add(RANK_ADDR_TABLE, "set_rank_addr", [job.job_id, worker.rank], [worker.mac, worker.ipv4, worker.udp_port])
+        if job.uplink is not None:
+            up = job.uplink
+            control.table_add(
+                UPLINK_TABLE, "set_uplink", [job.job_id],
+                [up.port, up.mac, up.ipv4, up.upper_mac, up.upper_ipv4, n, job.result_mcast_grp, slots.start, len(slots)],
+            )
 
 
 def program_pass_through(control: SwitchControl) -> None:

@@ -50,7 +50,8 @@
 #define EV_FORWARDED 8            /* ordinary (non-SwitchML) traffic forwarded */
 #define EV_DROP_STALE 9           /* update of an older version than its cell holds (reordered) */
 #define EV_DROP_OUTSIDE_POOL 10   /* slot beyond the sender's job's pool (another job's cells) */
-#define EV_COUNT 11
+#define EV_PARTIAL_UP 11          /* local sum (or its retransmission) sent to the switch above */
+#define EV_COUNT 12
 
 /* Indices into SwitchMLEgress.egress_counter. */
 #define EGV_SENT 0                /* packets leaving the switch */

@@ -12,8 +12,6 @@
  * PKT_INSTANCE_TYPE_REPLICATION). */
 #define INSTANCE_TYPE_REPLICATION 5
 
-/* Bytes of a result: Ethernet (14) + IPv4 (20) + UDP (8) + switchml_h (12) + k int32. */
-#define SWITCHML_FRAME_BYTES (14 + 20 + 8 + 12 + 4 * SWITCHML_K)
 
 control SwitchMLEgress(inout headers_t hdr,
                        inout metadata_t meta,

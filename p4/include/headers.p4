@@ -12,6 +12,9 @@
 
 #include "constants.p4"
 
+/* Bytes of an update or result: Ethernet (14) + IPv4 (20) + UDP (8) + switchml_h (12) + k int32. */
+#define SWITCHML_FRAME_BYTES (14 + 20 + 8 + 12 + 4 * SWITCHML_K)
+
 typedef bit<48> mac_addr_t;
 typedef bit<32> ipv4_addr_t;
 

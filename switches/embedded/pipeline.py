@@ -16,7 +16,7 @@ from switches.control import ProgramSchema, RegisterSchema, lookup
 from switches.embedded.checksum import compute_checksum
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.egress import SwitchMLEgress
-from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, SwitchMLIngress
+from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, UPDATE_TO_PORT, SwitchMLIngress
 from switches.embedded.parser import ADDRESS_HEADERS_BYTES, PacketBuffer, SwitchMLParser
 from switches.embedded.registers import Counter, Register
 from switches.embedded.tables import ExactMatchTable
@@ -80,6 +80,10 @@ class SwitchMLPipeline:
                 emit_result(update_headers, job_id, rid, port)
         elif kind == RESULT_TO_PORT:
             self._emit_result(bytes(packet.view[:ADDRESS_HEADERS_BYTES]), decision[3], decision[2], decision[1])
+        elif kind == UPDATE_TO_PORT:  # a partial sum to the switch above: exactly an update's bytes
+            frame = packet.result_view
+            compute_checksum(packet.frame, len(frame))
+            self._emit(decision[1], frame)
         elif kind == TO_PORT:
             compute_checksum(packet.frame, length)
             self._emit(decision[1], packet.view[:length])
