@@ -171,9 +171,13 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
         _check_training(data, topology, source)
     if data.get("jobs") is not None:
         _check_jobs(data, topology, source)
-    links_with_loss = {l.spec.loss for l in topology.links}
-    if data["loss_mechanism"] == "switch" and len(links_with_loss) > 1:
-        raise ConfigError(f"{source}: the switch drop simulator applies one loss rate to every link; topology has {sorted(links_with_loss)}")
+    if data["loss_mechanism"] == "switch":
+        try:
+            topology.drop_simulator_rates()
+        except ValueError as exc:
+            raise ConfigError(f"{source}: loss_mechanism: {exc}") from None
+    if data.get("jobs") is not None and topology.aggregation == "hierarchical":
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
 
 
 def _check_training(data: Mapping[str, Any], topology: Topology, source: str) -> None:
