@@ -8,7 +8,9 @@ updates of the workers of two jobs sharing the switch (conftest.py: each job its
 range) into several slots and both shadow sets (new contributions, completions, duplicates,
 retransmissions before and after completion, stale ones), wrong job ids (another job's
 too), unknown and spoofed senders (workers of one job posing as the other's), slots beyond
-the sender's job's pool, malformed updates (truncated, wrong k, wrong num_elements, wrong
+the sender's job's pool, hierarchical aggregation (the switch is a leaf of OTHER_JOB: its
+local sums go up to host 2, which sends results from above, current, old, repeated or
+from the wrong port), malformed updates (truncated, wrong k, wrong num_elements, wrong
 udp.length, bad slot, bad shadow set, bad msg_type), updates with a
 trailer or a wrong IPv4 checksum, and ordinary traffic: IPv4 with right and wrong header
 checksums, with options, with odd version or ihl fields, cut inside its headers, with
@@ -36,6 +38,7 @@ compares that count too.
 
 from __future__ import annotations
 
+import dataclasses
 import select
 import struct
 import time
@@ -54,16 +57,18 @@ from protocol.packet import (
     IPV4_OFFSET,
     UDP_OFFSET,
     Endpoint,
+    SwitchMLHeader,
     build_frame,
+    encode_payload,
     frame_bytes,
     mac_to_bytes,
 )
 from protocol.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
-from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, TARGET_MARKS, TARGETS, job_programs, require_bmv2, require_ebpf
+from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_bmv2, require_ebpf
 from tests.netns_harness import Host, Testbed
-from tests.switch_io import SwitchPorts, update_frame, vlan_tagged
+from tests.switch_io import SWITCH, SwitchPorts, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
@@ -124,6 +129,10 @@ class Outcome:
     l2_entries: int
 
 
+UPPER_HOST = 2
+"""Host 2 plays the switch above for OTHER_JOB, of which the switch under test is a leaf."""
+LEAF = Endpoint("02:53:4d:4c:01:01", "10.0.0.253", params.UDP_PORT_BASE)
+"""The switch's own address as a worker of the switch above."""
 WORKERS = [host for hosts in JOB_HOSTS.values() for host in hosts]
 """Hosts that are workers of some job."""
 JOB_OF = {host: job for job, hosts in JOB_HOSTS.items() for host in hosts}
@@ -141,6 +150,8 @@ class JobRounds:
         self.round_seq = [(FIRST_SEQ + slot) & SEQ_MASK for slot in range(SLOTS)]
         """Per slot, the seq every worker's update of the current round carries (as workers do)."""
         self.next_seq = FIRST_SEQ + SLOTS
+        self.previous: list[tuple[int, int] | None] = [None] * SLOTS
+        """Per slot, (shadow set, seq) of the round before the current one: what a leaf sent up."""
 
 
 class SequenceBuilder:
@@ -184,6 +195,7 @@ class SequenceBuilder:
         shadow_set = rounds.round_set[slot]
         rounds.round_senders[slot].add(worker)
         if len(rounds.round_senders[slot]) == N_WORKERS:
+            rounds.previous[slot] = (shadow_set, current)
             rounds.round_set[slot] ^= 1
             rounds.round_senders[slot].clear()
             rounds.round_seq[slot] = rounds.next_seq & SEQ_MASK
@@ -233,6 +245,22 @@ class SequenceBuilder:
         worker = self.pick(WORKERS)
         slot = int(self.rng.integers(JOB_POOL, params.MAX_POOL_SIZE))
         return Step(worker, f"update from worker {worker} to slot {slot}, beyond its job's pool", self.update(worker, slot=slot))
+
+    def result_from_above(self) -> Step:
+        """A result of the switch above for OTHER_JOB: mostly for the round its workers just
+        finished (the version the leaf sent up), else any set and seq; now and then from a
+        worker's port or for the job without an uplink (both refused)."""
+        rounds = self.jobs[OTHER_JOB]
+        slot = int(self.rng.integers(SLOTS))
+        previous = rounds.previous[slot]
+        if previous is not None and self.rng.random() < 0.7:
+            shadow_set, seq = previous
+        else:
+            shadow_set, seq = int(self.rng.integers(2)), self.pick([rounds.round_seq[slot], int(self.rng.integers(1 << 32))])
+        sender, job = self.pick([(UPPER_HOST, OTHER_JOB)] * 6 + [(0, OTHER_JOB), (UPPER_HOST, JOB)])
+        header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, params.K, int(self.rng.integers(-128, 128)), seq)
+        frame = build_frame(SWITCH, LEAF, encode_payload(header, self.elements()))
+        return Step(sender, f"result from above from host {sender}: {describe(frame)}", frame)
 
     def unknown_sender(self) -> Step:
         sender, as_host = self.pick([(2, 2), (2, 0), (1, 0), (0, 1), (3, 0), (0, 3), (4, 3), (2, 4)])
@@ -299,6 +327,7 @@ class SequenceBuilder:
             (self.update_with_wrong_ipv4_checksum, 3),
             (self.wrong_job, 4),
             (self.beyond_pool, 3),
+            (self.result_from_above, 6),
             (self.unknown_sender, 4),
             (self.malformed, 14),
             (self.ordinary, 26),
@@ -411,7 +440,7 @@ def run_on_target(
     ``pass_through`` forwards updates of senders not in worker_table as ordinary traffic."""
     with TARGETS[name](testbed, log_dir / name) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
-        programming.program_jobs(control, job_programs(testbed))
+        programming.program_jobs(control, leaf_of_other_job(testbed))
         if pass_through:
             programming.program_pass_through(control)
         ports = SwitchPorts(testbed)
@@ -419,6 +448,12 @@ def run_on_target(
             return run_sequence(control, ports, steps, name, reference)
         finally:
             ports.close()
+
+
+def leaf_of_other_job(testbed: Testbed) -> list[programming.JobProgram]:
+    """conftest's two jobs, with the switch a leaf of OTHER_JOB below host 2."""
+    uplink = programming.Uplink(testbed.hosts[UPPER_HOST].switch_port, LEAF.mac, LEAF.ipv4, params.SWITCH_MAC, params.SWITCH_IPV4)
+    return [dataclasses.replace(job, uplink=uplink) if job.job_id == OTHER_JOB else job for job in job_programs(testbed)]
 
 
 def first_differing_byte(a: bytes, b: bytes) -> int:
