@@ -123,10 +123,11 @@ def draw(table: pd.DataFrame, summary: dict) -> Figure:
     inflation.set_ylabel("TAT with loss ÷ TAT without")
     losses = sorted(lossy["uplink_loss"].unique())
     inflation.set_title(f"{', '.join(f'{loss:.0%}' for loss in losses)} loss on leaf-spine links", fontsize=9)
-    fig.suptitle(f"Aggregation at the spine vs hierarchical ({summary['workers']} workers on 2 leaves, "
-                 f"{summary['switch_target']} switches, {summary['link_mbps']:g} Mbit/s host links)")
+    title = (f"Aggregation at the spine vs hierarchical ({summary['workers']} workers on 2 leaves, "
+             f"{summary['switch_target']} switches, {summary['link_mbps']:g} Mbit/s host links)")
     if not summary.get("kept_up", True):
-        fig.text(0.5, 0.01, "not kept up: see summary.json (saturated_jobs, saturated_processes)", color="red", ha="center", fontsize=8)
+        title += "\nnot kept up: the machine was saturated in some jobs (summary.json: saturated_jobs, saturated_processes)"
+    fig.suptitle(title, color="black" if summary.get("kept_up", True) else "darkred")
     return fig
 
 
