@@ -164,7 +164,7 @@ def test_two_level_tree_aggregates_hierarchically_and_recovers_uplink_loss(tmp_p
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verified"] is True
-    assert summary["network"]["0"]["aggregation"] == "hierarchical"
+    assert summary["aggregation"] == summary["network"]["0"]["aggregation"] == "hierarchical"
     counters = pd.read_csv(out / "switch_counters.csv").set_index(["switch", "counter"])["value"]
     slots = -(-20000 // 32)
     assert counters["s1", "EV_RESULT_MULTICAST"] >= slots  # the spine completes every slot ...

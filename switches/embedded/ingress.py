@@ -4,8 +4,9 @@ Written in the order of docs/dataplane.md ("SwitchMLIngress (in this order)") so
 read beside p4/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
 (the traffic manager's input): DROP, (TO_PORT, port), (TO_GROUP, group),
 (RESULT_TO_GROUP, group, job_id), (RESULT_TO_PORT, port, rank, job_id) or
-(UPDATE_TO_PORT, port): a partial sum to the switch above (hierarchical aggregation). A result is written into the
-frame here (msg_type, exponent, elements), as the P4 program's ingress does.
+(UPDATE_TO_PORT, port), a partial sum to the switch above (hierarchical aggregation). A
+result or partial sum is written into the frame here (msg_type, exponent, elements,
+addresses of a partial sum), as the P4 program's ingress does.
 """
 
 from __future__ import annotations
