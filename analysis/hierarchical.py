@@ -15,22 +15,19 @@ Writes hierarchical.png, .pdf and .csv (the numbers plotted).
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
-import matplotlib
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
 from analysis.models import switchml_line_rate_ate
+from analysis.run_figure import main
+from analysis.run_figure import newest_run as newest_run_of
 from protocol import params
 from protocol.packet import frame_bytes
-
-log = logging.getLogger("analysis.hierarchical")
 
 NAME = "hierarchical"
 MODES = ("spine", "hierarchical")
@@ -39,16 +36,11 @@ COLORS = {"spine": "tab:orange", "hierarchical": "tab:blue"}
 
 def newest_run(roots: list[Path]) -> Path:
     """The run started last whose points compare aggregation modes."""
-    runs = []
-    for root in roots:
-        for summary_path in Path(root).rglob("summary.json"):
-            summary = json.loads(summary_path.read_text())
-            modes = {point.get("aggregation") for point in summary.get("network", {}).values()}
-            if set(MODES) <= modes and (summary_path.parent / "runs.csv").is_file():
-                runs.append((summary["started_utc"], summary_path.parent))
-    if not runs:
-        raise FileNotFoundError(f"no run comparing aggregation modes (spine and hierarchical) under {', '.join(map(str, roots))}")
-    return max(runs)[1]
+    def compares_modes(summary: dict, run: Path) -> bool:
+        modes = {point.get("aggregation") for point in summary.get("network", {}).values()}
+        return set(MODES) <= modes and (run / "runs.csv").is_file()
+
+    return newest_run_of(roots, compares_modes, "run comparing aggregation modes (spine and hierarchical)")
 
 
 def point_settings(run: Path) -> pd.DataFrame:
@@ -131,23 +123,10 @@ def draw(table: pd.DataFrame, summary: dict) -> Figure:
     return fig
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.hierarchical", description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
-    parser.add_argument("--out", type=Path, default=Path("docs/figures"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    matplotlib.use("Agg")
-    run = newest_run(args.results)
+def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     table = hierarchical_table(run)
-    fig = draw(table, json.loads((run / "summary.json").read_text()))
-    args.out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out / f"{NAME}.png", dpi=150)
-    fig.savefig(args.out / f"{NAME}.pdf")
-    table.to_csv(args.out / f"{NAME}.csv", index=False)
-    log.info("wrote %s.{png,pdf,csv} in %s from %s", NAME, args.out, run)
-    return 0
+    return table, draw(table, json.loads((run / "summary.json").read_text()))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(NAME, __doc__.splitlines()[0], newest_run, figure))

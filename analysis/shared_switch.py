@@ -13,21 +13,18 @@ pool. Writes shared_switch.png, .pdf and .csv (the numbers plotted).
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
-import matplotlib
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
+from analysis.run_figure import main
+from analysis.run_figure import newest_run as newest_run_of
 from experiments.shared_switch import job_table, total_table
 from switches.programming import AdmissionError, partition_slots
-
-log = logging.getLogger("analysis.shared_switch")
 
 NAME = "shared_switch"
 OVERSUBSCRIPTION_FACTOR = 2
@@ -35,16 +32,9 @@ OVERSUBSCRIPTION_FACTOR = 2
 
 
 def newest_run(roots: list[Path]) -> Path:
-    """The shared-switch run (summary kind shared_switch) started last under ``roots``."""
-    runs = []
-    for root in roots:
-        for summary_path in Path(root).rglob("summary.json"):
-            summary = json.loads(summary_path.read_text())
-            if summary.get("kind") == "shared_switch" and (summary_path.parent / "jobs.csv").is_file():
-                runs.append((summary["started_utc"], summary_path.parent))
-    if not runs:
-        raise FileNotFoundError(f"no shared-switch run (jobs.csv + summary.json) under {', '.join(map(str, roots))}")
-    return max(runs)[1]
+    """The shared-switch run (summary kind shared_switch, with jobs.csv) started last."""
+    return newest_run_of(roots, lambda summary, run: summary.get("kind") == "shared_switch" and (run / "jobs.csv").is_file(),
+                         "shared-switch run (jobs.csv + summary.json)")
 
 
 def throughput_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -119,26 +109,13 @@ def draw(throughput: pd.DataFrame, slots: pd.DataFrame, summary: dict) -> Figure
     return fig
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.shared_switch", description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
-    parser.add_argument("--out", type=Path, default=Path("docs/figures"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    matplotlib.use("Agg")
-    run = newest_run(args.results)
-    summary = json.loads((run / "summary.json").read_text())
+def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
+    """The run's numbers (throughput rows, then slot rows) and the figure."""
     throughput = throughput_table(pd.read_csv(run / "jobs.csv"))
     slots = slot_table(yaml.safe_load((run / "config.yaml").read_text()))
-    fig = draw(throughput, slots, summary)
-    args.out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out / f"{NAME}.png", dpi=150)
-    fig.savefig(args.out / f"{NAME}.pdf")
-    table = pd.concat([throughput.assign(table="throughput"), slots.assign(table="slots")], ignore_index=True)
-    table.to_csv(args.out / f"{NAME}.csv", index=False)
-    log.info("wrote %s.{png,pdf,csv} in %s from %s", NAME, args.out, run)
-    return 0
+    fig = draw(throughput, slots, json.loads((run / "summary.json").read_text()))
+    return pd.concat([throughput.assign(table="throughput"), slots.assign(table="slots")], ignore_index=True), fig
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(NAME, __doc__.splitlines()[0], newest_run, figure))

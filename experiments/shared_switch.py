@@ -23,18 +23,17 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from analysis.models import switchml_line_rate_ate
 from experiments import metrics
-from experiments.config import Experiment, Point
+from experiments.config import Point
 from experiments.inputs import point_inputs
-from experiments.results import link_mbps
-from experiments.runner import worker_spec
+from experiments.results import ResultsWriter, link_mbps
+from experiments.runner import ExperimentRunner, worker_spec
 from experiments.verify import expected_for, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from network.emulation import EmulatedNetwork, SharedJob
@@ -58,24 +57,9 @@ def point_jobs(point: Point) -> list[SharedJob]:
     return [SharedJob(job["job_id"], tuple(hosts[i].name for i in job["hosts"]), job["pool_size"]) for job in point.data["jobs"]]
 
 
-class SharedSwitchWriter:
-    """config.yaml, topology.yaml and network.json like a one-job run; jobs.csv; summary.json."""
-
-    def __init__(self, run_dir: Path, experiment: Experiment, target: str) -> None:
-        self.run_dir = run_dir
-        self.experiment = experiment
-        self.target = target
-        self.log_dir = run_dir / "logs"
-        self.work_dir = run_dir / "work"
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.started = datetime.now(timezone.utc)
-        self._network: dict[int, dict[str, Any]] = {}
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
-        (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
-
-    def record_network(self, point: int, description: dict[str, Any]) -> None:
-        self._network[point] = description
-        (self.run_dir / "network.json").write_text(json.dumps(self._network, indent=1))
+class SharedSwitchWriter(ResultsWriter):
+    """A one-job run's config.yaml, topology.yaml, network.json and logs/; then jobs.csv and
+    its own summary.json instead of runs.csv and the per-job tables."""
 
     def add_job(self, point: Point, repetition: int, job: dict[str, Any], released_s: float, reports: list[dict[str, Any]], verdicts: list) -> None:
         path = self.run_dir / "jobs.csv"
@@ -170,12 +154,8 @@ def total_table(jobs: pd.DataFrame) -> pd.DataFrame:
     return totals
 
 
-class SharedSwitchRunner:
-    def __init__(self, experiment: Experiment, target: str, writer: SharedSwitchWriter, progress: Callable[[str], None]) -> None:
-        self.experiment = experiment
-        self.target = target
-        self.writer = writer
-        self.progress = progress
+class SharedSwitchRunner(ExperimentRunner):
+    """Every point once, with all its jobs (there is no per-method resume: jobs overlap)."""
 
     def run(self) -> bool:
         verified = True
