@@ -160,10 +160,10 @@ class SharedSwitchRunner(ExperimentRunner):
     def run(self) -> bool:
         verified = True
         for point in self.experiment.points:
-            verified &= self._run_point(point)
+            verified &= self._run_jobs_point(point)
         return verified
 
-    def _run_point(self, point: Point) -> bool:
+    def _run_jobs_point(self, point: Point) -> bool:
         protocol = point.protocol
         with EmulatedNetwork(
             point.topology, self.target, self.writer.log_dir / f"point{point.index}", k=protocol["k"],
