@@ -10,7 +10,8 @@ the last job's end (the makespan).
 
 Why its own writer: the jobs of one point overlap, so the per-job tables of a one-job run
 (runs.csv with switch counters, CPU and frame accounting per job) do not apply; jobs.csv
-has the columns docs/results-format.md describes under "Shared-switch runs".
+has the columns docs/results-format.md describes under "Shared-switch runs", with the
+machine's busy share over each repetition (all its jobs) as the one fidelity measure.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from analysis.models import switchml_line_rate_ate
 from experiments import metrics
 from experiments.config import Point
 from experiments.inputs import point_inputs
-from experiments.results import ResultsWriter, link_mbps
+from experiments.job_meter import machine_jiffies
+from experiments.results import MACHINE_SATURATED, ResultsWriter, link_mbps
 from experiments.runner import ExperimentRunner, worker_spec
 from experiments.verify import expected_for, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
@@ -45,6 +47,7 @@ METHOD = "switchml"
 JOBS_COLUMNS = [
     "point", "n_jobs", "repetition", "job_id", "rank", "n_workers", "elements", "pool_size",
     "start_s", "released_s", "tat_s", "ate_per_s", "retransmissions", "verified", "max_abs_error", "link_mbps", "k",
+    "machine_busy_fraction",
 ]  # fmt: skip
 
 
@@ -61,7 +64,8 @@ class SharedSwitchWriter(ResultsWriter):
     """A one-job run's config.yaml, topology.yaml, network.json and logs/; then jobs.csv and
     its own summary.json instead of runs.csv and the per-job tables."""
 
-    def add_job(self, point: Point, repetition: int, job: dict[str, Any], released_s: float, reports: list[dict[str, Any]], verdicts: list) -> None:
+    def add_job(self, point: Point, repetition: int, job: dict[str, Any], released_s: float, reports: list[dict[str, Any]], verdicts: list,
+                machine_busy: float) -> None:
         path = self.run_dir / "jobs.csv"
         new = not path.exists()
         with path.open("a", newline="") as f:
@@ -76,7 +80,7 @@ class SharedSwitchWriter(ResultsWriter):
                     "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": stats["tat_s"],
                     "ate_per_s": metrics.ate_per_s(job_elements(point, job), stats["tat_s"]), "retransmissions": stats["retransmissions"],
                     "verified": verdict.verified, "max_abs_error": verdict.max_abs_error, "link_mbps": link_mbps(point),
-                    "k": point.protocol["k"],
+                    "k": point.protocol["k"], "machine_busy_fraction": round(machine_busy, 4),
                 })
 
     def finalize(self, verified: bool) -> dict[str, Any]:
@@ -112,6 +116,8 @@ class SharedSwitchWriter(ResultsWriter):
             "switch_target": self.target,
             "max_pool_size": self.experiment.data["switch"]["max_pool_size"],
             "link_mbps": link_mbps(first),
+            "max_machine_busy_fraction": float(rows["machine_busy_fraction"].max()),
+            "kept_up": bool(rows["machine_busy_fraction"].max() < MACHINE_SATURATED),
             "network": self._network,
             "points": points,
         }
@@ -216,9 +222,12 @@ class SharedSwitchRunner(ExperimentRunner):
             for _, group, _ in groups:
                 group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
             for repetition in range(point.repetitions):
+                busy_before = machine_jiffies()
                 released = self._release(groups, repetition)
-                for (job, group, expected), released_s in zip(groups, released):
-                    reports = group.collect("done", job_limit, grace_s=REPORT_GRACE_S)
+                collected = [group.collect("done", job_limit, grace_s=REPORT_GRACE_S) for _, group, _ in groups]
+                busy_after = machine_jiffies()
+                machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
+                for (job, _group, expected), released_s, reports in zip(groups, released, collected):
                     verdicts = []
                     for rank, report in enumerate(reports):
                         verdict = verify_switchml(expected, np.load(report["result"]), np.load(report["int_sum"]))
@@ -228,7 +237,7 @@ class SharedSwitchRunner(ExperimentRunner):
                         verdicts.append(verdict)
                         for key in ("result", "int_sum"):
                             Path(report[key]).unlink()
-                    self.writer.add_job(point, repetition, job, released_s, reports, verdicts)
+                    self.writer.add_job(point, repetition, job, released_s, reports, verdicts, machine_busy)
                 self.progress(f"{len(jobs)} jobs rep {repetition}")
             for _, group, _ in groups:
                 group.finish()
