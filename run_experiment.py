@@ -165,7 +165,14 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     else:
         run_dir = new_run_dir(REPO_ROOT / "results" / experiment.name, utc_stamp())
     training = experiment.data["workload"]["kind"] == "training"
-    if training:  # each step of each method is one job (experiments/training_runner.py)
+    shared = experiment.data.get("jobs") is not None
+    if shared:  # several jobs on one switch (experiments/shared_switch.py)
+        from experiments.shared_switch import SharedSwitchRunner, SharedSwitchWriter, format_shared_table
+
+        writer = SharedSwitchWriter(run_dir, experiment, target)
+        total = sum(p.repetitions for p in experiment.points)
+        runner_class, unit = SharedSwitchRunner, "repetition"
+    elif training:  # each step of each method is one job (experiments/training_runner.py)
         from experiments.training_results import TrainingResultsWriter, format_training_table
         from experiments.training_runner import TrainingRunner
 
@@ -195,7 +202,10 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)
             return EXIT_FAILED
     summary = writer.finalize(verified)
-    print(format_table(summary))
+    if shared:
+        print(format_shared_table(summary))
+    else:
+        print(format_table(summary))
     if training:
         print(format_training_table(summary))
     print(f"verified: {json.dumps(summary['verified'])}; results in {run_dir}")

@@ -21,6 +21,7 @@ from experiments.inputs import WorkloadInfo, describe_workload
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 from protocol import params
 from protocol.quantize import quantized_limit
+from switches.programming import AdmissionError, partition_slots
 from topologies.model import Topology, find_topology, load_topology
 from workloads.trace import TraceError, shipped_traces
 
@@ -168,9 +169,15 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
         raise ConfigError(f"{source}: switch.max_pool_size: the bmv2 program is built with {params.MAX_POOL_SIZE} slots")
     if data["workload"]["kind"] == "training":
         _check_training(data, topology, source)
-    links_with_loss = {l.spec.loss for l in topology.links}
-    if data["loss_mechanism"] == "switch" and len(links_with_loss) > 1:
-        raise ConfigError(f"{source}: the switch drop simulator applies one loss rate to every link; topology has {sorted(links_with_loss)}")
+    if data.get("jobs") is not None:
+        _check_jobs(data, topology, source)
+    if data["loss_mechanism"] == "switch":
+        try:
+            topology.drop_simulator_rates()
+        except ValueError as exc:
+            raise ConfigError(f"{source}: loss_mechanism: {exc}") from None
+    if data.get("jobs") is not None and topology.aggregation == "hierarchical":
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
 
 
 def _check_training(data: Mapping[str, Any], topology: Topology, source: str) -> None:
@@ -188,6 +195,27 @@ def _check_training(data: Mapping[str, Any], topology: Topology, source: str) ->
             quantized_limit(len(topology.hosts), bits)
         except ValueError as exc:
             raise ConfigError(f"{source}: workload.ablation_bits: {exc}") from None
+
+
+def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
+    """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
+    and pools the control plane admits together (the same check it makes on the switch)."""
+    if data["methods"] != ["switchml"] or data["workload"]["kind"] != "synthetic":
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [switchml] on a synthetic workload")
+    seen: dict[int, int] = {}
+    for job in data["jobs"]:
+        for host in job["hosts"]:
+            if host >= len(topology.hosts):
+                raise ConfigError(f"{source}: jobs: job {job['job_id']} names host {host}; the topology has hosts 0..{len(topology.hosts) - 1}")
+            if host in seen:
+                raise ConfigError(f"{source}: jobs: host {host} is in job {seen[host]} and job {job['job_id']}")
+            seen[host] = job["job_id"]
+        if len(job["hosts"]) > params.MAX_WORKERS:
+            raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers, at most {params.MAX_WORKERS}")
+    try:
+        partition_slots([(job["job_id"], job["pool_size"]) for job in data["jobs"]], data["switch"]["max_pool_size"])
+    except AdmissionError as exc:
+        raise ConfigError(f"{source}: jobs: {exc}") from None
 
 
 def _fill_kind_defaults(data: dict[str, Any]) -> None:

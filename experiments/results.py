@@ -241,6 +241,7 @@ class ResultsWriter:
             "loss_mechanism": self._network.get(first.index, {}).get("loss_mechanism"),
             "link_delay_ms": max(l.spec.delay_ms for l in first.topology.links),
             "delay_mechanism": self._network.get(first.index, {}).get("delay_mechanism"),
+            "aggregation": self._network.get(first.index, {}).get("aggregation"),
             "network": self._network,
             "kept_up": saturated.empty and machine_saturated.empty and lost.empty and paced_jobs.empty,
             "cpu_cores": os.cpu_count(),

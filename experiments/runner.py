@@ -115,9 +115,9 @@ class ExperimentRunner:
 
     def _run_method(self, net: EmulatedNetwork, point: Point, method: str, spec_path: Path, expected: Expected) -> bool:
         topology = point.topology
-        control = net.aggregator_control
         hosts = [net.host(h.name) for h in topology.hosts]
-        programming.reset_aggregation_state(control, point.protocol["k"])
+        for aggregating in net.aggregating_controls:
+            programming.reset_aggregation_state(aggregating, point.protocol["k"])
         ok = True
         switches = net.switch_processes()
         job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])

@@ -141,7 +141,8 @@ class TrainingRunner:
         spec_path.write_text(json.dumps(spec, indent=1))
         hosts = [net.host(h.name) for h in point.topology.hosts]
         switches = net.switch_processes()
-        programming.reset_aggregation_state(net.aggregator_control, point.protocol["k"])
+        for aggregating in net.aggregating_controls:
+            programming.reset_aggregation_state(aggregating, point.protocol["k"])
         job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
         state = Replay(self.model, self.config, self.data, self.n_workers)
         ok, emulated_s = True, 0.0

@@ -32,6 +32,7 @@ from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers,
 from network.lifetime import deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
+from protocol import params
 from switches import programming
 from switches.control import SwitchControl
 from switches.targets import node_class
@@ -54,6 +55,16 @@ def node_runner(node: Node):
     return run
 
 
+@dataclass(frozen=True)
+class SharedJob:
+    """One of several jobs on the aggregating switch: its id, its workers' hosts (rank
+    order) and its pool; the control plane gives it its own slots and multicast group."""
+
+    job_id: int
+    hosts: tuple[str, ...]
+    pool_size: int
+
+
 @dataclass
 class NetworkReport:
     """What the network actually is, for the results: mechanisms applied per link."""
@@ -62,6 +73,8 @@ class NetworkReport:
     tc_capabilities: dict[str, bool]
     loss_mechanism: str
     delay_mechanism: str
+    aggregation: str
+    """spine or hierarchical (topology.aggregation): which switches aggregate."""
     links: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -77,13 +90,16 @@ class EmulatedNetwork:
         max_pool_size: int,
         job_id: int,
         loss_mechanism: str = "auto",
+        jobs: Sequence[SharedJob] = (),
     ) -> None:
+        """One job (``job_id``, every host a worker) unless ``jobs`` lists several."""
         self.topology = topology
         self.target = target
         self.log_dir = log_dir
         self.k = k
         self.max_pool_size = max_pool_size
         self.job_id = job_id
+        self.jobs = tuple(jobs)
         self.requested_loss_mechanism = loss_mechanism
         self.net: Mininet | None = None
         self._lock = NetworkLock()
@@ -162,6 +178,7 @@ class EmulatedNetwork:
             tc_capabilities=caps.describe(),
             loss_mechanism=loss_mechanism,
             delay_mechanism=delay_mechanism,
+            aggregation=self.topology.aggregation,
             links=[asdict(a) for a in applied],
         )
         self._program_switches(loss_mechanism)
@@ -216,8 +233,10 @@ class EmulatedNetwork:
             raise NetworkError("loss_mechanism: netem requested, but this kernel has no netem qdisc; use auto or switch")
         if wanted == "netem" or (wanted == "auto" and caps.netem):
             return "netem"
-        if len(losses) > 1:
-            raise NetworkError(f"links have different loss rates {sorted(losses)}; the switch drop simulator applies one rate")
+        try:
+            self.topology.drop_simulator_rates()
+        except ValueError as exc:
+            raise NetworkError(str(exc)) from None
         return "switch_drop_simulator"
 
     def _choose_delay_mechanism(self, caps: TcCapabilities) -> str:
@@ -276,7 +295,8 @@ class EmulatedNetwork:
             programming.WorkerPort(rank=h.rank, switch_port=self.port_towards(aggregator, h.name), mac=h.mac, ipv4=h.ipv4)
             for h in self.topology.hosts
         ]
-        loss = max(l.spec.loss for l in self.topology.links)
+        hierarchical = self.topology.aggregation == "hierarchical"
+        drop_rates = self.topology.drop_simulator_rates() if loss_mechanism == "switch_drop_simulator" else {}
         for switch in self.topology.switches:
             node = self.net.get(switch.name)
             control = node.control(self.log_dir / f"{switch.name}.commands")
@@ -285,16 +305,57 @@ class EmulatedNetwork:
             l2 = {h.mac: self.port_towards(switch.name, h.name) for h in self.topology.hosts}
             if switch.name != aggregator:
                 l2[self.topology.aggregator_mac] = self.port_towards(switch.name, aggregator)
-                programming.program_pass_through(control)
+                if hierarchical:
+                    programming.program_aggregation(control, self._leaf_job(switch.name))
+                else:
+                    programming.program_pass_through(control)
+            elif hierarchical:
+                programming.program_aggregation(control, self._spine_job())
+            elif self.jobs:
+                programming.program_jobs(control, programming.admit_jobs(self._job_requests(aggregator), self.max_pool_size))
             else:
                 programming.program_aggregation(control, programming.JobProgram(job_id=self.job_id, workers=workers))
             programming.program_forwarding(control, ports, l2)
-            if loss_mechanism == "switch_drop_simulator":
-                # Each link direction that ends at a switch is dropped at that switch's
-                # ingress; links that end at a host at the switch's egress. (In a tree,
-                # a leaf's egress also covers its uplink, which so sees the loss twice.)
-                host_facing = any(self.topology.next_hop(switch.name, h.name) == h.name for h in self.topology.hosts)
-                programming.set_drop_probability(control, ingress=loss, egress=loss if host_facing else 0.0)
+            if loss_mechanism == "switch_drop_simulator":  # topologies.model.Topology.drop_simulator_rates
+                programming.set_drop_probability(control, *drop_rates[switch.name])
+
+    def _spine_job(self) -> programming.JobProgram:
+        """Hierarchical aggregation at the spine: the leaves are its workers, answered on the
+        aggregation port so that their parsers take the results as SwitchML."""
+        spine = self.topology.aggregator.name
+        leaves = [leaf.name for leaf in self.topology.leaves if self.topology.local_hosts(leaf.name)]
+        return programming.JobProgram(self.job_id, [
+            programming.WorkerPort(rank, self.port_towards(spine, leaf), *self.topology.leaf_address(leaf), udp_port=params.UDP_PORT_BASE)
+            for rank, leaf in enumerate(leaves)
+        ])
+
+    def _leaf_job(self, leaf: str) -> programming.JobProgram:
+        """Hierarchical aggregation at a leaf: its own hosts, and the spine above (the
+        aggregator's virtual address, which the workers send to)."""
+        mac, ipv4 = self.topology.leaf_address(leaf)
+        uplink = programming.Uplink(self.port_towards(leaf, self.topology.aggregator.name), mac, ipv4,
+                                    self.topology.aggregator_mac, self.topology.aggregator_ipv4)
+        workers = [programming.WorkerPort(rank, self.port_towards(leaf, h.name), h.mac, h.ipv4)
+                   for rank, h in enumerate(self.topology.local_hosts(leaf))]
+        return programming.JobProgram(self.job_id, workers, uplink=uplink)
+
+    @property
+    def aggregating_controls(self) -> list[SwitchControl]:
+        """The switches that hold aggregation state: the aggregator, and in hierarchical
+        aggregation every leaf with workers."""
+        if self.topology.aggregation != "hierarchical":
+            return [self.aggregator_control]
+        return [self.controls[s.name] for s in self.topology.switches if s.aggregate or self.topology.local_hosts(s.name)]
+
+    def _job_requests(self, aggregator: str) -> list[programming.JobRequest]:
+        hosts = {h.name: h for h in self.topology.hosts}
+        return [
+            programming.JobRequest(job.job_id, [
+                programming.WorkerPort(rank, self.port_towards(aggregator, name), hosts[name].mac, hosts[name].ipv4)
+                for rank, name in enumerate(job.hosts)
+            ], job.pool_size)
+            for job in self.jobs
+        ]
 
     # -- access ------------------------------------------------------------------------
 

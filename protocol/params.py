@@ -51,6 +51,8 @@ INGRESS_EVENTS: tuple[str, ...] = (
     "EV_DROP_SIM_INGRESS",
     "EV_FORWARDED",
     "EV_DROP_STALE",
+    "EV_DROP_OUTSIDE_POOL",
+    "EV_PARTIAL_UP",
 )
 """Names of SwitchMLIngress.event_counter's cells, in index order (checked at import)."""
 EGRESS_EVENTS: tuple[str, ...] = ("EGV_SENT", "EGV_DROP_SIM_EGRESS")

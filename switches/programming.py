@@ -17,13 +17,16 @@ INGRESS = "SwitchMLIngress"
 EGRESS = "SwitchMLEgress"
 
 WORKER_TABLE = f"{INGRESS}.worker_table"
-"""(ingress_port, ipv4.srcAddr) -> set_worker(rank, job_id, num_workers, mcast_grp)."""
+"""(ingress_port, ipv4.srcAddr) -> set_worker(rank, job_id, num_workers, mcast_grp, slot_base, pool_size)."""
+UPLINK_TABLE = f"{INGRESS}.uplink_table"
+"""meta.job_id -> set_uplink(port, src_mac, src_ipv4, dst_mac, dst_ipv4, num_workers, mcast_grp, slot_base,
+pool_size): a job aggregated further up (hierarchical aggregation); miss -> this switch is the top."""
 L2_TABLE = f"{INGRESS}.l2_table"
 """ethernet.dstAddr -> l2_forward(port); miss -> l2_flood."""
 L2_LEARN_TABLE = f"{INGRESS}.l2_learn_table"
 """ethernet.srcAddr -> NoAction; miss -> l2_learn (digest of srcAddr + ingress port)."""
 RANK_ADDR_TABLE = f"{EGRESS}.rank_addr_table"
-"""meta.dst_rank -> set_rank_addr(mac, ipv4, udp_port): per-rank rewrite of a result."""
+"""(meta.job_id, meta.dst_rank) -> set_rank_addr(mac, ipv4, udp_port): per-rank rewrite of a result."""
 
 BITMAP_REGISTER = f"{INGRESS}.bitmap"
 COUNT_REGISTER = f"{INGRESS}.count"
@@ -37,7 +40,7 @@ def value_registers(k: int = params.K) -> tuple[str, ...]:
 
 
 def aggregation_registers(k: int = params.K) -> tuple[str, ...]:
-    """Per slot and shadow set (index = set * MAX_POOL_SIZE + slot): the aggregation state."""
+    """Per slot and shadow set (index = set * MAX_POOL_SIZE + slot_base + slot): the aggregation state."""
     return (*value_registers(k), BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER, SEQ_REGISTER)
 
 
@@ -67,12 +70,40 @@ class WorkerPort:
 
 
 @dataclass(frozen=True)
+class Uplink:
+    """Where a switch sends a job's partial sums in hierarchical aggregation: its port
+    towards the switch above, its own addresses there (it is one worker of that switch) and
+    the upper switch's address (where partial sums go, and where results come from)."""
+
+    port: int
+    mac: str
+    ipv4: str
+    upper_mac: str
+    upper_ipv4: str
+
+
+class AdmissionError(ValueError):
+    """Jobs that cannot share one switch: their pools do not fit its registers together,
+    or they would share a job id, a multicast group or a worker."""
+
+
+@dataclass(frozen=True)
 class JobProgram:
-    """What one switch needs to aggregate a job (or to forward it, if not aggregating)."""
+    """What one switch needs to aggregate a job (or to forward it, if not aggregating).
+
+    The job owns the register cells ``slot_base .. slot_base + pool_size - 1`` of each
+    shadow set: its workers' slots 0..pool_size-1 land there, and a slot beyond its pool
+    is dropped (EV_DROP_OUTSIDE_POOL), so jobs sharing a switch never touch each other's
+    cells. ``pool_size`` None: every cell from ``slot_base`` on (a switch with one job).
+    """
 
     job_id: int
     workers: Sequence[WorkerPort]
     result_mcast_grp: int = 2
+    slot_base: int = 0
+    pool_size: int | None = None
+    uplink: Uplink | None = None
+    """Set on a switch below the top of the job's tree (docs/dataplane.md, "Hierarchical aggregation")."""
 
     def __post_init__(self) -> None:
         ranks = sorted(w.rank for w in self.workers)
@@ -82,6 +113,62 @@ class JobProgram:
             raise ValueError(f"a job has 1..{params.MAX_WORKERS} workers, got {len(ranks)}")
         if self.result_mcast_grp == params.FLOOD_MCAST_GRP:
             raise ValueError(f"multicast group {params.FLOOD_MCAST_GRP} is reserved for flooding")
+        if self.slot_base < 0 or (self.pool_size is not None and self.pool_size < 1):
+            raise ValueError(f"job {self.job_id}: slot_base must be >= 0 and pool_size >= 1, got {self.slot_base}, {self.pool_size}")
+
+    def slots(self, max_pool_size: int) -> range:
+        """The register cells (per shadow set) this job owns on a switch of ``max_pool_size`` slots."""
+        end = max_pool_size if self.pool_size is None else self.slot_base + self.pool_size
+        if end > max_pool_size or self.slot_base >= end:
+            raise AdmissionError(
+                f"job {self.job_id}: slots {self.slot_base}..{end - 1} do not fit the switch's {max_pool_size} slots"
+            )
+        return range(self.slot_base, end)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job asking for a share of a switch: its id, workers and pool (slots per shadow set)."""
+
+    job_id: int
+    workers: Sequence[WorkerPort]
+    pool_size: int
+
+
+def partition_slots(pools: Sequence[tuple[int, int]], max_pool_size: int) -> list[range]:
+    """(job id, pool size) per job -> each job's cells: consecutive ranges in the given order.
+
+    Refuses (AdmissionError) when the pools together exceed the switch's slots, rather than
+    shrinking them: a job's pool size is a protocol parameter its workers were started with
+    (they send slots 0..pool-1), and a smaller pool than asked for would change the job's
+    throughput without anyone having chosen it."""
+    ids = [job_id for job_id, _ in pools]
+    if len(set(ids)) != len(ids):
+        raise AdmissionError(f"job ids must differ between jobs sharing a switch, got {ids}")
+    total = sum(pool for _, pool in pools)
+    if total > max_pool_size:
+        asked = " + ".join(f"{pool} (job {job_id})" for job_id, pool in pools)
+        raise AdmissionError(
+            f"admission refused: the jobs' pools need {asked} = {total} slots, the switch has {max_pool_size} "
+            f"(switch.max_pool_size); give the jobs smaller pools or fewer jobs"
+        )
+    ranges, base = [], 0
+    for _, pool in pools:
+        ranges.append(range(base, base + pool))
+        base += pool
+    return ranges
+
+
+def admit_jobs(requests: Sequence[JobRequest], max_pool_size: int, first_mcast_grp: int = 2) -> list[JobProgram]:
+    """Each job its slot range (``partition_slots``) and result multicast group (from
+    ``first_mcast_grp`` on, in request order)."""
+    if first_mcast_grp <= params.FLOOD_MCAST_GRP < first_mcast_grp + len(requests):
+        raise AdmissionError(f"multicast group {params.FLOOD_MCAST_GRP} is reserved for flooding; start job groups above it")
+    ranges = partition_slots([(r.job_id, r.pool_size) for r in requests], max_pool_size)
+    return [
+        JobProgram(r.job_id, r.workers, first_mcast_grp + i, slot_base=cells.start, pool_size=len(cells))
+        for i, (r, cells) in enumerate(zip(requests, ranges))
+    ]
 
 
 def probability_threshold(probability: float) -> int:
@@ -108,13 +195,42 @@ def program_forwarding(control: SwitchControl, ports: Sequence[int], l2_entries:
 
 def program_aggregation(control: SwitchControl, job: JobProgram) -> None:
     """Worker table, result multicast group (one node per rank, rid = rank), egress rewrite."""
-    n = len(job.workers)
-    control.mc_mgrp_create(job.result_mcast_grp)
-    for worker in job.workers:
-        control.table_add(WORKER_TABLE, "set_worker", [worker.switch_port, worker.ipv4], [worker.rank, job.job_id, n, job.result_mcast_grp])
-        handle = control.mc_node_create(worker.rank, [worker.switch_port])
-        control.mc_node_associate(job.result_mcast_grp, handle)
-        control.table_add(RANK_ADDR_TABLE, "set_rank_addr", [worker.rank], [worker.mac, worker.ipv4, worker.udp_port])
+    program_jobs(control, [job])
+
+
+def program_jobs(control: SwitchControl, jobs: Sequence[JobProgram]) -> None:
+    """Every job of one switch: its workers (with its slot range), its result multicast group
+    (one node per rank, rid = rank) and its ranks' addresses. Refuses jobs whose slot
+    ranges overlap or run past the switch's registers, or that share an id or a group."""
+    max_pool_size = control.schema.registers[BITMAP_REGISTER].size // 2
+    owner: dict[int, int] = {}
+    for job in jobs:
+        for cell in job.slots(max_pool_size):
+            if cell in owner:
+                raise AdmissionError(f"jobs {owner[cell]} and {job.job_id} both claim slot cell {cell}")
+            owner[cell] = job.job_id
+    for attribute in ("job_id", "result_mcast_grp"):
+        values = [getattr(job, attribute) for job in jobs]
+        if len(set(values)) != len(values):
+            raise AdmissionError(f"jobs sharing a switch need distinct {attribute}s, got {values}")
+    for job in jobs:
+        slots = job.slots(max_pool_size)
+        n = len(job.workers)
+        control.mc_mgrp_create(job.result_mcast_grp)
+        for worker in job.workers:
+            control.table_add(
+                WORKER_TABLE, "set_worker", [worker.switch_port, worker.ipv4],
+                [worker.rank, job.job_id, n, job.result_mcast_grp, slots.start, len(slots)],
+            )
+            handle = control.mc_node_create(worker.rank, [worker.switch_port])
+            control.mc_node_associate(job.result_mcast_grp, handle)
+            control.table_add(RANK_ADDR_TABLE, "set_rank_addr", [job.job_id, worker.rank], [worker.mac, worker.ipv4, worker.udp_port])
+        if job.uplink is not None:
+            up = job.uplink
+            control.table_add(
+                UPLINK_TABLE, "set_uplink", [job.job_id],
+                [up.port, up.mac, up.ipv4, up.upper_mac, up.upper_ipv4, n, job.result_mcast_grp, slots.start, len(slots)],
+            )
 
 
 def program_pass_through(control: SwitchControl) -> None:

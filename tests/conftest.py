@@ -4,7 +4,8 @@
 Testbed's switch ports: a new switch target joins every packet-level case by being added there.
 The switch runs for a whole module; ``switch`` resets its state before every test
 (registers, counters, drop simulator, learned L2 entries) so tests stay independent and
-fast. Hosts 0 and 1 are the workers of job JOB; host 2 is a bystander.
+fast. Hosts 0 and 1 are the workers of job JOB; host 2 is a bystander; hosts 3 and 4 are
+the workers of job OTHER_JOB, which shares the switch (the two jobs split its slots).
 """
 
 from __future__ import annotations
@@ -28,8 +29,13 @@ from tests.netns_harness import Testbed
 from tests.switch_io import SwitchPorts
 
 JOB = 7
-N_HOSTS = 3
+OTHER_JOB = 9
+N_HOSTS = 5
 N_WORKERS = 2
+JOB_HOSTS = {JOB: (0, 1), OTHER_JOB: (3, 4)}
+"""Each job's workers (host indices, in rank order)."""
+JOB_POOL = params.MAX_POOL_SIZE // 2
+"""Slots per job: JOB owns cells 0..JOB_POOL-1 of each shadow set, OTHER_JOB the rest."""
 
 StartTarget = Callable[[Testbed, Path], ContextManager[SwitchControl]]
 
@@ -110,17 +116,22 @@ TARGET_MARKS = {"bmv2": [pytest.mark.bmv2], "ebpf": [pytest.mark.ebpf]}
 
 @pytest.fixture(scope="module", params=[pytest.param(name, marks=TARGET_MARKS.get(name, [])) for name in sorted(TARGETS)])
 def target(request: pytest.FixtureRequest, testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchTarget]:
-    """A switch target on the test bed, programmed for job JOB (workers: hosts 0 and 1)."""
+    """A switch target on the test bed, programmed for jobs JOB and OTHER_JOB (JOB_HOSTS)."""
     log_dir = tmp_path_factory.mktemp(f"switch-{request.param}")
     with TARGETS[request.param](testbed, log_dir) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
-        programming.program_aggregation(control, job_program(testbed))
+        programming.program_jobs(control, job_programs(testbed))
         yield SwitchTarget(request.param, control, testbed)
 
 
-def job_program(testbed: Testbed) -> programming.JobProgram:
-    workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in testbed.hosts[:N_WORKERS]]
-    return programming.JobProgram(JOB, workers)
+def job_programs(testbed: Testbed) -> list[programming.JobProgram]:
+    """JOB and OTHER_JOB, each with JOB_POOL slots, as the control plane admits them."""
+    requests = [
+        programming.JobRequest(job, [programming.WorkerPort(rank, testbed.hosts[h].switch_port, testbed.hosts[h].mac, testbed.hosts[h].ipv4)
+                                     for rank, h in enumerate(hosts)], JOB_POOL)
+        for job, hosts in JOB_HOSTS.items()
+    ]
+    return programming.admit_jobs(requests, params.MAX_POOL_SIZE)
 
 
 @dataclass

@@ -188,3 +188,27 @@ def test_training_defaults_are_recorded_in_the_resolved_config(tmp_path: Path) -
                                     "repetitions": 1, "workload": {"kind": "training"}}))
     workload = load_experiment(path).points[0].workload
     assert workload["steps"] == 300 and workload["ablation_bits"] == [8, 5] and workload["dataset"] == "digits"
+
+
+def tree(**overrides: object):
+    return load_topology(TOPOLOGY_DIR / "tree.yaml", {"workers": 4, "leaves": 2, **overrides})
+
+
+def test_drop_simulator_rates_one_rate_everywhere_or_on_the_uplinks_only() -> None:
+    lossy = {"bw_mbps": 10, "loss": 0.01}
+    assert tree(link=lossy, uplink=lossy).drop_simulator_rates() == {"s1": (0.01, 0.0), "s2": (0.01, 0.01), "s3": (0.01, 0.01)}
+    assert tree(link={"loss": 0.0}, uplink=lossy).drop_simulator_rates() == {"s1": (0.01, 0.01), "s2": (0.0, 0.0), "s3": (0.0, 0.0)}
+    with pytest.raises(ValueError, match="different loss rates"):
+        tree(link={"loss": 0.02}, uplink=lossy).drop_simulator_rates()
+
+
+def test_tree_aggregation_is_recorded_and_star_refuses_it() -> None:
+    topology = tree(aggregation="hierarchical")
+    assert topology.aggregation == "hierarchical"
+    assert [h.name for h in topology.local_hosts("s2")] == ["h1", "h3"]
+    assert topology.leaf_address("s3") == ("02:53:4d:4c:01:02", "10.0.0.252")
+    with pytest.raises(ConfigError, match="topology.aggregation: not allowed for kind star"):
+        load_experiment(MAIN_CONFIG, ["topology.aggregation=hierarchical"])
+    with pytest.raises(ConfigError, match="jobs sharing a switch run on one aggregating switch"):
+        load_experiment(MAIN_CONFIG, ["topology.file=tree.yaml", "topology.aggregation=hierarchical", "methods=[switchml]",
+                                      "jobs=[{job_id: 1, hosts: [0, 1], pool_size: 8}]"])

@@ -343,7 +343,7 @@ def test_programming_names_exist_in_p4() -> None:
 
 def test_name_check_catches_drift() -> None:
     """A renamed table, action or register, or a wrong arity, must be reported."""
-    assert name_problems([("table_add", (programming.WORKER_TABLE, "set_worker", (1, "10.0.0.1"), (0, 1, 2)))])
+    assert name_problems([("table_add", (programming.WORKER_TABLE, "set_worker", (1, "10.0.0.1"), (0, 1, 2, 2)))])
     assert name_problems([("table_add", (programming.WORKER_TABLE, "set_rank_addr", (1, "10.0.0.1"), ()))])
     assert name_problems([("table_add", (f"{programming.INGRESS}.l2_tabel", "l2_forward", ("02:00:00:00:00:01",), (1,)))])
     assert name_problems([("register_reset", (f"{programming.INGRESS}.value_{params.K:02d}",))])
@@ -358,7 +358,7 @@ def test_table_keys_and_defaults_follow_dataplane_doc() -> None:
     )
     assert ingress.tables["l2_learn_table"] == Table(["hdr.ethernet.srcAddr"], ["NoAction", "l2_learn"])
     assert ingress.tables["l2_table"] == Table(["hdr.ethernet.dstAddr"], ["l2_forward", "l2_flood"])
-    assert egress.tables["rank_addr_table"] == Table(["meta.dst_rank"], ["set_rank_addr", "drop"])
+    assert egress.tables["rank_addr_table"] == Table(["meta.job_id", "meta.dst_rank"], ["set_rank_addr", "drop"])
     for table, default in [
         ("worker_table", "drop_unknown_sender"),
         ("l2_learn_table", "l2_learn"),

@@ -1,6 +1,7 @@
 """The behaviour every SwitchML switch target must show, checked with real packets.
 
-Hosts 0 and 1 are the two workers of job JOB, host 2 a bystander (see conftest.py). Each
+Hosts 0 and 1 are the two workers of job JOB, host 2 a bystander, hosts 3 and 4 the
+workers of another job sharing the switch (see conftest.py; test_switch_isolation.py). Each
 case sends frames from the hosts' namespaces through the switch and checks what arrives
 where: payload sums, exponent, echoed header fields, per-rank addresses, and the
 switch's event counters.
@@ -15,7 +16,7 @@ from scapy.layers.l2 import Ether
 
 from protocol import params
 from protocol.packet import IPV4_OFFSET, frame_bytes, ipv4_checksum
-from tests.conftest import JOB, SwitchUnderTest
+from tests.conftest import JOB, N_HOSTS, SwitchUnderTest
 from tests.switch_io import Received, dissect, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
@@ -28,7 +29,10 @@ def values(seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(-(10**6), 10**6, size=K, dtype=np.int64).astype(np.int32)
 
 
-def check_result(switch: SwitchUnderTest, received: Received, index: int, *, slot: int, shadow_set: int, seq: int, expected: np.ndarray, exponent: int) -> None:
+def check_result(
+    switch: SwitchUnderTest, received: Received, index: int, *, slot: int, shadow_set: int, seq: int, expected: np.ndarray, exponent: int,
+    job: int = JOB,
+) -> None:
     """Exactly one result at host ``index``: addressed to it, from the switch, fields echoed."""
     results = received.results(index)
     assert len(results) == 1, f"host {index} got {len(results)} results: {[r.summary() for r in received.frames[index]]}"
@@ -39,7 +43,7 @@ def check_result(switch: SwitchUnderTest, received: Received, index: int, *, slo
     assert ip.chksum == ipv4_checksum(bytes(results[0]), IPV4_OFFSET), "IPv4 checksum recomputed after the rewrite"
     assert (udp.sport, udp.dport, udp.chksum) == (params.UDP_PORT_BASE, params.WORKER_UDP_PORT, 0)
     assert sml.msg_type == params.MSG_RESULT
-    assert (sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.num_elements) == (JOB, slot, shadow_set, seq, K)
+    assert (sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.num_elements) == (job, slot, shadow_set, seq, K)
     assert sml.exponent == exponent
     assert sml.elements == expected.tolist()
 
@@ -201,7 +205,7 @@ def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
     assert [len(received.frames[i]) for i in range(3)] == [1, 0, 0], "host 0 was learned on port 1"
     assert bytes(received.frames[0][0]) == bytes(reply)
     counts = switch.counters()
-    assert (counts["EV_FORWARDED"], counts["EGV_SENT"]) == (2, 3)
+    assert (counts["EV_FORWARDED"], counts["EGV_SENT"]) == (2, N_HOSTS - 1 + 1), "one flood to every other port, one unicast"
 
 
 def test_vlan_tagged_frames_are_ordinary_traffic_and_keep_their_tag(switch: SwitchUnderTest) -> None:
@@ -217,7 +221,7 @@ def test_vlan_tagged_frames_are_ordinary_traffic_and_keep_their_tag(switch: Swit
         received = switch.ports.receive(2)
         assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [tagged], [tagged]]
     counts = switch.counters()
-    assert (counts["EV_FORWARDED"], counts["EV_UPDATE_CONSUMED"], counts["EGV_SENT"]) == (2, 0, 4)
+    assert (counts["EV_FORWARDED"], counts["EV_UPDATE_CONSUMED"], counts["EGV_SENT"]) == (2, 0, 2 * (N_HOSTS - 1))
 
 
 UNKNOWN_MAC = "02:00:00:00:aa:01"

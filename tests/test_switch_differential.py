@@ -4,10 +4,14 @@ frames must come out.
 Every target implements one program (docs/dataplane.md), so for any input they must send
 the same bytes out of the same ports in the same order and count the same events. This
 test generates a seeded random sequence of frames covering every path of the program:
-updates of both workers into several slots and both shadow sets (new contributions,
-completions, duplicates, retransmissions before and after completion, stale ones), wrong
-job ids, unknown and spoofed senders, malformed updates (truncated, wrong k, wrong
-num_elements, wrong udp.length, bad slot, bad shadow set, bad msg_type), updates with a
+updates of the workers of two jobs sharing the switch (conftest.py: each job its own slot
+range) into several slots and both shadow sets (new contributions, completions, duplicates,
+retransmissions before and after completion, stale ones), wrong job ids (another job's
+too), unknown and spoofed senders (workers of one job posing as the other's), slots beyond
+the sender's job's pool, hierarchical aggregation (the switch is a leaf of OTHER_JOB: its
+local sums go up to host 2, which sends results from above, current, old, repeated or
+from the wrong port), malformed updates (truncated, wrong k, wrong num_elements, wrong
+udp.length, bad slot, bad shadow set, bad msg_type), updates with a
 trailer or a wrong IPv4 checksum, and ordinary traffic: IPv4 with right and wrong header
 checksums, with options, with odd version or ihl fields, cut inside its headers, with
 trailing bytes, other etherTypes, 802.1Q, 802.1ad and double-tagged frames (tagged
@@ -34,6 +38,7 @@ compares that count too.
 
 from __future__ import annotations
 
+import dataclasses
 import select
 import struct
 import time
@@ -52,16 +57,18 @@ from protocol.packet import (
     IPV4_OFFSET,
     UDP_OFFSET,
     Endpoint,
+    SwitchMLHeader,
     build_frame,
+    encode_payload,
     frame_bytes,
     mac_to_bytes,
 )
 from protocol.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
-from tests.conftest import JOB, N_WORKERS, TARGET_MARKS, TARGETS, job_program, require_bmv2, require_ebpf
+from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_bmv2, require_ebpf
 from tests.netns_harness import Host, Testbed
-from tests.switch_io import SwitchPorts, update_frame, vlan_tagged
+from tests.switch_io import SWITCH, SwitchPorts, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
@@ -122,6 +129,31 @@ class Outcome:
     l2_entries: int
 
 
+UPPER_HOST = 2
+"""Host 2 plays the switch above for OTHER_JOB, of which the switch under test is a leaf."""
+LEAF = Endpoint("02:53:4d:4c:01:01", "10.0.0.253", params.UDP_PORT_BASE)
+"""The switch's own address as a worker of the switch above."""
+WORKERS = [host for hosts in JOB_HOSTS.values() for host in hosts]
+"""Hosts that are workers of some job."""
+JOB_OF = {host: job for job, hosts in JOB_HOSTS.items() for host in hosts}
+
+
+class JobRounds:
+    """One job's protocol state as its workers would keep it: per slot, the shadow set and
+    seq of the current round and who has sent to it."""
+
+    def __init__(self) -> None:
+        self.round_set = [0] * SLOTS
+        """Per slot, the shadow set of its current round: workers move on to the other set
+        once both sent theirs, as the protocol does, so many slots complete."""
+        self.round_senders: list[set[int]] = [set() for _ in range(SLOTS)]
+        self.round_seq = [(FIRST_SEQ + slot) & SEQ_MASK for slot in range(SLOTS)]
+        """Per slot, the seq every worker's update of the current round carries (as workers do)."""
+        self.next_seq = FIRST_SEQ + SLOTS
+        self.previous: list[tuple[int, int] | None] = [None] * SLOTS
+        """Per slot, (shadow set, seq) of the round before the current one: what a leaf sent up."""
+
+
 class SequenceBuilder:
     """Draws the random steps; every choice comes from one seeded generator."""
 
@@ -130,13 +162,7 @@ class SequenceBuilder:
         self.rng = rng
         self.updates: list[Step] = []
         """Well-formed updates sent so far, for duplicates and retransmissions."""
-        self.round_set = [0] * SLOTS
-        """Per slot, the shadow set of its current round: workers move on to the other set
-        once both sent theirs, as the protocol does, so many slots complete."""
-        self.round_senders: list[set[int]] = [set() for _ in range(SLOTS)]
-        self.round_seq = [(FIRST_SEQ + slot) & SEQ_MASK for slot in range(SLOTS)]
-        """Per slot, the seq every worker's update of the current round carries (as workers do)."""
-        self.next_seq = FIRST_SEQ + SLOTS
+        self.jobs = {job: JobRounds() for job in JOB_HOSTS}
 
     def pick(self, options: Sequence[T]) -> T:
         return options[int(self.rng.integers(len(options)))]
@@ -150,7 +176,7 @@ class SequenceBuilder:
             "slot": int(self.rng.integers(SLOTS)),
             "shadow_set": int(self.rng.integers(2)),
             "elements": self.elements(),
-            "job_id": JOB,
+            "job_id": JOB_OF.get(worker, JOB),
             "exponent": int(self.rng.integers(-128, 128)),
             "seq": int(self.rng.integers(1 << 32)),
         }
@@ -160,24 +186,26 @@ class SequenceBuilder:
     def next_contribution(self, worker: int) -> dict[str, int]:
         """Slot, set and seq of a worker's next update: mostly its slot's current round, else
         any set with this round's, the previous round's or any seq (stale and odd updates)."""
+        rounds = self.jobs[JOB_OF[worker]]
         slot = int(self.rng.integers(SLOTS))
-        current = self.round_seq[slot]
+        current = rounds.round_seq[slot]
         if self.rng.random() < OFF_ROUND_SHARE:
             seq = self.pick([current, (current - 1) & SEQ_MASK, int(self.rng.integers(1 << 32))])
             return {"slot": slot, "shadow_set": int(self.rng.integers(2)), "seq": seq}
-        shadow_set = self.round_set[slot]
-        self.round_senders[slot].add(worker)
-        if len(self.round_senders[slot]) == N_WORKERS:
-            self.round_set[slot] ^= 1
-            self.round_senders[slot].clear()
-            self.round_seq[slot] = self.next_seq & SEQ_MASK
-            self.next_seq += 1
+        shadow_set = rounds.round_set[slot]
+        rounds.round_senders[slot].add(worker)
+        if len(rounds.round_senders[slot]) == N_WORKERS:
+            rounds.previous[slot] = (shadow_set, current)
+            rounds.round_set[slot] ^= 1
+            rounds.round_senders[slot].clear()
+            rounds.round_seq[slot] = rounds.next_seq & SEQ_MASK
+            rounds.next_seq += 1
         return {"slot": slot, "shadow_set": shadow_set, "seq": current}
 
     # -- the kinds of step ---------------------------------------------------------------
 
     def new_update(self) -> Step:
-        worker = int(self.rng.integers(N_WORKERS))
+        worker = self.pick(WORKERS)
         frame = self.update(worker, **self.next_contribution(worker))
         step = Step(worker, f"update from worker {worker}: {describe(frame)}", frame)
         self.updates.append(step)
@@ -192,7 +220,7 @@ class SequenceBuilder:
         return Step(earlier.sender, f"again: {earlier.what}", earlier.frame)
 
     def update_with_trailer(self) -> Step:
-        worker = int(self.rng.integers(N_WORKERS))
+        worker = self.pick(WORKERS)
         trailer = self.rng.bytes(int(self.rng.integers(1, 33)))
         frame = self.update(worker, **self.next_contribution(worker)) + trailer
         step = Step(worker, f"update from worker {worker} + {len(trailer)} trailing bytes: {describe(frame)}", frame)
@@ -200,24 +228,47 @@ class SequenceBuilder:
         return step
 
     def update_with_wrong_ipv4_checksum(self) -> Step:
-        worker = int(self.rng.integers(N_WORKERS))
+        worker = self.pick(WORKERS)
         frame = with_wrong_ipv4_checksum(self.update(worker, **self.next_contribution(worker)))
         step = Step(worker, f"update from worker {worker} with a wrong IPv4 checksum: {describe(frame)}", frame)
         self.updates.append(step)
         return step
 
     def wrong_job(self) -> Step:
-        worker = int(self.rng.integers(N_WORKERS))
-        job = int(self.pick([JOB + 1, 0, 0xFFFF]))
+        worker = self.pick(WORKERS)
+        others = [job for job in JOB_HOSTS if job != JOB_OF[worker]]
+        job = int(self.pick([*others, *others, JOB + 1, 0, 0xFFFF]))
         return Step(worker, f"update from worker {worker} for job {job}", self.update(worker, job_id=job))
 
+    def beyond_pool(self) -> Step:
+        """A slot past the sender's job's pool but inside the registers (another job's cells)."""
+        worker = self.pick(WORKERS)
+        slot = int(self.rng.integers(JOB_POOL, params.MAX_POOL_SIZE))
+        return Step(worker, f"update from worker {worker} to slot {slot}, beyond its job's pool", self.update(worker, slot=slot))
+
+    def result_from_above(self) -> Step:
+        """A result of the switch above for OTHER_JOB: mostly for the round its workers just
+        finished (the version the leaf sent up), else any set and seq; now and then from a
+        worker's port or for the job without an uplink (both refused)."""
+        rounds = self.jobs[OTHER_JOB]
+        slot = int(self.rng.integers(SLOTS))
+        previous = rounds.previous[slot]
+        if previous is not None and self.rng.random() < 0.7:
+            shadow_set, seq = previous
+        else:
+            shadow_set, seq = int(self.rng.integers(2)), self.pick([rounds.round_seq[slot], int(self.rng.integers(1 << 32))])
+        sender, job = self.pick([(UPPER_HOST, OTHER_JOB)] * 6 + [(0, OTHER_JOB), (UPPER_HOST, JOB)])
+        header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, params.K, int(self.rng.integers(-128, 128)), seq)
+        frame = build_frame(SWITCH, LEAF, encode_payload(header, self.elements()))
+        return Step(sender, f"result from above from host {sender}: {describe(frame)}", frame)
+
     def unknown_sender(self) -> Step:
-        sender, as_host = self.pick([(2, 2), (2, 0), (1, 0), (0, 1)])
+        sender, as_host = self.pick([(2, 2), (2, 0), (1, 0), (0, 1), (3, 0), (0, 3), (4, 3), (2, 4)])
         frame = update_frame(self.hosts[as_host], int(self.rng.integers(SLOTS)), 0, self.elements(), JOB)
         return Step(sender, f"update with host {as_host}'s addresses from host {sender}'s port", frame)
 
     def malformed(self) -> Step:
-        worker = int(self.rng.integers(N_WORKERS))
+        worker = self.pick(WORKERS)
         variants: dict[str, Callable[[], bytes]] = {
             "truncated": lambda: self.update(worker)[: int(self.rng.integers(ETH_HEADER_BYTES, frame_bytes(params.K)))],
             "k/2 elements": lambda: self.update(worker, elements=self.elements(params.K // 2)),
@@ -275,6 +326,8 @@ class SequenceBuilder:
             (self.update_with_trailer, 5),
             (self.update_with_wrong_ipv4_checksum, 3),
             (self.wrong_job, 4),
+            (self.beyond_pool, 3),
+            (self.result_from_above, 6),
             (self.unknown_sender, 4),
             (self.malformed, 14),
             (self.ordinary, 26),
@@ -387,7 +440,7 @@ def run_on_target(
     ``pass_through`` forwards updates of senders not in worker_table as ordinary traffic."""
     with TARGETS[name](testbed, log_dir / name) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
-        programming.program_aggregation(control, job_program(testbed))
+        programming.program_jobs(control, leaf_of_other_job(testbed))
         if pass_through:
             programming.program_pass_through(control)
         ports = SwitchPorts(testbed)
@@ -395,6 +448,12 @@ def run_on_target(
             return run_sequence(control, ports, steps, name, reference)
         finally:
             ports.close()
+
+
+def leaf_of_other_job(testbed: Testbed) -> list[programming.JobProgram]:
+    """conftest's two jobs, with the switch a leaf of OTHER_JOB below host 2."""
+    uplink = programming.Uplink(testbed.hosts[UPPER_HOST].switch_port, LEAF.mac, LEAF.ipv4, params.SWITCH_MAC, params.SWITCH_IPV4)
+    return [dataclasses.replace(job, uplink=uplink) if job.job_id == OTHER_JOB else job for job in job_programs(testbed)]
 
 
 def first_differing_byte(a: bytes, b: bytes) -> int:

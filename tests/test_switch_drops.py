@@ -139,13 +139,13 @@ def test_drop_probability_zero_drops_nothing(switch: SwitchUnderTest) -> None:
 
 
 CONTROL_ERRORS = {
-    "unknown_table": ("unknown table", lambda c: c.table_add("SwitchMLIngress.no_such_table", "set_worker", [1, "10.0.0.1"], [0, 1, 2, 2])),
+    "unknown_table": ("unknown table", lambda c: c.table_add("SwitchMLIngress.no_such_table", "set_worker", [1, "10.0.0.1"], [0, 1, 2, 2, 0, 1])),
     "unknown_action": ("unknown action", lambda c: c.table_add(programming.WORKER_TABLE, "no_such_action", [1, "10.0.0.9"], [])),
-    "wrong_key_count": ("takes 2 value", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1], [0, 1, 2, 2])),
-    "key_too_wide": ("does not fit bit<9>", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1 << 9, "10.0.0.9"], [0, 1, 2, 2])),
+    "wrong_key_count": ("takes 2 value", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1], [0, 1, 2, 2, 0, 1])),
+    "key_too_wide": ("does not fit bit<9>", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1 << 9, "10.0.0.9"], [0, 1, 2, 2, 0, 1])),
     "bad_key": ("cannot parse", lambda c: c.table_add(programming.L2_TABLE, "l2_forward", ["not-a-mac"], [1])),
-    "wrong_param_count": ("takes 4 value", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.9"], [0])),
-    "duplicate_entry": ("duplicate entry", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.1"], [0, JOB, 2, 2])),
+    "wrong_param_count": ("takes 6 value", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.9"], [0])),
+    "duplicate_entry": ("duplicate entry", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.1"], [0, JOB, 2, 2, 0, 1])),
     "unknown_register": ("unknown register", lambda c: c.register_read("SwitchMLIngress.no_such_register")),
     "register_index": ("out of range", lambda c: c.register_write(programming.BITMAP_REGISTER, 1 << 20, 1)),
     "unknown_counter": ("unknown counter", lambda c: c.counter_read("SwitchMLIngress.no_such_counter")),

@@ -154,6 +154,41 @@ def test_two_level_tree_aggregates_at_the_spine(tmp_path: Path) -> None:
     assert not leftovers(str(out))
 
 
+def test_two_level_tree_aggregates_hierarchically_and_recovers_uplink_loss(tmp_path: Path) -> None:
+    """Each leaf sums its two workers and sends one partial sum per slot up; the spine sums
+    the leaves. 2 % loss on the leaf-spine links only (the spine's drop simulator) must be
+    recovered exactly: lost partial sums and lost results are asked again by the leaves."""
+    out = tmp_path / "run"
+    done = run_experiment(out, "topology.file=tree.yaml", "topology.workers=4", "topology.aggregation=hierarchical",
+                          "topology.uplink.loss=0.02", "workload.elements=20000", "repetitions=1", "methods=[switchml]")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    assert summary["aggregation"] == summary["network"]["0"]["aggregation"] == "hierarchical"
+    counters = pd.read_csv(out / "switch_counters.csv").set_index(["switch", "counter"])["value"]
+    slots = -(-20000 // 32)
+    assert counters["s1", "EV_RESULT_MULTICAST"] >= slots  # the spine completes every slot ...
+    for leaf in ("s2", "s3"):  # ... from one partial sum per leaf and slot (more only to recover loss)
+        assert counters[leaf, "EV_PARTIAL_UP"] >= slots
+        assert counters[leaf, "EV_RESULT_MULTICAST"] >= slots
+        assert counters[leaf, "EV_FORWARDED"] == 0
+    assert counters["s1", "EV_DROP_SIM_INGRESS"] + counters["s1", "EGV_DROP_SIM_EGRESS"] > 0, "the uplinks lost packets"
+    assert not leftovers(str(out))
+
+
+def test_jobs_sharing_a_switch_each_verify(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = run_experiment(out, "topology.workers=4", "methods=[switchml]", "repetitions=1", "workload.elements=20000",
+                          "jobs=[{job_id: 3, hosts: [0, 1], pool_size: 32}, {job_id: 5, hosts: [3, 2], pool_size: 16, elements: 7000, start_s: 0.2}]")
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    jobs = pd.read_csv(out / "jobs.csv")
+    assert sorted(jobs.groupby("job_id")["elements"].first().items()) == [(3, 20000), (5, 7000)]
+    assert jobs["verified"].all()
+    assert not leftovers(str(out))
+
+
 def test_resume_finishes_an_interrupted_sweep_without_duplicates(tmp_path: Path) -> None:
     out = tmp_path / "run"
     overrides = ["topology.workers=2", "methods=[switchml]", "repetitions=2", "topology.link.bw_mbps=2",

@@ -24,12 +24,15 @@ AGGREGATOR_MAC = params.SWITCH_MAC
 """Virtual MAC the workers send updates to (the aggregating switch answers from it)."""
 AGGREGATOR_HOST_OCTET = 254
 """The aggregating switch's virtual IPv4 is <subnet>.254."""
+LEAF_MAC_PREFIX = "02:53:4d:4c:01"
+"""In hierarchical aggregation leaf i (0-based) is a worker of the spine: MAC <prefix>:<i+1>,
+IPv4 <subnet>.<253 - i> (hosts have .1 up to .32)."""
 
 DEFAULT_SUBNET = "10.0.0.0/24"
 _COMMON_KEYS = {"name", "description", "kind", "subnet"}
 KIND_KEYS: dict[str, set[str]] = {
     "star": _COMMON_KEYS | {"workers", "link"},
-    "tree": _COMMON_KEYS | {"workers", "leaves", "link", "uplink"},
+    "tree": _COMMON_KEYS | {"workers", "leaves", "link", "uplink", "aggregation"},
     "explicit": _COMMON_KEYS | {"switches", "hosts", "links"},
 }
 """Top-level keys each kind accepts (the schema lists the union)."""
@@ -78,6 +81,8 @@ class Topology:
     subnet_prefix: str
     resolved: Mapping[str, Any]
     """The validated YAML after overrides, as written to a run's topology.yaml."""
+    aggregation: str = "spine"
+    """spine: only the aggregating switch aggregates; hierarchical (trees): every leaf too."""
 
     @property
     def aggregator(self) -> SwitchSpec:
@@ -90,6 +95,45 @@ class Topology:
     @property
     def aggregator_mac(self) -> str:
         return AGGREGATOR_MAC
+
+    @property
+    def leaves(self) -> list[SwitchSpec]:
+        """The switches below the aggregating one, in order."""
+        return [s for s in self.switches if not s.aggregate]
+
+    def leaf_address(self, name: str) -> tuple[str, str]:
+        """(MAC, IPv4) of a leaf as a worker of the spine (hierarchical aggregation)."""
+        index = [s.name for s in self.leaves].index(name)
+        return f"{LEAF_MAC_PREFIX}:{index + 1:02x}", f"{self.subnet_prefix}.{AGGREGATOR_HOST_OCTET - 1 - index}"
+
+    def local_hosts(self, switch: str) -> list[HostSpec]:
+        """The hosts cabled to ``switch``, in rank order."""
+        return [h for h in self.hosts if self.next_hop(switch, h.name) == h.name]
+
+    def drop_simulator_rates(self) -> dict[str, tuple[float, float]]:
+        """Per switch, the (ingress, egress) drop probability that emulates the links' loss
+        with the switches' drop simulators (no netem). Two cases can be expressed: one loss
+        rate on every link (each direction that ends at a switch is dropped at its ingress,
+        one that ends at a host at the switch's egress; in a tree a leaf's egress also covers
+        its uplink, which so sees the loss twice), and loss on the links between switches
+        only, with lossless host links (dropped at the aggregating switch, in and out, when
+        all its links go to other switches: a tree's spine). ValueError otherwise."""
+        losses = {link.spec.loss for link in self.links}
+        host_names = {h.name for h in self.hosts}
+        if len(losses) == 1:
+            loss = losses.pop()
+            return {s.name: (loss, loss if self.local_hosts(s.name) else 0.0) for s in self.switches}
+        host_losses = {l.spec.loss for l in self.links if l.a in host_names or l.b in host_names}
+        switch_losses = {l.spec.loss for l in self.links if l.a not in host_names and l.b not in host_names}
+        top = self.aggregator.name
+        if host_losses == {0.0} and len(switch_losses) == 1 and not self.local_hosts(top):
+            loss = switch_losses.pop()
+            return {s.name: (loss, loss) if s.name == top else (0.0, 0.0) for s in self.switches}
+        raise ValueError(
+            f"links have different loss rates {sorted(losses)}; the switch drop simulator applies one rate to every "
+            "link, or one rate to the links between switches when host links are lossless and the aggregating switch "
+            "has no hosts"
+        )
 
     def neighbours(self, node: str) -> list[str]:
         return [l.b if l.a == node else l.a for l in self.links if node in (l.a, l.b)]
@@ -199,6 +243,7 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
         links=tuple(links),
         subnet_prefix=data.get("subnet", DEFAULT_SUBNET).rsplit(".", 1)[0],
         resolved=data,
+        aggregation=data.get("aggregation", "spine"),
     )
     _check_graph(topology, source)
     return topology

@@ -15,7 +15,8 @@
 #define SWITCHML_K 32
 
 /* Slots in the pool. Registers hold 2 * SWITCHML_MAX_POOL_SIZE entries (two shadow
- * sets); a job may use any pool size up to this. */
+ * sets); the control plane gives every job on the switch its own range of slots
+ * (set_worker's slot_base and pool_size), and the ranges together fit in this. */
 #ifndef SWITCHML_MAX_POOL_SIZE
 #define SWITCHML_MAX_POOL_SIZE 512
 #endif
@@ -48,7 +49,9 @@
 #define EV_DROP_SIM_INGRESS 7     /* dropped by the ingress drop simulator */
 #define EV_FORWARDED 8            /* ordinary (non-SwitchML) traffic forwarded */
 #define EV_DROP_STALE 9           /* update of an older version than its cell holds (reordered) */
-#define EV_COUNT 10
+#define EV_DROP_OUTSIDE_POOL 10   /* slot beyond the sender's job's pool (another job's cells) */
+#define EV_PARTIAL_UP 11          /* local sum (or its retransmission) sent to the switch above */
+#define EV_COUNT 12
 
 /* Indices into SwitchMLEgress.egress_counter. */
 #define EGV_SENT 0                /* packets leaving the switch */

@@ -12,8 +12,6 @@
  * PKT_INSTANCE_TYPE_REPLICATION). */
 #define INSTANCE_TYPE_REPLICATION 5
 
-/* Bytes of a result: Ethernet (14) + IPv4 (20) + UDP (8) + switchml_h (12) + k int32. */
-#define SWITCHML_FRAME_BYTES (14 + 20 + 8 + 12 + 4 * SWITCHML_K)
 
 control SwitchMLEgress(inout headers_t hdr,
                        inout metadata_t meta,
@@ -28,7 +26,8 @@ control SwitchMLEgress(inout headers_t hdr,
         mark_to_drop(standard_metadata);
     }
 
-    /* Results leave with the worker's own addresses, so its socket accepts them. */
+    /* Results leave with the worker's own addresses, so its socket accepts them. Keyed by
+     * the job too: every job on the switch has its own ranks 0..n-1. */
     action set_rank_addr(mac_addr_t mac, ipv4_addr_t ipv4, bit<16> udp_port) {
         hdr.ethernet.dstAddr = mac;
         hdr.ipv4.dstAddr = ipv4;
@@ -36,10 +35,13 @@ control SwitchMLEgress(inout headers_t hdr,
     }
 
     table rank_addr_table {
-        key = { meta.dst_rank: exact; }
+        key = {
+            meta.job_id: exact;
+            meta.dst_rank: exact;
+        }
         actions = { set_rank_addr; drop; }
         default_action = drop();
-        size = 256;
+        size = 1024;
     }
 
     apply {

@@ -12,6 +12,9 @@
 
 #include "constants.p4"
 
+/* Bytes of an update or result: Ethernet (14) + IPv4 (20) + UDP (8) + switchml_h (12) + k int32. */
+#define SWITCHML_FRAME_BYTES (14 + 20 + 8 + 12 + 4 * SWITCHML_K)
+
 typedef bit<48> mac_addr_t;
 typedef bit<32> ipv4_addr_t;
 
@@ -49,7 +52,7 @@ header switchml_h {
     bit<8>  msg_type;      /* SWITCHML_MSG_UPDATE or SWITCHML_MSG_RESULT */
     bit<8>  shadow_set;    /* which of the slot's two shadow copies: 0 or 1 */
     bit<16> job_id;        /* must match the sender's job in worker_table */
-    bit<16> slot;          /* pool index, < SWITCHML_MAX_POOL_SIZE */
+    bit<16> slot;          /* the job's pool index, < its pool_size (worker_table) */
     bit<8>  num_elements;  /* elements that follow; must equal SWITCHML_K */
     bit<8>  exponent;      /* int8 (two's complement): block exponent, one round ahead */
     bit<32> seq;           /* packet sequence number, echoed in the result */
@@ -110,8 +113,10 @@ struct metadata_t {
     bit<32> rank_bit;        /* 1 << rank */
     bit<16> job_id;          /* sender's job, from worker_table */
     bit<8>  num_workers;     /* workers in the sender's job */
-    bit<32> reg_index;       /* shadow_set * SWITCHML_MAX_POOL_SIZE + slot */
-    bit<32> other_index;     /* (1 - shadow_set) * SWITCHML_MAX_POOL_SIZE + slot */
+    bit<16> slot_base;       /* first register cell of the sender's job's slot range */
+    bit<16> pool_size;       /* slots of the sender's job: slot_base .. slot_base + pool_size - 1 */
+    bit<32> reg_index;       /* shadow_set * SWITCHML_MAX_POOL_SIZE + slot_base + slot */
+    bit<32> other_index;     /* (1 - shadow_set) * SWITCHML_MAX_POOL_SIZE + slot_base + slot */
     bit<1>  is_result;       /* this packet leaves as a SwitchML result */
     bit<8>  dst_rank;        /* unicast result: rank to address in egress */
     bit<9>  ingress_port;    /* kept for egress flood pruning */

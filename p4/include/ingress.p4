@@ -2,8 +2,9 @@
  * ingress.p4 -- SwitchMLIngress: drop simulator, L2 forwarding, worker table and the
  * aggregation of one slot version (docs/dataplane.md, SwitchMLIngress, steps 1-6).
  *
- * Register cells are indexed by meta.reg_index = shadow_set * SWITCHML_MAX_POOL_SIZE + slot
- * (the "version" of a slot); meta.other_index is the same slot in the other shadow set.
+ * Register cells are indexed by meta.reg_index = shadow_set * SWITCHML_MAX_POOL_SIZE +
+ * slot_base + slot (the "version" of a slot of the sender's job, whose slots start at
+ * slot_base); meta.other_index is the same slot in the other shadow set.
  */
 #ifndef SWITCHML_INGRESS_P4
 #define SWITCHML_INGRESS_P4
@@ -71,11 +72,16 @@ control SwitchMLIngress(inout headers_t hdr,
 
     /* ---- who sent this update -------------------------------------------------------- */
 
-    action set_worker(bit<8> rank, bit<16> job_id, bit<8> num_workers, bit<16> mcast_grp) {
+    /* A job's workers share its job_id, result group and slot range (slot_base, pool_size):
+     * several jobs on one switch never touch each other's cells or workers. */
+    action set_worker(bit<8> rank, bit<16> job_id, bit<8> num_workers, bit<16> mcast_grp,
+                      bit<16> slot_base, bit<16> pool_size) {
         meta.rank = rank;
         meta.rank_bit = (bit<32>)1 << rank;
         meta.job_id = job_id;
         meta.num_workers = num_workers;
+        meta.slot_base = slot_base;
+        meta.pool_size = pool_size;
         result_mcast_grp = mcast_grp;
     }
 
@@ -98,13 +104,60 @@ control SwitchMLIngress(inout headers_t hdr,
         size = 1024;
     }
 
+    /* ---- the switch above (hierarchical aggregation) ------------------------------------ */
+
+    /* Set by uplink_table: where this switch sends a job's partial sums, and from where
+     * (port, source IPv4) the job's results come back. */
+    bit<9> uplink_port = 0;
+    mac_addr_t uplink_src_mac = 0;
+    ipv4_addr_t uplink_src_ipv4 = 0;
+    mac_addr_t uplink_dst_mac = 0;
+    ipv4_addr_t uplink_dst_ipv4 = 0;
+
+    /* A job that is aggregated further up: this switch sums its local workers and sends
+     * the partial sum up as one worker of the switch above (src_* are this switch's
+     * addresses there, dst_* the upper switch's). num_workers, mcast_grp, slot_base and
+     * pool_size are the job's local ones, as in its workers' set_worker entries: a result
+     * from above has no worker entry to take them from. */
+    action set_uplink(bit<9> port, mac_addr_t src_mac, ipv4_addr_t src_ipv4, mac_addr_t dst_mac, ipv4_addr_t dst_ipv4,
+                      bit<8> num_workers, bit<16> mcast_grp, bit<16> slot_base, bit<16> pool_size) {
+        uplink_port = port;
+        uplink_src_mac = src_mac;
+        uplink_src_ipv4 = src_ipv4;
+        uplink_dst_mac = dst_mac;
+        uplink_dst_ipv4 = dst_ipv4;
+        meta.num_workers = num_workers;
+        result_mcast_grp = mcast_grp;
+        meta.slot_base = slot_base;
+        meta.pool_size = pool_size;
+    }
+
+    /* Default NoAction: this switch is the top of the job's tree (it completes the sum). */
+    table uplink_table {
+        key = { meta.job_id: exact; }
+        actions = { set_uplink; NoAction; }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    /* The local partial sum (hdr.data and exponent filled in by the caller) leaves as an
+     * update of this switch to the switch above, cut to an update's size. */
+    action send_up() {
+        hdr.ethernet.srcAddr = uplink_src_mac;
+        hdr.ethernet.dstAddr = uplink_dst_mac;
+        hdr.ipv4.srcAddr = uplink_src_ipv4;
+        hdr.ipv4.dstAddr = uplink_dst_ipv4;
+        hdr.udp.checksum = 0;
+        standard_metadata.egress_spec = uplink_port;
+        truncate((bit<32>)SWITCHML_FRAME_BYTES);
+    }
+
     /* ---- aggregation helpers --------------------------------------------------------- */
 
     action compute_indices() {
-        meta.reg_index = (bit<32>)hdr.switchml.shadow_set * SWITCHML_MAX_POOL_SIZE
-                         + (bit<32>)hdr.switchml.slot;
-        meta.other_index = (bit<32>)(8w1 - hdr.switchml.shadow_set) * SWITCHML_MAX_POOL_SIZE
-                           + (bit<32>)hdr.switchml.slot;
+        bit<32> cell = (bit<32>)meta.slot_base + (bit<32>)hdr.switchml.slot;
+        meta.reg_index = (bit<32>)hdr.switchml.shadow_set * SWITCHML_MAX_POOL_SIZE + cell;
+        meta.other_index = (bit<32>)(8w1 - hdr.switchml.shadow_set) * SWITCHML_MAX_POOL_SIZE + cell;
     }
 
     /* Turn the update into its result (hdr.data and exponent are filled in by the caller):
@@ -138,40 +191,88 @@ control SwitchMLIngress(inout headers_t hdr,
                 && (hdr.udp.dstPort & SWITCHML_UDP_PORT_MASK) == SWITCHML_UDP_PORT_BASE) {
             ordinary = false;
 
-            /* 3. Malformed: truncated, wrong k, not an update, bad set or slot. */
+            /* 3. Malformed: truncated, wrong k, neither an update nor a result, bad set or slot. */
             if (standard_metadata.parser_error != error.NoError
                     || hdr.switchml.num_elements != SWITCHML_K
                     || hdr.udp.length != SWITCHML_UDP_LENGTH
-                    || hdr.switchml.msg_type != SWITCHML_MSG_UPDATE
+                    || (hdr.switchml.msg_type != SWITCHML_MSG_UPDATE
+                        && hdr.switchml.msg_type != SWITCHML_MSG_RESULT)
                     || hdr.switchml.shadow_set > 1
                     || hdr.switchml.slot >= SWITCHML_MAX_POOL_SIZE) {
                 mark_to_drop(standard_metadata);
                 event_counter.count(EV_DROP_MALFORMED);
             } else {
-                /* 4. Who sent it (drop_unknown_sender drops and counts by itself). */
-                switch (worker_table.apply().action_run) {
-                    forward_as_ordinary: {
-                        ordinary = true;
+                /* 4. Who sent it: a worker's update (worker_table; drop_unknown_sender
+                 * drops and counts by itself), or a result from the switch above (4R). */
+                bool from_worker = false;
+                bool from_above = false;
+                if (hdr.switchml.msg_type == SWITCHML_MSG_UPDATE) {
+                    switch (worker_table.apply().action_run) {
+                        forward_as_ordinary: {
+                            ordinary = true;
+                        }
+                        set_worker: {
+                            if (hdr.switchml.job_id != meta.job_id) {
+                                /* 5. Not the sender's job. */
+                                mark_to_drop(standard_metadata);
+                                event_counter.count(EV_DROP_WRONG_JOB);
+                            } else {
+                                from_worker = true;
+                            }
+                        }
                     }
-                    set_worker: {
-                        if (hdr.switchml.job_id != meta.job_id) {
-                            /* 5. Not the sender's job. */
-                            mark_to_drop(standard_metadata);
-                            event_counter.count(EV_DROP_WRONG_JOB);
-                        } else {
-                            /* 6. Aggregation: read each register once, decide, write once. */
-                            compute_indices();
-                            bit<32> contributors;
-                            bitmap.read(contributors, meta.reg_index);
-                            bit<32> contributions;
-                            count.read(contributions, meta.reg_index);
-                            bit<32> max_exponent;
-                            exponent.read(max_exponent, meta.reg_index);
-                            bit<32> version_seq;
-                            seq.read(version_seq, meta.reg_index);
-                            bit<32> num_workers = (bit<32>)meta.num_workers;
-                            bool is_new = (contributors & meta.rank_bit) == 0;
+                } else {
+                    meta.job_id = hdr.switchml.job_id;
+                    from_above = true;
+                }
 
+                if (from_worker || from_above) {
+                    /* The job's uplink: where a partial sum goes, and who may send results. */
+                    bool has_uplink = uplink_table.apply().hit;
+                    if (from_above && (!has_uplink
+                            || standard_metadata.ingress_port != uplink_port
+                            || hdr.ipv4.srcAddr != uplink_dst_ipv4)) {
+                        /* 4R. A result, but not from this job's uplink. */
+                        mark_to_drop(standard_metadata);
+                        event_counter.count(EV_DROP_MALFORMED);
+                    } else if (hdr.switchml.slot >= meta.pool_size) {
+                        /* 5b. Beyond the job's slot range: other jobs' cells. */
+                        mark_to_drop(standard_metadata);
+                        event_counter.count(EV_DROP_OUTSIDE_POOL);
+                    } else {
+                        /* 6. Aggregation: read each register once, decide, write once. */
+                        compute_indices();
+                        bit<32> contributors;
+                        bitmap.read(contributors, meta.reg_index);
+                        bit<32> contributions;
+                        count.read(contributions, meta.reg_index);
+                        bit<32> max_exponent;
+                        exponent.read(max_exponent, meta.reg_index);
+                        bit<32> version_seq;
+                        seq.read(version_seq, meta.reg_index);
+                        bit<32> num_workers = (bit<32>)meta.num_workers;
+                        /* The count at which the cell holds the job's result: all local
+                         * contributions, plus the result from above when there is an uplink. */
+                        bit<32> complete = has_uplink ? num_workers + 1 : num_workers;
+                        bool is_new = (contributors & meta.rank_bit) == 0;
+
+                        if (from_above) {
+                            /* 6R. The result of the version this switch sent its partial sum
+                             * up for: keep it (to answer retransmissions) and multicast it to
+                             * the job's workers. Anything else is an old or repeated copy. */
+                            if (contributions == num_workers && hdr.switchml.seq == version_seq) {
+                                store_first_values();
+                                exponent.write(meta.reg_index, (bit<32>)hdr.switchml.exponent);
+                                count.write(meta.reg_index, complete);
+                                hdr.udp.checksum = 0;
+                                meta.is_result = 1;
+                                standard_metadata.mcast_grp = result_mcast_grp;
+                                event_counter.count(EV_RESULT_MULTICAST);
+                            } else {
+                                mark_to_drop(standard_metadata);
+                                event_counter.count(EV_DROP_STALE);
+                            }
+                        } else {
                             /* 6a. Stale: the update belongs to an older version of the slot
                              * than the one this cell holds (a reordered or long-delayed copy;
                              * docs/dataplane.md, "Reordering"). Workers number their packets
@@ -185,7 +286,7 @@ control SwitchMLIngress(inout headers_t hdr,
                             } else if (is_new) {
                                 /* Joining a version: it must be this one, and not complete
                                  * (a complete version takes no new ranks: they have moved on). */
-                                stale = hdr.switchml.seq != version_seq || contributions == num_workers;
+                                stale = hdr.switchml.seq != version_seq || contributions >= num_workers;
                             } else {
                                 stale = hdr.switchml.seq != version_seq;
                             }
@@ -220,7 +321,13 @@ control SwitchMLIngress(inout headers_t hdr,
                                 count.write(meta.reg_index, contributions);
                                 exponent.write(meta.reg_index, max_exponent);
 
-                                if (contributions == num_workers) {
+                                if (contributions == num_workers && has_uplink) {
+                                    /* All local workers are in: the partial sum goes up, as
+                                     * one worker of the switch above. */
+                                    hdr.switchml.exponent = (bit<8>)max_exponent;
+                                    send_up();
+                                    event_counter.count(EV_PARTIAL_UP);
+                                } else if (contributions == num_workers) {
                                     /* Complete: hdr.data holds the sum; multicast it. */
                                     hdr.switchml.exponent = (bit<8>)max_exponent;
                                     make_result();
@@ -231,7 +338,15 @@ control SwitchMLIngress(inout headers_t hdr,
                                     event_counter.count(EV_UPDATE_CONSUMED);
                                 }
                                 // END LAB 2
-                            } else if (contributions == num_workers) {
+                            } else if (contributions == num_workers && has_uplink) {
+                                /* A retransmission while the result from above is missing:
+                                 * the partial sum or that result was lost, so send the
+                                 * partial sum up again; the switch above answers it. */
+                                read_values();
+                                hdr.switchml.exponent = (bit<8>)max_exponent;
+                                send_up();
+                                event_counter.count(EV_PARTIAL_UP);
+                            } else if (contributions == complete) {
                                 // BEGIN LAB 3: a retransmission to a complete version: send the stored result back to its sender only
                                 /* A retransmission to a complete version: the worker
                                  * missed the result, so send the stored one back to it. */

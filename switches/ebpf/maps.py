@@ -72,6 +72,27 @@ class WorkerAction(ctypes.Structure):
         ("job_id", ctypes.c_uint32),
         ("num_workers", ctypes.c_uint32),
         ("mcast_grp", ctypes.c_uint32),
+        ("slot_base", ctypes.c_uint32),
+        ("pool_size", ctypes.c_uint32),
+    ]
+
+
+class JobKey(ctypes.Structure):
+    _fields_ = [("job_id", ctypes.c_uint32)]
+
+
+class UplinkAction(ctypes.Structure):
+    _fields_ = [
+        ("action", ctypes.c_uint32),
+        ("port", ctypes.c_uint32),
+        ("src_ipv4", ctypes.c_uint32),
+        ("dst_ipv4", ctypes.c_uint32),
+        ("num_workers", ctypes.c_uint32),
+        ("mcast_grp", ctypes.c_uint32),
+        ("slot_base", ctypes.c_uint32),
+        ("pool_size", ctypes.c_uint32),
+        ("src_mac", ctypes.c_uint64),
+        ("dst_mac", ctypes.c_uint64),
     ]
 
 
@@ -88,7 +109,7 @@ class L2Action(ctypes.Structure):
 
 
 class RankKey(ctypes.Structure):
-    _fields_ = [("dst_rank", ctypes.c_uint32)]
+    _fields_ = [("job_id", ctypes.c_uint32), ("dst_rank", ctypes.c_uint32)]
 
 
 class RankAddrAction(ctypes.Structure):
@@ -155,12 +176,31 @@ TABLES: Mapping[str, TableLayout] = {
         {
             "set_worker": (
                 DEFINES["WORKER_TABLE_SET_WORKER"],
-                (Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16)),
+                (
+                    Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16),
+                    Field("slot_base", 16), Field("pool_size", 16),
+                ),
             ),
             "forward_as_ordinary": (DEFINES["WORKER_TABLE_FORWARD_AS_ORDINARY"], ()),
             "drop_unknown_sender": (DEFINES["WORKER_TABLE_DROP_UNKNOWN_SENDER"], ()),
         },
         WorkerAction,
+    ),
+    f"{INGRESS}.uplink_table": TableLayout(
+        "uplink_table",
+        (Field("meta.job_id", 16),),
+        JobKey,
+        {
+            "set_uplink": (
+                DEFINES["UPLINK_TABLE_SET_UPLINK"],
+                (
+                    Field("port", 9), Field("src_mac", 48), Field("src_ipv4", 32), Field("dst_mac", 48), Field("dst_ipv4", 32),
+                    Field("num_workers", 8), Field("mcast_grp", 16), Field("slot_base", 16), Field("pool_size", 16),
+                ),
+            ),
+            "NoAction": (DEFINES["UPLINK_TABLE_NOACTION"], ()),
+        },
+        UplinkAction,
     ),
     f"{INGRESS}.l2_learn_table": TableLayout(
         "l2_learn_table",
@@ -178,7 +218,7 @@ TABLES: Mapping[str, TableLayout] = {
     ),
     f"{EGRESS}.rank_addr_table": TableLayout(
         "rank_addr_table",
-        (Field("meta.dst_rank", 8),),
+        (Field("meta.job_id", 16), Field("meta.dst_rank", 8)),
         RankKey,
         {
             "set_rank_addr": (

@@ -76,7 +76,7 @@ struct address_headers {
 /* ---- SwitchMLIngress state ------------------------------------------------------------ */
 
 /* One cell of the registers bitmap, count, exponent, seq and value_00..value_XX: the cell
- * at index shadow_set * SWITCHML_MAX_POOL_SIZE + slot of each register array. */
+ * at index shadow_set * SWITCHML_MAX_POOL_SIZE + slot_base + slot of each register array. */
 struct register_cell {
 	__u32 bitmap;
 	__u32 count;
@@ -122,7 +122,7 @@ struct {
 } event_counter SEC(".maps");
 
 /* worker_table: (ingress_port, hdr.ipv4.srcAddr) -> set_worker(rank, job_id, num_workers,
- * mcast_grp) | forward_as_ordinary | drop_unknown_sender (default). */
+ * mcast_grp, slot_base, pool_size) | forward_as_ordinary | drop_unknown_sender (default). */
 struct worker_key {
 	__u32 ingress_port;
 	__u32 src_addr; /* host byte order, as the control plane writes an IPv4 address */
@@ -134,6 +134,8 @@ struct worker_action {
 	__u32 job_id;
 	__u32 num_workers;
 	__u32 mcast_grp;
+	__u32 slot_base;
+	__u32 pool_size;
 };
 
 struct {
@@ -149,6 +151,35 @@ struct {
 	__type(key, __u32);
 	__type(value, struct worker_action);
 } worker_table_default SEC(".maps");
+
+/* uplink_table: meta.job_id -> set_uplink(port, src_mac, src_ipv4, dst_mac, dst_ipv4,
+ * num_workers, mcast_grp, slot_base, pool_size) | NoAction (default: this switch is the top). */
+struct uplink_action {
+	__u32 action;
+	__u32 port;
+	__u32 src_ipv4; /* host byte order */
+	__u32 dst_ipv4;
+	__u32 num_workers;
+	__u32 mcast_grp;
+	__u32 slot_base;
+	__u32 pool_size;
+	__u64 src_mac; /* host-order 48-bit integers */
+	__u64 dst_mac;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, UPLINK_TABLE_SIZE);
+	__type(key, __u32);
+	__type(value, struct uplink_action);
+} uplink_table SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct uplink_action);
+} uplink_table_default SEC(".maps");
 
 /* l2_learn_table: hdr.ethernet.srcAddr -> NoAction | l2_learn (default). MAC keys are the
  * 48-bit address as a host-order integer. */
@@ -244,7 +275,13 @@ struct {
 
 /* ---- SwitchMLEgress state ------------------------------------------------------------- */
 
-/* rank_addr_table: meta.dst_rank -> set_rank_addr(mac, ipv4, udp_port) | drop (default). */
+/* rank_addr_table: (meta.job_id, meta.dst_rank) -> set_rank_addr(mac, ipv4, udp_port) | drop
+ * (default). */
+struct rank_addr_key {
+	__u32 job_id;
+	__u32 dst_rank;
+};
+
 struct rank_addr_action {
 	__u32 action;
 	__u32 ipv4; /* host byte order */
@@ -256,7 +293,7 @@ struct rank_addr_action {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, RANK_ADDR_TABLE_SIZE);
-	__type(key, __u32);
+	__type(key, struct rank_addr_key);
 	__type(value, struct rank_addr_action);
 } rank_addr_table SEC(".maps");
 
@@ -353,12 +390,14 @@ static __always_inline int switchml_egress_forward(__u32 wire_bytes)
 	return 1;
 }
 
-/* Steps 1 and 3 for one result copy to rank dst_rank: rank_addr_table writes the
- * destination (a miss drops the copy, uncounted, as on bmv2), the IPv4 checksum is
+/* Steps 1 and 3 for one result copy to rank dst_rank of job job_id: rank_addr_table writes
+ * the destination (a miss drops the copy, uncounted, as on bmv2), the IPv4 checksum is
  * recomputed, the drop simulator may drop it. 1 when the copy may leave. */
-static __always_inline int switchml_egress_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 dst_rank)
+static __always_inline int switchml_egress_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 job_id,
+						  __u32 dst_rank)
 {
-	struct rank_addr_action *entry = bpf_map_lookup_elem(&rank_addr_table, &dst_rank);
+	struct rank_addr_key key = {.job_id = job_id, .dst_rank = dst_rank};
+	struct rank_addr_action *entry = bpf_map_lookup_elem(&rank_addr_table, &key);
 
 	if (!entry) {
 		__u32 zero = 0;
@@ -391,8 +430,9 @@ static __always_inline int to_port(__u32 port)
 }
 
 /* Multicast of a result: one copy per (rid, port) of the group, each addressed to rank
- * rid by SwitchMLEgress, then the original is dropped. */
-static __always_inline int multicast_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 group_id)
+ * rid of job job_id by SwitchMLEgress, then the original is dropped. */
+static __always_inline int multicast_result(struct __sk_buff *skb, struct address_headers *hdr, __u32 group_id,
+					    __u32 job_id)
 {
 	struct mc_group *group = bpf_map_lookup_elem(&mc_group, &group_id);
 
@@ -403,7 +443,7 @@ static __always_inline int multicast_result(struct __sk_buff *skb, struct addres
 			break;
 		struct replica copy = group->replicas[i];
 
-		if (!switchml_egress_result(skb, hdr, copy.rid))
+		if (!switchml_egress_result(skb, hdr, job_id, copy.rid))
 			continue;
 		__u32 ifindex = ifindex_of(copy.port);
 
@@ -504,11 +544,13 @@ enum aggregation_outcome {
 	COMPLETED,
 	RETX_COMPLETE,
 	RETX_IGNORED,
+	PARTIAL_UP,
 };
 
 struct update {
 	__u32 rank_bit;
 	__u32 num_workers;
+	__u32 complete; /* the count at which the cell holds the result: num_workers (+ 1 with an uplink) */
 	__u32 seq;
 	__s8 exponent;
 	__u32 shadow_set;
@@ -532,7 +574,7 @@ static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slo
 	if (is_new && b == 0)
 		stale = cell->count != 0 && !newer(u->seq, cell->seq);
 	else if (is_new)
-		stale = u->seq != cell->seq || cell->count == u->num_workers;
+		stale = u->seq != cell->seq || cell->count >= u->num_workers;
 	else
 		stale = u->seq != cell->seq;
 
@@ -562,19 +604,77 @@ static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slo
 			cell->count += 1;
 		}
 		*exponent = cell->exponent;
-		outcome = cell->count == u->num_workers ? COMPLETED : CONSUMED;
-	} else if (cell->count == u->num_workers) {
-		/* A retransmission to a complete version: send the stored result back. */
+		if (cell->count != u->num_workers)
+			outcome = CONSUMED;
+		else /* complete here: the sum goes up, or out to the workers */
+			outcome = u->complete != u->num_workers ? PARTIAL_UP : COMPLETED;
+	} else if (cell->count == u->complete || (cell->count == u->num_workers && u->complete != u->num_workers)) {
+		/* A retransmission to a complete version: send the stored result back. Or, with
+		 * an uplink and the result from above missing: send the partial sum up again. */
 #pragma unroll
 		for (int i = 0; i < SWITCHML_K; i++)
 			data[i] = cell->value[i];
 		*exponent = cell->exponent;
-		outcome = RETX_COMPLETE;
+		outcome = cell->count == u->complete ? RETX_COMPLETE : PARTIAL_UP;
 	} else {
 		outcome = RETX_IGNORED;
 	}
 	bpf_spin_unlock(&slot->lock);
 	return outcome;
+}
+
+/* 6R under the slot's lock: the result from above completes the version this switch sent
+ * its partial sum up for (count == num_workers, same seq); it is kept (count one more) to
+ * answer retransmissions. 1 if it did, 0 for an old or repeated copy. */
+static __always_inline int store_result_from_above(struct slot_cells *slot, __u32 shadow_set, __u32 seq, __u32 num_workers,
+						   const __u32 *data, __u8 exponent)
+{
+	struct register_cell *cell = &slot->set[shadow_set & 1];
+	int fresh;
+
+	bpf_spin_lock(&slot->lock);
+	fresh = cell->count == num_workers && cell->seq == seq;
+	if (fresh) {
+#pragma unroll
+		for (int i = 0; i < SWITCHML_K; i++)
+			cell->value[i] = data[i];
+		cell->exponent = exponent;
+		cell->count = num_workers + 1;
+	}
+	bpf_spin_unlock(&slot->lock);
+	return fresh;
+}
+
+/* Cut a frame to an update's or result's size (trailer bytes are not part of it). */
+static __always_inline int cut_to_frame_bytes(struct __sk_buff *skb)
+{
+	return skb->len > SWITCHML_FRAME_BYTES ? bpf_skb_change_tail(skb, SWITCHML_FRAME_BYTES, 0) : 0;
+}
+
+/* send_up(): the local partial sum (data, host order) leaves as this switch's update to the
+ * switch above, through SwitchMLEgress's drop simulator. */
+static __always_inline int send_up(struct __sk_buff *skb, const struct headers *hdr, const struct uplink_action *uplink,
+				   __u32 *data, __u8 exponent)
+{
+	struct address_headers up;
+
+#pragma unroll
+	for (int i = 0; i < SWITCHML_K; i++)
+		data[i] = bpf_htonl(data[i]);
+	if (cut_to_frame_bytes(skb) ||
+	    bpf_skb_store_bytes(skb, DATA_OFFSET, data, 4 * SWITCHML_K, 0) ||
+	    bpf_skb_store_bytes(skb, SWITCHML_OFFSET + offsetof(struct switchml_h, exponent), &exponent, 1, 0))
+		return TC_ACT_SHOT;
+	__builtin_memcpy(&up, hdr, sizeof(up));
+	mac_bytes(up.ethernet.h_dest, uplink->dst_mac);
+	mac_bytes(up.ethernet.h_source, uplink->src_mac);
+	up.ipv4.saddr = bpf_htonl(uplink->src_ipv4);
+	up.ipv4.daddr = bpf_htonl(uplink->dst_ipv4);
+	up.udp.check = 0;
+	up.ipv4.check = ipv4_checksum(&up.ipv4);
+	if (bpf_skb_store_bytes(skb, 0, &up, sizeof(up), 0))
+		return TC_ACT_SHOT;
+	return switchml_egress_forward(SWITCHML_FRAME_BYTES) ? to_port(uplink->port) : TC_ACT_SHOT;
 }
 
 /* make_result(): the update becomes its result in place. Ingress writes msg_type,
@@ -588,7 +688,7 @@ static __always_inline int make_result(struct __sk_buff *skb, const struct heade
 #pragma unroll
 	for (int i = 0; i < SWITCHML_K; i++)
 		data[i] = bpf_htonl(data[i]);
-	if (skb->len > SWITCHML_FRAME_BYTES && bpf_skb_change_tail(skb, SWITCHML_FRAME_BYTES, 0))
+	if (cut_to_frame_bytes(skb))
 		return -1;
 	if (bpf_skb_store_bytes(skb, DATA_OFFSET, data, 4 * SWITCHML_K, 0) ||
 	    bpf_skb_store_bytes(skb, SWITCHML_OFFSET + offsetof(struct switchml_h, msg_type), &msg_type, 1, 0) ||
@@ -602,14 +702,16 @@ static __always_inline int make_result(struct __sk_buff *skb, const struct heade
 	return 0;
 }
 
-/* Step 6 for an update from a known worker of its job: the cell is registers[slot].set[shadow_set]
- * (idx = shadow_set * SWITCHML_MAX_POOL_SIZE + slot), the other set's cell is beside it. The
- * outcome is counted, and a result multicast to the job's group or unicast to the sender. */
+/* Step 6 for an update from a known worker of its job: the cell is
+ * registers[slot_base + slot].set[shadow_set] (idx = shadow_set * SWITCHML_MAX_POOL_SIZE +
+ * slot_base + slot), the other set's cell is beside it. The outcome is counted, and a
+ * result multicast to the job's group or unicast to the sender. */
 static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struct headers *hdr, __u32 in_port,
-					      const struct worker_action *worker, __u32 wire_bytes)
+					      const struct worker_action *worker, const struct uplink_action *uplink,
+					      __u32 wire_bytes)
 {
 	const struct switchml_h *sml = &hdr->switchml;
-	__u32 slot_index = bpf_ntohs(sml->slot);
+	__u32 slot_index = worker->slot_base + bpf_ntohs(sml->slot);
 	struct slot_cells *slot = bpf_map_lookup_elem(&registers, &slot_index);
 	__u32 data[SWITCHML_K];
 	struct address_headers result;
@@ -624,6 +726,7 @@ static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struc
 	struct update u = {
 		.rank_bit = worker->rank < 32 ? 1u << worker->rank : 0,
 		.num_workers = worker->num_workers,
+		.complete = uplink ? worker->num_workers + 1 : worker->num_workers,
 		.seq = bpf_ntohl(sml->seq),
 		.exponent = (__s8)sml->exponent,
 		.shadow_set = sml->shadow_set,
@@ -639,21 +742,66 @@ static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struc
 	case RETX_IGNORED:
 		count(&event_counter, EV_RETX_IGNORED, wire_bytes);
 		return TC_ACT_SHOT;
+	case PARTIAL_UP:
+		/* Complete here (or asked again): the partial sum goes to the switch above. */
+		count(&event_counter, EV_PARTIAL_UP, wire_bytes);
+		return uplink ? send_up(skb, hdr, uplink, data, exponent) : TC_ACT_SHOT;
 	case COMPLETED:
 		/* Complete: multicast the result to the job's group. */
 		count(&event_counter, EV_RESULT_MULTICAST, wire_bytes);
 		if (make_result(skb, hdr, &result, data, exponent))
 			return TC_ACT_SHOT;
-		return multicast_result(skb, &result, worker->mcast_grp);
+		return multicast_result(skb, &result, worker->mcast_grp, worker->job_id);
 	case RETX_COMPLETE:
 		/* Unicast the stored result back to the sender: egress_spec = ingress_port,
 		 * meta.dst_rank = meta.rank. */
 		count(&event_counter, EV_RESULT_UNICAST, wire_bytes);
 		if (make_result(skb, hdr, &result, data, exponent))
 			return TC_ACT_SHOT;
-		return switchml_egress_result(skb, &result, worker->rank) ? to_port(in_port) : TC_ACT_SHOT;
+		return switchml_egress_result(skb, &result, worker->job_id, worker->rank) ? to_port(in_port) : TC_ACT_SHOT;
 	}
 	return TC_ACT_SHOT;
+}
+
+/* 4R-6R: a result from the job's uplink (its port, from the upper switch's address): kept
+ * in the cell the partial sum went up from, and multicast to the job's workers as it came
+ * (from the upper switch's address; egress writes each worker's). */
+static __always_inline int result_from_above(struct __sk_buff *skb, const struct headers *hdr, __u32 in_port,
+					     __u32 wire_bytes)
+{
+	const struct switchml_h *sml = &hdr->switchml;
+	__u32 job_id = bpf_ntohs(sml->job_id);
+	struct uplink_action *uplink = bpf_map_lookup_elem(&uplink_table, &job_id);
+	__u32 data[SWITCHML_K];
+	struct address_headers result;
+
+	if (!uplink || uplink->action != UPLINK_TABLE_SET_UPLINK || in_port != uplink->port ||
+	    bpf_ntohl(hdr->ipv4.saddr) != uplink->dst_ipv4) {
+		count(&event_counter, EV_DROP_MALFORMED, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+	if (bpf_ntohs(sml->slot) >= uplink->pool_size) {
+		count(&event_counter, EV_DROP_OUTSIDE_POOL, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+	__u32 slot_index = uplink->slot_base + bpf_ntohs(sml->slot);
+	struct slot_cells *slot = bpf_map_lookup_elem(&registers, &slot_index);
+
+	if (!slot || bpf_skb_load_bytes(skb, DATA_OFFSET, data, sizeof(data)))
+		return TC_ACT_SHOT;
+#pragma unroll
+	for (int i = 0; i < SWITCHML_K; i++)
+		data[i] = bpf_ntohl(data[i]);
+	if (!store_result_from_above(slot, sml->shadow_set, bpf_ntohl(sml->seq), uplink->num_workers, data, sml->exponent)) {
+		count(&event_counter, EV_DROP_STALE, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+	count(&event_counter, EV_RESULT_MULTICAST, wire_bytes);
+	if (cut_to_frame_bytes(skb))
+		return TC_ACT_SHOT;
+	__builtin_memcpy(&result, hdr, sizeof(result));
+	result.udp.check = 0;
+	return multicast_result(skb, &result, uplink->mcast_grp, job_id);
 }
 
 /* ---- SwitchMLParser --------------------------------------------------------------------- */
@@ -742,11 +890,14 @@ int switchml_ingress(struct __sk_buff *skb)
 	const struct switchml_h *sml = &hdr.switchml;
 
 	if (parsed_as == PARSER_ERROR || sml->num_elements != SWITCHML_K ||
-	    bpf_ntohs(hdr.udp.len) != SWITCHML_UDP_LENGTH || sml->msg_type != SWITCHML_MSG_UPDATE ||
-	    sml->shadow_set > 1 || bpf_ntohs(sml->slot) >= SWITCHML_MAX_POOL_SIZE) {
+	    bpf_ntohs(hdr.udp.len) != SWITCHML_UDP_LENGTH ||
+	    (sml->msg_type != SWITCHML_MSG_UPDATE && sml->msg_type != SWITCHML_MSG_RESULT) || sml->shadow_set > 1 ||
+	    bpf_ntohs(sml->slot) >= SWITCHML_MAX_POOL_SIZE) {
 		count(&event_counter, EV_DROP_MALFORMED, wire_bytes);
 		return TC_ACT_SHOT;
 	}
+	if (sml->msg_type == SWITCHML_MSG_RESULT)
+		return result_from_above(skb, &hdr, in_port, wire_bytes);
 
 	/* 4. worker_table: the rank comes from (ingress port, source IPv4), never the packet. */
 	struct worker_key key = {.ingress_port = in_port, .src_addr = bpf_ntohl(hdr.ipv4.saddr)};
@@ -770,8 +921,21 @@ int switchml_ingress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 
+	/* The job's uplink, if it is aggregated further up. */
+	__u32 job_id = worker->job_id;
+	struct uplink_action *uplink = bpf_map_lookup_elem(&uplink_table, &job_id);
+
+	if (uplink && uplink->action != UPLINK_TABLE_SET_UPLINK)
+		uplink = NULL;
+
+	/* 5b. Beyond the job's slot range: other jobs' cells. */
+	if (bpf_ntohs(sml->slot) >= worker->pool_size) {
+		count(&event_counter, EV_DROP_OUTSIDE_POOL, wire_bytes);
+		return TC_ACT_SHOT;
+	}
+
 	/* 6. Aggregation. */
-	return switchml_aggregate(skb, &hdr, in_port, worker, wire_bytes);
+	return switchml_aggregate(skb, &hdr, in_port, worker, uplink, wire_bytes);
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

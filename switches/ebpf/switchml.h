@@ -16,6 +16,11 @@
 #define WORKER_TABLE_FORWARD_AS_ORDINARY 2
 #define WORKER_TABLE_SIZE 1024
 
+/* SwitchMLIngress.uplink_table */
+#define UPLINK_TABLE_NOACTION 0
+#define UPLINK_TABLE_SET_UPLINK 1
+#define UPLINK_TABLE_SIZE 64
+
 /* SwitchMLIngress.l2_learn_table */
 #define L2_LEARN_TABLE_L2_LEARN 0
 #define L2_LEARN_TABLE_NOACTION 1
@@ -29,7 +34,7 @@
 /* SwitchMLEgress.rank_addr_table */
 #define RANK_ADDR_TABLE_DROP 0
 #define RANK_ADDR_TABLE_SET_RANK_ADDR 1
-#define RANK_ADDR_TABLE_SIZE 256
+#define RANK_ADDR_TABLE_SIZE 1024
 
 /* The traffic manager's multicast groups: copies per group, nodes per group, ports per
  * node, and groups. A flood group holds every port of the switch. */

@@ -1,9 +1,9 @@
 """SwitchMLEgress: per-rank result addressing, flood pruning, drop simulator, counters.
 
-``rank_addr_table`` maps a rank to the MAC/IPv4/UDP port its result copy is sent to. Since
-a result's address headers depend only on the update's address headers and the rank, the
-egress keeps a cache of finished headers (IPv4 checksum included) per update header; any
-change to the table empties it.
+``rank_addr_table`` maps a (job, rank) to the MAC/IPv4/UDP port its result copy is sent to.
+Since a result's address headers depend only on the update's address headers, the job and
+the rank, the egress keeps a cache of finished headers (IPv4 checksum included) per update
+header; any change to the table empties it.
 """
 
 from __future__ import annotations
@@ -26,33 +26,34 @@ class SwitchMLEgress:
         self._drop_simulator = drop_simulator
         self.rank_addr_table = ExactMatchTable(
             f"{NAME}.rank_addr_table",
-            [Field("meta.dst_rank", 8)],
+            [Field("meta.job_id", 16), Field("meta.dst_rank", 8)],
             {"set_rank_addr": [Field("mac", 48), Field("ipv4", 32), Field("udp_port", 16)], "drop": []},
             default="drop",
         )
         self.rank_addr_table.on_change = self._forget_templates
         self.egress_drop_threshold = CellRegister(f"{NAME}.egress_drop_threshold", 1)
         self.egress_counter = Counter(f"{NAME}.egress_counter", len(params.EGRESS_EVENTS))
-        self._templates: dict[bytes, dict[int, bytes | None]] = {}
+        self._templates: dict[bytes, dict[tuple[int, int], bytes | None]] = {}
 
     def _forget_templates(self) -> None:
         self._templates.clear()
 
-    def result_headers(self, update_headers: bytes, rank: int) -> bytes | None:
-        """The result's Ethernet/IPv4/UDP headers for ``rank``; None on a table miss (drop)."""
+    def result_headers(self, update_headers: bytes, job_id: int, rank: int) -> bytes | None:
+        """The result's Ethernet/IPv4/UDP headers for ``rank`` of ``job_id``; None on a table miss (drop)."""
         per_rank = self._templates.get(update_headers)
         if per_rank is None:
             if len(self._templates) >= TEMPLATE_CACHE_LIMIT:
                 self._templates.clear()
             per_rank = self._templates[update_headers] = {}
+        key = (job_id, rank)
         try:
-            return per_rank[rank]
+            return per_rank[key]
         except KeyError:
-            headers = per_rank[rank] = self._build(update_headers, rank)
+            headers = per_rank[key] = self._build(update_headers, key)
             return headers
 
-    def _build(self, update_headers: bytes, rank: int) -> bytes | None:
-        action, action_params = self.rank_addr_table.lookup((rank,))
+    def _build(self, update_headers: bytes, key: tuple[int, int]) -> bytes | None:
+        action, action_params = self.rank_addr_table.lookup(key)
         if action != "set_rank_addr":
             return None
         mac, ipv4, udp_port = action_params

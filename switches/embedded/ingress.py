@@ -3,8 +3,10 @@
 Written in the order of docs/dataplane.md ("SwitchMLIngress (in this order)") so it can be
 read beside p4/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
 (the traffic manager's input): DROP, (TO_PORT, port), (TO_GROUP, group),
-(RESULT_TO_GROUP, group) or (RESULT_TO_PORT, port, rank). A result is written into the
-frame here (msg_type, exponent, elements), as the P4 program's ingress does.
+(RESULT_TO_GROUP, group, job_id), (RESULT_TO_PORT, port, rank, job_id) or
+(UPDATE_TO_PORT, port), a partial sum to the switch above (hierarchical aggregation). A
+result or partial sum is written into the frame here (msg_type, exponent, elements,
+addresses of a partial sum), as the P4 program's ingress does.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import struct
 
 from protocol import params
-from protocol.packet import UDP_HEADER_BYTES, payload_bytes
+from protocol.packet import IPV4_OFFSET, UDP_HEADER_BYTES, UDP_OFFSET, payload_bytes
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.parser import EXPONENT_OFFSET, MSG_TYPE_OFFSET, PARSER_ERROR, PacketBuffer
 from switches.embedded.registers import BIT32, CellRegister, Counter, ExponentRegister, ValueRegisters
@@ -24,7 +26,7 @@ log = logging.getLogger(__name__)
 NAME = "SwitchMLIngress"
 
 DROP: tuple = ()
-TO_PORT, TO_GROUP, RESULT_TO_GROUP, RESULT_TO_PORT = range(4)
+TO_PORT, TO_GROUP, RESULT_TO_GROUP, RESULT_TO_PORT, UPDATE_TO_PORT = range(5)
 
 _C = params.P4_CONSTANTS
 EV_UPDATE_CONSUMED = _C["EV_UPDATE_CONSUMED"]
@@ -37,6 +39,14 @@ EV_DROP_MALFORMED = _C["EV_DROP_MALFORMED"]
 EV_DROP_SIM_INGRESS = _C["EV_DROP_SIM_INGRESS"]
 EV_FORWARDED = _C["EV_FORWARDED"]
 EV_DROP_STALE = _C["EV_DROP_STALE"]
+EV_DROP_OUTSIDE_POOL = _C["EV_DROP_OUTSIDE_POOL"]
+EV_PARTIAL_UP = _C["EV_PARTIAL_UP"]
+UPDATE_OR_RESULT = (params.MSG_UPDATE, params.MSG_RESULT)
+IPV4_SRC = slice(IPV4_OFFSET + 12, IPV4_OFFSET + 16)
+IPV4_DST = slice(IPV4_OFFSET + 16, IPV4_OFFSET + 20)
+UDP_SRC = slice(UDP_OFFSET, UDP_OFFSET + 2)
+UDP_DST = slice(UDP_OFFSET + 2, UDP_OFFSET + 4)
+UDP_CHECKSUM = slice(UDP_OFFSET + 6, UDP_OFFSET + 8)
 
 SEQ_HALF = 1 << 31
 """Sequence numbers wrap at 2^32; one is newer than another when it is less than 2^31 ahead."""
@@ -65,12 +75,30 @@ class SwitchMLIngress:
             f"{NAME}.worker_table",
             [Field("standard_metadata.ingress_port", 9), Field("hdr.ipv4.srcAddr", 32)],
             {
-                "set_worker": [Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16)],
+                "set_worker": [
+                    Field("rank", 8), Field("job_id", 16), Field("num_workers", 8), Field("mcast_grp", 16),
+                    Field("slot_base", 16), Field("pool_size", 16),
+                ],
                 "forward_as_ordinary": [],
                 "drop_unknown_sender": [],
             },
             default="drop_unknown_sender",
         )
+        self.uplink_table = ExactMatchTable(
+            f"{NAME}.uplink_table",
+            [Field("meta.job_id", 16)],
+            {
+                "set_uplink": [
+                    Field("port", 9), Field("src_mac", 48), Field("src_ipv4", 32), Field("dst_mac", 48), Field("dst_ipv4", 32),
+                    Field("num_workers", 8), Field("mcast_grp", 16), Field("slot_base", 16), Field("pool_size", 16),
+                ],
+                "NoAction": [],
+            },
+            default="NoAction",
+        )
+        self.uplink_table.on_change = self._index_uplinks
+        self._uplinks: dict[int, tuple[int, ...]] = {}
+        """job_id -> set_uplink's parameters: the table's set_uplink entries, for the data path."""
         self.l2_learn_table = ExactMatchTable(
             f"{NAME}.l2_learn_table", [Field("hdr.ethernet.srcAddr", 48)], {"NoAction": [], "l2_learn": []}, default="l2_learn"
         )
@@ -89,8 +117,11 @@ class SwitchMLIngress:
             self.ingress_drop_threshold,
         ]
 
+    def _index_uplinks(self) -> None:
+        self._uplinks = {key[0]: call[1] for key, call in self.uplink_table.entries.items() if call[0] == "set_uplink"}
+
     def tables(self) -> list[ExactMatchTable]:
-        return [self.worker_table, self.l2_learn_table, self.l2_table]
+        return [self.worker_table, self.uplink_table, self.l2_learn_table, self.l2_table]
 
     def reset_values(self) -> None:
         """register_reset of every value_XX at once (the matrix backs all of them)."""
@@ -105,17 +136,19 @@ class SwitchMLIngress:
         # 2. Not a SwitchML packet: L2 forwarding.
         if hdr is None:
             return self._l2_forward(packet, in_port, length)
-        # 3. Malformed SwitchML packet.
+        # 3. Malformed SwitchML packet (neither an update nor a result, bad k, set or slot).
         if (
             hdr is PARSER_ERROR
             or hdr[12] != self.k
             or hdr[7] != self.udp_length
-            or hdr[8] != params.MSG_UPDATE
+            or hdr[8] not in UPDATE_OR_RESULT
             or hdr[9] > 1
             or hdr[11] >= self.max_pool_size
         ):
             counter.count(EV_DROP_MALFORMED, length)
             return DROP
+        if hdr[8] == params.MSG_RESULT:
+            return self._from_above(packet, in_port, length, hdr)
         # 4. worker_table: the rank comes from (ingress port, source IPv4), never the packet.
         action, action_params = self.worker_table.entries.get((in_port, hdr[3]), self.worker_table.default)
         if action != "set_worker":
@@ -123,25 +156,60 @@ class SwitchMLIngress:
                 return self._l2_forward(packet, in_port, length)
             counter.count(EV_DROP_UNKNOWN_SENDER, length)
             return DROP
-        rank, job_id, num_workers, mcast_grp = action_params
+        rank, job_id, num_workers, mcast_grp, slot_base, pool_size = action_params
         # 5. Wrong job.
         if hdr[10] != job_id:
             counter.count(EV_DROP_WRONG_JOB, length)
             return DROP
+        uplink = self._uplinks.get(job_id)
+        # 5b. Beyond the job's slot range: other jobs' cells.
+        if hdr[11] >= pool_size:
+            counter.count(EV_DROP_OUTSIDE_POOL, length)
+            return DROP
         # 6. Aggregation.
-        return self._aggregate(packet, in_port, length, hdr, rank, num_workers, mcast_grp)
+        return self._aggregate(packet, in_port, length, hdr, rank, num_workers, mcast_grp, slot_base, uplink)
 
-    def _aggregate(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple, rank: int, num_workers: int, mcast_grp: int) -> tuple:
+    def _from_above(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple) -> tuple:
+        """4R-6R: a result from the job's uplink completes the version this switch sent its
+        partial sum up for; kept for retransmissions and multicast to the job's workers."""
+        counter = self.event_counter
+        uplink = self._uplinks.get(hdr[10])
+        if uplink is None or in_port != uplink[0] or hdr[3] != uplink[4]:
+            counter.count(EV_DROP_MALFORMED, length)
+            return DROP
+        num_workers, mcast_grp, slot_base, pool_size = uplink[5:]
+        if hdr[11] >= pool_size:
+            counter.count(EV_DROP_OUTSIDE_POOL, length)
+            return DROP
+        idx = hdr[9] * self.max_pool_size + slot_base + hdr[11]
+        if self.count.cells[idx] != num_workers or self.seq.cells[idx] != hdr[14]:
+            counter.count(EV_DROP_STALE, length)
+            return DROP
+        self.values.rows[idx][:] = packet.data
+        self.exponent.cells[idx] = hdr[13]
+        self.count.cells[idx] = num_workers + 1
+        # SwitchMLEgress's result headers answer from the update's destination; this result
+        # already carries its source (the switch above), so it becomes the destination first.
+        frame = packet.frame
+        frame[0:6], frame[IPV4_DST], frame[UDP_DST] = frame[6:12], frame[IPV4_SRC], frame[UDP_SRC]
+        counter.count(EV_RESULT_MULTICAST, length)
+        return (RESULT_TO_GROUP, mcast_grp, hdr[10])
+
+    def _aggregate(
+        self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple, rank: int, num_workers: int, mcast_grp: int, slot_base: int,
+        uplink: tuple[int, ...] | None,
+    ) -> tuple:
         rank_bit = (1 << rank) & BIT32
-        shadow_set, slot = hdr[9], hdr[11]
-        idx = shadow_set * self.max_pool_size + slot
-        other = (1 - shadow_set) * self.max_pool_size + slot
+        shadow_set, cell = hdr[9], slot_base + hdr[11]
+        idx = shadow_set * self.max_pool_size + cell
+        other = (1 - shadow_set) * self.max_pool_size + cell
         bitmap = self.bitmap.cells
         count = self.count.cells
         exponent = self.exponent.cells
         version_seq = self.seq.cells
         row = self.values.rows[idx]
         counter = self.event_counter
+        complete = num_workers if uplink is None else num_workers + 1
         b = bitmap[idx]
         seq = hdr[14]
         is_new = not b & rank_bit
@@ -150,7 +218,7 @@ class SwitchMLIngress:
             ahead = (seq - version_seq[idx]) & BIT32  # (int<32>)(seq - version_seq) > 0 <=> 0 < ahead < 2^31
             stale = count[idx] != 0 and not 0 < ahead < SEQ_HALF
         elif is_new:  # joining a version: this one, and not complete (complete ones take no new ranks)
-            stale = seq != version_seq[idx] or count[idx] == num_workers
+            stale = seq != version_seq[idx] or count[idx] >= num_workers
         else:
             stale = seq != version_seq[idx]
         if stale:
@@ -171,23 +239,40 @@ class SwitchMLIngress:
                     exponent[idx] = hdr[13]
                 count[idx] += 1
             if count[idx] == num_workers:
+                if uplink is not None:  # the local sum goes up as one worker of the switch above
+                    return self._send_up(packet, row, exponent[idx], uplink, length)
                 self._write_result(packet, row, exponent[idx])
                 counter.packets[EV_RESULT_MULTICAST] += 1  # counter.count() inlined: the hot path
                 counter.bytes[EV_RESULT_MULTICAST] += length
-                return (RESULT_TO_GROUP, mcast_grp)
+                return (RESULT_TO_GROUP, mcast_grp, hdr[10])
             counter.packets[EV_UPDATE_CONSUMED] += 1
             counter.bytes[EV_UPDATE_CONSUMED] += length
             return DROP
         # END LAB 2
-        # BEGIN LAB 3: a retransmission: unicast the stored result to its sender if the version is complete, else ignore it
         # a retransmission
-        if count[idx] == num_workers:
+        if uplink is not None and count[idx] == num_workers:  # the result from above is missing: ask again
+            return self._send_up(packet, row, exponent[idx], uplink, length)
+        # BEGIN LAB 3: a retransmission: unicast the stored result to its sender if the version is complete, else ignore it
+        if count[idx] == complete:
             self._write_result(packet, row, exponent[idx])
             counter.count(EV_RESULT_UNICAST, length)
-            return (RESULT_TO_PORT, in_port, rank)
+            return (RESULT_TO_PORT, in_port, rank, hdr[10])
         counter.count(EV_RETX_IGNORED, length)
         return DROP
         # END LAB 3
+
+    def _send_up(self, packet: PacketBuffer, row, exponent: int, uplink: tuple[int, ...], length: int) -> tuple:
+        """send_up(): the local sum leaves as this switch's update to the switch above."""
+        port, src_mac, src_ipv4, dst_mac, dst_ipv4 = uplink[:5]
+        packet.data[:] = row
+        frame = packet.frame
+        frame[EXPONENT_OFFSET] = exponent & 0xFF
+        frame[0:12] = dst_mac.to_bytes(6, "big") + src_mac.to_bytes(6, "big")
+        frame[IPV4_SRC] = src_ipv4.to_bytes(4, "big")
+        frame[IPV4_DST] = dst_ipv4.to_bytes(4, "big")
+        frame[UDP_CHECKSUM] = b"\0\0"
+        self.event_counter.count(EV_PARTIAL_UP, length)
+        return (UPDATE_TO_PORT, port)
 
     @staticmethod
     def _write_result(packet: PacketBuffer, row, exponent: int) -> None:

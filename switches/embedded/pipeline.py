@@ -16,7 +16,7 @@ from switches.control import ProgramSchema, RegisterSchema, lookup
 from switches.embedded.checksum import compute_checksum
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.egress import SwitchMLEgress
-from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, SwitchMLIngress
+from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, UPDATE_TO_PORT, SwitchMLIngress
 from switches.embedded.parser import ADDRESS_HEADERS_BYTES, PacketBuffer, SwitchMLParser
 from switches.embedded.registers import Counter, Register
 from switches.embedded.tables import ExactMatchTable
@@ -75,10 +75,15 @@ class SwitchMLPipeline:
         if kind == RESULT_TO_GROUP:
             update_headers = bytes(packet.view[:ADDRESS_HEADERS_BYTES])
             emit_result = self._emit_result
+            job_id = decision[2]
             for rid, port in self.traffic_manager.replicas(decision[1]):
-                emit_result(update_headers, rid, port)
+                emit_result(update_headers, job_id, rid, port)
         elif kind == RESULT_TO_PORT:
-            self._emit_result(bytes(packet.view[:ADDRESS_HEADERS_BYTES]), decision[2], decision[1])
+            self._emit_result(bytes(packet.view[:ADDRESS_HEADERS_BYTES]), decision[3], decision[2], decision[1])
+        elif kind == UPDATE_TO_PORT:  # a partial sum to the switch above: exactly an update's bytes
+            frame = packet.result_view
+            compute_checksum(packet.frame, len(frame))
+            self._emit(decision[1], frame)
         elif kind == TO_PORT:
             compute_checksum(packet.frame, length)
             self._emit(decision[1], packet.view[:length])
@@ -89,8 +94,8 @@ class SwitchMLPipeline:
                 if port != in_port:
                     self._emit(port, frame)
 
-    def _emit_result(self, update_headers: bytes, rank: int, port: int) -> None:
-        headers = self.egress.result_headers(update_headers, rank)
+    def _emit_result(self, update_headers: bytes, job_id: int, rank: int, port: int) -> None:
+        headers = self.egress.result_headers(update_headers, job_id, rank)
         if headers is None:  # rank_addr_table miss -> drop
             return
         packet = self.packet

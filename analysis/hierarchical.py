@@ -1,0 +1,132 @@
+"""Figure ``hierarchical``: aggregation at the spine vs hierarchical, on the same tree.
+
+    python -m analysis.hierarchical RESULTS... [--out docs/figures]
+
+Reads the newest run of a config whose points differ in ``topology.aggregation`` (the
+summary's ``network`` records it per point), in the leaf-spine links' rate and in their
+loss, such as configs/hierarchical.yaml. Three panels, one bar per mode:
+- ATE/s without loss (median over repetitions, min-max bars) per leaf-spine rate, and the
+  line-rate bound of the host links;
+- the spine's load: bytes through its ports (frames its pipeline took in, SwitchMLIngress's
+  events, plus frames it sent, EGV_SENT, at ``frame_bytes(k)`` each) per aggregated element;
+- TAT with loss on the leaf-spine links ÷ TAT without, per mode and rate.
+Writes hierarchical.png, .pdf and .csv (the numbers plotted).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from matplotlib.figure import Figure
+
+from analysis.models import switchml_line_rate_ate
+from analysis.run_figure import main
+from analysis.run_figure import newest_run as newest_run_of
+from protocol import params
+from protocol.packet import frame_bytes
+
+NAME = "hierarchical"
+MODES = ("spine", "hierarchical")
+COLORS = {"spine": "tab:orange", "hierarchical": "tab:blue"}
+
+
+def newest_run(roots: list[Path]) -> Path:
+    """The run started last whose points compare aggregation modes."""
+    def compares_modes(summary: dict, run: Path) -> bool:
+        modes = {point.get("aggregation") for point in summary.get("network", {}).values()}
+        return set(MODES) <= modes and (run / "runs.csv").is_file()
+
+    return newest_run_of(roots, compares_modes, "run comparing aggregation modes (spine and hierarchical)")
+
+
+def point_settings(run: Path) -> pd.DataFrame:
+    """Per point: its aggregation mode (network.json), the leaf-spine links' rate and loss (its topology)."""
+    summary = json.loads((run / "summary.json").read_text())
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    values = config["sweep"]["values"] if config.get("sweep", {}).get("param") == "topology" else [config["topology"]]
+    rows = []
+    for index, network in summary["network"].items():
+        topology = values[int(index)] if len(values) > 1 else config["topology"]
+        uplink = topology.get("uplink", topology.get("link", {}))
+        rows.append({"point": int(index), "aggregation": network["aggregation"], "uplink_mbps": uplink.get("bw_mbps"),
+                     "uplink_loss": float(uplink.get("loss", 0.0))})
+    return pd.DataFrame(rows)
+
+
+def hierarchical_table(run: Path) -> pd.DataFrame:
+    """Per (uplink rate, mode, uplink loss): ATE/s and TAT (median, min, max), spine bytes per element, TAT inflation."""
+    runs = pd.read_csv(run / "runs.csv")
+    runs = runs[runs["method"] == "switchml"]
+    jobs = runs.groupby(["point", "repetition"], as_index=False).agg(
+        tat_s=("tat_s", "max"), elements=("elements", "first"), k=("k", "first"), link_mbps=("link_mbps", "first"))
+    jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
+    counters = pd.read_csv(run / "switch_counters.csv")
+    spine = counters[(counters["method"] == "switchml") & (counters["switch"] == "s1")]
+    frames_in = spine[spine["counter"].isin(params.INGRESS_EVENTS)].groupby(["point", "repetition"])["value"].sum()
+    frames_out = spine[spine["counter"] == "EGV_SENT"].groupby(["point", "repetition"])["value"].sum()
+    spine_frames = (frames_in + frames_out).rename("spine_frames").reset_index()
+    jobs = jobs.merge(spine_frames, on=["point", "repetition"])
+    jobs["spine_bytes_per_element"] = jobs["spine_frames"] * jobs["k"].map(frame_bytes) / jobs["elements"]
+    table = jobs.groupby("point", as_index=False).agg(
+        ate_per_s_median=("ate_per_s", "median"), ate_per_s_min=("ate_per_s", "min"), ate_per_s_max=("ate_per_s", "max"),
+        tat_s_median=("tat_s", "median"), tat_s_min=("tat_s", "min"), tat_s_max=("tat_s", "max"),
+        spine_bytes_per_element=("spine_bytes_per_element", "median"), k=("k", "first"), link_mbps=("link_mbps", "first"),
+    ).merge(point_settings(run), on="point")
+    clean = table[table["uplink_loss"] == 0].set_index(["uplink_mbps", "aggregation"])["tat_s_median"]
+    table["tat_inflation"] = [tat / clean[(rate, mode)] for tat, rate, mode in zip(table["tat_s_median"], table["uplink_mbps"], table["aggregation"])]
+    table["line_rate_bound_ate_per_s"] = [switchml_line_rate_ate(rate * 1e6, k) for rate, k in zip(table["link_mbps"], table["k"])]
+    return table.sort_values(["uplink_mbps", "uplink_loss", "aggregation"], ascending=[False, True, True]).reset_index(drop=True)
+
+
+def _grouped_bars(ax, rows: pd.DataFrame, value: str, groups: list, spread: bool = False) -> None:
+    """One bar per mode in each group of ``groups`` (leaf-spine rates), medians with min-max bars."""
+    width = 0.38
+    for i, mode in enumerate(MODES):
+        mine = rows[rows["aggregation"] == mode].set_index("uplink_mbps").reindex(groups)
+        x = [g + (i - 0.5) * width for g in range(len(groups))]
+        err = [mine[f"{value}_median"] - mine[f"{value}_min"], mine[f"{value}_max"] - mine[f"{value}_median"]] if spread else None
+        ax.bar(x, mine[f"{value}_median"] if spread else mine[value], width, yerr=err, capsize=3, color=COLORS[mode], label=mode)
+    ax.set_xticks(range(len(groups)), [f"{g:g} Mbit/s" for g in groups])
+    ax.set_xlabel("leaf-spine links")
+    ax.set_ylim(bottom=0)
+
+
+def draw(table: pd.DataFrame, summary: dict) -> Figure:
+    fig = Figure(figsize=(12, 4.4), layout="constrained")
+    ate, load, inflation = fig.subplots(1, 3)
+    clean = table[table["uplink_loss"] == 0]
+    lossy = table[table["uplink_loss"] > 0]
+    rates = sorted(clean["uplink_mbps"].unique(), reverse=True)
+    _grouped_bars(ate, clean, "ate_per_s", rates, spread=True)
+    ate.axhline(clean["line_rate_bound_ate_per_s"].iloc[0], color="k", linestyle="--", linewidth=1, label="line-rate bound (model)")
+    ate.set_ylabel("ATE/s (aggregated elements / s)")
+    ate.set_title("throughput, no loss", fontsize=9)
+    ate.legend(fontsize=7)
+    _grouped_bars(load, clean, "spine_bytes_per_element", rates)
+    load.set_ylabel("bytes through the spine's ports per element")
+    load.set_title("spine load (its uplinks), no loss", fontsize=9)
+    lossy_rates = sorted(lossy["uplink_mbps"].unique(), reverse=True)
+    _grouped_bars(inflation, lossy, "tat_inflation", lossy_rates)
+    inflation.axhline(1.0, color="k", linewidth=0.8)
+    inflation.set_ylabel("TAT with loss ÷ TAT without")
+    losses = sorted(lossy["uplink_loss"].unique())
+    inflation.set_title(f"{', '.join(f'{loss:.0%}' for loss in losses)} loss on leaf-spine links", fontsize=9)
+    title = (f"Aggregation at the spine vs hierarchical ({summary['workers']} workers on 2 leaves, "
+             f"{summary['switch_target']} switches, {summary['link_mbps']:g} Mbit/s host links)")
+    if not summary.get("kept_up", True):
+        title += "\nnot kept up: the machine was saturated in some jobs (summary.json: saturated_jobs, saturated_processes)"
+    fig.suptitle(title, color="black" if summary.get("kept_up", True) else "darkred")
+    return fig
+
+
+def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
+    table = hierarchical_table(run)
+    return table, draw(table, json.loads((run / "summary.json").read_text()))
+
+
+if __name__ == "__main__":
+    sys.exit(main(NAME, __doc__.splitlines()[0], newest_run, figure))

@@ -1,0 +1,60 @@
+"""Jobs sharing a switch, without a network: the config's rules, the control plane's slot
+partition, and how a run's per-job and total throughput are computed from jobs.csv."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from experiments.config import CONFIG_DIR, load_experiment
+from experiments.shared_switch import job_table, total_table
+from experiments.yamlschema import ConfigError
+from switches import programming
+
+SHARED = CONFIG_DIR / "shared_switch.yaml"
+
+
+def test_partition_gives_consecutive_ranges_in_order() -> None:
+    assert programming.partition_slots([(5, 64), (3, 32), (9, 160)], 256) == [range(0, 64), range(64, 96), range(96, 256)]
+
+
+def test_oversubscribed_pools_are_refused_naming_every_job() -> None:
+    with pytest.raises(programming.AdmissionError, match=r"64 \(job 1\) \+ 200 \(job 2\) = 264 slots, the switch has 256"):
+        programming.partition_slots([(1, 64), (2, 200)], 256)
+    with pytest.raises(programming.AdmissionError, match="job ids must differ"):
+        programming.partition_slots([(1, 8), (1, 8)], 256)
+
+
+def test_admitted_jobs_get_their_range_and_group() -> None:
+    worker = [programming.WorkerPort(0, 1, "02:00:00:00:00:01", "10.0.0.1")]
+    jobs = programming.admit_jobs([programming.JobRequest(4, worker, 10), programming.JobRequest(6, worker, 20)], 64)
+    assert [(j.job_id, j.result_mcast_grp, j.slot_base, j.pool_size) for j in jobs] == [(4, 2, 0, 10), (6, 3, 10, 20)]
+    assert jobs[1].slots(64) == range(10, 30)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("switch.max_pool_size=128", "admission refused: the jobs' pools need 64 (job 11) + 64 (job 12) + 64 (job 13) + 64 (job 14) = 256"),
+        ("sweep.values=[[{job_id: 1, hosts: [0, 1], pool_size: 8}, {job_id: 2, hosts: [1, 2], pool_size: 8}]]", "host 1 is in job 1 and job 2"),
+        ("sweep.values=[[{job_id: 1, hosts: [0, 8], pool_size: 8}]]", "job 1 names host 8; the topology has hosts 0..7"),
+        ("methods=[switchml, ring]", "jobs sharing a switch run methods [switchml]"),
+    ],
+)
+def test_bad_jobs_name_what_is_wrong(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_experiment(SHARED, [override])
+    assert message in str(error.value)
+
+
+def test_total_is_all_elements_over_the_makespan() -> None:
+    """Job 1 (2 workers) runs 0..2 s, job 2 starts at 1 s and takes 3 s: 300 elements in 4 s."""
+    rows = pd.DataFrame([
+        {"point": 0, "n_jobs": 2, "repetition": 0, "job_id": 1, "released_s": 0.0, "tat_s": tat, "elements": 100, "n_workers": 2,
+         "pool_size": 8, "start_s": 0.0, "verified": True} for tat in (1.5, 2.0)
+    ] + [{"point": 0, "n_jobs": 2, "repetition": 0, "job_id": 2, "released_s": 1.0, "tat_s": 3.0, "elements": 200, "n_workers": 1,
+          "pool_size": 8, "start_s": 1.0, "verified": True}])
+    jobs = job_table(rows)
+    assert jobs.set_index("job_id")["ate_per_s"].to_dict() == {1: 50.0, 2: 200 / 3}
+    totals = total_table(jobs)
+    assert (totals["makespan_s"].item(), totals["total_ate_per_s"].item()) == (4.0, 75.0)
