@@ -44,7 +44,7 @@ class IngressBench:
         self._parser = SwitchMLParser(K)
         for rank in range(self.n):
             address = int.from_bytes(bytes(int(part) for part in worker(rank).ipv4.split(".")), "big")
-            self.ingress.worker_table.add("set_worker", [rank + 1, address], [rank, JOB, self.n, MCAST_GRP])
+            self.ingress.worker_table.add("set_worker", [rank + 1, address], [rank, JOB, self.n, MCAST_GRP, 0, POOL])  # slot_base, pool_size: the whole pool
 
     def send(self, rank: int, slot: int, shadow_set: int, values: list[int], exponent: int = 0, seq: int = 0) -> tuple:
         """Run one update of ``rank`` through the ingress; returns its decision."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labs.bench import MCAST_GRP, IngressBench
+from labs.bench import JOB, MCAST_GRP, IngressBench
 from protocol import params
 from switches.embedded.ingress import DROP, RESULT_TO_GROUP
 
@@ -20,7 +20,7 @@ def test_last_update_completes_the_slot_and_is_multicast() -> None:
     bench = IngressBench(n=3)
     bench.send(0, slot=1, shadow_set=1, values=[1, 2, 3, 4], exponent=2)
     bench.send(2, slot=1, shadow_set=1, values=[10, 20, 30, 40], exponent=-1)
-    assert bench.send(1, slot=1, shadow_set=1, values=[-100, 0, 2**31 - 1, 0], exponent=6) == (RESULT_TO_GROUP, MCAST_GRP)
+    assert bench.send(1, slot=1, shadow_set=1, values=[-100, 0, 2**31 - 1, 0], exponent=6) == (RESULT_TO_GROUP, MCAST_GRP, JOB)
     msg_type, exponent, elements = bench.result()
     assert msg_type == params.MSG_RESULT
     assert exponent == 6, "the result carries the largest exponent of the slot"
@@ -37,5 +37,5 @@ def test_a_new_version_starts_from_its_first_update_not_the_old_sum() -> None:
     assert bench.cell("bitmap", 0, 0) == 0b10, "a contribution to one set clears the rank in the other"
     bench.send(1, slot=0, shadow_set=1, values=[0, 0, 0, 0], seq=1)
     bench.send(0, slot=0, shadow_set=0, values=[7, 8, 9, 10], seq=2)
-    assert bench.send(1, slot=0, shadow_set=0, values=[1, 1, 1, 1], seq=2) == (RESULT_TO_GROUP, MCAST_GRP)
+    assert bench.send(1, slot=0, shadow_set=0, values=[1, 1, 1, 1], seq=2) == (RESULT_TO_GROUP, MCAST_GRP, JOB)
     assert bench.result()[2] == [8, 9, 10, 11]

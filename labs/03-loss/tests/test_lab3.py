@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labs.bench import IngressBench
+from labs.bench import JOB, IngressBench
 from protocol import params
 from switches.embedded.ingress import DROP, RESULT_TO_PORT
 
@@ -11,7 +11,7 @@ def test_retransmission_to_a_complete_slot_is_answered_to_its_sender_only() -> N
     bench = IngressBench(n=2)
     bench.send(0, slot=2, shadow_set=0, values=[1, 2, 3, 4], exponent=1)
     bench.send(1, slot=2, shadow_set=0, values=[4, 3, 2, 1], exponent=3)
-    assert bench.send(1, slot=2, shadow_set=0, values=[4, 3, 2, 1], exponent=3) == (RESULT_TO_PORT, 2, 1)
+    assert bench.send(1, slot=2, shadow_set=0, values=[4, 3, 2, 1], exponent=3) == (RESULT_TO_PORT, 2, 1, JOB)
     assert bench.result() == (params.MSG_RESULT, 3, [5, 5, 5, 5]), "the stored sum and exponent, not the resent update"
     assert bench.cell("count", 2, 0) == 2, "a retransmission is not a new contribution"
     assert bench.events()["EV_RESULT_UNICAST"] == 1
