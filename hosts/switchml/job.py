@@ -37,24 +37,31 @@ log = logging.getLogger(__name__)
 SEQ_MASK = 0xFFFFFFFF
 MISSING_SLOTS_SHOWN = 32
 """A timeout message lists at most this many slots (all are in SwitchMLTimeout.missing)."""
-HOLD_SHARE = 0.25
+HOLD_SHARE = 0.75
 """After sending, a worker whose batch was small waits this share of the results' queueing
 delay before it receives again, so that results gather into batches instead of waking it
-one by one (each wake-up costs a poll, a receive, a send and ~70 array operations,
-~100 us, whatever the batch). Waiting costs no throughput while the link is the
-bottleneck: the round trip's queueing part is time the slots' packets sit in the link's
-queue behind others, and a quarter of it leaves three quarters of the pool queued,
-keeping the link busy. Where the pool does not cover the round trip (long links, small
-pools) nothing queues and the worker does not wait: the hold never shortens the window
-the experiment set."""
-HOLD_BELOW_SHARE = 0.5
+one by one. A wake-up costs about the same for one result as for thirty (a poll, a
+receive, a send, ~70 array operations), and far more after a sleep than in a busy loop
+(the caches are cold: ~500 us against ~150 us for a batch of 20, measured here), so fewer,
+larger batches are what makes a worker cheap. Waiting costs no throughput while the link is
+the bottleneck: the queueing part of a round trip is time the slots' packets sit in the
+link's queue behind others, and holding for three quarters of it still leaves a quarter
+of the pool queued. Where the pool does not cover the round trip (long links, small pools)
+nothing queues and the worker does not wait: the hold never shortens the window the
+experiment set. Measured with 8 workers on the eBPF switch at 7.5 Mbit/s, quiet machine
+(benchmarks/emulation_capacity.py): holding a quarter, a half and three quarters of the
+queueing cost 48.5, 38.0 and 29.8 us of worker CPU per packet, left the machine 98 %, 80 %
+and 67 % busy, and SwitchML reached 93.0, 92.0 and 94.8 % of its bound."""
+HOLD_BELOW_SHARE = 0.9
 """Only batches smaller than this share of the pool make the worker hold. A worker whose
-CPU is the bottleneck already gets large batches, and there its own queue would pass for
+CPU is the bottleneck gets batches of a whole pool, and there its own queue would pass for
 link queueing: holding would slow it further (measured: 8 workers on unshaped links took
-twice as long with an unconditional hold)."""
+twice as long with an unconditional hold). Nor does a worker hold in a job's last round
+(fewer unsent packets than slots): there the results it waits for are the job's last, and
+a hold would only add to a short job's TAT."""
 HOLD_MAX_S = 0.010
-"""The longest hold: one bin of the send timeline. (A hold is also at most a quarter of the
-median round trip, so an eighth of the retransmission timeout, twice that median.)"""
+"""The longest hold: one bin of the send timeline. (A hold is also below the median round
+trip, so below half the retransmission timeout, which is twice that median.)"""
 
 
 class SwitchMLTimeout(TimeoutError):
@@ -157,6 +164,8 @@ class AllReduceJob:
         self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
         self._timeline = SendTimeline(t0)
         self.stats = JobStats()
+        self._unsent = plan.total_packets
+        """Packets not sent yet (retransmissions aside)."""
         # Field views of the batch buffers, made once: a batch then slices them.
         rx, tx = io.rx, io.tx
         self._rx_prefix = rx.view(np.dtype({"names": ["prefix"], "formats": [">u8"], "itemsize": rx.dtype.itemsize}))["prefix"]
@@ -197,6 +206,7 @@ class AllReduceJob:
         self._transmit(count, now)
         self._outstanding[slots] = packets
         self._timers.arm(slots, packets, now)
+        self._unsent -= count
 
     def _chunk_data(self, chunks: np.ndarray) -> np.ndarray:
         """The elements of these chunks as they go on the wire: quantized with each chunk's
@@ -322,7 +332,7 @@ class AllReduceJob:
                 self._fire_timers(now)
             if now >= deadline and remaining:
                 raise self._timeout_error(now)
-            if sending and count < plan.n_slots * HOLD_BELOW_SHARE and (hold := self._hold()) > 0:
+            if sending and count < plan.n_slots * HOLD_BELOW_SHARE and self._unsent >= plan.n_slots and (hold := self._hold()) > 0:
                 time.sleep(hold)
         stats.timeline = self._timeline.bins
 
