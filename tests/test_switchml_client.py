@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout
+from hosts.switchml.job import HOLD_MAX_S, HOLD_SHARE, hold_time
 from hosts.switchml.timers import RoundTripEstimator, SlotTimers, pool_drain_s
 from hosts.worker import retransmit_policy
 from protocol import params
@@ -348,6 +349,7 @@ def test_round_trip_batches_count_like_single_samples() -> None:
     # queueing: the median over the shortest round trip ever, not only the recent ones
     assert batched.queueing == pytest.approx(recent[len(recent) // 2] - values.min())
     assert RoundTripEstimator().queueing == 0.0
+    assert RoundTripEstimator().shortest is None and batched.shortest == values.min()
 
 
 def test_pool_drain_time_is_the_pool_at_line_rate() -> None:
@@ -360,3 +362,19 @@ def test_worker_floors_the_timeout_at_twice_the_pool_drain_time() -> None:
     assert retransmit_policy(protocol, 2.5).min_s == pytest.approx(2 * 64 * 182 * 8 / 2.5e6)  # 74.5 ms
     assert retransmit_policy(protocol, 1000.0).min_s == 0.020  # fast links: the configured floor
     assert retransmit_policy(protocol, None).min_s == 0.020  # unshaped links: no rate to drain at
+
+
+def test_a_worker_holds_only_where_results_queue_longer_than_the_path() -> None:
+    """HOLD_SHARE of the queueing, at most HOLD_MAX_S; nothing before a
+    sample, nor where the round trips are the path's own (a pool within twice the
+    bandwidth-delay product, e.g. a small pool on a long link)."""
+    assert hold_time(RoundTripEstimator()) == 0.0
+    long_link = RoundTripEstimator()
+    long_link.sample(np.array([0.020, 0.024, 0.025, 0.026]))  # 20 ms path, 5 ms of jitter
+    assert hold_time(long_link) == 0.0
+    busy_pool = RoundTripEstimator()
+    busy_pool.sample(np.array([0.001, 0.008, 0.009, 0.009]))  # 1 ms path, 8 ms in the queue
+    assert hold_time(busy_pool) == pytest.approx(HOLD_SHARE * 0.008)
+    deep_queue = RoundTripEstimator()
+    deep_queue.sample(np.array([0.001, 0.100, 0.100]))
+    assert hold_time(deep_queue) == HOLD_MAX_S

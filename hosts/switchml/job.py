@@ -46,9 +46,11 @@ receive, a send, ~70 array operations), and far more after a sleep than in a bus
 larger batches are what makes a worker cheap. Waiting costs no throughput while the link is
 the bottleneck: the queueing part of a round trip is time the slots' packets sit in the
 link's queue behind others, and holding for three quarters of it still leaves a quarter
-of the pool queued. Where the pool does not cover the round trip (long links, small pools)
-nothing queues and the worker does not wait: the hold never shortens the window the
-experiment set. Measured with 8 workers on the eBPF switch at 7.5 Mbit/s, quiet machine
+of the pool queued. Where the pool is less than twice the bandwidth-delay product (long
+links, small pools: results queue for less than the path's own round trip) the worker does
+not wait: there the spread of the round trips is the hosts' scheduling, not a queue, and
+holding would shorten the window the experiment set (measured: pool 32 on 10 ms links,
+where the pool just covers the round trip, fell from 74 % to 68 % of the bound). Measured with 8 workers on the eBPF switch at 7.5 Mbit/s, quiet machine
 (benchmarks/emulation_capacity.py): holding a quarter, a half and three quarters of the
 queueing cost 48.5, 38.0 and 29.8 us of worker CPU per packet, left the machine 98 %, 80 %
 and 67 % busy, and SwitchML reached 93.0, 92.0 and 94.8 % of its bound."""
@@ -62,6 +64,16 @@ a hold would only add to a short job's TAT."""
 HOLD_MAX_S = 0.010
 """The longest hold: one bin of the send timeline. (A hold is also below the median round
 trip, so below half the retransmission timeout, which is twice that median.)"""
+
+
+def hold_time(rtt: RoundTripEstimator) -> float:
+    """How long a worker lets results gather before its next receive (HOLD_SHARE): none
+    unless results queue for longer than the path's own round trip, i.e. unless the pool
+    holds more than twice the bandwidth-delay product."""
+    queueing, shortest = rtt.queueing, rtt.shortest
+    if shortest is None or queueing <= shortest:
+        return 0.0
+    return min(HOLD_SHARE * queueing, HOLD_MAX_S)
 
 
 class SwitchMLTimeout(TimeoutError):
@@ -273,10 +285,6 @@ class AllReduceJob:
             self._sums[chunks[data]] = self._rx_data[index[data]]
         self._pool.shadow_set[slots] ^= 1
 
-    def _hold(self) -> float:
-        """How long to let results gather before the next receive (see HOLD_SHARE)."""
-        return min(HOLD_SHARE * self._timers.rtt.queueing, HOLD_MAX_S)
-
     def run(self) -> None:
         """Run the job to completion, or raise SwitchMLTimeout at the deadline."""
         plan = self._plan
@@ -332,7 +340,7 @@ class AllReduceJob:
                 self._fire_timers(now)
             if now >= deadline and remaining:
                 raise self._timeout_error(now)
-            if sending and count < plan.n_slots * HOLD_BELOW_SHARE and self._unsent >= plan.n_slots and (hold := self._hold()) > 0:
+            if sending and count < plan.n_slots * HOLD_BELOW_SHARE and self._unsent >= plan.n_slots and (hold := hold_time(self._timers.rtt)) > 0:
                 time.sleep(hold)
         stats.timeline = self._timeline.bins
 

@@ -149,6 +149,11 @@ class RoundTripEstimator:
         median = self.median
         return 0.0 if median is None else median - self._shortest
 
+    @property
+    def shortest(self) -> float | None:
+        """The shortest round trip ever sampled (None before the first)."""
+        return None if self._count == 0 else self._shortest
+
     def timeout(self, floor: float, first: float) -> float:
         """Twice the median round trip, never below ``floor``; ``first`` before any sample."""
         # BEGIN LAB 3: first before any sample, else twice the median round trip, never below floor
