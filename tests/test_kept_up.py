@@ -14,7 +14,7 @@ from analysis.load import load_results
 from analysis.models import switchml_job_pace, switchml_line_rate_ate
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.job_meter import CpuSplit, JobMeasurement
-from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S
+from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S, worker_share_mbps
 from experiments.results import MACHINE, ResultsWriter, format_table
 from experiments.verify import Verdict
 
@@ -120,3 +120,15 @@ def test_a_resumed_run_from_before_the_cpu_split_gets_the_new_columns(tmp_path) 
     finalize_one_job(tmp_path, [], 0.97)
     fidelity = load_results([tmp_path]).fidelity
     assert fidelity["cpu_user_fraction"].isna().sum() == 1 and len(fidelity) == 1 + 8 + 1  # old row, 8 workers, machine
+
+
+@pytest.mark.parametrize(("aggregation", "uplink_mbps", "share"), [("spine", 2.5, 0.25), ("hierarchical", 2.5, 1.0), ("spine", 10, 1.0)])
+def test_an_oversubscribed_uplink_paces_the_job_not_the_emulator(aggregation, uplink_mbps, share) -> None:
+    """With aggregation at the spine every worker's updates share its leaf's uplink, so a 4:1
+    over-subscribed tree (4 workers per leaf, uplink as fast as a host link) runs at a
+    quarter of the host link's rate: the network's pace. A leaf that aggregates sends one
+    stream up, and an uplink 4x faster carries all four at full rate."""
+    experiment = load_experiment(CONFIG_DIR / "hierarchical.yaml", [
+        f"topology.aggregation={aggregation}", f"topology.uplink.bw_mbps={uplink_mbps}", "switch.target=embedded"])
+    point = experiment.points[0]
+    assert worker_share_mbps(point.topology, 2.5) == pytest.approx(2.5 * share)
