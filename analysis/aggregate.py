@@ -82,9 +82,20 @@ def swept_column(runs: pd.DataFrame) -> str | None:
     return next((column for column in SWEEP_PRIORITY if per_point[column].nunique() > 1), None)
 
 
+TOPOLOGY_SWEEP = "topology"
+"""A config's sweep of whole topologies (configs/hierarchical.yaml: spine vs hierarchical
+aggregation, lossy and over-subscribed uplinks): its points differ in more than the column
+that happens to vary in runs.csv, so it is no sweep of that column for a paper figure."""
+
+
+def _one_network(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs that do not sweep whole topologies."""
+    return runs[runs["sweep_param"].fillna("") != TOPOLOGY_SWEEP]
+
+
 def runs_sweeping(runs: pd.DataFrame, column: str) -> list[str]:
-    """The ``run`` ids whose points sweep ``column``."""
-    return [run for run, rows in runs.groupby("run", sort=True) if swept_column(rows) == column]
+    """The ``run`` ids whose points sweep ``column`` (and nothing else of the network)."""
+    return [run for run, rows in _one_network(runs).groupby("run", sort=True) if swept_column(rows) == column]
 
 
 def runs_with_lossy_switchml(runs: pd.DataFrame) -> list[str]:
@@ -93,6 +104,7 @@ def runs_with_lossy_switchml(runs: pd.DataFrame) -> list[str]:
     A loss timeline shows one job, so a single-point run at 1 % loss (configs/loss_timeline.yaml)
     serves as well as the lossiest point of a loss sweep.
     """
+    runs = _one_network(runs)
     lossy = runs[(runs["method"] == "switchml") & (runs["loss"] > 0)]
     return sorted(set(lossy["run"]))
 

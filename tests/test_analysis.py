@@ -22,7 +22,7 @@ import yaml
 
 from analysis import models
 from analysis.__main__ import main
-from analysis.aggregate import job_table, timed_cpu_samples
+from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchml, timed_cpu_samples
 from analysis.catalog import FIGURES, by_name, render
 from analysis.context import NOT_KEPT_UP
 from analysis.figures import LINE_RATE_LABEL, METHOD_LABELS, RING_BOUND_LABEL
@@ -556,3 +556,20 @@ def test_emulation_note_states_link_delay_and_its_mechanism() -> None:
     note = EmulationContext(link_mbps=(2.5,), switch_targets=("embedded",), problems=(), link_delays=delays).describe()
     assert note == "Emulation: links shaped to 2.5 Mbit/s with 10 ms (switch_delay_line) delay, switch target embedded (not the paper's hardware)"
     assert link_delays(pd.DataFrame({"switch_target": ["embedded"]})) == ()  # runs from before the field existed
+
+
+def test_a_sweep_of_whole_topologies_provides_no_paper_figure() -> None:
+    """configs/hierarchical.yaml varies loss (and aggregation, uplinks) between its points:
+    neither the loss sweep nor the loss timeline may take it for theirs."""
+    rows = [
+        {"run": "hier", "sweep_param": "topology", "method": "switchml", "loss": loss, "n_workers": 8, "elements": 10,
+         "pool_size": 64, "link_mbps": 2.5, "workload": "synthetic", "point": i}
+        for i, loss in enumerate((0.0, 0.01))
+    ] + [
+        {"run": "star", "sweep_param": "topology.link.loss", "method": "switchml", "loss": loss, "n_workers": 8,
+         "elements": 10, "pool_size": 64, "link_mbps": 2.5, "workload": "synthetic", "point": i}
+        for i, loss in enumerate((0.0, 0.01))
+    ]
+    runs = pd.DataFrame(rows)
+    assert runs_sweeping(runs, "loss") == ["star"]
+    assert runs_with_lossy_switchml(runs) == ["star"]
