@@ -33,7 +33,7 @@ from analysis.models import switchml_line_rate_ate
 from experiments import metrics
 from experiments.config import Point
 from experiments.inputs import point_inputs
-from experiments.job_meter import machine_jiffies
+from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, link_mbps
 from experiments.runner import ExperimentRunner, worker_spec
 from experiments.verify import expected_for, verify_switchml
@@ -222,11 +222,11 @@ class SharedSwitchRunner(ExperimentRunner):
             for _, group, _ in groups:
                 group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
             for repetition in range(point.repetitions):
-                busy_before = machine_jiffies()
+                busy_before, total_before = machine_cpu()
                 released = self._release(groups, repetition)
                 collected = [group.collect("done", job_limit, grace_s=REPORT_GRACE_S) for _, group, _ in groups]
-                busy_after = machine_jiffies()
-                machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
+                busy_after, total_after = machine_cpu()
+                machine_busy = (busy_after - busy_before).busy / max(1e-9, total_after - total_before)
                 for (job, _group, expected), released_s, reports in zip(groups, released, collected):
                     verdicts = []
                     for rank, report in enumerate(reports):
