@@ -16,12 +16,13 @@ the caller's business (poll).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import socket
 
 import numpy as np
+
+from network.msghdr import IoVec, MsgHdr, libc
 
 MSG_DONTWAIT = 0x40
 RECEIVE_SLACK_BYTES = 64
@@ -29,31 +30,14 @@ RECEIVE_SLACK_BYTES = 64
 shows up as a longer length instead of being truncated to a plausible size."""
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-class _MsgHdr(ctypes.Structure):
-    _fields_ = [
-        ("msg_name", ctypes.c_void_p),
-        ("msg_namelen", ctypes.c_uint32),
-        ("msg_iov", ctypes.POINTER(_IoVec)),
-        ("msg_iovlen", ctypes.c_size_t),
-        ("msg_control", ctypes.c_void_p),
-        ("msg_controllen", ctypes.c_size_t),
-        ("msg_flags", ctypes.c_int),
-    ]
-
-
 class _MMsgHdr(ctypes.Structure):
-    _fields_ = [("msg_hdr", _MsgHdr), ("msg_len", ctypes.c_uint)]
+    _fields_ = [("msg_hdr", MsgHdr), ("msg_len", ctypes.c_uint)]
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-_sendmmsg = _libc.sendmmsg
+_sendmmsg = libc.sendmmsg
 _sendmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
 _sendmmsg.restype = ctypes.c_int
-_recvmmsg = _libc.recvmmsg
+_recvmmsg = libc.recvmmsg
 _recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
 _recvmmsg.restype = ctypes.c_int
 
@@ -66,7 +50,7 @@ earlier datagram, and consumes it)."""
 def _message_table(buffers: np.ndarray, stride: int, length: int) -> tuple[ctypes.Array, ctypes.Array]:
     """An mmsghdr per row of ``buffers``, each with one iovec of ``length`` bytes at its row."""
     count = len(buffers)
-    iovecs = (_IoVec * count)()
+    iovecs = (IoVec * count)()
     messages = (_MMsgHdr * count)()
     base = buffers.ctypes.data
     for i in range(count):

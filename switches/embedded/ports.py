@@ -23,6 +23,8 @@ import os
 import socket
 import struct
 
+from network.msghdr import IoVec, MsgHdr, libc
+
 SOL_PACKET = 263
 ETH_P_ALL = 0x0003
 PACKET_ADD_MEMBERSHIP = 1
@@ -71,22 +73,6 @@ def receive_drops(sock: socket.socket) -> int:
     return drops
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
-
-
-class _MsgHdr(ctypes.Structure):
-    _fields_ = [
-        ("msg_name", ctypes.c_void_p),
-        ("msg_namelen", ctypes.c_uint32),
-        ("msg_iov", ctypes.POINTER(_IoVec)),
-        ("msg_iovlen", ctypes.c_size_t),
-        ("msg_control", ctypes.c_void_p),
-        ("msg_controllen", ctypes.c_size_t),
-        ("msg_flags", ctypes.c_int),
-    ]
-
-
 class _CmsgAuxdata(ctypes.Structure):
     """struct cmsghdr followed by struct tpacket_auxdata: the one control message we ask for."""
 
@@ -104,10 +90,7 @@ class _CmsgAuxdata(ctypes.Structure):
     ]
 
 
-_libc = ctypes.PyDLL(None, use_errno=True)
-"""PyDLL keeps the GIL across the call: recvmsg with MSG_DONTWAIT never blocks, and skipping
-the GIL release and re-acquire is a measurable part of a call this short."""
-_recvmsg = _libc.recvmsg
+_recvmsg = libc.recvmsg
 _recvmsg.restype = ctypes.c_ssize_t
 
 
@@ -127,10 +110,10 @@ class WireFrameReceiver:
         self._fd = sock.fileno()
         self.buffer = buffer
         self._buffer_address = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-        self._iov = _IoVec(ctypes.addressof(self._buffer_address), len(buffer) - VLAN_TAG.size)
+        self._iov = IoVec(ctypes.addressof(self._buffer_address), len(buffer) - VLAN_TAG.size)
         self._aux = _CmsgAuxdata()
         self._control_bytes = ctypes.sizeof(self._aux)
-        self._msg = _MsgHdr(None, 0, ctypes.pointer(self._iov), 1, ctypes.addressof(self._aux), self._control_bytes, 0)
+        self._msg = MsgHdr(None, 0, ctypes.pointer(self._iov), 1, ctypes.addressof(self._aux), self._control_bytes, 0)
         self._msg_ref = ctypes.byref(self._msg)
 
     def receive(self) -> int | None:

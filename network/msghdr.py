@@ -1,0 +1,33 @@
+"""Linux's struct iovec and struct msghdr for ctypes, and libc to call recvmsg and friends.
+
+Python's socket module has no sendmmsg/recvmmsg and no recvmsg into a caller's buffer with
+its own control buffer; the embedded switch's ports (re-inserting 802.1Q tags from
+PACKET_AUXDATA) and the SwitchML worker's batches (hosts/switchml/mmsg.py) call libc for
+them, with these layouts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+
+class IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+class MsgHdr(ctypes.Structure):
+    _fields_ = [
+        ("msg_name", ctypes.c_void_p),
+        ("msg_namelen", ctypes.c_uint32),
+        ("msg_iov", ctypes.POINTER(IoVec)),
+        ("msg_iovlen", ctypes.c_size_t),
+        ("msg_control", ctypes.c_void_p),
+        ("msg_controllen", ctypes.c_size_t),
+        ("msg_flags", ctypes.c_int),
+    ]
+
+
+libc = ctypes.PyDLL(None, use_errno=True)
+"""PyDLL keeps the GIL across the call: every caller here passes non-blocking sockets or
+MSG_DONTWAIT, so no call blocks, and skipping the GIL release and re-acquire is a
+measurable part of a call this short."""
