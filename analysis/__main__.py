@@ -10,14 +10,11 @@ command serves whatever subset of the experiments has been run.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
-from pathlib import Path
 
-import matplotlib
 
-from analysis.catalog import FIGURES, render, save
+from analysis.catalog import FIGURES, figure_command_args, render, save
 from analysis.load import load_results
 from analysis.tables import MissingData
 
@@ -26,12 +23,7 @@ log = logging.getLogger("analysis")
 
 def main(argv: list[str] | None = None) -> int:
     """Draw every figure it can; returns 0 if at least one figure was written."""
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
-    parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
-    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    matplotlib.use("Agg")
+    args = figure_command_args("python -m analysis", __doc__.splitlines()[0], argv)
 
     results = load_results(args.results)
     written, skipped = [], []

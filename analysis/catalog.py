@@ -10,12 +10,14 @@ supersedes the older one and mixing runs would mix link rates.
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -231,3 +233,15 @@ def save_figure(name: str, table: pd.DataFrame, fig: Figure, out_dir: Path) -> l
     fig.savefig(paths[1])
     table.to_csv(paths[2], index=False)
     return paths
+
+
+def figure_command_args(prog: str, description: str, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments every figure command takes (result folders, --out), parsed, with
+    logging to stderr and matplotlib's file-only backend set up."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
+    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    matplotlib.use("Agg")
+    return args

@@ -8,15 +8,15 @@ numbers plotted).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
 from typing import Callable
 
-import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
+
+from analysis.catalog import figure_command_args
 
 log = logging.getLogger("analysis")
 
@@ -39,12 +39,7 @@ def newest_run(roots: list[Path], wanted: Callable[[dict, Path], bool], what: st
 
 
 def main(name: str, description: str, find: Callable[[list[Path]], Path], draw: Draw, argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m analysis.{name}", description=description)
-    parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
-    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    matplotlib.use("Agg")
+    args = figure_command_args(f"python -m analysis.{name}", description, argv)
     run = find(args.results)
     table, fig = draw(run)
     args.out.mkdir(parents=True, exist_ok=True)
