@@ -61,7 +61,9 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
     assert (row["target"], row["workers"], float(row["link_mbps"]), row["verified"]) == ("embedded", "2", 2.5, "True")
     assert 0 < float(row["share_of_bound"]) <= 1.05 and row["kept_up"] in ("True", "False")
     split = sum(float(row[f"cpu_{part}_us_per_update"]) for part in ("user", "system", "softirq"))
-    assert 0 < split <= float(row["cpu_us_per_update"]) + 0.05  # busy also holds steal
+    # busy also holds steal; each part comes from a share that fidelity.csv rounds to 1e-4,
+    # so the parts' sum may pass the total by that rounding (tenths of a us per update here)
+    assert 0 < split <= float(row["cpu_us_per_update"]) * 1.005 + 0.1
     assert float(row["worker_us_per_packet"]) > 0 and float(row["switch_us_per_update"]) > 0  # the embedded switch is a process
     assert "| embedded | 2 | 2.5 | 1 |" in done.stdout
     assert not leftovers(row["run_dir"])
