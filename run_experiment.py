@@ -32,7 +32,7 @@ from tqdm import tqdm  # noqa: E402
 logging.setLoggerClass(logging.Logger)
 
 from experiments.config import Experiment, load_experiment  # noqa: E402
-from experiments.yamlschema import ConfigError  # noqa: E402
+from base.yamlschema import ConfigError  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
 
 log = logging.getLogger("run_experiment")

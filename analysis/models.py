@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hosts.switchml.pool import JobPlan
+from protocol.plan import JobPlan
 from protocol.packet import ELEMENT_BYTES, frame_bytes
 
 BITS_PER_BYTE = 8
@@ -49,7 +49,7 @@ class SwitchMLJobPace:
 
     ``switchml_line_rate_ate`` is the steady-state ceiling; a whole job also spends time
     its data does not: a float32 job's lead round of exponent-only packets (one per slot,
-    hosts/switchml/pool.py) and the last result's round trip. And a pool too small to fill
+    protocol/plan.py) and the last result's round trip. And a pool too small to fill
     the bandwidth-delay product caps the pace at the window instead of the line rate.
     """
 

@@ -1,6 +1,6 @@
 """How many SwitchML updates per second a switch target aggregates (k = 32 by default).
 
-Creates its own namespaces and veth pairs (tests/netns_harness.py), starts the switch,
+Creates its own namespaces and veth pairs (base/netns.py), starts the switch,
 programs one job of n ranks through switches/programming.py and drives it from this one
 process: pre-built update frames, one raw socket per rank, self-clocked like the worker
 protocol — when rank 0 receives a slot's result, all ranks send that slot's next round
@@ -40,10 +40,10 @@ import numpy as np  # noqa: E402
 
 from protocol import params  # noqa: E402
 from protocol.packet import SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
-from switches import programming  # noqa: E402
+from switches import programming, standalone  # noqa: E402
 from network.port_counters import SETTLE_S, account_switch, read_ports  # noqa: E402
 from switches.standalone import TARGETS, run_switch  # noqa: E402
-from tests.netns_harness import Host, Testbed  # noqa: E402
+from base.netns import Host  # noqa: E402
 
 log = logging.getLogger("switch_throughput")
 
@@ -189,7 +189,7 @@ def drive(
 
 def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: float, log_dir: Path, profile: Path | None) -> Measurement:
     options = {"k": k, "log_level": "WARNING", "profile": profile} if target == "embedded" else {}
-    with Testbed(n) as bed, contextlib.ExitStack() as stack:
+    with standalone.testbed(n) as bed, contextlib.ExitStack() as stack:
         for host in bed.hosts[1:]:
             sink = stack.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
+from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 from experiments.inputs import WorkloadInfo, describe_workload
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 from protocol import params

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
-from experiments.yamlschema import ConfigError
+from base.yamlschema import ConfigError
 
 if TYPE_CHECKING:  # analysis imports resume_command without the config machinery
     from experiments.config import Experiment

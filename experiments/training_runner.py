@@ -29,7 +29,7 @@ from experiments.training_replay import Replay, Trajectory, exact_sum, quantized
 from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series
 from experiments.verify import Verdict, expected_for, verify_baseline, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
-from experiments.yamlschema import ConfigError
+from base.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
 from network.emulation import EmulatedNetwork
 from switches import programming

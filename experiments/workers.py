@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from mininet.node import Host
 
-from network.lifetime import deferred_signals, dies_with_this_process
+from base.lifetime import deferred_signals, dies_with_this_process
 from protocol.params import REPO_ROOT
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from experiments.yamlschema import ConfigError
+from base.yamlschema import ConfigError
 from labs import catalog
 from labs.grade import default_report, grade, replace_graded_files, score_table, write_report
 from labs.markers import MarkerError

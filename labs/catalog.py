@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.yamlschema import ConfigError, load_schema, load_yaml, validate
+from base.yamlschema import ConfigError, load_schema, load_yaml, validate
 
 LABS_DIR = Path(__file__).resolve().parent
 SCHEMA = LABS_DIR / "lab.schema.yaml"

@@ -3,7 +3,7 @@
     sudo .venv/bin/python -m network.cleanup
 
 A run that is killed with SIGKILL cannot clean up. Its workers and switch die with it
-(network.lifetime), but a network-building run also leaves veths in the root namespace
+(base.lifetime), but a network-building run also leaves veths in the root namespace
 (the kernel frees those of dead namespaces only minutes later, and never the links
 between two switches), its temporary folders, and any process it started without the
 parent-death signal. ``remove_leftovers`` removes exactly what the dead run recorded in

@@ -29,7 +29,7 @@ from mininet.net import Mininet
 from mininet.node import Host, Node
 
 from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
-from network.lifetime import deferred_signals
+from base.lifetime import deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
 from protocol import params

@@ -1,5 +1,5 @@
 """A switch target on a set of interfaces, outside Mininet: for the packet-level tests and the
-benchmarks, which cable namespaces to veth pairs themselves (tests/netns_harness.py).
+benchmarks, which cable namespaces to veth pairs themselves (``testbed``, base/netns.py).
 
 Every target starts the same way and gives back the same two things, so a test or a
 benchmark is written once for every target: the control plane, and the pid of the process
@@ -13,10 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from base.netns import Testbed
 from protocol import params
 from switches.control import SwitchControl
 
 TARGETS = ("embedded", "bmv2", "ebpf")
+
+
+def testbed(n_hosts: int) -> Testbed:
+    """``n_hosts`` namespaces cabled to switch ports 1..n, each knowing the switch's virtual
+    address (a static ARP entry, as the Mininet hosts get)."""
+    return Testbed(n_hosts, neighbours={params.SWITCH_IPV4: params.SWITCH_MAC})
 
 
 @dataclass(frozen=True)

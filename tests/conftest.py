@@ -20,12 +20,12 @@ from typing import Callable, ContextManager, Iterator
 import pytest
 
 from protocol import params
-from switches import programming
+from switches import programming, standalone
 from switches.control import SwitchControl
 from switches.standalone import TARGETS as STANDALONE_TARGETS
 from switches.standalone import run_switch
 from switches.targets import detect_bmv2, detect_ebpf
-from tests.netns_harness import Testbed
+from base.netns import Testbed
 from tests.switch_io import SwitchPorts
 
 JOB = 7
@@ -96,7 +96,7 @@ def testbed() -> Iterator[Testbed]:
     which would cross the switch as ordinary traffic and disturb captures and counters.
     """
     _require_root()
-    with Testbed(N_HOSTS) as bed, contextlib.ExitStack() as sinks:
+    with standalone.testbed(N_HOSTS) as bed, contextlib.ExitStack() as sinks:
         for host in bed.hosts:
             sinks.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
         yield bed

@@ -24,7 +24,7 @@ from protocol import params
 from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
 from protocol.scapy_layer import SwitchML
 from switches.embedded.ports import ETH_P_8021Q, MAC_ADDRESSES_BYTES, VLAN_TAG, WireFrameReceiver
-from tests.netns_harness import Host, Testbed
+from base.netns import Host, Testbed
 
 SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
 """Where workers send updates: the switch's virtual address."""

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from experiments.config import CONFIG_DIR, load_experiment
-from experiments.yamlschema import ConfigError
+from base.yamlschema import ConfigError
 from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
 
 SHIPPED_CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.yaml") if not p.name.endswith(".schema.yaml"))

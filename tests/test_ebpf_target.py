@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import pytest
 
 from protocol import params
-from switches import programming
+from switches import programming, standalone
 from switches.control import ControlPlaneError
 from switches.ebpf import compile as ebpf_compile
 from switches.ebpf import datapath, maps
@@ -27,7 +27,7 @@ from switches.ebpf.bpf import BpfMap
 from switches.ebpf.control import EbpfControl
 from switches.embedded.pipeline import SwitchMLPipeline
 from tests.conftest import require_ebpf
-from tests.netns_harness import Testbed
+from base.netns import Testbed
 
 POOL = 16
 """A small pool: a build of its own, and quick register resets."""
@@ -98,7 +98,7 @@ def bed() -> Iterator[Testbed]:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     require_ebpf()
-    with Testbed(2) as testbed:
+    with standalone.testbed(2) as testbed:
         yield testbed
 
 
@@ -174,7 +174,7 @@ def test_two_instances_keep_their_own_state(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     require_ebpf()
-    with Testbed(2) as first_bed, Testbed(2) as second_bed:
+    with standalone.testbed(2) as first_bed, standalone.testbed(2) as second_bed:
         first = datapath.EbpfDataPlane(first_bed.switch_ports, name="first", max_pool_size=POOL)
         second = datapath.EbpfDataPlane(second_bed.switch_ports, name="second", max_pool_size=POOL)
         first.start()

@@ -14,7 +14,7 @@ from protocol import params
 from switches import programming
 from switches.control import ControlPlaneError
 from switches.embedded.launcher import EmbeddedSwitchProcess, SwitchStartError, embedded_switch
-from tests.netns_harness import Testbed
+from base.netns import Testbed
 from tests.switch_io import SwitchPorts, update_frame
 
 pytestmark = pytest.mark.netns

@@ -14,7 +14,7 @@ import yaml
 
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.inputs import describe_workload, point_inputs
-from experiments.yamlschema import ConfigError
+from base.yamlschema import ConfigError
 from workloads.record import record_trace, replay_tensors, scaled_count
 from workloads.synthetic import synthetic_tensor
 from workloads.trace import load_trace

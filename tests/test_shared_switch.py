@@ -8,7 +8,7 @@ import pytest
 
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.shared_switch import job_table, total_table
-from experiments.yamlschema import ConfigError
+from base.yamlschema import ConfigError
 from switches import programming
 
 SHARED = CONFIG_DIR / "shared_switch.yaml"

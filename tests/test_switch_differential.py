@@ -67,7 +67,7 @@ from protocol.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
 from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_bmv2, require_ebpf
-from tests.netns_harness import Host, Testbed
+from base.netns import Host, Testbed
 from tests.switch_io import SWITCH, SwitchPorts, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns

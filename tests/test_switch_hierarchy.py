@@ -24,7 +24,7 @@ from protocol import params
 from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes
 from switches import programming
 from tests.conftest import TARGET_MARKS, TARGETS, SwitchTarget, SwitchUnderTest
-from tests.netns_harness import Testbed
+from base.netns import Testbed
 from tests.switch_io import SWITCH, Received, dissect, update_frame
 from tests.test_switch_behaviour import K, check_result, values
 from tests.test_switch_drops import wait_counts

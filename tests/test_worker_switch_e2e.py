@@ -1,7 +1,7 @@
 """SwitchML end to end: 8 worker processes in network namespaces and the embedded switch.
 
 Each worker is a forked process that creates its SwitchMLClient inside its host's
-namespace (tests/netns_harness.py) and runs a sequence of all-reduces in lock step with
+namespace (base/netns.py) and runs a sequence of all-reduces in lock step with
 the others (a barrier before every call). Every result must equal
 protocol.quantize.expected_sum bit for bit, first without loss, then with the switch's
 drop simulator at 1 % on ingress and 1 % on egress.
@@ -26,9 +26,9 @@ from hosts.switchml import AllReduceResult, RetransmitPolicy, SwitchMLClient
 from protocol import params
 from protocol.packet import payload_bytes
 from protocol.quantize import expected_sum
-from switches import programming
+from switches import programming, standalone
 from switches.control import SwitchControl
-from tests.netns_harness import Testbed, in_namespace
+from base.netns import Testbed, in_namespace
 
 pytestmark = pytest.mark.netns
 
@@ -139,7 +139,7 @@ def switch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, 
     from switches.embedded.launcher import embedded_switch
 
     log_dir = tmp_path_factory.mktemp("switchml-e2e")
-    with Testbed(N) as bed, embedded_switch(bed.switch_ports, log_dir, command_log=log_dir / "commands.txt", seed=3) as control:
+    with standalone.testbed(N) as bed, embedded_switch(bed.switch_ports, log_dir, command_log=log_dir / "commands.txt", seed=3) as control:
         programming.program_forwarding(control, list(bed.switch_ports), {})
         workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in bed.hosts]
         programming.program_aggregation(control, programming.JobProgram(JOB, workers))

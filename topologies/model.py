@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from protocol import params
-from experiments.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
+from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent
 SCHEMA_PATH = TOPOLOGY_DIR / "topology.schema.yaml"

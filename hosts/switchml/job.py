@@ -26,7 +26,8 @@ import numpy as np
 
 from hosts.stats import JobStats, SendTimeline
 from hosts.switchml.mmsg import BatchSocket
-from hosts.switchml.pool import JobPlan, SlotPool
+from hosts.switchml.pool import SlotPool
+from protocol.plan import JobPlan
 from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
 from protocol import params
 from protocol.packet import EXPONENT_MAX, EXPONENT_MIN

@@ -22,9 +22,8 @@ import socket
 
 import numpy as np
 
-from network.msghdr import IoVec, MsgHdr, libc
+from base.linux_sockets import MSG_DONTWAIT, IoVec, MsgHdr, libc
 
-MSG_DONTWAIT = 0x40
 RECEIVE_SLACK_BYTES = 64
 """Room past a record in each receive buffer, so a datagram longer than the expected one
 shows up as a longer length instead of being truncated to a plausible size."""

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Callable, Mapping
 if TYPE_CHECKING:
     from switches.bmv2.learning import L2LearningController
 
-from network.lifetime import dies_with_this_process
+from base.lifetime import dies_with_this_process
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class Bmv2Process:
         log.info("%s: %s (log: %s)", self.name, " ".join(command), self.log_path)
         self._log_file = self.log_path.open("ab")
         self._process = self.popen(command, stdin=subprocess.DEVNULL, stdout=self._log_file, stderr=subprocess.STDOUT,
-                                   preexec_fn=dies_with_this_process())  # dies with the runner (network.lifetime)
+                                   preexec_fn=dies_with_this_process())  # dies with the runner (base.lifetime)
         deadline = time.monotonic() + timeout_s
         while not thrift_answers(self.thrift_port):
             if self._process.poll() is not None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from network.lifetime import dies_with_this_process
+from base.lifetime import dies_with_this_process
 from protocol import params
 from switches.control import ControlPlaneError
 from switches.embedded.control_client import EmbeddedControl
@@ -93,7 +93,7 @@ class EmbeddedSwitchProcess:
         self._socket_dir = Path(tempfile.mkdtemp(prefix=f"sml-{self.name}-"))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(params.REPO_ROOT), os.environ.get("PYTHONPATH")])))
         with self.log_file.open("ab") as output:
-            # dies with the runner (network.lifetime): an orphaned switch would hold its ports
+            # dies with the runner (base.lifetime): an orphaned switch would hold its ports
             self._process = subprocess.Popen(self.command(), cwd=params.REPO_ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
                                              preexec_fn=dies_with_this_process())
         log.info("started switch %s (pid %d) on %s", self.name, self._process.pid, self.ports)

@@ -23,23 +23,27 @@ import os
 import socket
 import struct
 
-from network.msghdr import IoVec, MsgHdr, libc
+from base.linux_sockets import (
+    ETH_P_ALL,
+    MSG_DONTWAIT,
+    PACKET_ADD_MEMBERSHIP,
+    PACKET_AUXDATA,
+    PACKET_IGNORE_OUTGOING,
+    PACKET_MR_PROMISC,
+    PACKET_STATISTICS,
+    SO_RCVBUFFORCE,
+    SO_SNDBUFFORCE,
+    SOL_PACKET,
+    TP_STATUS_VLAN_TPID_VALID,
+    TP_STATUS_VLAN_VALID,
+    IoVec,
+    MsgHdr,
+    libc,
+)
 
-SOL_PACKET = 263
-ETH_P_ALL = 0x0003
-PACKET_ADD_MEMBERSHIP = 1
-PACKET_MR_PROMISC = 1
-PACKET_STATISTICS = 6
-PACKET_IGNORE_OUTGOING = 23
-SO_RCVBUFFORCE = 33
-SO_SNDBUFFORCE = 32
 SOCKET_BUFFER_BYTES = 8 << 20
 TPACKET_STATS = struct.Struct("II")
-PACKET_AUXDATA = 8
-TP_STATUS_VLAN_VALID = 0x10
-TP_STATUS_VLAN_TPID_VALID = 0x40
 ETH_P_8021Q = 0x8100
-MSG_DONTWAIT = 0x40
 MAC_ADDRESSES_BYTES = 12
 """Destination and source MAC: the tag goes right after them."""
 VLAN_TAG = struct.Struct("!HH")

@@ -1,4 +1,5 @@
-"""Linux's struct iovec and struct msghdr for ctypes, and libc to call recvmsg and friends.
+"""Linux's packet-socket constants, struct iovec and struct msghdr for ctypes, and libc to call
+recvmsg and friends.
 
 Python's socket module has no sendmmsg/recvmmsg and no recvmsg into a caller's buffer with
 its own control buffer; the embedded switch's ports (re-inserting 802.1Q tags from
@@ -9,6 +10,21 @@ them, with these layouts.
 from __future__ import annotations
 
 import ctypes
+
+# <linux/if_packet.h>, <linux/if_ether.h>, <asm/socket.h>, <bits/socket.h>: what Python's
+# socket module does not name.
+SOL_PACKET = 263
+ETH_P_ALL = 0x0003
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_PROMISC = 1
+PACKET_STATISTICS = 6
+PACKET_AUXDATA = 8
+PACKET_IGNORE_OUTGOING = 23
+TP_STATUS_VLAN_VALID = 0x10
+TP_STATUS_VLAN_TPID_VALID = 0x40
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+MSG_DONTWAIT = 0x40
 
 
 class IoVec(ctypes.Structure):
