@@ -151,7 +151,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     """Run into a new results folder (or the resumed one); failures that are the disk's
     propagate to main, which gives them their own exit status."""
     from experiments.results import ResultsWriter, format_table, utc_stamp
-    from experiments.run_dir import check_resumable, claim_out_dir, new_run_dir, resume_command
+    from experiments.run_dir import check_resumable, claim_out_dir, new_run_dir
+    from protocol.results_format import resume_command
     from experiments.runner import ExperimentRunner
     from experiments.storage import storage_problem
     from experiments.workers import DependencyExited, WorkerFailure

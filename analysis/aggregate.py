@@ -132,3 +132,25 @@ def timed_cpu_samples(fidelity: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFram
     tats = runs.groupby(keys, as_index=False)["tat_s"].max()
     long_enough = fidelity.merge(tats, on=keys, how="left")["tat_s"] >= MIN_CPU_SAMPLE_S
     return fidelity[long_enough.to_numpy()]
+
+
+def shared_switch_jobs(rows: pd.DataFrame) -> pd.DataFrame:
+    """A shared-switch run's jobs.csv rows -> one row per (point, repetition, job): the job ends when its slowest worker does."""
+    jobs = rows.groupby(["point", "n_jobs", "repetition", "job_id"], as_index=False).agg(
+        tat_s=("tat_s", "max"), released_s=("released_s", "first"), elements=("elements", "first"),
+        n_workers=("n_workers", "first"), pool_size=("pool_size", "first"), start_s=("start_s", "first"),
+        verified=("verified", "all"),
+    )
+    jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
+    return jobs
+
+
+def shared_switch_totals(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Per (point, repetition): every job's elements over the makespan (first release to last end)."""
+    ends = jobs.assign(end_s=jobs["released_s"] + jobs["tat_s"])
+    totals = ends.groupby(["point", "n_jobs", "repetition"], as_index=False).agg(
+        elements=("elements", "sum"), first_s=("released_s", "min"), end_s=("end_s", "max"),
+    )
+    totals["makespan_s"] = totals["end_s"] - totals["first_s"]
+    totals["total_ate_per_s"] = totals["elements"] / totals["makespan_s"]
+    return totals

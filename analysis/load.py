@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from experiments.run_dir import resume_command
+from protocol.results_format import resume_command
 
 log = logging.getLogger(__name__)
 

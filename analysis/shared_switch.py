@@ -2,7 +2,7 @@
 
     python -m analysis.shared_switch RESULTS... [--out docs/figures]
 
-Reads the newest shared-switch run (jobs.csv + summary.json, experiments/shared_switch.py)
+Reads the newest shared-switch run (jobs.csv + summary.json, written by experiments/shared_switch.py)
 under RESULTS. Left: each job's ATE/s (median over repetitions, min-max bars) and all
 jobs' elements over the makespan, against the number of jobs, with a job's line-rate
 bound. Right: how the control plane partitions the switch's slots for each measured set of
@@ -21,9 +21,9 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
+from analysis.aggregate import shared_switch_jobs, shared_switch_totals
 from analysis.run_figure import main
 from analysis.run_figure import newest_run as newest_run_of
-from experiments.shared_switch import job_table, total_table
 from switches.programming import AdmissionError, partition_slots
 
 NAME = "shared_switch"
@@ -39,9 +39,9 @@ def newest_run(roots: list[Path]) -> Path:
 
 def throughput_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Per number of jobs: each job's ATE/s and the total (median, min, max over repetitions)."""
-    per_job = job_table(rows).rename(columns={"ate_per_s": "value"})
+    per_job = shared_switch_jobs(rows).rename(columns={"ate_per_s": "value"})
     per_job["series"] = "job " + per_job["job_id"].astype(str)
-    totals = total_table(job_table(rows)).rename(columns={"total_ate_per_s": "value"})
+    totals = shared_switch_totals(shared_switch_jobs(rows)).rename(columns={"total_ate_per_s": "value"})
     totals["series"] = "total"
     both = pd.concat([per_job[["n_jobs", "series", "repetition", "value"]], totals[["n_jobs", "series", "repetition", "value"]]])
     table = both.groupby(["n_jobs", "series"], as_index=False)["value"].agg(ate_per_s_median="median", ate_per_s_min="min", ate_per_s_max="max")

@@ -49,7 +49,8 @@ from tqdm import tqdm  # noqa: E402
 
 from analysis.models import switchml_line_rate_ate  # noqa: E402
 from experiments.config import load_experiment  # noqa: E402
-from experiments.results import MACHINE, utc_stamp  # noqa: E402
+from experiments.results import utc_stamp  # noqa: E402
+from protocol.results_format import MACHINE  # noqa: E402
 from protocol import params  # noqa: E402
 from switches.standalone import TARGETS  # noqa: E402
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from experiments.results import MACHINE
+from protocol.results_format import MACHINE
 from network.emulation import EmulatedNetwork
 from network.port_counters import SETTLE_S, account_switch, read_ports
 from switches import programming

@@ -30,6 +30,7 @@ from network.port_counters import frames_lost
 if TYPE_CHECKING:
     from experiments.job_meter import JobMeasurement
 from protocol.packet import ELEMENT_BYTES
+from protocol.results_format import MACHINE
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ FRAMES_COLUMNS = ["point", "method", "repetition", "switch", "port_rx_frames", "
 FIDELITY_COLUMNS = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps",
                     "cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s"]
 
-MACHINE = "machine"
-"""fidelity.csv's row for the whole machine: busy share of all cores (from /proc/stat)."""
 CPU_SATURATED = 0.9
 """A process busier than this share of one core may have been the bottleneck, not the network."""
 MACHINE_SATURATED = 0.95

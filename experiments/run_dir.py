@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 import yaml
 
 from base.yamlschema import ConfigError
+from protocol.results_format import resume_command
 
-if TYPE_CHECKING:  # analysis imports resume_command without the config machinery
+if TYPE_CHECKING:
     from experiments.config import Experiment
 
 MAX_SAME_SECOND_RUNS = 1000
@@ -90,8 +91,3 @@ def config_differences(recorded: Any, current: Any, key: str = "") -> list[str]:
                 differences += config_differences(recorded[name], current[name], child)
         return differences
     return [] if recorded == current else [f"{key or '<config>'}: {recorded!r} in the run, {current!r} now"]
-
-
-def resume_command(run_dir: Path) -> str:
-    """The command that continues ``run_dir`` (its own config.yaml is the config it ran with)."""
-    return f"run_experiment.py {run_dir / 'config.yaml'} --resume {run_dir}"

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.aggregate import shared_switch_jobs, shared_switch_totals
 from analysis.models import switchml_line_rate_ate
 from experiments import metrics
 from experiments.config import Point
@@ -87,8 +88,8 @@ class SharedSwitchWriter(ResultsWriter):
         rows = pd.read_csv(self.run_dir / "jobs.csv")
         points = []
         for point_index, per_point in rows.groupby("point"):
-            jobs = job_table(per_point)
-            totals = total_table(jobs)
+            jobs = shared_switch_jobs(per_point)
+            totals = shared_switch_totals(jobs)
             rate = per_point["link_mbps"].iloc[0]
             points.append({
                 "point": int(point_index),
@@ -136,28 +137,6 @@ def format_shared_table(summary: dict[str, Any]) -> str:
             )
         lines.append(f"{point['point']:>5} {point['n_jobs']:>4} {'all':>5} {'':>7} {'':>9} {'':>5} {point['makespan_s']:>8.3f} {point['total_ate_per_s']:>10.0f}")
     return "\n".join(lines)
-
-
-def job_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per (point, repetition, job): the job ends when its slowest worker does."""
-    jobs = rows.groupby(["point", "n_jobs", "repetition", "job_id"], as_index=False).agg(
-        tat_s=("tat_s", "max"), released_s=("released_s", "first"), elements=("elements", "first"),
-        n_workers=("n_workers", "first"), pool_size=("pool_size", "first"), start_s=("start_s", "first"),
-        verified=("verified", "all"),
-    )
-    jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
-    return jobs
-
-
-def total_table(jobs: pd.DataFrame) -> pd.DataFrame:
-    """Per (point, repetition): every job's elements over the makespan (first release to last end)."""
-    ends = jobs.assign(end_s=jobs["released_s"] + jobs["tat_s"])
-    totals = ends.groupby(["point", "n_jobs", "repetition"], as_index=False).agg(
-        elements=("elements", "sum"), first_s=("released_s", "min"), end_s=("end_s", "max"),
-    )
-    totals["makespan_s"] = totals["end_s"] - totals["first_s"]
-    totals["total_ate_per_s"] = totals["elements"] / totals["makespan_s"]
-    return totals
 
 
 class SharedSwitchRunner(ExperimentRunner):

@@ -20,7 +20,8 @@ import pandas as pd
 
 from experiments.config import Point
 from experiments.job_meter import JobMeasurement
-from experiments.results import CPU_SATURATED, MACHINE, MACHINE_SATURATED, ResultsWriter, kept_up_warning
+from experiments.results import CPU_SATURATED, MACHINE_SATURATED, ResultsWriter, kept_up_warning
+from protocol.results_format import MACHINE
 
 TRAINING_STEPS_COLUMNS = [
     "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",

@@ -28,7 +28,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from hosts.worker import METHODS, emit
+from hosts.allreduce import METHODS
+from hosts.events import emit
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, sgd_update, worker_gradient
 
 ARRAYS_RANK = 0

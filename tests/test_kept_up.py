@@ -15,7 +15,8 @@ from analysis.models import switchml_job_pace, switchml_line_rate_ate
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.job_meter import CpuSplit, JobMeasurement
 from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S, worker_share_mbps
-from experiments.results import MACHINE, ResultsWriter, format_table
+from experiments.results import ResultsWriter, format_table
+from protocol.results_format import MACHINE
 from experiments.verify import Verdict
 
 MAIN_CONFIG = CONFIG_DIR / "8workers.yaml"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from experiments.config import CONFIG_DIR, load_experiment
-from experiments.shared_switch import job_table, total_table
+from analysis.aggregate import shared_switch_jobs, shared_switch_totals
 from base.yamlschema import ConfigError
 from switches import programming
 
@@ -54,7 +54,7 @@ def test_total_is_all_elements_over_the_makespan() -> None:
          "pool_size": 8, "start_s": 0.0, "verified": True} for tat in (1.5, 2.0)
     ] + [{"point": 0, "n_jobs": 2, "repetition": 0, "job_id": 2, "released_s": 1.0, "tat_s": 3.0, "elements": 200, "n_workers": 1,
           "pool_size": 8, "start_s": 1.0, "verified": True}])
-    jobs = job_table(rows)
+    jobs = shared_switch_jobs(rows)
     assert jobs.set_index("job_id")["ate_per_s"].to_dict() == {1: 50.0, 2: 200 / 3}
-    totals = total_table(jobs)
+    totals = shared_switch_totals(jobs)
     assert (totals["makespan_s"].item(), totals["total_ate_per_s"].item()) == (4.0, 75.0)

@@ -1,0 +1,17 @@
+"""The results format (docs/results-format.md): what a run writes and the analysis reads.
+
+The writer (experiments/) and the reader (analysis/) both import this module, so a name
+that one side writes and the other expects is written down once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MACHINE = "machine"
+"""fidelity.csv's row for the whole machine: busy share of all cores (from /proc/stat)."""
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues ``run_dir`` (its own config.yaml is the config it ran with)."""
+    return f"run_experiment.py {run_dir / 'config.yaml'} --resume {run_dir}"

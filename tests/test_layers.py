@@ -1,0 +1,145 @@
+"""The import graph: packages stack in layers, and no module imports itself round a cycle.
+
+The folders follow the data (README, "How the pieces fit"), and a package may import only
+packages of a lower layer: a switch target never reaches into the emulated network, the
+hosts never into the runner, the analysis never into the code that writes the results it
+reads. Every import counts, also one inside a function or under ``TYPE_CHECKING``: a lazy
+import still ties the two modules together. A new top-level package must be given a layer
+here, so the map stays complete.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from protocol.params import REPO_ROOT
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("base",),  # the ground floor: YAML + schema, process lifetime, Linux sockets, namespaces
+    ("protocol",),  # contracts both sides of a boundary share: wire format, job plan
+    ("topologies", "workloads", "p4", "switches"),
+    ("network",),
+    ("hosts",),
+    ("analysis",),
+    ("experiments",),
+    ("labs", "benchmarks", "run_experiment"),
+    ("tests",),
+)
+"""Lowest first. A package imports only packages of lower layers (its own excepted)."""
+
+LAYER_OF = {package: level for level, packages in enumerate(LAYERS) for package in packages}
+SKIPPED_DIRS = {".venv", ".git", "results", "node_modules", "__pycache__"}
+
+
+def python_files() -> list[Path]:
+    return sorted(
+        path for path in REPO_ROOT.rglob("*.py") if not SKIPPED_DIRS.intersection(path.relative_to(REPO_ROOT).parts)
+    )
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The project's modules ``path`` imports (``from a import b`` counts a.b if b is a module)."""
+    found: set[str] = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = python_files()
+    modules = {module_name(path) for path in files}
+    return {module_name(path): imported_modules(path, modules) - {module_name(path)} for path in files}
+
+
+GRAPH = import_graph()
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_top_level_package_has_a_layer() -> None:
+    unplaced = sorted({top(module) for module in GRAPH} - set(LAYER_OF))
+    assert not unplaced, f"give these top-level packages a layer in tests/test_layers.py: {', '.join(unplaced)}"
+
+
+def test_no_package_imports_a_higher_or_equal_layer() -> None:
+    offending = sorted(
+        f"{module} imports {target} ({top(module)} is layer {LAYER_OF[top(module)]}, {top(target)} layer {LAYER_OF[top(target)]})"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if top(target) != top(module) and top(module) in LAYER_OF and top(target) in LAYER_OF
+        and LAYER_OF[top(target)] >= LAYER_OF[top(module)]
+    )
+    assert not offending, "imports that run upward or sideways:\n" + "\n".join(offending)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    # An import of a.b runs a/__init__.py first: a module importing its own parent package is
+    # no cycle, so those edges are left out.
+    graph = {module: {t for t in targets if not module.startswith(t + ".")} for module, targets in GRAPH.items()}
+    found = cycles(graph)
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(component) for component in found)
+
+
+def test_the_graph_sees_known_imports() -> None:
+    """The parser finds plain, from- and function-local imports (the test would pass vacuously otherwise)."""
+    assert "base.yamlschema" in GRAPH["topologies.model"]
+    assert "protocol.plan" in GRAPH["hosts.switchml.job"]
+    assert "hosts.switchml.client" in GRAPH["hosts.allreduce"]  # imported inside a function
