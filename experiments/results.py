@@ -61,16 +61,6 @@ def utc_stamp(at: float | None = None) -> str:
     return moment.strftime("%Y%m%dT%H%M%SZ")
 
 
-def link_mbps(point: Point) -> float | None:
-    """The slowest host link's rate: the bottleneck the line-rate bound refers to."""
-    rates = [l.spec.bw_mbps for l in point.topology.links if l.spec.bw_mbps is not None]
-    return min(rates) if rates else None
-
-
-def link_loss(point: Point) -> float:
-    return max(l.spec.loss for l in point.topology.links)
-
-
 class ResultsWriter:
     def __init__(self, run_dir: Path, experiment: Experiment, target: str) -> None:
         self.run_dir = run_dir
@@ -150,7 +140,7 @@ class ResultsWriter:
                 "point": point.index, "sweep_param": point.sweep_param or "", "sweep_value": "" if point.sweep_value is None else point.sweep_value,
                 "method": method, "repetition": repetition, "rank": rank, "n_workers": n, "elements": elements,
                 "dtype": point.workload["dtype"], "tensor_bytes": tensor_bytes, "k": point.protocol["k"],
-                "pool_size": point.protocol["pool_size"], "link_mbps": link_mbps(point), "loss": link_loss(point),
+                "pool_size": point.protocol["pool_size"], "link_mbps": point.topology.link_mbps, "loss": point.topology.link_loss,
                 "loss_mechanism": loss_mechanism, "tat_s": tat, "ate_per_s": metrics.ate_per_s(elements, tat),
                 "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": busbw(algbw, n) if n > 1 else 0.0,
                 "packets_sent": stats["packets_sent"], "packets_received": stats["packets_received"],
@@ -174,7 +164,7 @@ class ResultsWriter:
             {"point": point.index, "method": method, "repetition": repetition, "switch": sw, **accounted}
             for sw, accounted in measured.frames.items()
         ])
-        configured = link_mbps(point)
+        configured = point.topology.link_mbps
         self._append("fidelity.csv", FIDELITY_COLUMNS, [
             {"point": point.index, "method": method, "repetition": repetition, "host": host,
              "cpu_busy_fraction": round(cpu.busy, 4), "configured_mbps": configured,
@@ -212,12 +202,12 @@ class ResultsWriter:
                     "retransmissions": int(group["retransmissions"].sum()),
                     "verified": bool(group["verified"].all()),
                 }
-                rate = link_mbps(point)
+                rate = point.topology.link_mbps
                 if method == "switchml" and rate is not None:
                     bound = switchml_line_rate_ate(rate * 1e6, point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
-                    check = pace_check(point, rate, link_loss(point))
+                    check = pace_check(point, rate, point.topology.link_loss)
                     if check is not None:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,
@@ -234,9 +224,9 @@ class ResultsWriter:
             "verified": bool(verified and runs["verified"].all()),
             "switch_target": self.target,
             "workers": len(first.topology.hosts),
-            "link_mbps": link_mbps(first),
+            "link_mbps": first.topology.link_mbps,
             "link_mbps_source": self.experiment.link_rate_source,
-            "loss": link_loss(first),
+            "loss": first.topology.link_loss,
             "loss_mechanism": self._network.get(first.index, {}).get("loss_mechanism"),
             "link_delay_ms": max(l.spec.delay_ms for l in first.topology.links),
             "delay_mechanism": self._network.get(first.index, {}).get("delay_mechanism"),

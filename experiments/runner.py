@@ -10,21 +10,22 @@ run succeeds, fails, or is interrupted.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from experiments.config import Experiment, Point
 from experiments.inputs import point_inputs
 from experiments.job_meter import JobMeter
-from experiments.results import ResultsWriter, link_mbps
+from experiments.results import ResultsWriter
 from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from network.emulation import EmulatedNetwork
+from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 from switches import programming
 
 log = logging.getLogger(__name__)
@@ -32,19 +33,19 @@ log = logging.getLogger(__name__)
 BASELINE_PORT = 47000
 """TCP port the ring and parameter-server ranks listen on."""
 
-def worker_spec(point: Point, method: str) -> dict[str, Any]:
+def worker_spec(point: Point, method: str) -> WorkerSpec:
     """What every worker process of a method needs (hosts/worker.py), whatever its job."""
     topology = point.topology
-    return {
-        "method": method,
-        "n_workers": len(topology.hosts),
-        "switch_ipv4": topology.aggregator_ipv4,
-        "link_mbps": link_mbps(point),
-        "protocol": dict(point.protocol),
-        "peers": [[h.ipv4, BASELINE_PORT] for h in topology.hosts],
-        "job_timeout_s": point.limits["job_timeout_s"],
-        "connect_timeout_s": point.limits["worker_start_s"],
-    }
+    return WorkerSpec(
+        method=method,
+        n_workers=len(topology.hosts),
+        switch_ipv4=topology.aggregator_ipv4,
+        link_mbps=topology.link_mbps,
+        protocol=SwitchMLParameters.from_config(point.protocol),
+        peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
+        job_timeout_s=point.limits["job_timeout_s"],
+        connect_timeout_s=point.limits["worker_start_s"],
+    )
 
 
 class ExperimentRunner:
@@ -107,9 +108,7 @@ class ExperimentRunner:
         ok = True
         self.writer.record_network(point.index, net.describe())
         for method in methods:
-            spec = worker_spec(point, method) | {"inputs": input_paths}
-            spec_path = inputs_dir / f"{method}.json"
-            spec_path.write_text(json.dumps(spec, indent=1))
+            spec_path = replace(worker_spec(point, method), inputs=tuple(input_paths)).write(inputs_dir / f"{method}.json")
             ok &= self._run_method(net, point, method, spec_path, expected)
         return ok
 

@@ -22,6 +22,7 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
@@ -35,7 +36,7 @@ from experiments import metrics
 from experiments.config import Point
 from experiments.inputs import point_inputs
 from experiments.job_meter import machine_cpu
-from experiments.results import MACHINE_SATURATED, ResultsWriter, link_mbps
+from experiments.results import MACHINE_SATURATED, ResultsWriter
 from experiments.runner import ExperimentRunner, worker_spec
 from experiments.verify import expected_for, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
@@ -80,7 +81,7 @@ class SharedSwitchWriter(ResultsWriter):
                     "n_workers": len(reports), "elements": job_elements(point, job), "pool_size": job["pool_size"],
                     "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": stats["tat_s"],
                     "ate_per_s": metrics.ate_per_s(job_elements(point, job), stats["tat_s"]), "retransmissions": stats["retransmissions"],
-                    "verified": verdict.verified, "max_abs_error": verdict.max_abs_error, "link_mbps": link_mbps(point),
+                    "verified": verdict.verified, "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps,
                     "k": point.protocol["k"], "machine_busy_fraction": round(machine_busy, 4),
                 })
 
@@ -116,7 +117,7 @@ class SharedSwitchWriter(ResultsWriter):
             "verified": bool(verified and rows["verified"].all()),
             "switch_target": self.target,
             "max_pool_size": self.experiment.data["switch"]["max_pool_size"],
-            "link_mbps": link_mbps(first),
+            "link_mbps": first.topology.link_mbps,
             "max_machine_busy_fraction": float(rows["machine_busy_fraction"].max()),
             "kept_up": bool(rows["machine_busy_fraction"].max() < MACHINE_SATURATED),
             "network": self._network,
@@ -175,11 +176,8 @@ class SharedSwitchRunner(ExperimentRunner):
             path = work / f"input-rank{rank}.npy"
             np.save(path, tensor)
             paths.append(str(path))
-        spec = worker_spec(point, METHOD) | {
-            "n_workers": n, "inputs": paths, "protocol": {**point.protocol, "job_id": job["job_id"], "pool_size": job["pool_size"]},
-        }
-        spec_path = work / f"job{job['job_id']}.json"
-        spec_path.write_text(json.dumps(spec, indent=1))
+        spec = replace(worker_spec(point, METHOD).with_job(n, job["job_id"], job["pool_size"]), inputs=tuple(paths))
+        spec_path = spec.write(work / f"job{job['job_id']}.json")
         return spec_path, expected_for(inputs, point.protocol["k"])
 
     def _run_jobs(self, net: EmulatedNetwork, point: Point, work: Path) -> bool:

@@ -13,9 +13,9 @@ verifies only when every worker holds exactly the parameters of a correct traini
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +32,7 @@ from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from base.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
 from network.emulation import EmulatedNetwork
+from protocol.worker_spec import TrainingSection, WorkerSpec
 from switches import programming
 from workloads.training import MLP, TrainingConfig, array_digest, load_dataset, minibatch
 
@@ -131,14 +132,13 @@ class TrainingRunner:
             finally:
                 shutil.rmtree(self.writer.work_dir, ignore_errors=True)
 
-    def _spec(self, method: str, dataset_path: Path) -> dict[str, Any]:
+    def _spec(self, method: str, dataset_path: Path) -> WorkerSpec:
         """What hosts/worker.py needs: the method's usual keys and the training section."""
-        return worker_spec(self.point, method) | {"training": {"config": self.config.as_dict(), "dataset": str(dataset_path)}}
+        return replace(worker_spec(self.point, method), training=TrainingSection(self.config.as_dict(), str(dataset_path)))
 
-    def _train(self, net: EmulatedNetwork, method: str, spec: dict[str, Any], work: Path, exact: Trajectory) -> bool:
+    def _train(self, net: EmulatedNetwork, method: str, spec: WorkerSpec, work: Path, exact: Trajectory) -> bool:
         point = self.point
-        spec_path = work / f"{method}.json"
-        spec_path.write_text(json.dumps(spec, indent=1))
+        spec_path = spec.write(work / f"{method}.json")
         hosts = [net.host(h.name) for h in point.topology.hosts]
         switches = net.switch_processes()
         for aggregating in net.aggregating_controls:

@@ -1,18 +1,19 @@
 """One rank's all-reduce, whichever the method: the interface the worker process drives.
 
 ``hosts.worker`` (a fixed tensor per repetition) and ``hosts.training`` (one gradient per
-step) both build a rank's method from the spec with ``METHODS[spec["method"]](spec, rank)``
+step) both build a rank's method from the spec with ``METHODS[spec.method](spec, rank)``
 and call ``allreduce`` on it; SwitchML returns its raw integer sum as well, so the runner can
 verify it exactly.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
 
 from hosts.stats import JobStats
+from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 
 if TYPE_CHECKING:
     from hosts.switchml.timers import RetransmitPolicy
@@ -30,19 +31,19 @@ class Method(Protocol):
 class SwitchMLMethod:
     """SwitchMLClient with the worker's result shape."""
 
-    def __init__(self, spec: dict[str, Any], rank: int) -> None:
+    def __init__(self, spec: WorkerSpec, rank: int) -> None:
         from hosts.switchml.client import SwitchMLClient
 
-        proto = spec["protocol"]
+        proto = spec.protocol
         self._client = SwitchMLClient(
             rank=rank,
-            n_workers=spec["n_workers"],
-            job_id=proto["job_id"],
-            switch_ipv4=spec["switch_ipv4"],
-            k=proto["k"],
-            pool_size=proto["pool_size"],
-            retransmit=retransmit_policy(proto, spec["link_mbps"]),
-            job_deadline_s=spec["job_timeout_s"],
+            n_workers=spec.n_workers,
+            job_id=proto.job_id,
+            switch_ipv4=spec.switch_ipv4,
+            k=proto.k,
+            pool_size=proto.pool_size,
+            retransmit=retransmit_policy(proto, spec.link_mbps),
+            job_deadline_s=spec.job_timeout_s,
         )
 
     def allreduce(self, tensor: np.ndarray) -> Outcome:
@@ -53,28 +54,27 @@ class SwitchMLMethod:
         self._client.close()
 
 
-def retransmit_policy(protocol: dict[str, Any], link_mbps: float | None) -> RetransmitPolicy:
+def retransmit_policy(protocol: SwitchMLParameters, link_mbps: float | None) -> RetransmitPolicy:
     """The config's timeout floor (``timeout_ms``), raised to twice the time a full pool takes
     to cross the slowest link when links are rate-limited (hosts/switchml/timers.py: under
     loss the measured round trips fall below it just before the pool refills)."""
     from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 
-    floor_s = protocol["timeout_ms"] / 1000.0
+    floor_s = protocol.timeout_ms / 1000.0
     if link_mbps is not None:
-        floor_s = max(floor_s, 2 * pool_drain_s(protocol["pool_size"], protocol["k"], link_mbps * 1e6))
-    return RetransmitPolicy(min_s=floor_s, backoff_every=protocol["backoff_every"], max_s=max(1.0, floor_s))
+        floor_s = max(floor_s, 2 * pool_drain_s(protocol.pool_size, protocol.k, link_mbps * 1e6))
+    return RetransmitPolicy(min_s=floor_s, backoff_every=protocol.backoff_every, max_s=max(1.0, floor_s))
 
 
 class BaselineMethod:
     """Ring all-reduce or parameter server over TCP between the hosts."""
 
-    def __init__(self, spec: dict[str, Any], rank: int) -> None:
+    def __init__(self, spec: WorkerSpec, rank: int) -> None:
         from hosts.parameter_server import ParameterServerAllReduce
         from hosts.ring_allreduce import RingAllReduce
 
-        cls = {"ring": RingAllReduce, "ps": ParameterServerAllReduce}[spec["method"]]
-        peers = [tuple(p) for p in spec["peers"]]
-        self._impl = cls(peers, rank, timeout_s=spec["job_timeout_s"], connect_timeout_s=spec["connect_timeout_s"])
+        cls = {"ring": RingAllReduce, "ps": ParameterServerAllReduce}[spec.method]
+        self._impl = cls(list(spec.peers), rank, timeout_s=spec.job_timeout_s, connect_timeout_s=spec.connect_timeout_s)
         self._impl.connect()
 
     def allreduce(self, tensor: np.ndarray) -> Outcome:
@@ -85,7 +85,7 @@ class BaselineMethod:
         self._impl.close()
 
 
-METHODS: dict[str, Callable[[dict[str, Any], int], Method]] = {
+METHODS: dict[str, Callable[[WorkerSpec, int], Method]] = {
     "switchml": SwitchMLMethod,
     "ring": BaselineMethod,
     "ps": BaselineMethod,

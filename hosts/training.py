@@ -30,6 +30,7 @@ import numpy as np
 
 from hosts.allreduce import METHODS
 from hosts.events import emit
+from protocol.worker_spec import WorkerSpec
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, sgd_update, worker_gradient
 
 ARRAYS_RANK = 0
@@ -50,15 +51,17 @@ def steps(commands: IO[str]) -> Iterator[int]:
     raise EOFError("the runner closed stdin before saying exit")
 
 
-def serve_training(spec: dict[str, Any], rank: int, out_dir: Path) -> None:
+def serve_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     """Train: each released step computes this rank's gradient, all-reduces it, applies the sum."""
-    training = spec["training"]
-    config = TrainingConfig(**training["config"])
-    data = Dataset.load(Path(training["dataset"]))
+    training = spec.training
+    if training is None:
+        raise ValueError("the worker spec has no training section")
+    config = TrainingConfig(**training.config)
+    data = Dataset.load(Path(training.dataset))
     model = MLP(config.hidden_units)
-    n_workers = spec["n_workers"]
+    n_workers = spec.n_workers
     params = model.initial_parameters(config.seed)
-    method = METHODS[spec["method"]](spec, rank)
+    method = METHODS[spec.method](spec, rank)
     try:
         emit({"event": "ready"})
         for step in steps(sys.stdin):
@@ -73,10 +76,10 @@ def serve_training(spec: dict[str, Any], rank: int, out_dir: Path) -> None:
             if int_sum is not None:
                 digests["int_sum"] = array_digest(int_sum)
             if rank == ARRAYS_RANK:
-                event["result"] = str(out_dir / f"{spec['method']}-step{step}.npy")
+                event["result"] = str(out_dir / f"{spec.method}-step{step}.npy")
                 np.save(event["result"], values)
                 if int_sum is not None:
-                    event["int_sum"] = str(out_dir / f"{spec['method']}-step{step}-int.npy")
+                    event["int_sum"] = str(out_dir / f"{spec.method}-step{step}-int.npy")
                     np.save(event["int_sum"], int_sum)
             emit(event)
     finally:

@@ -2,8 +2,8 @@
 
     python -m hosts.worker SPEC.json --rank R
 
-The runner (experiments/workers.py) writes SPEC.json (method, peers, switch address,
-protocol parameters, input file per rank) and talks to this process over stdin/stdout:
+The runner (experiments/workers.py) writes SPEC.json (protocol/worker_spec.py: method,
+peers, switch address, protocol parameters, input file per rank) and talks to this process over stdin/stdout:
 
     worker -> {"event": "ready"}                 after set-up (sockets, connections)
     runner -> "go <repetition>"                  all ranks released together (a barrier)
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import sys
 from pathlib import Path
@@ -29,13 +28,14 @@ import numpy as np
 
 from hosts.allreduce import METHODS
 from hosts.events import emit
+from protocol.worker_spec import WorkerSpec
 
 log = logging.getLogger("hosts.worker")
 
 
-def serve(spec: dict[str, Any], rank: int, out_dir: Path) -> None:
-    tensor = np.load(spec["inputs"][rank])
-    method = METHODS[spec["method"]](spec, rank)
+def serve(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
+    tensor = np.load(spec.inputs[rank])
+    method = METHODS[spec.method](spec, rank)
     try:
         emit({"event": "ready"})
         for line in sys.stdin:
@@ -46,11 +46,11 @@ def serve(spec: dict[str, Any], rank: int, out_dir: Path) -> None:
                 raise ValueError(f"unexpected command from the runner: {line.strip()!r}")
             repetition = int(command[1])
             values, int_sum, stats = method.allreduce(tensor)
-            result_path = out_dir / f"{spec['method']}-rank{rank}-rep{repetition}.npy"
+            result_path = out_dir / f"{spec.method}-rank{rank}-rep{repetition}.npy"
             np.save(result_path, values)
             event: dict[str, Any] = {"event": "done", "repetition": repetition, "stats": dataclasses.asdict(stats), "result": str(result_path)}
             if int_sum is not None:
-                int_path = out_dir / f"{spec['method']}-rank{rank}-rep{repetition}-int.npy"
+                int_path = out_dir / f"{spec.method}-rank{rank}-rep{repetition}-int.npy"
                 np.save(int_path, int_sum)
                 event["int_sum"] = str(int_path)
             emit(event)
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{args.rank} %(name)s %(levelname)s %(message)s")
     try:
-        spec = json.loads(args.spec.read_text())
-        if "training" in spec:  # the training workload: one SGD step per command (hosts/training.py)
+        spec = WorkerSpec.read(args.spec)
+        if spec.training is not None:  # the training workload: one SGD step per command (hosts/training.py)
             from hosts.training import serve_training
 
             serve_training(spec, args.rank, args.spec.parent)

@@ -20,6 +20,7 @@ from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout
 from hosts.switchml.job import HOLD_MAX_S, HOLD_SHARE, hold_time
 from hosts.switchml.timers import RoundTripEstimator, SlotTimers, pool_drain_s
 from hosts.allreduce import retransmit_policy
+from protocol.worker_spec import SwitchMLParameters
 from protocol import params
 from protocol.packet import SWITCHML_HEADER, SWITCHML_HEADER_BYTES, decode_elements, payload_bytes
 from protocol.quantize import expected_sum
@@ -358,7 +359,7 @@ def test_pool_drain_time_is_the_pool_at_line_rate() -> None:
 
 
 def test_worker_floors_the_timeout_at_twice_the_pool_drain_time() -> None:
-    protocol = {"timeout_ms": 20.0, "backoff_every": 100, "pool_size": 64, "k": 32}
+    protocol = SwitchMLParameters(k=32, pool_size=64, job_id=0, timeout_ms=20.0, backoff_every=100)
     assert retransmit_policy(protocol, 2.5).min_s == pytest.approx(2 * 64 * 182 * 8 / 2.5e6)  # 74.5 ms
     assert retransmit_policy(protocol, 1000.0).min_s == 0.020  # fast links: the configured floor
     assert retransmit_policy(protocol, None).min_s == 0.020  # unshaped links: no rate to drain at

@@ -101,6 +101,18 @@ class Topology:
         """The switches below the aggregating one, in order."""
         return [s for s in self.switches if not s.aggregate]
 
+    @property
+    def link_mbps(self) -> float | None:
+        """The slowest shaped link's rate (None when no link is shaped): the bottleneck a
+        worker paces to and the line-rate bound refers to."""
+        rates = [link.spec.bw_mbps for link in self.links if link.spec.bw_mbps is not None]
+        return min(rates) if rates else None
+
+    @property
+    def link_loss(self) -> float:
+        """The highest loss rate of any link."""
+        return max(link.spec.loss for link in self.links)
+
     def leaf_address(self, name: str) -> tuple[str, str]:
         """(MAC, IPv4) of a leaf as a worker of the spine (hierarchical aggregation)."""
         index = [s.name for s in self.leaves].index(name)

@@ -1,0 +1,78 @@
+"""The worker spec: what the runner (experiments/) tells every worker process (hosts/).
+
+The runner writes one spec per method as JSON next to the workers' inputs; each worker
+(``python -m hosts.worker SPEC.json --rank R``) reads it back. Both sides use these types,
+so a key the runner writes and the worker expects is named once, and a spec that lacks one
+fails as the spec is read, naming the key, not deep inside a method.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class SwitchMLParameters:
+    """The config's ``protocol`` section as one job uses it."""
+
+    k: int
+    pool_size: int
+    job_id: int
+    timeout_ms: float
+    """Retransmission timeout floor (hosts/allreduce.py raises it on slow links)."""
+    backoff_every: int
+
+    @classmethod
+    def from_config(cls, protocol: Mapping[str, Any]) -> SwitchMLParameters:
+        return cls(k=protocol["k"], pool_size=protocol["pool_size"], job_id=protocol["job_id"],
+                   timeout_ms=protocol["timeout_ms"], backoff_every=protocol["backoff_every"])
+
+
+@dataclass(frozen=True)
+class TrainingSection:
+    """The training workload (hosts/training.py): its settings and the data set file."""
+
+    config: dict[str, Any]
+    dataset: str
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    method: str
+    n_workers: int
+    switch_ipv4: str
+    """The aggregating switch's virtual address (SwitchML's destination)."""
+    link_mbps: float | None
+    """The slowest shaped link (None: unshaped), which the retransmission timer drains a pool at."""
+    protocol: SwitchMLParameters
+    peers: tuple[tuple[str, int], ...]
+    """(address, TCP port) of every rank, for the baselines' connections."""
+    job_timeout_s: float
+    connect_timeout_s: float
+    inputs: tuple[str, ...] = ()
+    """One tensor file (.npy) per rank; empty for training, whose workers compute gradients."""
+    training: TrainingSection | None = None
+
+    def with_job(self, n_workers: int, job_id: int, pool_size: int) -> WorkerSpec:
+        """The same spec for one of several jobs sharing the switch."""
+        return replace(self, n_workers=n_workers, protocol=replace(self.protocol, job_id=job_id, pool_size=pool_size))
+
+    def write(self, path: Path) -> Path:
+        path.write_text(json.dumps(asdict(self), indent=1))
+        return path
+
+    @classmethod
+    def read(cls, path: Path) -> WorkerSpec:
+        data = json.loads(path.read_text())
+        try:
+            training = data.pop("training", None)
+            return cls(
+                **{**data, "protocol": SwitchMLParameters(**data["protocol"]),
+                   "peers": tuple((host, int(port)) for host, port in data["peers"]), "inputs": tuple(data.get("inputs", ())),
+                   "training": None if training is None else TrainingSection(**training)}
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a worker spec ({exc})") from None
