@@ -150,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
 def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     """Run into a new results folder (or the resumed one); failures that are the disk's
     propagate to main, which gives them their own exit status."""
-    from experiments.results import ResultsWriter, format_table, utc_stamp
+    from experiments.kinds import kind_of
+    from experiments.results import utc_stamp
     from experiments.run_dir import check_resumable, claim_out_dir, new_run_dir
-    from protocol.results_format import resume_command
-    from experiments.runner import ExperimentRunner
     from experiments.storage import storage_problem
+    from protocol.results_format import resume_command
     from experiments.workers import DependencyExited, WorkerFailure
     from network.emulation import NetworkError
 
@@ -165,28 +165,11 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         run_dir = claim_out_dir(args.out)
     else:
         run_dir = new_run_dir(REPO_ROOT / "results" / experiment.name, utc_stamp())
-    training = experiment.data["workload"]["kind"] == "training"
-    shared = experiment.data.get("jobs") is not None
-    if shared:  # several jobs on one switch (experiments/shared_switch.py)
-        from experiments.shared_switch import SharedSwitchRunner, SharedSwitchWriter, format_shared_table
-
-        writer = SharedSwitchWriter(run_dir, experiment, target)
-        total = sum(p.repetitions for p in experiment.points)
-        runner_class, unit = SharedSwitchRunner, "repetition"
-    elif training:  # each step of each method is one job (experiments/training_runner.py)
-        from experiments.training_results import TrainingResultsWriter, format_training_table
-        from experiments.training_runner import TrainingRunner
-
-        writer = TrainingResultsWriter(run_dir, experiment, target)
-        total = experiment.data["workload"]["steps"] * len(experiment.data["methods"])
-        runner_class, unit = TrainingRunner, "step"
-    else:
-        writer = ResultsWriter(run_dir, experiment, target)
-        total = sum(p.repetitions * len(p.methods) for p in experiment.points)
-        runner_class, unit = ExperimentRunner, "job"
+    kind = kind_of(experiment)
+    writer = kind.writer(run_dir, experiment, target)
     stop_on_first_signal()
-    with tqdm(total=total, desc=experiment.name, unit=unit, file=sys.stderr, disable=None) as bar:
-        runner = runner_class(experiment, target, writer, progress=lambda what: (bar.set_postfix_str(what), bar.update(1)))
+    with tqdm(total=kind.units(experiment), desc=experiment.name, unit=kind.unit, file=sys.stderr, disable=None) as bar:
+        runner = kind.runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
             verified = runner.run()
         except KeyboardInterrupt:
@@ -203,12 +186,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)
             return EXIT_FAILED
     summary = writer.finalize(verified)
-    if shared:
-        print(format_shared_table(summary))
-    else:
-        print(format_table(summary))
-    if training:
-        print(format_training_table(summary))
+    print(kind.report(summary))
     print(f"verified: {json.dumps(summary['verified'])}; results in {run_dir}")
     return EXIT_OK if summary["verified"] else EXIT_NOT_VERIFIED
 

@@ -20,14 +20,12 @@ import contextlib
 import csv
 import json
 import logging
-import shutil
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import pandas as pd
 
 from analysis.aggregate import shared_switch_jobs, shared_switch_totals
@@ -37,11 +35,11 @@ from experiments.config import Point
 from experiments.inputs import point_inputs
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter
-from experiments.runner import ExperimentRunner, worker_spec
-from experiments.verify import expected_for, verify_switchml
-from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
-from network.emulation import EmulatedNetwork, SharedJob
-from switches import programming
+from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
+from experiments.runner import ExperimentRunner
+from experiments.verify import expected_for
+from experiments.workers import REPORT_GRACE_S
+from network.emulation import SharedJob
 
 log = logging.getLogger(__name__)
 
@@ -150,70 +148,38 @@ class SharedSwitchRunner(ExperimentRunner):
         return verified
 
     def _run_jobs_point(self, point: Point) -> bool:
-        protocol = point.protocol
-        with EmulatedNetwork(
-            point.topology, self.target, self.writer.log_dir / f"point{point.index}", k=protocol["k"],
-            max_pool_size=self.experiment.data["switch"]["max_pool_size"], job_id=protocol["job_id"],
-            loss_mechanism=point.data["loss_mechanism"], jobs=point_jobs(point),
-        ) as net:
-            net.declare_directory(self.writer.work_dir)
-            work = self.writer.work_dir / f"point{point.index}"
-            work.mkdir(parents=True, exist_ok=True)
-            try:
-                self.writer.record_network(point.index, net.describe())
-                return self._run_jobs(net, point, work)
-            finally:
-                shutil.rmtree(self.writer.work_dir, ignore_errors=True)
+        with point_network(self.experiment, point, self.target, self.writer, jobs=point_jobs(point)) as held:
+            return self._run_jobs(held)
 
-    def _job_spec(self, point: Point, job: dict[str, Any], work: Path) -> tuple[Path, Any]:
+    def _job_spec(self, held: PointNetwork, job: dict[str, Any]) -> tuple[Path, Any]:
         """The job's worker spec (its own job id, pool, workers and inputs) and expected sum."""
+        point = held.point
         n = len(job["hosts"])
-        work = work / f"job{job['job_id']}"  # workers write their results beside their spec
+        work = held.work / f"job{job['job_id']}"  # workers write their results beside their spec
         work.mkdir()
         inputs = point_inputs({**point.workload, "elements": job_elements(point, job), "seed": point.workload["seed"] + job["job_id"]}, n)
-        paths = []
-        for rank, tensor in enumerate(inputs):
-            path = work / f"input-rank{rank}.npy"
-            np.save(path, tensor)
-            paths.append(str(path))
-        spec = replace(worker_spec(point, METHOD).with_job(n, job["job_id"], job["pool_size"]), inputs=tuple(paths))
-        spec_path = spec.write(work / f"job{job['job_id']}.json")
-        return spec_path, expected_for(inputs, point.protocol["k"])
+        spec = replace(worker_spec(point, METHOD).with_job(n, job["job_id"], job["pool_size"]), inputs=held.write_inputs(inputs, work))
+        return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.protocol["k"])
 
-    def _run_jobs(self, net: EmulatedNetwork, point: Point, work: Path) -> bool:
+    def _run_jobs(self, held: PointNetwork) -> bool:
+        point = held.point
         jobs: Sequence[dict[str, Any]] = sorted(point.data["jobs"], key=lambda job: job.get("start_s", 0.0))
-        topology_hosts = point.topology.hosts
-        programming.reset_aggregation_state(net.aggregator_control, point.protocol["k"])
-        switches = net.switch_processes()
-        job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
-        log_dir = self.writer.log_dir / f"point{point.index}"
+        held.reset_aggregation()
         ok = True
         with contextlib.ExitStack() as stack:
             groups = []
             for job in jobs:
-                spec_path, expected = self._job_spec(point, job, work)
-                hosts = [net.host(topology_hosts[i].name) for i in job["hosts"]]
-                group = stack.enter_context(WorkerGroup(METHOD, hosts, spec_path, log_dir, dependencies=switches))
-                groups.append((job, group, expected))
-            stack.enter_context(groups[0][1].dependencies_checked())
-            for _, group, _ in groups:
-                group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
+                spec_path, expected = self._job_spec(held, job)
+                groups.append((job, stack.enter_context(held.workers(METHOD, spec_path, job["hosts"])), expected))
             for repetition in range(point.repetitions):
                 busy_before, total_before = machine_cpu()
                 released = self._release(groups, repetition)
-                collected = [group.collect("done", job_limit, grace_s=REPORT_GRACE_S) for _, group, _ in groups]
+                collected = [group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S) for _, group, _ in groups]
                 busy_after, total_after = machine_cpu()
                 machine_busy = (busy_after - busy_before).busy / max(1e-9, total_after - total_before)
                 for (job, _group, expected), released_s, reports in zip(groups, released, collected):
-                    verdicts = []
-                    for rank, report in enumerate(reports):
-                        verdict = verify_switchml(expected, np.load(report["result"]), np.load(report["int_sum"]))
-                        if not verdict.verified:
-                            log.error("point %d rep %d job %d rank %d: NOT VERIFIED: %s", point.index, repetition, job["job_id"], rank, verdict.detail)
-                        ok &= verdict.verified
-                        verdicts.append(verdict)
-                        for key in ("result", "int_sum"):
-                            Path(report[key]).unlink()
+                    verdicts = verify_reports(METHOD, expected, reports, f"point {point.index} rep {repetition} job {job['job_id']}")
+                    ok &= all(v.verified for v in verdicts)
                     self.writer.add_job(point, repetition, job, released_s, reports, verdicts, machine_busy)
                 self.progress(f"{len(jobs)} jobs rep {repetition}")
             for _, group, _ in groups:
@@ -232,3 +198,15 @@ class SharedSwitchRunner(ExperimentRunner):
             released.append(time.monotonic() - t0)
             group.release(repetition)
         return released
+
+
+KIND = ExperimentKind(
+    name="shared_switch",
+    applies=lambda experiment: experiment.data.get("jobs") is not None,
+    writer=SharedSwitchWriter,
+    runner=SharedSwitchRunner,
+    unit="repetition",
+    units=lambda experiment: sum(p.repetitions for p in experiment.points),
+    report=format_shared_table,
+)
+"""Several jobs on one switch at once, each with its own slots (the config lists ``jobs``)."""

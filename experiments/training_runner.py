@@ -14,7 +14,6 @@ verifies only when every worker holds exactly the parameters of a correct traini
 from __future__ import annotations
 
 import logging
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -23,17 +22,15 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from experiments.config import Experiment
-from experiments.job_meter import JobMeter
-from experiments.runner import worker_spec
+from experiments.harness import ExperimentKind, PointNetwork, point_network, take_result, worker_spec
+from experiments.results import format_table
 from experiments.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
-from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series
-from experiments.verify import Verdict, expected_for, verify_baseline, verify_switchml
-from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
+from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series, format_training_table
+from experiments.verify import Verdict, expected_for, verify_result
+from experiments.workers import REPORT_GRACE_S
 from base.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
-from network.emulation import EmulatedNetwork
 from protocol.worker_spec import TrainingSection, WorkerSpec
-from switches import programming
 from workloads.training import MLP, TrainingConfig, array_digest, load_dataset, minibatch
 
 log = logging.getLogger(__name__)
@@ -112,49 +109,32 @@ class TrainingRunner:
 
     def _train_methods(self, methods: list[str], exact: Trajectory) -> bool:
         """One network for every method; the data set file lives in the work folder while it is held."""
-        protocol = self.point.protocol
-        with EmulatedNetwork(
-            self.point.topology, self.target, self.writer.log_dir / f"point{self.point.index}", k=protocol["k"],
-            max_pool_size=self.experiment.data["switch"]["max_pool_size"], job_id=protocol["job_id"],
-            loss_mechanism=self.point.data["loss_mechanism"],
-        ) as net:
-            net.declare_directory(self.writer.work_dir)
-            work = self.writer.work_dir / f"point{self.point.index}"
-            work.mkdir(parents=True, exist_ok=True)
-            try:
-                dataset_path = work / "dataset.npz"
-                self.data.save(dataset_path)
-                self.writer.record_network(self.point.index, net.describe())
-                ok = True
-                for method in methods:
-                    ok &= self._train(net, method, self._spec(method, dataset_path), work, exact)
-                return ok
-            finally:
-                shutil.rmtree(self.writer.work_dir, ignore_errors=True)
+        with point_network(self.experiment, self.point, self.target, self.writer) as held:
+            dataset_path = held.work / "dataset.npz"
+            self.data.save(dataset_path)
+            ok = True
+            for method in methods:
+                ok &= self._train(held, method, self._spec(method, dataset_path), exact)
+            return ok
 
     def _spec(self, method: str, dataset_path: Path) -> WorkerSpec:
         """What hosts/worker.py needs: the method's usual keys and the training section."""
         return replace(worker_spec(self.point, method), training=TrainingSection(self.config.as_dict(), str(dataset_path)))
 
-    def _train(self, net: EmulatedNetwork, method: str, spec: WorkerSpec, work: Path, exact: Trajectory) -> bool:
+    def _train(self, held: PointNetwork, method: str, spec: WorkerSpec, exact: Trajectory) -> bool:
         point = self.point
-        spec_path = spec.write(work / f"{method}.json")
-        hosts = [net.host(h.name) for h in point.topology.hosts]
-        switches = net.switch_processes()
-        for aggregating in net.aggregating_controls:
-            programming.reset_aggregation_state(aggregating, point.protocol["k"])
-        job_limit = Limit("limits.job_timeout_s", point.limits["job_timeout_s"])
+        spec_path = spec.write(held.work / f"{method}.json")
+        held.reset_aggregation()
         state = Replay(self.model, self.config, self.data, self.n_workers)
         ok, emulated_s = True, 0.0
-        with WorkerGroup(method, hosts, spec_path, self.writer.log_dir / f"point{point.index}", dependencies=switches) as group:
-            group.start(Limit("limits.worker_start_s", point.limits["worker_start_s"]))
-            meter = JobMeter(net, {h.name: p.pid for h, p in zip(point.topology.hosts, group.procs)} | switches)
+        with held.workers(method, spec_path) as group:
+            meter = held.meter(group)
             meter.start()
             self.writer.add_training_steps([self._step_row(method, method, "network", self._bits(method), 0, state.params, exact,
                                                            _timing(0.0, 0.0, 0.0, 0.0, True))])
             for step in range(1, self.config.steps + 1):
                 group.release(step)
-                reports = group.collect("done", job_limit, grace_s=REPORT_GRACE_S)
+                reports = group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S)
                 verdicts = verify_step(state, method, reports, point.protocol["k"])
                 verified = all(v.verified for v in verdicts)
                 for rank, verdict in enumerate(verdicts):
@@ -167,10 +147,10 @@ class TrainingRunner:
                 emulated_s += step_s
                 row = self._step_row(method, method, "network", self._bits(method), step, state.params, exact,
                                      _timing(allreduce_s, compute_s, step_s, emulated_s, verified))
-                self.writer.add_repetition(point, method, step, reports, verdicts, None, net.report.loss_mechanism)
+                self.writer.add_repetition(point, method, step, reports, verdicts, None, held.net.report.loss_mechanism)
                 self.writer.add_training_steps([row])
                 self.progress(f"{method} step {step}: test accuracy {row['test_accuracy']:.3f}")
-            self.writer.add_whole_training(point, method, meter.stop(), net.report.loss_mechanism)
+            self.writer.add_whole_training(point, method, meter.stop(), held.net.report.loss_mechanism)
             group.finish()
         return ok
 
@@ -195,16 +175,8 @@ def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: in
     """
     gradients = state.gradients()
     expected = expected_for(gradients, k)
-    arrays = reports[ARRAYS_RANK]
-    values = np.load(arrays["result"])
-    int_sum = np.load(arrays["int_sum"]) if "int_sum" in arrays else None
-    for key in ("result", "int_sum"):
-        if key in arrays:
-            Path(arrays[key]).unlink()
-    if method == "switchml":
-        verdict = verify_switchml(expected, values, int_sum)
-    else:
-        verdict = verify_baseline(expected, values)
+    values, int_sum = take_result(reports[ARRAYS_RANK])
+    verdict = verify_result(method, expected, values, int_sum)
     params = state.apply(values)
     shared = {"result": array_digest(values), "parameters": array_digest(params)}
     if int_sum is not None:
@@ -218,3 +190,20 @@ def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: in
         else:
             verdicts.append(verdict)
     return verdicts
+
+
+def training_report(summary: dict[str, Any]) -> str:
+    """The all-reduce table of every step, then the learning curves' table."""
+    return format_table(summary) + "\n" + format_training_table(summary)
+
+
+KIND = ExperimentKind(
+    name="training",
+    applies=lambda experiment: experiment.data["workload"]["kind"] == "training",
+    writer=TrainingResultsWriter,
+    runner=TrainingRunner,
+    unit="step",
+    units=lambda experiment: experiment.data["workload"]["steps"] * len(experiment.data["methods"]),
+    report=training_report,
+)
+"""Each method trains the model step by step; each step's all-reduce is one job."""

@@ -87,3 +87,13 @@ def verify_baseline(expected: Expected, values: np.ndarray) -> Verdict:
         i = int(over[0])
         return Verdict(False, max_error, f"{len(over)} elements beyond the float32 summation bound; first at {i}: error {error[i]:.3g} > {bound[i]:.3g}")
     return Verdict(True, max_error, "within the float32 summation bound")
+
+
+def verify_result(method: str, expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
+    """One worker's result checked the way its method is: SwitchML's integer sum bit for bit,
+    the baselines' result against the exact sum."""
+    if method == "switchml":
+        if int_sum is None:
+            return Verdict(False, float("inf"), "no integer sum reported")
+        return verify_switchml(expected, values, int_sum)
+    return verify_baseline(expected, values)

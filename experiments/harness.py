@@ -1,0 +1,180 @@
+"""The run skeleton every experiment kind is built on: a point's network and work folder,
+its workers, and the verification of what they return.
+
+A kind (``ExperimentKind``, registered in experiments/kinds.py) says only what is its own:
+when a config is of that kind, which jobs it runs on the network and in what order, which
+rows it records, and what it prints. What every kind does the same way is here, once:
+
+- ``worker_spec``: what every worker process of a method is told;
+- ``point_network``: the emulated network of one point, held for the point's jobs, with a
+  work folder for inputs and results that lives exactly as long as the network (removed
+  afterwards whatever happens, and by the next run if this one is killed: tensors can be
+  large);
+- ``PointNetwork.workers``: one worker process per host, started and watched, with the
+  switches as the dependencies whose death fails the wait at once;
+- ``verify_reports``: every worker's result against the expected sum, logged per rank when
+  wrong, its files removed once read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from experiments.config import Experiment, Point
+from experiments.job_meter import JobMeter
+from experiments.results import ResultsWriter
+from experiments.verify import Expected, Verdict, verify_result
+from experiments.workers import Limit, WorkerGroup
+from network.emulation import EmulatedNetwork, SharedJob
+from protocol.worker_spec import SwitchMLParameters, WorkerSpec
+from switches import programming
+
+log = logging.getLogger(__name__)
+
+BASELINE_PORT = 47000
+"""TCP port the ring and parameter-server ranks listen on."""
+
+def worker_spec(point: Point, method: str) -> WorkerSpec:
+    """What every worker process of a method needs (hosts/worker.py), whatever its job."""
+    topology = point.topology
+    return WorkerSpec(
+        method=method,
+        n_workers=len(topology.hosts),
+        switch_ipv4=topology.aggregator_ipv4,
+        link_mbps=topology.link_mbps,
+        protocol=SwitchMLParameters.from_config(point.protocol),
+        peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
+        job_timeout_s=point.limits["job_timeout_s"],
+        connect_timeout_s=point.limits["worker_start_s"],
+    )
+
+
+class KindRunner(Protocol):
+    def run(self) -> bool:
+        """Run everything not already in the results; True when every result verified."""
+
+
+@dataclass(frozen=True)
+class ExperimentKind:
+    """One kind of experiment: the plug-in run_experiment.py drives without knowing which."""
+
+    name: str
+    applies: Callable[[Experiment], bool]
+    """Whether a loaded config is of this kind (the registry asks in order; the last says yes)."""
+    writer: Callable[[Path, Experiment, str], ResultsWriter]
+    """(run folder, experiment, switch target) -> the results writer."""
+    runner: Callable[[Experiment, str, Any, Callable[[str], None]], KindRunner]
+    """(experiment, target, writer, progress) -> what runs it; progress(what) per unit done."""
+    unit: str
+    """What one step of the progress bar is (job, step, repetition)."""
+    units: Callable[[Experiment], int]
+    """How many units the whole run has."""
+    report: Callable[[dict[str, Any]], str]
+    """The table printed from the finished run's summary."""
+
+
+RESULT_FILES = ("result", "int_sum")
+"""The keys of a worker's report that name a file the worker wrote for the runner."""
+
+
+@dataclass(frozen=True)
+class PointNetwork:
+    """One point's network while it is held, with the point's work and log folders."""
+
+    net: EmulatedNetwork
+    point: Point
+    work: Path
+    """Inputs and workers' results; exists while the network does."""
+    log_dir: Path
+
+    def write_inputs(self, tensors: Sequence[np.ndarray], folder: Path | None = None) -> tuple[str, ...]:
+        """One .npy per rank in ``folder`` (default: the work folder); their paths, by rank."""
+        folder = folder or self.work
+        paths = []
+        for rank, tensor in enumerate(tensors):
+            path = folder / f"input-rank{rank}.npy"
+            np.save(path, tensor)
+            paths.append(str(path))
+        return tuple(paths)
+
+    def reset_aggregation(self) -> None:
+        """Every aggregating switch's registers to zero, before a method's first job on them."""
+        for control in self.net.aggregating_controls:
+            programming.reset_aggregation_state(control, self.point.protocol["k"])
+
+    @contextlib.contextmanager
+    def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> Iterator[WorkerGroup]:
+        """One worker per host (all of the topology's, or those at ``host_indices``), started
+        and ready; killed on the way out unless finished. An error inside becomes
+        DependencyExited when a switch died meanwhile: that is its cause."""
+        hosts = self.point.topology.hosts
+        chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
+        with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
+                         dependencies=self.net.switch_processes()) as group, group.dependencies_checked():
+            group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
+            yield group
+
+    def meter(self, group: WorkerGroup) -> JobMeter:
+        """A meter over the switches and ``group``'s workers (by host name)."""
+        hosts = self.point.topology.hosts
+        return JobMeter(self.net, {h.name: p.pid for h, p in zip(hosts, group.procs)} | self.net.switch_processes())
+
+    @property
+    def job_limit(self) -> Limit:
+        return Limit("limits.job_timeout_s", self.point.limits["job_timeout_s"])
+
+
+@contextlib.contextmanager
+def point_network(experiment: Experiment, point: Point, target: str, writer: ResultsWriter,
+                  jobs: Sequence[SharedJob] = ()) -> Iterator[PointNetwork]:
+    """Build ``point``'s network, record it in the results, hold it with its work folder."""
+    log_dir = writer.log_dir / f"point{point.index}"
+    protocol = point.protocol
+    with EmulatedNetwork(
+        point.topology,
+        target,
+        log_dir,
+        k=protocol["k"],
+        max_pool_size=experiment.data["switch"]["max_pool_size"],
+        job_id=protocol["job_id"],
+        loss_mechanism=point.data["loss_mechanism"],
+        jobs=jobs,
+    ) as net:
+        net.declare_directory(writer.work_dir)
+        work = writer.work_dir / f"point{point.index}"
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            writer.record_network(point.index, net.describe())
+            yield PointNetwork(net, point, work, log_dir)
+        finally:
+            shutil.rmtree(writer.work_dir, ignore_errors=True)
+
+
+def take_result(report: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """A report's result values and SwitchML's integer sum (None for the baselines), its
+    files removed once read."""
+    values = np.load(report["result"])
+    int_sum = np.load(report["int_sum"]) if "int_sum" in report else None
+    for key in RESULT_FILES:
+        if key in report:
+            Path(report[key]).unlink()
+    return values, int_sum
+
+
+def verify_reports(method: str, expected: Expected, reports: Sequence[Mapping[str, Any]], what: str) -> list[Verdict]:
+    """Every rank's result verified; a wrong one logged as '<what> rank R: NOT VERIFIED'."""
+    verdicts = []
+    for rank, report in enumerate(reports):
+        values, int_sum = take_result(report)
+        verdict = verify_result(method, expected, values, int_sum)
+        if not verdict.verified:
+            log.error("%s rank %d: NOT VERIFIED: %s", what, rank, verdict.detail)
+        verdicts.append(verdict)
+    return verdicts
