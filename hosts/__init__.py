@@ -1,1 +1,8 @@
-"""What runs on the emulated hosts: the SwitchML worker library and the baselines."""
+"""What runs on the emulated hosts, one process per rank.
+
+``worker`` is the process (``python -m hosts.worker SPEC --rank R``); ``allreduce`` builds a
+rank's method from the worker spec; ``events`` is its side of the conversation with the
+runner; ``training`` the training workload's step loop. The methods: ``switchml/`` (the
+SwitchML worker library), ``ring_allreduce`` and ``parameter_server`` (the baselines, over
+``tcp_mesh``, with ``collective`` and ``tcp_counters``); ``stats`` the statistics all report.
+"""

@@ -1,7 +1,8 @@
-"""Workloads for the all-reduce experiments: synthetic tensors and model gradient traces.
+"""Workloads for the experiments: synthetic tensors, model gradient traces, and a model to train.
 
 - :mod:`workloads.synthetic`: deterministic per-(seed, rank) tensors with documented distributions.
 - :mod:`workloads.trace`: the trace file format, its validating loader and writer.
 - :mod:`workloads.architectures` / :mod:`workloads.make_traces`: how the shipped traces were derived.
 - :mod:`workloads.record`: record a trace from real gradients; replay a trace as tensors.
+- :mod:`workloads.training`: the training workload, a numpy MLP on scikit-learn's digits.
 """
