@@ -20,6 +20,7 @@ import pytest
 from switches.ebpf.datapath import PIN_ROOT
 from tests.conftest import require_bmv2, require_ebpf
 from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers, run_experiment
+from tests.results_shape import shape_differences
 
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
 
@@ -51,6 +52,7 @@ def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:
     assert len(frames) == 3 * 2 and (frames[["input_lost", "output_lost"]] == 0).all().all(), frames
     assert summary["switch_lost_frames"] == []
     assert "verified: true" in done.stdout
+    assert not shape_differences("sweep", out)  # the files, columns and summary keys of before the restructuring
     assert not leftovers(str(out))
 
 
@@ -186,6 +188,7 @@ def test_jobs_sharing_a_switch_each_verify(tmp_path: Path) -> None:
     jobs = pd.read_csv(out / "jobs.csv")
     assert sorted(jobs.groupby("job_id")["elements"].first().items()) == [(3, 20000), (5, 7000)]
     assert jobs["verified"].all()
+    assert not shape_differences("shared", out)
     assert not leftovers(str(out))
 
 

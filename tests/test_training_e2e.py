@@ -20,6 +20,7 @@ import pytest
 
 from protocol.params import REPO_ROOT
 from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers
+from tests.results_shape import shape_differences
 
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
 
@@ -79,4 +80,5 @@ def test_short_training_verifies_every_step_and_resumes_after_an_interrupt(tmp_p
     assert by_series["switchml"]["final_param_diff"] < 1e-5  # float32 rounding, not quantization, apart from exact
     assert by_series["switchml 5-bit"]["final_param_diff"] > 1e-3
     assert "switchml 5-bit" in done.stdout and "vs exact" in done.stdout
+    assert not shape_differences("training", out)  # the files, columns and summary keys of before the restructuring
     assert not leftovers(str(out))
