@@ -54,11 +54,23 @@ def validate(data: Any, schema: dict[str, Any], source: str, key_prefix: str = "
         raise ConfigError(f"{source}: " + f"\n{source}: ".join(_describe(e, key_prefix) for e in errors))
 
 
+MAX_YAML_BYTES = 4 << 20
+"""A config, topology or trace file is far smaller (the largest shipped one, a trace of
+BERT-large, is 33 kB); a larger file is refused before it is parsed, which takes minutes."""
+MAX_YAML_NODES = 200_000
+"""Values a document may hold once its aliases are expanded (bert.yaml: ~3,000). An alias
+of an alias of ... (a "billion laughs" bomb) parses small and expands exponentially: it is
+refused from its node graph, before anything expands it."""
+
+
 def load_yaml(path: Path) -> Any:
-    """Parse a YAML file; a missing, unreadable or binary file or a syntax error becomes a ConfigError naming it."""
+    """Parse a YAML file; a missing, unreadable, binary, oversized or alias-bombed file or a
+    syntax error becomes a ConfigError naming it."""
     try:
-        with path.open() as f:
-            return yaml.safe_load(f)
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise ConfigError(f"{path}: {size:,} bytes; a YAML file here may have at most {MAX_YAML_BYTES:,}")
+        text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -67,8 +79,59 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a text (YAML) file: byte {exc.start} is not UTF-8") from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text (a file's, or a --set value); ConfigError naming ``source`` for a
+    syntax error or a document whose aliases expand past MAX_YAML_NODES."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"{source}: {len(text):,} characters; YAML here may have at most {MAX_YAML_BYTES:,}")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        expanded = _expanded_size(node)
+        if expanded > MAX_YAML_NODES:
+            raise ConfigError(f"{source}: its aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb?)")
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """How many values ``root`` holds with every alias expanded, counted on the node graph
+    (each shared node once, its size memoized), so that counting a bomb costs no more than
+    its text; capped at MAX_YAML_NODES + 1. A node that is an alias of itself (a recursive
+    document) expands without end: it counts as over the limit."""
+    over = MAX_YAML_NODES + 1
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:  # depth first without recursion: a deeply nested document must not overflow the stack
+        node, children_counted = stack.pop()
+        key = id(node)
+        if children_counted:
+            on_path.discard(key)
+            sizes[key] = min(1 + sum(sizes[id(child)] for child in _children(node)), over)
+        elif key not in sizes:
+            if key in on_path:
+                return over
+            on_path.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
+from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.inputs import WorkloadInfo, describe_workload
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 from protocol import params
@@ -121,10 +120,7 @@ def parse_set(assignment: str) -> tuple[str, Any]:
     key, sep, text = assignment.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set {assignment!r}: expected key.path=value")
-    try:
-        return key.strip(), yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {assignment!r}: value is not valid YAML: {exc}") from None
+    return key.strip(), parse_yaml(text, f"--set {assignment!r}: value")
 
 
 def apply_target_link_rate(data: dict[str, Any], overridden: set[str]) -> str:

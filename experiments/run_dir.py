@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
-from base.yamlschema import ConfigError
+from base.yamlschema import ConfigError, load_yaml
 from protocol.results_format import resume_command
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def check_resumable(run_dir: Path, experiment: Experiment) -> None:
         raise ConfigError(f"--resume {run_dir}: no such folder")
     if not recorded_path.is_file():
         raise ConfigError(f"--resume {run_dir}: not a run folder (it has no config.yaml)")
-    recorded = yaml.safe_load(recorded_path.read_text())
+    recorded = load_yaml(recorded_path)  # a corrupt one is a ConfigError naming it, not a traceback
     current = yaml.safe_load(yaml.safe_dump(dict(experiment.data)))  # the form config.yaml is written in
     differences = config_differences(recorded, current)
     if differences:

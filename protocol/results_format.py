@@ -6,6 +6,7 @@ that one side writes and the other expects is written down once.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 MACHINE = "machine"
@@ -13,5 +14,6 @@ MACHINE = "machine"
 
 
 def resume_command(run_dir: Path) -> str:
-    """The command that continues ``run_dir`` (its own config.yaml is the config it ran with)."""
-    return f"run_experiment.py {run_dir / 'config.yaml'} --resume {run_dir}"
+    """The command that continues ``run_dir`` (its own config.yaml is the config it ran with),
+    quoted for a shell, so that it can be pasted back whatever the path holds."""
+    return shlex.join(["run_experiment.py", str(run_dir / "config.yaml"), "--resume", str(run_dir)])

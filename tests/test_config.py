@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, load_yaml
 from experiments.config import CONFIG_DIR, load_experiment
-from base.yamlschema import ConfigError
+from protocol.params import REPO_ROOT
 from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
 
 SHIPPED_CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.yaml") if not p.name.endswith(".schema.yaml"))
@@ -83,6 +85,47 @@ def test_yaml_syntax_error_names_the_file(tmp_path: Path) -> None:
     path.write_text("topology: {file: star.yaml\n")
     with pytest.raises(ConfigError, match=r"syntax.yaml: not valid YAML"):
         load_experiment(path)
+
+
+BOMB_LEVELS = [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else '0'] * 9)}]" for i in range(9)]
+BOMB = "".join(level + "\n" for level in BOMB_LEVELS)
+"""Nine levels of nine aliases each: 9^9 values once expanded, from 400 bytes of text."""
+
+
+@pytest.mark.parametrize("where", ["description", "methods"])
+def test_an_alias_bomb_is_refused_in_one_line_before_it_expands(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(MAIN_CONFIG.read_text() + BOMB + f"{where}: *l8\n")
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as error:
+        load_experiment(path)
+    assert str(error.value) == f"{path}: its aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb?)"
+    assert time.monotonic() - started < 5
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "loop.yaml"
+    path.write_text(MAIN_CONFIG.read_text() + "description: &me [*me]\n")
+    with pytest.raises(ConfigError, match="loop.yaml: its aliases expand to more than"):
+        load_experiment(path)
+
+
+def test_an_oversized_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "huge.yaml"
+    path.write_text(MAIN_CONFIG.read_text() + "# " + "x" * MAX_YAML_BYTES + "\n")
+    with pytest.raises(ConfigError, match=rf"huge.yaml: [0-9,]+ bytes; a YAML file here may have at most {MAX_YAML_BYTES:,}"):
+        load_experiment(path)
+
+
+def test_a_bomb_in_a_set_value_is_refused() -> None:
+    with pytest.raises(ConfigError, match="value: its aliases expand to more than"):
+        load_experiment(MAIN_CONFIG, ["description={" + ", ".join(BOMB_LEVELS) + ", all: *l8}"])
+
+
+def test_shipped_traces_load_within_the_bounds() -> None:
+    for trace in sorted((REPO_ROOT / "workloads" / "traces").glob("*.yaml")):
+        assert trace.stat().st_size < MAX_YAML_BYTES / 10
+        load_yaml(trace)
 
 
 def test_sweep_value_is_validated_like_the_base() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -28,6 +29,7 @@ import yaml
 from analysis.__main__ import main as analysis_main
 from network.lock import LOCK_PATH, HolderRecord
 from protocol.params import REPO_ROOT
+from protocol.results_format import resume_command
 from tests.experiment_runs import (
     NETWORK_WAIT_S, disturb_mid_run, experiment_argv, leftovers, run_experiment, wait_for_process,
 )
@@ -101,6 +103,22 @@ def test_resume_with_another_config_is_refused_naming_what_differs(tmp_path: Pat
     assert f"resume it with run_experiment.py {other / 'config.yaml'} --resume {other}" in line
     assert (other / "config.yaml").read_text() == recorded  # untouched
     assert not (other / "logs").exists()
+
+
+def test_resume_of_a_run_with_a_corrupt_config_is_one_line(tmp_path: Path) -> None:
+    run = tmp_path / "corrupt"
+    shutil.copytree(FIXTURE / "tat_vs_size", run)
+    (run / "config.yaml").write_text("name: [unterminated\n")
+    done = run_cli(str(MAIN_CONFIG), "--resume", str(run))
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert f"{run / 'config.yaml'}: not valid YAML" in line
+
+
+def test_the_resume_command_is_quoted_for_a_shell(tmp_path: Path) -> None:
+    run = tmp_path / "a run with spaces"
+    assert shlex.split(resume_command(run)) == ["run_experiment.py", str(run / "config.yaml"), "--resume", str(run)]
 
 
 def test_resume_of_a_missing_folder_is_an_error(tmp_path: Path) -> None:

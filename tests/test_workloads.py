@@ -82,7 +82,7 @@ def test_invalid_trace_error_names_file_and_problem(tmp_path: Path, mutate, mess
 
 
 def test_missing_and_malformed_files_are_trace_errors(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="cannot read"):
+    with pytest.raises(TraceError, match="absent.yaml: no such file"):
         load_trace(tmp_path / "absent.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")

@@ -36,6 +36,8 @@ from typing import Any
 
 import yaml
 
+from base.yamlschema import ConfigError, load_yaml
+
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 DERIVATIONS = ("computed", "estimate", "recorded")
 
@@ -168,11 +170,9 @@ def load_trace(name_or_path: str | Path) -> Trace:
     if path.suffix not in (".yaml", ".yml"):
         path = TRACES_DIR / f"{name_or_path}.yaml"
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read trace file ({exc.strerror})") from exc
-    except yaml.YAMLError as exc:
-        raise TraceError(f"{path}: not valid YAML ({exc})") from exc
+        data = load_yaml(path)
+    except ConfigError as exc:  # missing, unreadable, oversized, an alias bomb or not YAML: the message says which
+        raise TraceError(str(exc)) from None
     return parse_trace(data, str(path), path)
 
 
