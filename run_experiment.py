@@ -6,8 +6,8 @@
 
 Results land in results/<config name>/<UTC timestamp>/ (see docs/results-format.md).
 The exit status is 0 only when every worker's result of every repetition verified.
-Needs root (Mininet). Ctrl-C or SIGTERM stops the run and tears the network down (a second
-one waits for the teardown). Exit status: 0 verified, 1 not verified, 2 bad input, 3 run
+Needs root (Mininet). Ctrl-C, SIGTERM, a closed terminal (SIGHUP) or SIGQUIT stops the run
+and tears the network down (a second one waits for the teardown). Exit status: 0 verified, 1 not verified, 2 bad input, 3 run
 failed, 4 results could not be written (disk full, read-only), 130 interrupted.
 """
 
@@ -32,6 +32,7 @@ from tqdm import tqdm  # noqa: E402
 logging.setLoggerClass(logging.Logger)
 
 from experiments.config import Experiment, load_experiment  # noqa: E402
+from base.lifetime import STOP_SIGNALS  # noqa: E402
 from base.yamlschema import ConfigError  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
 
@@ -71,12 +72,13 @@ def describe(experiment: Experiment, target: str) -> str:
 
 
 def stop_on_first_signal() -> None:
-    """SIGINT (Ctrl-C) and SIGTERM stop the run once: the first raises KeyboardInterrupt,
-    which tears the network down on its way out; later ones only say that this is under way,
-    since interrupting a teardown would leak namespaces, veths and processes."""
+    """SIGINT (Ctrl-C), SIGTERM, SIGHUP (the terminal closed) and SIGQUIT stop the run once:
+    the first raises KeyboardInterrupt, which tears the network down on its way out; later
+    ones only say that this is under way, since interrupting a teardown would leak
+    namespaces, veths and processes."""
 
     def stop(signum: int, frame: object) -> None:
-        for stopping in (signal.SIGINT, signal.SIGTERM):
+        for stopping in STOP_SIGNALS:
             signal.signal(stopping, already_stopping)
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -84,7 +86,7 @@ def stop_on_first_signal() -> None:
         log.warning("signal %d: already stopping, the network is being torn down (kill -9 %d abandons the teardown; "
                     "the next run or python -m network.cleanup removes what is left)", signum, os.getpid())
 
-    for stopping in (signal.SIGINT, signal.SIGTERM):
+    for stopping in STOP_SIGNALS:
         signal.signal(stopping, stop)
 
 
@@ -173,7 +175,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         try:
             verified = runner.run()
         except KeyboardInterrupt:
-            for stopping in (signal.SIGINT, signal.SIGTERM):  # torn down: a late one must not kill the exit itself
+            for stopping in STOP_SIGNALS:  # torn down: a late one must not kill the exit itself
                 signal.signal(stopping, signal.SIG_IGN)
             log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
             return EXIT_INTERRUPTED

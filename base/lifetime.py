@@ -8,7 +8,7 @@ Two guarantees the kernel can give and Python cannot:
   hosts' namespaces, and with them the switch's veths, alive until their own time limits
   pass, and every run started meanwhile fails on "File exists". (The setting survives
   exec, so it holds for ``mnexec ... python -m hosts.worker`` and for simple_switch.)
-- ``deferred_signals()`` blocks SIGINT and SIGTERM while a teardown runs, so an impatient
+- ``deferred_signals()`` blocks the stop signals (STOP_SIGNALS) while a teardown runs, so an impatient
   second Ctrl-C cannot cut it short and leak namespaces, veths or processes; the signal is
   delivered, and acted on, right after.
 """
@@ -23,7 +23,10 @@ from typing import Callable, Iterator
 
 PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
-TEARDOWN_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""What stops a run with its teardown: Ctrl-C, kill's default, the terminal closing
+(hang-up) and Ctrl-\\. Left to their default actions, SIGHUP and SIGQUIT would end the
+process at once, leaving its namespaces, veths and processes behind."""
 
 
 def dies_with_this_process() -> Callable[[], None]:
@@ -46,12 +49,12 @@ def dies_with_this_process() -> Callable[[], None]:
 
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block is done (they are delivered afterwards).
+    """Hold the stop signals until the block is done (they are delivered afterwards).
 
     Children started inside inherit the blocked mask, which is harmless for what a
     teardown starts (ip, tc: short commands that are not meant to be interrupted).
     """
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, TEARDOWN_SIGNALS)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:

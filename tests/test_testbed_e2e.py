@@ -123,11 +123,13 @@ def test_killed_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
     assert not leftovers(str(out))
 
 
-def test_interrupted_run_tears_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGHUP, signal.SIGQUIT], ids=lambda s: s.name)
+def test_interrupted_run_tears_down(tmp_path: Path, stop: signal.Signals) -> None:
+    """Ctrl-C, the terminal closing and Ctrl-\\ all stop the run with its teardown."""
     out = tmp_path / "run"
     code, output = disturb_mid_run(
         out, ["topology.workers=2", "workload.elements=2000000", "topology.link.bw_mbps=2"],
-        "", lambda runner, worker: runner.send_signal(signal.SIGINT),
+        "", lambda runner, worker: runner.send_signal(stop),
     )
     assert code == 130, output
     assert "interrupted" in output
