@@ -155,7 +155,9 @@ class WorkerGroup:
                             f"{limit.describe()}; worker log {self._log_path(rank)}"
                         )
                     if report["event"] == "error":
-                        raise self._failure(rank, report["message"])
+                        # The worker's OSError as the cause, so that a full disk is told apart (experiments/storage.py).
+                        cause = OSError(report["errno"], os.strerror(report["errno"]), report["filename"]) if "errno" in report else None
+                        raise self._failure(rank, report["message"]) from cause
                     if report["event"] != event:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
                     reports[rank] = report

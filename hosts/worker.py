@@ -10,7 +10,8 @@ peers, switch address, protocol parameters, input file per rank) and talks to th
     worker -> {"event": "done", "repetition": r, "stats": {...}, "result": "path.npy"}
     runner -> "exit"
     worker -> {"event": "error", "message": "...", "timed_out": bool} then exit status 1, on any
-              failure; ``timed_out`` when an all-reduce missed its deadline (spec's job_timeout_s)
+              failure; ``timed_out`` when an all-reduce missed its deadline (spec's job_timeout_s);
+              with "errno" and "filename" when the failure was an OSError (a full disk, say)
 
 Results are written as .npy next to the spec so the runner verifies them exactly.
 """
@@ -75,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             serve(spec, args.rank, args.spec.parent)
     except Exception as exc:
         log.exception("worker failed")
-        emit({"event": "error", "message": f"{type(exc).__name__}: {exc}", "timed_out": isinstance(exc, TimeoutError)})
+        error: dict[str, Any] = {"event": "error", "message": f"{type(exc).__name__}: {exc}", "timed_out": isinstance(exc, TimeoutError)}
+        if isinstance(exc, OSError) and exc.errno is not None:  # the runner tells a full disk from a failed run by it
+            error |= {"errno": exc.errno, "filename": exc.filename}
+        emit(error)
         return 1
     return 0
 
