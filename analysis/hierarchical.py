@@ -27,6 +27,7 @@ from analysis.models import switchml_line_rate_ate
 from analysis.run_figure import main
 from analysis.run_figure import newest_run as newest_run_of
 from protocol import params
+from protocol import results_format as fmt
 from protocol.packet import frame_bytes
 
 NAME = "hierarchical"
@@ -38,15 +39,15 @@ def newest_run(roots: list[Path]) -> Path:
     """The run started last whose points compare aggregation modes."""
     def compares_modes(summary: dict, run: Path) -> bool:
         modes = {point.get("aggregation") for point in summary.get("network", {}).values()}
-        return set(MODES) <= modes and (run / "runs.csv").is_file()
+        return set(MODES) <= modes and (run / fmt.RUNS.file).is_file()
 
     return newest_run_of(roots, compares_modes, "run comparing aggregation modes (spine and hierarchical)")
 
 
 def point_settings(run: Path) -> pd.DataFrame:
     """Per point: its aggregation mode (network.json), the leaf-spine links' rate and loss (its topology)."""
-    summary = json.loads((run / "summary.json").read_text())
-    config = yaml.safe_load((run / "config.yaml").read_text())
+    summary = json.loads((run / fmt.SUMMARY_FILE).read_text())
+    config = yaml.safe_load((run / fmt.CONFIG_FILE).read_text())
     values = config["sweep"]["values"] if config.get("sweep", {}).get("param") == "topology" else [config["topology"]]
     rows = []
     for index, network in summary["network"].items():
@@ -59,12 +60,12 @@ def point_settings(run: Path) -> pd.DataFrame:
 
 def hierarchical_table(run: Path) -> pd.DataFrame:
     """Per (uplink rate, mode, uplink loss): ATE/s and TAT (median, min, max), spine bytes per element, TAT inflation."""
-    runs = pd.read_csv(run / "runs.csv")
+    runs = pd.read_csv(run / fmt.RUNS.file)
     runs = runs[runs["method"] == "switchml"]
     jobs = runs.groupby(["point", "repetition"], as_index=False).agg(
         tat_s=("tat_s", "max"), elements=("elements", "first"), k=("k", "first"), link_mbps=("link_mbps", "first"))
     jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
-    counters = pd.read_csv(run / "switch_counters.csv")
+    counters = pd.read_csv(run / fmt.SWITCH_COUNTERS.file)
     spine = counters[(counters["method"] == "switchml") & (counters["switch"] == "s1")]
     frames_in = spine[spine["counter"].isin(params.INGRESS_EVENTS)].groupby(["point", "repetition"])["value"].sum()
     frames_out = spine[spine["counter"] == "EGV_SENT"].groupby(["point", "repetition"])["value"].sum()
@@ -125,7 +126,7 @@ def draw(table: pd.DataFrame, summary: dict) -> Figure:
 
 def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     table = hierarchical_table(run)
-    return table, draw(table, json.loads((run / "summary.json").read_text()))
+    return table, draw(table, json.loads((run / fmt.SUMMARY_FILE).read_text()))
 
 
 if __name__ == "__main__":

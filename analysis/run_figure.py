@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.catalog import figure_command_args
+from protocol import results_format as fmt
 
 log = logging.getLogger("analysis")
 
@@ -29,7 +30,7 @@ def newest_run(roots: list[Path], wanted: Callable[[dict, Path], bool], what: st
     (its summary, its folder) accepts; FileNotFoundError naming ``what`` if none."""
     runs = []
     for root in roots:
-        for summary_path in Path(root).rglob("summary.json"):
+        for summary_path in Path(root).rglob(fmt.SUMMARY_FILE):
             summary = json.loads(summary_path.read_text())
             if wanted(summary, summary_path.parent):
                 runs.append((summary["started_utc"], summary_path.parent))

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from analysis.aggregate import shared_switch_jobs, shared_switch_totals
 from analysis.run_figure import main
 from analysis.run_figure import newest_run as newest_run_of
+from protocol import results_format as fmt
 from switches.programming import AdmissionError, partition_slots
 
 NAME = "shared_switch"
@@ -33,7 +34,7 @@ OVERSUBSCRIPTION_FACTOR = 2
 
 def newest_run(roots: list[Path]) -> Path:
     """The shared-switch run (summary kind shared_switch, with jobs.csv) started last."""
-    return newest_run_of(roots, lambda summary, run: summary.get("kind") == "shared_switch" and (run / "jobs.csv").is_file(),
+    return newest_run_of(roots, lambda summary, run: summary.get("kind") == fmt.SHARED_SWITCH_KIND and (run / fmt.JOBS.file).is_file(),
                          "shared-switch run (jobs.csv + summary.json)")
 
 
@@ -112,9 +113,9 @@ def draw(throughput: pd.DataFrame, slots: pd.DataFrame, summary: dict) -> Figure
 
 def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     """The run's numbers (throughput rows, then slot rows) and the figure."""
-    throughput = throughput_table(pd.read_csv(run / "jobs.csv"))
-    slots = slot_table(yaml.safe_load((run / "config.yaml").read_text()))
-    fig = draw(throughput, slots, json.loads((run / "summary.json").read_text()))
+    throughput = throughput_table(pd.read_csv(run / fmt.JOBS.file))
+    slots = slot_table(yaml.safe_load((run / fmt.CONFIG_FILE).read_text()))
+    fig = draw(throughput, slots, json.loads((run / fmt.SUMMARY_FILE).read_text()))
     return pd.concat([throughput.assign(table="throughput"), slots.assign(table="slots")], ignore_index=True), fig
 
 

@@ -17,7 +17,6 @@ machine's busy share over each repetition (all its jobs) as the one fidelity mea
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import logging
 import shutil
@@ -40,16 +39,12 @@ from experiments.runner import ExperimentRunner, worker_spec
 from experiments.verify import expected_for, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from network.emulation import EmulatedNetwork, SharedJob
+from protocol import results_format as fmt
 from switches import programming
 
 log = logging.getLogger(__name__)
 
 METHOD = "switchml"
-JOBS_COLUMNS = [
-    "point", "n_jobs", "repetition", "job_id", "rank", "n_workers", "elements", "pool_size",
-    "start_s", "released_s", "tat_s", "ate_per_s", "retransmissions", "verified", "max_abs_error", "link_mbps", "k",
-    "machine_busy_fraction",
-]  # fmt: skip
 
 
 def job_elements(point: Point, job: dict[str, Any]) -> int:
@@ -67,25 +62,21 @@ class SharedSwitchWriter(ResultsWriter):
 
     def add_job(self, point: Point, repetition: int, job: dict[str, Any], released_s: float, reports: list[dict[str, Any]], verdicts: list,
                 machine_busy: float) -> None:
-        path = self.run_dir / "jobs.csv"
-        new = not path.exists()
-        with path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=JOBS_COLUMNS)
-            if new:
-                writer.writeheader()
-            for rank, (report, verdict) in enumerate(zip(reports, verdicts)):
-                stats = report["stats"]
-                writer.writerow({
-                    "point": point.index, "n_jobs": len(point.data["jobs"]), "repetition": repetition, "job_id": job["job_id"], "rank": rank,
-                    "n_workers": len(reports), "elements": job_elements(point, job), "pool_size": job["pool_size"],
-                    "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": stats["tat_s"],
-                    "ate_per_s": metrics.ate_per_s(job_elements(point, job), stats["tat_s"]), "retransmissions": stats["retransmissions"],
-                    "verified": verdict.verified, "max_abs_error": verdict.max_abs_error, "link_mbps": link_mbps(point),
-                    "k": point.protocol["k"], "machine_busy_fraction": round(machine_busy, 4),
-                })
+        self._append(fmt.JOBS, [
+            {
+                "point": point.index, "n_jobs": len(point.data["jobs"]), "repetition": repetition, "job_id": job["job_id"], "rank": rank,
+                "n_workers": len(reports), "elements": job_elements(point, job), "pool_size": job["pool_size"],
+                "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": report["stats"]["tat_s"],
+                "ate_per_s": metrics.ate_per_s(job_elements(point, job), report["stats"]["tat_s"]),
+                "retransmissions": report["stats"]["retransmissions"], "verified": verdict.verified,
+                "max_abs_error": verdict.max_abs_error, "link_mbps": link_mbps(point), "k": point.protocol["k"],
+                "machine_busy_fraction": round(machine_busy, 4),
+            }
+            for rank, (report, verdict) in enumerate(zip(reports, verdicts))
+        ])
 
     def finalize(self, verified: bool) -> dict[str, Any]:
-        rows = pd.read_csv(self.run_dir / "jobs.csv")
+        rows = pd.read_csv(self.run_dir / fmt.JOBS.file)
         points = []
         for point_index, per_point in rows.groupby("point"):
             jobs = shared_switch_jobs(per_point)
@@ -110,7 +101,7 @@ class SharedSwitchWriter(ResultsWriter):
         first = self.experiment.points[0]
         summary = {
             "config": self.experiment.name,
-            "kind": "shared_switch",
+            "kind": fmt.SHARED_SWITCH_KIND,
             "started_utc": self.started.isoformat(),
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and rows["verified"].all()),
@@ -122,7 +113,7 @@ class SharedSwitchWriter(ResultsWriter):
             "network": self._network,
             "points": points,
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
 
