@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from analysis.models import switchml_line_rate_ate
 from analysis.run_figure import main
 from analysis.run_figure import newest_run as newest_run_of
+import methods
 from protocol import params
 from protocol import results_format as fmt
 from protocol.packet import frame_bytes
@@ -61,12 +62,12 @@ def point_settings(run: Path) -> pd.DataFrame:
 def hierarchical_table(run: Path) -> pd.DataFrame:
     """Per (uplink rate, mode, uplink loss): ATE/s and TAT (median, min, max), spine bytes per element, TAT inflation."""
     runs = pd.read_csv(run / fmt.RUNS.file)
-    runs = runs[runs["method"] == "switchml"]
+    runs = runs[runs["method"] == methods.SWITCHML.name]
     jobs = runs.groupby(["point", "repetition"], as_index=False).agg(
         tat_s=("tat_s", "max"), elements=("elements", "first"), k=("k", "first"), link_mbps=("link_mbps", "first"))
     jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
     counters = pd.read_csv(run / fmt.SWITCH_COUNTERS.file)
-    spine = counters[(counters["method"] == "switchml") & (counters["switch"] == "s1")]
+    spine = counters[(counters["method"] == methods.SWITCHML.name) & (counters["switch"] == "s1")]
     frames_in = spine[spine["counter"].isin(params.INGRESS_EVENTS)].groupby(["point", "repetition"])["value"].sum()
     frames_out = spine[spine["counter"] == "EGV_SENT"].groupby(["point", "repetition"])["value"].sum()
     spine_frames = (frames_in + frames_out).rename("spine_frames").reset_index()

@@ -23,12 +23,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+import methods
 from protocol import results_format as fmt
 from protocol.results_format import resume_command
 
 log = logging.getLogger(__name__)
-
-METHODS = ("switchml", "ring", "ps")
 
 _TABLES = {"runs": fmt.RUNS, "counters": fmt.SWITCH_COUNTERS, "timeline": fmt.TIMELINE, "fidelity": fmt.FIDELITY}
 """The per-job tables every run has, by the name ``Results`` gives them."""
@@ -119,9 +118,9 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
         raise ResultsFormatError(f"{path}: missing column(s) {', '.join(missing)}")
     text_columns = [column for column in fmt.TEXT_COLUMNS if column in frame.columns]
     frame[text_columns] = frame[text_columns].fillna("")
-    unknown = sorted(set(frame["method"]) - set(METHODS)) if "method" in frame.columns else []
+    unknown = sorted(set(frame["method"]) - set(methods.NAMES)) if "method" in frame.columns else []
     if unknown:
-        expected = ", ".join(METHODS)
+        expected = ", ".join(methods.NAMES)
         raise ResultsFormatError(f"{path}: unknown method(s) {', '.join(unknown)} (expected one of {expected})")
     if "verified" in frame.columns:
         frame["verified"] = frame["verified"].map(_parse_bool)

@@ -19,12 +19,13 @@ import pandas as pd
 import yaml
 
 from analysis.aggregate import timed_cpu_samples
-from analysis.models import busbw, switchml_line_rate_ate
+from analysis.models import busbw
 from experiments import metrics
 from experiments.config import Experiment, Point
 from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
 from experiments.verify import Verdict
 from hosts.stats import TIMELINE_BIN_S
+from methods import by_name
 from network.port_counters import frames_lost
 from protocol import results_format as fmt
 from protocol.packet import ELEMENT_BYTES
@@ -202,8 +203,9 @@ class ResultsWriter:
                     "verified": bool(group["verified"].all()),
                 }
                 rate = link_mbps(point)
-                if method == "switchml" and rate is not None:
-                    bound = switchml_line_rate_ate(rate * 1e6, point.protocol["k"])
+                registered = by_name(method)
+                if registered.paced_by_network and rate is not None:
+                    bound = registered.bound(rate * 1e6, len(point.topology.hosts), point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
                     check = pace_check(point, rate, link_loss(point))

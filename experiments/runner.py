@@ -22,8 +22,9 @@ from experiments.config import Experiment, Point
 from experiments.inputs import point_inputs
 from experiments.job_meter import JobMeter
 from experiments.results import ResultsWriter, link_mbps
-from experiments.verify import Expected, expected_for, verify_baseline, verify_switchml
+from experiments.verify import Expected, expected_for, verify
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
+import methods
 from network.emulation import EmulatedNetwork
 from switches import programming
 
@@ -132,11 +133,8 @@ class ExperimentRunner:
                 measured = meter.stop()
                 verdicts = []
                 for rank, report in enumerate(reports):
-                    values = np.load(report["result"])
-                    if method == "switchml":
-                        verdict = verify_switchml(expected, values, np.load(report["int_sum"]))
-                    else:
-                        verdict = verify_baseline(expected, values)
+                    int_sum = np.load(report["int_sum"]) if "int_sum" in report else None
+                    verdict = verify(methods.by_name(method), expected, np.load(report["result"]), int_sum)
                     if not verdict.verified:
                         log.error("point %d %s rep %d rank %d: NOT VERIFIED: %s", point.index, method, repetition, rank, verdict.detail)
                     ok &= verdict.verified

@@ -38,13 +38,15 @@ from experiments.results import MACHINE_SATURATED, ResultsWriter, link_mbps
 from experiments.runner import ExperimentRunner, worker_spec
 from experiments.verify import expected_for, verify_switchml
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
+import methods
 from network.emulation import EmulatedNetwork, SharedJob
 from protocol import results_format as fmt
 from switches import programming
 
 log = logging.getLogger(__name__)
 
-METHOD = "switchml"
+METHOD = methods.SWITCHML.name
+"""Jobs sharing the switch aggregate in it: SwitchML (experiments/config.py admits no other)."""
 
 
 def job_elements(point: Point, job: dict[str, Any]) -> int:

@@ -27,10 +27,11 @@ from experiments.job_meter import JobMeter
 from experiments.runner import worker_spec
 from experiments.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
 from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series
-from experiments.verify import Verdict, expected_for, verify_baseline, verify_switchml
+from experiments.verify import Verdict, expected_for, verify
 from experiments.workers import REPORT_GRACE_S, Limit, WorkerGroup
 from base.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
+import methods
 from network.emulation import EmulatedNetwork
 from switches import programming
 from workloads.training import MLP, TrainingConfig, array_digest, load_dataset, minibatch
@@ -72,7 +73,7 @@ class TrainingRunner:
         self._record_reference(EXACT, EXACT, None, exact, exact)
         for bits in self.point.workload["ablation_bits"]:
             ablation = replay(self.model, self.config, self.data, self.n_workers, quantized_sum(self.point.protocol["k"], bits))
-            self._record_reference(ablation_series(bits), "switchml", bits, ablation, exact)
+            self._record_reference(ablation_series(bits), methods.SWITCHML.name, bits, ablation, exact)
         pending = []
         for method in self.point.methods:
             if self.writer.series_complete(method, self.config.steps):
@@ -176,7 +177,7 @@ class TrainingRunner:
 
     @staticmethod
     def _bits(method: str) -> int | None:
-        return 32 if method == "switchml" else None
+        return methods.by_name(method).sum_bits
 
 
 def _timing(allreduce_s: float, compute_s: float, step_s: float, emulated_s: float, verified: bool) -> dict[str, Any]:
@@ -201,10 +202,7 @@ def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: in
     for key in ("result", "int_sum"):
         if key in arrays:
             Path(arrays[key]).unlink()
-    if method == "switchml":
-        verdict = verify_switchml(expected, values, int_sum)
-    else:
-        verdict = verify_baseline(expected, values)
+    verdict = verify(methods.by_name(method), expected, values, int_sum)
     params = state.apply(values)
     shared = {"result": array_digest(values), "parameters": array_digest(params)}
     if int_sum is not None:

@@ -1,17 +1,23 @@
 """One rank's all-reduce, whichever the method: the interface the worker process drives.
 
 ``hosts.worker`` (a fixed tensor per repetition) and ``hosts.training`` (one gradient per
-step) both build a rank's method from the spec with ``METHODS[spec["method"]](spec, rank)``
-and call ``allreduce`` on it; SwitchML returns its raw integer sum as well, so the runner can
-verify it exactly.
+step) both build a rank's method from the spec with ``build(spec, rank)`` and call
+``allreduce`` on it; SwitchML returns its raw integer sum as well, so the runner can verify
+it exactly. Which class a method runs is its registry entry's ``host`` (methods/), a
+"module:attribute" string resolved here: the methods package stays below the hosts.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+import importlib
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+import methods
+from hosts.collective import TcpCollective
+from hosts.parameter_server import ParameterServerAllReduce
+from hosts.ring_allreduce import RingAllReduce
 from hosts.stats import JobStats
 
 if TYPE_CHECKING:
@@ -66,15 +72,13 @@ def retransmit_policy(protocol: dict[str, Any], link_mbps: float | None) -> Retr
 
 
 class BaselineMethod:
-    """Ring all-reduce or parameter server over TCP between the hosts."""
+    """A TCP collective between the hosts (hosts/collective.py) with the worker's result shape."""
+
+    collective: ClassVar[type[TcpCollective]]
 
     def __init__(self, spec: dict[str, Any], rank: int) -> None:
-        from hosts.parameter_server import ParameterServerAllReduce
-        from hosts.ring_allreduce import RingAllReduce
-
-        cls = {"ring": RingAllReduce, "ps": ParameterServerAllReduce}[spec["method"]]
         peers = [tuple(p) for p in spec["peers"]]
-        self._impl = cls(peers, rank, timeout_s=spec["job_timeout_s"], connect_timeout_s=spec["connect_timeout_s"])
+        self._impl = self.collective(peers, rank, timeout_s=spec["job_timeout_s"], connect_timeout_s=spec["connect_timeout_s"])
         self._impl.connect()
 
     def allreduce(self, tensor: np.ndarray) -> Outcome:
@@ -85,8 +89,15 @@ class BaselineMethod:
         self._impl.close()
 
 
-METHODS: dict[str, Callable[[dict[str, Any], int], Method]] = {
-    "switchml": SwitchMLMethod,
-    "ring": BaselineMethod,
-    "ps": BaselineMethod,
-}
+class RingMethod(BaselineMethod):
+    collective = RingAllReduce
+
+
+class ParameterServerMethod(BaselineMethod):
+    collective = ParameterServerAllReduce
+
+
+def build(spec: dict[str, Any], rank: int) -> Method:
+    """Rank ``rank`` of the spec's method: its registry entry's host class, built from the spec."""
+    module, _, attribute = methods.by_name(spec["method"]).host.partition(":")
+    return getattr(importlib.import_module(module), attribute)(spec, rank)
