@@ -1,22 +1,19 @@
 """Figure ``hierarchical``: aggregation at the spine vs hierarchical, on the same tree.
 
-    python -m analysis.hierarchical RESULTS... [--out docs/figures]
-
-Reads the newest run of a config whose points differ in ``topology.aggregation`` (the
-summary's ``network`` records it per point), in the leaf-spine links' rate and in their
-loss, such as configs/hierarchical.yaml. Three panels, one bar per mode:
+``python -m analysis RESULTS...`` draws it from the newest run of a config whose points
+differ in ``topology.aggregation`` (the summary's ``network`` records it per point), in the
+leaf-spine links' rate and in their loss, such as configs/hierarchical.yaml. Three panels, one bar per mode:
 - ATE/s without loss (median over repetitions, min-max bars) per leaf-spine rate, and the
   line-rate bound of the host links;
 - the spine's load: bytes through its ports (frames its pipeline took in, SwitchMLIngress's
   events, plus frames it sent, EGV_SENT, at ``frame_bytes(k)`` each) per aggregated element;
 - TAT with loss on the leaf-spine links ÷ TAT without, per mode and rate.
-Writes hierarchical.png, .pdf and .csv (the numbers plotted).
+It writes hierarchical.png, .pdf and .csv (the numbers plotted).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +21,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from analysis.models import switchml_line_rate_ate
-from analysis.run_figure import main
+from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 import methods
 from protocol import params
@@ -130,5 +127,4 @@ def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     return table, draw(table, json.loads((run / fmt.SUMMARY_FILE).read_text()))
 
 
-if __name__ == "__main__":
-    sys.exit(main(NAME, __doc__.splitlines()[0], newest_run, figure))
+FIGURE = RunFigure(NAME, newest_run, figure)

@@ -1,20 +1,17 @@
 """Figure ``shared_switch``: throughput per job and in total when 1, 2, 4 jobs share a switch.
 
-    python -m analysis.shared_switch RESULTS... [--out docs/figures]
-
-Reads the newest shared-switch run (jobs.csv + summary.json, written by experiments/shared_switch.py)
-under RESULTS. Left: each job's ATE/s (median over repetitions, min-max bars) and all
+``python -m analysis RESULTS...`` draws it from the newest shared-switch run under RESULTS
+(jobs.csv + summary.json, written by experiments/shared_switch.py). Left: each job's ATE/s (median over repetitions, min-max bars) and all
 jobs' elements over the makespan, against the number of jobs, with a job's line-rate
 bound. Right: how the control plane partitions the switch's slots for each measured set of
 jobs, and what it does with the 4-job set at twice the pools (more slots than the switch
 has): it refuses admission (``switches.programming.partition_slots``), it never shrinks a
-pool. Writes shared_switch.png, .pdf and .csv (the numbers plotted).
+pool. It writes shared_switch.png, .pdf and .csv (the numbers plotted).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +19,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from analysis.aggregate import shared_switch_jobs, shared_switch_totals
-from analysis.run_figure import main
+from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 from protocol import results_format as fmt
 from switches.programming import AdmissionError, partition_slots
@@ -119,5 +116,4 @@ def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     return pd.concat([throughput.assign(table="throughput"), slots.assign(table="slots")], ignore_index=True), fig
 
 
-if __name__ == "__main__":
-    sys.exit(main(NAME, __doc__.splitlines()[0], newest_run, figure))
+FIGURE = RunFigure(NAME, newest_run, figure)
