@@ -6,6 +6,13 @@ name, figure label and colour, how its results are verified, its link-rate bound
 host class a worker runs. ``REGISTRY`` below lists them, in the order figures draw them;
 the config schema's method names, the worker's dispatch, the verifier, the results
 summary, the analysis' tables and figures all read it.
+
+Adding a method (say an all-gather based one, ``allgather``): its host code in
+``hosts/`` (a class ``cls(spec, rank)`` with ``allreduce`` and ``close``: a TCP collective
+needs only a ``TcpCollective`` subclass and a two-line ``BaselineMethod`` subclass naming it
+in ``hosts/allreduce.py``), ``methods/allgather.py`` with its bound and its ``Method``
+record, and one line in ``REGISTRY`` (plus its module in the import). Configs may then name
+it, the runner verifies it, and the figures draw it in its colour.
 """
 
 from __future__ import annotations
