@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
+import numpy as np
 import pytest
 
 import methods
@@ -12,6 +13,7 @@ from analysis import models
 from analysis.figures import METHOD_COLORS, METHOD_LABELS
 from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, experiment_schema, load_experiment
+from experiments.verify import expected_for, verify
 from hosts.allreduce import Method as HostMethod
 from methods import REGISTRY, Verification
 
@@ -62,3 +64,15 @@ def test_the_records_carry_what_the_analysis_and_verifier_used_to_write_out() ->
         Verification.INTEGER_SUM, Verification.FLOAT_SUM, Verification.FLOAT_SUM)
     assert (switchml.sum_bits, ring.sum_bits, ps.sum_bits) == (32, None, None)
     assert list(METHOD_LABELS) == list(METHOD_COLORS) == list(methods.NAMES)
+
+
+def test_each_verification_kind_checks_its_own_way() -> None:
+    """SwitchML's record asks for the integer sum bit for bit; the baselines' for the float32 bound."""
+    inputs = [np.linspace(-1, 1, 64, dtype=np.float32) * (rank + 1) for rank in range(3)]
+    expected = expected_for(inputs, 32)
+    switchml, ring = methods.by_name("switchml"), methods.by_name("ring")
+    assert verify(switchml, expected, expected.switchml.values, expected.switchml.int_sum).verified
+    assert not verify(switchml, expected, expected.switchml.values, None).verified, "no integer sum: not verified"
+    float_sum = (inputs[0] + inputs[1]) + inputs[2]
+    assert verify(ring, expected, float_sum, None).verified
+    assert not verify(ring, expected, float_sum + 1e-3, None).verified
