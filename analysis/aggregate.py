@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-import methods
 from analysis import models
+import methods
 
 JOB_KEYS = ["run", "point", "method", "repetition"]
 # Per-job configuration: identical on every worker row of a job.

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-import methods
 from hosts.collective import TcpCollective
 from hosts.parameter_server import ParameterServerAllReduce
 from hosts.ring_allreduce import RingAllReduce
 from hosts.stats import JobStats
+import methods
 
 if TYPE_CHECKING:
     from hosts.switchml.timers import RetransmitPolicy
