@@ -26,8 +26,6 @@ paper: setup  ## every paper-figure experiment, then the figures
 
 figures: setup  ## redraw docs/figures from everything under results/
 	$(PYTHON) -m analysis results/ --out docs/figures
-	$(PYTHON) -m analysis.shared_switch results/ --out docs/figures
-	$(PYTHON) -m analysis.hierarchical results/ --out docs/figures
 
 notebooks: setup  ## regenerate the per-figure notebooks
 	$(PYTHON) -m analysis.notebooks.build

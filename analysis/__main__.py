@@ -1,21 +1,28 @@
-"""Regenerate every paper figure whose data is present.
+"""Regenerate every figure whose data is present.
 
     python -m analysis RESULTS_DIR [RESULTS_DIR ...] [--out docs/figures]
 
 Each RESULTS_DIR may be one run or any parent of runs (results/, results/<config>/).
-For each figure the PNG, PDF and the CSV of the numbers behind it are written to --out;
-figures whose sweep is missing from the results are logged as skipped, not failed, so one
-command serves whatever subset of the experiments has been run.
+For each figure the PNG, PDF and the CSV of the numbers behind it are written to --out:
+the catalogue's figures from the runs.csv sweeps, then the figures of one run of their own
+kind (hierarchical, shared_switch) from the newest such run. Figures whose runs are
+missing from the results are logged as skipped, not failed, so one command serves
+whatever subset of the experiments has been run.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
+from pathlib import Path
 
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
 
-from analysis.catalog import FIGURES, figure_command_args, render, save
-from analysis.load import load_results
+from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render, save_figure
+from analysis.load import Results, find_runs, load_results
 from analysis.tables import MissingData
 
 log = logging.getLogger("analysis")
@@ -23,23 +30,43 @@ log = logging.getLogger("analysis")
 
 def main(argv: list[str] | None = None) -> int:
     """Draw every figure it can; returns 0 if at least one figure was written."""
-    args = figure_command_args("python -m analysis", __doc__.splitlines()[0], argv)
-
-    results = load_results(args.results)
+    args = arguments(argv)
+    # A shared-switch run has no runs.csv: results of only such runs have no catalogue figure.
+    results = load_results(args.results) if any(find_runs(root) for root in args.results) else None
+    drawers = [(spec.name, lambda spec=spec: _render_catalogued(spec, results, args.results)) for spec in FIGURES]
+    drawers += [(figure.name, lambda figure=figure: figure.draw(figure.find(args.results))) for figure in RUN_FIGURES]
     written, skipped = [], []
-    for spec in FIGURES:
+    for name, draw in drawers:
         try:
-            table, fig = render(spec, results)
+            table, fig = draw()
         except MissingData as reason:
-            log.warning("skipped %s: %s", spec.name, reason)
-            skipped.append(spec.name)
+            log.warning("skipped %s: %s", name, reason)
+            skipped.append(name)
             continue
-        paths = save(spec, table, fig, args.out)
+        paths = save_figure(name, table, fig, args.out)
         log.info("wrote %s", ", ".join(str(path) for path in paths))
-        written.append(spec.name)
+        written.append(name)
     log.info("%d figure(s) written to %s, %d skipped%s", len(written), args.out, len(skipped),
              f" ({', '.join(skipped)})" if skipped else "")  # fmt: skip
     return 0 if written else 1
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The result folders and --out, parsed, with logging to stderr and matplotlib's
+    file-only backend set up."""
+    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
+    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    matplotlib.use("Agg")
+    return args
+
+
+def _render_catalogued(spec: FigureSpec, results: Results | None, roots: list[Path]) -> tuple[pd.DataFrame, Figure]:
+    if results is None:
+        raise MissingData(f"no runs.csv under {', '.join(map(str, roots))}")
+    return render(spec, results)
 
 
 if __name__ == "__main__":

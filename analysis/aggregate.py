@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis import models
+import methods
 
 JOB_KEYS = ["run", "point", "method", "repetition"]
 # Per-job configuration: identical on every worker row of a job.
@@ -105,7 +106,7 @@ def runs_with_lossy_switchml(runs: pd.DataFrame) -> list[str]:
     serves as well as the lossiest point of a loss sweep.
     """
     runs = _one_network(runs)
-    lossy = runs[(runs["method"] == "switchml") & (runs["loss"] > 0)]
+    lossy = runs[(runs["method"] == methods.SWITCHML.name) & (runs["loss"] > 0)]
     return sorted(set(lossy["run"]))
 
 

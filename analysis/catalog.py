@@ -1,4 +1,5 @@
-"""The list of paper figures and how each one is made from a set of runs.
+"""The list of paper figures and how each one is made from a set of runs; and the figures
+drawn from one run of their own kind (``RUN_FIGURES``).
 
 The command line and the notebooks both go through ``render`` so a figure looks the same
 wherever it is drawn. Each figure names the runs that can provide it (``RunSource``): most
@@ -10,21 +11,20 @@ supersedes the older one and mixing runs would mix link rates.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import figures, tables
+from analysis import figures, hierarchical, shared_switch, tables
 from analysis.aggregate import runs_sweeping, runs_training, runs_with_lossy_switchml
 from analysis.context import emulation_context
 from analysis.load import Results
+from analysis.run_figure import RunFigure
 from analysis.tables import MissingData
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,11 @@ rounding of exact; the ring and PS differ by their own float32 summation order.
 )  # fmt: skip
 
 
+RUN_FIGURES: tuple[RunFigure, ...] = (hierarchical.FIGURE, shared_switch.FIGURE)
+"""Figures each drawn from the newest run of its own kind (analysis/run_figure.py), not
+from a runs.csv sweep: not in ``FIGURES``, which the notebooks and labs render from ``Results``."""
+
+
 def by_name(name: str) -> FigureSpec:
     """The figure called ``name``."""
     for spec in FIGURES:
@@ -233,15 +238,3 @@ def save_figure(name: str, table: pd.DataFrame, fig: Figure, out_dir: Path) -> l
     fig.savefig(paths[1])
     table.to_csv(paths[2], index=False)
     return paths
-
-
-def figure_command_args(prog: str, description: str, argv: list[str] | None) -> argparse.Namespace:
-    """The arguments every figure command takes (result folders, --out), parsed, with
-    logging to stderr and matplotlib's file-only backend set up."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
-    parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    matplotlib.use("Agg")
-    return args

@@ -14,9 +14,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.context import EmulationContext, annotate
+import methods
 
-METHOD_LABELS = {"switchml": "SwitchML", "ring": "ring all-reduce", "ps": "parameter server"}
-METHOD_COLORS = {"switchml": "tab:blue", "ring": "tab:orange", "ps": "tab:green"}
+METHOD_LABELS = {method.name: method.label for method in methods.REGISTRY}
+METHOD_COLORS = {method.name: method.colour for method in methods.REGISTRY}
 LINE_RATE_LABEL = "SwitchML line-rate bound (model)"
 RING_BOUND_LABEL = "ring = sharded-PS bound (model)"
 
@@ -159,9 +160,9 @@ def _plot_methods(ax: Axes, table: pd.DataFrame, x: str, value: str) -> None:
         )  # fmt: skip
 
 
-def _method_order(methods: pd.Series) -> list[str]:
-    """The methods present, SwitchML first, then the baselines in METHOD_LABELS order."""
-    return sorted(set(methods), key=list(METHOD_LABELS).index)
+def _method_order(present: pd.Series) -> list[str]:
+    """The methods present, in the registry's order (methods/__init__.py)."""
+    return sorted(set(present), key=methods.NAMES.index)
 
 
 def _spread(rows: pd.DataFrame, value: str) -> np.ndarray:

@@ -1,22 +1,19 @@
 """Figure ``hierarchical``: aggregation at the spine vs hierarchical, on the same tree.
 
-    python -m analysis.hierarchical RESULTS... [--out docs/figures]
-
-Reads the newest run of a config whose points differ in ``topology.aggregation`` (the
-summary's ``network`` records it per point), in the leaf-spine links' rate and in their
-loss, such as configs/hierarchical.yaml. Three panels, one bar per mode:
+``python -m analysis RESULTS...`` draws it from the newest run of a config whose points
+differ in ``topology.aggregation`` (the summary's ``network`` records it per point), in the
+leaf-spine links' rate and in their loss, such as configs/hierarchical.yaml. Three panels, one bar per mode:
 - ATE/s without loss (median over repetitions, min-max bars) per leaf-spine rate, and the
   line-rate bound of the host links;
 - the spine's load: bytes through its ports (frames its pipeline took in, SwitchMLIngress's
   events, plus frames it sent, EGV_SENT, at ``frame_bytes(k)`` each) per aggregated element;
 - TAT with loss on the leaf-spine links ÷ TAT without, per mode and rate.
-Writes hierarchical.png, .pdf and .csv (the numbers plotted).
+It writes hierarchical.png, .pdf and .csv (the numbers plotted).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -24,9 +21,11 @@ import yaml
 from matplotlib.figure import Figure
 
 from analysis.models import switchml_line_rate_ate
-from analysis.run_figure import main
+from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
+import methods
 from protocol import params
+from protocol import results_format as fmt
 from protocol.packet import frame_bytes
 
 NAME = "hierarchical"
@@ -38,15 +37,15 @@ def newest_run(roots: list[Path]) -> Path:
     """The run started last whose points compare aggregation modes."""
     def compares_modes(summary: dict, run: Path) -> bool:
         modes = {point.get("aggregation") for point in summary.get("network", {}).values()}
-        return set(MODES) <= modes and (run / "runs.csv").is_file()
+        return set(MODES) <= modes and (run / fmt.RUNS.file).is_file()
 
     return newest_run_of(roots, compares_modes, "run comparing aggregation modes (spine and hierarchical)")
 
 
 def point_settings(run: Path) -> pd.DataFrame:
     """Per point: its aggregation mode (network.json), the leaf-spine links' rate and loss (its topology)."""
-    summary = json.loads((run / "summary.json").read_text())
-    config = yaml.safe_load((run / "config.yaml").read_text())
+    summary = json.loads((run / fmt.SUMMARY_FILE).read_text())
+    config = yaml.safe_load((run / fmt.CONFIG_FILE).read_text())
     values = config["sweep"]["values"] if config.get("sweep", {}).get("param") == "topology" else [config["topology"]]
     rows = []
     for index, network in summary["network"].items():
@@ -59,13 +58,13 @@ def point_settings(run: Path) -> pd.DataFrame:
 
 def hierarchical_table(run: Path) -> pd.DataFrame:
     """Per (uplink rate, mode, uplink loss): ATE/s and TAT (median, min, max), spine bytes per element, TAT inflation."""
-    runs = pd.read_csv(run / "runs.csv")
-    runs = runs[runs["method"] == "switchml"]
+    runs = pd.read_csv(run / fmt.RUNS.file)
+    runs = runs[runs["method"] == methods.SWITCHML.name]
     jobs = runs.groupby(["point", "repetition"], as_index=False).agg(
         tat_s=("tat_s", "max"), elements=("elements", "first"), k=("k", "first"), link_mbps=("link_mbps", "first"))
     jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
-    counters = pd.read_csv(run / "switch_counters.csv")
-    spine = counters[(counters["method"] == "switchml") & (counters["switch"] == "s1")]
+    counters = pd.read_csv(run / fmt.SWITCH_COUNTERS.file)
+    spine = counters[(counters["method"] == methods.SWITCHML.name) & (counters["switch"] == "s1")]
     frames_in = spine[spine["counter"].isin(params.INGRESS_EVENTS)].groupby(["point", "repetition"])["value"].sum()
     frames_out = spine[spine["counter"] == "EGV_SENT"].groupby(["point", "repetition"])["value"].sum()
     spine_frames = (frames_in + frames_out).rename("spine_frames").reset_index()
@@ -125,8 +124,7 @@ def draw(table: pd.DataFrame, summary: dict) -> Figure:
 
 def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     table = hierarchical_table(run)
-    return table, draw(table, json.loads((run / "summary.json").read_text()))
+    return table, draw(table, json.loads((run / fmt.SUMMARY_FILE).read_text()))
 
 
-if __name__ == "__main__":
-    sys.exit(main(NAME, __doc__.splitlines()[0], newest_run, figure))
+FIGURE = RunFigure(NAME, newest_run, figure)

@@ -23,37 +23,15 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+import methods
+from protocol import results_format as fmt
 from protocol.results_format import resume_command
 
 log = logging.getLogger(__name__)
 
-RUNS_COLUMNS = (
-    "point", "sweep_param", "sweep_value", "method", "repetition", "rank", "n_workers",
-    "elements", "dtype", "tensor_bytes", "k", "pool_size", "link_mbps", "loss",
-    "loss_mechanism", "tat_s", "ate_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
-    "packets_sent", "packets_received", "retransmissions", "timeouts", "duplicates",
-    "verified", "max_abs_error", "compute_s", "workload",
-)  # fmt: skip
-COUNTERS_COLUMNS = ("point", "method", "repetition", "switch", "counter", "value")
-TIMELINE_COLUMNS = ("point", "method", "repetition", "rank", "t_ms", "packets_sent")
-FIDELITY_COLUMNS = ("point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps")
-TRAINING_COLUMNS = (
-    "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",
-    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "verified",
-)  # fmt: skip
-TRAINING_FILE = "training_steps.csv"
-"""Only training runs write it; other runs get an empty ``training`` frame."""
-METHODS = ("switchml", "ring", "ps")
-SUMMARY_KEYS = ("config", "started_utc", "switch_target", "link_mbps", "kept_up")
-
-_TABLES = {
-    "runs": ("runs.csv", RUNS_COLUMNS),
-    "counters": ("switch_counters.csv", COUNTERS_COLUMNS),
-    "timeline": ("timeline.csv", TIMELINE_COLUMNS),
-    "fidelity": ("fidelity.csv", FIDELITY_COLUMNS),
-}
-# Columns that must stay text even when every value looks numeric or is empty.
-_TEXT_COLUMNS = {"sweep_param": str, "sweep_value": str, "method": str, "workload": str, "host": str, "switch": str}
+_TABLES = {"runs": fmt.RUNS, "counters": fmt.SWITCH_COUNTERS, "timeline": fmt.TIMELINE, "fidelity": fmt.FIDELITY}
+"""The per-job tables every run has, by the name ``Results`` gives them."""
+_TEXT_DTYPES = dict.fromkeys(fmt.TEXT_COLUMNS, str)
 
 
 class ResultsFormatError(ValueError):
@@ -95,7 +73,7 @@ def find_runs(path: Path) -> list[Path]:
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"results directory {path} does not exist")
-    return sorted(csv.parent for csv in path.rglob("runs.csv"))
+    return sorted(csv.parent for csv in path.rglob(fmt.RUNS.file))
 
 
 def load_results(paths: Iterable[Path | str]) -> Results:
@@ -105,9 +83,9 @@ def load_results(paths: Iterable[Path | str]) -> Results:
     for root in roots:
         runs = find_runs(root)
         if not runs:
-            raise ResultsFormatError(f"no runs.csv at or below {root}")
+            raise ResultsFormatError(f"no {fmt.RUNS.file} at or below {root}")
         for run_dir in runs:
-            if not (run_dir / "summary.json").is_file():
+            if not (run_dir / fmt.SUMMARY_FILE).is_file():
                 log.warning("skipped %s: incomplete (no summary.json: interrupted or failed); finish it with %s",
                             run_dir, resume_command(run_dir))
                 continue
@@ -121,10 +99,10 @@ def load_results(paths: Iterable[Path | str]) -> Results:
 
 def load_run(run_dir: Path, run_id: str) -> dict[str, pd.DataFrame]:
     """The tables of one run directory, each with ``run`` = ``run_id`` as first column."""
-    tables = {name: _read_table(run_dir / filename, columns) for name, (filename, columns) in _TABLES.items()}
-    tables["training"] = _read_training(run_dir / TRAINING_FILE)
-    tables["summary"] = _read_summary(run_dir / "summary.json")
-    tables["summary"]["time_dilation"], tables["summary"]["size_scale"] = _read_compute_scaling(run_dir / "config.yaml")
+    tables = {name: _read_table(run_dir / table.file, table.required) for name, table in _TABLES.items()}
+    tables["training"] = _read_training(run_dir / fmt.TRAINING_STEPS.file)
+    tables["summary"] = _read_summary(run_dir / fmt.SUMMARY_FILE)
+    tables["summary"]["time_dilation"], tables["summary"]["size_scale"] = _read_compute_scaling(run_dir / fmt.CONFIG_FILE)
     tables["summary"]["path"] = str(run_dir)
     for frame in tables.values():
         frame.insert(0, "run", run_id)
@@ -134,15 +112,15 @@ def load_run(run_dir: Path, run_id: str) -> dict[str, pd.DataFrame]:
 def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
     if not path.is_file():
         raise ResultsFormatError(f"{path}: file missing (docs/results-format.md lists it for every run)")
-    frame = pd.read_csv(path, dtype=_TEXT_COLUMNS)
+    frame = pd.read_csv(path, dtype=_TEXT_DTYPES)
     missing = [column for column in required if column not in frame.columns]
     if missing:
         raise ResultsFormatError(f"{path}: missing column(s) {', '.join(missing)}")
-    text_columns = [column for column in _TEXT_COLUMNS if column in frame.columns]
+    text_columns = [column for column in fmt.TEXT_COLUMNS if column in frame.columns]
     frame[text_columns] = frame[text_columns].fillna("")
-    unknown = sorted(set(frame["method"]) - set(METHODS)) if "method" in frame.columns else []
+    unknown = sorted(set(frame["method"]) - set(methods.NAMES)) if "method" in frame.columns else []
     if unknown:
-        expected = ", ".join(METHODS)
+        expected = ", ".join(methods.NAMES)
         raise ResultsFormatError(f"{path}: unknown method(s) {', '.join(unknown)} (expected one of {expected})")
     if "verified" in frame.columns:
         frame["verified"] = frame["verified"].map(_parse_bool)
@@ -150,11 +128,12 @@ def _read_table(path: Path, required: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _read_training(path: Path) -> pd.DataFrame:
-    """A training run's learning curves, or an empty frame with their columns for other runs."""
+    """A training run's learning curves, or an empty frame with their columns for other runs
+    (only training runs write training_steps.csv)."""
     if not path.is_file():
-        return pd.DataFrame(columns=list(TRAINING_COLUMNS))
+        return pd.DataFrame(columns=list(fmt.TRAINING_STEPS.columns))
     frame = pd.read_csv(path, dtype={"series": str, "method": str, "source": str})
-    missing = [column for column in TRAINING_COLUMNS if column not in frame.columns]
+    missing = [column for column in fmt.TRAINING_STEPS.required if column not in frame.columns]
     if missing:
         raise ResultsFormatError(f"{path}: missing column(s) {', '.join(missing)}")
     return frame
@@ -164,7 +143,7 @@ def _read_summary(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ResultsFormatError(f"{path}: file missing (docs/results-format.md lists it for every run)")
     summary = json.loads(path.read_text())
-    missing = [key for key in SUMMARY_KEYS if key not in summary]
+    missing = [key for key in fmt.SUMMARY_REQUIRED_KEYS if key not in summary]
     if missing:
         raise ResultsFormatError(f"{path}: missing key(s) {', '.join(missing)}")
     scalars = {key: value for key, value in summary.items() if not isinstance(value, (dict, list))}

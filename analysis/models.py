@@ -11,36 +11,33 @@ bytes* (no FCS, no preamble, no inter-frame gap). The SwitchML bound therefore d
 12-byte IFG a physical 100 GbE port also spends: in emulation those bytes do not exist.
 The ring and parameter-server bounds count payload bytes only (they are upper bounds: the
 TCP/IP headers those baselines also carry can only lower them).
+
+Each method's own link-rate bound is derived in its module of ``methods/`` (the registry
+the runner reads too); they are imported here under the names the figures, labs and
+notebooks use, next to the models that compose them (pace, pool window, speedups).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from methods.method import BITS_PER_BYTE, require_positive
+from methods.ps import algbw_bound_bytes as ps_algbw_bound
+from methods.ps import ate_bound as ps_ate_bound
+from methods.ps import traffic_per_tensor_byte as ps_traffic_per_tensor_byte
+from methods.ring import algbw_bound_bytes as ring_algbw_bound
+from methods.ring import ate_bound as ring_ate_bound
+from methods.ring import traffic_per_tensor_byte as ring_traffic_per_tensor_byte
+from methods.switchml import line_rate_ate as switchml_line_rate_ate
 from protocol.plan import JobPlan
-from protocol.packet import ELEMENT_BYTES, frame_bytes
+from protocol.packet import frame_bytes
 
-BITS_PER_BYTE = 8
-
-
-def switchml_line_rate_ate(link_bps: float, k: int) -> float:
-    """Most aggregated tensor elements per second SwitchML can reach on links of ``link_bps``.
-
-    Derivation: each worker sends every chunk of k elements exactly once, in one frame of
-    ``frame_bytes(k)`` bytes, and receives each result once, in a frame of the same size on
-    the other direction of its full-duplex link. So a link carries at most
-    ``B / (8 * frame_bytes(k))`` packets/s each way, i.e. ``k * B / (8 * frame_bytes(k))``
-    elements/s. Written as the protocol document does, with 32 bits per int32 element::
-
-        ATE/s <= B * (4k / frame_bytes(k)) / 32
-
-    ``4k / frame_bytes(k)`` is the goodput fraction of a frame. Preamble and IFG are not
-    counted (see the module docstring: htb shapes frame bytes).
-    """
-    _require_positive(link_bps=link_bps, k=k)
-    # BEGIN LAB 0: elements/s on links of link_bps when each k-element update and each result crosses once in frame_bytes(k)
-    return link_bps * (ELEMENT_BYTES * k / frame_bytes(k)) / (BITS_PER_BYTE * ELEMENT_BYTES)
-    # END LAB 0
+__all__ = [
+    "BITS_PER_BYTE", "SwitchMLJobPace", "busbw", "expected_speedup_over_ring",
+    "expected_training_speedup_over_ring", "ps_algbw_bound", "ps_ate_bound", "ps_traffic_per_tensor_byte",
+    "ring_algbw_bound", "ring_ate_bound", "ring_traffic_per_tensor_byte", "slot_round_trip_s", "switchml_job_pace",
+    "switchml_line_rate_ate", "switchml_pool_bound_ate", "time_dilation_factor", "training_speedup",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,7 +90,7 @@ def switchml_job_pace(elements: int, k: int, pool_size: int, link_bps: float, li
     updates (each worker's own, the other way), so the downlinks carry as much and never
     bind first.
     """
-    _require_positive(elements=elements, k=k, pool_size=pool_size, link_bps=link_bps)
+    require_positive(elements=elements, k=k, pool_size=pool_size, link_bps=link_bps)
     if link_delay_s < 0:
         raise ValueError(f"link_delay_s must be non-negative, got {link_delay_s}")
     plan = JobPlan.make(elements, k, pool_size, quantized)
@@ -105,63 +102,6 @@ def switchml_job_pace(elements: int, k: int, pool_size: int, link_bps: float, li
         packet_interval_s=max(serialization, window_interval), round_trip_s=round_trip,
         window_bound=window_interval > serialization,
     )
-
-
-def ring_traffic_per_tensor_byte(n_workers: int) -> float:
-    """Bytes a host sends (and receives) per tensor byte in a ring all-reduce: 2(n-1)/n.
-
-    The tensor is cut into n chunks. Reduce-scatter takes n-1 steps and all-gather another
-    n-1; in each step every host sends one chunk (S/n bytes) to its successor and receives
-    one from its predecessor. Total per host per direction: 2(n-1) * S/n.
-    """
-    _require_workers(n_workers)
-    return 2 * (n_workers - 1) / n_workers
-
-
-def ps_traffic_per_tensor_byte(n_workers: int) -> float:
-    """Bytes a host sends (and receives) per tensor byte with a co-located sharded PS: 2(n-1)/n.
-
-    Each of the n hosts is a worker and also the parameter server for 1/n of the tensor.
-    Push: a worker sends the n-1 shards it does not own, (n-1)/n of the tensor, and as a
-    server receives n-1 contributions of its own shard, (n-1)/n * S. Pull: as a server it
-    sends its aggregated shard to the n-1 others, (n-1)/n * S, and as a worker receives the
-    n-1 shards it does not own, (n-1)/n * S. Each direction therefore carries (n-1)/n of the
-    tensor twice: 2(n-1)/n, the same traffic as a ring (the PS moves it in 2 steps instead
-    of 2(n-1), which matters for latency, not for this bandwidth bound).
-    """
-    _require_workers(n_workers)
-    return 2 * (n_workers - 1) / n_workers
-
-
-def algbw_bound(link_bps: float, traffic_per_tensor_byte: float) -> float:
-    """Upper bound on algbw (tensor bytes / s) when a host moves that many bytes per tensor byte.
-
-    A host link carries B/8 bytes/s each way; if all-reducing S bytes costs
-    ``traffic_per_tensor_byte * S`` bytes on it, then t >= traffic * S / (B/8), so
-    algbw = S / t <= B / (8 * traffic).
-    """
-    _require_positive(link_bps=link_bps, traffic_per_tensor_byte=traffic_per_tensor_byte)
-    return link_bps / BITS_PER_BYTE / traffic_per_tensor_byte
-
-
-def ring_algbw_bound(link_bps: float, n_workers: int) -> float:
-    """Ring all-reduce algbw bound in bytes/s: B/8 * n / (2(n-1))."""
-    return algbw_bound(link_bps, ring_traffic_per_tensor_byte(n_workers))
-
-
-def ring_ate_bound(link_bps: float, n_workers: int, element_bytes: int = ELEMENT_BYTES) -> float:
-    """Ring all-reduce bound in aggregated elements/s: the algbw bound over the element size."""
-    return ring_algbw_bound(link_bps, n_workers) / element_bytes
-
-
-def ps_algbw_bound(link_bps: float, n_workers: int) -> float:
-    """Co-located sharded PS algbw bound in bytes/s: B/8 * n / (2(n-1)), equal to the ring's."""
-    return algbw_bound(link_bps, ps_traffic_per_tensor_byte(n_workers))
-
-
-def ps_ate_bound(link_bps: float, n_workers: int, element_bytes: int = ELEMENT_BYTES) -> float:
-    """Co-located sharded PS bound in aggregated elements/s."""
-    return ps_algbw_bound(link_bps, n_workers) / element_bytes
 
 
 def busbw(algbw_bytes_per_s: float, n_workers: int) -> float:
@@ -192,7 +132,7 @@ def time_dilation_factor(reference_link_bps: float, emulated_link_bps: float) ->
     (the runner does this with the config's ``workload.time_dilation``) to keep the
     compute : communication ratio, and thus the training speedup, faithful.
     """
-    _require_positive(reference_link_bps=reference_link_bps, emulated_link_bps=emulated_link_bps)
+    require_positive(reference_link_bps=reference_link_bps, emulated_link_bps=emulated_link_bps)
     return reference_link_bps / emulated_link_bps
 
 
@@ -209,7 +149,7 @@ def training_speedup(compute_s: float, comm_baseline_s: float, comm_switchml_s: 
     """
     if min(compute_s, comm_baseline_s, comm_switchml_s) < 0:
         raise ValueError("times must be non-negative")
-    _require_positive(total_switchml_s=compute_s + comm_switchml_s)
+    require_positive(total_switchml_s=compute_s + comm_switchml_s)
     # BEGIN LAB 5: iteration time (compute + all-reduce) with the baseline over that with SwitchML
     return (compute_s + comm_baseline_s) / (compute_s + comm_switchml_s)
     # END LAB 5
@@ -234,7 +174,7 @@ def slot_round_trip_s(link_bps: float, k: int, link_delay_s: float) -> float:
     serialisation at a few Mbit/s), as are queues: this is the round trip of the first slot,
     the shortest a pool can see.
     """
-    _require_positive(link_bps=link_bps, k=k)
+    require_positive(link_bps=link_bps, k=k)
     if link_delay_s < 0:
         raise ValueError(f"link_delay_s must be non-negative, got {link_delay_s}")
     # BEGIN LAB 4: two frame_bytes(k) serialisations at link_bps plus the link delay each way
@@ -253,18 +193,7 @@ def switchml_pool_bound_ate(link_bps: float, k: int, pool_size: int, round_trip_
     rate is the limit and more slots add nothing: the paper's argument that a little
     switch memory suffices.
     """
-    _require_positive(link_bps=link_bps, k=k, pool_size=pool_size, round_trip_s=round_trip_s)
+    require_positive(link_bps=link_bps, k=k, pool_size=pool_size, round_trip_s=round_trip_s)
     # BEGIN LAB 4: the window limit pool_size * k per round trip, capped by switchml_line_rate_ate
     return min(switchml_line_rate_ate(link_bps, k), pool_size * k / round_trip_s)
     # END LAB 4
-
-
-def _require_workers(n_workers: int) -> None:
-    if n_workers < 2:
-        raise ValueError(f"an all-reduce needs at least 2 workers, got {n_workers}")
-
-
-def _require_positive(**values: float) -> None:
-    for name, value in values.items():
-        if not value > 0:
-            raise ValueError(f"{name} must be positive, got {value}")

@@ -1,50 +1,47 @@
-"""The command line of a figure drawn from one run of its own kind (not from runs.csv
-sweeps, which ``python -m analysis`` draws): find the newest such run, draw, save.
+"""Figures drawn from one run of their own kind rather than from runs.csv sweeps: the run
+is found by what its summary.json says (``newest_run``), and the figure reads that run's
+folder itself (the shared-switch run has no runs.csv at all).
 
-Used by ``python -m analysis.shared_switch`` and ``python -m analysis.hierarchical``. Files
-are written as by ``analysis.catalog.save``: <name>.png, <name>.pdf and <name>.csv (the
+``python -m analysis`` draws these (``analysis.catalog.RUN_FIGURES``) after the catalogue's
+figures, and saves them as it saves those: <name>.png, <name>.pdf and <name>.csv (the
 numbers plotted).
 """
 
 from __future__ import annotations
 
 import json
-import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.catalog import figure_command_args
-
-log = logging.getLogger("analysis")
+from analysis.tables import MissingData
+from protocol import results_format as fmt
 
 Draw = Callable[[Path], tuple[pd.DataFrame, Figure]]
 """A run directory -> the figure's numbers and the figure."""
 
 
+@dataclass(frozen=True)
+class RunFigure:
+    """A figure of one run: its file name, how its run is found under the result folders, how it is drawn."""
+
+    name: str
+    find: Callable[[list[Path]], Path]
+    draw: Draw
+
+
 def newest_run(roots: list[Path], wanted: Callable[[dict, Path], bool], what: str) -> Path:
     """The run under ``roots`` started last (summary.json ``started_utc``) that ``wanted``
-    (its summary, its folder) accepts; FileNotFoundError naming ``what`` if none."""
+    (its summary, its folder) accepts; MissingData naming ``what`` if none."""
     runs = []
     for root in roots:
-        for summary_path in Path(root).rglob("summary.json"):
+        for summary_path in Path(root).rglob(fmt.SUMMARY_FILE):
             summary = json.loads(summary_path.read_text())
             if wanted(summary, summary_path.parent):
                 runs.append((summary["started_utc"], summary_path.parent))
     if not runs:
-        raise FileNotFoundError(f"no {what} under {', '.join(map(str, roots))}")
+        raise MissingData(f"no {what} under {', '.join(map(str, roots))}")
     return max(runs)[1]
-
-
-def main(name: str, description: str, find: Callable[[list[Path]], Path], draw: Draw, argv: list[str] | None = None) -> int:
-    args = figure_command_args(f"python -m analysis.{name}", description, argv)
-    run = find(args.results)
-    table, fig = draw(run)
-    args.out.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out / f"{name}.png", dpi=150)
-    fig.savefig(args.out / f"{name}.pdf")
-    table.to_csv(args.out / f"{name}.csv", index=False)
-    log.info("wrote %s.{png,pdf,csv} in %s from %s", name, args.out, run)
-    return 0

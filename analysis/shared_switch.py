@@ -1,20 +1,17 @@
 """Figure ``shared_switch``: throughput per job and in total when 1, 2, 4 jobs share a switch.
 
-    python -m analysis.shared_switch RESULTS... [--out docs/figures]
-
-Reads the newest shared-switch run (jobs.csv + summary.json, written by experiments/shared_switch.py)
-under RESULTS. Left: each job's ATE/s (median over repetitions, min-max bars) and all
+``python -m analysis RESULTS...`` draws it from the newest shared-switch run under RESULTS
+(jobs.csv + summary.json, written by experiments/shared_switch.py). Left: each job's ATE/s (median over repetitions, min-max bars) and all
 jobs' elements over the makespan, against the number of jobs, with a job's line-rate
 bound. Right: how the control plane partitions the switch's slots for each measured set of
 jobs, and what it does with the 4-job set at twice the pools (more slots than the switch
 has): it refuses admission (``switches.programming.partition_slots``), it never shrinks a
-pool. Writes shared_switch.png, .pdf and .csv (the numbers plotted).
+pool. It writes shared_switch.png, .pdf and .csv (the numbers plotted).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +19,9 @@ import yaml
 from matplotlib.figure import Figure
 
 from analysis.aggregate import shared_switch_jobs, shared_switch_totals
-from analysis.run_figure import main
+from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
+from protocol import results_format as fmt
 from switches.programming import AdmissionError, partition_slots
 
 NAME = "shared_switch"
@@ -33,7 +31,7 @@ OVERSUBSCRIPTION_FACTOR = 2
 
 def newest_run(roots: list[Path]) -> Path:
     """The shared-switch run (summary kind shared_switch, with jobs.csv) started last."""
-    return newest_run_of(roots, lambda summary, run: summary.get("kind") == "shared_switch" and (run / "jobs.csv").is_file(),
+    return newest_run_of(roots, lambda summary, run: summary.get("kind") == fmt.SHARED_SWITCH_KIND and (run / fmt.JOBS.file).is_file(),
                          "shared-switch run (jobs.csv + summary.json)")
 
 
@@ -112,11 +110,10 @@ def draw(throughput: pd.DataFrame, slots: pd.DataFrame, summary: dict) -> Figure
 
 def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     """The run's numbers (throughput rows, then slot rows) and the figure."""
-    throughput = throughput_table(pd.read_csv(run / "jobs.csv"))
-    slots = slot_table(yaml.safe_load((run / "config.yaml").read_text()))
-    fig = draw(throughput, slots, json.loads((run / "summary.json").read_text()))
+    throughput = throughput_table(pd.read_csv(run / fmt.JOBS.file))
+    slots = slot_table(yaml.safe_load((run / fmt.CONFIG_FILE).read_text()))
+    fig = draw(throughput, slots, json.loads((run / fmt.SUMMARY_FILE).read_text()))
     return pd.concat([throughput.assign(table="throughput"), slots.assign(table="slots")], ignore_index=True), fig
 
 
-if __name__ == "__main__":
-    sys.exit(main(NAME, __doc__.splitlines()[0], newest_run, figure))
+FIGURE = RunFigure(NAME, newest_run, figure)

@@ -13,14 +13,16 @@ import pandas as pd
 from analysis import models
 from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchml, summarize
 from analysis.load import Results
+import methods
+from methods.ring import RING
 from protocol.packet import frame_bytes
 
 TIMELINE_BIN_S = 0.010
 """timeline.csv bins packets per 10 ms (docs/results-format.md)."""
 REFERENCE_LINK_BPS = 100e9
 """Link rate of the paper's testbed; the training figure dilates compute times to it."""
-SWITCHML = "switchml"
-BASELINES = ("ring", "ps")
+SWITCHML = methods.SWITCHML.name
+BASELINES = tuple(method.name for method in methods.BASELINES)
 
 
 class MissingData(LookupError):
@@ -138,7 +140,7 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
                 "speedup_median": models.training_speedup(compute, base.tat_s_median, sml["tat_s_median"]),
                 "speedup_min": models.training_speedup(compute, base.tat_s_min, sml["tat_s_max"]),
                 "speedup_max": models.training_speedup(compute, base.tat_s_max, sml["tat_s_min"]),
-                "expected_speedup": expected if base.method == "ring" else float("nan"),
+                "expected_speedup": expected if base.method == RING.name else float("nan"),  # the model is the ring's
             }
         )
     if not rows:

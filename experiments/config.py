@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.inputs import WorkloadInfo, describe_workload
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
+import methods
 from protocol import params
 from protocol.quantize import quantized_limit
 from switches.programming import AdmissionError, partition_slots
@@ -51,6 +52,14 @@ WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
                  "test_fraction": 0.2, "target_accuracy": 0.9, "ablation_bits": [8, 5]},
 }
 """Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
+
+
+def experiment_schema() -> dict[str, Any]:
+    """configs/experiment.schema.yaml with ``methods`` limited to the registered names
+    (methods/), so that registering a method is all it takes for configs to name it."""
+    schema = load_schema(SCHEMA_PATH)
+    schema["properties"]["methods"]["items"]["enum"] = list(methods.NAMES)
+    return schema
 
 
 LINK_RATE_KEY = "topology.link.bw_mbps"
@@ -196,7 +205,7 @@ def _check_training(data: Mapping[str, Any], topology: Topology, source: str) ->
 def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
     """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
     and pools the control plane admits together (the same check it makes on the switch)."""
-    if data["methods"] != ["switchml"] or data["workload"]["kind"] != "synthetic":
+    if data["methods"] != [methods.SWITCHML.name] or data["workload"]["kind"] != "synthetic":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [switchml] on a synthetic workload")
     seen: dict[int, int] = {}
     for job in data["jobs"]:
@@ -225,7 +234,7 @@ def _fill_kind_defaults(data: dict[str, Any]) -> None:
 def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any) -> Point:
     label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
     _fill_kind_defaults(data)
-    validate(data, load_schema(SCHEMA_PATH), label)
+    validate(data, experiment_schema(), label)
     workload = data["workload"]
     reject_keys(workload, WORKLOAD_KEYS[workload["kind"]], f"workload kind {workload['kind']}", label, "workload.")
     topology_keys = {k: v for k, v in data["topology"].items() if k != "file"}
@@ -255,7 +264,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         overridden.add(key)
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
-    validate(data, load_schema(SCHEMA_PATH), str(path))
+    validate(data, experiment_schema(), str(path))
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     link_rate_source = apply_target_link_rate(data, overridden)

@@ -30,8 +30,9 @@ import numpy as np
 from experiments.config import Experiment, Point
 from experiments.job_meter import JobMeter
 from experiments.results import ResultsWriter
-from experiments.verify import Expected, Verdict, verify_result
+from experiments.verify import Expected, Verdict, verify
 from experiments.workers import Limit, WorkerGroup
+import methods
 from network.emulation import EmulatedNetwork, SharedJob
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 from switches import programming
@@ -173,7 +174,7 @@ def verify_reports(method: str, expected: Expected, reports: Sequence[Mapping[st
     verdicts = []
     for rank, report in enumerate(reports):
         values, int_sum = take_result(report)
-        verdict = verify_result(method, expected, values, int_sum)
+        verdict = verify(methods.by_name(method), expected, values, int_sum)
         if not verdict.verified:
             log.error("%s rank %d: NOT VERIFIED: %s", what, rank, verdict.detail)
         verdicts.append(verdict)

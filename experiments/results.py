@@ -19,33 +19,22 @@ import pandas as pd
 import yaml
 
 from analysis.aggregate import timed_cpu_samples
-from analysis.models import busbw, switchml_line_rate_ate
+from analysis.models import busbw
 from experiments import metrics
 from experiments.config import Experiment, Point
 from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
 from experiments.verify import Verdict
 from hosts.stats import TIMELINE_BIN_S
+from methods import by_name
 from network.port_counters import frames_lost
-
-if TYPE_CHECKING:
-    from experiments.job_meter import JobMeasurement
+from protocol import results_format as fmt
 from protocol.packet import ELEMENT_BYTES
 from protocol.results_format import MACHINE
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from experiments.job_meter import JobMeasurement
 
-RUNS_COLUMNS = [
-    "point", "sweep_param", "sweep_value", "method", "repetition", "rank", "n_workers", "elements", "dtype",
-    "tensor_bytes", "k", "pool_size", "link_mbps", "loss", "loss_mechanism", "tat_s", "ate_per_s",
-    "algbw_bytes_per_s", "busbw_bytes_per_s", "packets_sent", "packets_received", "retransmissions", "timeouts",
-    "duplicates", "verified", "max_abs_error", "compute_s", "workload",
-]
-COUNTER_COLUMNS = ["point", "method", "repetition", "switch", "counter", "value"]
-TIMELINE_COLUMNS = ["point", "method", "repetition", "rank", "t_ms", "packets_sent"]
-FRAMES_COLUMNS = ["point", "method", "repetition", "switch", "port_rx_frames", "pipeline_in_frames", "input_lost",
-                  "pipeline_out_frames", "port_tx_frames", "queue_drops", "output_lost"]
-FIDELITY_COLUMNS = ["point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps",
-                    "cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s"]
+log = logging.getLogger(__name__)
 
 CPU_SATURATED = 0.9
 """A process busier than this share of one core may have been the bottleneck, not the network."""
@@ -71,7 +60,7 @@ class ResultsWriter:
         """Inputs and workers' results of the point running; the runner makes and removes it."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.started = datetime.now(timezone.utc)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
+        (run_dir / fmt.CONFIG_FILE).write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
         (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
         self._network: dict[int, dict[str, Any]] = {}
         network_path = run_dir / "network.json"
@@ -80,8 +69,9 @@ class ResultsWriter:
 
     # -- incremental tables --------------------------------------------------------------
 
-    def _append(self, name: str, columns: list[str], rows: Sequence[dict[str, Any]]) -> None:
-        path = self.run_dir / name
+    def _append(self, table: fmt.Table, rows: Sequence[dict[str, Any]]) -> None:
+        path = self.run_dir / table.file
+        columns = list(table.columns)
         new = not path.exists()
         if not new and table_columns(path) != columns:  # a run resumed by a version that writes more columns
             pd.read_csv(path, dtype=str, keep_default_na=False).reindex(columns=columns, fill_value="").to_csv(path, index=False)
@@ -93,7 +83,7 @@ class ResultsWriter:
 
     def has_rows(self, point: int, method: str, repetitions: int) -> bool:
         """True when every repetition of (point, method) is in runs.csv (``--resume`` skips it)."""
-        path = self.run_dir / "runs.csv"
+        path = self.run_dir / fmt.RUNS.file
         if not path.exists():
             return False
         runs = pd.read_csv(path)
@@ -103,8 +93,8 @@ class ResultsWriter:
     def discard(self, point: int, method: str) -> None:
         """Remove the rows of an interrupted (point, method) from every table before it reruns,
         so a resumed run never holds a repetition twice."""
-        for name in ("runs.csv", "switch_counters.csv", "switch_frames.csv", "timeline.csv", "fidelity.csv"):
-            path = self.run_dir / name
+        for table_format in fmt.JOB_TABLES:
+            path = self.run_dir / table_format.file
             if path.exists():
                 table = pd.read_csv(path, keep_default_na=False)
                 keep = ~((table["point"] == point) & (table["method"] == method))
@@ -148,24 +138,24 @@ class ResultsWriter:
                 "verified": verdict.verified, "max_abs_error": verdict.max_abs_error,
                 "compute_s": workload.compute_s, "workload": workload.name,
             })
-        self._append("runs.csv", RUNS_COLUMNS, rows)
-        self._append("timeline.csv", TIMELINE_COLUMNS, [
+        self._append(fmt.RUNS, rows)
+        self._append(fmt.TIMELINE, [
             {"point": point.index, "method": method, "repetition": repetition, "rank": rank,
              "t_ms": round(i * TIMELINE_BIN_S * 1000), "packets_sent": count}
             for rank, report in enumerate(reports) for i, count in enumerate(report["stats"]["timeline"])
         ])
         if measured is None:
             return
-        self._append("switch_counters.csv", COUNTER_COLUMNS, [
+        self._append(fmt.SWITCH_COUNTERS, [
             {"point": point.index, "method": method, "repetition": repetition, "switch": sw, "counter": name, "value": value}
             for sw, values in measured.counters.items() for name, value in values.items()
         ])
-        self._append("switch_frames.csv", FRAMES_COLUMNS, [
+        self._append(fmt.SWITCH_FRAMES, [
             {"point": point.index, "method": method, "repetition": repetition, "switch": sw, **accounted}
             for sw, accounted in measured.frames.items()
         ])
         configured = point.topology.link_mbps
-        self._append("fidelity.csv", FIDELITY_COLUMNS, [
+        self._append(fmt.FIDELITY, [
             {"point": point.index, "method": method, "repetition": repetition, "host": host,
              "cpu_busy_fraction": round(cpu.busy, 4), "configured_mbps": configured,
              "achieved_mbps": round(max(measured.tx_mbps.values()), 4) if host in measured.counters else "",
@@ -178,8 +168,8 @@ class ResultsWriter:
     # -- the summary -----------------------------------------------------------------------
 
     def finalize(self, verified: bool) -> dict[str, Any]:
-        runs = pd.read_csv(self.run_dir / "runs.csv")
-        fidelity = pd.read_csv(self.run_dir / "fidelity.csv")
+        runs = pd.read_csv(self.run_dir / fmt.RUNS.file)
+        fidelity = pd.read_csv(self.run_dir / fmt.FIDELITY.file)
         jobs = runs.groupby(["point", "method", "repetition"], as_index=False).agg(
             tat_s=("tat_s", "max"), elements=("elements", "first"), verified=("verified", "all"),
             retransmissions=("retransmissions", "sum"), k=("k", "first"), link_mbps=("link_mbps", "first"),
@@ -189,7 +179,7 @@ class ResultsWriter:
         processes, machine = cpu[cpu["host"] != MACHINE], cpu[cpu["host"] == MACHINE]
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]
-        lost = switch_frame_losses(pd.read_csv(self.run_dir / "switch_frames.csv"))
+        lost = switch_frame_losses(pd.read_csv(self.run_dir / fmt.SWITCH_FRAMES.file))
         points, paced = [], []
         for point in self.experiment.points:
             methods = {}
@@ -203,8 +193,9 @@ class ResultsWriter:
                     "verified": bool(group["verified"].all()),
                 }
                 rate = point.topology.link_mbps
-                if method == "switchml" and rate is not None:
-                    bound = switchml_line_rate_ate(rate * 1e6, point.protocol["k"])
+                registered = by_name(method)
+                if registered.paced_by_network and rate is not None:
+                    bound = registered.bound(rate * 1e6, len(point.topology.hosts), point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
                     check = pace_check(point, rate, point.topology.link_loss)
@@ -242,7 +233,7 @@ class ResultsWriter:
             "methods": points[0]["methods"],
             "points": points,
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import yaml
 
 from base.yamlschema import ConfigError, load_yaml
-from protocol.results_format import resume_command
+from protocol.results_format import CONFIG_FILE, resume_command
 
 if TYPE_CHECKING:
     from experiments.config import Experiment
@@ -60,7 +60,7 @@ def claim_out_dir(path: Path) -> Path:
 
 def check_resumable(run_dir: Path, experiment: Experiment) -> None:
     """Raise ConfigError unless ``run_dir`` is a run started with the config resolved now."""
-    recorded_path = run_dir / "config.yaml"
+    recorded_path = run_dir / CONFIG_FILE
     if not run_dir.is_dir():
         raise ConfigError(f"--resume {run_dir}: no such folder")
     if not recorded_path.is_file():

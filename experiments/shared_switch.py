@@ -17,7 +17,6 @@ machine's busy share over each repetition (all its jobs) as the one fidelity mea
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
 import logging
 import time
@@ -39,16 +38,14 @@ from experiments.harness import ExperimentKind, PointNetwork, point_network, ver
 from experiments.runner import ExperimentRunner
 from experiments.verify import expected_for
 from experiments.workers import REPORT_GRACE_S
+import methods
 from network.emulation import SharedJob
+from protocol import results_format as fmt
 
 log = logging.getLogger(__name__)
 
-METHOD = "switchml"
-JOBS_COLUMNS = [
-    "point", "n_jobs", "repetition", "job_id", "rank", "n_workers", "elements", "pool_size",
-    "start_s", "released_s", "tat_s", "ate_per_s", "retransmissions", "verified", "max_abs_error", "link_mbps", "k",
-    "machine_busy_fraction",
-]  # fmt: skip
+METHOD = methods.SWITCHML.name
+"""Jobs sharing the switch aggregate in it: SwitchML (experiments/config.py admits no other)."""
 
 
 def job_elements(point: Point, job: dict[str, Any]) -> int:
@@ -66,25 +63,21 @@ class SharedSwitchWriter(ResultsWriter):
 
     def add_job(self, point: Point, repetition: int, job: dict[str, Any], released_s: float, reports: list[dict[str, Any]], verdicts: list,
                 machine_busy: float) -> None:
-        path = self.run_dir / "jobs.csv"
-        new = not path.exists()
-        with path.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=JOBS_COLUMNS)
-            if new:
-                writer.writeheader()
-            for rank, (report, verdict) in enumerate(zip(reports, verdicts)):
-                stats = report["stats"]
-                writer.writerow({
-                    "point": point.index, "n_jobs": len(point.data["jobs"]), "repetition": repetition, "job_id": job["job_id"], "rank": rank,
-                    "n_workers": len(reports), "elements": job_elements(point, job), "pool_size": job["pool_size"],
-                    "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": stats["tat_s"],
-                    "ate_per_s": metrics.ate_per_s(job_elements(point, job), stats["tat_s"]), "retransmissions": stats["retransmissions"],
-                    "verified": verdict.verified, "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps,
-                    "k": point.protocol["k"], "machine_busy_fraction": round(machine_busy, 4),
-                })
+        self._append(fmt.JOBS, [
+            {
+                "point": point.index, "n_jobs": len(point.data["jobs"]), "repetition": repetition, "job_id": job["job_id"], "rank": rank,
+                "n_workers": len(reports), "elements": job_elements(point, job), "pool_size": job["pool_size"],
+                "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": report["stats"]["tat_s"],
+                "ate_per_s": metrics.ate_per_s(job_elements(point, job), report["stats"]["tat_s"]),
+                "retransmissions": report["stats"]["retransmissions"], "verified": verdict.verified,
+                "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps, "k": point.protocol["k"],
+                "machine_busy_fraction": round(machine_busy, 4),
+            }
+            for rank, (report, verdict) in enumerate(zip(reports, verdicts))
+        ])
 
     def finalize(self, verified: bool) -> dict[str, Any]:
-        rows = pd.read_csv(self.run_dir / "jobs.csv")
+        rows = pd.read_csv(self.run_dir / fmt.JOBS.file)
         points = []
         for point_index, per_point in rows.groupby("point"):
             jobs = shared_switch_jobs(per_point)
@@ -109,7 +102,7 @@ class SharedSwitchWriter(ResultsWriter):
         first = self.experiment.points[0]
         summary = {
             "config": self.experiment.name,
-            "kind": "shared_switch",
+            "kind": fmt.SHARED_SWITCH_KIND,
             "started_utc": self.started.isoformat(),
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and rows["verified"].all()),
@@ -121,7 +114,7 @@ class SharedSwitchWriter(ResultsWriter):
             "network": self._network,
             "points": points,
         }
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
 

@@ -21,17 +21,9 @@ import pandas as pd
 from experiments.config import Point
 from experiments.job_meter import JobMeasurement
 from experiments.results import CPU_SATURATED, MACHINE_SATURATED, ResultsWriter, kept_up_warning
+from protocol import results_format as fmt
 from protocol.results_format import MACHINE
 
-TRAINING_STEPS_COLUMNS = [
-    "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",
-    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "verified",
-]
-TRAINING_SUMMARY_COLUMNS = [
-    "series", "method", "source", "bits", "steps", "final_loss", "final_train_accuracy", "final_test_accuracy",
-    "test_accuracy_diff_pp", "final_param_diff", "max_param_diff", "target_accuracy", "steps_to_target",
-    "time_to_target_s", "emulated_time_s", "allreduce_s_median", "verified",
-]
 EXACT = "exact"
 """The series of the exact reference (float64 sums, replayed offline)."""
 WHOLE_TRAINING = 0
@@ -47,14 +39,14 @@ class TrainingResultsWriter(ResultsWriter):
 
     def series_complete(self, series: str, steps: int) -> bool:
         """True when training_steps.csv holds every step (0..steps) of ``series``."""
-        path = self.run_dir / "training_steps.csv"
+        path = self.run_dir / fmt.TRAINING_STEPS.file
         if not path.exists():
             return False
         table = pd.read_csv(path, keep_default_na=False)
         return int((table["series"] == series).sum()) == steps + 1
 
     def discard_series(self, series: str) -> None:
-        path = self.run_dir / "training_steps.csv"
+        path = self.run_dir / fmt.TRAINING_STEPS.file
         if path.exists():
             table = pd.read_csv(path, keep_default_na=False)
             keep = table["series"] != series
@@ -67,7 +59,7 @@ class TrainingResultsWriter(ResultsWriter):
         self.discard_series(method)
 
     def add_training_steps(self, rows: list[dict[str, Any]]) -> None:
-        self._append("training_steps.csv", TRAINING_STEPS_COLUMNS, rows)
+        self._append(fmt.TRAINING_STEPS, rows)
 
     def add_whole_training(self, point: Point, method: str, measured: JobMeasurement, loss_mechanism: str) -> None:
         """Switch counters, frames and CPU shares over a method's training, as its repetition 0."""
@@ -78,10 +70,10 @@ class TrainingResultsWriter(ResultsWriter):
         saturation over a whole training also turns ``kept_up`` false."""
         summary = super().finalize(verified)
         target = float(self.experiment.points[0].workload["target_accuracy"])
-        steps = pd.read_csv(self.run_dir / "training_steps.csv")
+        steps = pd.read_csv(self.run_dir / fmt.TRAINING_STEPS.file)
         table = training_summary(steps, target)
-        table.to_csv(self.run_dir / "training_summary.csv", index=False)
-        fidelity = pd.read_csv(self.run_dir / "fidelity.csv")
+        table.to_csv(self.run_dir / fmt.TRAINING_SUMMARY.file, index=False)
+        fidelity = pd.read_csv(self.run_dir / fmt.FIDELITY.file)
         whole = fidelity[fidelity["repetition"] == WHOLE_TRAINING]
         busy = whole[((whole["host"] != MACHINE) & (whole["cpu_busy_fraction"] >= CPU_SATURATED))
                      | ((whole["host"] == MACHINE) & (whole["cpu_busy_fraction"] >= MACHINE_SATURATED))]
@@ -92,7 +84,7 @@ class TrainingResultsWriter(ResultsWriter):
             summary["max_machine_busy_fraction"] = round(float(machine.max()), 3)
         summary["verified"] = bool(summary["verified"] and table.loc[table["source"] == "network", "verified"].all())
         summary["training"] = json.loads(table.to_json(orient="records"))
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
 
@@ -118,7 +110,7 @@ def training_summary(steps: pd.DataFrame, target_accuracy: float) -> pd.DataFram
             "allreduce_s_median": ordered["allreduce_s"].median() if network else np.nan,
             "verified": bool(ordered.loc[ordered["step"] > 0, "verified"].astype(str).eq("True").all()) if network else np.nan,
         })
-    return pd.DataFrame(rows, columns=TRAINING_SUMMARY_COLUMNS)
+    return pd.DataFrame(rows, columns=list(fmt.TRAINING_SUMMARY.columns))
 
 
 def format_training_table(summary: dict[str, Any]) -> str:

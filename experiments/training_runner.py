@@ -26,10 +26,11 @@ from experiments.harness import ExperimentKind, PointNetwork, point_network, tak
 from experiments.results import format_table
 from experiments.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
 from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series, format_training_table
-from experiments.verify import Verdict, expected_for, verify_result
+from experiments.verify import Verdict, expected_for, verify
 from experiments.workers import REPORT_GRACE_S
 from base.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
+import methods
 from protocol.worker_spec import TrainingSection, WorkerSpec
 from workloads.training import MLP, TrainingConfig, array_digest, load_dataset, minibatch
 
@@ -70,7 +71,7 @@ class TrainingRunner:
         self._record_reference(EXACT, EXACT, None, exact, exact)
         for bits in self.point.workload["ablation_bits"]:
             ablation = replay(self.model, self.config, self.data, self.n_workers, quantized_sum(self.point.protocol["k"], bits))
-            self._record_reference(ablation_series(bits), "switchml", bits, ablation, exact)
+            self._record_reference(ablation_series(bits), methods.SWITCHML.name, bits, ablation, exact)
         pending = []
         for method in self.point.methods:
             if self.writer.series_complete(method, self.config.steps):
@@ -156,7 +157,7 @@ class TrainingRunner:
 
     @staticmethod
     def _bits(method: str) -> int | None:
-        return 32 if method == "switchml" else None
+        return methods.by_name(method).sum_bits
 
 
 def _timing(allreduce_s: float, compute_s: float, step_s: float, emulated_s: float, verified: bool) -> dict[str, Any]:
@@ -176,7 +177,7 @@ def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: in
     gradients = state.gradients()
     expected = expected_for(gradients, k)
     values, int_sum = take_result(reports[ARRAYS_RANK])
-    verdict = verify_result(method, expected, values, int_sum)
+    verdict = verify(methods.by_name(method), expected, values, int_sum)
     params = state.apply(values)
     shared = {"result": array_digest(values), "parameters": array_digest(params)}
     if int_sum is not None:

@@ -4,7 +4,8 @@ SwitchML is checked bit for bit: the switch's int32 sum must equal the sum of th
 quantized inputs (protocol.quantize.expected_sum), and the float result is derived from it
 deterministically. The TCP baselines add float32 in an order of their own, so their float
 results are checked against the float64 sum with the bound for n-term float32 summation;
-their int32 results are exact (wrapping) like the switch's.
+their int32 results are exact (wrapping) like the switch's. Which check a method gets is
+its registry entry's ``verification`` (methods/).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from methods import Method, Verification
 from protocol.quantize import ExpectedSum, expected_sum
 
 FLOAT32_UNIT_ROUNDOFF = 2.0**-24
@@ -89,11 +91,10 @@ def verify_baseline(expected: Expected, values: np.ndarray) -> Verdict:
     return Verdict(True, max_error, "within the float32 summation bound")
 
 
-def verify_result(method: str, expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
-    """One worker's result checked the way its method is: SwitchML's integer sum bit for bit,
-    the baselines' result against the exact sum."""
-    if method == "switchml":
-        if int_sum is None:
-            return Verdict(False, float("inf"), "no integer sum reported")
-        return verify_switchml(expected, values, int_sum)
-    return verify_baseline(expected, values)
+def verify(method: Method, expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
+    """A worker's result checked the way its method's ``verification`` says."""
+    if method.verification is Verification.FLOAT_SUM:
+        return verify_baseline(expected, values)
+    if int_sum is None:
+        return Verdict(False, float("inf"), f"{method.name} reported no integer sum to verify")
+    return verify_switchml(expected, values, int_sum)

@@ -1,18 +1,24 @@
 """One rank's all-reduce, whichever the method: the interface the worker process drives.
 
 ``hosts.worker`` (a fixed tensor per repetition) and ``hosts.training`` (one gradient per
-step) both build a rank's method from the spec with ``METHODS[spec.method](spec, rank)``
-and call ``allreduce`` on it; SwitchML returns its raw integer sum as well, so the runner can
-verify it exactly.
+step) both build a rank's method from the spec with ``build(spec, rank)`` and call
+``allreduce`` on it; SwitchML returns its raw integer sum as well, so the runner can verify
+it exactly. Which class a method runs is its registry entry's ``host`` (methods/), a
+"module:attribute" string resolved here: the methods package stays below the hosts.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+import importlib
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
+from hosts.collective import TcpCollective
+from hosts.parameter_server import ParameterServerAllReduce
+from hosts.ring_allreduce import RingAllReduce
 from hosts.stats import JobStats
+import methods
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 
 if TYPE_CHECKING:
@@ -67,14 +73,12 @@ def retransmit_policy(protocol: SwitchMLParameters, link_mbps: float | None) -> 
 
 
 class BaselineMethod:
-    """Ring all-reduce or parameter server over TCP between the hosts."""
+    """A TCP collective between the hosts (hosts/collective.py) with the worker's result shape."""
+
+    collective: ClassVar[type[TcpCollective]]
 
     def __init__(self, spec: WorkerSpec, rank: int) -> None:
-        from hosts.parameter_server import ParameterServerAllReduce
-        from hosts.ring_allreduce import RingAllReduce
-
-        cls = {"ring": RingAllReduce, "ps": ParameterServerAllReduce}[spec.method]
-        self._impl = cls(list(spec.peers), rank, timeout_s=spec.job_timeout_s, connect_timeout_s=spec.connect_timeout_s)
+        self._impl = self.collective(list(spec.peers), rank, timeout_s=spec.job_timeout_s, connect_timeout_s=spec.connect_timeout_s)
         self._impl.connect()
 
     def allreduce(self, tensor: np.ndarray) -> Outcome:
@@ -85,8 +89,15 @@ class BaselineMethod:
         self._impl.close()
 
 
-METHODS: dict[str, Callable[[WorkerSpec, int], Method]] = {
-    "switchml": SwitchMLMethod,
-    "ring": BaselineMethod,
-    "ps": BaselineMethod,
-}
+class RingMethod(BaselineMethod):
+    collective = RingAllReduce
+
+
+class ParameterServerMethod(BaselineMethod):
+    collective = ParameterServerAllReduce
+
+
+def build(spec: WorkerSpec, rank: int) -> Method:
+    """Rank ``rank`` of the spec's method: its registry entry's host class, built from the spec."""
+    module, _, attribute = methods.by_name(spec.method).host.partition(":")
+    return getattr(importlib.import_module(module), attribute)(spec, rank)

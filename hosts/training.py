@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from hosts.allreduce import METHODS
+from hosts.allreduce import build
 from hosts.events import emit
 from protocol.worker_spec import WorkerSpec
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, sgd_update, worker_gradient
@@ -61,7 +61,7 @@ def serve_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     model = MLP(config.hidden_units)
     n_workers = spec.n_workers
     params = model.initial_parameters(config.seed)
-    method = METHODS[spec.method](spec, rank)
+    method = build(spec, rank)
     try:
         emit({"event": "ready"})
         for step in steps(sys.stdin):

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from hosts.allreduce import METHODS
+from hosts.allreduce import build
 from hosts.events import emit
 from protocol.worker_spec import WorkerSpec
 
@@ -36,7 +36,7 @@ log = logging.getLogger("hosts.worker")
 
 def serve(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     tensor = np.load(spec.inputs[rank])
-    method = METHODS[spec.method](spec, rank)
+    method = build(spec, rank)
     try:
         emit({"event": "ready"})
         for line in sys.stdin:

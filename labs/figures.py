@@ -16,9 +16,10 @@ from matplotlib.figure import Figure
 from analysis import models
 from analysis.catalog import FigureSpec, sweeping
 from analysis.context import EmulationContext, annotate
-from analysis.figures import LINE_RATE_LABEL, METHOD_COLORS, log_axis_at, new_axes
+from analysis.figures import LINE_RATE_LABEL, log_axis_at, new_axes
 from analysis.load import Results
 from analysis.tables import MissingData, pool_size_table
+from methods import SWITCHML
 from protocol import quantize
 
 # ---- lab 1: quantization error ------------------------------------------------------
@@ -63,7 +64,7 @@ def quantization_error_figure(table: pd.DataFrame) -> Figure:
     fig = Figure(figsize=(11, 4), layout="constrained")
     labels = {"n_workers": "number of workers n", "k": "elements per packet k", "bits": "bits of the switch's adders"}
     for ax, (varied, rows) in zip(fig.subplots(1, 3), table.groupby("varied", sort=False)):
-        ax.plot(rows["value"], rows["max_error_relative"], "o-", color=METHOD_COLORS["switchml"], label="measured (max)")
+        ax.plot(rows["value"], rows["max_error_relative"], "o-", color=SWITCHML.colour, label="measured (max)")
         ax.plot(rows["value"], rows["bound_relative"], "k--", label="proven bound (max)")
         if varied == "bits":
             ax.set_xticks(list(rows["value"]))
@@ -86,7 +87,7 @@ def pool_model_table(results: Results) -> pd.DataFrame:
     """pool_size_table with the model's share of the line-rate bound for each pool size:
     ``switchml_pool_bound_ate`` at the idle round trip of the run's links."""
     table = pool_size_table(results)
-    table = table[table["method"] == "switchml"].copy()
+    table = table[table["method"] == SWITCHML.name].copy()
     if table.empty:
         raise MissingData("no SwitchML job in the pool-size sweep")
     delays = results.summary["link_delay_ms"].dropna().unique() if "link_delay_ms" in results.summary else []
@@ -108,7 +109,7 @@ def pool_model_figure(table: pd.DataFrame, context: EmulationContext) -> Figure:
     fig, ax = new_axes()
     median = table["normalised_median"]
     spread = np.vstack([median - table["normalised_min"], table["normalised_max"] - median])
-    ax.errorbar(table["pool_size"], median, yerr=spread, marker="o", capsize=3, color=METHOD_COLORS["switchml"],
+    ax.errorbar(table["pool_size"], median, yerr=spread, marker="o", capsize=3, color=SWITCHML.colour,
                 label="SwitchML (measured)")  # fmt: skip
     ax.plot(table["pool_size"], table["model_normalised"], "k:", marker="x", label="min(line rate, pool × k / round trip) (your model)")
     ax.axhline(1.0, color="k", linestyle="--", label=LINE_RATE_LABEL)

@@ -1,19 +1,87 @@
 """The results format (docs/results-format.md): what a run writes and the analysis reads.
 
-The writer (experiments/) and the reader (analysis/) both import this module, so a name
-that one side writes and the other expects is written down once.
+The writers (experiments/results.py, training_results.py, shared_switch.py) and the reader
+(analysis/) all import this module, so a file name, a column or a summary key that one side
+writes and the other expects is written down once. The meaning of each column is in
+docs/results-format.md; the order here is the order of the files' headers.
 """
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
+
+CONFIG_FILE = "config.yaml"
+"""The resolved config a run ran with (and is resumed with)."""
+SUMMARY_FILE = "summary.json"
+"""Written last: a folder without it is an interrupted or failed run."""
 
 MACHINE = "machine"
 """fidelity.csv's row for the whole machine: busy share of all cores (from /proc/stat)."""
 
 
+@dataclass(frozen=True)
+class Table:
+    """One csv file of a run: its name, its header, and what a reader cannot do without."""
+
+    file: str
+    columns: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+    """Columns runs of an older version lack; a reader must not require them."""
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(column for column in self.columns if column not in self.optional)
+
+
+RUNS = Table("runs.csv", (
+    "point", "sweep_param", "sweep_value", "method", "repetition", "rank", "n_workers", "elements", "dtype",
+    "tensor_bytes", "k", "pool_size", "link_mbps", "loss", "loss_mechanism", "tat_s", "ate_per_s",
+    "algbw_bytes_per_s", "busbw_bytes_per_s", "packets_sent", "packets_received", "retransmissions", "timeouts",
+    "duplicates", "verified", "max_abs_error", "compute_s", "workload",
+))  # fmt: skip
+SWITCH_COUNTERS = Table("switch_counters.csv", ("point", "method", "repetition", "switch", "counter", "value"))
+SWITCH_FRAMES = Table("switch_frames.csv", (
+    "point", "method", "repetition", "switch", "port_rx_frames", "pipeline_in_frames", "input_lost",
+    "pipeline_out_frames", "port_tx_frames", "queue_drops", "output_lost",
+))  # fmt: skip
+TIMELINE = Table("timeline.csv", ("point", "method", "repetition", "rank", "t_ms", "packets_sent"))
+FIDELITY = Table(
+    "fidelity.csv",
+    ("point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps",
+     "cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s"),
+    optional=("cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s"),
+)  # fmt: skip
+JOB_TABLES = (RUNS, SWITCH_COUNTERS, SWITCH_FRAMES, TIMELINE, FIDELITY)
+"""The tables with rows per (point, method, repetition): what a resumed run discards of an
+interrupted method before it reruns."""
+
+TRAINING_STEPS = Table("training_steps.csv", (
+    "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",
+    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "verified",
+))  # fmt: skip
+TRAINING_SUMMARY = Table("training_summary.csv", (
+    "series", "method", "source", "bits", "steps", "final_loss", "final_train_accuracy", "final_test_accuracy",
+    "test_accuracy_diff_pp", "final_param_diff", "max_param_diff", "target_accuracy", "steps_to_target",
+    "time_to_target_s", "emulated_time_s", "allreduce_s_median", "verified",
+))  # fmt: skip
+JOBS = Table("jobs.csv", (
+    "point", "n_jobs", "repetition", "job_id", "rank", "n_workers", "elements", "pool_size",
+    "start_s", "released_s", "tat_s", "ate_per_s", "retransmissions", "verified", "max_abs_error", "link_mbps", "k",
+    "machine_busy_fraction",
+))  # fmt: skip
+"""A shared-switch run's one table (docs/results-format.md, "Shared-switch runs")."""
+
+SUMMARY_REQUIRED_KEYS = ("config", "started_utc", "switch_target", "link_mbps", "kept_up")
+"""The summary.json keys every run has and a reader may rely on."""
+SHARED_SWITCH_KIND = "shared_switch"
+"""summary.json ``kind`` of a shared-switch run (other runs have no ``kind``)."""
+TEXT_COLUMNS = ("sweep_param", "sweep_value", "method", "workload", "host", "switch")
+"""Columns that are text even when every value looks numeric or is empty."""
+
+
 def resume_command(run_dir: Path) -> str:
     """The command that continues ``run_dir`` (its own config.yaml is the config it ran with),
     quoted for a shell, so that it can be pasted back whatever the path holds."""
-    return shlex.join(["run_experiment.py", str(run_dir / "config.yaml"), "--resume", str(run_dir)])
+    return shlex.join(["run_experiment.py", str(run_dir / CONFIG_FILE), "--resume", str(run_dir)])

@@ -16,6 +16,7 @@ from experiments.config import CONFIG_DIR, load_experiment
 from experiments.job_meter import CpuSplit, JobMeasurement
 from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S, worker_share_mbps
 from experiments.results import ResultsWriter, format_table
+from protocol import results_format as fmt
 from protocol.results_format import MACHINE
 from experiments.verify import Verdict
 
@@ -81,6 +82,16 @@ def test_lossy_jobs_have_no_pace_bound(tmp_path) -> None:
     summary = finalize_one_job(tmp_path, ["topology.link.loss=0.01"], 0.4)
     assert "pace_checked" not in summary["methods"]["switchml"]
     assert summary["kept_up"] is True
+
+
+def test_the_writer_writes_the_contract_s_headers_and_keys(tmp_path) -> None:
+    """Every per-job table has protocol/results_format.py's header, in its order, and the
+    summary every key a reader requires (the reader checks against the same module)."""
+    summary = finalize_one_job(tmp_path, [], 0.97)
+    for table in fmt.JOB_TABLES:
+        assert (tmp_path / table.file).read_text().splitlines()[0] == ",".join(table.columns), table.file
+    assert set(fmt.SUMMARY_REQUIRED_KEYS) <= set(summary)
+    assert json.loads((tmp_path / fmt.SUMMARY_FILE).read_text()) == json.loads(json.dumps(summary, default=str))
 
 
 def test_fidelity_rows_split_cpu_and_still_load(tmp_path) -> None:

@@ -168,7 +168,7 @@ def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
 def test_skeleton_command_makes_a_repository_of_its_own(tmp_path: Path, capsys) -> None:
     out = tmp_path / "lab0"
     assert main(["skeleton", "0", "--out", str(out)]) == 0
-    assert "analysis/models.py:" in capsys.readouterr().out
+    assert "methods/switchml.py:" in capsys.readouterr().out
     status = subprocess.run(["git", "-C", str(out), "status", "--porcelain"], capture_output=True, text=True, check=True)
     assert status.stdout == "", "the skeleton is committed, nothing else is in it"
     assert main(["skeleton", "0", "--out", str(out)]) == 2, "refuses a folder that is not empty"

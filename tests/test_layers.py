@@ -18,7 +18,7 @@ from protocol.params import REPO_ROOT
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("base",),  # the ground floor: YAML + schema, process lifetime, Linux sockets, namespaces
     ("protocol",),  # contracts both sides of a boundary share: wire format, job plan
-    ("topologies", "workloads", "p4", "switches"),
+    ("topologies", "workloads", "p4", "switches", "methods"),  # methods: the all-reduce methods' registry
     ("network",),
     ("hosts",),
     ("analysis",),

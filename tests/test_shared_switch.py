@@ -1,12 +1,19 @@
 """Jobs sharing a switch, without a network: the config's rules, the control plane's slot
-partition, and how a run's per-job and total throughput are computed from jobs.csv."""
+partition, how a run's per-job and total throughput are computed from jobs.csv, and the
+figure ``python -m analysis`` draws from a run the writer wrote."""
 
 from __future__ import annotations
+
+import logging
 
 import pandas as pd
 import pytest
 
+from analysis.__main__ import main as analysis_main
 from experiments.config import CONFIG_DIR, load_experiment
+from experiments.shared_switch import SharedSwitchWriter
+from experiments.verify import Verdict
+from protocol import results_format as fmt
 from analysis.aggregate import shared_switch_jobs, shared_switch_totals
 from base.yamlschema import ConfigError
 from switches import programming
@@ -58,3 +65,25 @@ def test_total_is_all_elements_over_the_makespan() -> None:
     assert jobs.set_index("job_id")["ate_per_s"].to_dict() == {1: 50.0, 2: 200 / 3}
     totals = shared_switch_totals(jobs)
     assert (totals["makespan_s"].item(), totals["total_ate_per_s"].item()) == (4.0, 75.0)
+
+
+def test_python_m_analysis_draws_the_newest_shared_switch_run(tmp_path, caplog) -> None:
+    """A run written by the shared-switch writer (jobs.csv by the results-format contract, no
+    runs.csv) is found and drawn by the one figure command, which skips the sweep figures."""
+    experiment = load_experiment(SHARED, ["switch.target=embedded", "repetitions=2"])
+    run = tmp_path / "shared_switch" / "run"
+    writer = SharedSwitchWriter(run, experiment, "embedded")
+    for point in experiment.points:
+        for repetition in range(point.repetitions):
+            for job in point.data["jobs"]:
+                reports = [{"stats": {"tat_s": 0.5 + 0.1 * rank + 0.01 * repetition, "retransmissions": 0}} for rank in range(2)]
+                writer.add_job(point, repetition, job, job.get("start_s", 0.0), reports, [Verdict(True, 0.0, "")] * 2, 0.5)
+    summary = writer.finalize(True)
+    assert (run / fmt.JOBS.file).read_text().splitlines()[0] == ",".join(fmt.JOBS.columns)
+    assert summary["kind"] == fmt.SHARED_SWITCH_KIND and [p["n_jobs"] for p in summary["points"]] == [1, 2, 4]
+    with caplog.at_level(logging.INFO):
+        assert analysis_main([str(tmp_path), "--out", str(tmp_path / "figures")]) == 0
+    for suffix in ("png", "pdf", "csv"):
+        assert (tmp_path / "figures" / f"shared_switch.{suffix}").stat().st_size > 0
+    assert "skipped ate_vs_workers: no runs.csv" in caplog.text
+    assert "skipped hierarchical: no run comparing aggregation modes" in caplog.text

@@ -1,0 +1,43 @@
+"""The all-reduce methods the testbed compares, as plug-ins (nccl-tests' one file per
+collective, Pantheon's one registry of schemes).
+
+Each method is one module here defining one ``Method`` record (methods/method.py): its
+name, figure label and colour, how its results are verified, its link-rate bound and the
+host class a worker runs. ``REGISTRY`` below lists them, in the order figures draw them;
+the config schema's method names, the worker's dispatch, the verifier, the results
+summary, the analysis' tables and figures all read it.
+
+Adding a method (say an all-gather based one, ``allgather``): its host code in
+``hosts/`` (a class ``cls(spec, rank)`` with ``allreduce`` and ``close``: a TCP collective
+needs only a ``TcpCollective`` subclass and a two-line ``BaselineMethod`` subclass naming it
+in ``hosts/allreduce.py``), ``methods/allgather.py`` with its bound and its ``Method``
+record, and one line in ``REGISTRY`` (plus its module in the import). Configs may then name
+it, the runner verifies it, and the figures draw it in its colour.
+"""
+
+from __future__ import annotations
+
+from methods import ps, ring, switchml
+from methods.method import Method, Verification
+
+REGISTRY: tuple[Method, ...] = (
+    switchml.SWITCHML,
+    ring.RING,
+    ps.PS,
+)
+"""Every method, one line each, in figure order."""
+NAMES: tuple[str, ...] = tuple(method.name for method in REGISTRY)
+SWITCHML = switchml.SWITCHML
+"""The method under study: figures compare the others (the baselines) with it."""
+BASELINES: tuple[Method, ...] = tuple(method for method in REGISTRY if method is not SWITCHML)
+
+
+def by_name(name: str) -> Method:
+    """The registered method called ``name``."""
+    for method in REGISTRY:
+        if method.name == name:
+            return method
+    raise KeyError(f"no method named {name!r}; registered: {', '.join(NAMES)}")
+
+
+__all__ = ["BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Method", "Verification", "by_name"]

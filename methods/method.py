@@ -1,0 +1,79 @@
+"""What the testbed knows about an all-reduce method, in one frozen record per method.
+
+The runner, the verifier, the results writer, the analysis and the config schema all read
+these records (the registry in ``methods/__init__.py``) instead of naming methods
+themselves, so a new method is its own file here, its host code, and one registry line.
+This package sits beside topologies and workloads: it imports only ``protocol`` (frame
+sizes) and never ``hosts`` (the host entry point is a "module:attribute" string that
+``hosts.allreduce`` resolves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable
+
+BITS_PER_BYTE = 8
+
+
+class Verification(Enum):
+    """How experiments/verify.py checks a worker's result."""
+
+    INTEGER_SUM = "integer sum"
+    """The worker reports the raw int32 sum too; it must equal the sum of the quantized
+    inputs bit for bit, and the float result the value that follows from it (SwitchML)."""
+    FLOAT_SUM = "float32 summation bound"
+    """Float results within the bound of n-term float32 summation of the float64 sum, int32
+    results the exact wrapping sum (methods that add in an order of their own)."""
+
+
+Bound = Callable[[float, int, int], float]
+"""(link_bps, n_workers, k) -> the most aggregated elements per second links of that rate allow."""
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    """As written in configs (``methods:``), runs.csv's ``method`` and summary.json."""
+    label: str
+    """In figure legends."""
+    colour: str
+    """Its matplotlib colour in every figure."""
+    verification: Verification
+    bound: Bound
+    """Its link-rate bound in ATE/s (the module of each method derives it)."""
+    host: str
+    """"module:attribute" of the class a worker process builds one rank with, as
+    ``cls(spec, rank)``: it has ``allreduce(tensor) -> (values, int_sum or None, stats)`` and
+    ``close()`` (``hosts.allreduce.Method``)."""
+    paced_by_network: bool = False
+    """True when nothing but its links and pool set its pace (self-clocked on the switch's
+    slots, experiments/pace.py): summary.json then gives its share of the bound and of the
+    pace, and ``kept_up`` checks its jobs. False where the bound is only a ceiling that the
+    transport legitimately stays well below (TCP's headers, slow start, barriers)."""
+    sum_bits: int | None = None
+    """Width of the integer sums the network computes (training_steps.csv ``bits``), or None
+    for methods that add floats."""
+
+
+def algbw_bound(link_bps: float, traffic_per_tensor_byte: float) -> float:
+    """Upper bound on algbw (tensor bytes / s) when a host moves that many bytes per tensor byte.
+
+    A host link carries B/8 bytes/s each way; if all-reducing S bytes costs
+    ``traffic_per_tensor_byte * S`` bytes on it, then t >= traffic * S / (B/8), so
+    algbw = S / t <= B / (8 * traffic).
+    """
+    require_positive(link_bps=link_bps, traffic_per_tensor_byte=traffic_per_tensor_byte)
+    return link_bps / BITS_PER_BYTE / traffic_per_tensor_byte
+
+
+def require_workers(n_workers: int) -> None:
+    if n_workers < 2:
+        raise ValueError(f"an all-reduce needs at least 2 workers, got {n_workers}")
+
+
+def require_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")

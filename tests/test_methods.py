@@ -1,0 +1,78 @@
+"""The methods registry (methods/): what every reader of a method's record relies on."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import numpy as np
+import pytest
+
+import methods
+from analysis import models
+from analysis.figures import METHOD_COLORS, METHOD_LABELS
+from base.yamlschema import ConfigError
+from experiments.config import CONFIG_DIR, experiment_schema, load_experiment
+from experiments.verify import expected_for, verify
+from hosts.allreduce import Method as HostMethod
+from methods import REGISTRY, Verification
+
+
+@pytest.mark.parametrize("method", REGISTRY, ids=lambda method: method.name)
+def test_every_host_entry_imports_and_builds_from_a_spec(method) -> None:
+    module, sep, attribute = method.host.partition(":")
+    assert sep, f"{method.name}: host {method.host!r} is not module:attribute"
+    host = getattr(importlib.import_module(module), attribute)
+    assert list(inspect.signature(host).parameters) == ["spec", "rank"]
+    for name in vars(HostMethod):
+        if not name.startswith("_"):
+            assert callable(getattr(host, name, None)), f"{method.host} has no {name}()"
+
+
+def test_names_labels_and_colours_are_distinct() -> None:
+    for field in ("name", "label", "colour"):
+        values = [getattr(method, field) for method in REGISTRY]
+        assert len(set(values)) == len(values), f"two methods share a {field}: {values}"
+
+
+def test_the_schema_allows_exactly_the_registered_methods() -> None:
+    assert experiment_schema()["properties"]["methods"]["items"]["enum"] == list(methods.NAMES)
+    for name in methods.NAMES:
+        load_experiment(CONFIG_DIR / "8workers.yaml", [f"methods=[{name}]"])
+    with pytest.raises(ConfigError, match=r"methods\[0\]: 'allgather' is not one of \['switchml', 'ring', 'ps'\]"):
+        load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[allgather]"])
+
+
+def test_an_unknown_name_is_refused_naming_the_registered_ones() -> None:
+    with pytest.raises(KeyError, match="registered: switchml, ring, ps"):
+        methods.by_name("allgather")
+
+
+@pytest.mark.parametrize("method", REGISTRY, ids=lambda method: method.name)
+def test_bounds_are_positive_and_below_the_link_rate(method) -> None:
+    """No method aggregates more 32-bit elements per second than its link carries bits / 32."""
+    for n_workers in (2, 8, 32):
+        assert 0 < method.bound(10e6, n_workers, 32) <= 10e6 / 32
+
+
+def test_the_records_carry_what_the_analysis_and_verifier_used_to_write_out() -> None:
+    switchml, ring, ps = (methods.by_name(name) for name in ("switchml", "ring", "ps"))
+    assert methods.REGISTRY[0] is methods.SWITCHML is switchml and methods.BASELINES == (ring, ps)
+    assert switchml.bound(5e6, 8, 32) == models.switchml_line_rate_ate(5e6, 32)
+    assert ring.bound(5e6, 8, 32) == models.ring_ate_bound(5e6, 8) == ps.bound(5e6, 8, 32)
+    assert (switchml.verification, ring.verification, ps.verification) == (
+        Verification.INTEGER_SUM, Verification.FLOAT_SUM, Verification.FLOAT_SUM)
+    assert (switchml.sum_bits, ring.sum_bits, ps.sum_bits) == (32, None, None)
+    assert list(METHOD_LABELS) == list(METHOD_COLORS) == list(methods.NAMES)
+
+
+def test_each_verification_kind_checks_its_own_way() -> None:
+    """SwitchML's record asks for the integer sum bit for bit; the baselines' for the float32 bound."""
+    inputs = [np.linspace(-1, 1, 64, dtype=np.float32) * (rank + 1) for rank in range(3)]
+    expected = expected_for(inputs, 32)
+    switchml, ring = methods.by_name("switchml"), methods.by_name("ring")
+    assert verify(switchml, expected, expected.switchml.values, expected.switchml.int_sum).verified
+    assert not verify(switchml, expected, expected.switchml.values, None).verified, "no integer sum: not verified"
+    float_sum = (inputs[0] + inputs[1]) + inputs[2]
+    assert verify(ring, expected, float_sum, None).verified
+    assert not verify(ring, expected, float_sum + 1e-3, None).verified
