@@ -22,6 +22,7 @@ from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 from protocol import params
 from protocol.quantize import quantized_limit
 from switches.programming import AdmissionError, partition_slots
+from switches.targets import REGISTRY, TARGETS
 from topologies.model import Topology, find_topology, load_topology
 from workloads.trace import TraceError, shipped_traces
 
@@ -52,6 +53,16 @@ WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
                  "test_fraction": 0.2, "target_accuracy": 0.9, "ablation_bits": [8, 5]},
 }
 """Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
+
+
+def experiment_schema() -> dict[str, Any]:
+    """configs/experiment.schema.yaml with the switch targets filled in from their registry,
+    so that a new target needs no line here or in the schema."""
+    schema = load_schema(SCHEMA_PATH)
+    switch = schema["properties"]["switch"]["properties"]
+    switch["target"]["enum"] = list(TARGETS)
+    switch["link_bw_mbps"]["properties"] = {name: {"type": "number", "exclusiveMinimum": 0} for name in REGISTRY}
+    return schema
 
 
 LINK_RATE_KEY = "topology.link.bw_mbps"
@@ -161,12 +172,13 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             f"{source}: protocol.pool_size: {protocol['pool_size']} is larger than the switch's registers "
             f"(switch.max_pool_size = {switch['max_pool_size']})"
         )
-    if switch["target"] in ("bmv2", "ebpf") and protocol["k"] != params.K:
+    target = REGISTRY.get(switch["target"])  # None: 'auto', checked again once resolved
+    if target is not None and target.k is not None and protocol["k"] != target.k:
         raise ConfigError(
-            f"{source}: protocol.k: the {switch['target']} program is built for k = {params.K} (p4/include/constants.p4), got {protocol['k']}"
+            f"{source}: protocol.k: the {target.name} program is built for k = {target.k} (p4/include/constants.p4), got {protocol['k']}"
         )
-    if switch["target"] == "bmv2" and switch["max_pool_size"] > params.MAX_POOL_SIZE:
-        raise ConfigError(f"{source}: switch.max_pool_size: the bmv2 program is built with {params.MAX_POOL_SIZE} slots")
+    if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
+        raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
     if data["workload"]["kind"] == "training":
         _check_training(data, topology, source)
     if data.get("jobs") is not None:
@@ -229,7 +241,7 @@ def _fill_kind_defaults(data: dict[str, Any]) -> None:
 def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any) -> Point:
     label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
     _fill_kind_defaults(data)
-    validate(data, load_schema(SCHEMA_PATH), label)
+    validate(data, experiment_schema(), label)
     workload = data["workload"]
     reject_keys(workload, WORKLOAD_KEYS[workload["kind"]], f"workload kind {workload['kind']}", label, "workload.")
     topology_keys = {k: v for k, v in data["topology"].items() if k != "file"}
@@ -259,7 +271,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         overridden.add(key)
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
-    validate(data, load_schema(SCHEMA_PATH), str(path))
+    validate(data, experiment_schema(), str(path))
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     link_rate_source = apply_target_link_rate(data, overridden)
