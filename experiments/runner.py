@@ -83,6 +83,7 @@ class ExperimentRunner:
             k=protocol["k"],
             max_pool_size=self.experiment.data["switch"]["max_pool_size"],
             job_id=protocol["job_id"],
+            pool_size=protocol["pool_size"],
             loss_mechanism=point.data["loss_mechanism"],
         ) as net:
             net.declare_directory(self.writer.work_dir)

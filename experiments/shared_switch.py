@@ -174,7 +174,7 @@ class SharedSwitchRunner(ExperimentRunner):
         with EmulatedNetwork(
             point.topology, self.target, self.writer.log_dir / f"point{point.index}", k=protocol["k"],
             max_pool_size=self.experiment.data["switch"]["max_pool_size"], job_id=protocol["job_id"],
-            loss_mechanism=point.data["loss_mechanism"], jobs=point_jobs(point),
+            pool_size=protocol["pool_size"], loss_mechanism=point.data["loss_mechanism"], jobs=point_jobs(point),
         ) as net:
             net.declare_directory(self.writer.work_dir)
             work = self.writer.work_dir / f"point{point.index}"

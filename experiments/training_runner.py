@@ -115,7 +115,7 @@ class TrainingRunner:
         with EmulatedNetwork(
             self.point.topology, self.target, self.writer.log_dir / f"point{self.point.index}", k=protocol["k"],
             max_pool_size=self.experiment.data["switch"]["max_pool_size"], job_id=protocol["job_id"],
-            loss_mechanism=self.point.data["loss_mechanism"],
+            pool_size=protocol["pool_size"], loss_mechanism=self.point.data["loss_mechanism"],
         ) as net:
             net.declare_directory(self.writer.work_dir)
             work = self.writer.work_dir / f"point{self.point.index}"

@@ -83,7 +83,8 @@ class SwitchTarget:
     max_pool_size: int | None = None
     """The most register cells per shadow set it can have; None: any the config allows."""
     delays_frames: bool = False
-    """It can delay frames itself (a delay line), for kernels without netem."""
+    """It can delay frames itself (a delay line), for kernels without netem; its node then
+    takes the links' delay as ``link_delay_ms``."""
     options: frozenset[str] = field(default_factory=frozenset)
     """Keywords a caller may give its ``data_plane`` beyond the common ones (seed, profile, ...)."""
 
