@@ -35,6 +35,7 @@ from experiments.config import Experiment, load_experiment  # noqa: E402
 from base.lifetime import STOP_SIGNALS  # noqa: E402
 from base.yamlschema import ConfigError  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
+from switches.targets import TARGETS, TargetUnavailableError, resolve_target  # noqa: E402
 
 log = logging.getLogger("run_experiment")
 
@@ -44,7 +45,7 @@ EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_INTERRU
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml")
-    parser.add_argument("--switch", choices=["auto", "bmv2", "ebpf", "embedded"], help="switch target (overrides switch.target)")
+    parser.add_argument("--switch", choices=TARGETS, help="switch target (overrides switch.target)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="results directory, new or empty (default results/<name>/<UTC timestamp>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -114,8 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
-
-    from switches.targets import TargetUnavailableError, resolve_target
 
     try:
         target = resolve_target(experiment.data["switch"]["target"], needs_delay_line=needs_delay_line(experiment))

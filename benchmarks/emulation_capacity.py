@@ -52,7 +52,7 @@ from experiments.config import load_experiment  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
 from protocol.results_format import MACHINE  # noqa: E402
 from protocol import params  # noqa: E402
-from switches.standalone import TARGETS  # noqa: E402
+from switches.targets import REGISTRY  # noqa: E402
 
 log = logging.getLogger("emulation_capacity")
 
@@ -276,7 +276,7 @@ def format_table(probes: list[Probe]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", choices=TARGETS, required=True)
+    parser.add_argument("--target", choices=list(REGISTRY), required=True)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--rates", type=float, nargs="+", metavar="MBPS", help="measure these link rates instead of searching")
     parser.add_argument("--start", type=float, default=2.5, help="search: first rate (Mbit/s)")

@@ -24,7 +24,6 @@ import csv
 import logging
 import os
 import select
-import shutil
 import socket
 import struct
 import sys
@@ -42,7 +41,8 @@ from protocol import params  # noqa: E402
 from protocol.packet import SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
 from switches import programming, standalone  # noqa: E402
 from network.port_counters import SETTLE_S, account_switch, read_ports  # noqa: E402
-from switches.standalone import TARGETS, run_switch  # noqa: E402
+from switches.standalone import run_switch  # noqa: E402
+from switches.targets import REGISTRY, lookup  # noqa: E402
 from base.netns import Host  # noqa: E402
 
 log = logging.getLogger("switch_throughput")
@@ -188,13 +188,15 @@ def drive(
 
 
 def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: float, log_dir: Path, profile: Path | None) -> Measurement:
-    options = {"k": k, "log_level": "WARNING", "profile": profile} if target == "embedded" else {}
+    described = lookup(target)
+    options = described.start_options({"log_level": "WARNING", "profile": profile})
     with standalone.testbed(n) as bed, contextlib.ExitStack() as stack:
         for host in bed.hosts[1:]:
             sink = stack.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        max_pool_size = params.MAX_POOL_SIZE if target == "bmv2" else max(window, 1)  # bmv2: the compiled size
-        switch = stack.enter_context(run_switch(target, bed.switch_ports, log_dir, name=f"{target}-n{n}", max_pool_size=max_pool_size, **options))
+        max_pool_size = described.max_pool_size or max(window, 1)  # bmv2: its build of the most it can have
+        switch = stack.enter_context(run_switch(target, bed.switch_ports, log_dir, name=f"{target}-n{n}", k=k,
+                                                max_pool_size=max_pool_size, **options))
         control = switch.control
         programming.program_forwarding(control, list(bed.switch_ports), {})
         workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in bed.hosts]
@@ -212,7 +214,7 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
     switch_cpu_s = sum(cpu[1]) - sum(cpu[0])
     return Measurement(
         target=target,
-        build=switch_build(target),
+        build=described.describe_build(),
         ranks=n,
         k=k,
         window_slots=window,
@@ -229,15 +231,6 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
         switch_cpu_share=round(switch_cpu_s / elapsed, 2),
         updates_per_switch_cpu_s=round(rounds * n / switch_cpu_s) if switch_cpu_s else 0.0,
     )
-
-
-def switch_build(target: str) -> str:
-    """Which switch binary ran: bmv2's default and optimised builds differ several-fold."""
-    if target == "bmv2":
-        return shutil.which("simple_switch") or "simple_switch"
-    if target == "ebpf":
-        return f"switchml.bpf.c, kernel {os.uname().release}"
-    return f"python {sys.version.split()[0]}"
 
 
 def write_tables(rows: list[Measurement], output_dir: Path) -> None:
@@ -261,7 +254,7 @@ def write_tables(rows: list[Measurement], output_dir: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", choices=TARGETS, default="embedded")
+    parser.add_argument("--target", choices=list(REGISTRY), default="embedded")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--k", type=int, default=params.K)
     parser.add_argument("--window", type=int, default=64, help="slots in flight (pool size used)")
@@ -271,8 +264,11 @@ def main() -> int:
     parser.add_argument("--output-dir", type=Path, default=OUTPUT_DIR)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/switch_throughput"))
     args = parser.parse_args()
-    if args.target == "bmv2" and (args.profile or args.k != params.K):
-        parser.error(f"bmv2 runs the compiled program (k = {params.K}) and cannot be profiled from Python")
+    described = lookup(args.target)
+    if described.k is not None and args.k != described.k:
+        parser.error(f"{args.target} runs the compiled program (k = {described.k})")
+    if args.profile and "profile" not in described.options:
+        parser.error(f"{args.target} cannot be profiled from Python")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     rows = []
     for n in args.ranks:

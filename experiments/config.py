@@ -22,6 +22,7 @@ import methods
 from protocol import params
 from protocol.quantize import quantized_limit
 from switches.programming import AdmissionError, partition_slots
+from switches.targets import REGISTRY, TARGETS
 from topologies.model import Topology, find_topology, load_topology
 from workloads.trace import TraceError, shipped_traces
 
@@ -56,9 +57,13 @@ WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def experiment_schema() -> dict[str, Any]:
     """configs/experiment.schema.yaml with ``methods`` limited to the registered names
-    (methods/), so that registering a method is all it takes for configs to name it."""
+    (methods/) and the switch targets filled in from theirs (switches/targets.py), so that
+    registering a method or a target is all it takes for configs to name it."""
     schema = load_schema(SCHEMA_PATH)
     schema["properties"]["methods"]["items"]["enum"] = list(methods.NAMES)
+    switch = schema["properties"]["switch"]["properties"]
+    switch["target"]["enum"] = list(TARGETS)
+    switch["link_bw_mbps"]["properties"] = {name: {"type": "number", "exclusiveMinimum": 0} for name in REGISTRY}
     return schema
 
 
@@ -166,12 +171,13 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             f"{source}: protocol.pool_size: {protocol['pool_size']} is larger than the switch's registers "
             f"(switch.max_pool_size = {switch['max_pool_size']})"
         )
-    if switch["target"] in ("bmv2", "ebpf") and protocol["k"] != params.K:
+    target = REGISTRY.get(switch["target"])  # None: 'auto', checked again once resolved
+    if target is not None and target.k is not None and protocol["k"] != target.k:
         raise ConfigError(
-            f"{source}: protocol.k: the {switch['target']} program is built for k = {params.K} (p4/include/constants.p4), got {protocol['k']}"
+            f"{source}: protocol.k: the {target.name} program is built for k = {target.k} (p4/include/constants.p4), got {protocol['k']}"
         )
-    if switch["target"] == "bmv2" and switch["max_pool_size"] > params.MAX_POOL_SIZE:
-        raise ConfigError(f"{source}: switch.max_pool_size: the bmv2 program is built with {params.MAX_POOL_SIZE} slots")
+    if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
+        raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
     if data["workload"]["kind"] == "training":
         _check_training(data, topology, source)
     if data.get("jobs") is not None:

@@ -33,7 +33,8 @@ from experiments.results import ResultsWriter
 from experiments.verify import Expected, Verdict, verify
 from experiments.workers import Limit, WorkerGroup
 import methods
-from network.emulation import EmulatedNetwork, SharedJob
+from network.emulation import EmulatedNetwork
+from switches.fabric import SharedJob
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 from switches import programming
 
@@ -145,6 +146,7 @@ def point_network(experiment: Experiment, point: Point, target: str, writer: Res
         k=protocol["k"],
         max_pool_size=experiment.data["switch"]["max_pool_size"],
         job_id=protocol["job_id"],
+        pool_size=protocol["pool_size"],
         loss_mechanism=point.data["loss_mechanism"],
         jobs=jobs,
     ) as net:

@@ -39,7 +39,7 @@ from experiments.runner import ExperimentRunner
 from experiments.verify import expected_for
 from experiments.workers import REPORT_GRACE_S
 import methods
-from network.emulation import SharedJob
+from switches.fabric import SharedJob
 from protocol import results_format as fmt
 
 log = logging.getLogger(__name__)

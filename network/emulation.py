@@ -3,8 +3,9 @@
 ``EmulatedNetwork`` is a context manager: on entry it builds the Mininet network (hosts,
 one switch node per topology switch running the chosen target, plain veth links), turns
 off NIC offloads (a user-space switch needs real frames), shapes every link with tc,
-installs static ARP entries (no ARP traffic to lose), and programs every switch through
-the one control-plane interface. On exit -- normal, exception or Ctrl-C -- it stops
+installs static ARP entries (no ARP traffic to lose), and hands the switches' control
+plane (switches/fabric.py) what it needs to program them: names, addresses, the port
+towards every node, the jobs. On exit -- normal, exception or Ctrl-C -- it stops
 Mininet, which kills the host shells and switch processes and deletes the veths, and then
 checks that none of its interfaces survived; a second Ctrl-C waits until that is done.
 
@@ -32,10 +33,9 @@ from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers,
 from base.lifetime import deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
-from protocol import params
-from switches import programming
 from switches.control import SwitchControl
-from switches.targets import node_class
+from switches.fabric import Fabric, Jobs, Leaf, SharedJob, Station, program_fabric
+from switches.targets import lookup
 from topologies.model import Topology
 
 log = logging.getLogger(__name__)
@@ -53,16 +53,6 @@ def node_runner(node: Node):
         return code, (out + err).strip()
 
     return run
-
-
-@dataclass(frozen=True)
-class SharedJob:
-    """One of several jobs on the aggregating switch: its id, its workers' hosts (rank
-    order) and its pool; the control plane gives it its own slots and multicast group."""
-
-    job_id: int
-    hosts: tuple[str, ...]
-    pool_size: int
 
 
 @dataclass
@@ -89,17 +79,19 @@ class EmulatedNetwork:
         k: int,
         max_pool_size: int,
         job_id: int,
+        pool_size: int,
         loss_mechanism: str = "auto",
         jobs: Sequence[SharedJob] = (),
     ) -> None:
-        """One job (``job_id``, every host a worker) unless ``jobs`` lists several."""
+        """One job (``job_id`` with ``pool_size`` slots, every host a worker) unless ``jobs``
+        lists several."""
         self.topology = topology
         self.target = target
         self.log_dir = log_dir
         self.k = k
         self.max_pool_size = max_pool_size
-        self.job_id = job_id
-        self.jobs = tuple(jobs)
+        self.jobs = Jobs(job_id, pool_size, max_pool_size, tuple(jobs))
+        self.fabric: Fabric | None = None
         self.requested_loss_mechanism = loss_mechanism
         self.net: Mininet | None = None
         self._lock = NetworkLock()
@@ -144,7 +136,7 @@ class EmulatedNetwork:
         loss_mechanism = self._choose_loss_mechanism(caps)
         delay_mechanism = self._choose_delay_mechanism(caps)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        switch_cls = node_class(self.target)
+        switch_cls = lookup(self.target).node_class()
         switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size}
         if delay_mechanism == "switch_delay_line":
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
@@ -240,13 +232,13 @@ class EmulatedNetwork:
         return "switch_drop_simulator"
 
     def _choose_delay_mechanism(self, caps: TcCapabilities) -> str:
-        """netem where the kernel has it; else the embedded switch's delay line (bmv2 has none)."""
+        """netem where the kernel has it; else the switch's delay line, if its target has one (the embedded switch's)."""
         delays = {l.spec.delay_ms for l in self.topology.links}
         if delays == {0.0}:
             return "none"
         if caps.netem:
             return "netem"
-        if self.target != "embedded":
+        if not lookup(self.target).delays_frames:
             raise NetworkError(
                 f"link delay needs netem, which this kernel lacks, and the {self.target} switch cannot delay frames; "
                 "use the embedded switch (--switch embedded) or a kernel with sch_netem"
@@ -280,7 +272,7 @@ class EmulatedNetwork:
                     if code != 0:
                         raise NetworkError(f"{host.name}: static ARP entry {ipv4} -> {mac} failed: {out}")
 
-    def port_towards(self, switch: str, node: str) -> int:
+    def _port_towards(self, switch: str, node: str) -> int:
         """The switch port on the path from ``switch`` to ``node``."""
         assert self.net is not None
         sw = self.net.get(switch)
@@ -288,74 +280,37 @@ class EmulatedNetwork:
         intf, _ = sw.connectionsTo(hop)[0]
         return sw.ports[intf]
 
+    def _fabric(self, loss_mechanism: str) -> Fabric:
+        """What the switches' control plane needs of this network (switches/fabric.py)."""
+        assert self.net is not None
+        topology = self.topology
+        switches = [s.name for s in topology.switches]
+        nodes = [*(h.name for h in topology.hosts), *switches]
+        return Fabric(
+            switches=tuple(switches),
+            aggregator=Station(topology.aggregator.name, topology.aggregator_mac, topology.aggregator_ipv4),
+            leaves={leaf.name: Leaf(Station(leaf.name, *topology.leaf_address(leaf.name)), tuple(h.name for h in topology.local_hosts(leaf.name)))
+                    for leaf in topology.leaves},
+            hosts=tuple(Station(h.name, h.mac, h.ipv4) for h in sorted(topology.hosts, key=lambda h: h.rank)),
+            hierarchical=topology.aggregation == "hierarchical",
+            ports={name: tuple(sorted(p for intf, p in self.net.get(name).ports.items() if intf.name != "lo")) for name in switches},
+            towards={(switch, node): self._port_towards(switch, node) for switch in switches for node in nodes if node != switch},
+            drop_rates=topology.drop_simulator_rates() if loss_mechanism == "switch_drop_simulator" else None,
+        )
+
     def _program_switches(self, loss_mechanism: str) -> None:
         assert self.net is not None
-        aggregator = self.topology.aggregator.name
-        workers = [
-            programming.WorkerPort(rank=h.rank, switch_port=self.port_towards(aggregator, h.name), mac=h.mac, ipv4=h.ipv4)
-            for h in self.topology.hosts
-        ]
-        hierarchical = self.topology.aggregation == "hierarchical"
-        drop_rates = self.topology.drop_simulator_rates() if loss_mechanism == "switch_drop_simulator" else {}
-        for switch in self.topology.switches:
-            node = self.net.get(switch.name)
-            control = node.control(self.log_dir / f"{switch.name}.commands")
-            self.controls[switch.name] = control
-            ports = sorted(p for intf, p in node.ports.items() if intf.name != "lo")
-            l2 = {h.mac: self.port_towards(switch.name, h.name) for h in self.topology.hosts}
-            if switch.name != aggregator:
-                l2[self.topology.aggregator_mac] = self.port_towards(switch.name, aggregator)
-                if hierarchical:
-                    programming.program_aggregation(control, self._leaf_job(switch.name))
-                else:
-                    programming.program_pass_through(control)
-            elif hierarchical:
-                programming.program_aggregation(control, self._spine_job())
-            elif self.jobs:
-                programming.program_jobs(control, programming.admit_jobs(self._job_requests(aggregator), self.max_pool_size))
-            else:
-                programming.program_aggregation(control, programming.JobProgram(job_id=self.job_id, workers=workers))
-            programming.program_forwarding(control, ports, l2)
-            if loss_mechanism == "switch_drop_simulator":  # topologies.model.Topology.drop_simulator_rates
-                programming.set_drop_probability(control, *drop_rates[switch.name])
-
-    def _spine_job(self) -> programming.JobProgram:
-        """Hierarchical aggregation at the spine: the leaves are its workers, answered on the
-        aggregation port so that their parsers take the results as SwitchML."""
-        spine = self.topology.aggregator.name
-        leaves = [leaf.name for leaf in self.topology.leaves if self.topology.local_hosts(leaf.name)]
-        return programming.JobProgram(self.job_id, [
-            programming.WorkerPort(rank, self.port_towards(spine, leaf), *self.topology.leaf_address(leaf), udp_port=params.UDP_PORT_BASE)
-            for rank, leaf in enumerate(leaves)
-        ])
-
-    def _leaf_job(self, leaf: str) -> programming.JobProgram:
-        """Hierarchical aggregation at a leaf: its own hosts, and the spine above (the
-        aggregator's virtual address, which the workers send to)."""
-        mac, ipv4 = self.topology.leaf_address(leaf)
-        uplink = programming.Uplink(self.port_towards(leaf, self.topology.aggregator.name), mac, ipv4,
-                                    self.topology.aggregator_mac, self.topology.aggregator_ipv4)
-        workers = [programming.WorkerPort(rank, self.port_towards(leaf, h.name), h.mac, h.ipv4)
-                   for rank, h in enumerate(self.topology.local_hosts(leaf))]
-        return programming.JobProgram(self.job_id, workers, uplink=uplink)
+        self.fabric = self._fabric(loss_mechanism)
+        for switch in self.fabric.switches:
+            self.controls[switch] = self.net.get(switch).control(self.log_dir / f"{switch}.commands")
+        program_fabric(self.controls, self.fabric, self.jobs)
 
     @property
     def aggregating_controls(self) -> list[SwitchControl]:
         """The switches that hold aggregation state: the aggregator, and in hierarchical
         aggregation every leaf with workers."""
-        if self.topology.aggregation != "hierarchical":
-            return [self.aggregator_control]
-        return [self.controls[s.name] for s in self.topology.switches if s.aggregate or self.topology.local_hosts(s.name)]
-
-    def _job_requests(self, aggregator: str) -> list[programming.JobRequest]:
-        hosts = {h.name: h for h in self.topology.hosts}
-        return [
-            programming.JobRequest(job.job_id, [
-                programming.WorkerPort(rank, self.port_towards(aggregator, name), hosts[name].mac, hosts[name].ipv4)
-                for rank, name in enumerate(job.hosts)
-            ], job.pool_size)
-            for job in self.jobs
-        ]
+        assert self.fabric is not None
+        return [self.controls[name] for name in self.fabric.aggregating()]
 
     # -- access ------------------------------------------------------------------------
 

@@ -1,17 +1,50 @@
-"""What every target's Mininet switch node shares: its data ports, numbered as Mininet does.
+"""A switch target as a Mininet switch node: the lifecycle every target's node shares.
 
-The testbed programs the port numbers it sees in the topology, so every target's node
-hands its data plane Mininet's numbering (``self.ports[intf]``), and brings its ports up
-itself (Mininet leaves that to a switch's start()).
+Mininet calls start() and stop(); the testbed asks for control() and switch_pid. All of it
+is the same for every target: bring the data ports up (Mininet leaves that to a switch's
+start()), start the target's data plane on them (``SwitchTarget.data_plane``) with
+Mininet's port numbers (``self.ports[intf]``, which the testbed programs as it sees them in
+the topology), and stop it again. A target's node says only which target it is and what
+its data plane takes beyond the common keywords (``data_plane_options``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any, ClassVar
+
 from mininet.node import Switch
+
+from protocol import params
+from switches.control import SwitchControl
+from switches.target import DataPlane, SwitchTarget
 
 
 class TargetSwitch(Switch):
     """A Mininet switch whose data plane runs on its ports in the root namespace (like OVS)."""
+
+    target: ClassVar[SwitchTarget]
+
+    def __init__(
+        self,
+        name: str,
+        log_dir: Path = Path("/tmp"),
+        k: int = params.K,
+        max_pool_size: int = params.MAX_POOL_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        """The same keywords for every target; a k it is not built for is refused here,
+        before the network starts."""
+        self.target.check_k(k)
+        super().__init__(name, **kwargs)
+        self.log_dir = Path(log_dir)
+        self.k = k
+        self.max_pool_size = max_pool_size
+        self._data_plane: DataPlane | None = None
+
+    def data_plane_options(self) -> dict[str, Any]:
+        """Keywords of this target's data plane beyond ports, log_dir, name, k and max_pool_size."""
+        return {}
 
     def switch_ports(self) -> dict[int, str]:
         """Port number -> interface name for every data interface (not the loopback)."""
@@ -23,3 +56,28 @@ class TargetSwitch(Switch):
         for ifname in ports.values():
             self.cmd("ip", "link", "set", "dev", ifname, "up")
         return ports
+
+    def start(self, controllers: list[Any]) -> None:
+        """Run the data plane on this node's ports (Mininet calls this from net.start)."""
+        self._data_plane = self.target.data_plane(
+            self.ports_up(), self.log_dir, name=self.name, k=self.k, max_pool_size=self.max_pool_size, **self.data_plane_options()
+        )
+        self._data_plane.start()
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
+        if self._data_plane is not None:
+            self._data_plane.stop()
+            self._data_plane = None
+        super().stop(deleteIntfs)
+
+    @property
+    def switch_pid(self) -> int | None:
+        """Pid of the process doing the switching (None when stopped, or for a target with
+        none, like the eBPF switch), for CPU accounting."""
+        return None if self._data_plane is None else self._data_plane.pid
+
+    def control(self, command_log: Path | None = None) -> SwitchControl:
+        """A control-plane connection to this switch (the caller closes it)."""
+        if self._data_plane is None or not self._data_plane.running:
+            raise RuntimeError(f"{self.target.name} switch {self.name} is not running (start the network first)")
+        return self._data_plane.control(command_log)

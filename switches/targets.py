@@ -1,102 +1,86 @@
-"""Which switch target a run uses: bmv2 (the P4 program), ebpf (the same data plane in the
-kernel) or the embedded software switch.
+"""The switch targets a run can use, and which one ``auto`` means on this machine.
 
-bmv2 needs three things this machine may lack — simple_switch, p4c and p4-utils (with
-bmv2's Thrift bindings); ebpf needs clang, bpftool, tc, root, the bpf system call and the
-clsact qdisc (switches/ebpf/probe.py); the embedded switch needs nothing beyond the
-project's own packages. ``auto`` therefore picks bmv2 where it can actually run, else ebpf
-where the kernel takes it, else the embedded switch, and logs which and why; asking for a
-target that cannot run says exactly what is missing instead of failing mid-run.
+Each target describes itself in its own package (``TARGET`` in ``switches/<name>/__init__.py``,
+a ``switches.target.SwitchTarget``); ``PACKAGES`` is the only place that names them. The
+``--switch`` choices, the config's checks, the tests' target lists and skip helpers and
+the benchmarks all read it.
+
+bmv2 needs programs and Python modules this machine may lack, ebpf a kernel that takes
+its program, the embedded switch nothing beyond the project's own packages. ``auto``
+therefore picks, in each target's ``auto_preference`` order, the first that can actually
+run here, and logs which and why; asking for a target that cannot run says exactly what is
+missing instead of failing mid-run.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
-import shutil
+
+from switches.target import SwitchTarget
 
 log = logging.getLogger(__name__)
 
-TARGETS = ("auto", "bmv2", "ebpf", "embedded")
+PACKAGES = (
+    "switches.bmv2",
+    "switches.ebpf",
+    "switches.embedded",
+)
+"""One line per switch target: the package whose ``TARGET`` describes it."""
 
-BMV2_EXECUTABLES = ("simple_switch", "p4c")
-BMV2_PYTHON_MODULES = {
-    "p4utils": "p4utils",
-    "bm_runtime": "bmv2's Thrift Python bindings (bm_runtime, installed with bmv2)",
-    "thrift": "the Thrift Python library (python3-thrift)",
+REGISTRY: dict[str, SwitchTarget] = {
+    target.name: target
+    for target in sorted((importlib.import_module(package).TARGET for package in PACKAGES), key=lambda t: t.auto_preference)
 }
-"""Importable module -> how to name it when it is missing."""
+"""Every switch target by name, in ``auto``'s order of preference."""
+
+AUTO = "auto"
+TARGETS = (AUTO, *sorted(REGISTRY))
+"""What ``--switch`` and ``switch.target`` accept."""
 
 
 class TargetUnavailableError(RuntimeError):
     """The requested switch target cannot run on this machine."""
 
 
-def detect_bmv2() -> list[str]:
-    """What bmv2 needs and this machine lacks (empty when bmv2 can run)."""
-    missing = [name for name in BMV2_EXECUTABLES if shutil.which(name) is None]
-    missing += [label for module, label in BMV2_PYTHON_MODULES.items() if importlib.util.find_spec(module) is None]
-    return missing
-
-
-def detect_ebpf() -> list[str]:
-    """What the eBPF switch needs and this machine lacks or refuses (empty when it can run)."""
-    from switches.ebpf.probe import detect_ebpf as probe
-
-    return list(probe())
+def lookup(name: str) -> SwitchTarget:
+    """The descriptor of a concrete target (ValueError for 'auto' or an unknown name)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"no switch target {name!r}; choose one of {', '.join(REGISTRY)} (resolve_target() 'auto' first)") from None
 
 
 def resolve_target(name: str, needs_delay_line: bool = False) -> str:
-    """'auto' | 'bmv2' | 'ebpf' | 'embedded' -> the concrete target.
+    """'auto' or a target's name -> the concrete target.
 
-    ``needs_delay_line``: the links have a delay and the kernel has no netem, so only the
-    embedded switch can delay frames; 'auto' then picks it.
+    ``needs_delay_line``: the links have a delay and the kernel has no netem, so only a
+    target that delays frames itself can run them; 'auto' then picks one.
     """
     if name not in TARGETS:
         raise ValueError(f"unknown switch target {name!r}; choose one of {', '.join(TARGETS)}")
-    if name == "embedded":
-        return "embedded"
-    if name == "auto" and needs_delay_line:
-        log.info("switch target auto -> embedded (the links have a delay, the kernel has no netem: only its delay line can delay frames)")
-        return "embedded"
-    if name == "ebpf":
-        refused = detect_ebpf()
-        if refused:
-            raise TargetUnavailableError(
-                f"switch target 'ebpf' needs {'; '.join(refused)}, which this machine lacks or refuses. "
-                "scripts/bootstrap.sh installs the tools; or choose --switch embedded."
-            )
-        return "ebpf"
-    missing = detect_bmv2()
-    if name == "bmv2" and missing:
-        raise TargetUnavailableError(
-            f"switch target 'bmv2' needs {', '.join(missing)}, which this machine lacks. "
-            "The Vagrant VM provides all of them: run `vagrant up` in the repository and use the "
-            "testbed inside it (see README, 'Switch targets'), or choose --switch embedded."
-        )
-    if name == "auto" and missing:
-        refused = detect_ebpf()
-        if not refused:
-            log.info("switch target auto -> ebpf (bmv2 lacks: %s)", ", ".join(missing))
-            return "ebpf"
-        log.info("switch target auto -> embedded (bmv2 lacks: %s; ebpf: %s)", ", ".join(missing), "; ".join(refused))
-        return "embedded"
-    log.info("switch target auto -> bmv2" if name == "auto" else "switch target bmv2")
-    return "bmv2"
+    if name != AUTO:
+        problems = REGISTRY[name].missing()
+        if problems:
+            raise TargetUnavailableError(REGISTRY[name].unavailable_message(problems))
+        log.info("switch target %s", name)
+        return name
+    if needs_delay_line:
+        chosen = next(t for t in REGISTRY.values() if t.delays_frames and not t.missing())
+        log.info("switch target auto -> %s (the links have a delay, the kernel has no netem: only its delay line can delay frames)",
+                 chosen.name)
+        return chosen.name
+    passed_over = []
+    for candidate in REGISTRY.values():
+        problems = candidate.missing()
+        if not problems:
+            reasons = f" ({'; '.join(passed_over)})" if passed_over else ""
+            log.info("switch target auto -> %s%s", candidate.name, reasons)
+            return candidate.name
+        passed_over.append(candidate.passed_over_reason(problems))
+    raise TargetUnavailableError(f"no switch target can run here: {'; '.join(passed_over)}")
 
 
-def node_class(target: str) -> type:
+def node_class(name: str) -> type:
     """The Mininet switch class of a concrete target (imported only when chosen)."""
-    if target == "bmv2":
-        from switches.bmv2.node import Bmv2SwitchNode
-
-        return Bmv2SwitchNode
-    if target == "embedded":
-        from switches.embedded.node import EmbeddedSwitchNode
-
-        return EmbeddedSwitchNode
-    if target == "ebpf":
-        from switches.ebpf.node import EbpfSwitchNode
-
-        return EbpfSwitchNode
-    raise ValueError(f"no switch node class for target {target!r}; resolve_target() it first")
+    return lookup(name).node_class()

@@ -1,7 +1,8 @@
 """Fixtures for packet-level switch tests: namespaces, a switch target, fresh state per test.
 
-``target`` is parametrised over every target switches/standalone.py can start on a
-Testbed's switch ports: a new switch target joins every packet-level case by being added there.
+``target`` is parametrised over every switch target (switches/targets.py's registry), each
+started on a Testbed's switch ports by switches/standalone.py: a new switch target joins every
+packet-level case by being registered there.
 The switch runs for a whole module; ``switch`` resets its state before every test
 (registers, counters, drop simulator, learned L2 entries) so tests stay independent and
 fast. Hosts 0 and 1 are the workers of job JOB; host 2 is a bystander; hosts 3 and 4 are
@@ -22,9 +23,8 @@ import pytest
 from protocol import params
 from switches import programming, standalone
 from switches.control import SwitchControl
-from switches.standalone import TARGETS as STANDALONE_TARGETS
 from switches.standalone import run_switch
-from switches.targets import detect_bmv2, detect_ebpf
+from switches.targets import REGISTRY
 from base.netns import Testbed
 from tests.switch_io import SwitchPorts
 
@@ -39,48 +39,45 @@ JOB_POOL = params.MAX_POOL_SIZE // 2
 
 StartTarget = Callable[[Testbed, Path], ContextManager[SwitchControl]]
 
-BMV2_REQUIRED = os.environ.get("SWITCHML_REQUIRE_BMV2") == "1"
-"""Set by .ci/run where the prebuilt toolchain is installed: there a bmv2 test that would
-skip is a failure, so a broken toolchain set-up cannot pass as 'skipped'."""
+
+def required_variable(target: str) -> str:
+    """The environment variable that, set to 1, makes a skip of ``target``'s tests a failure:
+    .ci/run sets SWITCHML_REQUIRE_BMV2 where the prebuilt toolchain is installed and
+    SWITCHML_REQUIRE_EBPF where its bootstrap installs clang and bpftool on a kernel that
+    takes the program, so a broken set-up cannot pass as 'skipped'."""
+    return f"SWITCHML_REQUIRE_{target.upper()}"
 
 
-EBPF_REQUIRED = os.environ.get("SWITCHML_REQUIRE_EBPF") == "1"
-"""Set by .ci/run, whose bootstrap installs clang and bpftool on a kernel that takes the
-program: there an eBPF test that would skip is a failure."""
-
-
-def _require(target: str, problems: list[str], required: bool, variable: str) -> None:
+def require_target(target: str) -> None:
     """Skip the calling test where ``target`` cannot run here, saying why; fail instead
-    where ``variable``=1 says it must (CI with the toolchain and a kernel that takes it)."""
+    where its ``required_variable`` is 1."""
+    problems = REGISTRY[target].missing()
     if not problems:
         return
     reason = f"{target} cannot run here (missing or refused: {'; '.join(problems)})"
-    if required:
+    variable = required_variable(target)
+    if os.environ.get(variable) == "1":
         pytest.fail(f"{reason}, but {variable}=1 says it must run here")
     pytest.skip(reason)
 
 
-def require_ebpf() -> None:
-    _require("eBPF switch", detect_ebpf(), EBPF_REQUIRED, "SWITCHML_REQUIRE_EBPF")
-
-
-def require_bmv2() -> None:
-    _require("bmv2", detect_bmv2(), BMV2_REQUIRED, "SWITCHML_REQUIRE_BMV2")
+def pytest_configure(config: pytest.Config) -> None:
+    """One marker per switch target, so that ``pytest -m bmv2`` (``-m ebpf``) selects every
+    case that runs that target (and ``-m 'not bmv2'`` none)."""
+    for name, described in REGISTRY.items():
+        config.addinivalue_line("markers", f"{name}: runs the {name} switch target (needs {described.needs}; skipped where absent)")
 
 
 @contextlib.contextmanager
 def _start(target: str, testbed: Testbed, log_dir: Path) -> Iterator[SwitchControl]:
     """The target running on the test bed's switch ports (bmv2: p4/switchml.p4, compiled, cached)."""
-    if target == "bmv2":
-        require_bmv2()
-    if target == "ebpf":
-        require_ebpf()
-    options = {"seed": 1} if target == "embedded" else {}
+    require_target(target)
+    options = REGISTRY[target].start_options({"seed": 1})
     with run_switch(target, testbed.switch_ports, log_dir, name=f"{target}-packet-tests", command_log=log_dir / "commands.txt", **options) as running:
         yield running.control
 
 
-TARGETS: dict[str, StartTarget] = {name: functools.partial(_start, name) for name in STANDALONE_TARGETS}
+TARGETS: dict[str, StartTarget] = {name: functools.partial(_start, name) for name in REGISTRY}
 
 
 def _require_root() -> None:
@@ -109,12 +106,11 @@ class SwitchTarget:
     testbed: Testbed
 
 
-TARGET_MARKS = {"bmv2": [pytest.mark.bmv2], "ebpf": [pytest.mark.ebpf]}
-"""So that ``pytest -m bmv2`` (``-m ebpf``) selects every case parametrised with that target
-(and ``-m 'not bmv2'`` none)."""
+TARGET_MARKS = {name: [getattr(pytest.mark, name)] for name in REGISTRY}
+"""Each target's cases carry its marker (``pytest_configure``)."""
 
 
-@pytest.fixture(scope="module", params=[pytest.param(name, marks=TARGET_MARKS.get(name, [])) for name in sorted(TARGETS)])
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=TARGET_MARKS[name]) for name in sorted(TARGETS)])
 def target(request: pytest.FixtureRequest, testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchTarget]:
     """A switch target on the test bed, programmed for jobs JOB and OTHER_JOB (JOB_HOSTS)."""
     log_dir = tmp_path_factory.mktemp(f"switch-{request.param}")

@@ -25,7 +25,7 @@ from switches.bmv2 import compile as p4compile
 from switches.bmv2.control import THRIFT_TIMEOUT_S
 from switches.bmv2.process import Bmv2Process, Bmv2StartError, thrift_answers
 from switches.control import ControlPlaneError
-from tests.conftest import require_bmv2
+from tests.conftest import require_target
 
 
 def executable(path: Path, body: str) -> Path:
@@ -309,25 +309,25 @@ def test_process_starts_answers_and_stops(tmp_path: Path) -> None:
     assert bmv2.command()[1:5] == ["-i", "1@s1-eth1", "-i", "2@s1-eth2"]
     bmv2.start()
     try:
-        assert bmv2.running() and thrift_answers(port)
+        assert bmv2.running and thrift_answers(port)
         assert "--thrift-port" in bmv2.log_path.read_text() and "--device-id 4" in bmv2.log_path.read_text()
     finally:
         bmv2.stop()
-    assert not bmv2.running()
+    assert not bmv2.running
 
 
 def test_process_killed_when_it_ignores_terminate(tmp_path: Path) -> None:
     bmv2 = process(tmp_path, fake_switch(tmp_path, ignore_sigterm=True), free_port())
     bmv2.start()
     bmv2.stop(timeout_s=0.5)
-    assert not bmv2.running()
+    assert not bmv2.running
 
 
 def test_process_that_exits_reports_its_log(tmp_path: Path) -> None:
     bmv2 = process(tmp_path, fake_switch(tmp_path, fail=True), free_port())
     with pytest.raises(Bmv2StartError, match="exited with 3(.|\n)*could not open interface"):
         bmv2.start()
-    assert not bmv2.running()
+    assert not bmv2.running
 
 
 def test_process_refuses_a_busy_thrift_port(tmp_path: Path) -> None:
@@ -344,7 +344,7 @@ def test_process_refuses_a_busy_thrift_port(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def compiled_json() -> Path:
-    require_bmv2()
+    require_target("bmv2")
     return p4compile.compile_p4(p4compile.CompileOptions(max_pool_size=16))
 
 
@@ -400,7 +400,7 @@ def test_two_switches_with_the_same_device_id_run_side_by_side(tmp_path: Path, c
     try:
         for bmv2 in switches:
             bmv2.start()
-        assert all(bmv2.running() for bmv2 in switches)
+        assert all(bmv2.running for bmv2 in switches)
         assert len({bmv2.notifications_addr for bmv2 in switches}) == 2
         assert all(bmv2.notifications_path.exists() for bmv2 in switches)
     finally:

@@ -26,7 +26,7 @@ from switches.ebpf import datapath, maps
 from switches.ebpf.bpf import BpfMap
 from switches.ebpf.control import EbpfControl
 from switches.embedded.pipeline import SwitchMLPipeline
-from tests.conftest import require_ebpf
+from tests.conftest import require_target
 from base.netns import Testbed
 
 POOL = 16
@@ -97,7 +97,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> bool:
 def bed() -> Iterator[Testbed]:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    require_ebpf()
+    require_target("ebpf")
     with standalone.testbed(2) as testbed:
         yield testbed
 
@@ -173,7 +173,7 @@ def test_two_instances_keep_their_own_state(tmp_path: Path) -> None:
     """Two switches at once (two test beds): separate maps, so one's tables never show in the other."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    require_ebpf()
+    require_target("ebpf")
     with standalone.testbed(2) as first_bed, standalone.testbed(2) as second_bed:
         first = datapath.EbpfDataPlane(first_bed.switch_ports, name="first", max_pool_size=POOL)
         second = datapath.EbpfDataPlane(second_bed.switch_ports, name="second", max_pool_size=POOL)

@@ -26,7 +26,7 @@ from labs.markers import MarkerError, marked_files, scan_text
 from labs.plot import known_figures
 from labs.skeleton import copy_tree, make_skeleton, stub_text, tracked_files
 from protocol.params import REPO_ROOT
-from tests.conftest import require_bmv2
+from tests.conftest import require_target
 
 LABS = catalog.all_labs()
 TRACK_CASES = [
@@ -40,7 +40,7 @@ def _require_machine(track: catalog.Track) -> None:
     """What the graded tests need: bmv2 for the P4 track (or fail where CI says it must
     run), root for namespaces and Mininet."""
     if "bmv2" in track.needs:
-        require_bmv2()
+        require_target("bmv2")
     if {"netns", "mininet"} & set(track.needs) and os.geteuid() != 0:
         pytest.skip("the graded tests create network namespaces: root only")
 
@@ -150,7 +150,7 @@ def test_skeleton_fails_exactly_its_expected_tests(lab: catalog.Lab, track: cata
 @pytest.mark.bmv2
 @pytest.mark.parametrize("lab", [lab for lab in LABS if "p4" in lab.tracks], ids=lambda lab: f"lab{lab.number}")
 def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
-    require_bmv2()
+    require_target("bmv2")
     tree = tmp_path / "tree"
     make_skeleton(REPO_ROOT, tree, lab.number, list(lab.tracks["p4"].files))
     assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "include" / "ingress.p4").read_text()

@@ -66,15 +66,17 @@ from protocol.packet import (
 from protocol.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
-from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_bmv2, require_ebpf
+from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_target
 from base.netns import Host, Testbed
 from tests.switch_io import SWITCH, SwitchPorts, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
-COMPARED: dict[str, Callable[[], None]] = {"bmv2": require_bmv2, "ebpf": require_ebpf}
-"""Targets compared with the embedded switch, and what skips (or, in CI, fails) the comparison
-where the target cannot run: without it there is nothing to compare."""
+REFERENCE = "embedded"
+"""The model every other target is compared with."""
+COMPARED = tuple(name for name in sorted(TARGETS) if name != REFERENCE)
+"""Targets compared with it; where one cannot run, ``require_target`` skips (or, in CI,
+fails) the comparison: without it there is nothing to compare."""
 
 CASES = {"seed-20261130": (20261130, False), "seed-8-pass-through": (8, True)}
 """(seed of the sequence, whether unknown senders' updates are forwarded as ordinary traffic
@@ -493,10 +495,10 @@ def first_difference(seed: int, steps: list[Step], runs: dict[str, list[Outcome]
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("target", [pytest.param(name, marks=TARGET_MARKS[name]) for name in COMPARED])
 def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path, case: str) -> None:
-    COMPARED[target]()
+    require_target(target)
     seed, pass_through = CASES[case]
     steps = SequenceBuilder(testbed.hosts, np.random.default_rng(seed)).steps(STEPS)
-    embedded = run_on_target("embedded", testbed, steps, tmp_path, pass_through)
+    embedded = run_on_target(REFERENCE, testbed, steps, tmp_path, pass_through)
     compared = run_on_target(target, testbed, steps, tmp_path, pass_through, reference=embedded)
     runs = {"embedded": embedded, target: compared}
     difference = first_difference(seed, steps, runs)

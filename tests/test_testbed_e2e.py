@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from switches.ebpf.datapath import PIN_ROOT
-from tests.conftest import require_bmv2, require_ebpf
+from tests.conftest import require_target
 from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers, run_experiment
 from tests.results_shape import shape_differences
 
@@ -60,7 +60,7 @@ def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:
 def test_bmv2_target_runs_and_verifies(tmp_path: Path) -> None:
     """p4/switchml.p4 in simple_switch under Mininet: SwitchML and the ring (TCP, forwarded
     by the P4 program's L2 tables) verify, and the run cleans up after simple_switch too."""
-    require_bmv2()
+    require_target("bmv2")
     out = tmp_path / "run"
     argv = experiment_argv(out, *SMALL, "methods=[switchml, ring]", "repetitions=1", "topology.link.bw_mbps=1") + ["--switch", "bmv2"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
@@ -78,7 +78,7 @@ def test_ebpf_target_runs_and_verifies(tmp_path: Path) -> None:
     """switches/ebpf in the kernel under Mininet: SwitchML and the ring (TCP, forwarded by
     the program's L2 tables) verify, every frame is accounted for, and the switch leaves
     nothing behind: its filters went with Mininet's links, and nothing stays pinned."""
-    require_ebpf()
+    require_target("ebpf")
     out = tmp_path / "run"
     argv = experiment_argv(out, *SMALL, "methods=[switchml, ring]", "repetitions=1") + ["--switch", "ebpf"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)

@@ -12,12 +12,14 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Mapping
+from typing import IO, TYPE_CHECKING, Any, Callable, Mapping
 
 if TYPE_CHECKING:
+    from switches.bmv2.control import Bmv2Control
     from switches.bmv2.learning import L2LearningController
 
 from base.lifetime import dies_with_this_process
+from switches.bmv2.compile import CompileOptions, compile_p4
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,9 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 
 Popen = Callable[..., subprocess.Popen]
+
+THRIFT_PORT_BASE = 9090
+"""simple_switch's usual Thrift port; switch number i prefers 9090 + i."""
 
 
 class Bmv2StartError(RuntimeError):
@@ -85,6 +90,32 @@ class Bmv2Process:
     _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
     _learner: "L2LearningController | None" = field(default=None, init=False, repr=False)
     _log_file: IO[bytes] | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def for_ports(
+        cls,
+        ports: Mapping[int, str],
+        log_dir: Path,
+        *,
+        name: str,
+        max_pool_size: int,
+        json_path: Path | None = None,
+        device_id: int = 0,
+        thrift_port: int | None = None,
+        **options: Any,
+    ) -> "Bmv2Process":
+        """simple_switch on ``ports``: ``json_path`` runs a prebuilt program (built for its own
+        pool size), else p4/switchml.p4 compiled for ``max_pool_size`` (cached by compile.py);
+        the Thrift port is 9090 + ``device_id`` unless taken or given."""
+        return cls(
+            name=name,
+            json_path=json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=max_pool_size)),
+            interfaces=ports,
+            thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
+            device_id=device_id,
+            log_dir=log_dir,
+            **options,
+        )
 
     @property
     def notifications_path(self) -> Path:
@@ -166,13 +197,27 @@ class Bmv2Process:
         log.info("%s: simple_switch stopped (exit %s)", self.name, self._process.returncode)
         self._release()
 
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
     @property
     def pid(self) -> int | None:
         """simple_switch's pid while it runs (the runner samples its CPU time)."""
-        return self._process.pid if self.running() else None
+        return self._process.pid if self.running else None
+
+    def control(self, command_log: Path | None = None) -> "Bmv2Control":
+        """A Thrift connection to this switch (the caller closes it); refused unless
+        simple_switch still runs once connected (it can exit right after answering)."""
+        from switches.bmv2.control import Bmv2Control
+
+        if not self.running:
+            raise RuntimeError(f"{self.name}: simple_switch is not running (start the network first)")
+        control = Bmv2Control(self.thrift_port, json_path=self.json_path, command_log=command_log)
+        if not self.running:
+            control.close()
+            raise Bmv2StartError(f"{self.name}: simple_switch exited right after starting:\n{self.log_tail()}")
+        return control
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the switch's log, for error messages."""

@@ -5,4 +5,53 @@ switches/embedded/ingress.py), ``compile.py`` builds it with clang, ``datapath.p
 it onto a switch's ports and takes it off, ``control.py`` programs it through the
 common control-plane interface over its BPF maps (``maps.py``, ``bpf.py``), ``probe.py``
 says whether this machine can run it, and ``node.py`` is its Mininet switch.
-"""
+
+As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs the P4
+build's k, is compiled for the pool size it is given, and ``auto`` prefers it to the
+embedded switch where the kernel takes it (probe.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from protocol import params
+from switches.target import DataPlane, SwitchTarget
+
+
+def detect() -> list[str]:
+    """What the eBPF switch needs and this machine lacks or refuses (empty when it can run)."""
+    from switches.ebpf.probe import detect_ebpf
+
+    return list(detect_ebpf())
+
+
+def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int) -> DataPlane:
+    """The program on ``ports``' tc ingress hooks. ``log_dir`` and ``k`` are the common
+    signature's: the data plane writes no log (its counters are maps), its k is the program's."""
+    from switches.ebpf.datapath import EbpfDataPlane
+
+    return EbpfDataPlane(ports, name=name, max_pool_size=max_pool_size)
+
+
+def node_class() -> type:
+    from switches.ebpf.node import EbpfSwitchNode
+
+    return EbpfSwitchNode
+
+
+TARGET = SwitchTarget(
+    name="ebpf",
+    needs="clang, bpftool, tc, root, the bpf system call and the clsact qdisc",
+    auto_preference=2,
+    node_class=node_class,
+    data_plane=data_plane,
+    describe_build=lambda: f"switchml.bpf.c, kernel {os.uname().release}",
+    detect=detect,
+    problems_joiner="; ",
+    unavailable="needs {problems}, which this machine lacks or refuses. scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
+    passed_over="{name}: {problems}",
+    program="eBPF program",
+    k=params.K,
+)

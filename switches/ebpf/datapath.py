@@ -105,6 +105,11 @@ class EbpfDataPlane:
     def running(self) -> bool:
         return bool(self._attached)
 
+    @property
+    def pid(self) -> None:
+        """None: no process switches; the work is softirq time of whichever core received the frame."""
+        return None
+
     def start(self) -> None:
         obj = compile_program(CompileOptions(max_pool_size=self.max_pool_size))
         ensure_bpffs()

@@ -6,4 +6,41 @@ Linux interfaces through AF_PACKET sockets, and is programmed through the same
 ``parser`` (SwitchMLParser/Deparser), ``ingress`` (SwitchMLIngress), ``traffic_manager``,
 ``egress`` (SwitchMLEgress), ``pipeline`` (one packet through all of them), ``switch``
 (the port I/O loop) and ``control_server`` / ``control_client`` (the runtime API).
-"""
+
+As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs wherever
+this repository's Python packages do, with any k and pool size, and is the only target
+with a delay line (``--link-delay-ms``), which emulates link delay where the kernel has no
+netem."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from switches.target import DataPlane, SwitchTarget
+
+
+def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int, **options: Any) -> DataPlane:
+    """``python -m switches.embedded`` on ``ports``; ``options`` as EmbeddedSwitchProcess takes them."""
+    from switches.embedded.launcher import EmbeddedSwitchProcess
+
+    return EmbeddedSwitchProcess(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, **options)
+
+
+def node_class() -> type:
+    from switches.embedded.node import EmbeddedSwitchNode
+
+    return EmbeddedSwitchNode
+
+
+TARGET = SwitchTarget(
+    name="embedded",
+    needs="nothing beyond this repository's Python packages",
+    auto_preference=3,
+    node_class=node_class,
+    data_plane=data_plane,
+    describe_build=lambda: f"python {sys.version.split()[0]}",
+    delays_frames=True,
+    options=frozenset({"seed", "log_level", "profile", "link_delay_ms"}),
+)

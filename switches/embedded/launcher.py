@@ -143,10 +143,9 @@ class EmbeddedSwitchProcess:
             self._socket_dir = None
 
     @property
-    def pid(self) -> int:
-        if self._process is None:
-            raise RuntimeError(f"switch {self.name} is not started")
-        return self._process.pid
+    def pid(self) -> int | None:
+        """The switch process while it runs (None when stopped), for CPU accounting."""
+        return self._process.pid if self.running else None
 
     @property
     def running(self) -> bool:

@@ -1,0 +1,107 @@
+"""What a switch target is, said once: the descriptor each target package fills in.
+
+Every target package describes itself with a ``SwitchTarget`` (``TARGET`` in its
+``__init__.py``), and ``switches/targets.py`` lists the packages. Whatever chooses, checks, starts
+or tests a target reads the descriptor instead of comparing target names, so a new target
+is its own folder plus one line in that list (Pantheon's wrapper registry).
+
+A target's data plane, started on a set of ports, is a ``DataPlane``: one object with the
+same lifecycle whether a Mininet node (``switches/mininet_node.py``) or a test bed outside
+Mininet (``switches/standalone.py``) runs it. Nothing here imports a target's own
+dependencies (p4-utils, Mininet, clang): the descriptor reaches them only when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from switches.control import SwitchControl
+
+
+class DataPlane(Protocol):
+    """A target's switch running on a set of ports (port number -> interface)."""
+
+    name: str
+
+    def start(self) -> None:
+        """Run on the ports; returns once the control plane can connect."""
+
+    def stop(self) -> None:
+        """Take the switch off its ports; safe to call twice."""
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def pid(self) -> int | None:
+        """The process doing the switching while it runs, whose CPU time is measured; None
+        when stopped or when there is none (the eBPF switch: its work is softirq time)."""
+
+    def control(self, command_log: Path | None = None) -> SwitchControl:
+        """A control-plane connection (the caller closes it)."""
+
+
+StartDataPlane = Callable[..., DataPlane]
+"""(ports, log_dir, *, name, k, max_pool_size, **options) -> a DataPlane, not yet started.
+Imports the target's own modules when called, not when the descriptor is."""
+
+
+def nothing_missing() -> list[str]:
+    """The ``detect`` of a target that runs wherever this repository's packages do."""
+    return []
+
+
+@dataclass(frozen=True)
+class SwitchTarget:
+    """One switch target: what it needs, how it runs, what it supports."""
+
+    name: str
+    """What ``--switch`` and ``switch.target`` call it; also the pytest marker of its tests."""
+    needs: str
+    """What it needs beyond this repository, in words (test markers, documentation)."""
+    auto_preference: int
+    """``auto`` takes the lowest that can run here."""
+    node_class: Callable[[], type]
+    """Imports and returns its Mininet switch class (only when the target is chosen)."""
+    data_plane: StartDataPlane
+    """Its switch on a set of ports, for its Mininet node and for test beds outside Mininet."""
+    describe_build: Callable[[], str]
+    """Which switch binary runs (benchmarks record it: builds differ several-fold)."""
+    detect: Callable[[], Sequence[str]] = nothing_missing
+    """What this machine lacks or refuses for it; empty when it can run."""
+    problems_joiner: str = ", "
+    unavailable: str = "needs {problems}, which this machine lacks."
+    """Why an explicit choice cannot run: follows "switch target 'name' "; {problems} is ``detect``'s."""
+    passed_over: str = "{name} lacks: {problems}"
+    """Why ``auto`` passed it over (its log line)."""
+    program: str = "program"
+    """How a k mismatch names what is built for its k ("P4 program")."""
+    k: int | None = None
+    """The only k (elements per packet) it runs; None: any."""
+    max_pool_size: int | None = None
+    """The most register cells per shadow set it can have; None: any the config allows."""
+    delays_frames: bool = False
+    """It can delay frames itself (a delay line), for kernels without netem; its node then
+    takes the links' delay as ``link_delay_ms``."""
+    options: frozenset[str] = field(default_factory=frozenset)
+    """Keywords a caller may give its ``data_plane`` beyond the common ones (seed, profile, ...)."""
+
+    def missing(self) -> list[str]:
+        return list(self.detect())
+
+    def unavailable_message(self, problems: Sequence[str]) -> str:
+        return f"switch target '{self.name}' " + self.unavailable.format(problems=self.problems_joiner.join(problems))
+
+    def passed_over_reason(self, problems: Sequence[str]) -> str:
+        return self.passed_over.format(name=self.name, problems=self.problems_joiner.join(problems))
+
+    def check_k(self, k: int) -> None:
+        """Refuse a k the target is not built for (ValueError)."""
+        if self.k is not None and k != self.k:
+            raise ValueError(f"the {self.program} is built for k = {self.k} (SWITCHML_K in p4/include/constants.p4); got k = {k}")
+
+    def start_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The subset of ``options`` this target's data plane takes."""
+        return {key: value for key, value in options.items() if key in self.options}
