@@ -1,7 +1,7 @@
 """Figure ``shared_switch``: throughput per job and in total when 1, 2, 4 jobs share a switch.
 
 ``python -m analysis RESULTS...`` draws it from the newest shared-switch run under RESULTS
-(jobs.csv + summary.json, written by experiments/shared_switch.py). Left: each job's ATE/s (median over repetitions, min-max bars) and all
+(jobs.csv + summary.json, written by experiments/kinds/shared_switch.py). Left: each job's ATE/s (median over repetitions, min-max bars) and all
 jobs' elements over the makespan, against the number of jobs, with a job's line-rate
 bound. Right: how the control plane partitions the switch's slots for each measured set of
 jobs, and what it does with the 4-job set at twice the pools (more slots than the switch

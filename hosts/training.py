@@ -9,7 +9,7 @@ replaying a fixed tensor. The conversation with the runner is the same (ready, t
                "digests": {"gradient": .., "result": .., "int_sum": .., "parameters": ..},
                "result": "path.npy", "int_sum": "path.npy"}     (the two paths: rank 0 only)
 
-Why digests: the runner replays the training (experiments/training_replay.py), so it knows
+Why digests: the runner replays the training (experiments/kinds/training_replay.py), so it knows
 every worker's gradient; a worker reports a digest of its gradient, of its all-reduce
 result (and SwitchML's integer sum) and of its parameters after the update, and rank 0
 also its result arrays, which the runner verifies as it verifies any all-reduce. Equal

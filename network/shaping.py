@@ -4,7 +4,7 @@ Mininet's TCLink only logs tc failures, and this project's machines lack netem (
 the docs, sometimes tbf). So the testbed probes once which qdiscs the kernel has, shapes
 every link itself (htb for the rate, pfifo or netem for the queue, netem for delay/loss
 when present), fails loudly when a tc command fails, and records what it applied. Loss
-without netem is applied by the switch's drop simulator instead (see experiments/runner).
+without netem is applied by the switch's drop simulator instead (see experiments/kinds/sweep.py).
 """
 
 from __future__ import annotations

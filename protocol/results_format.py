@@ -1,6 +1,6 @@
 """The results format (docs/results-format.md): what a run writes and the analysis reads.
 
-The writers (experiments/results.py, training_results.py, shared_switch.py) and the reader
+The writers (experiments/results.py, experiments/kinds/training_results.py and shared_switch.py) and the reader
 (analysis/) all import this module, so a file name, a column or a summary key that one side
 writes and the other expects is written down once. The meaning of each column is in
 docs/results-format.md; the order here is the order of the files' headers.

@@ -11,7 +11,7 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from experiments.config import CONFIG_DIR, load_experiment
-from experiments.shared_switch import SharedSwitchWriter
+from experiments.kinds.shared_switch import SharedSwitchWriter
 from experiments.verify import Verdict
 from protocol import results_format as fmt
 from analysis.aggregate import shared_switch_jobs, shared_switch_totals

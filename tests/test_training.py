@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from experiments.config import load_experiment
-from experiments.training_replay import Replay, exact_sum, quantized_sum, replay
-from experiments.training_results import training_summary
+from experiments.kinds.training_replay import Replay, exact_sum, quantized_sum, replay
+from experiments.kinds.training_results import training_summary
 from hosts.training import steps
 from protocol.quantize import error_bound, expected_sum
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, load_dataset, minibatch, sgd_update, shard

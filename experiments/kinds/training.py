@@ -1,7 +1,7 @@
 """Running a training workload: every method trains the same model through the emulated network.
 
 Before the network is built, the exact reference (float64 sums) and the quantization
-ablation are replayed offline (experiments/training_replay.py) and their learning curves
+ablation are replayed offline (experiments/kinds/training_replay.py) and their learning curves
 written. Then, per method, one worker per host trains step by step (hosts/training.py):
 the runner releases step t, collects every worker's report, and replays the step itself
 (``Replay``): it computes every worker's gradient from the parameters it holds, checks the
@@ -24,8 +24,8 @@ from threadpoolctl import threadpool_limits
 from experiments.config import Experiment
 from experiments.harness import ExperimentKind, PointNetwork, point_network, take_result, worker_spec
 from experiments.results import format_table
-from experiments.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
-from experiments.training_results import EXACT, TrainingResultsWriter, ablation_series, format_training_table
+from experiments.kinds.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
+from experiments.kinds.training_results import EXACT, TrainingResultsWriter, ablation_series, format_training_table
 from experiments.verify import Verdict, expected_for, verify
 from experiments.workers import REPORT_GRACE_S
 from base.yamlschema import ConfigError

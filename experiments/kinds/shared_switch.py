@@ -35,7 +35,7 @@ from experiments.inputs import point_inputs
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
-from experiments.runner import ExperimentRunner
+from experiments.kinds.sweep import ExperimentRunner
 from experiments.verify import expected_for
 from experiments.workers import REPORT_GRACE_S
 import methods

@@ -1,0 +1,25 @@
+"""The experiment kinds, one line each: the first whose ``applies`` says yes runs a config.
+
+Each kind is a module here on experiments/harness.py's skeleton that defines its
+``ExperimentKind`` (``KIND``): ``sweep`` (all-reduce jobs over sweep points, methods and
+repetitions; it takes any config, so it comes last), ``training`` (each method trains a
+model step by step, with ``training_replay`` and ``training_results``) and
+``shared_switch`` (several jobs on one switch at once). A new kind is a module here and one
+line in ``KINDS``.
+"""
+
+from __future__ import annotations
+
+from experiments.config import Experiment
+from experiments.harness import ExperimentKind
+from experiments.kinds import shared_switch, sweep, training
+
+KINDS: tuple[ExperimentKind, ...] = (
+    shared_switch.KIND,
+    training.KIND,
+    sweep.KIND,
+)
+
+
+def kind_of(experiment: Experiment) -> ExperimentKind:
+    return next(kind for kind in KINDS if kind.applies(experiment))
