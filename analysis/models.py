@@ -22,15 +22,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from methods.method import BITS_PER_BYTE, require_positive
-from methods.ps import algbw_bound_bytes as ps_algbw_bound
-from methods.ps import ate_bound as ps_ate_bound
-from methods.ps import traffic_per_tensor_byte as ps_traffic_per_tensor_byte
-from methods.ring import algbw_bound_bytes as ring_algbw_bound
-from methods.ring import ate_bound as ring_ate_bound
-from methods.ring import traffic_per_tensor_byte as ring_traffic_per_tensor_byte
+from methods import ps, ring
 from methods.switchml import line_rate_ate as switchml_line_rate_ate
 from protocol.plan import JobPlan
 from protocol.packet import frame_bytes
+
+ring_traffic_per_tensor_byte = ring.traffic_per_tensor_byte
+ring_algbw_bound = ring.BOUND.algbw
+ring_ate_bound = ring.BOUND.ate
+ps_traffic_per_tensor_byte = ps.traffic_per_tensor_byte
+ps_algbw_bound = ps.BOUND.algbw
+ps_ate_bound = ps.BOUND.ate
 
 __all__ = [
     "BITS_PER_BYTE", "SwitchMLJobPace", "busbw", "expected_speedup_over_ring",

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
+from protocol.packet import ELEMENT_BYTES
+
 BITS_PER_BYTE = 8
 
 
@@ -66,6 +68,26 @@ def algbw_bound(link_bps: float, traffic_per_tensor_byte: float) -> float:
     """
     require_positive(link_bps=link_bps, traffic_per_tensor_byte=traffic_per_tensor_byte)
     return link_bps / BITS_PER_BYTE / traffic_per_tensor_byte
+
+
+@dataclass(frozen=True)
+class PayloadBound:
+    """The bound of a method whose every host moves ``traffic_per_tensor_byte(n)`` payload
+    bytes per tensor byte over its link (the TCP baselines): a ceiling, since the headers
+    they also carry can only lower it. Called as a ``Bound``; k plays no part."""
+
+    traffic_per_tensor_byte: Callable[[int], float]
+
+    def algbw(self, link_bps: float, n_workers: int) -> float:
+        """Tensor bytes per second: B/8 over the traffic per tensor byte."""
+        return algbw_bound(link_bps, self.traffic_per_tensor_byte(n_workers))
+
+    def ate(self, link_bps: float, n_workers: int, element_bytes: int = ELEMENT_BYTES) -> float:
+        """Aggregated elements per second: the algbw bound over the element size."""
+        return self.algbw(link_bps, n_workers) / element_bytes
+
+    def __call__(self, link_bps: float, n_workers: int, k: int) -> float:
+        return self.ate(link_bps, n_workers)
 
 
 def require_workers(n_workers: int) -> None:

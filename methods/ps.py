@@ -6,8 +6,7 @@ Its bound counts payload bytes only, like the ring's, which it equals.
 
 from __future__ import annotations
 
-from methods.method import Method, Verification, algbw_bound, require_workers
-from protocol.packet import ELEMENT_BYTES
+from methods.method import Method, PayloadBound, Verification, require_workers
 
 
 def traffic_per_tensor_byte(n_workers: int) -> float:
@@ -25,22 +24,10 @@ def traffic_per_tensor_byte(n_workers: int) -> float:
     return 2 * (n_workers - 1) / n_workers
 
 
-def algbw_bound_bytes(link_bps: float, n_workers: int) -> float:
-    """Co-located sharded PS algbw bound in bytes/s: B/8 * n / (2(n-1)), equal to the ring's."""
-    return algbw_bound(link_bps, traffic_per_tensor_byte(n_workers))
-
-
-def ate_bound(link_bps: float, n_workers: int, element_bytes: int = ELEMENT_BYTES) -> float:
-    """Co-located sharded PS bound in aggregated elements/s."""
-    return algbw_bound_bytes(link_bps, n_workers) / element_bytes
-
-
-def bound(link_bps: float, n_workers: int, k: int) -> float:
-    """Independent of the packet size, as the ring's."""
-    return ate_bound(link_bps, n_workers)
-
+BOUND = PayloadBound(traffic_per_tensor_byte)
+"""Independent of the packet size: TCP segments carry the chunks."""
 
 PS = Method(
-    name="ps", label="parameter server", colour="tab:green", verification=Verification.FLOAT_SUM, bound=bound,
+    name="ps", label="parameter server", colour="tab:green", verification=Verification.FLOAT_SUM, bound=BOUND,
     host="hosts.allreduce:ParameterServerMethod",
 )

@@ -5,8 +5,7 @@ Its bound counts payload bytes only: the TCP/IP headers it also carries can only
 
 from __future__ import annotations
 
-from methods.method import Method, Verification, algbw_bound, require_workers
-from protocol.packet import ELEMENT_BYTES
+from methods.method import Method, PayloadBound, Verification, require_workers
 
 
 def traffic_per_tensor_byte(n_workers: int) -> float:
@@ -20,22 +19,10 @@ def traffic_per_tensor_byte(n_workers: int) -> float:
     return 2 * (n_workers - 1) / n_workers
 
 
-def algbw_bound_bytes(link_bps: float, n_workers: int) -> float:
-    """Ring all-reduce algbw bound in bytes/s: B/8 * n / (2(n-1))."""
-    return algbw_bound(link_bps, traffic_per_tensor_byte(n_workers))
-
-
-def ate_bound(link_bps: float, n_workers: int, element_bytes: int = ELEMENT_BYTES) -> float:
-    """Ring all-reduce bound in aggregated elements/s: the algbw bound over the element size."""
-    return algbw_bound_bytes(link_bps, n_workers) / element_bytes
-
-
-def bound(link_bps: float, n_workers: int, k: int) -> float:
-    """The ring's bound does not depend on a packet size: TCP segments carry the chunks."""
-    return ate_bound(link_bps, n_workers)
-
+BOUND = PayloadBound(traffic_per_tensor_byte)
+"""Independent of the packet size: TCP segments carry the chunks."""
 
 RING = Method(
-    name="ring", label="ring all-reduce", colour="tab:orange", verification=Verification.FLOAT_SUM, bound=bound,
+    name="ring", label="ring all-reduce", colour="tab:orange", verification=Verification.FLOAT_SUM, bound=BOUND,
     host="hosts.allreduce:RingMethod",
 )
