@@ -1,7 +1,7 @@
 """The labs' command line (labs/README.md).
 
     python -m labs list
-    python -m labs skeleton N --out DIR [--track python|p4]
+    python -m labs skeleton N --out DIR [--track python|p4] [--keep LABS]
     python -m labs grade N [--tree DIR] [--track ...] [--tests-from DIR] [--report FILE]
     python -m labs grade-batch N SUBMISSIONS --csv FILE [--track ...] [--tests-from DIR]
     python -m labs plot N [--results DIR ...] [--out DIR]
@@ -24,7 +24,7 @@ from pathlib import Path
 from base.yamlschema import ConfigError
 from labs import catalog
 from labs.grade import default_report, grade, replace_graded_files, score_table, write_report
-from labs.markers import MarkerError
+from labs.markers import MarkerError, Region
 from labs.skeleton import SkeletonError, make_skeleton
 
 log = logging.getLogger("labs")
@@ -44,17 +44,37 @@ def cmd_skeleton(args: argparse.Namespace) -> int:
     lab = catalog.by_number(args.lab)
     track = lab.track(args.track)
     source = catalog.LABS_DIR.parent
-    regions = make_skeleton(source, args.out, lab.number, list(track.files))
+    handout = make_skeleton(source, args.out, lab, track, args.keep)
     venv = source / ".venv"
     if venv.is_dir() and not (args.out / ".venv").exists():
         (args.out / ".venv").symlink_to(venv)  # the same commands work in the skeleton: .venv/bin/python ...
         with (args.out / ".git" / "info" / "exclude").open("a") as exclude:
             exclude.write(".venv\n")  # .gitignore's ".venv/" matches the folder, not a link to it
     print(f"lab {lab.number} ({track.name} track) skeleton in {args.out}; write your code in:")
-    for region in regions:
+    for region in handout.student:
         print(f"  {region.where}  {region.hint}")
+    others = [region for region in handout.stubbed if region.lab != lab.number or region.path not in track.files]
+    print(f"answers it holds: {_by_lab(handout.kept)}; also stubbed: {_by_lab(others)}")
     print(f"then: cd {args.out} && .venv/bin/python -m labs grade {lab.number}" + (f" --track {track.name}" if args.track else ""))
     return 0
+
+
+def _by_lab(regions: list[Region]) -> str:
+    """'lab 0 (methods/switchml.py), lab 3 (hosts/switchml/timers.py)', or 'none'."""
+    files: dict[int, set[str]] = {}
+    for region in regions:
+        files.setdefault(region.lab, set()).add(region.path)
+    return ", ".join(f"lab {n} ({', '.join(sorted(paths))})" for n, paths in sorted(files.items())) or "none"
+
+
+def _keep(value: str) -> frozenset[int]:
+    """--keep's value: lab numbers separated by commas, or 'none'."""
+    if value == "none":
+        return frozenset()
+    try:
+        return frozenset(int(part) for part in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: lab numbers separated by commas (0,1,2) or 'none'") from None
 
 
 def _grade_copy(lab: catalog.Lab, track: catalog.Track, tree: Path, tests_from: Path | None, scratch: Path):
@@ -140,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sub = lab_command("skeleton", "copy this repository with the lab's regions replaced by stubs")
     sub.add_argument("--out", type=Path, required=True, help="new or empty folder for the student's tree")
+    sub.add_argument("--keep", type=_keep, help="the other labs whose answers it holds: 0,1 or none (default: earlier labs'"
+                                                " and the later ones the lab's tests or run execute, lab.yaml's keeps)")  # fmt: skip
     track_option(sub)
     sub.set_defaults(run=cmd_skeleton)
 

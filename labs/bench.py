@@ -24,17 +24,30 @@ POOL = 8
 JOB = 5
 MCAST_GRP = 9
 SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
+SPINE = Endpoint("02:00:00:00:01:00", "10.0.1.1", params.UDP_PORT_BASE)
+"""The switch above a leaf (hierarchical aggregation, docs/dataplane.md), on UPLINK_PORT."""
+UPLINK_PORT = 16
 
 
 def worker(rank: int) -> Endpoint:
     return Endpoint(f"02:00:00:00:00:{rank + 1:02x}", f"10.0.0.{rank + 1}", params.WORKER_UDP_PORT)
 
 
+def _ipv4(endpoint: Endpoint) -> int:
+    return int.from_bytes(bytes(int(part) for part in endpoint.ipv4.split(".")), "big")
+
+
+def _mac(endpoint: Endpoint) -> int:
+    return int(endpoint.mac.replace(":", ""), 16)
+
+
 @dataclass
 class IngressBench:
-    """``n`` workers of job JOB on ports 1..n (rank r on port r + 1)."""
+    """``n`` workers of job JOB on ports 1..n (rank r on port r + 1); with ``leaf``, the
+    switch is a leaf whose complete local sums go up to SPINE on UPLINK_PORT."""
 
     n: int = 2
+    leaf: bool = False
     ingress: SwitchMLIngress = field(init=False)
     packet: PacketBuffer = field(init=False)
 
@@ -43,8 +56,10 @@ class IngressBench:
         self.packet = PacketBuffer(K)
         self._parser = SwitchMLParser(K)
         for rank in range(self.n):
-            address = int.from_bytes(bytes(int(part) for part in worker(rank).ipv4.split(".")), "big")
-            self.ingress.worker_table.add("set_worker", [rank + 1, address], [rank, JOB, self.n, MCAST_GRP, 0, POOL])  # slot_base, pool_size: the whole pool
+            self.ingress.worker_table.add("set_worker", [rank + 1, _ipv4(worker(rank))], [rank, JOB, self.n, MCAST_GRP, 0, POOL])  # slot_base, pool_size: the whole pool
+        if self.leaf:
+            uplink = [UPLINK_PORT, _mac(SWITCH), _ipv4(SWITCH), _mac(SPINE), _ipv4(SPINE), self.n, MCAST_GRP, 0, POOL]
+            self.ingress.uplink_table.add("set_uplink", [JOB], uplink)
 
     def send(self, rank: int, slot: int, shadow_set: int, values: list[int], exponent: int = 0, seq: int = 0) -> tuple:
         """Run one update of ``rank`` through the ingress; returns its decision."""
@@ -52,6 +67,13 @@ class IngressBench:
         frame = build_frame(worker(rank), SWITCH, encode_payload(header, np.asarray(values, dtype=np.int32)))
         self.packet.frame[: len(frame)] = frame
         return self.ingress.apply(self.packet, rank + 1, len(frame), self._parser.parse(self.packet.frame, len(frame)))
+
+    def result_from_above(self, slot: int, shadow_set: int, values: list[int], exponent: int = 0, seq: int = 0) -> tuple:
+        """Run the spine's result for a leaf's slot through the ingress; returns its decision."""
+        header = SwitchMLHeader(params.MSG_RESULT, shadow_set, JOB, slot, K, exponent, seq)
+        frame = build_frame(SPINE, SWITCH, encode_payload(header, np.asarray(values, dtype=np.int32)))
+        self.packet.frame[: len(frame)] = frame
+        return self.ingress.apply(self.packet, UPLINK_PORT, len(frame), self._parser.parse(self.packet.frame, len(frame)))
 
     def result(self) -> tuple[int, int, list[int]]:
         """(msg_type, exponent, elements) of the frame in the buffer, as the ingress left it."""

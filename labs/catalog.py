@@ -28,6 +28,15 @@ class GradedTest:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """A later lab's regions that this lab's tests or run execute: a handout keeps them."""
+
+    lab: int
+    files: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
 class Track:
     name: str
     files: tuple[str, ...]
@@ -50,10 +59,17 @@ class Lab:
     figures: tuple[str, ...]
     plot_about: str
     tracks: dict[str, Track]
+    keeps: tuple[Kept, ...]
 
     @property
     def name(self) -> str:
         return self.folder.name
+
+    def keeps_by_default(self, lab: int, path: str) -> bool:
+        """Whether this lab's handout keeps the answer of lab ``lab``'s regions in ``path``
+        unless told otherwise: every earlier lab's, and the later ones lab.yaml's ``keeps``
+        lists (this lab's tests or run execute them)."""
+        return lab < self.number or any(kept.lab == lab and path in kept.files for kept in self.keeps)
 
     def track(self, name: str | None) -> Track:
         """The track called ``name`` (None: python, or the only one)."""
@@ -78,8 +94,12 @@ def load_lab(folder: Path) -> Lab:
         )
         for name, track in data["tracks"].items()
     }
+    keeps = tuple(Kept(kept["lab"], tuple(kept["files"]), kept["why"]) for kept in data.get("keeps", []))
+    not_later = [kept.lab for kept in keeps if kept.lab <= data["number"]]
+    if not_later:
+        raise ConfigError(f"{path}: keeps: lab {not_later[0]} is not a later lab (earlier labs' answers are kept anyway)")
     return Lab(data["number"], folder, data["title"], data["hours"], float(data.get("timeout_s", DEFAULT_TIMEOUT_S)),
-               data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks)  # fmt: skip
+               data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks, keeps)  # fmt: skip
 
 
 def all_labs(labs_dir: Path = LABS_DIR) -> list[Lab]:

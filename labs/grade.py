@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,20 @@ def junit_key(node_id: str) -> tuple[str, str]:
     return ".".join([path, *parts[1:-1]]), parts[-1]
 
 
+FIXTURE_FAILURE = re.compile(r'^failed on (?P<phase>setup|teardown) with "(?P<what>.*?)"?$')
+QUALIFIED_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?P<name>[A-Za-z_]\w*(?:Error|Exception|Exit)\b)")
+
+
+def readable(line: str) -> str:
+    """A failure's first line, shorter where pytest pads it: 'failed on setup with
+    "switches.bmv2.compile.P4CompileError: p4c: ..."' becomes 'setup: P4CompileError: p4c:
+    ...', so what went wrong fits the score table's column."""
+    fixture = FIXTURE_FAILURE.match(line)
+    if fixture:
+        line = f"{fixture['phase']}: {QUALIFIED_EXCEPTION.sub(lambda m: m['name'], fixture['what'])}"
+    return QUALIFIED_EXCEPTION.sub(lambda m: m["name"], line)
+
+
 def read_junit(path: Path) -> dict[tuple[str, str], tuple[str, str, float]]:
     """Per (classname, name): outcome, first message line, seconds."""
     outcomes = {}
@@ -76,7 +91,7 @@ def read_junit(path: Path) -> dict[tuple[str, str], tuple[str, str, float]]:
             if element is not None:
                 outcome = "skipped" if tag == "skipped" else ("fail" if tag == "failure" else "error")
                 text = element.get("message") or element.text or tag
-                message = text.strip().splitlines()[0] if text.strip() else tag
+                message = readable(text.strip().splitlines()[0]) if text.strip() else tag
                 break
         outcomes[(case.get("classname", ""), case.get("name", ""))] = (outcome, message, float(case.get("time", 0.0)))
     return outcomes

@@ -1,9 +1,12 @@
 """A student's tree for one lab: a copy of the repository with that lab's regions stubbed.
 
 The copy holds what git tracks (plus new, not ignored files, so an instructor's uncommitted
-lab works too), never ``.venv``, results or build output. Inside each region of the lab the
-reference code is replaced by a stub that fails at once and says what to write; the marker
-lines stay, so the student sees where the answer goes:
+lab works too), never ``.venv``, results, build output or the instructor-only solutions
+(INSTRUCTOR_ONLY). Inside each region of the lab, in every track's files, the reference code
+is replaced by a stub that fails at once and says what to write, and so is every other lab's
+region the handout does not keep (by default it keeps earlier labs' answers and the later
+ones lab.yaml's ``keeps`` lists; labs/README.md, "Handing out"). The marker lines stay, so
+the student sees where the answer goes:
 
 - Python: ``raise NotImplementedError("Lab n: <hint>")`` at the marker's indentation. A
   switch or worker that reaches it dies at once with that message (in its log), so a test
@@ -19,9 +22,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from labs.markers import Region, marked_files
+from dataclasses import dataclass
+
+from labs.catalog import Lab, Track
+from labs.markers import Region, marked_files, scan_file
 
 log = logging.getLogger(__name__)
+
+INSTRUCTOR_ONLY = ("tests/test_lab_solutions.py",)
+"""Files no handout gets: the grader-strength test keeps a correct solution of every lab."""
 
 
 class SkeletonError(RuntimeError):
@@ -54,17 +63,23 @@ def stub_lines(region: Region, suffix: str) -> list[str]:
 
 def stub_text(text: str, regions: list[Region], suffix: str) -> str:
     """``text`` with every region in ``regions`` replaced by its stub, marker lines kept."""
+    return fill_regions(text, {region: stub_lines(region, suffix) for region in regions})
+
+
+def fill_regions(text: str, bodies: dict[Region, list[str]]) -> str:
+    """``text`` with each region's lines (between its markers, which stay) replaced by its
+    body: a stub, or a solution written into a skeleton (tests/test_lab_solutions.py)."""
     lines = text.splitlines()
-    for region in sorted(regions, key=lambda r: r.begin, reverse=True):
-        lines[region.begin + 1 : region.end] = stub_lines(region, suffix)
+    for region in sorted(bodies, key=lambda r: r.begin, reverse=True):
+        lines[region.begin + 1 : region.end] = bodies[region]
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
-def copy_tree(source: Path, out: Path) -> list[str]:
-    """Copy ``source``'s tracked files into ``out`` (new or empty); returns them."""
+def copy_tree(source: Path, out: Path, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """Copy ``source``'s tracked files but ``leave_out`` into ``out`` (new or empty); returns them."""
     if out.exists() and any(out.iterdir()):
         raise SkeletonError(f"{out} is not empty: give a new folder for the skeleton")
-    files = tracked_files(source)
+    files = [path for path in tracked_files(source) if path not in leave_out]
     for path in files:
         target = out / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -72,29 +87,59 @@ def copy_tree(source: Path, out: Path) -> list[str]:
     return files
 
 
-def make_skeleton(source: Path, out: Path, lab: int, files: list[str]) -> list[Region]:
-    """Write lab ``lab``'s skeleton of ``source`` into ``out``, stubbing its regions in ``files``.
+@dataclass(frozen=True)
+class Handout:
+    """What a skeleton stubbed: where the student writes, and every region stubbed."""
 
-    Returns the regions stubbed. Regions of other labs stay as they are (the reference), so
-    a student works on one lab at a time.
+    student: list[Region]
+    """The lab's regions in the track's files, at their lines in the skeleton: where the answer goes."""
+    stubbed: list[Region]
+    """Every region stubbed: those, the lab's regions of its other track, other labs' not kept."""
+    kept: list[Region]
+    """Other labs' regions whose answer the handout holds."""
+
+
+def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozenset[int] | None = None) -> Handout:
+    """Write ``lab``'s skeleton of ``source`` for ``track`` into ``out``.
+
+    Stubs the lab's regions in every file (a python handout must not hold the P4 answer)
+    and every other lab's region it does not keep: with ``keep``, those of the labs in it;
+    without, ``lab.keeps_by_default``.
     """
-    copied = copy_tree(source, out)
-    missing = sorted(set(files) - set(copied))
+    if keep is not None and lab.number in keep:
+        raise SkeletonError(f"lab {lab.number}'s skeleton cannot keep lab {lab.number}'s answer: it is what the student writes")
+    copied = copy_tree(source, out, INSTRUCTOR_ONLY)
+    missing = sorted(set(track.files) - set(copied))
     if missing:
-        raise SkeletonError(f"lab {lab}'s files are not in {source}: {', '.join(missing)}")
+        raise SkeletonError(f"lab {lab.number}'s files are not in {source}: {', '.join(missing)}")
+
+    def kept(region: Region) -> bool:
+        if region.lab == lab.number:
+            return False
+        return region.lab in keep if keep is not None else lab.keeps_by_default(region.lab, region.path)
+
     stubbed: list[Region] = []
-    for path, regions in marked_files(out, files).items():
-        mine = [region for region in regions if region.lab == lab]
-        if not mine:
+    held: list[Region] = []
+    for path, regions in marked_files(out, copied).items():
+        cut = [region for region in regions if not kept(region)]
+        held += [region for region in regions if kept(region)]
+        if not cut:
             continue
         target = out / path
-        target.write_text(stub_text(target.read_text(), mine, target.suffix))
-        stubbed += mine
-        log.debug("%s: stubbed %s", path, ", ".join(region.where for region in mine))
-    if not stubbed:
-        raise SkeletonError(f"no BEGIN LAB {lab} region in {', '.join(files)}")
-    _commit(out, f"lab {lab} skeleton")
-    return stubbed
+        target.write_text(stub_text(target.read_text(), cut, target.suffix))
+        stubbed += cut
+        log.debug("%s: stubbed %s", path, ", ".join(f"lab {region.lab} {region.where}" for region in cut))
+    # where the student writes, as the skeleton's lines number them (its stubs are shorter than the answers)
+    student = [region for path in track.files for region in scan_file(out, path) if region.lab == lab.number]
+    if not student:
+        raise SkeletonError(f"no BEGIN LAB {lab.number} region in {', '.join(track.files)}")
+    _commit(out, f"lab {lab.number} skeleton")
+    for needed in lab.keeps:
+        dropped = sorted({region.path for region in stubbed if region.lab == needed.lab and region.path in needed.files})
+        if dropped:
+            log.warning("lab %d's handout stubs lab %d's %s, which %s: those fail until the student writes them too",
+                        lab.number, needed.lab, ", ".join(dropped), needed.why)  # fmt: skip
+    return Handout(student, stubbed, held)
 
 
 def _commit(out: Path, message: str) -> None:

@@ -84,6 +84,7 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
     with pytest.raises(p4compile.P4CompileError) as error:
         p4compile.compile_p4(p4compile.CompileOptions(p4c=str(failing)), build_root=tmp_path / "build")
     assert message in str(error.value)
+    assert str(error.value).splitlines()[0] == f"p4c: {message} (exit 1)", "a test report's one line names file, line and error"
     assert list((tmp_path / "build").iterdir()) == []
 
 

@@ -12,21 +12,24 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from labs import catalog
 from labs.__main__ import main
-from labs.grade import grade, junit_key, score_table
+from labs.grade import grade, junit_key, readable, score_table
 from labs.markers import MarkerError, marked_files, scan_text
 from labs.plot import known_figures
-from labs.skeleton import copy_tree, make_skeleton, stub_text, tracked_files
+from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, make_skeleton, stub_text, tracked_files
 from protocol.params import REPO_ROOT
-from tests.conftest import require_target
+from switches.bmv2.compile import CompileOptions
+from tests.conftest import require_target, require_track_machine
 
 LABS = catalog.all_labs()
 TRACK_CASES = [
@@ -34,15 +37,6 @@ TRACK_CASES = [
     for lab in LABS
     for track in lab.tracks.values()
 ]
-
-
-def _require_machine(track: catalog.Track) -> None:
-    """What the graded tests need: bmv2 for the P4 track (or fail where CI says it must
-    run), root for namespaces and Mininet."""
-    if "bmv2" in track.needs:
-        require_target("bmv2")
-    if {"netns", "mininet"} & set(track.needs) and os.geteuid() != 0:
-        pytest.skip("the graded tests create network namespaces: root only")
 
 
 # ---- descriptions and markers -----------------------------------------------------------
@@ -73,6 +67,55 @@ def test_graded_tests_exist_and_figures_are_known() -> None:
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *ids],
                                capture_output=True, text=True, cwd=REPO_ROOT)  # fmt: skip
     assert collected.returncode == 0, f"a graded test id does not exist: {collected.stdout[-2000:]}{collected.stderr[-2000:]}"
+
+
+LAB_TEXTS = [catalog.LABS_DIR / "README.md", *(lab.folder / "README.md" for lab in LABS)]
+CITED_LINE = re.compile(r"\.(?:py|p4):\d+|\bline \d+")
+CITED_TIME = re.compile(r"\b\d+(?:\.\d+)? ?(?:s|min|minutes?|h)\b(?! \()|\b(?:a|one|two) (?:minute|hour)s?\b|about (?:a|one|two) ")
+
+
+@pytest.mark.parametrize("text", LAB_TEXTS, ids=lambda path: path.parent.name)
+def test_lab_texts_cite_no_line_numbers_or_run_times(text: Path) -> None:
+    """Line numbers move with every edit and run times with every machine: a lab text that
+    cites them goes stale unnoticed (the skeleton command prints the lines; a run prints
+    its time). The times a text may give are checked: a lab's hours are lab.yaml's, the
+grader's default timeout is its own; the series table is checked below."""
+    content = text.read_text()
+    checked = [f"{catalog.DEFAULT_TIMEOUT_S:g} s unless lab.yaml says otherwise"]  # the grader's default, cited as it is
+    checked += [f"**Time:** {lab.hours}." for lab in LABS if lab.folder == text.parent]  # lab.yaml's hours
+    assert all(citation in content for citation in checked[1:]), f"{text}: its time is not lab.yaml's {checked[1:]}"
+    for citation in checked:
+        content = content.replace(citation, "")
+    lines = content.splitlines()
+    cited = [f"{number}: {line.strip()}" for number, line in enumerate(lines, 1)
+             if CITED_LINE.search(line) or (CITED_TIME.search(line) and not line.startswith("| ["))]  # fmt: skip
+    assert not cited, "\n".join(cited)
+
+
+def test_the_series_table_gives_each_labs_hours_and_points() -> None:
+    rows = {int(row.split("](")[0].removeprefix("| [")): row for row in (catalog.LABS_DIR / "README.md").read_text().splitlines()
+            if row.startswith("| [")}  # fmt: skip
+    for lab in LABS:
+        points = ", ".join(f"{track.name} {track.points}" for track in lab.tracks.values())
+        assert f"| {lab.hours} | {points} |" in rows[lab.number], rows[lab.number]
+
+
+def test_the_guide_says_what_each_default_handout_holds() -> None:
+    rows = {row.split("|")[1].strip(): row for row in (catalog.LABS_DIR / "README.md").read_text().splitlines()
+            if row.startswith("| ") and row.split("|")[1].strip().isdigit()}  # fmt: skip
+    for lab in LABS:
+        row = rows[str(lab.number)]
+        for kept in lab.keeps:
+            assert all(f"lab {kept.lab} (`{path}`" in row for path in kept.files), row
+        earlier = ("lab " if lab.number == 1 else "labs ") + ", ".join(map(str, range(lab.number)))
+        assert lab.number == 0 or row.split("|")[2].strip().startswith(earlier), f"holds the answers of {earlier}: {row}"
+
+
+def test_lab_2_gives_the_p4c_command_the_grader_runs() -> None:
+    """A student reading a compile error runs p4c by hand with the include path the build uses."""
+    command = CompileOptions().command(Path("build/p4-by-hand"))
+    by_hand = [part.replace(f"{REPO_ROOT}/", "") for part in command if part not in CompileOptions().defines()]
+    assert " ".join(by_hand) in (LABS[2].folder / "README.md").read_text()
 
 
 def test_lab_configs_validate() -> None:
@@ -115,6 +158,12 @@ def test_stubs_keep_the_markers_and_the_indentation() -> None:
     )
 
 
+def test_a_failures_line_loses_pytests_padding_not_what_went_wrong() -> None:
+    compile_error = 'failed on setup with "switches.bmv2.compile.P4CompileError: p4c: p4/include/ingress.p4(345):syntax error'
+    assert readable(compile_error) == "setup: P4CompileError: p4c: p4/include/ingress.p4(345):syntax error"
+    assert readable("AssertionError: host 0 got 0 results: []") == "AssertionError: host 0 got 0 results: []"
+
+
 def test_junit_names_of_node_ids() -> None:
     assert junit_key("tests/test_a.py::test_b[embedded]") == ("tests.test_a", "test_b[embedded]")
     assert junit_key("labs/02-x/tests/test_c.py::TestD::test_e") == ("labs.02-x.tests.test_c.TestD", "test_e")
@@ -130,7 +179,7 @@ GRADING_TIMEOUT_S = 1200
 @pytest.mark.timeout(GRADING_TIMEOUT_S)
 @pytest.mark.parametrize(("lab", "track"), TRACK_CASES)
 def test_reference_gets_full_marks(lab: catalog.Lab, track: catalog.Track) -> None:
-    _require_machine(track)
+    require_track_machine(track.needs)
     result = grade(lab, track, REPO_ROOT)
     assert result.full_marks, score_table(lab, result)
 
@@ -138,9 +187,9 @@ def test_reference_gets_full_marks(lab: catalog.Lab, track: catalog.Track) -> No
 @pytest.mark.timeout(GRADING_TIMEOUT_S)
 @pytest.mark.parametrize(("lab", "track"), TRACK_CASES)
 def test_skeleton_fails_exactly_its_expected_tests(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
-    _require_machine(track)
+    require_track_machine(track.needs)
     tree = tmp_path / "tree"
-    make_skeleton(REPO_ROOT, tree, lab.number, list(track.files))
+    make_skeleton(REPO_ROOT, tree, lab, track)
     result = grade(lab, track, tree)
     passed = {test.id: test.outcome == "pass" for test in result.tests}
     assert passed == {test.id: test.skeleton == "pass" for test in track.tests}, score_table(lab, result)
@@ -152,7 +201,7 @@ def test_skeleton_fails_exactly_its_expected_tests(lab: catalog.Lab, track: cata
 def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
     require_target("bmv2")
     tree = tmp_path / "tree"
-    make_skeleton(REPO_ROOT, tree, lab.number, list(lab.tracks["p4"].files))
+    make_skeleton(REPO_ROOT, tree, lab, lab.tracks["p4"])
     assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "include" / "ingress.p4").read_text()
     compiled = subprocess.run(
         [sys.executable, "-c", "from switches.bmv2.compile import compile_p4; print(compile_p4())"],
@@ -160,6 +209,53 @@ def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
     )  # fmt: skip
     assert compiled.returncode == 0, compiled.stderr
     assert Path(compiled.stdout.strip()).is_relative_to(tree), "compiled the skeleton's program, not the checkout's"
+
+
+# ---- handouts ----------------------------------------------------------------------------
+
+
+def _region_bodies(root: Path) -> dict[tuple[str, int, int], list[str]]:
+    """Per (file, lab, ordinal of the lab's regions in that file): the region's lines."""
+    bodies = {}
+    for path, regions in marked_files(root, tracked_files(root)).items():
+        lines = (root / path).read_text().splitlines()
+        for region in regions:
+            ordinal = sum(1 for key in bodies if key[:2] == (path, region.lab))
+            bodies[(path, region.lab, ordinal)] = lines[region.begin + 1 : region.end]
+    return bodies
+
+
+def _assert_holds_only(tree: Path, held: Callable[[int, str], bool]) -> None:
+    """Every region of ``tree`` is the reference's where ``held(lab, path)``, a stub elsewhere."""
+    reference, handout = _region_bodies(REPO_ROOT), _region_bodies(tree)
+    assert handout.keys() == reference.keys(), "a handout keeps every region's markers"
+    for (path, lab, ordinal), body in handout.items():
+        answer = reference[(path, lab, ordinal)]
+        if held(lab, path):
+            assert body == answer, f"{path}: lab {lab}'s region {ordinal} is not the reference"
+        else:
+            assert body != answer and len(body) <= 2, f"{path}: holds lab {lab}'s answer (region {ordinal})"
+    assert not any((tree / path).exists() for path in INSTRUCTOR_ONLY), "a handout holds the instructor's solutions"
+
+
+@pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
+                         ids=[case.id for case in TRACK_CASES])  # fmt: skip
+def test_a_handout_holds_only_the_answers_its_lab_keeps(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
+    """By default a lab's handout holds earlier labs' answers and the later ones lab.yaml's
+    keeps lists, none of its own (in either track's files) and no other."""
+    make_skeleton(REPO_ROOT, tmp_path / "tree", lab, track)
+    _assert_holds_only(tmp_path / "tree", lambda n, path: n != lab.number and lab.keeps_by_default(n, path))
+
+
+def test_an_instructor_chooses_which_answers_a_handout_keeps(tmp_path: Path, caplog) -> None:
+    lab = catalog.by_number(2)
+    assert main(["skeleton", "2", "--keep", "none", "--out", str(tmp_path / "none")]) == 0
+    _assert_holds_only(tmp_path / "none", lambda n, path: False)
+    assert "stubs lab 3's hosts/switchml/timers.py, which the lab's run times every slot" in caplog.text
+    assert main(["skeleton", "2", "--keep", "0,4", "--out", str(tmp_path / "some")]) == 0
+    _assert_holds_only(tmp_path / "some", lambda n, path: n in {0, 4})
+    assert main(["skeleton", "2", "--keep", "2", "--out", str(tmp_path / "own")]) == 2, "never its own answer"
+    assert lab.keeps_by_default(1, "protocol/quantize.py") and not lab.keeps_by_default(3, "switches/embedded/ingress.py")
 
 
 # ---- the command line -------------------------------------------------------------------
@@ -177,7 +273,7 @@ def test_skeleton_command_makes_a_repository_of_its_own(tmp_path: Path, capsys) 
 def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path: Path) -> None:
     lab = catalog.by_number(0)
     submissions = tmp_path / "submissions"
-    make_skeleton(REPO_ROOT, submissions / "alice", 0, list(lab.track(None).files))
+    make_skeleton(REPO_ROOT, submissions / "alice", lab, lab.track(None))
     copy_tree(REPO_ROOT, submissions / "bob")
     shutil.rmtree(submissions / "alice" / "labs" / "00-run-and-measure" / "tests")  # a student cannot drop the tests
     grades = tmp_path / "grades.csv"

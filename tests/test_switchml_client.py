@@ -319,7 +319,7 @@ def test_timeout_adapts_to_the_round_trip_and_ignores_resent_packets() -> None:
     # Round trips shorter than the floor never pull the timeout below it.
     for _ in range(100):
         timers.rtt.sample(0.001)
-    assert timers.rtt.timeout(policy.min_s, policy.first_s) == policy.min_s
+    assert timers.rtt.timeout(policy.min_s, policy.first_s) == policy.min_s, "never below the floor (min_s)"
 
 
 def test_timeout_ignores_slots_that_waited_for_another_workers_loss() -> None:

@@ -295,7 +295,7 @@ control SwitchMLIngress(inout headers_t hdr,
                                 mark_to_drop(standard_metadata);
                                 event_counter.count(EV_DROP_STALE);
                             } else if (is_new) {
-                                // BEGIN LAB 2: set the rank bit (clear it in the other set), store or add, max exponent, count; multicast when complete
+                                // BEGIN LAB 2: set the rank bit (clear it in the other set), store the first contribution or add, keep the max exponent, count
                                 /* A new contribution. Clearing the rank from the other set
                                  * readies that set for this worker's next chunk. */
                                 bitmap.write(meta.reg_index, contributors | meta.rank_bit);
@@ -320,6 +320,7 @@ control SwitchMLIngress(inout headers_t hdr,
                                 }
                                 count.write(meta.reg_index, contributions);
                                 exponent.write(meta.reg_index, max_exponent);
+                                // END LAB 2
 
                                 if (contributions == num_workers && has_uplink) {
                                     /* All local workers are in: the partial sum goes up, as
@@ -327,17 +328,20 @@ control SwitchMLIngress(inout headers_t hdr,
                                     hdr.switchml.exponent = (bit<8>)max_exponent;
                                     send_up();
                                     event_counter.count(EV_PARTIAL_UP);
-                                } else if (contributions == num_workers) {
-                                    /* Complete: hdr.data holds the sum; multicast it. */
-                                    hdr.switchml.exponent = (bit<8>)max_exponent;
-                                    make_result();
-                                    standard_metadata.mcast_grp = result_mcast_grp;
-                                    event_counter.count(EV_RESULT_MULTICAST);
                                 } else {
-                                    mark_to_drop(standard_metadata);
-                                    event_counter.count(EV_UPDATE_CONSUMED);
+                                    // BEGIN LAB 2: every worker in: the result (max exponent, make_result) to result_mcast_grp, count EV_RESULT_MULTICAST; else drop, count EV_UPDATE_CONSUMED
+                                    if (contributions == num_workers) {
+                                        /* Complete: hdr.data holds the sum; multicast it. */
+                                        hdr.switchml.exponent = (bit<8>)max_exponent;
+                                        make_result();
+                                        standard_metadata.mcast_grp = result_mcast_grp;
+                                        event_counter.count(EV_RESULT_MULTICAST);
+                                    } else {
+                                        mark_to_drop(standard_metadata);
+                                        event_counter.count(EV_UPDATE_CONSUMED);
+                                    }
+                                    // END LAB 2
                                 }
-                                // END LAB 2
                             } else if (contributions == num_workers && has_uplink) {
                                 /* A retransmission while the result from above is missing:
                                  * the partial sum or that result was lost, so send the

@@ -71,6 +71,14 @@ def build_hash(options: CompileOptions, p4_dir: Path = P4_DIR) -> str:
     return source_hash(files, repr((options.defines(), options.p4c)))
 
 
+def first_error(output: str) -> str:
+    """p4c's first error line (``file(line): ... error: ...``, paths relative to the tree), else
+    its last line: it leads the exception's message, because a test report shows one line."""
+    lines = [line.strip().replace(f"{params.REPO_ROOT}/", "") for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or ["no output"])[0]
+
+
 def compile_p4(options: CompileOptions | None = None, build_root: Path = BUILD_ROOT) -> Path:
     """Path of switchml.json for ``options``, compiling only if this build is not cached."""
     options = options or CompileOptions()
@@ -86,9 +94,8 @@ def compile_p4(options: CompileOptions | None = None, build_root: Path = BUILD_R
         log.info("p4c: %s", " ".join(command))
         result = subprocess.run(command, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)
         if result.returncode != 0 or not (staging / json_name).exists():
-            raise P4CompileError(
-                f"p4c failed (exit {result.returncode}): {' '.join(command)}\n{result.stdout}{result.stderr}"
-            )
+            output = f"{result.stdout}{result.stderr}"
+            raise P4CompileError(f"p4c: {first_error(output)} (exit {result.returncode})\n{' '.join(command)}\n{output}")
         if result.stderr:
             log.warning("p4c: %s", result.stderr.strip())
 

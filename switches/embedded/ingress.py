@@ -224,8 +224,8 @@ class SwitchMLIngress:
         if stale:
             counter.count(EV_DROP_STALE, length)
             return DROP
-        # BEGIN LAB 2: a new contribution: set its rank bit (and clear it in the other set), store or add, max exponent, count; multicast when complete
         if is_new:  # a new contribution
+            # BEGIN LAB 2: set the rank bit (and clear it in the other set), store the first contribution or add, keep the max exponent, count
             bitmap[idx] = b | rank_bit
             bitmap[other] &= ~rank_bit & BIT32
             if b == 0:  # first contribution of this version
@@ -238,9 +238,11 @@ class SwitchMLIngress:
                 if hdr[13] > exponent[idx]:
                     exponent[idx] = hdr[13]
                 count[idx] += 1
+            # END LAB 2
+            if uplink is not None and count[idx] == num_workers:  # the local sum goes up as one worker of the switch above
+                return self._send_up(packet, row, exponent[idx], uplink, length)
+            # BEGIN LAB 2: every worker in: write the result, count EV_RESULT_MULTICAST, multicast it; else count EV_UPDATE_CONSUMED, drop
             if count[idx] == num_workers:
-                if uplink is not None:  # the local sum goes up as one worker of the switch above
-                    return self._send_up(packet, row, exponent[idx], uplink, length)
                 self._write_result(packet, row, exponent[idx])
                 counter.packets[EV_RESULT_MULTICAST] += 1  # counter.count() inlined: the hot path
                 counter.bytes[EV_RESULT_MULTICAST] += length
@@ -248,15 +250,17 @@ class SwitchMLIngress:
             counter.packets[EV_UPDATE_CONSUMED] += 1
             counter.bytes[EV_UPDATE_CONSUMED] += length
             return DROP
-        # END LAB 2
+            # END LAB 2
         # a retransmission
         if uplink is not None and count[idx] == num_workers:  # the result from above is missing: ask again
             return self._send_up(packet, row, exponent[idx], uplink, length)
-        # BEGIN LAB 3: a retransmission: unicast the stored result to its sender if the version is complete, else ignore it
-        if count[idx] == complete:
+        if count[idx] == complete:  # the worker lost the result
+            # BEGIN LAB 3: a retransmission to a complete version: write the stored result, count EV_RESULT_UNICAST, send it to its sender only
             self._write_result(packet, row, exponent[idx])
             counter.count(EV_RESULT_UNICAST, length)
             return (RESULT_TO_PORT, in_port, rank, hdr[10])
+            # END LAB 3
+        # BEGIN LAB 3: a retransmission before completion: count EV_RETX_IGNORED and drop it
         counter.count(EV_RETX_IGNORED, length)
         return DROP
         # END LAB 3

@@ -10,7 +10,7 @@ from analysis import models
 def test_bound_of_the_main_job() -> None:
     # 2.5 Mbit/s, k = 32: frames of 14 + 20 + 8 + 12 + 128 = 182 bytes, 128 of them elements:
     # 2.5e6 * (128 / 182) / 32 = 54,945 elements/s, the README's "bound ATE/s"
-    assert models.switchml_line_rate_ate(2.5e6, 32) == pytest.approx(54945.05, rel=1e-6)
+    assert models.switchml_line_rate_ate(2.5e6, 32) == pytest.approx(54945.05, rel=1e-6), "k elements per frame_bytes(k) * 8 bits of link"
 
 
 def test_bound_grows_with_k_towards_the_link_rate_in_elements() -> None:

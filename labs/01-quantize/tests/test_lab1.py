@@ -15,7 +15,7 @@ def test_block_exponents_by_hand() -> None:
 
 
 def test_limit_leaves_room_for_every_worker() -> None:
-    assert quantize.quantized_limit(4) == 536_870_911  # floor((2^31 - 1) / 4)
+    assert quantize.quantized_limit(4) == 536_870_911, "floor((2^31 - 1) / n): n values at the limit must add up without overflow"
     assert quantize.quantized_limit(3, bits=8) == 42  # floor(127 / 3)
     assert 4 * quantize.quantized_limit(4) <= 2**31 - 1
 
@@ -23,7 +23,8 @@ def test_limit_leaves_room_for_every_worker() -> None:
 def test_quantize_rounds_half_to_even_into_the_buffer_given() -> None:
     out = np.zeros(4, dtype=">i4")  # a big-endian view, as in a packet buffer
     result = quantize.quantize(np.array([0.5, 1.5, 2.5, -0.5]), 1.0, out=out)
-    assert result is out and out.tolist() == [0, 2, 2, 0]
+    assert result is out, "quantize writes into out when given, and returns it"
+    assert out.tolist() == [0, 2, 2, 0], "ties round half to even (0.5 -> 0, 1.5 -> 2, 2.5 -> 2)"
     assert quantize.quantize(np.array([0.75], dtype=np.float32), 536_870_911.0).tolist() == [402_653_183]
 
 

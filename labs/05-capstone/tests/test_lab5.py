@@ -13,5 +13,5 @@ def test_communication_bound_training_gains_the_all_reduce_speedup() -> None:
 
 
 def test_compute_bound_training_gains_almost_nothing() -> None:
-    assert models.training_speedup(100.0, 0.7, 0.4) == pytest.approx(100.7 / 100.4)
+    assert models.training_speedup(100.0, 0.7, 0.4) == pytest.approx(100.7 / 100.4), "an iteration is compute plus all-reduce, with either"
     assert models.expected_training_speedup_over_ring(100.0, 0.7, 8) == pytest.approx(100.7 / 100.4)
