@@ -49,10 +49,11 @@ class Attempt:
         return dataclasses.replace(self, name=name, regions=regions, tests=tests, says=says)
 
 
-MODELS, QUANTIZE, TIMERS = "analysis/models.py", "protocol/quantize.py", "hosts/switchml/timers.py"
+SWITCHML_BOUND, MODELS = "methods/switchml.py", "analysis/models.py"
+QUANTIZE, TIMERS = "protocol/quantize.py", "hosts/switchml/timers.py"
 INGRESS_PY, INGRESS_P4 = "switches/embedded/ingress.py", "p4/include/ingress.p4"
 
-LAB0 = Attempt(0, "python", "correct", {MODELS: ("return k * link_bps / (8 * frame_bytes(k))",)})
+LAB0 = Attempt(0, "python", "correct", {SWITCHML_BOUND: ("return k * link_bps / (8 * frame_bytes(k))",)})
 LAB1 = Attempt(1, "python", "correct", {QUANTIZE: (
     """
     starts = np.arange(0, len(x), k)
@@ -183,7 +184,7 @@ LAB5 = Attempt(5, "python", "correct", {MODELS: (
 IN_PROCESS_2, IN_PROCESS_3 = ("test_lab2.py",), ("test_lab3.py",)
 ATTEMPTS = [
     LAB0,
-    LAB0.broken("bits, not bytes", MODELS, 0, "return k * link_bps / frame_bytes(k)", ("test_lab0.py",), "frame_bytes(k) * 8 bits"),
+    LAB0.broken("bits, not bytes", SWITCHML_BOUND, 0, "return k * link_bps / frame_bytes(k)", ("test_lab0.py",), "frame_bytes(k) * 8 bits"),
     LAB1,
     LAB1.broken("round half up", QUANTIZE, 2, LAB1.regions[QUANTIZE][2].replace("np.round(product)", "np.floor(product + 0.5)"),
                 ("test_lab1.py::test_quantize",), "half to even"),  # fmt: skip
