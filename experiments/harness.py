@@ -34,14 +34,15 @@ from experiments.verify import Expected, Verdict, verify
 from experiments.workers import Limit, WorkerGroup
 import methods
 from network.emulation import EmulatedNetwork
-from switches.fabric import SharedJob
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 from switches import programming
+from switches.fabric import SharedJob
 
 log = logging.getLogger(__name__)
 
 BASELINE_PORT = 47000
 """TCP port the ring and parameter-server ranks listen on."""
+
 
 def worker_spec(point: Point, method: str) -> WorkerSpec:
     """What every worker process of a method needs (hosts/worker.py), whatever its job."""
