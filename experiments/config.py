@@ -257,6 +257,15 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
     return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
 
 
+def require_available_methods(names: list[str], path: Path) -> None:
+    """Refuse a config naming a method this machine cannot run (gloo without PyTorch): as the
+    config loads, in one line, rather than after the network is built, on eight hosts."""
+    for name in names:
+        reason = methods.by_name(name).unavailable()
+        if reason is not None:
+            raise ConfigError(f"{path}: methods: {name} {reason}")
+
+
 def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
     """Read a config, apply defaults and ``--set`` overrides, and expand its sweep into points."""
     raw = load_yaml(path)
@@ -271,6 +280,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
     validate(data, experiment_schema(), str(path))
+    require_available_methods(data["methods"], path)
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     link_rate_source = apply_target_link_rate(data, overridden)

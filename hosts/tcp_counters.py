@@ -17,6 +17,9 @@ net.ipv4.tcp_dsack is off).
 
 from __future__ import annotations
 
+import os
+import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,3 +88,40 @@ class SegmentTimeline:
             self.bins.extend([0] * (index + 1 - len(self.bins)))
         self.bins[self._last_index] += current - self._last
         self._last, self._last_index = current, index
+
+
+TCP_INFO_BYTES = 216
+"""``struct tcp_info`` up to tcpi_bytes_retrans (Linux >= 4.19); offsets from include/uapi/linux/tcp.h."""
+_BYTES_RECEIVED, _NOTSENT_BYTES, _BYTES_SENT, _BYTES_RETRANS = 128, 144, 200, 208
+
+
+def process_tcp_payload() -> tuple[int, int]:
+    """(bytes handed to, bytes received from) every TCP socket this process holds, since each opened.
+
+    Why: a library that owns its sockets (Gloo inside torch) does not say how many bytes it
+    moved, but its sockets are file descriptors of this process, and TCP_INFO tells, per
+    socket, the payload sent once (tcpi_bytes_sent less tcpi_bytes_retrans) plus what waits in
+    the write queue (tcpi_notsent_bytes) -- together what was written to it -- and the
+    payload received in order (tcpi_bytes_received). Deltas around a job are its bytes as the
+    other baselines count theirs (hosts/stats.py), the library's own message headers included.
+    A socket opened or closed during the job counts only from or until then.
+    """
+    sent = received = 0
+    for entry in os.scandir("/proc/self/fd"):
+        try:
+            if not os.readlink(entry.path).startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=os.dup(int(entry.name)))
+        except OSError:  # closed by another thread meanwhile
+            continue
+        with sock:
+            if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
+        if len(info) < TCP_INFO_BYTES:
+            raise RuntimeError(f"TCP_INFO returned {len(info)} bytes, fewer than the {TCP_INFO_BYTES} of Linux >= 4.19")
+        (notsent,) = struct.unpack_from("=I", info, _NOTSENT_BYTES)
+        (bytes_sent, bytes_retrans) = struct.unpack_from("=QQ", info, _BYTES_SENT)
+        sent += bytes_sent - bytes_retrans + notsent
+        received += struct.unpack_from("=Q", info, _BYTES_RECEIVED)[0]
+    return sent, received

@@ -17,13 +17,14 @@ it, the runner verifies it, and the figures draw it in its colour.
 
 from __future__ import annotations
 
-from methods import ps, ring, switchml
+from methods import gloo, ps, ring, switchml
 from methods.method import Method, Verification
 
 REGISTRY: tuple[Method, ...] = (
     switchml.SWITCHML,
     ring.RING,
     ps.PS,
+    gloo.GLOO,
 )
 """Every method, one line each, in figure order."""
 NAMES: tuple[str, ...] = tuple(method.name for method in REGISTRY)

@@ -57,6 +57,10 @@ class Method:
     sum_bits: int | None = None
     """Width of the integer sums the network computes (training_steps.csv ``bits``), or None
     for methods that add floats."""
+    unavailable: Callable[[], str | None] = lambda: None
+    """Why this method cannot run on this machine (an optional dependency absent: one
+    sentence naming how to install it), or None when it can. experiments/config.py asks it
+    for every method a config names, so a run fails as its config loads, not on the hosts."""
 
 
 def algbw_bound(link_bps: float, traffic_per_tensor_byte: float) -> float:

@@ -4,8 +4,16 @@
 # switch target's compiler and tools (clang, llvm, libbpf-dev, bpftool), and a
 # virtualenv (.venv) with the Python dependencies from pyproject.toml. The venv sees the
 # system site-packages because Mininet's Python package comes from Debian's mininet.
+# With --torch also PyTorch (the optional extra `torch`, ~5.5 GB, for the gloo method).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+extras="test,notebooks"
+case "${1:-}" in
+  "") ;;
+  --torch) extras="$extras,torch" ;;
+  *) echo "usage: bootstrap.sh [--torch]" >&2; exit 2 ;;
+esac
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bootstrap.sh: run as root (Mininet and the Debian packages need it)" >&2
@@ -27,11 +35,11 @@ fi
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
-stamp=".venv/.installed-$(cat pyproject.toml "$0" | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$( (cat pyproject.toml "$0"; echo "$extras") | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "bootstrap.sh: installing Python dependencies into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test,notebooks]'
+  .venv/bin/python -m pip install -q -e ".[$extras]"
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

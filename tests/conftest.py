@@ -61,6 +61,19 @@ def require_target(target: str) -> None:
     pytest.skip(reason)
 
 
+def require_torch() -> None:
+    """Skip the calling test where PyTorch (the optional extra) is absent, saying how to
+    install it; fail instead where SWITCHML_REQUIRE_TORCH is 1 (.ci/run installs it)."""
+    from methods import gloo
+
+    reason = gloo.unavailable()
+    if reason is None:
+        return
+    if os.environ.get("SWITCHML_REQUIRE_TORCH") == "1":
+        pytest.fail(f"gloo {reason}, but SWITCHML_REQUIRE_TORCH=1 says it must run here")
+    pytest.skip(f"gloo {reason}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One marker per switch target, so that ``pytest -m bmv2`` (``-m ebpf``) selects every
     case that runs that target (and ``-m 'not bmv2'`` none)."""

@@ -15,7 +15,7 @@ from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, experiment_schema, load_experiment
 from experiments.verify import expected_for, verify
 from hosts.allreduce import Method as HostMethod
-from methods import REGISTRY, Verification
+from methods import REGISTRY, Verification, gloo
 
 
 @pytest.mark.parametrize("method", REGISTRY, ids=lambda method: method.name)
@@ -37,14 +37,25 @@ def test_names_labels_and_colours_are_distinct() -> None:
 
 def test_the_schema_allows_exactly_the_registered_methods() -> None:
     assert experiment_schema()["properties"]["methods"]["items"]["enum"] == list(methods.NAMES)
-    for name in methods.NAMES:
-        load_experiment(CONFIG_DIR / "8workers.yaml", [f"methods=[{name}]"])
-    with pytest.raises(ConfigError, match=r"methods\[0\]: 'allgather' is not one of \['switchml', 'ring', 'ps'\]"):
+    for method in REGISTRY:
+        if method.unavailable() is None:
+            load_experiment(CONFIG_DIR / "8workers.yaml", [f"methods=[{method.name}]"])
+    with pytest.raises(ConfigError, match=r"methods\[0\]: 'allgather' is not one of \['switchml', 'ring', 'ps', 'gloo'\]"):
         load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[allgather]"])
 
 
+def test_a_method_this_machine_cannot_run_is_refused_as_the_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PyTorch, a config naming gloo fails in one line saying how to install it."""
+    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[ring,gloo]"])
+    assert str(refused.value) == (f"{CONFIG_DIR / '8workers.yaml'}: methods: gloo needs PyTorch, which is not installed: "
+                                  "pip install -e '.[torch]' (or ./scripts/bootstrap.sh --torch)")
+    load_experiment(CONFIG_DIR / "8workers.yaml")  # the main job names no such method
+
+
 def test_an_unknown_name_is_refused_naming_the_registered_ones() -> None:
-    with pytest.raises(KeyError, match="registered: switchml, ring, ps"):
+    with pytest.raises(KeyError, match="registered: switchml, ring, ps, gloo"):
         methods.by_name("allgather")
 
 
@@ -56,13 +67,13 @@ def test_bounds_are_positive_and_below_the_link_rate(method) -> None:
 
 
 def test_the_records_carry_what_the_analysis_and_verifier_used_to_write_out() -> None:
-    switchml, ring, ps = (methods.by_name(name) for name in ("switchml", "ring", "ps"))
-    assert methods.REGISTRY[0] is methods.SWITCHML is switchml and methods.BASELINES == (ring, ps)
+    switchml, ring, ps, gloo_ = (methods.by_name(name) for name in ("switchml", "ring", "ps", "gloo"))
+    assert methods.REGISTRY[0] is methods.SWITCHML is switchml and methods.BASELINES == (ring, ps, gloo_)
     assert switchml.bound(5e6, 8, 32) == models.switchml_line_rate_ate(5e6, 32)
-    assert ring.bound(5e6, 8, 32) == models.ring_ate_bound(5e6, 8) == ps.bound(5e6, 8, 32)
-    assert (switchml.verification, ring.verification, ps.verification) == (
-        Verification.INTEGER_SUM, Verification.FLOAT_SUM, Verification.FLOAT_SUM)
-    assert (switchml.sum_bits, ring.sum_bits, ps.sum_bits) == (32, None, None)
+    assert ring.bound(5e6, 8, 32) == models.ring_ate_bound(5e6, 8) == ps.bound(5e6, 8, 32) == gloo_.bound(5e6, 8, 32)
+    assert (switchml.verification, ring.verification, ps.verification, gloo_.verification) == (
+        Verification.INTEGER_SUM, Verification.FLOAT_SUM, Verification.FLOAT_SUM, Verification.FLOAT_SUM)
+    assert (switchml.sum_bits, ring.sum_bits, ps.sum_bits, gloo_.sum_bits) == (32, None, None, None)
     assert list(METHOD_LABELS) == list(METHOD_COLORS) == list(methods.NAMES)
 
 

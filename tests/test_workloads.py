@@ -11,7 +11,7 @@ import yaml
 from workloads.make_traces import all_traces
 from workloads.record import record_trace, replay_tensors
 from workloads.synthetic import INT32_SAFE, synthetic_tensor
-from workloads.trace import TraceError, load_trace, parse_trace, shipped_traces
+from workloads.trace import TraceError, load_trace, parse_benchmark_csv, parse_trace, shipped_traces
 
 DOCUMENTED_TOTALS = {
     "resnet50": 25_557_032, "vgg19": 143_667_240, "bert": 334_094_338, "bert_base": 109_482_240,
@@ -123,3 +123,32 @@ def test_replay_without_values_is_synthetic_with_trace_sizes(tmp_path: Path) -> 
     # fan-in scaling: the 10x7 weight is drawn with std 1/sqrt(7)
     assert np.array_equal(a[0], synthetic_tensor(70, seed=1, rank=0, stream=0, scale=7**-0.5))
     assert all(x.dtype == np.int32 for x in replay_tensors(trace, dtype="int32"))
+
+
+def test_a_dnn_benchmark_csv_loads_as_a_trace_with_times_in_seconds(tmp_path: Path) -> None:
+    """The reference's dnn_benchmark rows: one tensor per layer, compute = sum of both passes, ns -> s."""
+    path = tmp_path / "mynet.csv"
+    path.write_text("layer_index,numel,forward_pass_ns,backward_pass_ns\n0, 9408, 1500000, 3000000\n\n1,64,250000,500000\n")
+    trace = load_trace(path)
+    assert [(t.name, t.count) for t in trace.tensors] == [("layer0", 9408), ("layer1", 64)]
+    assert trace.total_params == 9472 and trace.name == "mynet" and trace.derivation == "recorded"
+    assert trace.compute_s == pytest.approx(0.00525)
+    assert [t.size for t in replay_tensors(trace)] == [9408, 64]  # replays like any trace
+    assert load_trace(tmp_path / "mynet.csv").tensors == parse_benchmark_csv("0,9408,1,1\n1,64,1,1\n", "x").tensors
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("0,10,1,1\n1,20,1\n", r"bad\.csv:2: expected 4 columns \(layer_index, numel, forward_pass_ns, backward_pass_ns\), got 3"),
+    ("0,10,1,1\n1,2.5,1,1\n", r"bad\.csv:2: expected integers .*, got 1, 2\.5, 1, 1"),
+    ("layer_index,numel,forward_pass_ns,backward_pass_ns\n0,0,1,1\n", r"bad\.csv:2: numel must be positive, got 0"),
+    ("0,10,1,1\n0,10,1,1\n", r"bad\.csv:2: layer_index 0 does not follow 0"),
+    ("0,10,-1,1\n", r"bad\.csv:1: pass times must not be negative"),
+    ("numel,layer_index,forward_pass_ns,backward_pass_ns\n", r"bad\.csv:1: expected integers"),
+    ("\n\n", r"bad\.csv: no layer rows"),
+    ("0,10,0,0\n", r"bad\.csv: the forward and backward times sum to 0 ns"),
+])
+def test_a_bad_dnn_benchmark_row_is_named_by_its_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError, match=message):
+        load_trace(path)

@@ -25,10 +25,30 @@ Format (YAML)::
 
 Gradients recorded with :func:`workloads.record.record_trace` may sit beside the file as
 ``<stem>.npz`` (one array per tensor name).
+
+A ``.csv`` file is read in the SwitchML reference's ``dnn_benchmark`` format instead
+(:func:`parse_benchmark_csv`), so a user brings their own model's layer sizes and compute
+times: one row per layer, ``layer_index, numel, forward_pass_ns, backward_pass_ns``
+(optionally a header line of those four names first; blank lines are skipped). The
+iteration's compute time is the sum of every layer's forward and backward time. Recording
+one from a PyTorch model with hooks, for the layers that own parameters::
+
+    layers = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+    start, fwd, bwd = {}, {}, {}
+    for i, m in enumerate(layers):
+        m.register_forward_pre_hook(lambda m, a, i=i: start.__setitem__(i, time.perf_counter_ns()))
+        m.register_forward_hook(lambda m, a, o, i=i: fwd.__setitem__(i, time.perf_counter_ns() - start[i]))
+        m.register_full_backward_pre_hook(lambda m, g, i=i: start.__setitem__(-i - 1, time.perf_counter_ns()))
+        m.register_full_backward_hook(lambda m, gi, go, i=i: bwd.__setitem__(i, time.perf_counter_ns() - start[-i - 1]))
+    model(x).sum().backward()   # after a warm-up step; on a GPU, torch.cuda.synchronize() in each hook
+    rows = [(i, sum(p.numel() for p in m.parameters(recurse=False)), fwd[i], bwd.get(i, 0)) for i, m in enumerate(layers)]
+
+and write ``rows`` with ``csv.writer``.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,9 +184,65 @@ def parse_trace(data: Any, where: str, path: Path | None = None) -> Trace:
                  tensors=tuple(tensors), path=path)
 
 
+BENCHMARK_COLUMNS = ("layer_index", "numel", "forward_pass_ns", "backward_pass_ns")
+"""The reference's dnn_benchmark CSV: one row per layer, times in nanoseconds."""
+NS_PER_S = 1e9
+
+
+def parse_benchmark_csv(text: str, where: str, path: Path | None = None) -> Trace:
+    """A trace from dnn_benchmark CSV rows; an error names ``where`` (the file) and the line.
+
+    Layers keep the file's order, which must be by increasing ``layer_index``; each layer
+    is one tensor ``layer<index>`` of ``numel`` elements. The CSV records no GPU or batch
+    size: the trace says so, and its batch size is 1, the unit its per-iteration times are in.
+    """
+    tensors: list[TensorSpec] = []
+    compute_ns = 0
+    previous = -1
+    for line_number, row in enumerate(csv.reader(text.splitlines()), start=1):
+        at = f"{where}:{line_number}"
+        cells = [cell.strip() for cell in row]
+        if not any(cells):
+            continue
+        if line_number == 1 and tuple(cells) == BENCHMARK_COLUMNS:
+            continue
+        if len(cells) != len(BENCHMARK_COLUMNS):
+            raise TraceError(f"{at}: expected {len(BENCHMARK_COLUMNS)} columns ({', '.join(BENCHMARK_COLUMNS)}), got {len(cells)}")
+        try:
+            index, numel, forward_ns, backward_ns = (int(cell) for cell in cells)
+        except ValueError:
+            raise TraceError(f"{at}: expected integers ({', '.join(BENCHMARK_COLUMNS)}), got {', '.join(cells)}") from None
+        if index <= previous:
+            raise TraceError(f"{at}: layer_index {index} does not follow {previous} (layers in increasing order)")
+        if numel <= 0:
+            raise TraceError(f"{at}: numel must be positive, got {numel}")
+        if forward_ns < 0 or backward_ns < 0:
+            raise TraceError(f"{at}: pass times must not be negative, got {forward_ns} and {backward_ns} ns")
+        previous = index
+        tensors.append(TensorSpec(f"layer{index}", numel))
+        compute_ns += forward_ns + backward_ns
+    if not tensors:
+        raise TraceError(f"{where}: no layer rows")
+    if compute_ns <= 0:
+        raise TraceError(f"{where}: the forward and backward times sum to 0 ns")
+    name = path.stem if path is not None else Path(where).stem
+    return Trace(name=name, model=name, task="a user's model (dnn_benchmark CSV)", total_params=sum(t.count for t in tensors),
+                 derivation="recorded", params_source=f"{where}: numel per layer", compute_s=compute_ns / NS_PER_S,
+                 gpu="not recorded in the CSV", batch_size=1, compute_estimate=False,
+                 compute_source=f"{where}: sum of forward_pass_ns and backward_pass_ns over the layers",
+                 tensors=tuple(tensors), path=path)
+
+
 def load_trace(name_or_path: str | Path) -> Trace:
-    """Load and validate a trace: a path to a YAML file, or the name of a shipped trace (``resnet50``)."""
+    """Load and validate a trace: a path to a YAML file or a dnn_benchmark CSV, or the name of a
+    shipped trace (``resnet50``)."""
     path = Path(name_or_path)
+    if path.suffix == ".csv":
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TraceError(f"{path}: cannot read the trace ({exc})") from None
+        return parse_benchmark_csv(text, str(path), path)
     if path.suffix not in (".yaml", ".yml"):
         path = TRACES_DIR / f"{name_or_path}.yaml"
     try:
