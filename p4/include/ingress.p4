@@ -20,7 +20,7 @@ control SwitchMLIngress(inout headers_t hdr,
 
     /* ---- state ------------------------------------------------------------------- */
 
-    /* Drop probability p as round(p * 2^32 - 1): a draw in [0, 2^32 - 2] below it drops. */
+    /* Drop probability p as round(p * (2^32 - 1)): a draw in [0, 2^32 - 2] below it drops. */
     register<bit<32>>(1) ingress_drop_threshold;
     /* What happened to each packet, indexed by the EV_* constants. */
     counter(EV_COUNT, CounterType.packets_and_bytes) event_counter;
