@@ -139,6 +139,12 @@ class RegisterSchema:
     bits: int
 
 
+SLOT_REGISTER = "SwitchMLIngress.bitmap"
+"""An aggregation register: 2 * max_pool_size cells, the slots of both shadow sets."""
+SLOT_RANGE = ("slot_base", "pool_size")
+"""The parameters by which an action gives a job its register cells (set_worker, set_uplink)."""
+
+
 @dataclass(frozen=True)
 class ProgramSchema:
     """What a running program offers the control plane: tables, registers, counters (size)."""
@@ -146,6 +152,28 @@ class ProgramSchema:
     tables: Mapping[str, TableSchema]
     registers: Mapping[str, RegisterSchema]
     counters: Mapping[str, int]
+
+    @property
+    def max_pool_size(self) -> int:
+        """Slots per shadow set: the cells a job's slot range must fit in."""
+        return self.registers[SLOT_REGISTER].size // 2
+
+    def check_slot_range(self, what: str, fields: Sequence[Field], values: Sequence[int]) -> None:
+        """Refuse an action whose slot range (``SLOT_RANGE``) runs past the registers.
+
+        Field widths alone let a set_worker entry name cells past them (slot_base 16 bits),
+        and each target would then do something else with such an update (the embedded
+        switch crashed, bmv2 wrote another job's cell, the eBPF switch dropped it uncounted).
+        """
+        params = dict(zip((f.name for f in fields), values))
+        if not all(name in params for name in SLOT_RANGE):
+            return
+        base, pool = (params[name] for name in SLOT_RANGE)
+        if base + pool > self.max_pool_size:
+            raise ControlPlaneError(
+                f"{what}: slots {base}..{base + pool - 1} (slot_base={base}, pool_size={pool}) "
+                f"run past the switch's {self.max_pool_size} slots"
+            )
 
     def to_json(self) -> dict:
         return {
@@ -240,7 +268,9 @@ class SwitchControl(ABC):
 
     def _action_params(self, table: str, action: str, action_params: Sequence[MatchValue]) -> tuple[int, ...]:
         fields = lookup(self._table(table).actions, action, "action", where=f"{table}: ")
-        return encode_fields(fields, action_params, f"{table} action {action}")
+        encoded = encode_fields(fields, action_params, f"{table} action {action}")
+        self.schema.check_slot_range(f"{table} action {action}", fields, encoded)
+        return encoded
 
     def _register(self, register: str) -> RegisterSchema:
         return lookup(self.schema.registers, register, "register")

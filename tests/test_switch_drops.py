@@ -1,19 +1,21 @@
 """What a switch target must refuse, and its control plane's state handling, with real packets.
 
-Refused packets (unknown sender, wrong job, malformed) must be dropped, counted under
-their own event and leave the aggregation registers untouched. Also covered: wrap-around
-and unsigned register reads, back-to-back jobs, the drop simulator at probability 0 and 1,
-and control-plane errors.
+Refused packets (unknown sender, wrong job, malformed, a slot past the registers) must be
+dropped, counted under their own event and leave the aggregation registers untouched. Also
+covered: wrap-around and unsigned register reads, back-to-back jobs, the drop simulator at
+probability 0 and 1, and control-plane errors.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import time
 
 import numpy as np
 import pytest
 
 from protocol import params
+from protocol.packet import IPV4_OFFSET
 from switches import programming
 from switches.control import ControlPlaneError
 from tests.conftest import JOB, SwitchUnderTest
@@ -78,6 +80,28 @@ MALFORMED = {
 @pytest.mark.parametrize("variant", sorted(MALFORMED))
 def test_malformed_update_is_dropped(switch: SwitchUnderTest, variant: str) -> None:
     send_and_expect_drop(switch, 0, MALFORMED[variant](switch.testbed.hosts[0]), "EV_DROP_MALFORMED")
+
+
+IP_SRC = slice(IPV4_OFFSET + 12, IPV4_OFFSET + 16)
+"""The IPv4 source address in an untagged frame (the switch does not verify the checksum)."""
+STRAY_IPV4 = "10.0.0.77"
+"""The source of the worker_table entry that only the test below writes (no host has it), so
+the entry it leaves behind (the interface deletes no entries) matches nothing else."""
+
+
+def test_update_to_a_cell_past_the_registers_is_dropped_and_counted(switch: SwitchUnderTest) -> None:
+    """Defence in depth: a set_worker entry whose slot range runs past the registers, written
+    around the control plane's check (the target's own primitive), must not let an update
+    reach a cell that is not the job's: drop it, count EV_DROP_OUTSIDE_POOL, write nothing.
+    (Before: the embedded switch died of an IndexError, bmv2 wrote the other shadow set's
+    cell, the eBPF switch dropped it without counting.)"""
+    bystander = switch.testbed.hosts[2]
+    last_slot = params.MAX_POOL_SIZE - 1
+    key = (bystander.switch_port, int(ipaddress.IPv4Address(STRAY_IPV4)))
+    switch.control._table_add(programming.WORKER_TABLE, "set_worker", key, (0, JOB, 2, 2, last_slot, 2))
+    frame = bytearray(update_frame(bystander, 1, 0, values(1), JOB))  # cell last_slot + 1: past the registers
+    frame[IP_SRC] = ipaddress.IPv4Address(STRAY_IPV4).packed
+    send_and_expect_drop(switch, 2, bytes(frame), "EV_DROP_OUTSIDE_POOL")
 
 
 def test_sums_wrap_and_registers_read_unsigned(switch: SwitchUnderTest) -> None:
@@ -145,6 +169,16 @@ CONTROL_ERRORS = {
     "key_too_wide": ("does not fit bit<9>", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1 << 9, "10.0.0.9"], [0, 1, 2, 2, 0, 1])),
     "bad_key": ("cannot parse", lambda c: c.table_add(programming.L2_TABLE, "l2_forward", ["not-a-mac"], [1])),
     "wrong_param_count": ("takes 6 value", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.9"], [0])),
+    "slot_range_past_registers": (
+        "run past the switch's", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.9"], [0, JOB, 2, 2, params.MAX_POOL_SIZE - 1, 2])
+    ),
+    "default_slot_range_past_registers": (
+        "run past the switch's", lambda c: c.table_set_default(programming.WORKER_TABLE, "set_worker", [0, JOB, 2, 2, params.MAX_POOL_SIZE, 1])
+    ),
+    "uplink_slot_range_past_registers": (
+        "run past the switch's",
+        lambda c: c.table_add(programming.UPLINK_TABLE, "set_uplink", [JOB + 100], [1, "02:00:00:00:00:01", "10.0.0.9", "02:00:00:00:00:02", "10.0.0.8", 2, 2, 1, params.MAX_POOL_SIZE]),
+    ),
     "duplicate_entry": ("duplicate entry", lambda c: c.table_add(programming.WORKER_TABLE, "set_worker", [1, "10.0.0.1"], [0, JOB, 2, 2, 0, 1])),
     "unknown_register": ("unknown register", lambda c: c.register_read("SwitchMLIngress.no_such_register")),
     "register_index": ("out of range", lambda c: c.register_write(programming.BITMAP_REGISTER, 1 << 20, 1)),

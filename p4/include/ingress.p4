@@ -235,8 +235,11 @@ control SwitchMLIngress(inout headers_t hdr,
                         /* 4R. A result, but not from this job's uplink. */
                         mark_to_drop(standard_metadata);
                         event_counter.count(EV_DROP_MALFORMED);
-                    } else if (hdr.switchml.slot >= meta.pool_size) {
-                        /* 5b. Beyond the job's slot range: other jobs' cells. */
+                    } else if (hdr.switchml.slot >= meta.pool_size
+                            || (bit<32>)meta.slot_base + (bit<32>)hdr.switchml.slot >= SWITCHML_MAX_POOL_SIZE) {
+                        /* 5b. Beyond the job's slot range (other jobs' cells), or its cell past
+                         * the registers (an entry the control plane should have refused):
+                         * never index another set's or job's cell. */
                         mark_to_drop(standard_metadata);
                         event_counter.count(EV_DROP_OUTSIDE_POOL);
                     } else {

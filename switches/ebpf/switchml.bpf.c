@@ -532,6 +532,13 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 
 /* ---- SwitchMLIngress step 6: aggregation ------------------------------------------------ */
 
+/* Step 5b: the slot is beyond the job's pool, or its cell past the registers (an entry the
+ * control plane should have refused): no register cell of this job to aggregate in. */
+static __always_inline int outside_pool(__u32 slot, __u32 slot_base, __u32 pool_size)
+{
+	return slot >= pool_size || slot_base + slot >= SWITCHML_MAX_POOL_SIZE;
+}
+
 /* Serial-number order on 32 bits: a is newer than b. */
 static __always_inline int newer(__u32 a, __u32 b)
 {
@@ -780,7 +787,7 @@ static __always_inline int result_from_above(struct __sk_buff *skb, const struct
 		count(&event_counter, EV_DROP_MALFORMED, wire_bytes);
 		return TC_ACT_SHOT;
 	}
-	if (bpf_ntohs(sml->slot) >= uplink->pool_size) {
+	if (outside_pool(bpf_ntohs(sml->slot), uplink->slot_base, uplink->pool_size)) {
 		count(&event_counter, EV_DROP_OUTSIDE_POOL, wire_bytes);
 		return TC_ACT_SHOT;
 	}
@@ -928,8 +935,8 @@ int switchml_ingress(struct __sk_buff *skb)
 	if (uplink && uplink->action != UPLINK_TABLE_SET_UPLINK)
 		uplink = NULL;
 
-	/* 5b. Beyond the job's slot range: other jobs' cells. */
-	if (bpf_ntohs(sml->slot) >= worker->pool_size) {
+	/* 5b. Beyond the job's slot range (other jobs' cells), or past the registers. */
+	if (outside_pool(bpf_ntohs(sml->slot), worker->slot_base, worker->pool_size)) {
 		count(&event_counter, EV_DROP_OUTSIDE_POOL, wire_bytes);
 		return TC_ACT_SHOT;
 	}

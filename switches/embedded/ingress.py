@@ -162,12 +162,18 @@ class SwitchMLIngress:
             counter.count(EV_DROP_WRONG_JOB, length)
             return DROP
         uplink = self._uplinks.get(job_id)
-        # 5b. Beyond the job's slot range: other jobs' cells.
-        if hdr[11] >= pool_size:
+        # 5b. Beyond the job's slot range (other jobs' cells), or past the registers.
+        if self._outside_pool(hdr[11], slot_base, pool_size):
             counter.count(EV_DROP_OUTSIDE_POOL, length)
             return DROP
         # 6. Aggregation.
         return self._aggregate(packet, in_port, length, hdr, rank, num_workers, mcast_grp, slot_base, uplink)
+
+    def _outside_pool(self, slot: int, slot_base: int, pool_size: int) -> bool:
+        """Step 5b: the slot is beyond the job's pool, or its cell past the registers (an
+        entry the control plane should have refused), where it would index another shadow
+        set's or job's cell, or none."""
+        return slot >= pool_size or slot_base + slot >= self.max_pool_size
 
     def _from_above(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple) -> tuple:
         """4R-6R: a result from the job's uplink completes the version this switch sent its
@@ -178,7 +184,7 @@ class SwitchMLIngress:
             counter.count(EV_DROP_MALFORMED, length)
             return DROP
         num_workers, mcast_grp, slot_base, pool_size = uplink[5:]
-        if hdr[11] >= pool_size:
+        if self._outside_pool(hdr[11], slot_base, pool_size):
             counter.count(EV_DROP_OUTSIDE_POOL, length)
             return DROP
         idx = hdr[9] * self.max_pool_size + slot_base + hdr[11]
