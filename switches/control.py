@@ -45,8 +45,23 @@ class DuplicateEntryError(ControlPlaneError):
     """table_add of a key the table already holds (a learning controller ignores these)."""
 
 
+class TableFullError(ControlPlaneError):
+    """table_add to a table that holds its size already (learning counts EV_L2_NOT_LEARNED)."""
+
+
+ERROR_KINDS: Mapping[str, type[ControlPlaneError]] = {
+    kind.__name__: kind for kind in (ControlPlaneError, DuplicateEntryError, TableFullError)
+}
+"""The refusals by name, for a target whose control plane answers over a socket (the
+embedded switch): its client raises the same kind as the switch did."""
+
+
 def duplicate_entry_error(table: str, keys: Sequence[MatchValue]) -> DuplicateEntryError:
     return DuplicateEntryError(f"{table}: duplicate entry for key {list(keys)}")
+
+
+def table_full_error(table: str, size: int) -> TableFullError:
+    return TableFullError(f"{table}: table full ({size} entries)")
 
 
 def mc_group_exists_error(group: int) -> ControlPlaneError:
@@ -131,6 +146,8 @@ class TableSchema:
     keys: tuple[Field, ...]
     actions: Mapping[str, tuple[Field, ...]]
     """Action name (unqualified, as the control plane says it) -> its parameters."""
+    size: int
+    """Entries it holds at most (the P4 ``size``): one more is refused (``table_full_error``)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +195,11 @@ class ProgramSchema:
     def to_json(self) -> dict:
         return {
             "tables": {
-                name: {"keys": [[f.name, f.bits] for f in t.keys], "actions": {a: [[f.name, f.bits] for f in p] for a, p in t.actions.items()}}
+                name: {
+                    "keys": [[f.name, f.bits] for f in t.keys],
+                    "actions": {a: [[f.name, f.bits] for f in p] for a, p in t.actions.items()},
+                    "size": t.size,
+                }
                 for name, t in self.tables.items()
             },
             "registers": {name: [r.size, r.bits] for name, r in self.registers.items()},
@@ -192,7 +213,7 @@ class ProgramSchema:
 
         return cls(
             tables={
-                name: TableSchema(fields(t["keys"]), {a: fields(p) for a, p in t["actions"].items()})
+                name: TableSchema(fields(t["keys"]), {a: fields(p) for a, p in t["actions"].items()}, t["size"])
                 for name, t in data["tables"].items()
             },
             registers={name: RegisterSchema(size, bits) for name, (size, bits) in data["registers"].items()},

@@ -258,7 +258,7 @@ def read_event_counters(control: SwitchControl) -> dict[str, int]:
     """Packet counts by event name, ingress and egress, e.g. {'EV_RESULT_MULTICAST': 12, ...}."""
     ingress = control.counter_read(EVENT_COUNTER)
     egress = control.counter_read(EGRESS_COUNTER)
-    counts = {name: ingress[i][0] for i, name in enumerate(params.INGRESS_EVENTS)}
+    counts = {name: ingress[i][0] for i, name in enumerate(params.EVENT_COUNTER_CELLS)}
     counts.update({name: egress[i][0] for i, name in enumerate(params.EGRESS_EVENTS)})
     return counts
 

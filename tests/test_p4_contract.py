@@ -215,7 +215,7 @@ def test_aggregation_registers_hold_both_shadow_sets() -> None:
 
 
 def test_counters_have_one_cell_per_event() -> None:
-    assert CONTROLS[programming.INGRESS].counters == {"event_counter": len(params.INGRESS_EVENTS)}
+    assert CONTROLS[programming.INGRESS].counters == {"event_counter": len(params.EVENT_COUNTER_CELLS)}
     assert CONTROLS[programming.EGRESS].counters == {"egress_counter": len(params.EGRESS_EVENTS)}
 
 
