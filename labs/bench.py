@@ -83,7 +83,7 @@ class IngressBench:
     def events(self) -> dict[str, int]:
         """The event counter's packet counts by EV_* name (the non-zero ones)."""
         counts = self.ingress.event_counter.packets
-        return {name: int(counts[index]) for index, name in enumerate(params.INGRESS_EVENTS) if counts[index]}
+        return {name: int(counts[index]) for index, name in enumerate(params.EVENT_COUNTER_CELLS) if counts[index]}
 
     def cell(self, register: str, slot: int, shadow_set: int) -> int:
         return getattr(self.ingress, register).cells[shadow_set * POOL + slot]

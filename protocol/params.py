@@ -39,6 +39,8 @@ WORKER_UDP_PORT: int = P4_CONSTANTS["SWITCHML_WORKER_UDP_PORT"]
 MSG_UPDATE: int = P4_CONSTANTS["SWITCHML_MSG_UPDATE"]
 MSG_RESULT: int = P4_CONSTANTS["SWITCHML_MSG_RESULT"]
 FLOOD_MCAST_GRP: int = P4_CONSTANTS["SWITCHML_FLOOD_MCAST_GRP"]
+L2_TABLE_SIZE: int = P4_CONSTANTS["SWITCHML_L2_TABLE_SIZE"]
+"""Entries of l2_learn_table and of l2_table on every target (docs/dataplane.md, "Tables")."""
 
 INGRESS_EVENTS: tuple[str, ...] = (
     "EV_UPDATE_CONSUMED",
@@ -54,7 +56,14 @@ INGRESS_EVENTS: tuple[str, ...] = (
     "EV_DROP_OUTSIDE_POOL",
     "EV_PARTIAL_UP",
 )
-"""Names of SwitchMLIngress.event_counter's cells, in index order (checked at import)."""
+"""What happened to each packet: the first cells of SwitchMLIngress.event_counter, in index
+order (checked at import). Every packet the ingress takes in counts under exactly one of
+them, so their sum is the frames the pipeline took in."""
+INGRESS_NOTES: tuple[str, ...] = ("EV_L2_NOT_LEARNED",)
+"""The cells after them: counted besides a packet's own event (a frame whose source MAC
+could not be learned is EV_FORWARDED too), so not part of that sum."""
+EVENT_COUNTER_CELLS: tuple[str, ...] = INGRESS_EVENTS + INGRESS_NOTES
+"""Every cell of SwitchMLIngress.event_counter, in index order."""
 EGRESS_EVENTS: tuple[str, ...] = ("EGV_SENT", "EGV_DROP_SIM_EGRESS")
 """Names of SwitchMLEgress.egress_counter's cells, in index order (checked at import)."""
 
@@ -65,7 +74,7 @@ def _check_event_order(names: tuple[str, ...], count_name: str) -> None:
         raise RuntimeError(f"{CONSTANTS_P4}: {count_name} indices are not 0..n-1 in the order of {names}")
 
 
-_check_event_order(INGRESS_EVENTS, "EV_COUNT")
+_check_event_order(EVENT_COUNTER_CELLS, "EV_COUNT")
 _check_event_order(EGRESS_EVENTS, "EGV_COUNT")
 
 

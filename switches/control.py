@@ -45,8 +45,23 @@ class DuplicateEntryError(ControlPlaneError):
     """table_add of a key the table already holds (a learning controller ignores these)."""
 
 
+class TableFullError(ControlPlaneError):
+    """table_add to a table that holds its size already (learning counts EV_L2_NOT_LEARNED)."""
+
+
+ERROR_KINDS: Mapping[str, type[ControlPlaneError]] = {
+    kind.__name__: kind for kind in (ControlPlaneError, DuplicateEntryError, TableFullError)
+}
+"""The refusals by name, for a target whose control plane answers over a socket (the
+embedded switch): its client raises the same kind as the switch did."""
+
+
 def duplicate_entry_error(table: str, keys: Sequence[MatchValue]) -> DuplicateEntryError:
     return DuplicateEntryError(f"{table}: duplicate entry for key {list(keys)}")
+
+
+def table_full_error(table: str, size: int) -> TableFullError:
+    return TableFullError(f"{table}: table full ({size} entries)")
 
 
 def mc_group_exists_error(group: int) -> ControlPlaneError:
@@ -131,12 +146,20 @@ class TableSchema:
     keys: tuple[Field, ...]
     actions: Mapping[str, tuple[Field, ...]]
     """Action name (unqualified, as the control plane says it) -> its parameters."""
+    size: int
+    """Entries it holds at most (the P4 ``size``): one more is refused (``table_full_error``)."""
 
 
 @dataclass(frozen=True)
 class RegisterSchema:
     size: int
     bits: int
+
+
+SLOT_REGISTER = "SwitchMLIngress.bitmap"
+"""An aggregation register: 2 * max_pool_size cells, the slots of both shadow sets."""
+SLOT_RANGE = ("slot_base", "pool_size")
+"""The parameters by which an action gives a job its register cells (set_worker, set_uplink)."""
 
 
 @dataclass(frozen=True)
@@ -147,10 +170,36 @@ class ProgramSchema:
     registers: Mapping[str, RegisterSchema]
     counters: Mapping[str, int]
 
+    @property
+    def max_pool_size(self) -> int:
+        """Slots per shadow set: the cells a job's slot range must fit in."""
+        return self.registers[SLOT_REGISTER].size // 2
+
+    def check_slot_range(self, what: str, fields: Sequence[Field], values: Sequence[int]) -> None:
+        """Refuse an action whose slot range (``SLOT_RANGE``) runs past the registers.
+
+        Field widths alone let a set_worker entry name cells past them (slot_base 16 bits),
+        and each target would then do something else with such an update (the embedded
+        switch crashed, bmv2 wrote another job's cell, the eBPF switch dropped it uncounted).
+        """
+        params = dict(zip((f.name for f in fields), values))
+        if not all(name in params for name in SLOT_RANGE):
+            return
+        base, pool = (params[name] for name in SLOT_RANGE)
+        if base + pool > self.max_pool_size:
+            raise ControlPlaneError(
+                f"{what}: slots {base}..{base + pool - 1} (slot_base={base}, pool_size={pool}) "
+                f"run past the switch's {self.max_pool_size} slots"
+            )
+
     def to_json(self) -> dict:
         return {
             "tables": {
-                name: {"keys": [[f.name, f.bits] for f in t.keys], "actions": {a: [[f.name, f.bits] for f in p] for a, p in t.actions.items()}}
+                name: {
+                    "keys": [[f.name, f.bits] for f in t.keys],
+                    "actions": {a: [[f.name, f.bits] for f in p] for a, p in t.actions.items()},
+                    "size": t.size,
+                }
                 for name, t in self.tables.items()
             },
             "registers": {name: [r.size, r.bits] for name, r in self.registers.items()},
@@ -164,7 +213,7 @@ class ProgramSchema:
 
         return cls(
             tables={
-                name: TableSchema(fields(t["keys"]), {a: fields(p) for a, p in t["actions"].items()})
+                name: TableSchema(fields(t["keys"]), {a: fields(p) for a, p in t["actions"].items()}, t["size"])
                 for name, t in data["tables"].items()
             },
             registers={name: RegisterSchema(size, bits) for name, (size, bits) in data["registers"].items()},
@@ -240,7 +289,9 @@ class SwitchControl(ABC):
 
     def _action_params(self, table: str, action: str, action_params: Sequence[MatchValue]) -> tuple[int, ...]:
         fields = lookup(self._table(table).actions, action, "action", where=f"{table}: ")
-        return encode_fields(fields, action_params, f"{table} action {action}")
+        encoded = encode_fields(fields, action_params, f"{table} action {action}")
+        self.schema.check_slot_range(f"{table} action {action}", fields, encoded)
+        return encoded
 
     def _register(self, register: str) -> RegisterSchema:
         return lookup(self.schema.registers, register, "register")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from protocol import params
-from switches.control import SwitchControl
+from switches.control import SLOT_REGISTER, SwitchControl
 
 INGRESS = "SwitchMLIngress"
 EGRESS = "SwitchMLEgress"
@@ -28,7 +28,7 @@ L2_LEARN_TABLE = f"{INGRESS}.l2_learn_table"
 RANK_ADDR_TABLE = f"{EGRESS}.rank_addr_table"
 """(meta.job_id, meta.dst_rank) -> set_rank_addr(mac, ipv4, udp_port): per-rank rewrite of a result."""
 
-BITMAP_REGISTER = f"{INGRESS}.bitmap"
+BITMAP_REGISTER = SLOT_REGISTER
 COUNT_REGISTER = f"{INGRESS}.count"
 EXPONENT_REGISTER = f"{INGRESS}.exponent"
 SEQ_REGISTER = f"{INGRESS}.seq"
@@ -202,7 +202,7 @@ def program_jobs(control: SwitchControl, jobs: Sequence[JobProgram]) -> None:
     """Every job of one switch: its workers (with its slot range), its result multicast group
     (one node per rank, rid = rank) and its ranks' addresses. Refuses jobs whose slot
     ranges overlap or run past the switch's registers, or that share an id or a group."""
-    max_pool_size = control.schema.registers[BITMAP_REGISTER].size // 2
+    max_pool_size = control.schema.max_pool_size
     owner: dict[int, int] = {}
     for job in jobs:
         for cell in job.slots(max_pool_size):
@@ -258,7 +258,7 @@ def read_event_counters(control: SwitchControl) -> dict[str, int]:
     """Packet counts by event name, ingress and egress, e.g. {'EV_RESULT_MULTICAST': 12, ...}."""
     ingress = control.counter_read(EVENT_COUNTER)
     egress = control.counter_read(EGRESS_COUNTER)
-    counts = {name: ingress[i][0] for i, name in enumerate(params.INGRESS_EVENTS)}
+    counts = {name: ingress[i][0] for i, name in enumerate(params.EVENT_COUNTER_CELLS)}
     counts.update({name: egress[i][0] for i, name in enumerate(params.EGRESS_EVENTS)})
     return counts
 

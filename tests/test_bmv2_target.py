@@ -7,6 +7,7 @@ and skips where bmv2 is not installed (use the Vagrant VM).
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import stat
@@ -25,6 +26,7 @@ from switches.bmv2 import compile as p4compile
 from switches.bmv2.control import THRIFT_TIMEOUT_S
 from switches.bmv2.process import Bmv2Process, Bmv2StartError, thrift_answers
 from switches.control import ControlPlaneError
+from switches.embedded.pipeline import SwitchMLPipeline
 from tests.conftest import require_target
 
 
@@ -153,7 +155,10 @@ class FakeSimpleSwitchThriftAPI:
     def __init__(self, thrift_port: int, thrift_ip: str = "localhost", json_path: str | None = None) -> None:
         self.switch_info = fake_switch_info()
         self.calls: list[tuple[Any, ...]] = []
-        self.client = types.SimpleNamespace(_iprot=types.SimpleNamespace(trans=types.SimpleNamespace(close=lambda: self.calls.append(("close",)))))
+        self.client = types.SimpleNamespace(
+            _iprot=types.SimpleNamespace(trans=types.SimpleNamespace(close=lambda: self.calls.append(("close",)))),
+            bm_get_config=lambda: json.dumps({"pipelines": [{"tables": [{"name": name, "max_size": 4096} for name in self.switch_info.tables]}]}),
+        )
         FakeSimpleSwitchThriftAPI.instances.append(self)
 
     def get_res(self, type_name: str, name: str, res_type: str) -> Any:
@@ -351,8 +356,6 @@ def compiled_json() -> Path:
 
 @pytest.mark.bmv2
 def test_p4c_compiles_the_program(compiled_json: Path) -> None:
-    import json
-
     program = json.loads(compiled_json.read_text())
     registers = {r["name"]: r["size"] for r in program["register_arrays"]}
     assert registers[programming.BITMAP_REGISTER] == 2 * 16
@@ -375,13 +378,15 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
             ]
             programming.program_forwarding(control, [1, 2], {w.mac: w.switch_port for w in workers})
             programming.program_aggregation(control, programming.JobProgram(job_id=1, workers=workers))
+            sizes = {name: table.size for name, table in control.schema.tables.items()}
+            assert sizes == {name: table.size for name, table in SwitchMLPipeline(params.K, 16).schema().tables.items()}
             programming.set_drop_probability(control, 0.5, 0.0)
             assert control.register_read(programming.INGRESS_DROP_THRESHOLD, 0) == programming.probability_threshold(0.5)
             control.register_write(programming.BITMAP_REGISTER, 3, 0b11)
             assert control.register_read(programming.BITMAP_REGISTER)[3] == 0b11  # type: ignore[index]
             programming.reset_aggregation_state(control)
             assert control.register_read(programming.BITMAP_REGISTER, 3) == 0
-            assert programming.read_event_counters(control) == dict.fromkeys(params.INGRESS_EVENTS + params.EGRESS_EVENTS, 0)
+            assert programming.read_event_counters(control) == dict.fromkeys(params.EVENT_COUNTER_CELLS + params.EGRESS_EVENTS, 0)
             with pytest.raises(ControlPlaneError):
                 control.table_add(programming.WORKER_TABLE, "l2_forward", [1, "10.0.0.9"], [1])
             assert control._thrift_socket()._timeout == THRIFT_TIMEOUT_S, "a hung switch must not hang the run"
@@ -414,24 +419,24 @@ def test_two_switches_with_the_same_device_id_run_side_by_side(tmp_path: Path, c
 # learning.py: bmv2's learning notifications
 
 
-def learning_message(samples: list[tuple[bytes, int]], topic: bytes = b"LEA|", cut: int = 0) -> bytes:
+def learning_message(samples: list[tuple[bytes, int, int]], topic: bytes = b"LEA|", cut: int = 0) -> bytes:
     from switches.bmv2.learning import L2_LEARN_SAMPLE, NOTIFICATION_HEADER
 
     header = NOTIFICATION_HEADER.pack(topic, 0, 0, 1, 42, len(samples))
-    body = b"".join(L2_LEARN_SAMPLE.pack(mac, port) for mac, port in samples)
+    body = b"".join(L2_LEARN_SAMPLE.pack(mac, port, length) for mac, port, length in samples)
     return (header + body)[: len(header + body) - cut]
 
 
 def test_learning_notification_gives_buffer_and_samples() -> None:
     from switches.bmv2.learning import parse_learning_notification
 
-    message = learning_message([(bytes.fromhex("020000000007"), 1), (bytes.fromhex("02000a000003"), 300)])
-    assert parse_learning_notification(message) == ((0, 1, 42), [("02:00:00:00:00:07", 1), ("02:00:0a:00:00:03", 300)])
+    message = learning_message([(bytes.fromhex("020000000007"), 1, 60), (bytes.fromhex("02000a000003"), 300, 1514)])
+    assert parse_learning_notification(message) == ((0, 1, 42), [("02:00:00:00:00:07", 1, 60), ("02:00:0a:00:00:03", 300, 1514)])
 
 
 def test_learning_ignores_other_notifications_and_refuses_cut_ones() -> None:
     from switches.bmv2.learning import parse_learning_notification
 
-    assert parse_learning_notification(learning_message([(bytes(6), 1)], topic=b"AGE|")) is None
-    with pytest.raises(ValueError, match="expected 40 for 1 samples"):
-        parse_learning_notification(learning_message([(bytes(6), 1)], cut=3))
+    assert parse_learning_notification(learning_message([(bytes(6), 1, 60)], topic=b"AGE|")) is None
+    with pytest.raises(ValueError, match="expected 44 for 1 samples"):
+        parse_learning_notification(learning_message([(bytes(6), 1, 60)], cut=3))

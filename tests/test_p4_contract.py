@@ -215,8 +215,27 @@ def test_aggregation_registers_hold_both_shadow_sets() -> None:
 
 
 def test_counters_have_one_cell_per_event() -> None:
-    assert CONTROLS[programming.INGRESS].counters == {"event_counter": len(params.INGRESS_EVENTS)}
+    assert CONTROLS[programming.INGRESS].counters == {"event_counter": len(params.EVENT_COUNTER_CELLS)}
     assert CONTROLS[programming.EGRESS].counters == {"egress_counter": len(params.EGRESS_EVENTS)}
+
+
+THRESHOLD_FORMULA = re.compile(r"(?i:drop probability) p (?:->|as) (round\(p \* [^|:]*?\))[ :|]")
+"""How docs/dataplane.md's register table and ingress.p4's comment write the drop threshold."""
+
+
+@pytest.mark.parametrize("document", [params.REPO_ROOT / "docs" / "dataplane.md", P4_INCLUDE / "ingress.p4"], ids=lambda p: p.name)
+def test_documented_drop_threshold_is_the_one_programmed(document: Path) -> None:
+    """The threshold the text gives for drop probability p is probability_threshold(p), which
+    drops with probability p: a draw is uniform over the DROP_DRAW_MAX + 1 = 2^32 - 1 values
+    0..DROP_DRAW_MAX, and p = 0 must give 0 (round(p * 2^32 - 1) gave -1)."""
+    formulas = THRESHOLD_FORMULA.findall(document.read_text().replace("\n", " "))
+    assert formulas, f"{document}: no 'drop probability p -> round(p * ...)'"
+    for formula in formulas:
+        for probability in (0.0, 1e-6, 0.01, 0.5, 1.0):
+            documented = eval(formula.replace("^", "**"), {"__builtins__": {}, "round": round, "p": probability})
+            assert documented == programming.probability_threshold(probability), (formula, probability)
+    assert programming.probability_threshold(0.0) == 0
+    assert programming.probability_threshold(1.0) == programming.DROP_DRAW_MAX + 1  # above every draw
 
 
 # --------------------------------------------------------------------------------------

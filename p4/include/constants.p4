@@ -21,6 +21,15 @@
 #define SWITCHML_MAX_POOL_SIZE 512
 #endif
 
+/* Entries each table holds (its P4 size; every target refuses an entry beyond it, with
+ * the same error, and the eBPF maps have these max_entries). A source MAC that does not
+ * fit l2_learn_table or l2_table is not learned: its frames stay flooded, and each one
+ * that tried is counted (EV_L2_NOT_LEARNED). */
+#define SWITCHML_WORKER_TABLE_SIZE 1024
+#define SWITCHML_UPLINK_TABLE_SIZE 64
+#define SWITCHML_L2_TABLE_SIZE 4096
+#define SWITCHML_RANK_ADDR_TABLE_SIZE 1024
+
 /* Most workers one job can have: the contribution bitmap is 32 bits wide. */
 #define SWITCHML_MAX_WORKERS 32
 
@@ -38,20 +47,24 @@
  * job by the control plane (worker_table's mcast_grp parameter). */
 #define SWITCHML_FLOOD_MCAST_GRP 1
 
-/* Indices into SwitchMLIngress.event_counter: what happened to each packet. */
+/* Indices into SwitchMLIngress.event_counter: what happened to each packet. Every packet
+ * the ingress takes in counts under exactly one of EV_UPDATE_CONSUMED .. EV_PARTIAL_UP
+ * (their sum is the frames the pipeline took in); EV_L2_NOT_LEARNED is counted besides a
+ * forwarded frame's EV_FORWARDED. */
 #define EV_UPDATE_CONSUMED 0      /* new contribution, slot not yet complete */
 #define EV_RESULT_MULTICAST 1     /* new contribution completed the slot: result multicast */
 #define EV_RESULT_UNICAST 2       /* retransmission to a complete slot: result unicast */
 #define EV_RETX_IGNORED 3         /* retransmission before the slot completed: dropped */
 #define EV_DROP_UNKNOWN_SENDER 4  /* (ingress port, source IPv4) not in worker_table */
 #define EV_DROP_WRONG_JOB 5       /* job_id differs from the sender's job */
-#define EV_DROP_MALFORMED 6       /* truncated, wrong k, not an update, slot out of range */
+#define EV_DROP_MALFORMED 6       /* truncated, wrong k, not an update, slot beyond the registers */
 #define EV_DROP_SIM_INGRESS 7     /* dropped by the ingress drop simulator */
 #define EV_FORWARDED 8            /* ordinary (non-SwitchML) traffic forwarded */
 #define EV_DROP_STALE 9           /* update of an older version than its cell holds (reordered) */
-#define EV_DROP_OUTSIDE_POOL 10   /* slot beyond the sender's job's pool (another job's cells) */
+#define EV_DROP_OUTSIDE_POOL 10   /* slot beyond the job's pool (another job's cells) or its cell past the registers */
 #define EV_PARTIAL_UP 11          /* local sum (or its retransmission) sent to the switch above */
-#define EV_COUNT 12
+#define EV_L2_NOT_LEARNED 12      /* also forwarded: its source MAC not learned, l2_learn_table or l2_table full */
+#define EV_COUNT 13
 
 /* Indices into SwitchMLEgress.egress_counter. */
 #define EGV_SENT 0                /* packets leaving the switch */

@@ -41,7 +41,7 @@ control SwitchMLEgress(inout headers_t hdr,
         }
         actions = { set_rank_addr; drop; }
         default_action = drop();
-        size = 1024;
+        size = SWITCHML_RANK_ADDR_TABLE_SIZE;
     }
 
     apply {

@@ -102,10 +102,12 @@ struct headers_t {
     switchml_data_h data;
 }
 
-/* Learning digest: a source MAC seen on a port (see SwitchMLIngress.l2_learn_table). */
+/* Learning digest: a source MAC seen on a port (see SwitchMLIngress.l2_learn_table), and
+ * the frame's length, which the controller counts when it cannot learn the source. */
 struct l2_learn_digest_t {
     mac_addr_t srcAddr;
     bit<9>     ingress_port;
+    bit<32>    packet_length;
 }
 
 struct metadata_t {

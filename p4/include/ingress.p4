@@ -20,7 +20,7 @@ control SwitchMLIngress(inout headers_t hdr,
 
     /* ---- state ------------------------------------------------------------------- */
 
-    /* Drop probability p as round(p * 2^32 - 1): a draw in [0, 2^32 - 2] below it drops. */
+    /* Drop probability p as round(p * (2^32 - 1)): a draw in [0, 2^32 - 2] below it drops. */
     register<bit<32>>(1) ingress_drop_threshold;
     /* What happened to each packet, indexed by the EV_* constants. */
     counter(EV_COUNT, CounterType.packets_and_bytes) event_counter;
@@ -43,15 +43,17 @@ control SwitchMLIngress(inout headers_t hdr,
     /* ---- L2 forwarding of ordinary traffic ------------------------------------------ */
 
     action l2_learn() {
-        /* A learning controller answers with l2_learn_table (NoAction) and l2_table entries. */
-        digest<l2_learn_digest_t>(1, { hdr.ethernet.srcAddr, standard_metadata.ingress_port });
+        /* A learning controller answers with l2_learn_table (NoAction) and l2_table entries,
+         * or, when a table is full, counts the frame (EV_L2_NOT_LEARNED, with its length). */
+        digest<l2_learn_digest_t>(1, { hdr.ethernet.srcAddr, standard_metadata.ingress_port,
+                                       standard_metadata.packet_length });
     }
 
     table l2_learn_table {
         key = { hdr.ethernet.srcAddr: exact; }
         actions = { NoAction; l2_learn; }
         default_action = l2_learn();
-        size = 4096;
+        size = SWITCHML_L2_TABLE_SIZE;
     }
 
     action l2_forward(bit<9> port) {
@@ -67,7 +69,7 @@ control SwitchMLIngress(inout headers_t hdr,
         key = { hdr.ethernet.dstAddr: exact; }
         actions = { l2_forward; l2_flood; }
         default_action = l2_flood();
-        size = 4096;
+        size = SWITCHML_L2_TABLE_SIZE;
     }
 
     /* ---- who sent this update -------------------------------------------------------- */
@@ -101,7 +103,7 @@ control SwitchMLIngress(inout headers_t hdr,
         }
         actions = { set_worker; forward_as_ordinary; drop_unknown_sender; }
         default_action = drop_unknown_sender();
-        size = 1024;
+        size = SWITCHML_WORKER_TABLE_SIZE;
     }
 
     /* ---- the switch above (hierarchical aggregation) ------------------------------------ */
@@ -137,7 +139,7 @@ control SwitchMLIngress(inout headers_t hdr,
         key = { meta.job_id: exact; }
         actions = { set_uplink; NoAction; }
         default_action = NoAction();
-        size = 64;
+        size = SWITCHML_UPLINK_TABLE_SIZE;
     }
 
     /* The local partial sum (hdr.data and exponent filled in by the caller) leaves as an
@@ -235,8 +237,11 @@ control SwitchMLIngress(inout headers_t hdr,
                         /* 4R. A result, but not from this job's uplink. */
                         mark_to_drop(standard_metadata);
                         event_counter.count(EV_DROP_MALFORMED);
-                    } else if (hdr.switchml.slot >= meta.pool_size) {
-                        /* 5b. Beyond the job's slot range: other jobs' cells. */
+                    } else if (hdr.switchml.slot >= meta.pool_size
+                            || (bit<32>)meta.slot_base + (bit<32>)hdr.switchml.slot >= SWITCHML_MAX_POOL_SIZE) {
+                        /* 5b. Beyond the job's slot range (other jobs' cells), or its cell past
+                         * the registers (an entry the control plane should have refused):
+                         * never index another set's or job's cell. */
                         mark_to_drop(standard_metadata);
                         event_counter.count(EV_DROP_OUTSIDE_POOL);
                     } else {

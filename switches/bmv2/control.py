@@ -34,6 +34,7 @@ from switches.control import (
     mc_group_missing_error,
     mc_node_missing_error,
     parse_value,
+    table_full_error,
 )
 
 log = logging.getLogger(__name__)
@@ -127,9 +128,16 @@ class Bmv2Control(SwitchControl):
         codes = getattr(sys.modules[type(cause).__module__], THRIFT_ERROR_CODES[exception])
         return codes._VALUES_TO_NAMES.get(getattr(cause, "code", None)) == code
 
+    def _table_sizes(self) -> dict[str, int]:
+        """Each table's ``max_size`` (its P4 ``size``), which p4-utils does not keep: from the
+        program the switch runs, asked over Thrift."""
+        program = json.loads(self._call_thrift(self._api.client, "bm_get_config"))
+        return {table["name"]: table["max_size"] for pipeline in program["pipelines"] for table in pipeline["tables"]}
+
     def _load_schema(self) -> ProgramSchema:
         """The compiled program's tables, registers and counters, from the JSON p4-utils loaded."""
         info = self._api.switch_info
+        sizes = self._table_sizes()
         return ProgramSchema(
             tables={
                 name: TableSchema(
@@ -138,6 +146,7 @@ class Bmv2Control(SwitchControl):
                         action.rsplit(".", 1)[-1]: tuple(Field(param, bits) for param, bits in spec.runtime_data)
                         for action, spec in table.actions.items()
                     },
+                    size=sizes[name],
                 )
                 for name, table in info.tables.items()
             },
@@ -170,6 +179,8 @@ class Bmv2Control(SwitchControl):
         except ControlPlaneError as error:
             if self._refused_with(error, "InvalidTableOperation", "DUPLICATE_ENTRY"):
                 raise duplicate_entry_error(table, keys) from error
+            if self._refused_with(error, "InvalidTableOperation", "TABLE_FULL"):
+                raise table_full_error(table, self._table(table).size) from error
             raise
         if not isinstance(handle, int):  # p4-utils returns bmv2's answer as is when it is not a handle
             raise ControlPlaneError(f"{self._where}: table_add {table} {action} returned {handle!r}, not a handle")
@@ -206,6 +217,16 @@ class Bmv2Control(SwitchControl):
     def learning_ack_buffer(self, context_id: int, list_id: int, buffer_id: int) -> None:
         """Acknowledge one learning digest buffer, so bmv2 may send its samples again if needed."""
         self._call_thrift(self._api.client, "bm_learning_ack_buffer", context_id, list_id, buffer_id)
+
+    def counter_add(self, counter: str, index: int, byte_count: int) -> None:
+        """Count one packet of ``byte_count`` bytes in a counter cell, from the control plane:
+        the learning controller's EV_L2_NOT_LEARNED, which only it can see (bmv2 tells the
+        data plane nothing about a full table). The data plane never counts that cell, so
+        reading and writing it back loses nothing but a reset made in between."""
+        self._record("counter_add", counter, index, byte_count)
+        self._counter(counter)
+        byte_total, packets = self._call("counter_read", counter, index)
+        self._call("counter_write", counter, index, packets + 1, byte_total + byte_count)
 
     def _register_read(self, register: str) -> list[int]:
         return list(self._call("register_read", register))

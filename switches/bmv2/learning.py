@@ -1,15 +1,18 @@
 """The L2 learning controller for bmv2: answers the ``l2_learn`` digests of p4/switchml.p4.
 
-SwitchMLIngress sends a digest ``{srcAddr, ingress_port}`` for every frame whose source
-MAC is not in ``l2_learn_table`` (docs/dataplane.md, step 2). bmv2 publishes digests on a
-nanomsg socket and does nothing else with them: without a controller every unicast frame
-of ordinary traffic (ARP, the ring's and the parameter server's TCP) is flooded forever.
-This controller does what the embedded switch does inside its pipeline: it adds the
-source to ``l2_learn_table`` (NoAction, so the digest stops) and, unless the MAC is known
-already, an ``l2_table`` entry that forwards to the port it was seen on. Then it
-acknowledges the digest buffer, as bmv2's learning engine expects. bmv2 would otherwise
-collect samples for up to a few hundred milliseconds before publishing them, while the
-embedded switch learns at once; the controller sets the learn list's buffer to one sample,
+SwitchMLIngress sends a digest ``{srcAddr, ingress_port, packet_length}`` for every frame
+whose source MAC is not in ``l2_learn_table`` (docs/dataplane.md, step 2). bmv2 publishes
+digests on a nanomsg socket and does nothing else with them: without a controller every
+unicast frame of ordinary traffic (ARP, the ring's and the parameter server's TCP) is
+flooded forever. This controller does what the embedded switch does inside its pipeline:
+it adds the source to ``l2_learn_table`` (NoAction, so the digest stops) and, unless the
+MAC is known already, an ``l2_table`` entry that forwards to the port it was seen on; when
+either table is full (its size is the P4 program's, as on every target) it counts the
+frame in the event counter's ``EV_L2_NOT_LEARNED`` cell instead, with the frame's length:
+bmv2's data plane cannot know that a table is full. Then it acknowledges the digest
+buffer, as bmv2's learning engine expects. bmv2 would otherwise collect samples for up to
+a few hundred milliseconds before publishing them, while the embedded switch learns at
+once; the controller sets the learn list's buffer to one sample,
 so a reply that follows the first frame of a conversation is already unicast.
 
 Entries go through the same control-plane interface as everything else (its own Thrift
@@ -18,7 +21,7 @@ connection, because the runner's is used from another thread).
 Wire format of a learning notification (bmv2's learn engine, little-endian header):
 topic ``LEA|``, switch id (u64), context id (i32), list id (i32), buffer id (u64), sample
 count (i32), then the samples, each field of ``l2_learn_digest_t`` rounded up to whole
-bytes in network order: srcAddr (6 bytes), ingress_port (2 bytes).
+bytes in network order: srcAddr (6 bytes), ingress_port (2 bytes), packet_length (4 bytes).
 """
 
 from __future__ import annotations
@@ -30,29 +33,32 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from protocol import params
 from switches.bmv2.control import Bmv2Control
-from switches.control import ControlPlaneError, DuplicateEntryError
+from switches.control import ControlPlaneError, DuplicateEntryError, TableFullError
 
 log = logging.getLogger(__name__)
 
 L2_LEARN_TABLE = "SwitchMLIngress.l2_learn_table"
 L2_TABLE = "SwitchMLIngress.l2_table"
+EVENT_COUNTER = "SwitchMLIngress.event_counter"
+EV_L2_NOT_LEARNED = params.P4_CONSTANTS["EV_L2_NOT_LEARNED"]
 LEARN_LIST = "l2_learn_digest_t"
 """The digest's name in the compiled program's ``learn_lists``."""
 LEARN_TOPIC = b"LEA|"
 NOTIFICATION_HEADER = struct.Struct("<4sQiiQi")
 """topic, switch id, context id, list id, buffer id, number of samples."""
-L2_LEARN_SAMPLE = struct.Struct("!6sH")
-"""l2_learn_digest_t: srcAddr (bit<48>), ingress_port (bit<9> in two bytes)."""
+L2_LEARN_SAMPLE = struct.Struct("!6sHI")
+"""l2_learn_digest_t: srcAddr (bit<48>), ingress_port (bit<9> in two bytes), packet_length (bit<32>)."""
 POLL_S = 0.2
 """How often the thread looks up from the socket to see whether it should stop."""
 STOP_TIMEOUT_S = 5.0
 """A Thrift call to a switch that hangs must not hang the teardown: the thread is a daemon."""
 
 
-def parse_learning_notification(message: bytes) -> tuple[tuple[int, int, int], list[tuple[str, int]]] | None:
-    """((context id, list id, buffer id), [(MAC, port), ...]) of a learning message; None for
-    any other notification (ageing, port status); ValueError if it is cut short."""
+def parse_learning_notification(message: bytes) -> tuple[tuple[int, int, int], list[tuple[str, int, int]]] | None:
+    """((context id, list id, buffer id), [(MAC, port, frame length), ...]) of a learning
+    message; None for any other notification (ageing, port status); ValueError if it is cut short."""
     if len(message) < NOTIFICATION_HEADER.size or not message.startswith(LEARN_TOPIC):
         return None
     _topic, _switch, context_id, list_id, buffer_id, count = NOTIFICATION_HEADER.unpack_from(message)
@@ -61,8 +67,8 @@ def parse_learning_notification(message: bytes) -> tuple[tuple[int, int, int], l
         raise ValueError(f"learning notification of {len(message)} bytes, expected {expected} for {count} samples")
     samples = []
     for offset in range(NOTIFICATION_HEADER.size, expected, L2_LEARN_SAMPLE.size):
-        mac, port = L2_LEARN_SAMPLE.unpack_from(message, offset)
-        samples.append((":".join(f"{b:02x}" for b in mac), port))
+        mac, port, length = L2_LEARN_SAMPLE.unpack_from(message, offset)
+        samples.append((":".join(f"{b:02x}" for b in mac), port, length))
     return (context_id, list_id, buffer_id), samples
 
 
@@ -82,6 +88,7 @@ class L2LearningController:
 
         self.name = name
         self.learned = 0
+        self.not_learned = 0
         self._control = Bmv2Control(thrift_port, json_path=json_path)
         self._control.learning_set_buffer_size(learn_list_id(json_path), 1)
         self._socket = pynng.Sub0(dial=notifications_addr, recv_timeout=int(POLL_S * 1000))
@@ -101,7 +108,8 @@ class L2LearningController:
             log.warning("%s: L2 learning controller still busy after %.0f s; leaving it behind", self.name, STOP_TIMEOUT_S)
         self._socket.close()
         self._control.close()
-        log.info("%s: L2 learning controller stopped (%d addresses learned)", self.name, self.learned)
+        log.info("%s: L2 learning controller stopped (%d addresses learned, %d frames not learned: a table was full)",
+                 self.name, self.learned, self.not_learned)
 
     def _messages(self) -> Iterator[bytes]:
         while not self._stopping.is_set():
@@ -117,23 +125,34 @@ class L2LearningController:
                 if parsed is None:
                     continue
                 buffer, samples = parsed
-                for mac, port in samples:
-                    self._learn(mac, port)
+                for mac, port, length in samples:
+                    self._learn(mac, port, length)
                 self._control.learning_ack_buffer(*buffer)
             except (ValueError, ControlPlaneError) as error:
                 if self._stopping.is_set():  # the switch went first; nothing left to program
                     return
                 log.warning("%s: learning digest not handled: %s", self.name, error)
 
-    def _learn(self, mac: str, port: int) -> None:
+    def _learn(self, mac: str, port: int, length: int) -> None:
         """What the embedded switch's ``SwitchMLIngress._learn`` does, over Thrift."""
         log.debug("%s: l2_learn %s on port %d", self.name, mac, port)
         try:
             self._control.table_add(L2_LEARN_TABLE, "NoAction", [mac], [])
         except DuplicateEntryError:
             return  # learned already: the same sample in a digest sent before our ack arrived
+        except TableFullError:
+            self._not_learned(length)
+            return
         try:
             self._control.table_add(L2_TABLE, "l2_forward", [mac], [port])
         except DuplicateEntryError:
             pass  # a static entry (program_forwarding) wins, as in the embedded switch
+        except TableFullError:
+            self._not_learned(length)
+            return
         self.learned += 1
+
+    def _not_learned(self, length: int) -> None:
+        """A full table took nothing: count the frame, where the data plane counts its events."""
+        self._control.counter_add(EVENT_COUNTER, EV_L2_NOT_LEARNED, length)
+        self.not_learned += 1

@@ -27,6 +27,7 @@ from switches.control import (
     mc_group_exists_error,
     mc_group_missing_error,
     mc_node_missing_error,
+    table_full_error,
 )
 from switches.ebpf import maps
 from switches.ebpf.bpf import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, BpfMap
@@ -44,6 +45,10 @@ class EbpfControl(SwitchControl):
     def __init__(self, map_ids: Mapping[str, int], command_log: Path | None = None) -> None:
         super().__init__(command_log)
         self._maps: dict[str, BpfMap] = {}
+        self._adds = 0
+        """Entries this connection added: their handles (a hash map keeps none, and nothing
+        deletes by handle). Counting the map's entries instead costs a syscall per entry,
+        per add: filling a 4,096-entry L2 table took a minute."""
         try:
             for name, map_id in map_ids.items():
                 self._maps[name] = self._open(name, map_id)
@@ -54,6 +59,11 @@ class EbpfControl(SwitchControl):
         if missing:
             self.close()
             raise ControlPlaneError(f"eBPF switch lacks the maps {', '.join(sorted(missing))}")
+        resized = [f"{t.map_name} holds {self._maps[t.map_name].max_entries}, the P4 table {t.size}"
+                   for t in maps.TABLES.values() if self._maps[t.map_name].max_entries != t.size]
+        if resized:
+            self.close()
+            raise ControlPlaneError(f"eBPF switch's tables differ in size from the P4 program's: {'; '.join(resized)}")
 
     @staticmethod
     def _open(name: str, map_id: int) -> BpfMap:
@@ -86,16 +96,16 @@ class EbpfControl(SwitchControl):
     def _table_add(self, table: str, action: str, keys: Sequence[MatchValue], action_params: Sequence[MatchValue]) -> int:
         layout = maps.TABLES[table]
         entries = self._maps[layout.map_name]
-        handle = self._table_num_entries(table)
         try:
             entries.update(bytes(layout.key_type(*keys)), self._action_value(layout, action, action_params), BPF_NOEXIST)
         except FileExistsError:
             raise duplicate_entry_error(table, keys) from None
         except OSError as error:
             if error.errno == errno.E2BIG:
-                raise ControlPlaneError(f"{table}: table full ({entries.max_entries} entries)") from None
+                raise table_full_error(table, entries.max_entries) from None
             raise ControlPlaneError(f"{table}: table_add failed: {error}") from error
-        return handle
+        self._adds += 1
+        return self._adds - 1
 
     def _table_set_default(self, table: str, action: str, action_params: Sequence[MatchValue]) -> None:
         layout = maps.TABLES[table]

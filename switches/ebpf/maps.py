@@ -159,13 +159,15 @@ class TableLayout:
     actions: Mapping[str, tuple[int, tuple[Field, ...]]]
     """Action name -> (its number in switchml.h, its parameters)."""
     value_type: type[ctypes.Structure]
+    size: int
+    """The P4 table's size (constants.p4), which switchml.bpf.c gives the map as max_entries."""
 
     @property
     def default_map_name(self) -> str:
         return f"{self.map_name}_default"
 
     def schema(self) -> TableSchema:
-        return TableSchema(self.keys, {action: fields for action, (_number, fields) in self.actions.items()})
+        return TableSchema(self.keys, {action: fields for action, (_number, fields) in self.actions.items()}, self.size)
 
 
 TABLES: Mapping[str, TableLayout] = {
@@ -185,6 +187,7 @@ TABLES: Mapping[str, TableLayout] = {
             "drop_unknown_sender": (DEFINES["WORKER_TABLE_DROP_UNKNOWN_SENDER"], ()),
         },
         WorkerAction,
+        params.P4_CONSTANTS["SWITCHML_WORKER_TABLE_SIZE"],
     ),
     f"{INGRESS}.uplink_table": TableLayout(
         "uplink_table",
@@ -201,6 +204,7 @@ TABLES: Mapping[str, TableLayout] = {
             "NoAction": (DEFINES["UPLINK_TABLE_NOACTION"], ()),
         },
         UplinkAction,
+        params.P4_CONSTANTS["SWITCHML_UPLINK_TABLE_SIZE"],
     ),
     f"{INGRESS}.l2_learn_table": TableLayout(
         "l2_learn_table",
@@ -208,6 +212,7 @@ TABLES: Mapping[str, TableLayout] = {
         MacKey,
         {"NoAction": (DEFINES["L2_LEARN_TABLE_NOACTION"], ()), "l2_learn": (DEFINES["L2_LEARN_TABLE_L2_LEARN"], ())},
         L2LearnAction,
+        params.L2_TABLE_SIZE,
     ),
     f"{INGRESS}.l2_table": TableLayout(
         "l2_table",
@@ -215,6 +220,7 @@ TABLES: Mapping[str, TableLayout] = {
         MacKey,
         {"l2_forward": (DEFINES["L2_TABLE_L2_FORWARD"], (Field("port", 9),)), "l2_flood": (DEFINES["L2_TABLE_L2_FLOOD"], ())},
         L2Action,
+        params.L2_TABLE_SIZE,
     ),
     f"{EGRESS}.rank_addr_table": TableLayout(
         "rank_addr_table",
@@ -228,6 +234,7 @@ TABLES: Mapping[str, TableLayout] = {
             "drop": (DEFINES["RANK_ADDR_TABLE_DROP"], ()),
         },
         RankAddrAction,
+        params.P4_CONSTANTS["SWITCHML_RANK_ADDR_TABLE_SIZE"],
     ),
 }
 
@@ -276,5 +283,5 @@ def program_schema(max_pool_size: int) -> ProgramSchema:
     return ProgramSchema(
         tables={name: table.schema() for name, table in TABLES.items()},
         registers=registers,
-        counters={f"{INGRESS}.event_counter": len(params.INGRESS_EVENTS), f"{EGRESS}.egress_counter": len(params.EGRESS_EVENTS)},
+        counters={f"{INGRESS}.event_counter": len(params.EVENT_COUNTER_CELLS), f"{EGRESS}.egress_counter": len(params.EGRESS_EVENTS)},
     )

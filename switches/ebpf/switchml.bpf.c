@@ -27,6 +27,7 @@
  * lookups and updates are safe from any core.
  */
 #include <linux/bpf.h>
+#include <linux/errno.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
@@ -140,7 +141,7 @@ struct worker_action {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, WORKER_TABLE_SIZE);
+	__uint(max_entries, SWITCHML_WORKER_TABLE_SIZE);
 	__type(key, struct worker_key);
 	__type(value, struct worker_action);
 } worker_table SEC(".maps");
@@ -169,7 +170,7 @@ struct uplink_action {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, UPLINK_TABLE_SIZE);
+	__uint(max_entries, SWITCHML_UPLINK_TABLE_SIZE);
 	__type(key, __u32);
 	__type(value, struct uplink_action);
 } uplink_table SEC(".maps");
@@ -189,7 +190,7 @@ struct l2_learn_action {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, L2_LEARN_TABLE_SIZE);
+	__uint(max_entries, SWITCHML_L2_TABLE_SIZE);
 	__type(key, __u64);
 	__type(value, struct l2_learn_action);
 } l2_learn_table SEC(".maps");
@@ -209,7 +210,7 @@ struct l2_action {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, L2_TABLE_SIZE);
+	__uint(max_entries, SWITCHML_L2_TABLE_SIZE);
 	__type(key, __u64);
 	__type(value, struct l2_action);
 } l2_table SEC(".maps");
@@ -292,7 +293,7 @@ struct rank_addr_action {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, RANK_ADDR_TABLE_SIZE);
+	__uint(max_entries, SWITCHML_RANK_ADDR_TABLE_SIZE);
 	__type(key, struct rank_addr_key);
 	__type(value, struct rank_addr_action);
 } rank_addr_table SEC(".maps");
@@ -481,14 +482,17 @@ static __always_inline int flood(struct __sk_buff *skb, __u32 in_port, __u32 wir
 
 /* The l2_learn digest, answered here as the learning controller answers it for bmv2:
  * l2_learn_table gets the source (NoAction) and, unless it is there, l2_table a
- * forward to the port it came in on. */
-static __always_inline void l2_learn(__u64 src, __u32 in_port)
+ * forward to the port it came in on. A full table (-E2BIG) takes nothing: the frame is
+ * counted as not learned (EV_L2_NOT_LEARNED); -EEXIST is a source another core just
+ * learned, or a static entry, and is not counted. */
+static __always_inline void l2_learn(__u64 src, __u32 in_port, __u32 wire_bytes)
 {
 	struct l2_learn_action known = {.action = L2_LEARN_TABLE_NOACTION};
 	struct l2_action forward = {.action = L2_TABLE_L2_FORWARD, .port = in_port};
 
-	bpf_map_update_elem(&l2_learn_table, &src, &known, BPF_NOEXIST);
-	bpf_map_update_elem(&l2_table, &src, &forward, BPF_NOEXIST);
+	if (bpf_map_update_elem(&l2_learn_table, &src, &known, BPF_NOEXIST) == -E2BIG ||
+	    bpf_map_update_elem(&l2_table, &src, &forward, BPF_NOEXIST) == -E2BIG)
+		count(&event_counter, EV_L2_NOT_LEARNED, wire_bytes);
 }
 
 /* SwitchMLComputeChecksum for a frame that leaves as it came: an option-less IPv4 header
@@ -521,7 +525,7 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 	if (!learn)
 		learn = bpf_map_lookup_elem(&l2_learn_table_default, &zero);
 	if (learn && learn->action == L2_LEARN_TABLE_L2_LEARN)
-		l2_learn(src, in_port);
+		l2_learn(src, in_port, wire_bytes);
 
 	count(&event_counter, EV_FORWARDED, wire_bytes);
 	compute_checksum_forwarded(skb, hdr, parsed);
@@ -531,6 +535,13 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 }
 
 /* ---- SwitchMLIngress step 6: aggregation ------------------------------------------------ */
+
+/* Step 5b: the slot is beyond the job's pool, or its cell past the registers (an entry the
+ * control plane should have refused): no register cell of this job to aggregate in. */
+static __always_inline int outside_pool(__u32 slot, __u32 slot_base, __u32 pool_size)
+{
+	return slot >= pool_size || slot_base + slot >= SWITCHML_MAX_POOL_SIZE;
+}
 
 /* Serial-number order on 32 bits: a is newer than b. */
 static __always_inline int newer(__u32 a, __u32 b)
@@ -780,7 +791,7 @@ static __always_inline int result_from_above(struct __sk_buff *skb, const struct
 		count(&event_counter, EV_DROP_MALFORMED, wire_bytes);
 		return TC_ACT_SHOT;
 	}
-	if (bpf_ntohs(sml->slot) >= uplink->pool_size) {
+	if (outside_pool(bpf_ntohs(sml->slot), uplink->slot_base, uplink->pool_size)) {
 		count(&event_counter, EV_DROP_OUTSIDE_POOL, wire_bytes);
 		return TC_ACT_SHOT;
 	}
@@ -928,8 +939,8 @@ int switchml_ingress(struct __sk_buff *skb)
 	if (uplink && uplink->action != UPLINK_TABLE_SET_UPLINK)
 		uplink = NULL;
 
-	/* 5b. Beyond the job's slot range: other jobs' cells. */
-	if (bpf_ntohs(sml->slot) >= worker->pool_size) {
+	/* 5b. Beyond the job's slot range (other jobs' cells), or past the registers. */
+	if (outside_pool(bpf_ntohs(sml->slot), worker->slot_base, worker->pool_size)) {
 		count(&event_counter, EV_DROP_OUTSIDE_POOL, wire_bytes);
 		return TC_ACT_SHOT;
 	}

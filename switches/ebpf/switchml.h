@@ -6,6 +6,8 @@
  *
  * Every table's action 0 is its P4 default action, so the one-cell <table>_default
  * maps, which the kernel creates zeroed, start with the P4 program's default_action.
+ * The tables' sizes (max_entries) are the P4 program's, SWITCHML_*_TABLE_SIZE in
+ * constants.p4.
  */
 #ifndef SWITCHML_EBPF_H
 #define SWITCHML_EBPF_H
@@ -14,27 +16,22 @@
 #define WORKER_TABLE_DROP_UNKNOWN_SENDER 0
 #define WORKER_TABLE_SET_WORKER 1
 #define WORKER_TABLE_FORWARD_AS_ORDINARY 2
-#define WORKER_TABLE_SIZE 1024
 
 /* SwitchMLIngress.uplink_table */
 #define UPLINK_TABLE_NOACTION 0
 #define UPLINK_TABLE_SET_UPLINK 1
-#define UPLINK_TABLE_SIZE 64
 
 /* SwitchMLIngress.l2_learn_table */
 #define L2_LEARN_TABLE_L2_LEARN 0
 #define L2_LEARN_TABLE_NOACTION 1
-#define L2_LEARN_TABLE_SIZE 4096
 
 /* SwitchMLIngress.l2_table */
 #define L2_TABLE_L2_FLOOD 0
 #define L2_TABLE_L2_FORWARD 1
-#define L2_TABLE_SIZE 4096
 
 /* SwitchMLEgress.rank_addr_table */
 #define RANK_ADDR_TABLE_DROP 0
 #define RANK_ADDR_TABLE_SET_RANK_ADDR 1
-#define RANK_ADDR_TABLE_SIZE 1024
 
 /* The traffic manager's multicast groups: copies per group, nodes per group, ports per
  * node, and groups. A flood group holds every port of the switch. */

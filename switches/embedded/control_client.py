@@ -2,7 +2,8 @@
 
 Every primitive is one JSON-lines round trip (see control_server). The switch's refusals
 (unknown table, action or register, bad key, out-of-range index) come back as
-ControlPlaneError with the switch's message; a dead switch is a ControlPlaneError too.
+ControlPlaneError with the switch's message, of the switch's kind (DuplicateEntryError,
+TableFullError); a dead switch is a ControlPlaneError too.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import socket
 from pathlib import Path
 from typing import Any, Sequence
 
-from switches.control import ControlPlaneError, MatchValue, ProgramSchema, SwitchControl
+from switches.control import ERROR_KINDS, ControlPlaneError, MatchValue, ProgramSchema, SwitchControl
 
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -41,7 +42,7 @@ class EmbeddedControl(SwitchControl):
             raise ControlPlaneError(f"embedded switch at {self.socket_path} closed the connection during {op}")
         response = json.loads(line)
         if not response["ok"]:
-            raise ControlPlaneError(f"{op}: {response['error']}")
+            raise ERROR_KINDS.get(response.get("kind", ""), ControlPlaneError)(f"{op}: {response['error']}")
         return response["result"]
 
     def ping(self) -> None:

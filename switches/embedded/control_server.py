@@ -56,7 +56,7 @@ def handle_request(handlers: dict[str, Callable[..., Any]], line: bytes) -> dict
             raise ControlPlaneError(f"unknown control operation {op!r}")
         return {"ok": True, "result": handlers[op](**args)}
     except ControlPlaneError as exc:
-        return {"ok": False, "error": str(exc)}
+        return {"ok": False, "error": str(exc), "kind": type(exc).__name__}
     except (ValueError, KeyError, TypeError) as exc:
         log.warning("bad control request %r: %s", line[:200], exc)
         return {"ok": False, "error": f"bad request: {type(exc).__name__}: {exc}"}

@@ -29,6 +29,7 @@ class SwitchMLEgress:
             [Field("meta.job_id", 16), Field("meta.dst_rank", 8)],
             {"set_rank_addr": [Field("mac", 48), Field("ipv4", 32), Field("udp_port", 16)], "drop": []},
             default="drop",
+            size=params.P4_CONSTANTS["SWITCHML_RANK_ADDR_TABLE_SIZE"],
         )
         self.rank_addr_table.on_change = self._forget_templates
         self.egress_drop_threshold = CellRegister(f"{NAME}.egress_drop_threshold", 1)

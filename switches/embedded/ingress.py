@@ -16,6 +16,7 @@ import struct
 
 from protocol import params
 from protocol.packet import IPV4_OFFSET, UDP_HEADER_BYTES, UDP_OFFSET, payload_bytes
+from switches.control import TableFullError
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.parser import EXPONENT_OFFSET, MSG_TYPE_OFFSET, PARSER_ERROR, PacketBuffer
 from switches.embedded.registers import BIT32, CellRegister, Counter, ExponentRegister, ValueRegisters
@@ -41,6 +42,7 @@ EV_FORWARDED = _C["EV_FORWARDED"]
 EV_DROP_STALE = _C["EV_DROP_STALE"]
 EV_DROP_OUTSIDE_POOL = _C["EV_DROP_OUTSIDE_POOL"]
 EV_PARTIAL_UP = _C["EV_PARTIAL_UP"]
+EV_L2_NOT_LEARNED = _C["EV_L2_NOT_LEARNED"]
 UPDATE_OR_RESULT = (params.MSG_UPDATE, params.MSG_RESULT)
 IPV4_SRC = slice(IPV4_OFFSET + 12, IPV4_OFFSET + 16)
 IPV4_DST = slice(IPV4_OFFSET + 16, IPV4_OFFSET + 20)
@@ -70,7 +72,7 @@ class SwitchMLIngress:
         self.exponent = ExponentRegister(f"{NAME}.exponent", cells)
         self.seq = CellRegister(f"{NAME}.seq", cells)
         self.ingress_drop_threshold = CellRegister(f"{NAME}.ingress_drop_threshold", 1)
-        self.event_counter = Counter(f"{NAME}.event_counter", len(params.INGRESS_EVENTS))
+        self.event_counter = Counter(f"{NAME}.event_counter", len(params.EVENT_COUNTER_CELLS))
         self.worker_table = ExactMatchTable(
             f"{NAME}.worker_table",
             [Field("standard_metadata.ingress_port", 9), Field("hdr.ipv4.srcAddr", 32)],
@@ -83,6 +85,7 @@ class SwitchMLIngress:
                 "drop_unknown_sender": [],
             },
             default="drop_unknown_sender",
+            size=_C["SWITCHML_WORKER_TABLE_SIZE"],
         )
         self.uplink_table = ExactMatchTable(
             f"{NAME}.uplink_table",
@@ -95,15 +98,18 @@ class SwitchMLIngress:
                 "NoAction": [],
             },
             default="NoAction",
+            size=_C["SWITCHML_UPLINK_TABLE_SIZE"],
         )
         self.uplink_table.on_change = self._index_uplinks
         self._uplinks: dict[int, tuple[int, ...]] = {}
         """job_id -> set_uplink's parameters: the table's set_uplink entries, for the data path."""
         self.l2_learn_table = ExactMatchTable(
-            f"{NAME}.l2_learn_table", [Field("hdr.ethernet.srcAddr", 48)], {"NoAction": [], "l2_learn": []}, default="l2_learn"
+            f"{NAME}.l2_learn_table", [Field("hdr.ethernet.srcAddr", 48)], {"NoAction": [], "l2_learn": []}, default="l2_learn",
+            size=params.L2_TABLE_SIZE,
         )
         self.l2_table = ExactMatchTable(
-            f"{NAME}.l2_table", [Field("hdr.ethernet.dstAddr", 48)], {"l2_forward": [Field("port", 9)], "l2_flood": []}, default="l2_flood"
+            f"{NAME}.l2_table", [Field("hdr.ethernet.dstAddr", 48)], {"l2_forward": [Field("port", 9)], "l2_flood": []}, default="l2_flood",
+            size=params.L2_TABLE_SIZE,
         )
         self.udp_length = UDP_HEADER_BYTES + payload_bytes(k)
 
@@ -162,12 +168,18 @@ class SwitchMLIngress:
             counter.count(EV_DROP_WRONG_JOB, length)
             return DROP
         uplink = self._uplinks.get(job_id)
-        # 5b. Beyond the job's slot range: other jobs' cells.
-        if hdr[11] >= pool_size:
+        # 5b. Beyond the job's slot range (other jobs' cells), or past the registers.
+        if self._outside_pool(hdr[11], slot_base, pool_size):
             counter.count(EV_DROP_OUTSIDE_POOL, length)
             return DROP
         # 6. Aggregation.
         return self._aggregate(packet, in_port, length, hdr, rank, num_workers, mcast_grp, slot_base, uplink)
+
+    def _outside_pool(self, slot: int, slot_base: int, pool_size: int) -> bool:
+        """Step 5b: the slot is beyond the job's pool, or its cell past the registers (an
+        entry the control plane should have refused), where it would index another shadow
+        set's or job's cell, or none."""
+        return slot >= pool_size or slot_base + slot >= self.max_pool_size
 
     def _from_above(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple) -> tuple:
         """4R-6R: a result from the job's uplink completes the version this switch sent its
@@ -178,7 +190,7 @@ class SwitchMLIngress:
             counter.count(EV_DROP_MALFORMED, length)
             return DROP
         num_workers, mcast_grp, slot_base, pool_size = uplink[5:]
-        if hdr[11] >= pool_size:
+        if self._outside_pool(hdr[11], slot_base, pool_size):
             counter.count(EV_DROP_OUTSIDE_POOL, length)
             return DROP
         idx = hdr[9] * self.max_pool_size + slot_base + hdr[11]
@@ -297,16 +309,19 @@ class SwitchMLIngress:
         action, action_params = self.l2_table.entries.get((dst_hi << 32 | dst_lo,), self.l2_table.default)
         src = src_hi << 32 | src_lo
         if (src,) not in self.l2_learn_table.entries:
-            self._learn(src, in_port)
+            self._learn(src, in_port, length)
         self.event_counter.count(EV_FORWARDED, length)
         if action == "l2_forward":
             return (TO_PORT, action_params[0])
         return (TO_GROUP, params.FLOOD_MCAST_GRP)
 
-    def _learn(self, src: int, in_port: int) -> None:
-        """The l2_learn digest {srcAddr, ingress_port}, handled as a learning controller would."""
+    def _learn(self, src: int, in_port: int, length: int) -> None:
+        """The l2_learn digest {srcAddr, ingress_port, packet_length}, handled as the learning
+        controller does: a source that a full table cannot take is counted, not learned."""
         log.debug("l2_learn %012x on port %d", src, in_port)
-        self.l2_learn_table.add("NoAction", [src], [])
-        if (src,) in self.l2_table.entries:
-            return
-        self.l2_table.add("l2_forward", [src], [in_port])
+        try:
+            self.l2_learn_table.add("NoAction", [src], [])
+            if (src,) not in self.l2_table.entries:
+                self.l2_table.add("l2_forward", [src], [in_port])
+        except TableFullError:
+            self.event_counter.count(EV_L2_NOT_LEARNED, length)

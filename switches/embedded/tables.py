@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from switches.control import Field, MatchValue, TableSchema, duplicate_entry_error, encode_fields, lookup
+from switches.control import Field, MatchValue, TableSchema, duplicate_entry_error, encode_fields, lookup, table_full_error
 
 ActionCall = tuple[str, tuple[int, ...]]
 """An action name and its parameter values, as stored in an entry or as the default."""
 
 
 class ExactMatchTable:
-    """One P4 table with exact keys; ``on_change`` lets the data path refresh derived caches."""
+    """One P4 table with exact keys; ``on_change`` lets the data path refresh derived caches.
 
-    def __init__(self, name: str, keys: Sequence[Field], actions: dict[str, Sequence[Field]], default: str) -> None:
+    It holds at most ``size`` entries, the P4 table's: bmv2 and the eBPF maps refuse more,
+    and a switch that learns without a limit would forward what the others flood."""
+
+    def __init__(self, name: str, keys: Sequence[Field], actions: dict[str, Sequence[Field]], default: str, size: int) -> None:
         self.name = name
+        self.size = size
         self.keys = tuple(keys)
         self.actions = {action: tuple(fields) for action, fields in actions.items()}
         self._initial_default: ActionCall = (default, ())
@@ -39,6 +43,8 @@ class ExactMatchTable:
         call = self._action(action, action_params)
         if key in self.entries:
             raise duplicate_entry_error(self.name, keys)
+        if len(self.entries) >= self.size:
+            raise table_full_error(self.name, self.size)
         self.entries[key] = call
         handle = self._next_handle
         self._next_handle += 1
@@ -57,7 +63,7 @@ class ExactMatchTable:
         self.on_change()
 
     def schema(self) -> TableSchema:
-        return TableSchema(self.keys, self.actions)
+        return TableSchema(self.keys, self.actions, self.size)
 
     def lookup(self, key: tuple[int, ...]) -> ActionCall:
         return self.entries.get(key, self.default)
