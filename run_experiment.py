@@ -156,7 +156,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from experiments.run_dir import check_resumable, claim_out_dir, new_run_dir
     from experiments.storage import storage_problem
     from protocol.results_format import resume_command
-    from experiments.workers import DependencyExited, WorkerFailure
+    from experiments.workers import WorkerFailure
+    from base.lifetime import DependencyExited
     from network.emulation import NetworkError
 
     if args.resume:

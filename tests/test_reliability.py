@@ -31,8 +31,9 @@ from network.lock import LOCK_PATH, HolderRecord
 from protocol.params import REPO_ROOT
 from protocol.results_format import resume_command
 from tests.experiment_runs import (
-    NETWORK_WAIT_S, disturb_mid_run, experiment_argv, leftovers, run_experiment, wait_for_process,
+    NETWORK_WAIT_S, disturb_mid_run, experiment_argv, leftovers, run_experiment, shell_of, wait_for_process,
 )
+from tests.conftest import require_target
 
 MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 FIXTURE = REPO_ROOT / "tests" / "data" / "results_small"
@@ -312,6 +313,33 @@ def test_killed_switch_fails_the_run_at_once_naming_it(tmp_path: Path) -> None:
 
 
 @in_mininet
+@pytest.mark.parametrize(("target", "node"), [
+    pytest.param("embedded", "h2", marks=pytest.mark.embedded), pytest.param("embedded", "s1", marks=pytest.mark.embedded),
+    pytest.param("ebpf", "h2", marks=pytest.mark.ebpf), pytest.param("bmv2", "h2", marks=pytest.mark.bmv2),
+])
+def test_killed_shell_of_a_node_fails_the_run_at_once_naming_it(tmp_path: Path, target: str, node: str) -> None:
+    """A node's shell killed mid-job: the run used to hang for good in its teardown (Mininet
+    read the dead shell's pty), deaf to Ctrl-C and holding the network lock."""
+    require_target(target)
+    out = tmp_path / "run"
+    killed: dict[str, float] = {}
+
+    def kill_shell(runner: subprocess.Popen, worker: int) -> None:
+        killed["pid"], killed["at"] = shell_of(runner.pid, node), time.monotonic()
+        os.kill(int(killed["pid"]), signal.SIGKILL)
+        runner.wait(timeout=60)
+        killed["runner_exited_after_s"] = time.monotonic() - killed["at"]
+
+    code, output = disturb_mid_run(out, ["topology.workers=3", "methods=[switchml]", *LONG_JOB], "", kill_shell, target=target)
+    assert code == 3, output
+    kind = "host" if node.startswith("h") else "switch"
+    assert f"run failed (network torn down; logs in {out / 'logs'}): the shell of {kind} {node} (pid {killed['pid']}) exited with status -9" in output
+    assert killed["runner_exited_after_s"] < 5.0, f"took {killed['runner_exited_after_s']:.1f} s"
+    assert "Traceback" not in output
+    assert not leftovers(str(out))
+
+
+@in_mininet
 def test_ctrl_c_again_during_teardown_still_tears_down(tmp_path: Path) -> None:
     out = tmp_path / "run"
     held: list[HolderRecord] = []
@@ -453,16 +481,17 @@ def test_cleanup_command_removes_what_no_record_names(tmp_path: Path) -> None:
 
 def test_an_error_while_a_switch_is_dead_is_blamed_on_the_switch(tmp_path: Path) -> None:
     """Between jobs the runner talks to the switch: a control-plane error then is a symptom."""
-    from experiments.workers import DependencyExited, WorkerGroup
+    from base.lifetime import DependencyExited
+    from experiments.workers import WorkerGroup
 
     switch = subprocess.Popen(["sleep", "600"])
     switch.kill()
     with pytest.raises(DependencyExited, match=rf"^switch s1 \(pid {switch.pid}\) exited with status -9$") as raised:
-        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": switch.pid}) as group:
+        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"switch s1": switch.pid}) as group:
             with group.dependencies_checked():
                 raise ConnectionResetError("control socket closed")
     assert isinstance(raised.value.__cause__, ConnectionResetError)
-    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": os.getpid()}) as group:
+    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"switch s1": os.getpid()}) as group:
         with pytest.raises(ConnectionResetError), group.dependencies_checked():  # nothing died: the error stands
             raise ConnectionResetError("control socket closed")
     switch.wait()
