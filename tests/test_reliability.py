@@ -89,6 +89,48 @@ def test_name_that_leaves_results_is_refused(name: str) -> None:
     assert f"{MAIN_CONFIG}: name: '{name}' would put the results outside results/" in line
 
 
+# -- issue 21, point 4: output paths that cannot be written: one line, never a traceback
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root run stops at 'Mininet needs root' before the folder")
+@pytest.mark.parametrize(("out", "says"), [
+    ("/etc/hostname/sub", "--out /etc/hostname/sub: /etc/hostname is a file, not a folder"),
+    ("/proc/x", "--out /proc/x: cannot create it: No such file or directory"),
+])
+def test_an_out_folder_that_cannot_be_made_is_one_line_and_exit_2(out: str, says: str) -> None:
+    done = run_cli(str(MAIN_CONFIG), "--out", out, "--set", "workload.elements=100")
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert line.endswith(says)
+
+
+def test_stdout_on_a_full_device_is_one_line_and_exit_4() -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert line.endswith("cannot write to standard output: No space left on device")
+
+
+def read_first_line_and_close(argv: list[str]) -> tuple[int, str]:
+    """What ``argv | head -1`` does to it: its exit status and stderr."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, stdin=subprocess.DEVNULL)
+        process.stdout.readline()
+        process.stdout.close()
+        code = process.wait(timeout=NETWORK_WAIT_S)
+        stderr.seek(0)
+        return code, stderr.read()
+
+
+def test_a_reader_that_goes_away_is_no_error() -> None:
+    code, stderr = read_first_line_and_close([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run"])
+    assert code == 0 and "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+
+
 # -- 4. --resume only continues the run it names, with that run's config ----------------
 
 
@@ -375,6 +417,17 @@ def test_job_time_limit_is_a_total_deadline_for_every_method(tmp_path: Path, met
     assert took < 20, f"{method}: a 1 s limit took {took:.0f} s to fail"
     assert "Traceback" not in done.stderr
     assert not leftovers(str(out))
+
+
+@in_mininet
+def test_a_verified_run_piped_into_head_exits_0(tmp_path: Path) -> None:
+    """``run_experiment.py ... | head -1``: the table after the run met a closed pipe (a
+    BrokenPipeError traceback, exit 1, for a run that verified)."""
+    code, stderr = read_first_line_and_close(experiment_argv(tmp_path / "run", "topology.workers=2", "methods=[switchml]",
+                                                             "repetitions=1", "workload.elements=2000"))
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["verified"] is True
 
 
 @in_mininet
