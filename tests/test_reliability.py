@@ -115,19 +115,20 @@ def test_stdout_on_a_full_device_is_one_line_and_exit_4() -> None:
     assert line.endswith("cannot write to standard output: No space left on device")
 
 
-def read_first_line_and_close(argv: list[str]) -> tuple[int, str]:
-    """What ``argv | head -1`` does to it: its exit status and stderr."""
-    with tempfile.TemporaryFile("w+") as stderr:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, stdin=subprocess.DEVNULL)
-        process.stdout.readline()
-        process.stdout.close()
-        code = process.wait(timeout=NETWORK_WAIT_S)
-        stderr.seek(0)
-        return code, stderr.read()
+def into_a_closed_pipe(argv: list[str]) -> tuple[int, str]:
+    """``argv | head -1`` where head has gone before ``argv`` writes (every write meets a
+    closed pipe, whenever the output is flushed): its exit status and stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(argv, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=NETWORK_WAIT_S, stdin=subprocess.DEVNULL)
+    finally:
+        os.close(write_end)
+    return done.returncode, done.stderr
 
 
 def test_a_reader_that_goes_away_is_no_error() -> None:
-    code, stderr = read_first_line_and_close([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run"])
+    code, stderr = into_a_closed_pipe([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run"])
     assert code == 0 and "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
 
 
@@ -423,8 +424,8 @@ def test_job_time_limit_is_a_total_deadline_for_every_method(tmp_path: Path, met
 def test_a_verified_run_piped_into_head_exits_0(tmp_path: Path) -> None:
     """``run_experiment.py ... | head -1``: the table after the run met a closed pipe (a
     BrokenPipeError traceback, exit 1, for a run that verified)."""
-    code, stderr = read_first_line_and_close(experiment_argv(tmp_path / "run", "topology.workers=2", "methods=[switchml]",
-                                                             "repetitions=1", "workload.elements=2000"))
+    code, stderr = into_a_closed_pipe(experiment_argv(tmp_path / "run", "topology.workers=2", "methods=[switchml]",
+                                                      "repetitions=1", "workload.elements=2000"))
     assert code == 0, stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["verified"] is True
