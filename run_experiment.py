@@ -72,6 +72,25 @@ def describe(experiment: Experiment, target: str) -> str:
     return "\n".join(lines)
 
 
+def emit(text: str) -> bool:
+    """Print ``text`` on stdout; False when stdout cannot take it (a full device), which is
+    then logged in one line. A reader that went away (``| head -1``) is no failure: it chose
+    to read no further, and the run's status stands. Either way stdout is pointed at
+    /dev/null afterwards, so that nothing written later, nor the flush at exit, fails again."""
+    try:
+        print(text, flush=True)
+        return True
+    except BrokenPipeError:
+        written = True
+    except OSError as exc:
+        log.error("cannot write to standard output: %s", exc.strerror)
+        written = False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return written
+
+
 def stop_on_first_signal() -> None:
     """SIGINT (Ctrl-C), SIGTERM, SIGHUP (the terminal closed) and SIGQUIT stop the run once:
     the first raises KeyboardInterrupt, which tears the network down on its way out; later
@@ -125,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
-    print(describe(experiment, target))
+    if not emit(describe(experiment, target)):
+        return EXIT_STORAGE
     if args.dry_run:
         return EXIT_OK
     if os.geteuid() != 0:
@@ -156,7 +176,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from experiments.run_dir import check_resumable, claim_out_dir, new_run_dir
     from experiments.storage import storage_problem
     from protocol.results_format import resume_command
-    from experiments.workers import DependencyExited, WorkerFailure
+    from experiments.workers import WorkerFailure
+    from base.lifetime import DependencyExited
     from network.emulation import NetworkError
 
     if args.resume:
@@ -187,8 +208,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)
             return EXIT_FAILED
     summary = writer.finalize(verified)
-    print(kind.report(summary))
-    print(f"verified: {json.dumps(summary['verified'])}; results in {run_dir}")
+    if not emit(f"{kind.report(summary)}\nverified: {json.dumps(summary['verified'])}; results in {run_dir}"):
+        return EXIT_STORAGE
     return EXIT_OK if summary["verified"] else EXIT_NOT_VERIFIED
 
 

@@ -3,10 +3,16 @@
 Every config and topology goes through here, so every mistake is reported the same way:
 the file, the dotted key, and what was expected ("configs/x.yaml: protocol.k: 0 is less
 than the minimum of 1"; unknown keys are named as such).
+
+Numbers are held to what the code that uses them can take, more strictly than JSON
+Schema's own types: an ``integer`` is an int (JSON Schema counts 8.0 as one, but range(8.0)
+fails), and a ``number`` is finite (YAML's .nan and .inf pass every minimum and maximum,
+since no comparison with NaN is true, and would reach tc, timers and summary.json).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +32,29 @@ def dotted(path: Any) -> str:
     return text or "<top level>"
 
 
+def _is_integer(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def _is_number(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number}),
+)
+"""Draft 2020-12 with integers that are ints and numbers that are finite (see the module doc)."""
+
+
 def _describe(error: jsonschema.ValidationError, key_prefix: str) -> str:
     where = key_prefix + dotted(error.absolute_path) if error.absolute_path else (key_prefix.rstrip(".") or dotted([]))
+    if error.validator == "type" and isinstance(error.instance, float):
+        if not math.isfinite(error.instance):
+            return f"{where}: {error.instance} is not a finite number"
+        if "integer" in ([error.validator_value] if isinstance(error.validator_value, str) else error.validator_value):
+            return f"{where}: {error.instance!r} is not an integer (write {int(error.instance)})" if error.instance.is_integer() \
+                else f"{where}: {error.instance!r} is not an integer"
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - set(allowed))
@@ -43,15 +70,15 @@ def load_schema(schema_path: Path) -> dict[str, Any]:
 
 
 def validate(data: Any, schema: dict[str, Any], source: str, key_prefix: str = "") -> None:
-    """Raise ConfigError naming ``source`` and every offending key, or return quietly.
+    """Raise ConfigError naming ``source`` and every offending key (on one line), or return quietly.
 
     ``key_prefix`` places a nested document in its parent ('topology.' for a topology
     overridden from an experiment config), so the key named is the one the user wrote.
     """
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
-        raise ConfigError(f"{source}: " + f"\n{source}: ".join(_describe(e, key_prefix) for e in errors))
+        raise ConfigError(f"{source}: " + "; ".join(_describe(e, key_prefix) for e in errors))  # one line, however many
 
 
 MAX_YAML_BYTES = 4 << 20

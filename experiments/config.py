@@ -4,12 +4,15 @@ A config names a topology (with overrides), the switch target, the protocol para
 the workload, the methods and repetitions, and optionally a sweep over one dotted key.
 Each sweep point is a complete config of its own, validated like the base one, so a
 sweep value that breaks a rule (33 workers, pool larger than the registers) fails before
-anything starts, with the file and the key in the message.
+anything starts, with the file and the key in the message. So does a point that the
+schema allows but the machine cannot run: tensors that cannot fit in its memory, or a job
+whose links cannot carry it within ``limits.job_timeout_s``.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -66,6 +69,10 @@ def experiment_schema() -> dict[str, Any]:
     switch["link_bw_mbps"]["properties"] = {name: {"type": "number", "exclusiveMinimum": 0} for name in REGISTRY}
     return schema
 
+
+MEMORY_BYTES_PER_ELEMENT = 12
+"""The least memory a worker's element takes: its input and its result in the worker (4
+bytes each) and its input in the runner, which keeps every rank's to check the sum (4)."""
 
 LINK_RATE_KEY = "topology.link.bw_mbps"
 TARGET_LINK_RATES_KEY = "switch.link_bw_mbps"
@@ -191,6 +198,43 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
 
 
+def _jobs(data: Mapping[str, Any], topology: Topology) -> list[tuple[int, int]]:
+    """(elements, workers) of every all-reduce a point runs at once."""
+    if data.get("jobs") is None:
+        return [(describe_workload(data["workload"]).elements, len(topology.hosts))]
+    default = data["workload"].get("elements", 0)
+    return [(job.get("elements", default), len(job["hosts"])) for job in data["jobs"]]
+
+
+def _check_feasible(data: Mapping[str, Any], topology: Topology, source: str) -> None:
+    """Refuse a point this machine cannot run, which would otherwise fail after building
+    the network (a MemoryError, a missed deadline): its tensors must fit in memory, and
+    every method's fastest possible all-reduce -- one round trip, and the elements at the
+    method's link-rate bound (methods/) -- must fit in limits.job_timeout_s."""
+    jobs = _jobs(data, topology)
+    needed = sum(MEMORY_BYTES_PER_ELEMENT * elements * workers for elements, workers in jobs)
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if needed > memory:
+        raise ConfigError(
+            f"{source}: workload.elements: {' + '.join(f'{e:,} elements x {w} workers' for e, w in jobs)} need at least "
+            f"{needed / 1e9:.1f} GB of memory ({MEMORY_BYTES_PER_ELEMENT} bytes per element and worker); this machine has {memory / 1e9:.1f} GB"
+        )
+    timeout = data["limits"]["job_timeout_s"]
+    link_mbps = topology.link_mbps
+    for elements, workers in jobs:
+        for name in data["methods"]:
+            fastest = topology.round_trip_s
+            if link_mbps is not None and workers >= 2:
+                fastest += elements / methods.by_name(name).bound(link_mbps * 1e6, workers, data["protocol"]["k"])
+            if fastest > timeout:
+                rate = f"{link_mbps:g} Mbit/s" if link_mbps is not None else "unshaped"
+                raise ConfigError(
+                    f"{source}: limits.job_timeout_s: {timeout:g} s is too short for {name}: its all-reduce of {elements:,} elements "
+                    f"over {workers} workers takes at least {fastest:.3g} s on these links ({rate}, {topology.round_trip_s * 1000:g} ms "
+                    f"round trip); raise limits.job_timeout_s, or make the links faster or the tensor smaller"
+                )
+
+
 def _check_training(data: Mapping[str, Any], topology: Topology, source: str) -> None:
     """A training is one run per method of float32 gradients; its ablation widths must leave
     every worker at least one quantization level."""
@@ -232,12 +276,28 @@ def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> Non
 def _fill_kind_defaults(data: dict[str, Any]) -> None:
     """Fill the defaults of the workload's kind, so the resolved config.yaml records them too."""
     workload = data.get("workload")
-    if isinstance(workload, dict):
-        for key, value in WORKLOAD_KIND_DEFAULTS.get(workload.get("kind"), {}).items():
+    if isinstance(workload, dict) and isinstance(workload.get("kind"), str):  # else the schema names the mistake
+        for key, value in WORKLOAD_KIND_DEFAULTS.get(workload["kind"], {}).items():
             workload.setdefault(key, value)
 
 
-def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any) -> Point:
+def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_source: str, label: str) -> None:
+    """A per-target link rate (switch.link_bw_mbps) sets topology.link, which only generated
+    topologies (star, tree) have: an explicit one sets each link's rate in its own links.
+    Refused naming the key that set it, not the topology.link the user never wrote."""
+    if not link_rate_source.startswith(TARGET_LINK_RATES_KEY):
+        return
+    topology = load_yaml(topology_path)
+    kind = data["topology"].get("kind", topology.get("kind") if isinstance(topology, dict) else None)
+    if kind == "explicit":
+        raise ConfigError(
+            f"{label}: {link_rate_source}: {topology_path.name} is an explicit topology, whose links set their own rates "
+            f"(links[].bw_mbps); remove the {data['switch']['target']} rate from {TARGET_LINK_RATES_KEY}, or use a star or tree topology"
+        )
+
+
+def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any,
+                   link_rate_source: str = LINK_RATE_KEY) -> Point:
     label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
     _fill_kind_defaults(data)
     validate(data, experiment_schema(), label)
@@ -248,12 +308,14 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
         topology_path = find_topology(data["topology"]["file"], source.parent)
     except ConfigError as exc:
         raise ConfigError(f"{label}: topology.file: {exc}") from None
+    _check_rate_applies(data, topology_path, link_rate_source, label)
     topology = load_topology(topology_path, topology_keys, context=label)
     _check_semantics(data, topology, label)
     try:
         describe_workload(workload)  # a trace is read here, so a bad one fails before anything runs
     except TraceError as exc:
         raise ConfigError(f"{label}: workload.model: {exc} (shipped traces: {', '.join(shipped_traces())})") from None
+    _check_feasible(data, topology, label)
     return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
 
 
@@ -271,12 +333,14 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     raw = load_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: an experiment config must be a mapping")
-    data = deep_merge(DEFAULTS, raw)
     overridden = set()
     for assignment in overrides:
         key, value = parse_set(assignment)
-        set_dotted(data, key, value, f"--set {assignment}")
+        set_dotted(raw, key, value, f"--set {assignment}")
         overridden.add(key)
+    # Defaults under the overridden config, so that a --set of a whole section (limits={})
+    # keeps the defaults of the keys it does not name; copied, so no load changes them.
+    data = deep_merge(copy.deepcopy(DEFAULTS), raw)
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
     validate(data, experiment_schema(), str(path))
@@ -287,10 +351,10 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     sweep = data.get("sweep")
     points: list[Point] = []
     if sweep is None:
-        points.append(_resolve_point(copy.deepcopy(data), path, 0, None, None))
+        points.append(_resolve_point(copy.deepcopy(data), path, 0, None, None, link_rate_source))
     else:
         for index, value in enumerate(sweep["values"]):
             point_data = copy.deepcopy(data)
             set_dotted(point_data, sweep["param"], value, f"{path}: sweep.param")
-            points.append(_resolve_point(point_data, path, index, sweep["param"], value))
+            points.append(_resolve_point(point_data, path, index, sweep["param"], value, link_rate_source))
     return Experiment(name=data["name"], source=path, data=data, points=tuple(points), link_rate_source=link_rate_source)

@@ -11,7 +11,7 @@ rows it records, and what it prints. What every kind does the same way is here, 
   afterwards whatever happens, and by the next run if this one is killed: tensors can be
   large);
 - ``PointNetwork.workers``: one worker process per host, started and watched, with the
-  switches as the dependencies whose death fails the wait at once;
+  switches and the nodes' shells as the dependencies whose death fails the wait at once;
 - ``verify_reports``: every worker's result against the expected sum, logged per rank when
   wrong, its files removed once read.
 """
@@ -116,11 +116,11 @@ class PointNetwork:
     def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> Iterator[WorkerGroup]:
         """One worker per host (all of the topology's, or those at ``host_indices``), started
         and ready; killed on the way out unless finished. An error inside becomes
-        DependencyExited when a switch died meanwhile: that is its cause."""
+        DependencyExited when a switch or a node's shell died meanwhile: that is its cause."""
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
-                         dependencies=self.net.switch_processes()) as group, group.dependencies_checked():
+                         dependencies=self.net.dependencies()) as group, group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
             yield group
 

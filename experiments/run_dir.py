@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import yaml
 
 from base.yamlschema import ConfigError, load_yaml
+from experiments.storage import STORAGE_ERRNOS
 from protocol.results_format import CONFIG_FILE, resume_command
 
 if TYPE_CHECKING:
@@ -29,22 +30,41 @@ MAX_SAME_SECOND_RUNS = 1000
 DIFFERENCES_SHOWN = 5
 
 
+def make_parents(path: Path, what: str) -> None:
+    """``path``'s missing parent folders. A parent that is a file, missing permission or a
+    folder that takes no subfolders (/proc) is bad input: ConfigError naming ``what``; a
+    full or read-only disk stays an OSError, which the runner reports as the disk's."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in STORAGE_ERRNOS:
+            raise
+        blocker = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+        if blocker is not None:
+            raise ConfigError(f"{what}: {blocker} is a file, not a folder") from None
+        raise ConfigError(f"{what}: cannot create {exc.filename or path.parent}: {exc.strerror}") from None
+
+
 def new_run_dir(parent: Path, stamp: str) -> Path:
     """``parent/stamp``, or ``parent/stamp-2``, ``-3``, ... if another run took it first."""
-    parent.mkdir(parents=True, exist_ok=True)
+    make_parents(parent / stamp, f"results folder {parent / stamp}")
     for n in range(1, MAX_SAME_SECOND_RUNS + 1):
         candidate = parent / (stamp if n == 1 else f"{stamp}-{n}")
         try:
             candidate.mkdir()
         except FileExistsError:
             continue
+        except OSError as exc:
+            if exc.errno in STORAGE_ERRNOS:
+                raise
+            raise ConfigError(f"results folder {candidate}: cannot create it: {exc.strerror}") from None
         return candidate
     raise ConfigError(f"{parent}: {MAX_SAME_SECOND_RUNS} runs started at {stamp}; choose a folder with --out")
 
 
 def claim_out_dir(path: Path) -> Path:
     """``--out``: created for this run, or an existing empty folder; never another run's folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_parents(path, f"--out {path}")
     try:
         path.mkdir()
     except FileExistsError:
@@ -55,6 +75,10 @@ def claim_out_dir(path: Path) -> Path:
                 f"--out {path}: folder is not empty (another run's results?); choose a new folder, "
                 f"or continue that run with --resume {path}"
             ) from None
+    except OSError as exc:
+        if exc.errno in STORAGE_ERRNOS:
+            raise
+        raise ConfigError(f"--out {path}: cannot create it: {exc.strerror}") from None
     return path
 
 

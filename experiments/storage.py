@@ -43,10 +43,11 @@ def existing_ancestor(path: Path) -> Path:
 
 
 def filesystem_state(path: Path) -> str | None:
-    """'read-only' or 'full' (under FULL_BELOW_BYTES available), or None."""
+    """'read-only' or 'full' (under FULL_BELOW_BYTES available), or None. A file system
+    without blocks (/proc, /sys) is neither: it holds no files to fill."""
     stat = os.statvfs(path)
     if stat.f_flag & os.ST_RDONLY:
         return "read-only"
-    if stat.f_bavail * stat.f_frsize < FULL_BELOW_BYTES:
+    if stat.f_blocks and stat.f_bavail * stat.f_frsize < FULL_BELOW_BYTES:
         return "full"
     return None

@@ -7,7 +7,7 @@ becomes a ``WorkerFailure`` naming the rank and quoting its log, never a hang. L
 the context kills whatever is still running.
 
 The group also watches the processes the workers depend on but did not start (the
-switches): each is a pidfd in the same selector as the workers' pipes, so a switch that
+switches, the hosts' shells): each is a pidfd in the same selector as the workers' pipes, so a switch that
 dies wakes the wait at once and fails the run naming it and its exit status, instead of
 every worker waiting out its time limit. Workers are started with a parent-death signal:
 if the runner is killed, they die with it rather than keep the hosts' namespaces alive.
@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import os
-import select
 import selectors
 import subprocess
 import sys
@@ -30,7 +29,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from mininet.node import Host
 
-from base.lifetime import deferred_signals, dies_with_this_process
+from base.lifetime import EXIT_NOTICE_S, Dependencies, deferred_signals, dies_with_this_process, exited_error
 from protocol.params import REPO_ROOT
 
 log = logging.getLogger(__name__)
@@ -41,17 +40,8 @@ REPORT_GRACE_S = 10.0
 reports a missed deadline itself, with details, unless it is hung."""
 
 
-EXIT_NOTICE_S = 0.5
-"""A dying process closes its sockets before its exit is signalled: how long an error may
-precede the news of the death that caused it."""
-
-
 class WorkerFailure(RuntimeError):
     """A worker exited, reported an error, or did not answer in time."""
-
-
-class DependencyExited(RuntimeError):
-    """A process the workers depend on (a switch) exited while they ran."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +58,8 @@ class Limit:
 class WorkerGroup:
     """One process per rank; ranks are the positions in ``hosts``.
 
-    ``dependencies`` maps a name (``s1``) to the pid of a child process of this one that
-    must stay up while the workers run.
+    ``dependencies`` maps what a process is (``switch s1``, ``the shell of host h3``) to the
+    pid of a child process of this one that must stay up while the workers run.
     """
 
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
@@ -81,11 +71,9 @@ class WorkerGroup:
         self.procs: list[subprocess.Popen[str]] = []
         self._buffers: dict[int, str] = {}
         self._selector = selectors.DefaultSelector()
-        self._pidfds: dict[int, tuple[str, int]] = {}
-        for name, pid in (dependencies or {}).items():
-            pidfd = os.pidfd_open(pid)
-            self._pidfds[pidfd] = (name, pid)
-            self._selector.register(pidfd, selectors.EVENT_READ, (name, pid))
+        self._dependencies = Dependencies(dependencies or {})
+        for pidfd, what in self._dependencies.fds.items():
+            self._selector.register(pidfd, selectors.EVENT_READ, what)
 
     def __enter__(self) -> "WorkerGroup":
         return self
@@ -136,7 +124,7 @@ class WorkerGroup:
                 raise self._failure(missing[0], f"no '{event}' within {timeout_s:g} s (ranks waiting: {missing}; {limit.describe()})")
             for key, _ in self._selector.select(timeout=min(remaining, 0.5)):
                 if isinstance(key.data, tuple):
-                    raise dependency_exited(*key.data)
+                    raise exited_error(*key.data)
                 rank = key.data
                 chunk = key.fileobj.read()
                 if not chunk:
@@ -170,9 +158,9 @@ class WorkerGroup:
         try:
             yield
         except Exception as symptom:
-            exited = select.select(list(self._pidfds), [], [], EXIT_NOTICE_S)[0]
-            if exited:
-                raise dependency_exited(*self._pidfds[exited[0]]) from symptom
+            exited = self._dependencies.exited(EXIT_NOTICE_S)
+            if exited is not None:
+                raise exited from symptom
             raise
 
     def finish(self, timeout_s: float = 10.0) -> None:
@@ -203,9 +191,7 @@ class WorkerGroup:
                 if stream is not None:
                     stream.close()
         self._selector.close()
-        for pidfd in self._pidfds:
-            os.close(pidfd)
-        self._pidfds.clear()
+        self._dependencies.close()
         self.procs.clear()
 
     def _failure(self, rank: int, what: str) -> WorkerFailure:
@@ -214,18 +200,3 @@ class WorkerGroup:
         log_text = "\n".join(f"    {line}" for line in tail) or "    (empty)"
         return WorkerFailure(f"{self.method}: worker rank {rank} on {host}: {what}\n  last lines of {self._log_path(rank)}:\n{log_text}")
 
-
-def dependency_exited(name: str, pid: int) -> DependencyExited:
-    return DependencyExited(f"switch {name} (pid {pid}) exited with status {exit_status(pid)}")
-
-
-def exit_status(pid: int) -> int | str:
-    """A dead child's exit status as subprocess reports it (-9 for SIGKILL), without reaping
-    it: its owner (Mininet's node, the switch launcher) still waits for it."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return "unknown (not a child of the runner)"
-    if info is None:
-        return "unknown (still running)"
-    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status

@@ -5,9 +5,17 @@ one switch node per topology switch running the chosen target, plain veth links)
 off NIC offloads (a user-space switch needs real frames), shapes every link with tc,
 installs static ARP entries (no ARP traffic to lose), and hands the switches' control
 plane (switches/fabric.py) what it needs to program them: names, addresses, the port
-towards every node, the jobs. On exit -- normal, exception or Ctrl-C -- it stops
-Mininet, which kills the host shells and switch processes and deletes the veths, and then
-checks that none of its interfaces survived; a second Ctrl-C waits until that is done.
+towards every node, the jobs. On exit -- normal, exception or Ctrl-C -- it stops the
+switches, kills every node's shell and deletes the veths, and then checks that none of its
+interfaces survived; a second Ctrl-C waits until that is done.
+
+Every wait on a node's shell is bounded. Mininet talks to a shell through a pty whose
+other end it keeps open itself, so reading from a shell that died waits forever (a host
+shell killed mid-run hung runs for good, in the teardown, holding the network lock). This
+network closes Mininet's copy of that end as soon as a node exists: a dead shell then
+makes a command fail (EIO) at once, and the failure is named by the process that died
+(``dependencies``). Its teardown does not use the shells at all: it kills them (SIGKILL, a
+stopped shell included) and deletes the veths from the root namespace.
 
 A run killed with SIGKILL cannot do any of this, so the network records in its lock what it
 made (interfaces, its temporary folder, which holds the switches' control sockets, and
@@ -18,8 +26,11 @@ holder recorded, and any interface with its own names, before it builds (network
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
+import signal
+import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +41,7 @@ from mininet.net import Mininet
 from mininet.node import Host, Node
 
 from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
-from base.lifetime import deferred_signals
+from base.lifetime import EXIT_NOTICE_S, Dependencies, DependencyExited, deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
 from switches.control import SwitchControl
@@ -43,6 +54,37 @@ log = logging.getLogger(__name__)
 
 class NetworkError(RuntimeError):
     """The emulated network could not be built or torn down as configured."""
+
+
+SHELL_KILL_WAIT_S = 5.0
+"""How long the teardown waits for a node's shell to die of SIGKILL."""
+
+
+def own_shell(node: Node) -> None:
+    """Close this process's copy of the pty end ``node``'s shell writes to (Mininet keeps it
+    open, so that a read from a dead shell never ends): reading a dead shell's output then
+    fails with EIO instead of hanging. ``stop_shell`` is then the only way to stop ``node``;
+    Mininet's own (``terminate``) would close the end again."""
+    os.close(node.slave)
+    node.slave = None
+
+
+def stop_shell(node: Node) -> None:
+    """Kill ``node``'s shell and what it runs (its process group), wait a bounded time for
+    it, and close its pty; never writes to or reads from the shell, which may be dead or
+    stopped."""
+    if node.shell is None:
+        return
+    try:
+        os.killpg(node.shell.pid, signal.SIGKILL)
+    except ProcessLookupError:  # dead already (a zombie leads no group)
+        pass
+    try:
+        node.shell.wait(timeout=SHELL_KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        log.error("the shell of %s (pid %d) did not die within %g s of SIGKILL; leaving it", node.name, node.shell.pid, SHELL_KILL_WAIT_S)
+    node.stdin.close()
+    node.shell = None
 
 
 def node_runner(node: Node):
@@ -106,10 +148,26 @@ class EmulatedNetwork:
         try:
             self._remove_leftovers()
             self._start()
+        except Exception as symptom:
+            died = self._died(EXIT_NOTICE_S)
+            self.close()
+            if died is not None:  # the cause; the error was its symptom
+                raise died from symptom
+            raise
         except BaseException:
             self.close()
             raise
         return self
+
+    def _died(self, wait_s: float) -> DependencyExited | None:
+        """A process of this network that has exited (waiting up to ``wait_s``), if one has."""
+        if self.net is None:
+            return None
+        watched = Dependencies(self.dependencies())
+        try:
+            return watched.exited(wait_s)
+        finally:
+            watched.close()
 
     def _remove_leftovers(self) -> None:
         """What a killed run left (its record in the lock), and interfaces with our names."""
@@ -145,9 +203,9 @@ class EmulatedNetwork:
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         for host in self.topology.hosts:
-            net.addHost(host.name, cls=Host, ip=f"{host.ipv4}/24", mac=host.mac)
+            own_shell(net.addHost(host.name, cls=Host, ip=f"{host.ipv4}/24", mac=host.mac))
         for switch in self.topology.switches:
-            net.addSwitch(switch.name, cls=switch_cls, **switch_options)
+            own_shell(net.addSwitch(switch.name, cls=switch_cls, **switch_options))
         for link in self.topology.links:
             net.addLink(link.a, link.b, cls=Link)
         self._lock.declare(interfaces=self._interface_names(net))
@@ -192,13 +250,13 @@ class EmulatedNetwork:
             if self.net is not None:
                 net, self.net = self.net, None
                 try:
-                    # Switch processes first, while their interfaces still exist (Mininet
-                    # deletes links before it stops switches).
+                    # Switch processes first, while their interfaces still exist.
                     for switch in net.switches:
                         switch.stop(deleteIntfs=False)
-                    net.stop()
                 finally:
-                    self._check_nothing_left(net)
+                    for node in [*net.switches, *net.hosts]:
+                        stop_shell(node)
+                    self._delete_links(net)
         finally:
             if self._scratch is not None:
                 shutil.rmtree(self._scratch, ignore_errors=True)
@@ -209,10 +267,15 @@ class EmulatedNetwork:
     def _interface_names(net: Mininet) -> list[str]:
         return [intf.name for node in [*net.hosts, *net.switches] for intf in node.intfList() if intf.name != "lo"]
 
-    def _check_nothing_left(self, net: Mininet) -> None:
-        left = delete_interfaces(sorted(self._interface_names(net)))
+    def _delete_links(self, net: Mininet) -> None:
+        """Delete every veth from its end in the root namespace (a switch's: deleting one end
+        deletes the pair; a host's end goes with its namespace too), then check that none is
+        left."""
+        names = self._interface_names(net)
+        delete_interfaces(names)
+        left = sorted(set(names) & set(root_interfaces()))
         if left:
-            raise NetworkError(f"interfaces survived Mininet's stop and were deleted: {', '.join(left)}")
+            raise NetworkError(f"interfaces could not be deleted: {', '.join(left)}")
 
     # -- construction steps ------------------------------------------------------------
 
@@ -321,6 +384,14 @@ class EmulatedNetwork:
     @property
     def aggregator_control(self) -> SwitchControl:
         return self.controls[self.topology.aggregator.name]
+
+    def dependencies(self) -> dict[str, int]:
+        """What each process this network's workers depend on is -> its pid: every node's
+        shell (a command on a node goes through it) and every switch's process."""
+        assert self.net is not None
+        shells = {f"the shell of {'host' if node in self.net.hosts else 'switch'} {node.name}": node.shell.pid
+                  for node in [*self.net.hosts, *self.net.switches] if node.shell is not None}
+        return shells | {f"switch {name}": pid for name, pid in self.switch_processes().items()}
 
     def switch_processes(self) -> dict[str, int]:
         """Switch name -> pid of the process doing its switching: what the workers depend on

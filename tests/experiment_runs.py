@@ -25,8 +25,8 @@ machine (another test session, say) can hold it for minutes."""
 EMULATION_INTERFACE = re.compile(r"^(s\d+-eth\d+|h\d+-eth\d+)\b")
 
 
-def experiment_argv(out: Path, *overrides: str, config: Path = MAIN_CONFIG) -> list[str]:
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--out", str(out), "--switch", "embedded"]
+def experiment_argv(out: Path, *overrides: str, config: Path = MAIN_CONFIG, target: str = "embedded") -> list[str]:
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--out", str(out), "--switch", target]
     for override in overrides:
         argv += ["--set", override]
     return argv
@@ -37,10 +37,11 @@ def run_experiment(out: Path, *overrides: str, timeout: float = NETWORK_WAIT_S +
 
 
 def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
-                    disturb: Callable[[subprocess.Popen, int], None], config: Path = MAIN_CONFIG) -> tuple[int, str]:
+                    disturb: Callable[[subprocess.Popen, int], None], config: Path = MAIN_CONFIG,
+                    target: str = "embedded") -> tuple[int, str]:
     """Start a long run, wait until a worker matching ``worker_pattern`` runs, call
     ``disturb(runner, worker_pid)`` a second into the job; return the run's exit status and output."""
-    runner = subprocess.Popen(experiment_argv(out, *overrides, config=config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    runner = subprocess.Popen(experiment_argv(out, *overrides, config=config, target=target), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, stdin=subprocess.DEVNULL)
     try:
         worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=NETWORK_WAIT_S)
@@ -91,6 +92,19 @@ def _leftovers(marker: str) -> list[str]:
         if marker in cmdline or "mininet:" in cmdline:
             found.append(f"process {proc.name}: {cmdline.strip()}")
     return found
+
+
+def shell_of(runner: int, node: str) -> int:
+    """The pid of Mininet's shell of ``node`` in the run ``runner`` (a child of it: other runs
+    on the machine have shells of the same name)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes().endswith(f"mininet:{node}\0".encode()):
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == runner:
+                    return int(proc.name)
+        except OSError:
+            continue
+    raise AssertionError(f"run {runner} has no shell of {node}")
 
 
 def wait_for_process(pattern: str, timeout: float) -> int:

@@ -255,3 +255,135 @@ def test_tree_aggregation_is_recorded_and_star_refuses_it() -> None:
     with pytest.raises(ConfigError, match="jobs sharing a switch run on one aggregating switch"):
         load_experiment(MAIN_CONFIG, ["topology.file=tree.yaml", "topology.aggregation=hierarchical", "methods=[switchml]",
                                       "jobs=[{job_id: 1, hosts: [0, 1], pool_size: 8}]"])
+
+
+# -- issue 21, point 5: values the schema took but a run could not use, refused at load time
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("topology.workers=8.0", "topology.workers: 8.0 is not an integer (write 8)"),
+    ("protocol.pool_size=64.0", "protocol.pool_size: 64.0 is not an integer (write 64)"),
+    ("protocol.k=32.0", "protocol.k: 32.0 is not an integer (write 32)"),
+    ("workload.elements=131072.0", "workload.elements: 131072.0 is not an integer (write 131072)"),
+    ("limits.job_timeout_s=.nan", "limits.job_timeout_s: nan is not a finite number"),
+    ("topology.link.delay_ms=.nan", "topology.link.delay_ms: nan is not a finite number"),
+    ("topology.link.bw_mbps=.inf", "topology.link.bw_mbps: inf is not a finite number"),
+    ("topology.subnet=10.999.999.0/24", "topology.subnet: '10.999.999.0/24' is not an IPv4 network"),
+    ("workload.elements=1000000000", "workload.elements: 1,000,000,000 elements x 8 workers need at least 96.0 GB of memory"),
+    ("topology.link.delay_ms=100000", "limits.job_timeout_s: 60 s is too short for switchml"),
+])
+def test_a_value_a_run_cannot_use_is_refused_in_one_line(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(MAIN_CONFIG, [override, "switch.target=embedded"])
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_job_the_links_cannot_carry_in_time_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"limits\.job_timeout_s: 1 s is too short for switchml: its all-reduce of 2,000,000 elements"):
+        load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=1", "workload.elements=2000000", "switch.target=embedded"])
+    load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=3", "switch.target=embedded"])  # 131,072 elements: 2.4 s at 2.5 Mbit/s
+
+
+def test_an_override_does_not_change_the_defaults_of_later_loads() -> None:
+    load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=7"])
+    assert load_experiment(MAIN_CONFIG).data["limits"]["job_timeout_s"] == 60.0
+
+
+def _leaf_keys(schema: dict, prefix: str = "") -> dict[str, dict]:
+    """Every dotted key a --set can name -> its schema (objects' properties, recursively)."""
+    keys = {}
+    for name, sub in schema.get("properties", {}).items():
+        key = f"{prefix}{name}"
+        keys[key] = sub
+        if sub.get("type") == "object" or "properties" in sub:
+            keys |= _leaf_keys(sub, key + ".")
+    return keys
+
+
+def _all_keys() -> dict[str, dict]:
+    from experiments.config import experiment_schema
+    from topologies.model import SCHEMA_PATH
+
+    topology = yaml.safe_load(SCHEMA_PATH.read_text())
+    link = topology["$defs"]["link"]
+    keys = _leaf_keys(experiment_schema())
+    keys |= {f"topology.{k}": v for k, v in topology["properties"].items() if k not in ("link", "uplink")}
+    keys |= {f"topology.{part}.{k}": v for part in ("link", "uplink") for k, v in link["properties"].items()}
+    return keys
+
+
+SCHEMA_KEYS = _all_keys()
+
+
+def _values():
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.integers(-10, 10).map(float),
+        st.sampled_from([0, -1, 1, 2, 32, 2**31, 2**63, 10**30, 1e308, -1e308, 0.5]), st.booleans(), st.none(),
+        st.text(max_size=12), st.sampled_from(["10.1.2.0/24", "10.999.0.0/24", "ebpf", "embedded", "star.yaml", "switchml"]),
+    )
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                        max_leaves=6)
+
+
+def _numbers(data) -> list:
+    if isinstance(data, dict):
+        return [n for v in data.values() for n in _numbers(v)]
+    if isinstance(data, (list, tuple)):
+        return [n for v in data for n in _numbers(v)]
+    return [data] if isinstance(data, float) else []
+
+
+def _get(data, key: str):
+    for part in key.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return data
+
+
+BOMB_VALUE = "{" + ", ".join(BOMB_LEVELS) + ", all: *l8}"
+"""The alias bomb above as one --set value."""
+
+
+def test_any_value_for_any_key_loads_clean_or_is_refused_in_one_line() -> None:
+    """Generated values for every schema key (floats for integers, NaN, infinities, huge and
+    negative numbers, wrong types, nested junk, an alias bomb): a ConfigError of one line,
+    or a config whose numbers are all finite and whose integer keys hold ints."""
+    import math
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(key=st.sampled_from(sorted(SCHEMA_KEYS)), value=_values() | st.just(BOMB_VALUE))
+    def check(key: str, value) -> None:
+        text = value if value is BOMB_VALUE else yaml.safe_dump(value, default_flow_style=True, width=10**9).removesuffix("\n...\n").strip()
+        try:
+            experiment = load_experiment(MAIN_CONFIG, [f"{key}={text}", "switch.target=embedded"])
+        except ConfigError as exc:
+            assert str(exc).count("\n") == 0, str(exc)
+            return
+        for point in experiment.points:
+            assert all(math.isfinite(n) for n in _numbers(point.data)), point.data
+            assert all(math.isfinite(x) for link in point.topology.links for x in (link.spec.delay_ms, link.spec.loss,
+                                                                                  link.spec.bw_mbps or 1.0))
+            if SCHEMA_KEYS[key].get("type") == "integer":
+                loaded = _get(point.data, key) if not key.startswith("topology.") else _get(point.topology.resolved, key[9:])
+                assert isinstance(loaded, int) and not isinstance(loaded, bool), (key, loaded)
+
+    check()
+
+
+def test_a_per_target_rate_on_an_explicit_topology_names_the_key_that_set_it(tmp_path: Path) -> None:
+    """switch.link_bw_mbps sets topology.link, which an explicit topology has not: the error
+    used to name topology.link, a key the user never wrote (issue 21, point 8)."""
+    path = tmp_path / "pair.yaml"
+    path.write_text(yaml.safe_dump({"topology": {"file": "explicit-pair.yaml"}, "switch": {"link_bw_mbps": {"ebpf": 5}},
+                                    "workload": {"kind": "synthetic", "elements": 1000}, "methods": ["switchml"]}))
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(path, ["switch.target=ebpf"])
+    assert str(raised.value) == (f"{path}: switch.link_bw_mbps.ebpf: explicit-pair.yaml is an explicit topology, whose links set "
+                                 "their own rates (links[].bw_mbps); remove the ebpf rate from switch.link_bw_mbps, or use a star or tree topology")
+    assert {link.spec.bw_mbps for link in load_experiment(path, ["switch.target=embedded"]).points[0].topology.links} == {10}

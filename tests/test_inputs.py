@@ -110,6 +110,7 @@ def test_trace_without_size_scale_defaults_to_one_and_records_it(tmp_path: Path)
     config = yaml.safe_load(TRAINING_CONFIG.read_text())
     del config["workload"]["size_scale"]
     del config["sweep"]
+    config["limits"] = {"job_timeout_s": 3600}  # the full model's all-reduce takes at least 465 s at 2.5 Mbit/s
     path = tmp_path / "unscaled.yaml"
     path.write_text(yaml.safe_dump(config))
     experiment = load_experiment(path)

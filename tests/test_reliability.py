@@ -31,8 +31,9 @@ from network.lock import LOCK_PATH, HolderRecord
 from protocol.params import REPO_ROOT
 from protocol.results_format import resume_command
 from tests.experiment_runs import (
-    NETWORK_WAIT_S, disturb_mid_run, experiment_argv, leftovers, run_experiment, wait_for_process,
+    NETWORK_WAIT_S, disturb_mid_run, experiment_argv, leftovers, run_experiment, shell_of, wait_for_process,
 )
+from tests.conftest import require_target
 
 MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 FIXTURE = REPO_ROOT / "tests" / "data" / "results_small"
@@ -86,6 +87,49 @@ def test_name_that_leaves_results_is_refused(name: str) -> None:
     assert done.returncode == EXIT_CONFIG
     [line] = error_lines(done.stderr)
     assert f"{MAIN_CONFIG}: name: '{name}' would put the results outside results/" in line
+
+
+# -- issue 21, point 4: output paths that cannot be written: one line, never a traceback
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root run stops at 'Mininet needs root' before the folder")
+@pytest.mark.parametrize(("out", "says"), [
+    ("/etc/hostname/sub", "--out /etc/hostname/sub: /etc/hostname is a file, not a folder"),
+    ("/proc/x", "--out /proc/x: cannot create it: No such file or directory"),
+])
+def test_an_out_folder_that_cannot_be_made_is_one_line_and_exit_2(out: str, says: str) -> None:
+    done = run_cli(str(MAIN_CONFIG), "--out", out, "--set", "workload.elements=100")
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert line.endswith(says)
+
+
+def test_stdout_on_a_full_device_is_one_line_and_exit_4() -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    [line] = error_lines(done.stderr)
+    assert line.endswith("cannot write to standard output: No space left on device")
+
+
+def into_a_closed_pipe(argv: list[str]) -> tuple[int, str]:
+    """``argv | head -1`` where head has gone before ``argv`` writes (every write meets a
+    closed pipe, whenever the output is flushed): its exit status and stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(argv, stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=NETWORK_WAIT_S, stdin=subprocess.DEVNULL)
+    finally:
+        os.close(write_end)
+    return done.returncode, done.stderr
+
+
+def test_a_reader_that_goes_away_is_no_error() -> None:
+    code, stderr = into_a_closed_pipe([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run"])
+    assert code == 0 and "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
 
 
 # -- 4. --resume only continues the run it names, with that run's config ----------------
@@ -312,6 +356,33 @@ def test_killed_switch_fails_the_run_at_once_naming_it(tmp_path: Path) -> None:
 
 
 @in_mininet
+@pytest.mark.parametrize(("target", "node"), [
+    pytest.param("embedded", "h2", marks=pytest.mark.embedded), pytest.param("embedded", "s1", marks=pytest.mark.embedded),
+    pytest.param("ebpf", "h2", marks=pytest.mark.ebpf), pytest.param("bmv2", "h2", marks=pytest.mark.bmv2),
+])
+def test_killed_shell_of_a_node_fails_the_run_at_once_naming_it(tmp_path: Path, target: str, node: str) -> None:
+    """A node's shell killed mid-job: the run used to hang for good in its teardown (Mininet
+    read the dead shell's pty), deaf to Ctrl-C and holding the network lock."""
+    require_target(target)
+    out = tmp_path / "run"
+    killed: dict[str, float] = {}
+
+    def kill_shell(runner: subprocess.Popen, worker: int) -> None:
+        killed["pid"], killed["at"] = shell_of(runner.pid, node), time.monotonic()
+        os.kill(int(killed["pid"]), signal.SIGKILL)
+        runner.wait(timeout=60)
+        killed["runner_exited_after_s"] = time.monotonic() - killed["at"]
+
+    code, output = disturb_mid_run(out, ["topology.workers=3", "methods=[switchml]", *LONG_JOB], "", kill_shell, target=target)
+    assert code == 3, output
+    kind = "host" if node.startswith("h") else "switch"
+    assert f"run failed (network torn down; logs in {out / 'logs'}): the shell of {kind} {node} (pid {killed['pid']}) exited with status -9" in output
+    assert killed["runner_exited_after_s"] < 5.0, f"took {killed['runner_exited_after_s']:.1f} s"
+    assert "Traceback" not in output
+    assert not leftovers(str(out))
+
+
+@in_mininet
 def test_ctrl_c_again_during_teardown_still_tears_down(tmp_path: Path) -> None:
     out = tmp_path / "run"
     held: list[HolderRecord] = []
@@ -336,7 +407,10 @@ def test_ctrl_c_again_during_teardown_still_tears_down(tmp_path: Path) -> None:
 def test_job_time_limit_is_a_total_deadline_for_every_method(tmp_path: Path, method: str) -> None:
     out = tmp_path / "run"
     started = time.monotonic()
-    done = run_experiment(out, "topology.workers=2", f"methods=[{method}]", "limits.job_timeout_s=1", *LONG_JOB)
+    # Links that could carry the job within 1 s (else the config is refused before the run) but
+    # 0.4 s round trips, which every method needs several of.
+    done = run_experiment(out, "topology.workers=2", f"methods=[{method}]", "limits.job_timeout_s=1", "workload.elements=20000",
+                          "topology.link.bw_mbps=2", "topology.link.delay_ms=200")
     took = time.monotonic() - started
     assert done.returncode == 3, done.stdout + done.stderr
     assert (f"{method}: rank " in done.stderr and "did not finish the all-reduce within limits.job_timeout_s = 1 s "
@@ -344,6 +418,17 @@ def test_job_time_limit_is_a_total_deadline_for_every_method(tmp_path: Path, met
     assert took < 20, f"{method}: a 1 s limit took {took:.0f} s to fail"
     assert "Traceback" not in done.stderr
     assert not leftovers(str(out))
+
+
+@in_mininet
+def test_a_verified_run_piped_into_head_exits_0(tmp_path: Path) -> None:
+    """``run_experiment.py ... | head -1``: the table after the run met a closed pipe (a
+    BrokenPipeError traceback, exit 1, for a run that verified)."""
+    code, stderr = into_a_closed_pipe(experiment_argv(tmp_path / "run", "topology.workers=2", "methods=[switchml]",
+                                                      "repetitions=1", "workload.elements=2000"))
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["verified"] is True
 
 
 @in_mininet
@@ -455,16 +540,17 @@ def test_cleanup_command_removes_what_no_record_names(tmp_path: Path) -> None:
 
 def test_an_error_while_a_switch_is_dead_is_blamed_on_the_switch(tmp_path: Path) -> None:
     """Between jobs the runner talks to the switch: a control-plane error then is a symptom."""
-    from experiments.workers import DependencyExited, WorkerGroup
+    from base.lifetime import DependencyExited
+    from experiments.workers import WorkerGroup
 
     switch = subprocess.Popen(["sleep", "600"])
     switch.kill()
     with pytest.raises(DependencyExited, match=rf"^switch s1 \(pid {switch.pid}\) exited with status -9$") as raised:
-        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": switch.pid}) as group:
+        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"switch s1": switch.pid}) as group:
             with group.dependencies_checked():
                 raise ConnectionResetError("control socket closed")
     assert isinstance(raised.value.__cause__, ConnectionResetError)
-    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"s1": os.getpid()}) as group:
+    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"switch s1": os.getpid()}) as group:
         with pytest.raises(ConnectionResetError), group.dependencies_checked():  # nothing died: the error stands
             raise ConnectionResetError("control socket closed")
     switch.wait()

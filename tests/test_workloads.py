@@ -62,13 +62,14 @@ def good_trace() -> dict:
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d.pop("compute"), "missing key 'compute'"),
-    (lambda d: d["tensors"][2].update(count=-5), r"tensors\[2\]\.count: must be positive"),
+    (lambda d: d["tensors"][2].update(count=-5), r"tensors\[2\]\.count: must be a positive finite number"),
     (lambda d: d["tensors"][0].update(count=True), r"tensors\[0\]\.count: expected int"),
     (lambda d: d["tensors"][1].update(shape=[3, 3]), r"tensors\[1\]: shape \[3, 3\] has 9 elements"),
     (lambda d: d["tensors"][1].update(name=d["tensors"][0]["name"]), "duplicate tensor name"),
     (lambda d: d["parameters"].update(total=1), "tensor counts sum to"),
     (lambda d: d["parameters"].update(derivation="guess"), "derivation must be one of"),
-    (lambda d: d["compute"].update(seconds_per_iteration=0), "seconds_per_iteration: must be positive"),
+    (lambda d: d["compute"].update(seconds_per_iteration=0), "seconds_per_iteration: must be a positive finite number"),
+    (lambda d: d["compute"].update(seconds_per_iteration=float("nan")), "seconds_per_iteration: must be a positive finite number, got nan"),
     (lambda d: d.update(tensors=[]), "tensors: empty list"),
 ])
 def test_invalid_trace_error_names_file_and_problem(tmp_path: Path, mutate, message: str) -> None:

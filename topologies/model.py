@@ -9,6 +9,7 @@ key (``workers``, ``link``...) before validation, which is how sweeps change the
 
 from __future__ import annotations
 
+import ipaddress
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,21 @@ class Topology:
         worker paces to and the line-rate bound refers to."""
         rates = [link.spec.bw_mbps for link in self.links if link.spec.bw_mbps is not None]
         return min(rates) if rates else None
+
+    @property
+    def round_trip_s(self) -> float:
+        """The link delays a packet from the farthest host to the aggregating switch and back
+        crosses (each link delays each direction by its ``delay_ms``): no all-reduce, which
+        needs every host's data, is faster."""
+        one_way = 0.0
+        for host in self.hosts:
+            node, delay = host.name, 0.0
+            while node != self.aggregator.name:
+                hop = self.next_hop(node, self.aggregator.name)
+                delay += next(l.spec.delay_ms for l in self.links if {l.a, l.b} == {node, hop})
+                node = hop
+            one_way = max(one_way, delay)
+        return 2 * one_way / 1000
 
     @property
     def link_loss(self) -> float:
@@ -246,6 +262,11 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
     key_prefix = "" if context is None else "topology."
     validate(data, load_schema(SCHEMA_PATH), source, key_prefix)
     reject_keys(data, KIND_KEYS[data["kind"]], f"kind {data['kind']}", source, key_prefix)
+    if "subnet" in data:
+        try:
+            ipaddress.IPv4Network(data["subnet"])
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {key_prefix}subnet: {data['subnet']!r} is not an IPv4 network ({exc})") from None
     hosts, switches, links = _expand(data, source)
     topology = Topology(
         name=data.get("name", path.stem),

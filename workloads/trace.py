@@ -132,8 +132,9 @@ def _get(mapping: Any, key: str, kind: type | tuple[type, ...], where: str) -> A
 
 
 def _positive(value: int | float, where: str) -> None:
-    if value <= 0:
-        raise TraceError(f"{where}: must be positive, got {value!r}")
+    """Positive and finite (NaN compares false with everything, so ``<= 0`` lets it pass)."""
+    if not (0 < value < math.inf):
+        raise TraceError(f"{where}: must be a positive finite number, got {value!r}")
 
 
 def parse_trace(data: Any, where: str, path: Path | None = None) -> Trace:
