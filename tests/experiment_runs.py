@@ -44,7 +44,7 @@ def disturb_mid_run(out: Path, overrides: list[str], worker_pattern: str,
     runner = subprocess.Popen(experiment_argv(out, *overrides, config=config, target=target), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, stdin=subprocess.DEVNULL)
     try:
-        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=NETWORK_WAIT_S)
+        worker = wait_for_process(f"hosts.worker {out}{worker_pattern}", timeout=NETWORK_WAIT_S, runner=runner)
         time.sleep(1.0)  # mid-job
         disturb(runner, worker)
         output, _ = runner.communicate(timeout=120)
@@ -107,9 +107,14 @@ def shell_of(runner: int, node: str) -> int:
     raise AssertionError(f"run {runner} has no shell of {node}")
 
 
-def wait_for_process(pattern: str, timeout: float) -> int:
+def wait_for_process(pattern: str, timeout: float, runner: subprocess.Popen | None = None) -> int:
+    """The pid of a process matching ``pattern``; fails at once when ``runner`` (the run that
+    would start it) has exited instead, quoting its output, rather than waiting out ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if runner is not None and runner.poll() is not None:
+            raise AssertionError(f"the run exited with {runner.returncode} before a process matched {pattern!r}:\n"
+                                 f"{runner.stdout.read() if runner.stdout else ''}")
         found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
         if found:
             return int(found[0])

@@ -114,7 +114,7 @@ def test_killed_worker_fails_the_run_cleanly(tmp_path: Path) -> None:
     out = tmp_path / "run"
     code, output = disturb_mid_run(
         out, ["topology.workers=4", "workload.elements=2000000", "methods=[switchml]", "topology.link.bw_mbps=2",
-              "limits.job_timeout_s=30"],
+              "limits.job_timeout_s=120"],  # the fastest 2M-element job at 2 Mbit/s takes ~46 s (refused below that)
         ".*--rank 2", lambda runner, worker: os.kill(worker, signal.SIGKILL),
     )
     assert code == 3, output
