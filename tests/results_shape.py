@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import methods
 from protocol.params import REPO_ROOT
 
 GOLDEN = REPO_ROOT / "tests" / "data" / "results_shapes.json"
@@ -24,7 +25,7 @@ def keys_of(value: Any) -> Any:
     union of their items' trees, scalars as None."""
     if isinstance(value, dict):
         tree = {key: keys_of(item) for key, item in value.items()}
-        if tree and all(key.isdigit() or key in ("switchml", "ring", "ps") for key in tree):
+        if tree and all(key.isdigit() or key in methods.NAMES for key in tree):
             merged: dict[str, Any] = {}
             for item in tree.values():
                 merged = _merge(merged, item)
