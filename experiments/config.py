@@ -32,9 +32,13 @@ from workloads.trace import TraceError, shipped_traces
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
 
+DEFAULT_K = 256
+"""Elements per packet when a config names none: the reference client's packet_numel (1 KiB of
+int32 per packet, 95 % of the frame), which every switch target builds for."""
+
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": params.K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1},
+    "protocol": {"k": DEFAULT_K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
@@ -179,10 +183,11 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             f"(switch.max_pool_size = {switch['max_pool_size']})"
         )
     target = REGISTRY.get(switch["target"])  # None: 'auto', checked again once resolved
-    if target is not None and target.k is not None and protocol["k"] != target.k:
-        raise ConfigError(
-            f"{source}: protocol.k: the {target.name} program is built for k = {target.k} (p4/include/constants.p4), got {protocol['k']}"
-        )
+    if target is not None:
+        try:
+            target.check_k(protocol["k"])
+        except ValueError as error:
+            raise ConfigError(f"{source}: protocol.k: {error}") from None
     if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
         raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
     if data["workload"]["kind"] == "training":

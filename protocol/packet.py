@@ -10,7 +10,7 @@ Two views of the same bytes:
 
 Layout (must match ``p4/include/headers.p4``; ``tests/test_p4_contract.py`` checks it)::
 
-    Ethernet 14 | IPv4 20 | UDP 8 (checksum 0) | switchml_h 12 | k x int32 (big-endian)
+    Ethernet 14 | IPv4 20 | UDP 8 (checksum 0) | switchml_h 13 | k x int32 (big-endian)
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+
+from protocol import params
 
 ETH_HEADER_BYTES = 14
 IPV4_HEADER_BYTES = 20
@@ -32,14 +34,24 @@ IPV4_OFFSET = ETH_OFFSET + ETH_HEADER_BYTES
 UDP_OFFSET = IPV4_OFFSET + IPV4_HEADER_BYTES
 SWITCHML_OFFSET = UDP_OFFSET + UDP_HEADER_BYTES
 
-SWITCHML_HEADER = struct.Struct("!BBHHBbI")
-"""switchml_h: msg_type, shadow_set, job_id, slot, num_elements, exponent (int8), seq."""
+SWITCHML_HEADER = struct.Struct("!BBHHHbI")
+"""switchml_h: msg_type, shadow_set, job_id, slot, num_elements (16 bits: k reaches 256),
+exponent (int8), seq. 13 bytes, so the elements start at an odd offset (no field needs alignment
+on the wire; numpy and the eBPF loads read them unaligned)."""
 SWITCHML_HEADER_BYTES = SWITCHML_HEADER.size
+if SWITCHML_HEADER_BYTES != params.P4_CONSTANTS["SWITCHML_HEADER_BYTES"]:
+    raise RuntimeError(f"switchml_h is {SWITCHML_HEADER_BYTES} bytes here, SWITCHML_HEADER_BYTES in {params.CONSTANTS_P4} says otherwise")
 DATA_OFFSET = SWITCHML_OFFSET + SWITCHML_HEADER_BYTES
 
 ELEMENT_DTYPE = np.dtype(">i4")
 """Elements travel as big-endian two's complement int32."""
 ELEMENT_BYTES = ELEMENT_DTYPE.itemsize
+
+IPV4_MTU = 1500
+"""The hosts' and switches' interface MTU (Linux's default for veths)."""
+MAX_K = (IPV4_MTU - IPV4_HEADER_BYTES - UDP_HEADER_BYTES - SWITCHML_HEADER_BYTES) // ELEMENT_BYTES
+"""The most elements one packet can carry without exceeding the MTU (364); experiments use the
+k the switch programs are built for (protocol.params.K_CHOICES)."""
 
 EXPONENT_MIN = -128
 EXPONENT_MAX = 127
@@ -71,7 +83,7 @@ def payload_dtype(k: int) -> np.dtype:
     """
     return np.dtype([
         ("msg_type", "u1"), ("shadow_set", "u1"), ("job_id", ">u2"), ("slot", ">u2"),
-        ("num_elements", "u1"), ("exponent", "i1"), ("seq", ">u4"), ("data", ELEMENT_DTYPE, (k,)),
+        ("num_elements", ">u2"), ("exponent", "i1"), ("seq", ">u4"), ("data", ELEMENT_DTYPE, (k,)),
     ])
 
 

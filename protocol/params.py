@@ -30,7 +30,11 @@ def read_p4_constants(path: Path = CONSTANTS_P4) -> Mapping[str, int]:
 P4_CONSTANTS = read_p4_constants()
 
 K: int = P4_CONSTANTS["SWITCHML_K"]
-"""Elements per packet the P4 program is built for (the embedded switch accepts any k)."""
+"""constants.p4's default k (elements per packet): the k of the per-element code checked in
+under p4/include, and of a P4 or eBPF build that is given no other."""
+K_CHOICES: tuple[int, ...] = (32, 64, 128, 256)
+"""The k an experiment may choose: every switch target builds its program for each of them
+(p4/gen_elements.py, switches/*/compile.py); the experiment schema's protocol.k enum."""
 MAX_POOL_SIZE: int = P4_CONSTANTS["SWITCHML_MAX_POOL_SIZE"]
 MAX_WORKERS: int = P4_CONSTANTS["SWITCHML_MAX_WORKERS"]
 UDP_PORT_BASE: int = P4_CONSTANTS["SWITCHML_UDP_PORT_BASE"]

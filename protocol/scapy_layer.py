@@ -32,7 +32,7 @@ class SwitchML(Packet):
         ByteField("shadow_set", 0),
         ShortField("job_id", 0),
         ShortField("slot", 0),
-        ByteField("num_elements", None),
+        ShortField("num_elements", None),
         SignedByteField("exponent", 0),
         IntField("seq", 0),
         FieldListField(
@@ -45,7 +45,7 @@ class SwitchML(Packet):
 
     def post_build(self, pkt: bytes, pay: bytes) -> bytes:
         if self.num_elements is None:
-            pkt = pkt[:6] + bytes([len(self.elements) & 0xFF]) + pkt[7:]
+            pkt = pkt[:6] + len(self.elements).to_bytes(2, "big") + pkt[8:]
         return pkt + pay
 
 

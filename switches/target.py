@@ -77,9 +77,10 @@ class SwitchTarget:
     passed_over: str = "{name} lacks: {problems}"
     """Why ``auto`` passed it over (its log line)."""
     program: str = "program"
-    """How a k mismatch names what is built for its k ("P4 program")."""
-    k: int | None = None
-    """The only k (elements per packet) it runs; None: any."""
+    """How a refused k names what is built per k ("P4 program")."""
+    k_choices: tuple[int, ...] | None = None
+    """The k (elements per packet) it builds its program for, each on first use; None: any
+    k a packet can carry (the embedded switch)."""
     max_pool_size: int | None = None
     """The most register cells per shadow set it can have; None: any the config allows."""
     delays_frames: bool = False
@@ -98,9 +99,10 @@ class SwitchTarget:
         return self.passed_over.format(name=self.name, problems=self.problems_joiner.join(problems))
 
     def check_k(self, k: int) -> None:
-        """Refuse a k the target is not built for (ValueError)."""
-        if self.k is not None and k != self.k:
-            raise ValueError(f"the {self.program} is built for k = {self.k} (SWITCHML_K in p4/include/constants.p4); got k = {k}")
+        """Refuse a k the target cannot build its program for (ValueError)."""
+        if self.k_choices is not None and k not in self.k_choices:
+            choices = ", ".join(map(str, self.k_choices))
+            raise ValueError(f"the {self.name} switch's {self.program} is built for k = {choices}; got k = {k}")
 
     def start_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
         """The subset of ``options`` this target's data plane takes."""

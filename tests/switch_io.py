@@ -33,8 +33,8 @@ GRACE_S = 0.1
 TIMEOUT_S = 3.0
 CAPTURE_BUFFER_BYTES = 65536
 """Room for any frame a test sends, 802.1Q tag included."""
-NUM_ELEMENTS_OFFSET = 6
-"""Byte offset of num_elements in switchml_h (msg_type, shadow_set, job_id, slot, ...)."""
+NUM_ELEMENTS = slice(6, 8)
+"""Bytes of num_elements in switchml_h (msg_type, shadow_set, job_id, slot, ...)."""
 
 
 def worker_endpoint(host: Host) -> Endpoint:
@@ -60,7 +60,7 @@ def update_frame(
     header = SwitchMLHeader(msg_type, shadow_set, job_id, slot, len(values), exponent, seq)
     payload = bytearray(encode_payload(header, values))
     if num_elements is not None:
-        payload[NUM_ELEMENTS_OFFSET] = num_elements
+        payload[NUM_ELEMENTS] = num_elements.to_bytes(2, "big")
     return build_frame(worker_endpoint(host), SWITCH, bytes(payload))
 
 

@@ -37,14 +37,14 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "analysis" / "notebooks"
 
 
 def test_switchml_line_rate_at_emulated_rate() -> None:
-    # k=32: frame = 14 Eth + 20 IPv4 + 8 UDP + 12 switchml_h + 4*32 = 182 bytes (no preamble/IFG)
-    # 20e6 bit/s * (128 / 182) / 32 = 439560.44 elements/s
-    assert models.switchml_line_rate_ate(20e6, 32) == pytest.approx(439560.44, rel=1e-8)
+    # k=32: frame = 14 Eth + 20 IPv4 + 8 UDP + 13 switchml_h + 4*32 = 183 bytes (no preamble/IFG)
+    # 20e6 bit/s * (128 / 183) / 32 = 437158.47 elements/s
+    assert models.switchml_line_rate_ate(20e6, 32) == pytest.approx(437158.47, rel=1e-8)
 
 
 def test_switchml_line_rate_at_paper_rate() -> None:
-    # k=256: frame = 54 + 1024 = 1078 bytes; 100e9 * (1024 / 1078) / 32 = 1.024e14 / 34496 = 2.968460e9
-    assert models.switchml_line_rate_ate(100e9, 256) == pytest.approx(2.968460e9, rel=1e-6)
+    # k=256: frame = 55 + 1024 = 1079 bytes; 100e9 * (1024 / 1079) / 32 = 1.024e14 / 34528 = 2.965709e9
+    assert models.switchml_line_rate_ate(100e9, 256) == pytest.approx(2.965709e9, rel=1e-6)
 
 
 def test_ring_bounds() -> None:

@@ -41,8 +41,8 @@ def test_main_config_is_eight_workers_on_one_switch() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("protocol.k=0", "protocol.k: 0 is less than the minimum of 1"),
-        ("protocol.k=abc", "protocol.k: 'abc' is not of type 'integer'"),
+        ("protocol.k=0", "protocol.k: 0 is not one of [32, 64, 128, 256]"),
+        ("protocol.k=48", "protocol.k: 48 is not one of [32, 64, 128, 256]"),
         ("protocol.pool_size=600", "protocol.pool_size: 600 is larger than the switch's registers"),
         ("topology.workers=33", "topology.workers: 33 is greater than the maximum of 32"),
         ("topology.file=no-such-topology.yaml", "topology.file: topology 'no-such-topology.yaml': no such file"),
@@ -387,3 +387,23 @@ def test_a_per_target_rate_on_an_explicit_topology_names_the_key_that_set_it(tmp
     assert str(raised.value) == (f"{path}: switch.link_bw_mbps.ebpf: explicit-pair.yaml is an explicit topology, whose links set "
                                  "their own rates (links[].bw_mbps); remove the ebpf rate from switch.link_bw_mbps, or use a star or tree topology")
     assert {link.spec.bw_mbps for link in load_experiment(path, ["switch.target=embedded"]).points[0].topology.links} == {10}
+
+
+# -- issue 18: k is one of the sizes every switch target builds for
+
+
+def test_the_schema_offers_exactly_the_k_every_target_builds() -> None:
+    from experiments.config import SCHEMA_PATH
+    from protocol.params import K_CHOICES
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    assert tuple(schema["properties"]["protocol"]["properties"]["k"]["enum"]) == K_CHOICES
+
+
+def test_a_config_without_k_gets_the_reference_clients_k(tmp_path: Path) -> None:
+    data = yaml.safe_load((CONFIG_DIR / "8workers.yaml").read_text())
+    del data["protocol"]["k"]
+    config = tmp_path / "no_k.yaml"
+    config.write_text(yaml.safe_dump(data))
+    experiment = load_experiment(config, ["switch.target=embedded"])
+    assert {point.protocol["k"] for point in experiment.points} == {256}

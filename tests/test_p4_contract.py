@@ -35,20 +35,24 @@ def strip_comments(text: str) -> str:
 
 
 def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
-    """The program as p4c's preprocessor sees it, for quoted includes (each file once,
-    as the include guards make it); <core.p4>/<v1model.p4> are left out."""
+    """The program as p4c's preprocessor sees it (each file once, as the include guards
+    make it): quoted includes, and angle-bracket ones found in p4/include (the per-element
+    code generated for the default k); <core.p4>/<v1model.p4> are left out."""
     seen = set() if seen is None else seen
     if path in seen:
         return ""
     seen.add(path)
 
     def include(match: re.Match[str]) -> str:
-        target = P4_INCLUDE / match.group(1)
+        name = match.group(1) or match.group(2)
+        target = P4_INCLUDE / name
+        if match.group(2) and not target.exists():
+            return ""  # p4c's own <core.p4>, <v1model.p4>
         if not target.exists():
-            target = path.parent / match.group(1)
+            target = path.parent / name
         return inline_includes(target, seen)
 
-    return re.sub(r'^\s*#include\s+"([^"]+)"', include, strip_comments(path.read_text()), flags=re.M)
+    return re.sub(r'^\s*#include\s+(?:"([^"]+)"|<([^>]+)>)', include, strip_comments(path.read_text()), flags=re.M)
 
 
 def block_after(text: str, start: int) -> str:
@@ -123,7 +127,7 @@ def parse_control(text: str, name: str) -> Control:
 
 PROGRAM = inline_includes(P4_MAIN)
 CONTROLS = {name: parse_control(PROGRAM, name) for name in (programming.INGRESS, programming.EGRESS)}
-HEADERS_P4 = strip_comments((P4_INCLUDE / "headers.p4").read_text())
+HEADERS_P4 = inline_includes(P4_INCLUDE / "headers.p4")
 
 # --------------------------------------------------------------------------------------
 # Headers: P4 text vs protocol/packet.py
@@ -402,17 +406,30 @@ def load_generator() -> Any:
 
 def test_generated_elements_are_fresh() -> None:
     generator = load_generator()
-    assert generator.OUTPUT.read_text() == generator.render(params.K), "run: python p4/gen_elements.py"
+    assert generator.stale(params.K, P4_INCLUDE) == [], "run: python p4/gen_elements.py"
 
 
-def test_generated_actions_touch_every_element_once() -> None:
+@pytest.mark.parametrize("k", params.K_CHOICES)
+def test_generated_actions_touch_every_element_once(k: int) -> None:
     """store/add/read each name every value register exactly once per access kind."""
-    text = strip_comments(load_generator().render(params.K))
+    text = strip_comments(load_generator().render_elements(k))
     for action, pattern in [
-        ("store_first_values", r"value_(\d\d)\.write\(meta\.reg_index, hdr\.data\.d\1\)"),
-        ("add_values", r"value_(\d\d)\.read\(stored, meta\.reg_index\)"),
-        ("add_values", r"value_(\d\d)\.write\(meta\.reg_index, hdr\.data\.d\1\)"),
-        ("read_values", r"value_(\d\d)\.read\(hdr\.data\.d\1, meta\.reg_index\)"),
+        ("store_first_values", r"value_(\d+)\.write\(meta\.reg_index, hdr\.data\.d\1\)"),
+        ("add_values", r"value_(\d+)\.read\(stored, meta\.reg_index\)"),
+        ("add_values", r"value_(\d+)\.write\(meta\.reg_index, hdr\.data\.d\1\)"),
+        ("read_values", r"value_(\d+)\.read\(hdr\.data\.d\1, meta\.reg_index\)"),
     ]:
         body = block_after(text, text.index(f"action {action}("))
-        assert [int(i) for i in re.findall(pattern, body)] == list(range(params.K)), (action, pattern)
+        assert [int(i) for i in re.findall(pattern, body)] == list(range(k)), (action, pattern)
+
+
+@pytest.mark.parametrize("k", params.K_CHOICES)
+def test_generated_data_header_has_k_int32_elements(k: int) -> None:
+    text = strip_comments(load_generator().render_data_header(k))
+    assert header_fields(text, "switchml_data_h") == [(f"d{i:02d}", packet.ELEMENT_BYTES * 8) for i in range(k)]
+    assert re.search(rf"#define\s+SWITCHML_DATA_HEADER_K\s+{k}\b", text)
+
+
+def test_generator_refuses_a_k_no_target_builds() -> None:
+    with pytest.raises(ValueError, match="k must be one of"):
+        load_generator().render_elements(48)

@@ -354,13 +354,13 @@ def test_round_trip_batches_count_like_single_samples() -> None:
 
 
 def test_pool_drain_time_is_the_pool_at_line_rate() -> None:
-    # 64 frames of 14 + 20 + 8 + 12 + 4 * 32 = 182 bytes at 2.5 Mbit/s
-    assert pool_drain_s(64, 32, 2.5e6) == pytest.approx(64 * 182 * 8 / 2.5e6)
+    # 64 frames of 14 + 20 + 8 + 13 + 4 * 32 = 183 bytes at 2.5 Mbit/s
+    assert pool_drain_s(64, 32, 2.5e6) == pytest.approx(64 * 183 * 8 / 2.5e6)
 
 
 def test_worker_floors_the_timeout_at_twice_the_pool_drain_time() -> None:
     protocol = SwitchMLParameters(k=32, pool_size=64, job_id=0, timeout_ms=20.0, backoff_every=100)
-    assert retransmit_policy(protocol, 2.5).min_s == pytest.approx(2 * 64 * 182 * 8 / 2.5e6)  # 74.5 ms
+    assert retransmit_policy(protocol, 2.5).min_s == pytest.approx(2 * 64 * 183 * 8 / 2.5e6)  # 75.0 ms
     assert retransmit_policy(protocol, 1000.0).min_s == 0.020  # fast links: the configured floor
     assert retransmit_policy(protocol, None).min_s == 0.020  # unshaped links: no rate to drain at
 

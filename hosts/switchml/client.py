@@ -24,6 +24,7 @@ from hosts.switchml.mmsg import BatchSocket
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from protocol import params
+from protocol.packet import IPV4_MTU, MAX_K
 from protocol.quantize import block_exponents, dequantize, element_scales
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,8 @@ class SwitchMLClient:
             raise ValueError(f"rank must be 0..{n_workers - 1}, got {rank}")
         if not 0 <= job_id <= 0xFFFF:
             raise ValueError(f"job_id must fit 16 bits, got {job_id}")
-        if not 1 <= k <= 0xFF:
-            raise ValueError(f"k must be 1..255 (num_elements is 8 bits), got {k}")
+        if not 1 <= k <= MAX_K:
+            raise ValueError(f"k must be 1..{MAX_K} (a packet must fit the {IPV4_MTU}-byte MTU), got {k}")
         if not 1 <= pool_size <= params.MAX_POOL_SIZE:
             raise ValueError(f"pool_size must be 1..{params.MAX_POOL_SIZE}, got {pool_size}")
         if job_deadline_s <= 0:

@@ -99,13 +99,13 @@ class SwitchMLTimeout(TimeoutError):
 
 
 def result_prefix(job_id: int, k: int) -> int:
-    """switchml_h's first 8 bytes (msg_type .. exponent) as a big-endian integer for a result
-    of ``job_id`` with k elements, with the per-packet fields (set, slot, exponent) zero:
+    """switchml_h's first 8 bytes (msg_type .. num_elements) as a big-endian integer for a
+    result of ``job_id`` with k elements, with the per-packet fields (set, slot) zero:
     compared under RESULT_PREFIX_MASK, it checks three fields of a whole batch in one step."""
-    return (params.MSG_RESULT << 56) | (job_id << 32) | (k << 8)
+    return (params.MSG_RESULT << 56) | (job_id << 32) | k
 
 
-RESULT_PREFIX_MASK = 0xFF00_FFFF_0000_FF00
+RESULT_PREFIX_MASK = 0xFF00_FFFF_0000_FFFF
 """msg_type, job_id and num_elements in switchml_h's first 8 bytes (result_prefix)."""
 
 

@@ -5,14 +5,21 @@
  * the same #define lines, so k, the pool size, the UDP ports and the counter indices
  * cannot drift apart between the bmv2 program and the embedded software switch.
  * Keep every value a plain decimal or hex literal: protocol/params.py parses them.
- * Pass -DSWITCHML_MAX_POOL_SIZE=... to p4c to build a different pool; SWITCHML_K is
- * fixed by the number of data fields written out in headers.p4.
+ * Pass -DSWITCHML_MAX_POOL_SIZE=... to p4c to build a different pool, -DSWITCHML_K=... (with
+ * the generated per-element code for that k) for a different k.
  */
 #ifndef SWITCHML_CONSTANTS_P4
 #define SWITCHML_CONSTANTS_P4
 
-/* Elements (int32) per packet. headers.p4 writes out exactly this many fields. */
+/* Elements (int32) per packet: 32, 64, 128 or 256. A build for another k than this default
+ * passes -DSWITCHML_K=... and puts the per-element code p4/gen_elements.py generates for it
+ * first on the include path (switches/bmv2/compile.py does both). */
+#ifndef SWITCHML_K
 #define SWITCHML_K 32
+#endif
+
+/* Bytes of switchml_h (headers.p4; protocol/packet.py checks its struct against this). */
+#define SWITCHML_HEADER_BYTES 13
 
 /* Slots in the pool. Registers hold 2 * SWITCHML_MAX_POOL_SIZE entries (two shadow
  * sets); the control plane gives every job on the switch its own range of slots

@@ -11,8 +11,8 @@
 
 #include "headers.p4"
 
-/* udp.length of a well-formed update: UDP header (8) + switchml_h (12) + k int32. */
-#define SWITCHML_UDP_LENGTH (8 + 12 + 4 * SWITCHML_K)
+/* udp.length of a well-formed update: UDP header (8) + switchml_h + k int32. */
+#define SWITCHML_UDP_LENGTH (8 + SWITCHML_HEADER_BYTES + 4 * SWITCHML_K)
 
 control SwitchMLIngress(inout headers_t hdr,
                         inout metadata_t meta,
@@ -32,8 +32,12 @@ control SwitchMLIngress(inout headers_t hdr,
     register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) exponent;
     register<bit<32>>(2 * SWITCHML_MAX_POOL_SIZE) seq;
 
-    /* value_00 .. value_31 and the actions store_first_values / add_values / read_values. */
-#include "elements.p4"
+    /* value_00 .. value_<k-1> and the actions store_first_values / add_values / read_values,
+     * generated for the build's k (see headers.p4 on the angle brackets). */
+#include <elements.p4>
+#if SWITCHML_ELEMENTS_K != SWITCHML_K
+#error "elements.p4 was generated for another k than SWITCHML_K: run p4/gen_elements.py --k K"
+#endif
 
     /* The sender's result multicast group, set by worker_table (metadata_t has no field
      * for it because egress never needs it). Read only after set_worker ran; the

@@ -34,7 +34,7 @@ def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, ma
     """simple_switch on ``ports`` (``options``: Bmv2Process.for_ports's)."""
     from switches.bmv2.process import Bmv2Process
 
-    return Bmv2Process.for_ports(ports, log_dir, name=name, max_pool_size=max_pool_size, **options)
+    return Bmv2Process.for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, **options)
 
 
 def node_class() -> type:
@@ -56,6 +56,6 @@ TARGET = SwitchTarget(
         "repository and use the testbed inside it (see README, 'Switch targets'), or choose --switch embedded."
     ),
     program="P4 program",
-    k=params.K,
+    k_choices=params.K_CHOICES,
     max_pool_size=params.MAX_POOL_SIZE,
 )

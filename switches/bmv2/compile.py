@@ -1,9 +1,13 @@
 """Compile p4/switchml.p4 for bmv2 (v1model) with p4c, once per distinct source and options.
 
-Every switch node of every run needs the same JSON; compiling takes about a second per
-call. The build is cached under a hash of every file under ``p4/`` plus the compiler
-options (``switches/build_cache.py``): an edit or a different pool size gets a fresh
-build, an unchanged tree reuses the existing one.
+Every switch node of every run needs the same JSON; compiling takes a second or more per
+call (about 10 s at k = 256). The build is cached under a hash of every file under ``p4/``
+plus the compiler options (``switches/build_cache.py``): an edit, another k or another pool
+size gets a fresh build, an unchanged tree reuses the existing one.
+
+A build is two steps, both logged as the commands a student would type: p4/gen_elements.py
+writes the per-element code for the build's k into the build's own ``include/``, and p4c
+compiles with that directory first on its include path and ``-DSWITCHML_K=k``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +27,7 @@ log = logging.getLogger(__name__)
 P4_DIR = params.P4_DIR
 P4_MAIN = P4_DIR / "switchml.p4"
 P4_INCLUDE = P4_DIR / "include"
+GENERATOR = P4_DIR / "gen_elements.py"
 BUILD_ROOT = params.REPO_ROOT / "build" / "p4"
 
 MAX_SLOT_LIMIT = 0xFFFF
@@ -37,14 +43,21 @@ class CompileOptions:
     """Everything besides the sources that changes the compiled program."""
 
     max_pool_size: int = params.MAX_POOL_SIZE
+    k: int = params.K
     p4c: str = "p4c"
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_pool_size <= MAX_SLOT_LIMIT:
             raise ValueError(f"max_pool_size must be within 1..{MAX_SLOT_LIMIT}, got {self.max_pool_size}")
+        if self.k not in params.K_CHOICES:
+            raise ValueError(f"k must be one of {params.K_CHOICES}, got {self.k}")
 
     def defines(self) -> list[str]:
-        return [f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}"]
+        return [f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}", f"-DSWITCHML_K={self.k}"]
+
+    def generate_command(self, output_dir: Path) -> list[str]:
+        """The command that writes the per-element code for this k into ``output_dir/include``."""
+        return [sys.executable, str(GENERATOR), "--k", str(self.k), "--out", str(output_dir / "include")]
 
     def command(self, output_dir: Path) -> list[str]:
         """The p4c command line (also what a student would type by hand)."""
@@ -52,6 +65,7 @@ class CompileOptions:
             self.p4c,
             "--target", "bmv2",
             "--arch", "v1model",
+            "-I", str(output_dir / "include"),
             "-I", str(P4_INCLUDE),
             *self.defines(),
             "-o", str(output_dir),
@@ -90,6 +104,12 @@ def compile_p4(options: CompileOptions | None = None, build_root: Path = BUILD_R
         raise P4CompileError(f"p4c not found ({options.p4c!r} is not on PATH); see README, 'Switch targets'")
 
     def run_p4c(staging: Path) -> None:
+        log.info("building the P4 program for k = %d, pool %d (first use; cached in %s)", options.k, options.max_pool_size, output_dir)
+        generate = options.generate_command(staging)
+        log.info("generate: %s", " ".join(generate))
+        generated = subprocess.run(generate, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)
+        if generated.returncode != 0:
+            raise P4CompileError(f"p4/gen_elements.py failed (exit {generated.returncode}): {generated.stderr.strip()}")
         command = options.command(staging)
         log.info("p4c: %s", " ".join(command))
         result = subprocess.run(command, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)

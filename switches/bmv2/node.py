@@ -34,12 +34,12 @@ class Bmv2SwitchNode(TargetSwitch):
         log_level: str = "warn",
         **kwargs: Any,
     ) -> None:
-        """``json_path`` runs a prebuilt program (built for its own pool size); without it
-        the node compiles p4/switchml.p4 for ``max_pool_size`` (cached by compile.py)."""
+        """``json_path`` runs a prebuilt program (built for its own k and pool size); without it
+        the node compiles p4/switchml.p4 for ``k`` and ``max_pool_size`` (cached by compile.py)."""
         super().__init__(name, **kwargs)
         self.device_id = next(_device_ids) if device_id is None else device_id
         self.thrift_port = free_tcp_port(THRIFT_PORT_BASE + self.device_id) if thrift_port is None else thrift_port
-        self.json_path = json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=self.max_pool_size))
+        self.json_path = json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=self.max_pool_size, k=self.k))
         self.log_level = log_level
 
     def data_plane_options(self) -> dict[str, Any]:

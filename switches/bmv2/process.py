@@ -98,6 +98,7 @@ class Bmv2Process:
         log_dir: Path,
         *,
         name: str,
+        k: int,
         max_pool_size: int,
         json_path: Path | None = None,
         device_id: int = 0,
@@ -105,11 +106,11 @@ class Bmv2Process:
         **options: Any,
     ) -> "Bmv2Process":
         """simple_switch on ``ports``: ``json_path`` runs a prebuilt program (built for its own
-        pool size), else p4/switchml.p4 compiled for ``max_pool_size`` (cached by compile.py);
+        k and pool size), else p4/switchml.p4 compiled for ``k`` and ``max_pool_size`` (cached by compile.py);
         the Thrift port is 9090 + ``device_id`` unless taken or given."""
         return cls(
             name=name,
-            json_path=json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=max_pool_size)),
+            json_path=json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=max_pool_size, k=k)),
             interfaces=ports,
             thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
             device_id=device_id,

@@ -53,5 +53,5 @@ TARGET = SwitchTarget(
     unavailable="needs {problems}, which this machine lacks or refuses. scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
     passed_over="{name}: {problems}",
     program="eBPF program",
-    k=params.K,
+    k_choices=(params.K,),
 )

@@ -39,7 +39,7 @@
 #include "constants.p4"
 #include "switchml.h"
 
-#define SWITCHML_UDP_LENGTH (8 + 12 + 4 * SWITCHML_K)
+#define SWITCHML_UDP_LENGTH (sizeof(struct udphdr) + sizeof(struct switchml_h) + 4 * SWITCHML_K)
 #define SWITCHML_OFFSET (ETH_HLEN + sizeof(struct iphdr) + sizeof(struct udphdr))
 #define DATA_OFFSET (SWITCHML_OFFSET + sizeof(struct switchml_h))
 /* A result is exactly these bytes: headers + switchml_h + k elements (docs/dataplane.md). */
@@ -54,7 +54,7 @@ struct switchml_h {
 	__u8 shadow_set;
 	__be16 job_id;
 	__be16 slot;
-	__u8 num_elements;
+	__be16 num_elements;
 	__u8 exponent; /* int8 */
 	__be32 seq;
 } __attribute__((packed));
@@ -900,7 +900,7 @@ int switchml_ingress(struct __sk_buff *skb)
 	/* 3. Malformed: truncated, wrong k, not an update, bad set or slot. */
 	const struct switchml_h *sml = &hdr.switchml;
 
-	if (parsed_as == PARSER_ERROR || sml->num_elements != SWITCHML_K ||
+	if (parsed_as == PARSER_ERROR || bpf_ntohs(sml->num_elements) != SWITCHML_K ||
 	    bpf_ntohs(hdr.udp.len) != SWITCHML_UDP_LENGTH ||
 	    (sml->msg_type != SWITCHML_MSG_UPDATE && sml->msg_type != SWITCHML_MSG_RESULT) || sml->shadow_set > 1 ||
 	    bpf_ntohs(sml->slot) >= SWITCHML_MAX_POOL_SIZE) {

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from protocol import params
+from protocol.packet import IPV4_MTU, MAX_K
 from switches.embedded.delay_line import DelayLine
 from switches.embedded.pipeline import SwitchMLPipeline
 from switches.embedded.switch import EmbeddedSwitch
@@ -37,8 +38,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ports = dict(args.port)
     if len(ports) != len(args.port):
         parser.error("a port number is given twice")
-    if not 1 <= args.k <= 255:
-        parser.error("--k must be within 1..255 (num_elements is bit<8>)")
+    if not 1 <= args.k <= MAX_K:
+        parser.error(f"--k must be within 1..{MAX_K} (a packet must fit the {IPV4_MTU}-byte MTU)")
     if args.link_delay_ms < 0:
         parser.error("--link-delay-ms must not be negative")
     if not 1 <= args.max_pool_size <= 0x10000:

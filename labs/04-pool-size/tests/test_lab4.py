@@ -12,11 +12,11 @@ LINK_BPS, K, DELAY_S = 2.5e6, 32, 0.010
 
 
 def test_round_trip_of_one_slot() -> None:
-    # a 182-byte frame takes 0.5824 ms at 2.5 Mbit/s; update out and result back, 10 ms each way
-    assert models.slot_round_trip_s(LINK_BPS, K, DELAY_S) == pytest.approx(2 * (182 * 8 / 2.5e6 + 0.010)), (
+    # a 183-byte frame takes 0.5856 ms at 2.5 Mbit/s; update out and result back, 10 ms each way
+    assert models.slot_round_trip_s(LINK_BPS, K, DELAY_S) == pytest.approx(2 * (183 * 8 / 2.5e6 + 0.010)), (
         "a round trip: the update up and the result back, each a serialisation plus the link delay"
     )
-    assert models.slot_round_trip_s(LINK_BPS, K, 0.0) == pytest.approx(2 * 182 * 8 / 2.5e6)
+    assert models.slot_round_trip_s(LINK_BPS, K, 0.0) == pytest.approx(2 * 183 * 8 / 2.5e6)
 
 
 def test_small_pools_are_window_limited_large_ones_line_rate_limited() -> None:
