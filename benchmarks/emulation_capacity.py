@@ -1,8 +1,8 @@
 """Emulation capacity: the fastest links on which a switch target lets the network set the pace.
 
 A probe is one real run of ``run_experiment.py`` (Mininet, the target, the workers, the
-results tables): configs/8workers.yaml with SwitchML only, the link rate, worker count and
-switch target overridden with ``--set``, and a tensor sized to ``--seconds`` of line-rate
+results tables): configs/8workers.yaml with SwitchML only, the link rate, worker count,
+elements per packet (``--k``) and switch target overridden with ``--set``, and a tensor sized to ``--seconds`` of line-rate
 data at the probed rate (so jobs are about equally long whatever the rate), never smaller
 than the config's own (131,072 elements, whose float32 lead round is 1.5 % of it). A
 rate keeps up when SwitchML's median ATE/s reaches KEEPS_UP_SHARE of its line-rate bound
@@ -15,15 +15,17 @@ Search (default): double the rate from ``--start`` until it no longer keeps up (
 until it does), then bisect between the last rate that kept up and the first that did not.
 ``--rates`` measures the given rates instead. Every attempt is a row of the table:
 
-    .venv/bin/python benchmarks/emulation_capacity.py --target ebpf               # search, 8 workers
+    .venv/bin/python benchmarks/emulation_capacity.py --target ebpf               # search, 8 workers, the config's k
+    .venv/bin/python benchmarks/emulation_capacity.py --target ebpf --k 32 --workers 16
     .venv/bin/python benchmarks/emulation_capacity.py --target embedded --rates 2.5 5 10
 
 Run as root. Rows are appended to results/benchmarks/emulation_capacity.csv (``--output``);
 each probe's results folder is kept under results/benchmarks/emulation_capacity/ with its
 log. CPU per update is the whole machine's (every worker, the switch, the kernel's veths,
 htb and, for the eBPF switch, the switch itself, which runs as softirq) over the updates the
-workers sent; per packet of a worker and per update of a switch process use those
-processes' own CPU time (the eBPF switch has no process).
+workers sent, and per element the same over the k elements an update carries; per packet of
+a worker and per update of a switch process use those processes' own CPU time (the eBPF
+switch has no process).
 """
 
 from __future__ import annotations
@@ -73,10 +75,13 @@ class Probe:
 
     target: str
     workers: int
+    k: int
     link_mbps: float
     attempt: int
     elements: int
     repetitions: int
+    ate_per_s: float
+    """SwitchML's median aggregated tensor elements per second."""
     share_of_bound: float
     """Median ATE/s over SwitchML's line-rate bound."""
     share_of_pace: float
@@ -95,6 +100,8 @@ class Probe:
     cpu_user_us_per_update: float
     cpu_system_us_per_update: float
     cpu_softirq_us_per_update: float
+    cpu_ns_per_element: float
+    """The whole machine's busy CPU per element an update carries (cpu_us_per_update / k)."""
     worker_us_per_packet: float
     """A worker's user + system CPU per packet it sent (and the result it received)."""
     worker_user_us_per_packet: float
@@ -111,7 +118,7 @@ class Probe:
         return self.kept_up and self.verified and self.share_of_bound >= KEEPS_UP_SHARE
 
 
-def probe_elements(link_mbps: float, seconds: float, at_least: int, k: int = params.K) -> int:
+def probe_elements(link_mbps: float, seconds: float, at_least: int, k: int) -> int:
     """A tensor of ``seconds`` of line-rate data at ``link_mbps`` in whole packets, and no
     smaller than ``at_least`` elements: the config's own tensor, whose float32 lead round
     (one exponent-only packet per slot) is 1.5 % of its packets, so that no probe is held
@@ -120,10 +127,10 @@ def probe_elements(link_mbps: float, seconds: float, at_least: int, k: int = par
     return max(packets * k, at_least)
 
 
-def run_probe(target: str, workers: int, link_mbps: float, elements: int, repetitions: int, out: Path) -> Path:
+def run_probe(target: str, workers: int, k: int, link_mbps: float, elements: int, repetitions: int, out: Path) -> Path:
     """One real run of the experiment runner into ``out``; its output goes to ``out``.log."""
     overrides = [
-        "methods=[switchml]", f"switch.target={target}", f"topology.workers={workers}",
+        "methods=[switchml]", f"switch.target={target}", f"topology.workers={workers}", f"protocol.k={k}",
         f"topology.link.bw_mbps={link_mbps:g}", f"workload.elements={elements}", f"repetitions={repetitions}",
     ]
     argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(CONFIG), "--out", str(out)]
@@ -134,7 +141,7 @@ def run_probe(target: str, workers: int, link_mbps: float, elements: int, repeti
     with log_path.open("w") as output:
         done = subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S)
     if not (out / "summary.json").is_file():  # 1 (not verified) still wrote its tables
-        raise RuntimeError(f"probe {target} {workers} workers {link_mbps:g} Mbit/s failed (exit {done.returncode}); see {log_path}")
+        raise RuntimeError(f"probe {target} {workers} workers k={k} {link_mbps:g} Mbit/s failed (exit {done.returncode}); see {log_path}")
     return out
 
 
@@ -158,9 +165,11 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
     def process_us(rows: pd.DataFrame, column: str) -> float:
         return float((rows[column] * rows["wall_s"]).sum() * 1e6 / updates) if len(rows) else math.nan
 
+    k = int(runs["k"].iloc[0])
     return Probe(
-        target=summary["switch_target"], workers=summary["workers"], link_mbps=summary["link_mbps"], attempt=attempt,
+        target=summary["switch_target"], workers=summary["workers"], k=k, link_mbps=summary["link_mbps"], attempt=attempt,
         elements=int(runs["elements"].iloc[0]), repetitions=int(runs["repetition"].nunique()),
+        ate_per_s=round(switchml["ate_per_s"]),
         share_of_bound=round(switchml["ate_fraction_of_bound"], 4),
         share_of_pace=round(switchml.get("ate_fraction_of_pace_bound", math.nan), 4),
         kept_up=bool(summary["kept_up"]),
@@ -172,6 +181,7 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
         cpu_user_us_per_update=round(machine_us("cpu_user_fraction"), 2),
         cpu_system_us_per_update=round(machine_us("cpu_system_fraction"), 2),
         cpu_softirq_us_per_update=round(machine_us("cpu_softirq_fraction"), 2),
+        cpu_ns_per_element=round(machine_us("cpu_busy_fraction") * 1e3 / k, 2),
         worker_us_per_packet=round(process_us(workers, "cpu_busy_fraction"), 2),
         worker_user_us_per_packet=round(process_us(workers, "cpu_user_fraction"), 2),
         worker_system_us_per_packet=round(process_us(workers, "cpu_system_fraction"), 2),
@@ -186,7 +196,7 @@ class Prober:
     def __init__(self, args: argparse.Namespace, bar: tqdm) -> None:
         self.args = args
         self.bar = bar
-        self.runs_dir = args.runs_dir / f"{utc_stamp()}-{args.target}-{args.workers}w"
+        self.runs_dir = args.runs_dir / f"{utc_stamp()}-{args.target}-{args.workers}w-k{args.k}"
         self.probes: list[Probe] = []
         self.config_elements = load_experiment(CONFIG).points[0].workload_info.elements
 
@@ -196,14 +206,14 @@ class Prober:
             self.bar.set_postfix_str(f"{link_mbps:g} Mbit/s, attempt {attempt}")
             load_before = os.getloadavg()[0]
             out = self.runs_dir / f"{link_mbps:g}mbps-a{attempt}"
-            elements = probe_elements(link_mbps, self.args.seconds, self.config_elements)
-            run_probe(self.args.target, self.args.workers, link_mbps, elements, self.args.repetitions, out)
+            elements = probe_elements(link_mbps, self.args.seconds, self.config_elements, self.args.k)
+            run_probe(self.args.target, self.args.workers, self.args.k, link_mbps, elements, self.args.repetitions, out)
             probe = read_probe(out, attempt, load_before)
             self.probes.append(probe)
             append_row(self.args.output, probe)
             self.bar.update(1)
-            log.info("%g Mbit/s attempt %d: %.1f %% of the bound, kept_up %s%s, machine %.0f %% busy (load %.1f before)",
-                     link_mbps, attempt, 100 * probe.share_of_bound, probe.kept_up,
+            log.info("k = %d, %g Mbit/s attempt %d: %.1f %% of the bound, kept_up %s%s, machine %.0f %% busy (load %.1f before)",
+                     self.args.k, link_mbps, attempt, 100 * probe.share_of_bound, probe.kept_up,
                      f" ({probe.not_kept_up_because})" if probe.not_kept_up_because else "", 100 * probe.machine_busy, load_before)
             if probe.keeps_up:
                 return True
@@ -257,17 +267,18 @@ def append_row(path: Path, probe: Probe) -> None:
 
 def format_table(probes: list[Probe]) -> str:
     """The rows of this invocation as a markdown table (the CSV has every column)."""
-    header = ("| target | workers | link Mbit/s | attempt | of bound | of pace | kept_up | machine busy | updates/s "
-              "| CPU µs/update (user + sys + softirq) | worker µs/packet (user + sys) | switch process µs/update |")
+    header = ("| target | workers | k | link Mbit/s | attempt | ATE/s | of bound | of pace | kept_up | machine busy | updates/s "
+              "| CPU µs/update (user + sys + softirq) | CPU ns/element | worker µs/packet (user + sys) | switch process µs/update |")
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for p in probes:
         why = "" if p.kept_up else f" ({p.not_kept_up_because})"
         switch = "" if math.isnan(p.switch_us_per_update) else f"{p.switch_us_per_update:.1f}"
         lines.append(
-            f"| {p.target} | {p.workers} | {p.link_mbps:g} | {p.attempt} | {p.share_of_bound:.1%} | {p.share_of_pace:.1%} "
+            f"| {p.target} | {p.workers} | {p.k} | {p.link_mbps:g} | {p.attempt} | {p.ate_per_s:,.0f} | {p.share_of_bound:.1%} "
+            f"| {p.share_of_pace:.1%} "
             f"| {str(p.kept_up).lower()}{why} | {p.machine_busy:.0%} | {p.updates_per_s:,.0f} "
             f"| {p.cpu_us_per_update:.1f} ({p.cpu_user_us_per_update:.1f} + {p.cpu_system_us_per_update:.1f} + "
-            f"{p.cpu_softirq_us_per_update:.1f}) | {p.worker_us_per_packet:.1f} ({p.worker_user_us_per_packet:.1f} + "
+            f"{p.cpu_softirq_us_per_update:.1f}) | {p.cpu_ns_per_element:.0f} | {p.worker_us_per_packet:.1f} ({p.worker_user_us_per_packet:.1f} + "
             f"{p.worker_system_us_per_packet:.1f}) | {switch} |"
         )
     return "\n".join(lines)
@@ -278,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", choices=list(REGISTRY), required=True)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--k", type=int, choices=params.K_CHOICES, help="elements per packet (default: the config's)")
     parser.add_argument("--rates", type=float, nargs="+", metavar="MBPS", help="measure these link rates instead of searching")
     parser.add_argument("--start", type=float, default=2.5, help="search: first rate (Mbit/s)")
     parser.add_argument("--floor", type=float, default=0.25, help="search: lowest rate tried")
@@ -296,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("rates, --seconds, --repetitions and --attempts must be positive")
     if os.geteuid() != 0:
         parser.error("the probes start Mininet: run as root")
+    if args.k is None:
+        args.k = int(load_experiment(CONFIG).points[0].protocol["k"])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     started = time.monotonic()
     total = len(args.rates) * args.attempts if args.rates else None
@@ -310,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(prober.probes))
     if not args.rates:
         found = "none of the rates tried" if capacity is None else f"{capacity:g} Mbit/s"
-        print(f"{args.target}, {args.workers} workers: SwitchML keeps up (>= {KEEPS_UP_SHARE:.0%} of its bound, kept_up) "
+        print(f"{args.target}, {args.workers} workers, k = {args.k}: SwitchML keeps up (>= {KEEPS_UP_SHARE:.0%} of its bound, kept_up) "
               f"at up to {found}; {len(prober.probes)} probes in {time.monotonic() - started:.0f} s")
     print(f"rows appended to {args.output}; probes' results in {prober.runs_dir}")
     return 0

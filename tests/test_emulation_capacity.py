@@ -38,10 +38,11 @@ def test_search_brackets_then_bisects(capacity: float, found: float | None, trie
 
 
 def test_probe_jobs_hold_the_same_seconds_of_data_at_every_rate() -> None:
-    slow, fast = probe_elements(2.5, 2.0, 0), probe_elements(10.0, 2.0, 0)
-    assert slow % 32 == 0 and fast % 32 == 0  # whole packets
-    assert fast / slow == pytest.approx(4, rel=1e-3)
-    assert probe_elements(2.5, 2.0, at_least=131_072) == 131_072 > slow  # never a smaller tensor than the config's
+    for k in (32, 256):
+        slow, fast = probe_elements(2.5, 2.0, 0, k), probe_elements(10.0, 2.0, 0, k)
+        assert slow % k == 0 and fast % k == 0  # whole packets
+        assert fast / slow == pytest.approx(4, rel=1e-2)
+        assert probe_elements(2.5, 2.0, at_least=10 * slow, k=k) == 10 * slow  # never a smaller tensor than the config's
 
 
 @pytest.mark.slow
@@ -50,7 +51,7 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the probe starts Mininet: needs root")
     output = tmp_path / "capacity.csv"
-    argv = [sys.executable, str(REPO_ROOT / "benchmarks" / "emulation_capacity.py"), "--target", "embedded", "--workers", "2",
+    argv = [sys.executable, str(REPO_ROOT / "benchmarks" / "emulation_capacity.py"), "--target", "embedded", "--workers", "2", "--k", "64",
             "--rates", "2.5", "--repetitions", "1", "--output", str(output), "--runs-dir", str(tmp_path / "runs")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -58,12 +59,13 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and list(rows[0]) == [field.name for field in fields(Probe)]
     row = rows[0]
-    assert (row["target"], row["workers"], float(row["link_mbps"]), row["verified"]) == ("embedded", "2", 2.5, "True")
+    assert (row["target"], row["workers"], row["k"], float(row["link_mbps"]), row["verified"]) == ("embedded", "2", "64", 2.5, "True")
+    assert float(row["cpu_ns_per_element"]) == pytest.approx(float(row["cpu_us_per_update"]) * 1e3 / 64, abs=0.01)
     assert 0 < float(row["share_of_bound"]) <= 1.05 and row["kept_up"] in ("True", "False")
     split = sum(float(row[f"cpu_{part}_us_per_update"]) for part in ("user", "system", "softirq"))
     # busy also holds steal; each part comes from a share that fidelity.csv rounds to 1e-4,
     # so the parts' sum may pass the total by that rounding (tenths of a us per update here)
     assert 0 < split <= float(row["cpu_us_per_update"]) * 1.005 + 0.1
     assert float(row["worker_us_per_packet"]) > 0 and float(row["switch_us_per_update"]) > 0  # the embedded switch is a process
-    assert "| embedded | 2 | 2.5 | 1 |" in done.stdout
+    assert "| embedded | 2 | 64 | 2.5 | 1 |" in done.stdout
     assert not leftovers(row["run_dir"])
