@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO_ROOT))
 import numpy as np  # noqa: E402
 
 from protocol import params  # noqa: E402
-from protocol.packet import SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
+from protocol.packet import SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
 from switches import programming, standalone  # noqa: E402
 from network.port_counters import SETTLE_S, account_switch, read_ports  # noqa: E402
 from switches.standalone import run_switch  # noqa: E402
@@ -52,7 +52,7 @@ STALL_S = 0.02
 RESULT_FIELDS = struct.Struct("!BBxxH")
 """msg_type, shadow_set, slot at the start of switchml_h."""
 SEQ = struct.Struct("!I")
-SEQ_OFFSET = SWITCHML_OFFSET + struct.calcsize("!BBHHBb")
+SEQ_OFFSET = SWITCHML_FIELD_OFFSETS["seq"]
 """switchml_h.seq: every version of a slot carries a newer one, as the worker library's do
 (the switch drops an update whose seq is not newer than its cell's last version)."""
 OUTPUT_DIR = REPO_ROOT / "results" / "benchmarks"

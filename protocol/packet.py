@@ -70,6 +70,13 @@ class SwitchMLHeader(NamedTuple):
     seq: int
 
 
+SWITCHML_FIELD_OFFSETS: dict[str, int] = {
+    name: SWITCHML_OFFSET + struct.calcsize("!" + SWITCHML_HEADER.format.lstrip("!")[:i])
+    for i, name in enumerate(SwitchMLHeader._fields)
+}
+"""Where each switchml_h field starts in a frame: for code that rewrites one field in place."""
+
+
 def payload_bytes(k: int) -> int:
     """UDP payload size of a packet carrying k elements."""
     return SWITCHML_HEADER_BYTES + k * ELEMENT_BYTES

@@ -20,6 +20,7 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
 from protocol import params
+from protocol.packet import MAX_K
 
 
 
@@ -40,6 +41,7 @@ class SwitchML(Packet):
             [],
             SignedIntField("", 0),
             count_from=lambda pkt: pkt.num_elements,
+            max_count=MAX_K,  # scapy's default limit (100) is below the k = 256 this testbed sends
         ),
     ]
 

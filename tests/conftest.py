@@ -2,7 +2,9 @@
 
 ``target`` is parametrised over every switch target (switches/targets.py's registry), each
 started on a Testbed's switch ports by switches/standalone.py: a new switch target joins every
-packet-level case by being registered there.
+packet-level case by being registered there. It runs at k = DEFAULT_TESTED_K; a case marked
+``every_k`` (the element path: sums, malformed lengths, truncation, partial sums) runs at
+every k of TESTED_K on every target that builds it.
 The switch runs for a whole module; ``switch`` resets its state before every test
 (registers, counters, drop simulator, learned L2 entries) so tests stay independent and
 fast. Hosts 0 and 1 are the workers of job JOB; host 2 is a bystander; hosts 3 and 4 are
@@ -16,7 +18,7 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 import pytest
 
@@ -37,7 +39,12 @@ JOB_HOSTS = {JOB: (0, 1), OTHER_JOB: (3, 4)}
 JOB_POOL = params.MAX_POOL_SIZE // 2
 """Slots per job: JOB owns cells 0..JOB_POOL-1 of each shadow set, OTHER_JOB the rest."""
 
-StartTarget = Callable[[Testbed, Path], ContextManager[SwitchControl]]
+TESTED_K = (32, 256)
+"""The k the packet tests run at: the classroom size and the reference's (the largest)."""
+DEFAULT_TESTED_K = 32
+"""The k of a case that does not depend on it (forwarding, tables, control-plane errors)."""
+
+StartTarget = Callable[[Testbed, Path, int], ContextManager[SwitchControl]]
 
 
 def required_variable(target: str) -> str:
@@ -79,6 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     case that runs that target (and ``-m 'not bmv2'`` none)."""
     for name, described in REGISTRY.items():
         config.addinivalue_line("markers", f"{name}: runs the {name} switch target (needs {described.needs}; skipped where absent)")
+    config.addinivalue_line("markers", f"every_k: a packet test that runs at every k of {TESTED_K}, not only at {DEFAULT_TESTED_K}")
 
 
 def require_track_machine(needs: tuple[str, ...]) -> None:
@@ -91,11 +99,13 @@ def require_track_machine(needs: tuple[str, ...]) -> None:
 
 
 @contextlib.contextmanager
-def _start(target: str, testbed: Testbed, log_dir: Path) -> Iterator[SwitchControl]:
-    """The target running on the test bed's switch ports (bmv2: p4/switchml.p4, compiled, cached)."""
+def _start(target: str, testbed: Testbed, log_dir: Path, k: int) -> Iterator[SwitchControl]:
+    """The target running on the test bed's switch ports at k (bmv2: p4/switchml.p4, compiled
+    for k, cached)."""
     require_target(target)
     options = REGISTRY[target].start_options({"seed": 1})
-    with run_switch(target, testbed.switch_ports, log_dir, name=f"{target}-packet-tests", command_log=log_dir / "commands.txt", **options) as running:
+    with run_switch(target, testbed.switch_ports, log_dir, name=f"{target}-packet-tests", k=k,
+                    command_log=log_dir / "commands.txt", **options) as running:
         yield running.control
 
 
@@ -126,20 +136,45 @@ class SwitchTarget:
     name: str
     control: SwitchControl
     testbed: Testbed
+    k: int
 
 
 TARGET_MARKS = {name: [getattr(pytest.mark, name)] for name in REGISTRY}
 """Each target's cases carry its marker (``pytest_configure``)."""
 
 
-@pytest.fixture(scope="module", params=[pytest.param(name, marks=TARGET_MARKS[name]) for name in sorted(TARGETS)])
+def target_params(ks: tuple[int, ...]) -> list[Any]:
+    """(target, k) for every target and every k of ``ks`` it builds, k by k, so that the
+    cases of one k share a switch per module whichever k the others run at."""
+    return [
+        pytest.param((name, k), marks=TARGET_MARKS[name], id=f"{name}-k{k}")
+        for k in ks for name in sorted(TARGETS)
+        if REGISTRY[name].k_choices is None or k in REGISTRY[name].k_choices
+    ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise the ``target`` fixture (this file's or a module's own) over the targets at
+    DEFAULT_TESTED_K, or at every k of TESTED_K for a case marked ``every_k``; a test that
+    parametrises ``target`` itself (test_switch_differential.py) is left alone."""
+    if "target" not in metafunc.fixturenames:
+        return
+    if any("target" in marker.args[0] for marker in metafunc.definition.iter_markers("parametrize")):
+        return
+    ks = TESTED_K if metafunc.definition.get_closest_marker("every_k") else (DEFAULT_TESTED_K,)
+    metafunc.parametrize("target", target_params(ks), indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
 def target(request: pytest.FixtureRequest, testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchTarget]:
-    """A switch target on the test bed, programmed for jobs JOB and OTHER_JOB (JOB_HOSTS)."""
-    log_dir = tmp_path_factory.mktemp(f"switch-{request.param}")
-    with TARGETS[request.param](testbed, log_dir) as control:
+    """A switch target at k (``request.param``: pytest_generate_tests) on the test bed,
+    programmed for jobs JOB and OTHER_JOB (JOB_HOSTS)."""
+    name, k = request.param
+    log_dir = tmp_path_factory.mktemp(f"switch-{name}-k{k}")
+    with TARGETS[name](testbed, log_dir, k) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_jobs(control, job_programs(testbed))
-        yield SwitchTarget(request.param, control, testbed)
+        yield SwitchTarget(name, control, testbed, k)
 
 
 def job_programs(testbed: Testbed) -> list[programming.JobProgram]:
@@ -159,6 +194,8 @@ class SwitchUnderTest:
     control: SwitchControl
     ports: SwitchPorts
     testbed: Testbed
+    k: int
+    """Elements per packet the switch runs at."""
 
     def counters(self) -> dict[str, int]:
         return programming.read_event_counters(self.control)
@@ -167,13 +204,13 @@ class SwitchUnderTest:
 @pytest.fixture
 def switch(target: SwitchTarget) -> Iterator[SwitchUnderTest]:
     control = target.control
-    programming.reset_aggregation_state(control)
+    programming.reset_aggregation_state(control, target.k)
     programming.reset_event_counters(control)
     programming.set_drop_probability(control, 0.0, 0.0)
     for table in (programming.L2_TABLE, programming.L2_LEARN_TABLE):
         control.table_clear(table)
     ports = SwitchPorts(target.testbed)
     try:
-        yield SwitchUnderTest(control, ports, target.testbed)
+        yield SwitchUnderTest(control, ports, target.testbed, target.k)
     finally:
         ports.close()

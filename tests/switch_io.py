@@ -21,7 +21,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from protocol import params
-from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
+from protocol.packet import SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload
 from protocol.scapy_layer import SwitchML
 from switches.embedded.ports import ETH_P_8021Q, MAC_ADDRESSES_BYTES, VLAN_TAG, WireFrameReceiver
 from base.netns import Host, Testbed
@@ -33,8 +33,8 @@ GRACE_S = 0.1
 TIMEOUT_S = 3.0
 CAPTURE_BUFFER_BYTES = 65536
 """Room for any frame a test sends, 802.1Q tag included."""
-NUM_ELEMENTS = slice(6, 8)
-"""Bytes of num_elements in switchml_h (msg_type, shadow_set, job_id, slot, ...)."""
+NUM_ELEMENTS = slice(SWITCHML_FIELD_OFFSETS["num_elements"] - SWITCHML_OFFSET, SWITCHML_FIELD_OFFSETS["exponent"] - SWITCHML_OFFSET)
+"""Bytes of num_elements in the UDP payload (switchml_h: msg_type, shadow_set, job_id, slot, ...)."""
 
 
 def worker_endpoint(host: Host) -> Endpoint:

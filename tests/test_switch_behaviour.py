@@ -21,12 +21,9 @@ from tests.switch_io import Received, dissect, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
-K = params.K
-
-
-def values(seed: int) -> np.ndarray:
-    """Distinct, signed test elements (includes negatives, so sign handling is checked)."""
-    return np.random.default_rng(seed).integers(-(10**6), 10**6, size=K, dtype=np.int64).astype(np.int32)
+def values(seed: int, k: int) -> np.ndarray:
+    """k distinct, signed test elements (includes negatives, so sign handling is checked)."""
+    return np.random.default_rng(seed).integers(-(10**6), 10**6, size=k, dtype=np.int64).astype(np.int32)
 
 
 def check_result(
@@ -43,14 +40,14 @@ def check_result(
     assert ip.chksum == ipv4_checksum(bytes(results[0]), IPV4_OFFSET), "IPv4 checksum recomputed after the rewrite"
     assert (udp.sport, udp.dport, udp.chksum) == (params.UDP_PORT_BASE, params.WORKER_UDP_PORT, 0)
     assert sml.msg_type == params.MSG_RESULT
-    assert (sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.num_elements) == (job, slot, shadow_set, seq, K)
+    assert (sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.num_elements) == (job, slot, shadow_set, seq, switch.k)
     assert sml.exponent == exponent
     assert sml.elements == expected.tolist()
 
 
 def reduce_round(switch: SwitchUnderTest, slot: int, shadow_set: int, seeds: tuple[int, int], exponents=(0, 0), seq: int = 0) -> np.ndarray:
     """Both workers contribute to (slot, set); both must get the multicast result."""
-    a, b = values(seeds[0]), values(seeds[1])
+    a, b = values(seeds[0], switch.k), values(seeds[1], switch.k)
     switch.ports.send(0, update_frame(switch.testbed.hosts[0], slot, shadow_set, a, JOB, exponents[0], seq))
     assert switch.ports.receive(0).total() == 0, "a partial slot must not produce output"
     switch.ports.send(1, update_frame(switch.testbed.hosts[1], slot, shadow_set, b, JOB, exponents[1], seq))
@@ -62,6 +59,7 @@ def reduce_round(switch: SwitchUnderTest, slot: int, shadow_set: int, seeds: tup
     return expected
 
 
+@pytest.mark.every_k
 def test_basic_reduction(switch: SwitchUnderTest) -> None:
     reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), exponents=(-3, 5), seq=41)
     counts = switch.counters()
@@ -71,15 +69,17 @@ def test_basic_reduction(switch: SwitchUnderTest) -> None:
     assert switch.control.register_read("SwitchMLIngress.exponent", 0) == 5
 
 
+@pytest.mark.every_k
 def test_retransmission_after_reduction_gets_unicast_result(switch: SwitchUnderTest) -> None:
     expected = reduce_round(switch, slot=3, shadow_set=0, seeds=(3, 4), seq=9)
-    switch.ports.send(0, update_frame(switch.testbed.hosts[0], 3, 0, values(3), JOB, seq=9))
+    switch.ports.send(0, update_frame(switch.testbed.hosts[0], 3, 0, values(3, switch.k), JOB, seq=9))
     received = switch.ports.receive(1)
     check_result(switch, received, 0, slot=3, shadow_set=0, seq=9, expected=expected, exponent=0)
     assert received.total() == 1, "a retransmitted result is unicast to its sender only"
     assert switch.counters()["EV_RESULT_UNICAST"] == 1
 
 
+@pytest.mark.every_k
 def test_reduction_in_the_other_set(switch: SwitchUnderTest) -> None:
     reduce_round(switch, slot=5, shadow_set=1, seeds=(5, 6), exponents=(2, -7))
     pool = len(switch.control.register_read("SwitchMLIngress.bitmap")) // 2
@@ -93,6 +93,7 @@ def test_reductions_in_both_sets(switch: SwitchUnderTest) -> None:
     assert switch.counters()["EV_RESULT_MULTICAST"] == 2
 
 
+@pytest.mark.every_k
 def test_slot_reuse(switch: SwitchUnderTest) -> None:
     """The third round in set 0 starts from the new values, not the old sum."""
     for round_, seeds in enumerate([(11, 12), (13, 14), (15, 16)]):
@@ -102,7 +103,7 @@ def test_slot_reuse(switch: SwitchUnderTest) -> None:
 
 def test_retransmissions_before_completion_are_ignored(switch: SwitchUnderTest) -> None:
     hosts = switch.testbed.hosts
-    a, b = values(17), values(18)
+    a, b = values(17, switch.k), values(18, switch.k)
     for _ in range(3):
         switch.ports.send(0, update_frame(hosts[0], 4, 0, a, JOB))
     assert switch.ports.receive(0).total() == 0
@@ -114,13 +115,14 @@ def test_retransmissions_before_completion_are_ignored(switch: SwitchUnderTest) 
     assert (counts["EV_UPDATE_CONSUMED"], counts["EV_RETX_IGNORED"], counts["EV_RESULT_MULTICAST"]) == (1, 2, 1)
 
 
+@pytest.mark.every_k
 def test_retransmission_of_the_previous_sets_result(switch: SwitchUnderTest) -> None:
     """Worker 0 moved on to set 1; worker 1 lost the set-0 result and asks again."""
     hosts = switch.testbed.hosts
     expected = reduce_round(switch, slot=6, shadow_set=0, seeds=(19, 20), seq=1)
-    switch.ports.send(0, update_frame(hosts[0], 6, 1, values(21), JOB, seq=2))
+    switch.ports.send(0, update_frame(hosts[0], 6, 1, values(21, switch.k), JOB, seq=2))
     assert switch.ports.receive(0).total() == 0
-    switch.ports.send(1, update_frame(hosts[1], 6, 0, values(20), JOB, seq=1))
+    switch.ports.send(1, update_frame(hosts[1], 6, 0, values(20, switch.k), JOB, seq=1))
     received = switch.ports.receive(1)
     check_result(switch, received, 1, slot=6, shadow_set=0, seq=1, expected=expected, exponent=0)
     assert received.total() == 1
@@ -129,9 +131,9 @@ def test_retransmission_of_the_previous_sets_result(switch: SwitchUnderTest) -> 
 def test_slot_reuse_with_retransmission(switch: SwitchUnderTest) -> None:
     hosts = switch.testbed.hosts
     first = reduce_round(switch, slot=7, shadow_set=0, seeds=(22, 23))
-    a1, b1 = values(24), values(25)
+    a1, b1 = values(24, switch.k), values(25, switch.k)
     switch.ports.send(0, update_frame(hosts[0], 7, 1, a1, JOB, seq=1))
-    switch.ports.send(1, update_frame(hosts[1], 7, 0, values(23), JOB))  # retransmission of set 0
+    switch.ports.send(1, update_frame(hosts[1], 7, 0, values(23, switch.k), JOB))  # retransmission of set 0
     received = switch.ports.receive(1)
     check_result(switch, received, 1, slot=7, shadow_set=0, seq=0, expected=first, exponent=0)
     switch.ports.send(1, update_frame(hosts[1], 7, 1, b1, JOB, seq=1))
@@ -161,10 +163,11 @@ def test_stale_update_cannot_open_the_next_version(switch: SwitchUnderTest) -> N
     reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), seq=10)
     reduce_round(switch, slot=0, shadow_set=1, seeds=(3, 4), seq=11)
     assert switch.control.register_read("SwitchMLIngress.bitmap", 0) == 0
-    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1), JOB, seq=10))
+    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1, switch.k), JOB, seq=10))
     reduce_round(switch, slot=0, shadow_set=0, seeds=(5, 6), seq=12)  # exactly 5 + 6
 
 
+@pytest.mark.every_k
 def test_stale_update_cannot_rejoin_a_finished_version(switch: SwitchUnderTest) -> None:
     """The same hazard while the version is still held: worker 0 has moved on (its bit is
     cleared from set 0), worker 1 has not. Without the guard the late copy would add worker
@@ -172,11 +175,11 @@ def test_stale_update_cannot_rejoin_a_finished_version(switch: SwitchUnderTest) 
     set-0 update would be taken for a retransmission."""
     hosts = switch.testbed.hosts
     reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), seq=10)
-    switch.ports.send(0, update_frame(hosts[0], 0, 1, values(3), JOB, seq=11))
+    switch.ports.send(0, update_frame(hosts[0], 0, 1, values(3, switch.k), JOB, seq=11))
     assert switch.ports.receive(0).total() == 0  # (waits until the switch is done with it)
     assert switch.control.register_read("SwitchMLIngress.bitmap", 0) == 0b10
-    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1), JOB, seq=10))
-    switch.ports.send(1, update_frame(hosts[1], 0, 1, values(4), JOB, seq=11))
+    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1, switch.k), JOB, seq=10))
+    switch.ports.send(1, update_frame(hosts[1], 0, 1, values(4, switch.k), JOB, seq=11))
     assert len(switch.ports.receive(2).results(0)) == 1
     reduce_round(switch, slot=0, shadow_set=0, seeds=(5, 6), seq=12)
 
@@ -188,7 +191,7 @@ def test_retransmission_of_an_older_version_gets_no_result(switch: SwitchUnderTe
     reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2), seq=10)
     reduce_round(switch, slot=0, shadow_set=1, seeds=(3, 4), seq=11)
     reduce_round(switch, slot=0, shadow_set=0, seeds=(5, 6), seq=12)
-    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1), JOB, seq=10))
+    stale_copy_is_dropped(switch, update_frame(hosts[0], 0, 0, values(1, switch.k), JOB, seq=10))
 
 
 def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
@@ -216,7 +219,7 @@ def test_vlan_tagged_frames_are_ordinary_traffic_and_keep_their_tag(switch: Swit
     """
     hosts = switch.testbed.hosts
     for tpid, tci in ((0x8100, 0x2005), (0x88A8, 0x0000)):
-        tagged = vlan_tagged(update_frame(hosts[0], 0, 0, values(1), JOB), tci, tpid)
+        tagged = vlan_tagged(update_frame(hosts[0], 0, 0, values(1, switch.k), JOB), tci, tpid)
         switch.ports.send(0, tagged)
         received = switch.ports.receive(2)
         assert [[bytes(f) for f in received.frames[i]] for i in range(3)] == [[], [tagged], [tagged]]
@@ -264,10 +267,11 @@ TRAILER = bytes(range(16))
 """Bytes after the IP packet (udp.length and totalLen do not count them), like Ethernet padding."""
 
 
+@pytest.mark.every_k
 def test_results_leave_without_the_updates_trailer_and_ordinary_frames_keep_theirs(switch: SwitchUnderTest) -> None:
     """A result is headers + switchml_h + k elements; a forwarded frame leaves as it came."""
     hosts = switch.testbed.hosts
-    a, b = values(26), values(27)
+    a, b = values(26, switch.k), values(27, switch.k)
     switch.ports.send(0, update_frame(hosts[0], 8, 0, a, JOB) + TRAILER)
     switch.ports.send(1, update_frame(hosts[1], 8, 0, b, JOB) + TRAILER)
     multicast = switch.ports.receive(2)
@@ -275,7 +279,7 @@ def test_results_leave_without_the_updates_trailer_and_ordinary_frames_keep_thei
     unicast = switch.ports.receive(1)
     for received, index in ((multicast, 0), (multicast, 1), (unicast, 0)):
         check_result(switch, received, index, slot=8, shadow_set=0, seq=0, expected=a + b, exponent=0)
-        assert len(received.results(index)[0]) == frame_bytes(K)
+        assert len(received.results(index)[0]) == frame_bytes(switch.k)
     ordinary = bytes(Ether(src=hosts[0].mac, dst=UNKNOWN_MAC) / IP(src=hosts[0].ipv4, dst="10.0.1.1") / UDP(sport=1, dport=2)) + TRAILER
     switch.ports.send(0, ordinary)
     received = switch.ports.receive(2)

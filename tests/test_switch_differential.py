@@ -66,6 +66,7 @@ from protocol.packet import (
 from protocol.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
+from switches.targets import REGISTRY
 from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_target
 from base.netns import Host, Testbed
 from tests.switch_io import SWITCH, SwitchPorts, update_frame, vlan_tagged
@@ -78,9 +79,9 @@ COMPARED = tuple(name for name in sorted(TARGETS) if name != REFERENCE)
 """Targets compared with it; where one cannot run, ``require_target`` skips (or, in CI,
 fails) the comparison: without it there is nothing to compare."""
 
-CASES = {"seed-20261130": (20261130, False), "seed-8-pass-through": (8, True)}
+CASES = {"seed-20261130": (20261130, False, 32), "seed-8-pass-through": (8, True, 32), "seed-20261201-k256": (20261201, False, 256)}
 """(seed of the sequence, whether unknown senders' updates are forwarded as ordinary traffic
-instead of dropped), each on fresh switches."""
+instead of dropped, k), each on fresh switches."""
 STEPS = 1000
 SLOTS = 4
 """Slots the updates use: few, so that completions, duplicates and set changes are frequent."""
@@ -159,9 +160,10 @@ class JobRounds:
 class SequenceBuilder:
     """Draws the random steps; every choice comes from one seeded generator."""
 
-    def __init__(self, hosts: list[Host], rng: np.random.Generator) -> None:
+    def __init__(self, hosts: list[Host], rng: np.random.Generator, k: int) -> None:
         self.hosts = hosts
         self.rng = rng
+        self.k = k
         self.updates: list[Step] = []
         """Well-formed updates sent so far, for duplicates and retransmissions."""
         self.jobs = {job: JobRounds() for job in JOB_HOSTS}
@@ -169,8 +171,9 @@ class SequenceBuilder:
     def pick(self, options: Sequence[T]) -> T:
         return options[int(self.rng.integers(len(options)))]
 
-    def elements(self, k: int = params.K) -> np.ndarray:
-        return self.rng.integers(INT32.min, INT32.max, size=k, endpoint=True, dtype=np.int64).astype(np.int32)
+    def elements(self, k: int | None = None) -> np.ndarray:
+        """Random int32 elements: the switch's k of them unless ``k`` says otherwise."""
+        return self.rng.integers(INT32.min, INT32.max, size=self.k if k is None else k, endpoint=True, dtype=np.int64).astype(np.int32)
 
     def update(self, worker: int, **fields: object) -> bytes:
         """An update from host ``worker`` with random header fields and elements, ``fields`` overriding them."""
@@ -260,7 +263,7 @@ class SequenceBuilder:
         else:
             shadow_set, seq = int(self.rng.integers(2)), self.pick([rounds.round_seq[slot], int(self.rng.integers(1 << 32))])
         sender, job = self.pick([(UPPER_HOST, OTHER_JOB)] * 6 + [(0, OTHER_JOB), (UPPER_HOST, JOB)])
-        header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, params.K, int(self.rng.integers(-128, 128)), seq)
+        header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, self.k, int(self.rng.integers(-128, 128)), seq)
         frame = build_frame(SWITCH, LEAF, encode_payload(header, self.elements()))
         return Step(sender, f"result from above from host {sender}: {describe(frame)}", frame)
 
@@ -272,9 +275,9 @@ class SequenceBuilder:
     def malformed(self) -> Step:
         worker = self.pick(WORKERS)
         variants: dict[str, Callable[[], bytes]] = {
-            "truncated": lambda: self.update(worker)[: int(self.rng.integers(ETH_HEADER_BYTES, frame_bytes(params.K)))],
-            "k/2 elements": lambda: self.update(worker, elements=self.elements(params.K // 2)),
-            "num_elements k-1": lambda: self.update(worker, num_elements=params.K - 1),
+            "truncated": lambda: self.update(worker)[: int(self.rng.integers(ETH_HEADER_BYTES, frame_bytes(self.k)))],
+            "k/2 elements": lambda: self.update(worker, elements=self.elements(self.k // 2)),
+            "num_elements k-1": lambda: self.update(worker, num_elements=self.k - 1),
             "msg_type result": lambda: self.update(worker, msg_type=params.MSG_RESULT),
             "msg_type 7": lambda: self.update(worker, msg_type=7),
             "shadow_set 2": lambda: self.update(worker, shadow_set=2),
@@ -436,11 +439,11 @@ def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], 
 
 
 def run_on_target(
-    name: str, testbed: Testbed, steps: list[Step], log_dir: Path, pass_through: bool, reference: list[Outcome] | None = None
+    name: str, testbed: Testbed, steps: list[Step], log_dir: Path, pass_through: bool, k: int, reference: list[Outcome] | None = None
 ) -> list[Outcome]:
-    """A fresh switch of target ``name``, programmed like the packet tests' (conftest.py);
+    """A fresh switch of target ``name`` at k, programmed like the packet tests' (conftest.py);
     ``pass_through`` forwards updates of senders not in worker_table as ordinary traffic."""
-    with TARGETS[name](testbed, log_dir / name) as control:
+    with TARGETS[name](testbed, log_dir / name, k) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_jobs(control, leaf_of_other_job(testbed))
         if pass_through:
@@ -492,14 +495,17 @@ def first_difference(seed: int, steps: list[Step], runs: dict[str, list[Outcome]
     return None
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("target", [pytest.param(name, marks=TARGET_MARKS[name]) for name in COMPARED])
+@pytest.mark.parametrize(("target", "case"), [
+    pytest.param(name, case, marks=TARGET_MARKS[name], id=f"{name}-{case}")
+    for name in COMPARED for case in sorted(CASES)
+    if REGISTRY[name].k_choices is None or CASES[case][2] in REGISTRY[name].k_choices
+])
 def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, testbed: Testbed, tmp_path: Path, case: str) -> None:
     require_target(target)
-    seed, pass_through = CASES[case]
-    steps = SequenceBuilder(testbed.hosts, np.random.default_rng(seed)).steps(STEPS)
-    embedded = run_on_target(REFERENCE, testbed, steps, tmp_path, pass_through)
-    compared = run_on_target(target, testbed, steps, tmp_path, pass_through, reference=embedded)
+    seed, pass_through, k = CASES[case]
+    steps = SequenceBuilder(testbed.hosts, np.random.default_rng(seed), k).steps(STEPS)
+    embedded = run_on_target(REFERENCE, testbed, steps, tmp_path, pass_through, k)
+    compared = run_on_target(target, testbed, steps, tmp_path, pass_through, k, reference=embedded)
     runs = {"embedded": embedded, target: compared}
     difference = first_difference(seed, steps, runs)
     if difference is not None:

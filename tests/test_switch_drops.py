@@ -23,7 +23,7 @@ from switches import programming
 from switches.control import ControlPlaneError, TableFullError
 from tests.conftest import JOB, N_HOSTS, SwitchUnderTest
 from tests.switch_io import update_frame
-from tests.test_switch_behaviour import K, UNKNOWN_MAC, check_result, reduce_round, values
+from tests.test_switch_behaviour import UNKNOWN_MAC, check_result, reduce_round, values
 
 pytestmark = pytest.mark.netns
 
@@ -57,32 +57,36 @@ def send_and_expect_drop(switch: SwitchUnderTest, host_index: int, frame: bytes,
 
 def test_unknown_sender_is_dropped(switch: SwitchUnderTest) -> None:
     bystander = switch.testbed.hosts[2]
-    send_and_expect_drop(switch, 2, update_frame(bystander, 0, 0, values(1), JOB, exponent=4), "EV_DROP_UNKNOWN_SENDER")
+    send_and_expect_drop(switch, 2, update_frame(bystander, 0, 0, values(1, switch.k), JOB, exponent=4), "EV_DROP_UNKNOWN_SENDER")
 
 
 def test_worker_address_on_the_wrong_port_is_an_unknown_sender(switch: SwitchUnderTest) -> None:
     """The rank comes from (ingress port, source IPv4): worker 0's address from port 3 is refused."""
-    spoofed = update_frame(switch.testbed.hosts[0], 0, 0, values(1), JOB)
+    spoofed = update_frame(switch.testbed.hosts[0], 0, 0, values(1, switch.k), JOB)
     send_and_expect_drop(switch, 2, spoofed, "EV_DROP_UNKNOWN_SENDER")
 
 
 def test_wrong_job_is_dropped(switch: SwitchUnderTest) -> None:
-    send_and_expect_drop(switch, 0, update_frame(switch.testbed.hosts[0], 0, 0, values(1), JOB + 1), "EV_DROP_WRONG_JOB")
+    send_and_expect_drop(switch, 0, update_frame(switch.testbed.hosts[0], 0, 0, values(1, switch.k), JOB + 1), "EV_DROP_WRONG_JOB")
 
 
-MALFORMED = {
-    "truncated": lambda host: update_frame(host, 0, 0, values(1), JOB)[:-10],
-    "wrong_k": lambda host: update_frame(host, 0, 0, values(1)[: K // 2], JOB),
-    "num_elements_mismatch": lambda host: update_frame(host, 0, 0, values(1), JOB, num_elements=K - 1),
-    "result_not_update": lambda host: update_frame(host, 0, 0, values(1), JOB, msg_type=params.MSG_RESULT),
-    "shadow_set_2": lambda host: update_frame(host, 0, 2, values(1), JOB),
-    "slot_out_of_range": lambda host: update_frame(host, params.MAX_POOL_SIZE, 0, values(1), JOB),
+MALFORMED = {  # (a worker's host, k) -> the frame
+    "truncated": lambda host, k: update_frame(host, 0, 0, values(1, k), JOB)[:-10],
+    "wrong_k": lambda host, k: update_frame(host, 0, 0, values(1, k)[: k // 2], JOB),
+    "k_plus_one": lambda host, k: update_frame(host, 0, 0, values(1, k + 1), JOB),
+    "num_elements_mismatch": lambda host, k: update_frame(host, 0, 0, values(1, k), JOB, num_elements=k - 1),
+    # num_elements is 16 bits: a switch comparing one of its bytes only would take these
+    "num_elements_high_byte": lambda host, k: update_frame(host, 0, 0, values(1, k), JOB, num_elements=(k ^ 0x100) & 0xFFFF),
+    "result_not_update": lambda host, k: update_frame(host, 0, 0, values(1, k), JOB, msg_type=params.MSG_RESULT),
+    "shadow_set_2": lambda host, k: update_frame(host, 0, 2, values(1, k), JOB),
+    "slot_out_of_range": lambda host, k: update_frame(host, params.MAX_POOL_SIZE, 0, values(1, k), JOB),
 }
 
 
+@pytest.mark.every_k
 @pytest.mark.parametrize("variant", sorted(MALFORMED))
 def test_malformed_update_is_dropped(switch: SwitchUnderTest, variant: str) -> None:
-    send_and_expect_drop(switch, 0, MALFORMED[variant](switch.testbed.hosts[0]), "EV_DROP_MALFORMED")
+    send_and_expect_drop(switch, 0, MALFORMED[variant](switch.testbed.hosts[0], switch.k), "EV_DROP_MALFORMED")
 
 
 IP_SRC = slice(IPV4_OFFSET + 12, IPV4_OFFSET + 16)
@@ -102,15 +106,16 @@ def test_update_to_a_cell_past_the_registers_is_dropped_and_counted(switch: Swit
     last_slot = params.MAX_POOL_SIZE - 1
     key = (bystander.switch_port, int(ipaddress.IPv4Address(STRAY_IPV4)))
     switch.control._table_add(programming.WORKER_TABLE, "set_worker", key, (0, JOB, 2, 2, last_slot, 2))
-    frame = bytearray(update_frame(bystander, 1, 0, values(1), JOB))  # cell last_slot + 1: past the registers
+    frame = bytearray(update_frame(bystander, 1, 0, values(1, switch.k), JOB))  # cell last_slot + 1: past the registers
     frame[IP_SRC] = ipaddress.IPv4Address(STRAY_IPV4).packed
     send_and_expect_drop(switch, 2, bytes(frame), "EV_DROP_OUTSIDE_POOL")
 
 
+@pytest.mark.every_k
 def test_sums_wrap_and_registers_read_unsigned(switch: SwitchUnderTest) -> None:
     hosts = switch.testbed.hosts
-    a = np.full(K, np.iinfo(np.int32).max, dtype=np.int32)
-    b = np.arange(1, K + 1, dtype=np.int32)
+    a = np.full(switch.k, np.iinfo(np.int32).max, dtype=np.int32)
+    b = np.arange(1, switch.k + 1, dtype=np.int32)
     b[0] = np.iinfo(np.int32).min  # element 0: INT32_MAX + INT32_MIN = -1
     switch.ports.send(0, update_frame(hosts[0], 0, 0, a, JOB, exponent=-9))
     switch.ports.send(1, update_frame(hosts[1], 0, 0, b, JOB, exponent=-20))
@@ -127,7 +132,7 @@ def test_back_to_back_jobs_need_a_reset(switch: SwitchUnderTest) -> None:
     """State outlives a job: a fresh job at set 0 is a retransmission until the registers are reset."""
     hosts = switch.testbed.hosts
     first = reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2))
-    switch.ports.send(0, update_frame(hosts[0], 0, 0, values(3), JOB))
+    switch.ports.send(0, update_frame(hosts[0], 0, 0, values(3, switch.k), JOB))
     stale = switch.ports.receive(1)
     check_result(switch, stale, 0, slot=0, shadow_set=0, seq=0, expected=first, exponent=0)
     programming.reset_aggregation_state(switch.control)
@@ -142,8 +147,8 @@ def test_ingress_drop_probability_one_drops_everything(switch: SwitchUnderTest) 
     programming.set_drop_probability(switch.control, 1.0, 0.0)
     for _ in range(5):
         for index in (0, 1):
-            switch.ports.send(index, update_frame(hosts[index], 0, 0, values(index), JOB))
-    switch.ports.send(2, update_frame(hosts[2], 0, 0, values(2), JOB))  # any packet, known or not
+            switch.ports.send(index, update_frame(hosts[index], 0, 0, values(index, switch.k), JOB))
+    switch.ports.send(2, update_frame(hosts[2], 0, 0, values(2, switch.k), JOB))  # any packet, known or not
     assert switch.ports.receive(0).total() == 0
     wait_counts(switch, EV_DROP_SIM_INGRESS=11, EV_UPDATE_CONSUMED=0, EV_DROP_UNKNOWN_SENDER=0, EGV_SENT=0)
     assert_state_untouched(switch)
@@ -153,7 +158,7 @@ def test_egress_drop_probability_one_drops_every_copy(switch: SwitchUnderTest) -
     hosts = switch.testbed.hosts
     programming.set_drop_probability(switch.control, 0.0, 1.0)
     for index in (0, 1):
-        switch.ports.send(index, update_frame(hosts[index], 0, 0, values(index), JOB))
+        switch.ports.send(index, update_frame(hosts[index], 0, 0, values(index, switch.k), JOB))
     assert switch.ports.receive(0).total() == 0
     wait_counts(switch, EV_RESULT_MULTICAST=1, EGV_DROP_SIM_EGRESS=2, EGV_SENT=0)
 

@@ -23,10 +23,10 @@ import pytest
 from protocol import params
 from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes
 from switches import programming
-from tests.conftest import TARGET_MARKS, TARGETS, SwitchTarget, SwitchUnderTest
+from tests.conftest import TARGETS, SwitchTarget, SwitchUnderTest
 from base.netns import Testbed
 from tests.switch_io import SWITCH, Received, dissect, update_frame
-from tests.test_switch_behaviour import K, check_result, values
+from tests.test_switch_behaviour import check_result, values
 from tests.test_switch_drops import wait_counts
 
 pytestmark = pytest.mark.netns
@@ -50,10 +50,12 @@ def leaf_sinks(testbed: Testbed) -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="module", params=[pytest.param(name, marks=TARGET_MARKS.get(name, [])) for name in sorted(TARGETS)])
+@pytest.fixture(scope="module")
 def target(request: pytest.FixtureRequest, testbed: Testbed, leaf_sinks: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchTarget]:
-    """The switch as LEAF_JOB's leaf (uplink towards host 2) and SPINE_JOB's spine (leaves: hosts 3, 4)."""
-    log_dir = tmp_path_factory.mktemp(f"hierarchy-{request.param}")
+    """The switch at k (``request.param``: conftest's pytest_generate_tests) as LEAF_JOB's leaf
+    (uplink towards host 2) and SPINE_JOB's spine (leaves: hosts 3, 4)."""
+    name, k = request.param
+    log_dir = tmp_path_factory.mktemp(f"hierarchy-{name}-k{k}")
     hosts = testbed.hosts
     uplink = programming.Uplink(hosts[SPINE_HOST].switch_port, LEAF.mac, LEAF.ipv4, params.SWITCH_MAC, params.SWITCH_IPV4)
     leaf = programming.JobProgram(
@@ -65,16 +67,16 @@ def target(request: pytest.FixtureRequest, testbed: Testbed, leaf_sinks: None, t
         [programming.WorkerPort(rank, hosts[h].switch_port, hosts[h].mac, hosts[h].ipv4, params.UDP_PORT_BASE) for rank, h in enumerate(LEAF_HOSTS)],
         result_mcast_grp=3, slot_base=POOL, pool_size=POOL,
     )
-    with TARGETS[request.param](testbed, log_dir) as control:
+    with TARGETS[name](testbed, log_dir, k) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_jobs(control, [leaf, spine])
-        yield SwitchTarget(request.param, control, testbed)
+        yield SwitchTarget(name, control, testbed, k)
 
 
 def result_from_above(slot: int, shadow_set: int, seq: int, elements: np.ndarray, exponent: int, job: int = LEAF_JOB,
                       source: Endpoint = SWITCH) -> bytes:
     """What the switch above sends the leaf: a result from its address to the leaf's."""
-    header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, K, exponent, seq)
+    header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, len(elements), exponent, seq)
     destination = Endpoint(LEAF.mac, LEAF.ipv4, params.UDP_PORT_BASE)
     return build_frame(source, destination, encode_payload(header, elements))
 
@@ -85,14 +87,14 @@ def check_partial(received: Received, *, slot: int, shadow_set: int, seq: int, e
     assert received.total() == len(frames) == 1, f"one partial sum up, nothing else: {[f.summary() for fs in received.frames.values() for f in fs]}"
     eth, ip, udp, sml = dissect(frames[0])
     assert (eth.src, eth.dst, ip.src, ip.dst) == (LEAF.mac, params.SWITCH_MAC, LEAF.ipv4, params.SWITCH_IPV4)
-    assert (udp.dport, udp.chksum, len(frames[0])) == (params.UDP_PORT_BASE, 0, frame_bytes(K))
+    assert (udp.dport, udp.chksum, len(frames[0])) == (params.UDP_PORT_BASE, 0, frame_bytes(len(expected)))
     assert (sml.msg_type, sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.exponent) == (params.MSG_UPDATE, LEAF_JOB, slot, shadow_set, seq, exponent)
     assert sml.elements == expected.tolist()
 
 
 def workers_contribute(switch: SwitchUnderTest, slot: int, shadow_set: int, seq: int, exponents=(0, 0), seeds=(1, 2)) -> np.ndarray:
     hosts = switch.testbed.hosts
-    a, b = values(seeds[0]), values(seeds[1])
+    a, b = values(seeds[0], switch.k), values(seeds[1], switch.k)
     switch.ports.send(0, update_frame(hosts[0], slot, shadow_set, a, LEAF_JOB, exponents[0], seq))
     assert switch.ports.receive(0).total() == 0, "a partial slot produces nothing"
     switch.ports.send(1, update_frame(hosts[1], slot, shadow_set, b, LEAF_JOB, exponents[1], seq))
@@ -106,10 +108,11 @@ def check_results_to_workers(switch: SwitchUnderTest, received: Received, *, slo
     assert received.total() == 2
 
 
+@pytest.mark.every_k
 def test_leaf_sends_one_partial_sum_up_and_multicasts_the_result_from_above(switch: SwitchUnderTest) -> None:
     partial = workers_contribute(switch, slot=3, shadow_set=0, seq=40, exponents=(-2, 5))
     check_partial(switch.ports.receive(1), slot=3, shadow_set=0, seq=40, expected=partial, exponent=5)
-    total = partial + values(3)
+    total = partial + values(3, switch.k)
     switch.ports.send(SPINE_HOST, result_from_above(3, 0, 40, total, exponent=7))
     check_results_to_workers(switch, switch.ports.receive(2), slot=3, shadow_set=0, seq=40, expected=total, exponent=7)
     counts = switch.counters()
@@ -122,7 +125,7 @@ def test_lost_partial_or_result_from_above_is_asked_again_by_a_retransmission(sw
     hosts = switch.testbed.hosts
     partial = workers_contribute(switch, slot=4, shadow_set=1, seq=9)
     check_partial(switch.ports.receive(1), slot=4, shadow_set=1, seq=9, expected=partial, exponent=0)
-    switch.ports.send(0, update_frame(hosts[0], 4, 1, values(1), LEAF_JOB, 0, 9))  # the switch above never answered
+    switch.ports.send(0, update_frame(hosts[0], 4, 1, values(1, switch.k), LEAF_JOB, 0, 9))  # the switch above never answered
     check_partial(switch.ports.receive(1), slot=4, shadow_set=1, seq=9, expected=partial, exponent=0)
     total = partial * 3
     switch.ports.send(SPINE_HOST, result_from_above(4, 1, 9, total, exponent=0))
@@ -134,10 +137,10 @@ def test_result_lost_to_a_worker_is_answered_by_the_leaf_alone(switch: SwitchUnd
     hosts = switch.testbed.hosts
     partial = workers_contribute(switch, slot=5, shadow_set=0, seq=3)
     switch.ports.receive(1)
-    total = partial + values(4)
+    total = partial + values(4, switch.k)
     switch.ports.send(SPINE_HOST, result_from_above(5, 0, 3, total, exponent=-4))
     switch.ports.receive(2)
-    switch.ports.send(1, update_frame(hosts[1], 5, 0, values(2), LEAF_JOB, 0, 3))
+    switch.ports.send(1, update_frame(hosts[1], 5, 0, values(2, switch.k), LEAF_JOB, 0, 3))
     received = switch.ports.receive(1)
     check_result(switch, received, 1, slot=5, shadow_set=0, seq=3, expected=total, exponent=-4, job=LEAF_JOB)
     assert received.total() == 1, "unicast to the worker that asked; nothing goes up"
@@ -148,7 +151,7 @@ def test_result_lost_to_a_worker_is_answered_by_the_leaf_alone(switch: SwitchUnd
 def test_retransmission_before_local_completion_is_ignored(switch: SwitchUnderTest) -> None:
     hosts = switch.testbed.hosts
     for _ in range(2):
-        switch.ports.send(0, update_frame(hosts[0], 6, 0, values(1), LEAF_JOB, 0, 1))
+        switch.ports.send(0, update_frame(hosts[0], 6, 0, values(1, switch.k), LEAF_JOB, 0, 1))
     assert switch.ports.receive(0).total() == 0
     wait_counts(switch, EV_UPDATE_CONSUMED=1, EV_RETX_IGNORED=1, EV_PARTIAL_UP=0)
 
@@ -158,7 +161,7 @@ def test_results_not_from_the_jobs_uplink_are_refused(switch: SwitchUnderTest) -
     a result for a version the leaf did not send up, or a second copy, is stale."""
     partial = workers_contribute(switch, slot=7, shadow_set=0, seq=12)
     switch.ports.receive(1)
-    total = partial + values(5)
+    total = partial + values(5, switch.k)
     impostor = Endpoint(switch.testbed.hosts[SPINE_HOST].mac, switch.testbed.hosts[SPINE_HOST].ipv4, params.UDP_PORT_BASE)
     switch.ports.send(0, result_from_above(7, 0, 12, total, 0))  # a worker's port
     switch.ports.send(SPINE_HOST, result_from_above(7, 0, 12, total, 0, source=impostor))  # not the upper switch's address
@@ -174,11 +177,12 @@ def test_results_not_from_the_jobs_uplink_are_refused(switch: SwitchUnderTest) -
     wait_counts(switch, EV_DROP_STALE=3, EV_RESULT_MULTICAST=1)
 
 
+@pytest.mark.every_k
 def test_spine_aggregates_leaves_and_answers_them_on_the_aggregation_port(switch: SwitchUnderTest) -> None:
     """At the top, leaves are workers: max exponent, results to each leaf's address and the
     aggregation port (so the leaf parses them), a leaf's retransmission answered alone."""
     hosts = switch.testbed.hosts
-    a, b = values(8), values(9)
+    a, b = values(8, switch.k), values(9, switch.k)
     switch.ports.send(LEAF_HOSTS[0], update_frame(hosts[LEAF_HOSTS[0]], 2, 0, a, SPINE_JOB, -1, 77))
     switch.ports.send(LEAF_HOSTS[1], update_frame(hosts[LEAF_HOSTS[1]], 2, 0, b, SPINE_JOB, 6, 77))
     received = switch.ports.receive(2)

@@ -40,7 +40,7 @@ def expect_results(switch: SwitchUnderTest, job: int, slot: int, expected: np.nd
 
 def test_jobs_on_the_same_slot_numbers_keep_separate_sums(switch: SwitchUnderTest) -> None:
     """Interleaved updates of both jobs to slot 3: each gets its own sum, in its own cells."""
-    a0, a1, b0, b1 = values(101), values(102), values(103), values(104)
+    a0, a1, b0, b1 = values(101, switch.k), values(102, switch.k), values(103, switch.k), values(104, switch.k)
     contribute(switch, JOB, 0, 3, a0)
     contribute(switch, OTHER_JOB, 0, 3, b0)
     assert switch.ports.receive(0).total() == 0
@@ -54,7 +54,7 @@ def test_jobs_on_the_same_slot_numbers_keep_separate_sums(switch: SwitchUnderTes
 
 def test_retransmission_gets_its_own_jobs_result(switch: SwitchUnderTest) -> None:
     """Both jobs completed slot 0; a retransmission of either is answered from its own cell."""
-    a0, a1, b0, b1 = values(111), values(112), values(113), values(114)
+    a0, a1, b0, b1 = values(111, switch.k), values(112, switch.k), values(113, switch.k), values(114, switch.k)
     for job, (x, y) in ((JOB, (a0, a1)), (OTHER_JOB, (b0, b1))):
         contribute(switch, job, 0, 0, x)
         contribute(switch, job, 1, 0, y)
@@ -69,9 +69,9 @@ def test_retransmission_gets_its_own_jobs_result(switch: SwitchUnderTest) -> Non
 def test_slot_beyond_the_jobs_pool_is_dropped(switch: SwitchUnderTest, slot: int) -> None:
     """OTHER_JOB's slot JOB_POOL + s would be cell 2 * JOB_POOL + s: past its range (and, for
     a job placed first, the next job's cells). It is dropped and counted, nothing changes."""
-    a0, a1 = values(121), values(122)
+    a0, a1 = values(121, switch.k), values(122, switch.k)
     contribute(switch, JOB, 0, slot - JOB_POOL, a0)
-    contribute(switch, OTHER_JOB, 0, slot, values(123))
+    contribute(switch, OTHER_JOB, 0, slot, values(123, switch.k))
     assert switch.ports.receive(0).total() == 0
     wait_counts(switch, EV_DROP_OUTSIDE_POOL=1, EV_UPDATE_CONSUMED=1)
     contribute(switch, JOB, 1, slot - JOB_POOL, a1)
@@ -82,9 +82,9 @@ def test_slot_beyond_the_jobs_pool_is_dropped(switch: SwitchUnderTest, slot: int
 
 def test_a_job_placed_first_cannot_reach_the_next_jobs_cells(switch: SwitchUnderTest) -> None:
     """JOB's slot JOB_POOL + 2 would be OTHER_JOB's cell of slot 2: dropped before aggregation."""
-    b0, b1 = values(131), values(132)
+    b0, b1 = values(131, switch.k), values(132, switch.k)
     contribute(switch, OTHER_JOB, 0, 2, b0)
-    switch.ports.send(0, update_frame(switch.testbed.hosts[0], JOB_POOL + 2, 0, values(133), JOB))
+    switch.ports.send(0, update_frame(switch.testbed.hosts[0], JOB_POOL + 2, 0, values(133, switch.k), JOB))
     assert switch.ports.receive(0).total() == 0
     wait_counts(switch, EV_DROP_OUTSIDE_POOL=1)
     contribute(switch, OTHER_JOB, 1, 2, b1)
@@ -94,10 +94,10 @@ def test_a_job_placed_first_cannot_reach_the_next_jobs_cells(switch: SwitchUnder
 def test_another_jobs_id_is_dropped(switch: SwitchUnderTest) -> None:
     """A worker of OTHER_JOB that sends JOB's job id is refused: a job id is not a credential,
     the sender's table entry decides which job it may feed."""
-    a0, a1 = values(141), values(142)
+    a0, a1 = values(141, switch.k), values(142, switch.k)
     contribute(switch, JOB, 0, 5, a0)
     for slot in (5, JOB_POOL + 5):
-        switch.ports.send(MISBEHAVING, update_frame(switch.testbed.hosts[MISBEHAVING], slot, 0, values(143), JOB))
+        switch.ports.send(MISBEHAVING, update_frame(switch.testbed.hosts[MISBEHAVING], slot, 0, values(143, switch.k), JOB))
     assert switch.ports.receive(0).total() == 0
     wait_counts(switch, EV_DROP_WRONG_JOB=2)
     contribute(switch, JOB, 1, 5, a1)
@@ -109,10 +109,10 @@ def test_spoofed_sources_are_unknown_senders(switch: SwitchUnderTest, spoofed: i
     """Host 3 sends with the addresses of JOB's workers (hosts 0, 1) or of its own job's other
     worker (host 4): (ingress port, source IPv4) matches no entry, so it is dropped, counted,
     and neither job's sum changes."""
-    a0, a1 = values(151), values(152)
+    a0, a1 = values(151, switch.k), values(152, switch.k)
     contribute(switch, JOB, 0, 6, a0)
     job = OTHER_JOB if spoofed in JOB_HOSTS[OTHER_JOB] else JOB
-    switch.ports.send(MISBEHAVING, update_frame(switch.testbed.hosts[spoofed], 6, 0, values(153), job))
+    switch.ports.send(MISBEHAVING, update_frame(switch.testbed.hosts[spoofed], 6, 0, values(153, switch.k), job))
     assert switch.ports.receive(0).total() == 0
     wait_counts(switch, EV_DROP_UNKNOWN_SENDER=1, EV_UPDATE_CONSUMED=1)
     contribute(switch, JOB, 1, 6, a1)

@@ -20,6 +20,7 @@ from protocol.packet import (
     ETHERTYPE_IPV4,
     IPPROTO_UDP,
     IPV4_OFFSET,
+    SWITCHML_FIELD_OFFSETS,
     SWITCHML_HEADER,
     SWITCHML_OFFSET,
     UDP_OFFSET,
@@ -36,8 +37,8 @@ PARSE = struct.Struct(HEADERS_TO_SWITCHML.format + SWITCHML_HEADER.format.lstrip
 """Everything up to the elements in one unpack: the fields above, then switchml_h."""
 assert HEADERS_TO_SWITCHML.size == SWITCHML_OFFSET and PARSE.size == DATA_OFFSET
 
-MSG_TYPE_OFFSET = SWITCHML_OFFSET
-EXPONENT_OFFSET = SWITCHML_OFFSET + struct.calcsize("!BBHHB")
+MSG_TYPE_OFFSET = SWITCHML_FIELD_OFFSETS["msg_type"]
+EXPONENT_OFFSET = SWITCHML_FIELD_OFFSETS["exponent"]
 ADDRESS_HEADERS_BYTES = SWITCHML_OFFSET
 """Ethernet + IPv4 + UDP: the bytes a result's per-rank rewrite replaces."""
 
