@@ -60,7 +60,7 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
     assert len(rows) == 1 and list(rows[0]) == [field.name for field in fields(Probe)]
     row = rows[0]
     assert (row["target"], row["workers"], row["k"], float(row["link_mbps"]), row["verified"]) == ("embedded", "2", "64", 2.5, "True")
-    assert float(row["cpu_ns_per_element"]) == pytest.approx(float(row["cpu_us_per_update"]) * 1e3 / 64, abs=0.01)
+    assert float(row["cpu_ns_per_element"]) == pytest.approx(float(row["cpu_us_per_update"]) * 1e3 / 64, abs=0.2)  # (µs rounded to 0.01)
     assert 0 < float(row["share_of_bound"]) <= 1.05 and row["kept_up"] in ("True", "False")
     split = sum(float(row[f"cpu_{part}_us_per_update"]) for part in ("user", "system", "softirq"))
     # busy also holds steal; each part comes from a share that fidelity.csv rounds to 1e-4,

@@ -197,7 +197,7 @@ ATTEMPTS = [
     LAB2_PY.broken("the README's old two-field return", INGRESS_PY, 1, LAB2_PY.regions[INGRESS_PY][1].replace(
         "(RESULT_TO_GROUP, mcast_grp, hdr[10])", "(RESULT_TO_GROUP, mcast_grp)"), IN_PROCESS_2, "(RESULT_TO_GROUP, mcast_grp, job id)"),  # fmt: skip
     LAB2_P4,
-    LAB2_P4.broken("a syntax error", INGRESS_P4, 1, "mark_to_drop(standard_metadata)", ("test_basic_reduction[bmv2]",),
+    LAB2_P4.broken("a syntax error", INGRESS_P4, 1, "mark_to_drop(standard_metadata)", ("test_basic_reduction[bmv2-k32]",),
                    "ingress.p4("),  # fmt: skip
     LAB3_PY,
     LAB3_P4,

@@ -139,7 +139,7 @@ def test_interrupted_run_tears_down(tmp_path: Path, stop: signal.Signals) -> Non
 def test_bad_config_fails_before_starting_anything(tmp_path: Path) -> None:
     done = run_experiment(tmp_path / "run", "protocol.k=0")
     assert done.returncode == 2
-    assert "protocol.k: 0 is less than the minimum of 1" in done.stderr
+    assert "protocol.k: 0 is not one of [32, 64, 128, 256]" in done.stderr
     assert not (tmp_path / "run").exists()
 
 
