@@ -134,11 +134,13 @@ TARGET_MARKS = {name: [getattr(pytest.mark, name)] for name in REGISTRY}
 
 @pytest.fixture(scope="module", params=[pytest.param(name, marks=TARGET_MARKS[name]) for name in sorted(TARGETS)])
 def target(request: pytest.FixtureRequest, testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchTarget]:
-    """A switch target on the test bed, programmed for jobs JOB and OTHER_JOB (JOB_HOSTS)."""
+    """A switch target on the test bed, programmed for jobs JOB and OTHER_JOB (JOB_HOSTS), and
+    answering ARP and ping for the switch's virtual address."""
     log_dir = tmp_path_factory.mktemp(f"switch-{request.param}")
     with TARGETS[request.param](testbed, log_dir) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_jobs(control, job_programs(testbed))
+        programming.program_switch_address(control, params.SWITCH_MAC, params.SWITCH_IPV4)
         yield SwitchTarget(request.param, control, testbed)
 
 
