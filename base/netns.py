@@ -1,9 +1,8 @@
 """Network namespaces wired to a switch by veth pairs: the packet-level test bed.
 
-``Testbed(n, neighbours)`` creates hosts ``{prefix}h{i}`` (one network namespace each,
-holding one end of a veth pair with a MAC, 10.0.0.{i+1}/24 and a static ARP entry for each
-of ``neighbours``, IPv4 -> MAC: the switch's virtual address, see
-``switches.standalone.testbed``) and leaves the other end, ``{prefix}s{i}``, in the root namespace as
+``Testbed(n)`` creates hosts ``{prefix}h{i}`` (one network namespace each,
+holding one end of a veth pair with a MAC and 10.0.0.{i+1}/24; they resolve every address,
+the switch's too, by ARP) and leaves the other end, ``{prefix}s{i}``, in the root namespace as
 switch port i+1 (the root namespace is where Mininet switches run too). The prefix is
 derived from the pid plus a per-process counter, so concurrent runs never collide, and
 every name stays within Linux's 15-character limit. Teardown removes exactly what was
@@ -31,7 +30,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
 from base.linux_sockets import ETH_P_ALL, PACKET_IGNORE_OUTGOING, SOL_PACKET
 
@@ -188,8 +187,6 @@ class Testbed:
     __test__ = False  # not a pytest test class despite its name
 
     n_hosts: int
-    neighbours: Mapping[str, str] = field(default_factory=dict)
-    """IPv4 -> MAC: static ARP entries in every host (addresses the hosts must reach without ARP)."""
     prefix: str = field(default_factory=lambda: f"sml{os.getpid()}{'abcdefghijklmnopqrstuvwxyz'[next(_testbed_counter) % 26]}")
     hosts: list[Host] = field(default_factory=list)
 
@@ -240,8 +237,6 @@ class Testbed:
         ip(*ns, "link", "set", host.ifname, "address", host.mac)
         ip(*ns, "addr", "add", f"{host.ipv4}/24", "dev", host.ifname)
         ip(*ns, "link", "set", host.ifname, "up")
-        for ipv4, mac in self.neighbours.items():
-            ip(*ns, "neigh", "replace", ipv4, "lladdr", mac, "dev", host.ifname, "nud", "permanent")
 
     def close(self) -> None:
         """Delete every namespace and root-side veth end this test bed created."""

@@ -3,7 +3,8 @@
 ``EmulatedNetwork`` is a context manager: on entry it builds the Mininet network (hosts,
 one switch node per topology switch running the chosen target, plain veth links), turns
 off NIC offloads (a user-space switch needs real frames), shapes every link with tc,
-installs static ARP entries (no ARP traffic to lose), and hands the switches' control
+installs static ARP entries between the hosts (the switch's virtual address they resolve
+by ARP: the switch answers it, and every host asks once before a run starts), and hands the switches' control
 plane (switches/fabric.py) what it needs to program them: names, addresses, the port
 towards every node, the jobs. On exit -- normal, exception or Ctrl-C -- it stops the
 switches, kills every node's shell and deletes the veths, and then checks that none of its
@@ -85,6 +86,10 @@ def stop_shell(node: Node) -> None:
         log.error("the shell of %s (pid %d) did not die within %g s of SIGKILL; leaving it", node.name, node.shell.pid, SHELL_KILL_WAIT_S)
     node.stdin.close()
     node.shell = None
+
+
+RESOLVE_AGGREGATOR = ["ping", "-q", "-c", "1", "-i", "0.2", "-w", "10"]
+"""Until one echo comes back, every 0.2 s for at most 10 s: a lossy link loses some."""
 
 
 def node_runner(node: Node):
@@ -321,10 +326,10 @@ class EmulatedNetwork:
         return applied
 
     def _static_arp(self) -> None:
-        """Every host knows every other host and the aggregator's virtual address."""
+        """Every host knows every other host (the switch's address is the switch's business:
+        ``_resolve_aggregator``)."""
         assert self.net is not None
         entries = [(h.ipv4, h.mac) for h in self.topology.hosts]
-        entries.append((self.topology.aggregator_ipv4, self.topology.aggregator_mac))
         for host in self.topology.hosts:
             node = self.net.get(host.name)
             intf = node.defaultIntf().name
@@ -367,6 +372,18 @@ class EmulatedNetwork:
         for switch in self.fabric.switches:
             self.controls[switch] = self.net.get(switch).control(self.log_dir / f"{switch}.commands")
         program_fabric(self.controls, self.fabric, self.jobs)
+        self._resolve_aggregator()
+
+    def _resolve_aggregator(self) -> None:
+        """Every host resolves the aggregator's virtual address by ARP (the switch answers
+        it) and pings it once: a worker's first burst then finds the neighbour resolved
+        instead of overflowing the kernel's queue of packets waiting for it, and a switch
+        that does not answer fails the run here, naming the host."""
+        assert self.net is not None
+        for host in self.topology.hosts:
+            code, out = node_runner(self.net.get(host.name))(RESOLVE_AGGREGATOR + [self.topology.aggregator_ipv4])
+            if code != 0:
+                raise NetworkError(f"{host.name}: the switch's address {self.topology.aggregator_ipv4} does not answer ARP and ping: {out}")
 
     @property
     def aggregating_controls(self) -> list[SwitchControl]:

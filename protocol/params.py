@@ -59,6 +59,8 @@ INGRESS_EVENTS: tuple[str, ...] = (
     "EV_DROP_STALE",
     "EV_DROP_OUTSIDE_POOL",
     "EV_PARTIAL_UP",
+    "EV_ARP_REPLY",
+    "EV_ICMP_ECHO_REPLY",
 )
 """What happened to each packet: the first cells of SwitchMLIngress.event_counter, in index
 order (checked at import). Every packet the ingress takes in counts under exactly one of

@@ -7,7 +7,8 @@ connections, and this module decides, the same way for every target: a switch wi
 job aggregates it (``program_aggregation``), the aggregating switch of several jobs gives
 each its share (``admit_jobs``), in hierarchical aggregation every leaf aggregates its own
 hosts and the spine the leaves, and every other switch passes SwitchML through as
-ordinary traffic. Every switch gets static L2 entries for every host and a flood group.
+ordinary traffic. Every switch gets static L2 entries for every host and a flood group,
+and answers ARP and ping for its own address (the aggregator's virtual one, a leaf's own).
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: 
             workers = [fabric.worker(switch, rank, h) for rank, h in enumerate(fabric.hosts)]
             programming.program_aggregation(control, programming.JobProgram(jobs.job_id, workers, pool_size=jobs.pool_size))
         programming.program_forwarding(control, fabric.ports[switch], l2)
+        own = fabric.aggregator if switch == aggregator else fabric.leaves[switch].station
+        programming.program_switch_address(control, own.mac, own.ipv4)
         if fabric.drop_rates is not None:
             programming.set_drop_probability(control, *fabric.drop_rates[switch])
 

@@ -25,6 +25,9 @@ L2_TABLE = f"{INGRESS}.l2_table"
 """ethernet.dstAddr -> l2_forward(port); miss -> l2_flood."""
 L2_LEARN_TABLE = f"{INGRESS}.l2_learn_table"
 """ethernet.srcAddr -> NoAction; miss -> l2_learn (digest of srcAddr + ingress port)."""
+SWITCH_ADDR_TABLE = f"{INGRESS}.switch_addr_table"
+"""meta.target_ipv4 -> set_switch_mac(mac): the switch's own addresses, for which it answers
+ARP requests and ICMP echo requests; miss -> NoAction (ordinary traffic)."""
 RANK_ADDR_TABLE = f"{EGRESS}.rank_addr_table"
 """(meta.job_id, meta.dst_rank) -> set_rank_addr(mac, ipv4, udp_port): per-rank rewrite of a result."""
 
@@ -191,6 +194,12 @@ def program_forwarding(control: SwitchControl, ports: Sequence[int], l2_entries:
     for mac, port in l2_entries.items():
         control.table_add(L2_TABLE, "l2_forward", [mac], [port])
         control.table_add(L2_LEARN_TABLE, "NoAction", [mac])
+
+
+def program_switch_address(control: SwitchControl, mac: str, ipv4: str) -> None:
+    """The switch answers ARP and ping for ``ipv4`` as ``mac``, so hosts need no static ARP
+    entry for it (the address lives in protocol/params.py, not in the data plane)."""
+    control.table_add(SWITCH_ADDR_TABLE, "set_switch_mac", [ipv4], [mac])
 
 
 def program_aggregation(control: SwitchControl, job: JobProgram) -> None:

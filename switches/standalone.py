@@ -20,9 +20,10 @@ from switches.targets import lookup
 
 
 def testbed(n_hosts: int) -> Testbed:
-    """``n_hosts`` namespaces cabled to switch ports 1..n, each knowing the switch's virtual
-    address (a static ARP entry, as the Mininet hosts get)."""
-    return Testbed(n_hosts, neighbours={params.SWITCH_IPV4: params.SWITCH_MAC})
+    """``n_hosts`` namespaces cabled to switch ports 1..n. They resolve the switch's virtual
+    address by ARP, as the Mininet hosts do: program it with
+    ``programming.program_switch_address`` before a host's kernel sends to it."""
+    return Testbed(n_hosts)
 
 
 @dataclass(frozen=True)

@@ -168,12 +168,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(scope="module")
 def target(request: pytest.FixtureRequest, testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchTarget]:
     """A switch target at k (``request.param``: pytest_generate_tests) on the test bed,
-    programmed for jobs JOB and OTHER_JOB (JOB_HOSTS)."""
+    programmed for jobs JOB and OTHER_JOB (JOB_HOSTS), and answering ARP and ping for the
+    switch's virtual address."""
     name, k = request.param
     log_dir = tmp_path_factory.mktemp(f"switch-{name}-k{k}")
     with TARGETS[name](testbed, log_dir, k) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_jobs(control, job_programs(testbed))
+        programming.program_switch_address(control, params.SWITCH_MAC, params.SWITCH_IPV4)
         yield SwitchTarget(name, control, testbed, k)
 
 

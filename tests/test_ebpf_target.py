@@ -41,7 +41,8 @@ def test_schema_is_the_embedded_switchs() -> None:
 
 def test_action_numbers_are_distinct_and_defaults_are_zero() -> None:
     """Action 0 of every table is its P4 default: the kernel creates the default maps zeroed."""
-    defaults = {"worker_table": "drop_unknown_sender", "uplink_table": "NoAction", "l2_learn_table": "l2_learn", "l2_table": "l2_flood", "rank_addr_table": "drop"}
+    defaults = {"worker_table": "drop_unknown_sender", "uplink_table": "NoAction", "l2_learn_table": "l2_learn", "l2_table": "l2_flood", "rank_addr_table": "drop",
+                "switch_addr_table": "NoAction"}
     for table in maps.TABLES.values():
         numbers = [number for number, _fields in table.actions.values()]
         assert sorted(numbers) == list(range(len(numbers))), table.map_name

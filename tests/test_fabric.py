@@ -86,3 +86,13 @@ def test_other_switches_pass_switchml_through_and_drop_rates_are_set() -> None:
     half = programming.probability_threshold(0.5)
     assert ("register_write", (programming.INGRESS_DROP_THRESHOLD, 0, half)) in controls["s3"].calls
     assert len(table_adds(controls["s1"], programming.WORKER_TABLE)) == 4
+
+
+def test_every_switch_answers_for_its_own_address() -> None:
+    """ARP and ping: the aggregator for the workers' virtual address, a leaf for its own."""
+    controls = {name: RecordingControl() for name in ("s1", "s2", "s3")}
+    fabric = tree()
+    program_fabric(controls, fabric, Jobs(job_id=1, pool_size=32, max_pool_size=params.MAX_POOL_SIZE))
+    own = {"s1": SPINE, "s2": fabric.leaves["s2"].station, "s3": fabric.leaves["s3"].station}
+    for name, station in own.items():
+        assert table_adds(controls[name], programming.SWITCH_ADDR_TABLE) == [((ip(station.ipv4),), (mac(station.mac),))], name

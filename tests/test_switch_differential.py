@@ -12,7 +12,9 @@ the sender's job's pool, hierarchical aggregation (the switch is a leaf of OTHER
 local sums go up to host 2, which sends results from above, current, old, repeated or
 from the wrong port), malformed updates (truncated, wrong k, wrong num_elements, wrong
 udp.length, bad slot, bad shadow set, bad msg_type), updates with a
-trailer or a wrong IPv4 checksum, and ordinary traffic: IPv4 with right and wrong header
+trailer or a wrong IPv4 checksum, ARP and ICMP echo requests for the switch's own address
+and their near misses (other addresses, replies, other ICMP, fragments, cut frames), and
+ordinary traffic: IPv4 with right and wrong header
 checksums, with options, with odd version or ihl fields, cut inside its headers, with
 trailing bytes, other etherTypes, 802.1Q, 802.1ad and double-tagged frames (tagged
 updates too). It runs the sequence on the embedded switch (the reference) and on the
@@ -48,8 +50,8 @@ from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 import pytest
-from scapy.layers.inet import IP, TCP, UDP
-from scapy.layers.l2 import Ether
+from scapy.layers.inet import ICMP, IP, TCP, UDP
+from scapy.layers.l2 import ARP, Ether
 
 from protocol import params
 from protocol.packet import (
@@ -107,6 +109,9 @@ FIRST_SEQ = (1 << 32) - 40
 FOREIGN_NET = "10.0.1."
 """Ordinary traffic's IPv4 destinations: no host's address, so no host kernel answers."""
 UDP_LENGTH_OFFSET = UDP_OFFSET + 4
+ICMP_OFFSET = UDP_OFFSET
+ARP_OPER_OFFSET = ETH_HEADER_BYTES + 6
+IPV4_FRAGMENT_OFFSET = IPV4_OFFSET + 6
 IPV4_CHECKSUM_OFFSET = IPV4_OFFSET + 10
 INT32 = np.iinfo(np.int32)
 SEQ_MASK = (1 << 32) - 1
@@ -320,6 +325,38 @@ class SequenceBuilder:
         frame = variants[name]()
         return Step(sender, f"ordinary from host {sender}, {name}: {describe(frame)}", frame)
 
+    def own_address(self) -> Step:
+        """ARP and ICMP echo for the switch's own address (answered: step 1b) and their near
+        misses (forwarded): other addresses (none a host's, so no kernel answers), replies,
+        other hardware, ICMP types and codes, fragments, cut or padded frames. The answers
+        go back to the sender."""
+        sender = int(self.rng.integers(len(self.hosts)))
+        host = self.hosts[sender]
+        target = self.pick((params.SWITCH_IPV4, params.SWITCH_IPV4, f"{FOREIGN_NET}{self.rng.integers(1, 255)}"))
+        padding = self.rng.bytes(int(self.rng.integers(0, 24)))
+        eth = Ether(src=host.mac, dst=self.pick((BROADCAST, params.SWITCH_MAC)))
+        arp = bytes(eth / ARP(hwsrc=host.mac, psrc=host.ipv4, pdst=target))
+        echo = bytes(eth / IP(src=host.ipv4, dst=target, ttl=int(self.rng.integers(1, 256)))
+                     / ICMP(id=int(self.rng.integers(1 << 16)), seq=int(self.rng.integers(1 << 16)))
+                     / self.rng.bytes(int(self.rng.integers(0, 64))))
+        variants: dict[str, Callable[[], bytes]] = {
+            "ARP request": lambda: arp + padding,
+            "ARP reply": lambda: with_bytes(arp, ARP_OPER_OFFSET, b"\0\2"),
+            "ARP request, hardware type 6": lambda: with_bytes(arp, ETH_HEADER_BYTES, b"\0\6"),
+            "ARP request cut": lambda: arp[: ETH_HEADER_BYTES + int(self.rng.integers(0, 28))],
+            "ICMP echo request": lambda: echo + padding,
+            "ICMP echo request, wrong IPv4 checksum": lambda: with_wrong_ipv4_checksum(echo),
+            "ICMP echo request, code 3": lambda: with_bytes(echo, ICMP_OFFSET + 1, b"\3"),
+            "ICMP echo request, more fragments": lambda: with_bytes(echo, IPV4_FRAGMENT_OFFSET, b"\x20\0"),
+            "ICMP echo request, fragment offset 1": lambda: with_bytes(echo, IPV4_FRAGMENT_OFFSET, b"\0\1"),
+            "ICMP echo request cut in ICMP": lambda: echo[: ICMP_OFFSET + int(self.rng.integers(0, 4))],
+            "ICMP echo reply": lambda: with_bytes(echo, ICMP_OFFSET, b"\0"),
+            "ICMP type 13": lambda: with_bytes(echo, ICMP_OFFSET, b"\x0d"),
+        }
+        name = self.pick(sorted(variants))
+        frame = variants[name]()
+        return Step(sender, f"from host {sender} for {target}, {name}: {describe(frame)}", frame)
+
     def tci(self) -> int:
         return int(self.rng.integers(1 << 16))
 
@@ -336,9 +373,15 @@ class SequenceBuilder:
             (self.unknown_sender, 4),
             (self.malformed, 14),
             (self.ordinary, 26),
+            (self.own_address, 6),
         ]
         weights = np.array([weight for _, weight in kinds], dtype=float)
         return [kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))][0]() for _ in range(count)]
+
+
+def with_bytes(frame: bytes, offset: int, value: bytes) -> bytes:
+    """``frame`` with ``value`` written at ``offset`` (checksums left as they were)."""
+    return frame[:offset] + value + frame[offset + len(value):]
 
 
 def with_udp_length_delta(frame: bytes, delta: int) -> bytes:
@@ -446,6 +489,7 @@ def run_on_target(
     with TARGETS[name](testbed, log_dir / name, k) as control:
         programming.program_forwarding(control, list(testbed.switch_ports), {})
         programming.program_jobs(control, leaf_of_other_job(testbed))
+        programming.program_switch_address(control, params.SWITCH_MAC, params.SWITCH_IPV4)
         if pass_through:
             programming.program_pass_through(control)
         ports = SwitchPorts(testbed)

@@ -143,6 +143,7 @@ def switch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, 
         programming.program_forwarding(control, list(bed.switch_ports), {})
         workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in bed.hosts]
         programming.program_aggregation(control, programming.JobProgram(JOB, workers))
+        programming.program_switch_address(control, params.SWITCH_MAC, params.SWITCH_IPV4)  # the workers resolve it by ARP
         yield bed, control
 
 

@@ -1,7 +1,7 @@
 """SwitchMLClient: the worker side of SwitchML all-reduce over an ordinary UDP socket.
 
-The switch is reached at a virtual IPv4 address (the host has a static ARP entry for its
-virtual MAC) on UDP port ``UDP_PORT_BASE``; results come back to ``WORKER_UDP_PORT`` from
+The switch is reached at a virtual IPv4 address (the host resolves its virtual MAC by ARP:
+the switch answers for it) on UDP port ``UDP_PORT_BASE``; results come back to ``WORKER_UDP_PORT`` from
 that same address, so the socket is connected to the switch and the kernel filters out
 everything else. The spec requires UDP checksum 0, which Linux emits with SO_NO_CHECK.
 

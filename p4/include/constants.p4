@@ -36,6 +36,8 @@
 #define SWITCHML_UPLINK_TABLE_SIZE 64
 #define SWITCHML_L2_TABLE_SIZE 4096
 #define SWITCHML_RANK_ADDR_TABLE_SIZE 1024
+/* The switch's own IPv4 addresses, which it answers ARP and ICMP echo requests for. */
+#define SWITCHML_SWITCH_ADDR_TABLE_SIZE 16
 
 /* Most workers one job can have: the contribution bitmap is 32 bits wide. */
 #define SWITCHML_MAX_WORKERS 32
@@ -50,12 +52,21 @@
 #define SWITCHML_MSG_UPDATE 0
 #define SWITCHML_MSG_RESULT 1
 
+/* What the switch answers for its own address (SwitchMLIngress.switch_addr_table): ARP
+ * requests (etherType, opcodes) and ICMP echo requests (IPv4 protocol, types). */
+#define SWITCHML_ETHERTYPE_ARP 0x0806
+#define SWITCHML_ARP_REQUEST 1
+#define SWITCHML_ARP_REPLY 2
+#define SWITCHML_IPPROTO_ICMP 1
+#define SWITCHML_ICMP_ECHO_REQUEST 8
+#define SWITCHML_ICMP_ECHO_REPLY 0
+
 /* Multicast group used to flood ordinary traffic; SwitchML result groups are set per
  * job by the control plane (worker_table's mcast_grp parameter). */
 #define SWITCHML_FLOOD_MCAST_GRP 1
 
 /* Indices into SwitchMLIngress.event_counter: what happened to each packet. Every packet
- * the ingress takes in counts under exactly one of EV_UPDATE_CONSUMED .. EV_PARTIAL_UP
+ * the ingress takes in counts under exactly one of EV_UPDATE_CONSUMED .. EV_ICMP_ECHO_REPLY
  * (their sum is the frames the pipeline took in); EV_L2_NOT_LEARNED is counted besides a
  * forwarded frame's EV_FORWARDED. */
 #define EV_UPDATE_CONSUMED 0      /* new contribution, slot not yet complete */
@@ -70,8 +81,10 @@
 #define EV_DROP_STALE 9           /* update of an older version than its cell holds (reordered) */
 #define EV_DROP_OUTSIDE_POOL 10   /* slot beyond the job's pool (another job's cells) or its cell past the registers */
 #define EV_PARTIAL_UP 11          /* local sum (or its retransmission) sent to the switch above */
-#define EV_L2_NOT_LEARNED 12      /* also forwarded: its source MAC not learned, l2_learn_table or l2_table full */
-#define EV_COUNT 13
+#define EV_ARP_REPLY 12           /* ARP request for the switch's address: answered out of the ingress port */
+#define EV_ICMP_ECHO_REPLY 13     /* ICMP echo request to the switch's address: answered out of the ingress port */
+#define EV_L2_NOT_LEARNED 14      /* also forwarded: its source MAC not learned, l2_learn_table or l2_table full */
+#define EV_COUNT 15
 
 /* Indices into SwitchMLEgress.egress_counter. */
 #define EGV_SENT 0                /* packets leaving the switch */

@@ -46,6 +46,27 @@ header udp_h {
     bit<16> checksum;
 }
 
+/* ARP for IPv4 over Ethernet (etherType 0x0806): the switch answers requests for its own
+ * address (SwitchMLIngress.switch_addr_table). */
+header arp_h {
+    bit<16>     htype;     /* 1: Ethernet */
+    bit<16>     ptype;     /* 0x0800: IPv4 */
+    bit<8>      hlen;      /* 6 */
+    bit<8>      plen;      /* 4 */
+    bit<16>     oper;      /* 1 request, 2 reply */
+    mac_addr_t  sha;
+    ipv4_addr_t spa;
+    mac_addr_t  tha;
+    ipv4_addr_t tpa;
+}
+
+/* The first four bytes of an ICMP message (IPv4 protocol 1): all an echo reply rewrites. */
+header icmp_h {
+    bit<8>  type;          /* 8 echo request, 0 echo reply */
+    bit<8>  code;
+    bit<16> checksum;
+}
+
 /* The SwitchML header. The worker rank is deliberately absent: the switch derives it
  * from worker_table (ingress port + source IPv4), never from the packet. */
 header switchml_h {
@@ -72,6 +93,8 @@ struct headers_t {
     udp_h           udp;
     switchml_h      switchml;
     switchml_data_h data;
+    arp_h           arp;
+    icmp_h          icmp;
 }
 
 /* Learning digest: a source MAC seen on a port (see SwitchMLIngress.l2_learn_table), and
@@ -95,6 +118,7 @@ struct metadata_t {
     bit<8>  dst_rank;        /* unicast result: rank to address in egress */
     bit<9>  ingress_port;    /* kept for egress flood pruning */
     bit<32> drop_draw;       /* random draw of the drop simulator */
+    bit<32> target_ipv4;     /* the address an ARP request asks for or an ICMP echo request goes to: switch_addr_table's key */
 }
 
 #endif

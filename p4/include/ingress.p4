@@ -76,6 +76,53 @@ control SwitchMLIngress(inout headers_t hdr,
         size = SWITCHML_L2_TABLE_SIZE;
     }
 
+    /* ---- the switch's own address: ARP and ICMP echo ---------------------------------- */
+
+    /* Set by switch_addr_table: the switch's MAC for the address asked for. */
+    mac_addr_t switch_mac = 0;
+
+    action set_switch_mac(mac_addr_t mac) {
+        switch_mac = mac;
+    }
+
+    /* The switch's IPv4 addresses (the control plane programs them: protocol/params.py's
+     * SWITCH_IPV4 for the aggregator), each with its MAC. Default NoAction: not ours. */
+    table switch_addr_table {
+        key = { meta.target_ipv4: exact; }
+        actions = { set_switch_mac; NoAction; }
+        default_action = NoAction();
+        size = SWITCHML_SWITCH_ADDR_TABLE_SIZE;
+    }
+
+    /* The request becomes its reply in place, out of the port it came in on: sender = the
+     * switch, target = the requester (trailing bytes, e.g. padding, stay as they were). */
+    action arp_reply() {
+        hdr.ethernet.dstAddr = hdr.ethernet.srcAddr;
+        hdr.ethernet.srcAddr = switch_mac;
+        hdr.arp.oper = SWITCHML_ARP_REPLY;
+        hdr.arp.tha = hdr.arp.sha;
+        hdr.arp.tpa = hdr.arp.spa;
+        hdr.arp.sha = switch_mac;
+        hdr.arp.spa = meta.target_ipv4;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+    }
+
+    /* Echo request -> echo reply in place: addresses swapped (from the switch's MAC), type
+     * 0, the ICMP checksum updated for the type's change (RFC 1624 eqn. 3: ~(~HC + ~m + m')
+     * with m = 0x0800, the old type and code, and m' = 0x0000); SwitchMLComputeChecksum
+     * recomputes the IPv4 one. */
+    action icmp_echo_reply() {
+        hdr.ethernet.dstAddr = hdr.ethernet.srcAddr;
+        hdr.ethernet.srcAddr = switch_mac;
+        hdr.ipv4.dstAddr = hdr.ipv4.srcAddr;
+        hdr.ipv4.srcAddr = meta.target_ipv4;
+        hdr.icmp.type = SWITCHML_ICMP_ECHO_REPLY;
+        bit<32> sum = (bit<32>)(~hdr.icmp.checksum) + 32w0xF7FF;
+        sum = (sum & 0xFFFF) + (sum >> 16);
+        hdr.icmp.checksum = ~(bit<16>)sum;
+        standard_metadata.egress_spec = standard_metadata.ingress_port;
+    }
+
     /* ---- who sent this update -------------------------------------------------------- */
 
     /* A job's workers share its job_id, result group and slot range (slot_base, pool_size):
@@ -188,6 +235,27 @@ control SwitchMLIngress(inout headers_t hdr,
             mark_to_drop(standard_metadata);
             event_counter.count(EV_DROP_SIM_INGRESS);
             return;
+        }
+
+        /* 1b. The switch's own address: an ARP request for it (Ethernet/IPv4 ARP) or an
+         * ICMP echo request to it (code 0, not a fragment) is answered; everything else,
+         * other ARP and ICMP included, goes on as ordinary traffic. */
+        bool arp_request = hdr.arp.isValid() && hdr.arp.oper == SWITCHML_ARP_REQUEST && hdr.arp.htype == 1
+                           && hdr.arp.ptype == 0x0800 && hdr.arp.hlen == 6 && hdr.arp.plen == 4;
+        bool echo_request = hdr.icmp.isValid() && hdr.icmp.type == SWITCHML_ICMP_ECHO_REQUEST && hdr.icmp.code == 0
+                            && (hdr.ipv4.flags & 3w1) == 0 && hdr.ipv4.fragOffset == 0;
+        if (arp_request || echo_request) {
+            meta.target_ipv4 = arp_request ? hdr.arp.tpa : hdr.ipv4.dstAddr;
+            if (switch_addr_table.apply().hit) {
+                if (arp_request) {
+                    arp_reply();
+                    event_counter.count(EV_ARP_REPLY);
+                } else {
+                    icmp_echo_reply();
+                    event_counter.count(EV_ICMP_ECHO_REPLY);
+                }
+                return;
+            }
         }
 
         /* 2. Only packets to an aggregation port are SwitchML updates; the rest (and, on a

@@ -122,6 +122,14 @@ class RankAddrAction(ctypes.Structure):
     ]
 
 
+class Ipv4Key(ctypes.Structure):
+    _fields_ = [("ipv4", ctypes.c_uint32)]
+
+
+class SwitchAddrAction(ctypes.Structure):
+    _fields_ = [("action", ctypes.c_uint32), ("reserved", ctypes.c_uint32), ("mac", ctypes.c_uint64)]
+
+
 class U32Key(ctypes.Structure):
     _fields_ = [("value", ctypes.c_uint32)]
 
@@ -221,6 +229,17 @@ TABLES: Mapping[str, TableLayout] = {
         {"l2_forward": (DEFINES["L2_TABLE_L2_FORWARD"], (Field("port", 9),)), "l2_flood": (DEFINES["L2_TABLE_L2_FLOOD"], ())},
         L2Action,
         params.L2_TABLE_SIZE,
+    ),
+    f"{INGRESS}.switch_addr_table": TableLayout(
+        "switch_addr_table",
+        (Field("meta.target_ipv4", 32),),
+        Ipv4Key,
+        {
+            "set_switch_mac": (DEFINES["SWITCH_ADDR_TABLE_SET_SWITCH_MAC"], (Field("mac", 48),)),
+            "NoAction": (DEFINES["SWITCH_ADDR_TABLE_NOACTION"], ()),
+        },
+        SwitchAddrAction,
+        params.P4_CONSTANTS["SWITCHML_SWITCH_ADDR_TABLE_SIZE"],
     ),
     f"{EGRESS}.rank_addr_table": TableLayout(
         "rank_addr_table",

@@ -7,7 +7,7 @@
  * docs/dataplane.md. One program runs the whole v1model pipeline for a received frame:
  *
  *   SwitchMLParser          parse()
- *   SwitchMLIngress         switchml_ingress(), steps 1-6
+ *   SwitchMLIngress         switchml_ingress(), steps 1-6 (1b: answer_own_address())
  *   traffic manager         replicate(): one bpf_clone_redirect per multicast copy
  *   SwitchMLEgress          switchml_egress(), steps 1-3, per copy, before it is sent
  *   SwitchMLComputeChecksum ipv4_checksum()
@@ -221,6 +221,28 @@ struct {
 	__type(key, __u32);
 	__type(value, struct l2_action);
 } l2_table_default SEC(".maps");
+
+/* switch_addr_table: meta.target_ipv4 (host byte order) -> set_switch_mac(mac) | NoAction
+ * (default: not the switch's address). */
+struct switch_addr_action {
+	__u32 action;
+	__u32 reserved;
+	__u64 mac; /* host-order 48-bit integer */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SWITCHML_SWITCH_ADDR_TABLE_SIZE);
+	__type(key, __u32);
+	__type(value, struct switch_addr_action);
+} switch_addr_table SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct switch_addr_action);
+} switch_addr_table_default SEC(".maps");
 
 /* ---- traffic manager ------------------------------------------------------------------ */
 
@@ -532,6 +554,138 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 	if (decision.action == L2_TABLE_L2_FORWARD)
 		return switchml_egress_forward(wire_bytes) ? to_port(decision.port) : TC_ACT_SHOT;
 	return flood(skb, in_port, wire_bytes);
+}
+
+/* ---- SwitchMLIngress step 1b: ARP and ICMP echo for the switch's own address ------------ */
+
+/* arp_h (p4/include/headers.p4): ARP for IPv4 over Ethernet. */
+struct arp_h {
+	__be16 htype;
+	__be16 ptype;
+	__u8 hlen;
+	__u8 plen;
+	__be16 oper;
+	unsigned char sha[ETH_ALEN];
+	__be32 spa;
+	unsigned char tha[ETH_ALEN];
+	__be32 tpa;
+} __attribute__((packed));
+
+/* icmp_h: the first four bytes of an ICMP message. */
+struct icmp_h {
+	__u8 type;
+	__u8 code;
+	__be16 checksum;
+} __attribute__((packed));
+
+/* What an echo reply rewrites before the ICMP header: Ethernet + IPv4. */
+struct ipv4_headers {
+	struct ethhdr ethernet;
+	struct iphdr ipv4;
+} __attribute__((packed));
+
+#define ARP_OFFSET ETH_HLEN
+#define ICMP_OFFSET (ETH_HLEN + sizeof(struct iphdr))
+#define IPV4_MF_AND_OFFSET 0x3FFF
+/* ~m of RFC 1624 eqn. 3: the echo request's type and code word, 0x0800, complemented. */
+#define OLD_TYPE_CODE_COMPLEMENT ((__u16)~(SWITCHML_ICMP_ECHO_REQUEST << 8))
+
+/* switch_addr_table's MAC for ``ipv4`` (host order) into ``mac``; 0 if not the switch's. */
+static __always_inline int switch_mac(__u32 ipv4, unsigned char *mac)
+{
+	__u32 zero = 0;
+	struct switch_addr_action *entry = bpf_map_lookup_elem(&switch_addr_table, &ipv4);
+
+	if (!entry)
+		entry = bpf_map_lookup_elem(&switch_addr_table_default, &zero);
+	if (!entry || entry->action != SWITCH_ADDR_TABLE_SET_SWITCH_MAC)
+		return 0;
+	mac_bytes(mac, entry->mac);
+	return 1;
+}
+
+/* arp_reply(): the request for the switch's address becomes its reply in place. */
+static __always_inline int arp_reply(struct __sk_buff *skb, const struct headers *hdr)
+{
+	struct arp_h arp;
+	struct ethhdr eth;
+
+	if (bpf_skb_load_bytes(skb, ARP_OFFSET, &arp, sizeof(arp)))
+		return 0;
+	if (arp.htype != bpf_htons(1) || arp.ptype != bpf_htons(ETH_P_IP) || arp.hlen != ETH_ALEN || arp.plen != 4 ||
+	    arp.oper != bpf_htons(SWITCHML_ARP_REQUEST))
+		return 0;
+	__be32 own = arp.tpa;
+
+	if (!switch_mac(bpf_ntohl(own), eth.h_source))
+		return 0;
+	__builtin_memcpy(eth.h_dest, hdr->ethernet.h_source, ETH_ALEN);
+	eth.h_proto = hdr->ethernet.h_proto;
+	arp.oper = bpf_htons(SWITCHML_ARP_REPLY);
+	__builtin_memcpy(arp.tha, arp.sha, ETH_ALEN);
+	arp.tpa = arp.spa;
+	__builtin_memcpy(arp.sha, eth.h_source, ETH_ALEN);
+	arp.spa = own;
+	return !bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) && !bpf_skb_store_bytes(skb, ARP_OFFSET, &arp, sizeof(arp), 0);
+}
+
+/* icmp_echo_reply(): the echo request to the switch's address becomes its reply in place:
+ * addresses swapped (from the switch's MAC), type 0, the ICMP checksum updated (RFC 1624
+ * eqn. 3), the IPv4 checksum recomputed. */
+static __always_inline int icmp_echo_reply(struct __sk_buff *skb, const struct headers *hdr)
+{
+	struct ipv4_headers reply;
+	struct icmp_h icmp;
+
+	if (bpf_skb_load_bytes(skb, ICMP_OFFSET, &icmp, sizeof(icmp)))
+		return 0;
+	if (icmp.type != SWITCHML_ICMP_ECHO_REQUEST || icmp.code != 0 ||
+	    (bpf_ntohs(hdr->ipv4.frag_off) & IPV4_MF_AND_OFFSET))
+		return 0;
+	if (!switch_mac(bpf_ntohl(hdr->ipv4.daddr), reply.ethernet.h_source))
+		return 0;
+	__builtin_memcpy(reply.ethernet.h_dest, hdr->ethernet.h_source, ETH_ALEN);
+	reply.ethernet.h_proto = hdr->ethernet.h_proto;
+	__builtin_memcpy(&reply.ipv4, &hdr->ipv4, sizeof(reply.ipv4));
+	reply.ipv4.saddr = hdr->ipv4.daddr;
+	reply.ipv4.daddr = hdr->ipv4.saddr;
+	reply.ipv4.check = ipv4_checksum(&reply.ipv4);
+	__u32 sum = (__u16)~bpf_ntohs(icmp.checksum) + (__u32)OLD_TYPE_CODE_COMPLEMENT;
+
+	sum = (sum & 0xFFFF) + (sum >> 16);
+	icmp.type = SWITCHML_ICMP_ECHO_REPLY;
+	icmp.checksum = bpf_htons(~sum & 0xFFFF);
+	return !bpf_skb_store_bytes(skb, 0, &reply, sizeof(reply), 0) &&
+	       !bpf_skb_store_bytes(skb, ICMP_OFFSET, &icmp, sizeof(icmp), 0);
+}
+
+/* Step 1b: an ARP request for, or an ICMP echo request (code 0, not a fragment) to, an
+ * address of switch_addr_table is answered out of the ingress port, through SwitchMLEgress;
+ * 1 with the verdict in ``verdict``, 0 for any other frame (left untouched: ordinary
+ * traffic). ``parsed`` bytes of ``hdr`` are the frame's (parse()). */
+static __always_inline int answer_own_address(struct __sk_buff *skb, const struct headers *hdr, __u32 parsed,
+					      __u32 in_port, __u32 wire_bytes, int *verdict)
+{
+	__u32 event;
+
+	if (skb->vlan_present || parsed < ETH_HLEN)
+		return 0;
+	if (hdr->ethernet.h_proto == bpf_htons(SWITCHML_ETHERTYPE_ARP) && skb->len >= ARP_OFFSET + sizeof(struct arp_h)) {
+		if (!arp_reply(skb, hdr))
+			return 0;
+		event = EV_ARP_REPLY;
+	} else if (hdr->ethernet.h_proto == bpf_htons(ETH_P_IP) && parsed >= ICMP_OFFSET &&
+		   skb->len >= ICMP_OFFSET + sizeof(struct icmp_h) && hdr->ipv4.ihl == 5 &&
+		   hdr->ipv4.protocol == SWITCHML_IPPROTO_ICMP) {
+		if (!icmp_echo_reply(skb, hdr))
+			return 0;
+		event = EV_ICMP_ECHO_REPLY;
+	} else {
+		return 0;
+	}
+	count(&event_counter, event, wire_bytes);
+	*verdict = switchml_egress_forward(wire_bytes) ? to_port(in_port) : TC_ACT_SHOT;
+	return 1;
 }
 
 /* ---- SwitchMLIngress step 6: aggregation ------------------------------------------------ */
@@ -893,9 +1047,15 @@ int switchml_ingress(struct __sk_buff *skb)
 	}
 	enum parsed_as parsed_as = parse(skb, &hdr, &parsed);
 
-	/* 2. Not a SwitchML update: L2 forwarding. */
-	if (parsed_as == ORDINARY)
+	if (parsed_as == ORDINARY) {
+		int verdict;
+
+		/* 1b. ARP or ICMP echo for the switch's own address: answered. */
+		if (answer_own_address(skb, &hdr, parsed, in_port, wire_bytes, &verdict))
+			return verdict;
+		/* 2. Not a SwitchML update: L2 forwarding. */
 		return l2_forward(skb, &hdr, parsed, in_port, wire_bytes);
+	}
 
 	/* 3. Malformed: truncated, wrong k, not an update, bad set or slot. */
 	const struct switchml_h *sml = &hdr.switchml;

@@ -29,6 +29,10 @@
 #define L2_TABLE_L2_FLOOD 0
 #define L2_TABLE_L2_FORWARD 1
 
+/* SwitchMLIngress.switch_addr_table */
+#define SWITCH_ADDR_TABLE_NOACTION 0
+#define SWITCH_ADDR_TABLE_SET_SWITCH_MAC 1
+
 /* SwitchMLEgress.rank_addr_table */
 #define RANK_ADDR_TABLE_DROP 0
 #define RANK_ADDR_TABLE_SET_RANK_ADDR 1

@@ -20,6 +20,7 @@ from switches.control import TableFullError
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.parser import EXPONENT_OFFSET, MSG_TYPE_OFFSET, PARSER_ERROR, PacketBuffer
 from switches.embedded.registers import BIT32, CellRegister, Counter, ExponentRegister, ValueRegisters
+from switches.embedded.responder import answer, switch_addr_table
 from switches.embedded.tables import ExactMatchTable, Field
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,7 @@ class SwitchMLIngress:
             f"{NAME}.l2_table", [Field("hdr.ethernet.dstAddr", 48)], {"l2_forward": [Field("port", 9)], "l2_flood": []}, default="l2_flood",
             size=params.L2_TABLE_SIZE,
         )
+        self.switch_addr_table = switch_addr_table()
         self.udp_length = UDP_HEADER_BYTES + payload_bytes(k)
 
     def registers(self) -> list:
@@ -127,7 +129,7 @@ class SwitchMLIngress:
         self._uplinks = {key[0]: call[1] for key, call in self.uplink_table.entries.items() if call[0] == "set_uplink"}
 
     def tables(self) -> list[ExactMatchTable]:
-        return [self.worker_table, self.uplink_table, self.l2_learn_table, self.l2_table]
+        return [self.worker_table, self.uplink_table, self.l2_learn_table, self.l2_table, self.switch_addr_table]
 
     def reset_values(self) -> None:
         """register_reset of every value_XX at once (the matrix backs all of them)."""
@@ -139,8 +141,13 @@ class SwitchMLIngress:
         if self._drop_simulator.drops(self.ingress_drop_threshold.cells[0]):
             counter.count(EV_DROP_SIM_INGRESS, length)
             return DROP
-        # 2. Not a SwitchML packet: L2 forwarding.
         if hdr is None:
+            # 1b. ARP or ICMP echo for the switch's own address: answered out of the ingress port.
+            event = answer(packet.frame, length, self.switch_addr_table)
+            if event is not None:
+                counter.count(event, length)
+                return (TO_PORT, in_port)
+            # 2. Not a SwitchML packet: L2 forwarding.
             return self._l2_forward(packet, in_port, length)
         # 3. Malformed SwitchML packet (neither an update nor a result, bad k, set or slot).
         if (
