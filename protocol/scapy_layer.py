@@ -20,7 +20,7 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
 from protocol import params
-
+from protocol.packet import MAX_K
 
 
 class SwitchML(Packet):
@@ -40,6 +40,8 @@ class SwitchML(Packet):
             [],
             SignedIntField("", 0),
             count_from=lambda pkt: pkt.num_elements,
+            # scapy refuses lists over conf.max_list_count (100) and leaves the payload Raw.
+            max_count=MAX_K,
         ),
     ]
 

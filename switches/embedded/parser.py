@@ -37,7 +37,8 @@ PARSE = struct.Struct(HEADERS_TO_SWITCHML.format + SWITCHML_HEADER.format.lstrip
 assert HEADERS_TO_SWITCHML.size == SWITCHML_OFFSET and PARSE.size == DATA_OFFSET
 
 MSG_TYPE_OFFSET = SWITCHML_OFFSET
-EXPONENT_OFFSET = SWITCHML_OFFSET + struct.calcsize("!BBHHB")
+EXPONENT_OFFSET = SWITCHML_OFFSET + struct.calcsize("!BBHHH")
+"""switchml_h.exponent: after msg_type, shadow_set, job_id, slot and the 16-bit num_elements."""
 ADDRESS_HEADERS_BYTES = SWITCHML_OFFSET
 """Ethernet + IPv4 + UDP: the bytes a result's per-rank rewrite replaces."""
 
