@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hosts.switchml.mmsg import RECEIVE_SLACK_BYTES, BatchSocket
-from protocol.packet import SwitchMLHeader, pack_header, payload_bytes, payload_dtype, unpack_header
+from protocol.packet import SWITCHML_HEADER_BYTES, SwitchMLHeader, pack_header, payload_bytes, payload_dtype, unpack_header
 
 K = 32
 DTYPE = payload_dtype(K)
@@ -22,10 +22,10 @@ def test_payload_record_is_the_wire_layout() -> None:
     record[0] = (2, 1, 0x1234, 300, K, -5, 0xDEADBEEF, np.arange(K) - 7)
     raw = record.tobytes()
     assert unpack_header(raw) == SwitchMLHeader(2, 1, 0x1234, 300, K, -5, 0xDEADBEEF)
-    assert np.frombuffer(raw[12:], dtype=">i4").tolist() == (np.arange(K) - 7).tolist()
+    assert np.frombuffer(raw[SWITCHML_HEADER_BYTES:], dtype=">i4").tolist() == (np.arange(K) - 7).tolist()
     buffer = bytearray(payload_bytes(K))
     pack_header(buffer, 0, SwitchMLHeader(2, 1, 0x1234, 300, K, -5, 0xDEADBEEF))
-    assert bytes(buffer[:12]) == raw[:12]
+    assert bytes(buffer[:SWITCHML_HEADER_BYTES]) == raw[:SWITCHML_HEADER_BYTES]
 
 
 def udp_pair() -> tuple[socket.socket, socket.socket]:
