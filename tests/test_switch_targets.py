@@ -156,11 +156,11 @@ def test_auto_falls_back_on_a_target_that_needs_nothing() -> None:
 
 
 def test_a_k_the_program_is_not_built_for_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"the ebpf switch.s eBPF program is built for k = [\d, ]+; got k = 5"):
+    with pytest.raises(ValueError, match=r"the ebpf switch's eBPF program is built for k = 32, 64, 128, 256; got k = 5"):
         targets.lookup("ebpf").check_k(5)
     for k in params.K_CHOICES:
         targets.lookup("bmv2").check_k(k)
-
+        targets.lookup("ebpf").check_k(k)
     targets.lookup("embedded").check_k(5)
 
 

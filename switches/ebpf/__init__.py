@@ -6,9 +6,9 @@ it onto a switch's ports and takes it off, ``control.py`` programs it through th
 common control-plane interface over its BPF maps (``maps.py``, ``bpf.py``), ``probe.py``
 says whether this machine can run it, and ``node.py`` is its Mininet switch.
 
-As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs the P4
-build's k, is compiled for the pool size it is given, and ``auto`` prefers it to the
-embedded switch where the kernel takes it (probe.py)."""
+As a switch target (``TARGET`` below, a switches/target.py descriptor) it is compiled for
+the k (any of params.K_CHOICES) and the pool size it is given, one cached object each, and
+``auto`` prefers it to the embedded switch where the kernel takes it (probe.py)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def detect() -> list[str]:
 
 
 def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int) -> DataPlane:
-    """The program on ``ports``' tc ingress hooks. ``log_dir`` and ``k`` are the common
-    signature's: the data plane writes no log (its counters are maps), its k is the program's."""
+    """The program built for ``k`` and ``max_pool_size`` on ``ports``' tc ingress hooks.
+    ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
     from switches.ebpf.datapath import EbpfDataPlane
 
-    return EbpfDataPlane(ports, name=name, max_pool_size=max_pool_size)
+    return EbpfDataPlane(ports, name=name, k=k, max_pool_size=max_pool_size)
 
 
 def node_class() -> type:
@@ -53,5 +53,5 @@ TARGET = SwitchTarget(
     unavailable="needs {problems}, which this machine lacks or refuses. scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
     passed_over="{name}: {problems}",
     program="eBPF program",
-    k_choices=(params.K,),
+    k_choices=params.K_CHOICES,
 )

@@ -2,8 +2,11 @@
 
 The object is cached under ``build/ebpf/<hash of the sources and options>/`` like the
 bmv2 build (``switches/build_cache.py``). The sources are the C file, its header and
-p4/include/constants.p4, which the C program includes as is: k, the port range, the
-message types and the counter indices have one definition for all three targets.
+p4/include/constants.p4, which the C program includes as is: the port range, the message
+types and the counter indices have one definition for all three targets. k and the pool
+size are options (``-DSWITCHML_K``, ``-DSWITCHML_MAX_POOL_SIZE``, which constants.p4 takes
+over its defaults), so there is one cached object per k and pool size, built on first use
+(a second or two).
 """
 
 from __future__ import annotations
@@ -35,12 +38,17 @@ class EbpfCompileError(RuntimeError):
 
 @dataclass(frozen=True)
 class CompileOptions:
+    """Everything besides the sources that changes the compiled program."""
+
     max_pool_size: int = params.MAX_POOL_SIZE
+    k: int = params.K
     clang: str = "clang"
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_pool_size <= MAX_SLOT_LIMIT:
             raise ValueError(f"max_pool_size must be within 1..{MAX_SLOT_LIMIT}, got {self.max_pool_size}")
+        if self.k not in params.K_CHOICES:
+            raise ValueError(f"k must be one of {params.K_CHOICES}, got {self.k}")
 
     def command(self, output: Path) -> list[str]:
         """The clang command line (also what a student would type by hand)."""
@@ -49,14 +57,14 @@ class CompileOptions:
             "-I", str(params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR),
             # asm/types.h, which linux/bpf.h includes, lives under the host's multiarch path.
             "-I", f"/usr/include/{platform.machine()}-linux-gnu",
-            f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}",
+            f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}", f"-DSWITCHML_K={self.k}",
             "-c", str(SOURCE), "-o", str(output),
         ]  # fmt: skip
 
 
 def build_hash(options: CompileOptions) -> str:
     files = [(path.name, path) for path in SOURCES]
-    return source_hash(files, repr((options.max_pool_size, options.clang)))
+    return source_hash(files, repr((options.max_pool_size, options.k, options.clang)))
 
 
 def compile_program(options: CompileOptions | None = None, build_root: Path = BUILD_ROOT) -> Path:
@@ -67,6 +75,7 @@ def compile_program(options: CompileOptions | None = None, build_root: Path = BU
         raise EbpfCompileError(f"clang not found ({options.clang!r} is not on PATH); run scripts/bootstrap.sh")
 
     def run_clang(staging: Path) -> None:
+        log.info("building the eBPF program for k = %d, pool %d (first use; cached in %s)", options.k, options.max_pool_size, output_dir)
         command = options.command(staging / OBJECT)
         log.info("clang: %s", " ".join(command))
         result = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -6,6 +6,8 @@ the data path, see the same state; registers are fields of the per-slot struct (
 shadow sets of a slot, read and written under its bpf_spin_lock with BPF_F_LOCK);
 counters are per-CPU arrays, summed here. The maps are opened by id (the running switch
 knows them, see datapath.py), so nothing needs to stay pinned in the BPF filesystem.
+The register cells' layout is the build's k: the control connection is told the k the
+switch was started with, and refuses maps whose sizes say another.
 
 A register reset or write while updates arrive is not atomic across slots (nor is it on
 bmv2): the testbed resets registers between jobs, when no worker sends.
@@ -40,10 +42,14 @@ def _key(index: int) -> bytes:
 
 
 class EbpfControl(SwitchControl):
-    """Control plane of one running eBPF switch, given its maps' ids by name."""
+    """Control plane of one running eBPF switch built for ``k``, given its maps' ids by name."""
 
-    def __init__(self, map_ids: Mapping[str, int], command_log: Path | None = None) -> None:
+    def __init__(self, map_ids: Mapping[str, int], k: int, command_log: Path | None = None) -> None:
         super().__init__(command_log)
+        self.k = k
+        self._layouts = maps.layouts(k)
+        self._fields = maps.aggregation_fields(k)
+        self._slot_cells = maps.slot_cells(k)
         self._maps: dict[str, BpfMap] = {}
         self._adds = 0
         """Entries this connection added: their handles (a hash map keeps none, and nothing
@@ -55,7 +61,7 @@ class EbpfControl(SwitchControl):
         except BaseException:
             self.close()
             raise
-        missing = set(maps.LAYOUTS) - set(self._maps)
+        missing = set(self._layouts) - set(self._maps)
         if missing:
             self.close()
             raise ControlPlaneError(f"eBPF switch lacks the maps {', '.join(sorted(missing))}")
@@ -65,23 +71,23 @@ class EbpfControl(SwitchControl):
             self.close()
             raise ControlPlaneError(f"eBPF switch's tables differ in size from the P4 program's: {'; '.join(resized)}")
 
-    @staticmethod
-    def _open(name: str, map_id: int) -> BpfMap:
+    def _open(self, name: str, map_id: int) -> BpfMap:
         try:
             bpf_map = BpfMap.from_id(map_id)
         except OSError as error:
             raise ControlPlaneError(f"cannot open map {name} (id {map_id}): {error} (has the switch stopped?)") from error
-        key_type, value_type = maps.LAYOUTS[name]
+        key_type, value_type = self._layouts[name]
         if (bpf_map.key_size, bpf_map.value_size) != (ctypes.sizeof(key_type), ctypes.sizeof(value_type)):
             bpf_map.close()
             raise ControlPlaneError(
                 f"map {name}: key/value of {bpf_map.key_size}/{bpf_map.value_size} bytes, but maps.py says "
-                f"{ctypes.sizeof(key_type)}/{ctypes.sizeof(value_type)}: switchml.bpf.c and maps.py disagree"
+                f"{ctypes.sizeof(key_type)}/{ctypes.sizeof(value_type)} for k = {self.k}: switchml.bpf.c and maps.py "
+                "disagree, or the program was built for another k"
             )
         return bpf_map
 
     def _load_schema(self) -> ProgramSchema:
-        return maps.program_schema(self._maps[maps.AGGREGATION_MAP].max_entries)
+        return maps.program_schema(self.k, self._maps[maps.AGGREGATION_MAP].max_entries)
 
     # -- tables -----------------------------------------------------------------------------
 
@@ -172,14 +178,14 @@ class EbpfControl(SwitchControl):
 
     # -- registers ----------------------------------------------------------------------------
 
-    def _slots(self) -> list[maps.SlotCells]:
+    def _slots(self) -> list[ctypes.Structure]:
         cells = self._maps[maps.AGGREGATION_MAP]
-        return [maps.SlotCells.from_buffer_copy(cells.lookup(_key(slot), BPF_F_LOCK)) for slot in range(cells.max_entries)]
+        return [self._slot_cells.from_buffer_copy(cells.lookup(_key(slot), BPF_F_LOCK)) for slot in range(cells.max_entries)]
 
     def _register_read(self, register: str) -> list[int]:
         if register in maps.THRESHOLDS:
             return [maps.Threshold.from_buffer_copy(self._maps[maps.THRESHOLDS[register]].lookup(ZERO)).value]
-        field, element = maps.AGGREGATION_FIELDS[register]
+        field, element = self._fields[register]
         slots = self._slots()
         cells = [slot.set[shadow_set] for shadow_set in (0, 1) for slot in slots]
         if element is None:
@@ -188,14 +194,14 @@ class EbpfControl(SwitchControl):
 
     def _write_cells(self, register: str, indices: range, value: int) -> None:
         """register[index] = value for every index (register cell i: set i // pool, slot i % pool)."""
-        field, element = maps.AGGREGATION_FIELDS[register]
+        field, element = self._fields[register]
         cells = self._maps[maps.AGGREGATION_MAP]
         pool = cells.max_entries
         sets_by_slot: dict[int, list[int]] = {}
         for index in indices:
             sets_by_slot.setdefault(index % pool, []).append(index // pool)
         for slot, shadow_sets in sets_by_slot.items():
-            state = maps.SlotCells.from_buffer_copy(cells.lookup(_key(slot), BPF_F_LOCK))
+            state = self._slot_cells.from_buffer_copy(cells.lookup(_key(slot), BPF_F_LOCK))
             for shadow_set in shadow_sets:
                 cell = state.set[shadow_set]
                 if element is None:

@@ -93,9 +93,12 @@ def interface_index(ifname: str) -> int:
 class EbpfDataPlane:
     """The SwitchML program on a set of ports (port number -> interface), in this kernel."""
 
-    def __init__(self, ports: Mapping[int, str], name: str = "switch", max_pool_size: int = params.MAX_POOL_SIZE) -> None:
+    def __init__(
+        self, ports: Mapping[int, str], name: str = "switch", k: int = params.K, max_pool_size: int = params.MAX_POOL_SIZE
+    ) -> None:
         self.ports = dict(ports)
         self.name = name
+        self.k = k
         self.max_pool_size = max_pool_size
         self.map_ids: dict[str, int] = {}
         self._attached: list[str] = []
@@ -111,7 +114,7 @@ class EbpfDataPlane:
         return None
 
     def start(self) -> None:
-        obj = compile_program(CompileOptions(max_pool_size=self.max_pool_size))
+        obj = compile_program(CompileOptions(max_pool_size=self.max_pool_size, k=self.k))
         ensure_bpffs()
         remove_orphaned_pins()
         pin_dir = PIN_ROOT / f"{os.getpid()}-{self.name}-{next(_instances)}"
@@ -126,7 +129,7 @@ class EbpfDataPlane:
             raise
         finally:
             remove_pins(pin_dir)
-        log.info("eBPF switch %s on %s (maps %s)", self.name, self.ports, self.map_ids)
+        log.info("eBPF switch %s (k = %d) on %s (maps %s)", self.name, self.k, self.ports, self.map_ids)
 
     def _wire_ports(self, program: Path, map_dir: Path) -> dict[str, int]:
         """Map ids by name, after binding every map to the program (mc_node is the control
@@ -175,4 +178,4 @@ class EbpfDataPlane:
     def control(self, command_log: Path | None = None) -> EbpfControl:
         if not self.running:
             raise RuntimeError(f"eBPF switch {self.name} is not running")
-        return EbpfControl(self.map_ids, command_log)
+        return EbpfControl(self.map_ids, self.k, command_log)

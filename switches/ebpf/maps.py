@@ -5,17 +5,24 @@ control plane checks every map's key and value sizes against them when it opens 
 maps, so a drift fails loudly). Table values start with the action number (from
 switchml.h, read the way protocol/params.py reads constants.p4) followed by the action's
 parameters under their P4 names, so an entry is written as ``Value(action=n, **params)``.
+
+The program is built per k (compile.py), and k sets the size of a register cell and of
+the scratch map, and how many value_XX registers there are: those layouts are functions
+of the k the switch was started with (``layouts(k)``, ``program_schema(k, pool)``), the
+rest is the same for every build.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from protocol import params
 from switches.control import Field, ProgramSchema, RegisterSchema, TableSchema
+from switches.programming import value_registers
 
 EBPF_DIR = Path(__file__).resolve().parent
 SWITCHML_H = EBPF_DIR / "switchml.h"
@@ -32,22 +39,38 @@ MC_MAX_NODE_PORTS = DEFINES["MC_MAX_NODE_PORTS"]
 # -- SwitchMLIngress registers ----------------------------------------------------------
 
 
-class RegisterCell(ctypes.Structure):
-    """struct register_cell: one cell of bitmap, count, exponent, seq, value_00..value_XX."""
+@functools.cache
+def slot_cells(k: int) -> type[ctypes.Structure]:
+    """struct slot_cells of a build for k: both shadow sets of one slot behind one
+    bpf_spin_lock, each a struct register_cell (bitmap, count, exponent, seq, value[k]).
+    One class per k (cached), so cells of two builds are never mistaken for each other."""
 
-    _fields_ = [
-        ("bitmap", ctypes.c_uint32),
-        ("count", ctypes.c_uint32),
-        ("exponent", ctypes.c_uint32),
-        ("seq", ctypes.c_uint32),
-        ("value", ctypes.c_uint32 * params.K),
-    ]
+    class RegisterCell(ctypes.Structure):
+        _fields_ = [
+            ("bitmap", ctypes.c_uint32),
+            ("count", ctypes.c_uint32),
+            ("exponent", ctypes.c_uint32),
+            ("seq", ctypes.c_uint32),
+            ("value", ctypes.c_uint32 * k),
+        ]
+
+    class SlotCells(ctypes.Structure):
+        _fields_ = [("lock", ctypes.c_uint32), ("set", RegisterCell * 2)]
+
+    SlotCells.__name__ = SlotCells.__qualname__ = f"SlotCells{k}"
+    return SlotCells
 
 
-class SlotCells(ctypes.Structure):
-    """struct slot_cells: both shadow sets of one slot behind one bpf_spin_lock."""
+@functools.cache
+def switchml_data(k: int) -> type[ctypes.Structure]:
+    """struct switchml_data of a build for k: the scratch map's cell (one packet's elements).
+    Only the data path uses it; the control plane checks its size like every map's."""
 
-    _fields_ = [("lock", ctypes.c_uint32), ("set", RegisterCell * 2)]
+    class SwitchMLData(ctypes.Structure):
+        _fields_ = [("d", ctypes.c_uint32 * k)]
+
+    SwitchMLData.__name__ = SwitchMLData.__qualname__ = f"SwitchMLData{k}"
+    return SwitchMLData
 
 
 class Threshold(ctypes.Structure):
@@ -257,16 +280,21 @@ TABLES: Mapping[str, TableLayout] = {
     ),
 }
 
-AGGREGATION_FIELDS: Mapping[str, tuple[str, int | None]] = {
-    **{f"{INGRESS}.value_{i:02d}": ("value", i) for i in range(params.K)},
-    f"{INGRESS}.bitmap": ("bitmap", None),
-    f"{INGRESS}.count": ("count", None),
-    f"{INGRESS}.exponent": ("exponent", None),
-    f"{INGRESS}.seq": ("seq", None),
-}
-"""Register name -> (field of struct register_cell, element index for value_XX)."""
+@functools.cache
+def aggregation_fields(k: int) -> Mapping[str, tuple[str, int | None]]:
+    """Register name -> (field of struct register_cell, element index for value_XX), for a
+    build for k (value_00 .. value_{k-1}, named as switches/programming.py names them)."""
+    return {
+        **{name: ("value", i) for i, name in enumerate(value_registers(k))},
+        f"{INGRESS}.bitmap": ("bitmap", None),
+        f"{INGRESS}.count": ("count", None),
+        f"{INGRESS}.exponent": ("exponent", None),
+        f"{INGRESS}.seq": ("seq", None),
+    }
+
 
 AGGREGATION_MAP = "registers"
+SCRATCH_MAP = "scratch"
 
 THRESHOLDS: Mapping[str, str] = {
     f"{INGRESS}.ingress_drop_threshold": "ingress_drop_threshold",
@@ -281,8 +309,7 @@ MC_NODE_MAP = "mc_node"
 PORT_OF_IFINDEX_MAP = "port_of_ifindex"
 IFINDEX_OF_PORT_MAP = "ifindex_of_port"
 
-LAYOUTS: Mapping[str, tuple[type[ctypes.Structure], type[ctypes.Structure]]] = {
-    AGGREGATION_MAP: (U32Key, SlotCells),
+FIXED_LAYOUTS: Mapping[str, tuple[type[ctypes.Structure], type[ctypes.Structure]]] = {
     **{name: (U32Key, Threshold) for name in THRESHOLDS.values()},
     **{name: (U32Key, CounterCell) for name in COUNTERS.values()},
     **{t.map_name: (t.key_type, t.value_type) for t in TABLES.values()},
@@ -292,12 +319,21 @@ LAYOUTS: Mapping[str, tuple[type[ctypes.Structure], type[ctypes.Structure]]] = {
     PORT_OF_IFINDEX_MAP: (U32Key, U32Key),
     IFINDEX_OF_PORT_MAP: (U32Key, U32Key),
 }
-"""Every map of switchml.bpf.c: (key, value) layout."""
+"""The maps whose layout is the same at every k."""
 
 
-def program_schema(max_pool_size: int) -> ProgramSchema:
-    """The tables, registers and counters the program offers, by their P4 names."""
-    registers = {name: RegisterSchema(2 * max_pool_size, 32) for name in AGGREGATION_FIELDS}
+def layouts(k: int) -> Mapping[str, tuple[type[ctypes.Structure], type[ctypes.Structure]]]:
+    """Every map of switchml.bpf.c built for k: (key, value) layout."""
+    return {
+        AGGREGATION_MAP: (U32Key, slot_cells(k)),
+        SCRATCH_MAP: (U32Key, switchml_data(k)),
+        **FIXED_LAYOUTS,
+    }
+
+
+def program_schema(k: int, max_pool_size: int) -> ProgramSchema:
+    """The tables, registers and counters the program built for k offers, by their P4 names."""
+    registers = {name: RegisterSchema(2 * max_pool_size, 32) for name in aggregation_fields(k)}
     registers.update({name: RegisterSchema(1, 32) for name in THRESHOLDS})
     return ProgramSchema(
         tables={name: table.schema() for name, table in TABLES.items()},

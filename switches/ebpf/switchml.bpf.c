@@ -23,6 +23,9 @@
  * one map value with one bpf_spin_lock, and step 6 runs entirely under it: the same
  * serial order per slot that a P4 switch's register pipeline gives. The verifier allows
  * no helper calls under the lock, so the elements are loaded before and stored after.
+ * k elements (1 KiB at k = 256) do not fit the 512-byte BPF stack: a packet's elements are
+ * loaded into a per-CPU scratch map (``scratch``) instead, kept in network byte order as
+ * on the wire, and byte-swapped inside the element loops.
  * Counters are per-CPU (the control plane sums the cores); tables are hash maps, whose
  * lookups and updates are safe from any core.
  */
@@ -75,6 +78,21 @@ struct address_headers {
 } __attribute__((packed));
 
 /* ---- SwitchMLIngress state ------------------------------------------------------------ */
+
+/* switchml_data_h: the k elements of the packet in hand, network byte order. One cell per
+ * CPU: a program run is not interrupted on its core by another run (tc runs with bottom
+ * halves off, and a copy this program redirects is received later, from the backlog), so
+ * the cell is this run's from the load to the store. */
+struct switchml_data {
+	__be32 d[SWITCHML_K];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct switchml_data);
+} scratch SEC(".maps");
 
 /* One cell of the registers bitmap, count, exponent, seq and value_00..value_XX: the cell
  * at index shadow_set * SWITCHML_MAX_POOL_SIZE + slot_base + slot of each register array. */
@@ -721,10 +739,10 @@ struct update {
 	__u32 shadow_set;
 };
 
-/* Step 6 on one slot, under its lock. ``data`` holds the update's elements (host order)
- * and leaves holding the slot's values whenever a result is due; ``exponent`` the max. */
-static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slot, const struct update *u, __u32 *data,
-							  __u8 *exponent)
+/* Step 6 on one slot, under its lock. ``data`` holds the update's elements (as on the
+ * wire) and leaves holding the slot's values whenever a result is due; ``exponent`` the max. */
+static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slot, const struct update *u,
+							  struct switchml_data *data, __u8 *exponent)
 {
 	enum aggregation_outcome outcome;
 	struct register_cell *cell = &slot->set[u->shadow_set & 1];
@@ -754,15 +772,15 @@ static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slo
 			/* First contribution of this version: overwrite. */
 #pragma unroll
 			for (int i = 0; i < SWITCHML_K; i++)
-				cell->value[i] = data[i];
+				cell->value[i] = bpf_ntohl(data->d[i]);
 			cell->exponent = (__u8)u->exponent;
 			cell->count = 1;
 			cell->seq = u->seq;
 		} else {
 #pragma unroll
 			for (int i = 0; i < SWITCHML_K; i++) {
-				cell->value[i] += data[i]; /* wrapping 32-bit add */
-				data[i] = cell->value[i];
+				cell->value[i] += bpf_ntohl(data->d[i]); /* wrapping 32-bit add */
+				data->d[i] = bpf_htonl(cell->value[i]);
 			}
 			if (u->exponent > (__s8)cell->exponent)
 				cell->exponent = (__u8)u->exponent;
@@ -778,7 +796,7 @@ static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slo
 		 * an uplink and the result from above missing: send the partial sum up again. */
 #pragma unroll
 		for (int i = 0; i < SWITCHML_K; i++)
-			data[i] = cell->value[i];
+			data->d[i] = bpf_htonl(cell->value[i]);
 		*exponent = cell->exponent;
 		outcome = cell->count == u->complete ? RETX_COMPLETE : PARTIAL_UP;
 	} else {
@@ -792,7 +810,7 @@ static __always_inline enum aggregation_outcome aggregate(struct slot_cells *slo
  * its partial sum up for (count == num_workers, same seq); it is kept (count one more) to
  * answer retransmissions. 1 if it did, 0 for an old or repeated copy. */
 static __always_inline int store_result_from_above(struct slot_cells *slot, __u32 shadow_set, __u32 seq, __u32 num_workers,
-						   const __u32 *data, __u8 exponent)
+						   const struct switchml_data *data, __u8 exponent)
 {
 	struct register_cell *cell = &slot->set[shadow_set & 1];
 	int fresh;
@@ -802,12 +820,23 @@ static __always_inline int store_result_from_above(struct slot_cells *slot, __u3
 	if (fresh) {
 #pragma unroll
 		for (int i = 0; i < SWITCHML_K; i++)
-			cell->value[i] = data[i];
+			cell->value[i] = bpf_ntohl(data->d[i]);
 		cell->exponent = exponent;
 		cell->count = num_workers + 1;
 	}
 	bpf_spin_unlock(&slot->lock);
 	return fresh;
+}
+
+/* The packet's k elements (switchml_data_h) in this core's scratch cell, or NULL. */
+static __always_inline struct switchml_data *load_elements(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct switchml_data *data = bpf_map_lookup_elem(&scratch, &zero);
+
+	if (!data || bpf_skb_load_bytes(skb, DATA_OFFSET, data, sizeof(*data)))
+		return NULL;
+	return data;
 }
 
 /* Cut a frame to an update's or result's size (trailer bytes are not part of it). */
@@ -816,18 +845,15 @@ static __always_inline int cut_to_frame_bytes(struct __sk_buff *skb)
 	return skb->len > SWITCHML_FRAME_BYTES ? bpf_skb_change_tail(skb, SWITCHML_FRAME_BYTES, 0) : 0;
 }
 
-/* send_up(): the local partial sum (data, host order) leaves as this switch's update to the
- * switch above, through SwitchMLEgress's drop simulator. */
+/* send_up(): the local partial sum (data) leaves as this switch's update to the switch
+ * above, through SwitchMLEgress's drop simulator. */
 static __always_inline int send_up(struct __sk_buff *skb, const struct headers *hdr, const struct uplink_action *uplink,
-				   __u32 *data, __u8 exponent)
+				   const struct switchml_data *data, __u8 exponent)
 {
 	struct address_headers up;
 
-#pragma unroll
-	for (int i = 0; i < SWITCHML_K; i++)
-		data[i] = bpf_htonl(data[i]);
 	if (cut_to_frame_bytes(skb) ||
-	    bpf_skb_store_bytes(skb, DATA_OFFSET, data, 4 * SWITCHML_K, 0) ||
+	    bpf_skb_store_bytes(skb, DATA_OFFSET, data, sizeof(*data), 0) ||
 	    bpf_skb_store_bytes(skb, SWITCHML_OFFSET + offsetof(struct switchml_h, exponent), &exponent, 1, 0))
 		return TC_ACT_SHOT;
 	__builtin_memcpy(&up, hdr, sizeof(up));
@@ -846,16 +872,13 @@ static __always_inline int send_up(struct __sk_buff *skb, const struct headers *
  * exponent and the elements; the address headers answer from the address the worker sent
  * to (egress adds the destination per copy); a result is exactly SWITCHML_FRAME_BYTES. */
 static __always_inline int make_result(struct __sk_buff *skb, const struct headers *hdr, struct address_headers *result,
-				       __u32 *data, __u8 exponent)
+				       const struct switchml_data *data, __u8 exponent)
 {
 	__u8 msg_type = SWITCHML_MSG_RESULT;
 
-#pragma unroll
-	for (int i = 0; i < SWITCHML_K; i++)
-		data[i] = bpf_htonl(data[i]);
 	if (cut_to_frame_bytes(skb))
 		return -1;
-	if (bpf_skb_store_bytes(skb, DATA_OFFSET, data, 4 * SWITCHML_K, 0) ||
+	if (bpf_skb_store_bytes(skb, DATA_OFFSET, data, sizeof(*data), 0) ||
 	    bpf_skb_store_bytes(skb, SWITCHML_OFFSET + offsetof(struct switchml_h, msg_type), &msg_type, 1, 0) ||
 	    bpf_skb_store_bytes(skb, SWITCHML_OFFSET + offsetof(struct switchml_h, exponent), &exponent, 1, 0))
 		return -1;
@@ -878,15 +901,12 @@ static __always_inline int switchml_aggregate(struct __sk_buff *skb, const struc
 	const struct switchml_h *sml = &hdr->switchml;
 	__u32 slot_index = worker->slot_base + bpf_ntohs(sml->slot);
 	struct slot_cells *slot = bpf_map_lookup_elem(&registers, &slot_index);
-	__u32 data[SWITCHML_K];
+	struct switchml_data *data = load_elements(skb);
 	struct address_headers result;
 	__u8 exponent = 0;
 
-	if (!slot || bpf_skb_load_bytes(skb, DATA_OFFSET, data, sizeof(data)))
+	if (!slot || !data)
 		return TC_ACT_SHOT;
-#pragma unroll
-	for (int i = 0; i < SWITCHML_K; i++)
-		data[i] = bpf_ntohl(data[i]);
 
 	struct update u = {
 		.rank_bit = worker->rank < 32 ? 1u << worker->rank : 0,
@@ -937,7 +957,6 @@ static __always_inline int result_from_above(struct __sk_buff *skb, const struct
 	const struct switchml_h *sml = &hdr->switchml;
 	__u32 job_id = bpf_ntohs(sml->job_id);
 	struct uplink_action *uplink = bpf_map_lookup_elem(&uplink_table, &job_id);
-	__u32 data[SWITCHML_K];
 	struct address_headers result;
 
 	if (!uplink || uplink->action != UPLINK_TABLE_SET_UPLINK || in_port != uplink->port ||
@@ -951,12 +970,10 @@ static __always_inline int result_from_above(struct __sk_buff *skb, const struct
 	}
 	__u32 slot_index = uplink->slot_base + bpf_ntohs(sml->slot);
 	struct slot_cells *slot = bpf_map_lookup_elem(&registers, &slot_index);
+	struct switchml_data *data = load_elements(skb);
 
-	if (!slot || bpf_skb_load_bytes(skb, DATA_OFFSET, data, sizeof(data)))
+	if (!slot || !data)
 		return TC_ACT_SHOT;
-#pragma unroll
-	for (int i = 0; i < SWITCHML_K; i++)
-		data[i] = bpf_ntohl(data[i]);
 	if (!store_result_from_above(slot, sml->shadow_set, bpf_ntohl(sml->seq), uplink->num_workers, data, sml->exponent)) {
 		count(&event_counter, EV_DROP_STALE, wire_bytes);
 		return TC_ACT_SHOT;
