@@ -21,12 +21,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
 import pytest
-from scapy.packet import Packet
 
 from protocol import params
-from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes
 from switches import programming, standalone
 from switches.control import ControlPlaneError
 from switches.ebpf import compile as ebpf_compile
@@ -34,9 +31,7 @@ from switches.ebpf import datapath, maps
 from switches.ebpf.bpf import BpfMap
 from switches.ebpf.control import EbpfControl
 from switches.embedded.pipeline import SwitchMLPipeline
-from switches.standalone import run_switch
-from tests.conftest import JOB, JOB_HOSTS, SwitchUnderTest, require_target
-from tests.switch_io import SWITCH, SwitchPorts, dissect, update_frame
+from tests.conftest import require_target
 from base.netns import Testbed
 
 POOL = 16
@@ -234,127 +229,3 @@ def test_two_instances_keep_their_own_state(tmp_path: Path) -> None:
                 second.stop()
         finally:
             first.stop()
-
-
-# --------------------------------------------------------------------------------------
-# The largest k in the kernel: JOB's two workers (conftest's test bed) on a build for MAX_K,
-# and LEAF_JOB's (hosts 3 and 4), for which the switch is a leaf below host 2
-
-LEAF_JOB = 21
-SPINE_HOST = 2
-LEAF_HOSTS = (3, 4)
-LEAF = Endpoint("02:53:4d:4c:01:01", "10.0.0.253", params.UDP_PORT_BASE)
-"""The switch's own address as a worker of the switch above (host 2)."""
-
-
-@pytest.fixture(scope="module")
-def switch_at_max_k(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchUnderTest]:
-    require_target("ebpf")
-    log_dir = tmp_path_factory.mktemp("ebpf-max-k")
-    with run_switch("ebpf", testbed.switch_ports, log_dir, name="ebpf-max-k", k=MAX_K, max_pool_size=POOL) as running:
-        hosts = testbed.hosts
-
-        def workers(indices: tuple[int, ...]) -> list[programming.WorkerPort]:
-            return [programming.WorkerPort(rank, hosts[h].switch_port, hosts[h].mac, hosts[h].ipv4) for rank, h in enumerate(indices)]
-
-        uplink = programming.Uplink(hosts[SPINE_HOST].switch_port, LEAF.mac, LEAF.ipv4, params.SWITCH_MAC, params.SWITCH_IPV4)
-        programming.program_forwarding(running.control, list(testbed.switch_ports), {})
-        programming.program_jobs(running.control, [
-            programming.JobProgram(JOB, workers(JOB_HOSTS[JOB]), result_mcast_grp=2, slot_base=0, pool_size=POOL // 2),
-            programming.JobProgram(LEAF_JOB, workers(LEAF_HOSTS), result_mcast_grp=3, slot_base=POOL // 2, pool_size=POOL // 2, uplink=uplink),
-        ])
-        ports = SwitchPorts(testbed)
-        try:
-            yield SwitchUnderTest(running.control, ports, testbed)
-        finally:
-            ports.close()
-
-
-@pytest.fixture
-def max_k(switch_at_max_k: SwitchUnderTest) -> SwitchUnderTest:
-    programming.reset_aggregation_state(switch_at_max_k.control)
-    programming.reset_event_counters(switch_at_max_k.control)
-    return switch_at_max_k
-
-
-def wide_values(rng: np.random.Generator) -> np.ndarray:
-    """MAX_K elements over the whole int32 range, so sums wrap."""
-    return rng.integers(-(2**31), 2**31, MAX_K, dtype=np.int64).astype(np.int32)
-
-
-def wrapping_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a.astype(np.int64) + b).astype(np.uint32).astype(np.int32)
-
-
-def elements_of(frame: Packet) -> tuple[int, int, int, list[int]]:
-    """(msg_type, num_elements, exponent, elements) of a captured SwitchML frame of MAX_K elements."""
-    assert len(frame) == frame_bytes(MAX_K)
-    sml = dissect(frame)[3]
-    return sml.msg_type, sml.num_elements, sml.exponent, sml.elements
-
-
-@pytest.mark.netns
-@pytest.mark.ebpf
-def test_max_k_aggregates_exactly(max_k: SwitchUnderTest) -> None:
-    """k elements through the scratch map and the unrolled loops: the multicast result and a
-    retransmission's unicast copy carry the exact wrapping int32 sums, and the control plane
-    reads the last element's register (value_255) from the k-sized cell."""
-    rng = np.random.default_rng(256)
-    a, b = wide_values(rng), wide_values(rng)
-    expected = wrapping_sum(a, b)
-    hosts = max_k.testbed.hosts
-    slot, seq = 5, 77
-    max_k.ports.send(0, update_frame(hosts[0], slot, 1, a, JOB, exponent=-2, seq=seq))
-    max_k.ports.send(1, update_frame(hosts[1], slot, 1, b, JOB, exponent=3, seq=seq))
-    received = max_k.ports.receive(2)
-    max_k.ports.send(0, update_frame(hosts[0], slot, 1, a, JOB, exponent=-2, seq=seq))
-    retransmitted = max_k.ports.receive(1)
-    counts = max_k.counters()
-    assert (len(received.results(0)), len(received.results(1)), len(retransmitted.results(0))) == (1, 1, 1), (received, counts)
-    for frame in (*received.results(0), *received.results(1), *retransmitted.results(0)):
-        assert elements_of(frame) == (params.MSG_RESULT, MAX_K, 3, expected.tolist())
-    assert (counts["EV_UPDATE_CONSUMED"], counts["EV_RESULT_MULTICAST"], counts["EV_RESULT_UNICAST"]) == (1, 1, 1)
-    cell = POOL + slot  # shadow set 1
-    assert max_k.control.register_read(f"SwitchMLIngress.value_{MAX_K - 1}", cell) == int(expected[-1]) & 0xFFFFFFFF
-
-
-@pytest.mark.netns
-@pytest.mark.ebpf
-def test_max_k_refuses_another_k(max_k: SwitchUnderTest) -> None:
-    """A build for k takes exactly k elements: a packet of the default k, a header that
-    says k - 1, and k elements with one more behind them (udp.length too long) are malformed."""
-    host = max_k.testbed.hosts[0]
-    elements = np.arange(MAX_K)
-    for frame in (
-        update_frame(host, 0, 0, elements[: params.K], JOB),
-        update_frame(host, 0, 0, elements, JOB, num_elements=MAX_K - 1),
-        update_frame(host, 0, 0, np.arange(MAX_K + 1), JOB, num_elements=MAX_K),
-    ):
-        max_k.ports.send(0, frame)
-    assert max_k.ports.receive(0).total() == 0
-    counts = max_k.counters()
-    assert counts["EV_DROP_MALFORMED"] == 3 and sum(counts[event] for event in params.INGRESS_EVENTS) == 3
-
-
-
-@pytest.mark.netns
-@pytest.mark.ebpf
-def test_max_k_leaf_sends_up_and_stores_the_result_from_above(max_k: SwitchUnderTest) -> None:
-    """The leaf's two k-element paths: the partial sum goes up from the scratch cell (send_up),
-    and the result from above is stored from it (6R) and multicast to the leaf's workers."""
-    rng = np.random.default_rng(257)
-    a, b, from_above = wide_values(rng), wide_values(rng), wide_values(rng)
-    hosts = max_k.testbed.hosts
-    slot, seq = 2, 9
-    for rank, index in enumerate(LEAF_HOSTS):
-        max_k.ports.send(index, update_frame(hosts[index], slot, 0, (a, b)[rank], LEAF_JOB, exponent=rank, seq=seq))
-    sent_up = max_k.ports.receive(1).results(SPINE_HOST)
-    assert len(sent_up) == 1 and elements_of(sent_up[0]) == (params.MSG_UPDATE, MAX_K, 1, wrapping_sum(a, b).tolist())
-    header = SwitchMLHeader(params.MSG_RESULT, 0, LEAF_JOB, slot, MAX_K, 4, seq)
-    max_k.ports.send(SPINE_HOST, build_frame(SWITCH, LEAF, encode_payload(header, from_above)))
-    received = max_k.ports.receive(2)
-    for index in LEAF_HOSTS:
-        assert [elements_of(frame) for frame in received.results(index)] == [(params.MSG_RESULT, MAX_K, 4, from_above.tolist())]
-    assert max_k.control.register_read(f"SwitchMLIngress.value_{MAX_K - 1}", POOL // 2 + slot) == int(from_above[-1]) & 0xFFFFFFFF
-    counts = max_k.counters()
-    assert (counts["EV_UPDATE_CONSUMED"], counts["EV_PARTIAL_UP"], counts["EV_RESULT_MULTICAST"]) == (1, 1, 1)

@@ -125,6 +125,8 @@ def test_sums_wrap_and_registers_read_unsigned(switch: SwitchUnderTest) -> None:
     for index in (0, 1):
         check_result(switch, received, index, slot=0, shadow_set=0, seq=0, expected=expected, exponent=-9)
     assert switch.control.register_read(VALUE_00, 0) == (1 << 32) - 1
+    last = programming.value_registers(switch.k)[-1]  # value_31 / value_255: the cell holds all k
+    assert switch.control.register_read(last, 0) == int(expected[-1]) & 0xFFFFFFFF
     assert switch.control.register_read(programming.EXPONENT_REGISTER, 0) == (-9) & 0xFF
 
 
