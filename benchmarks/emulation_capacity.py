@@ -118,13 +118,15 @@ class Probe:
         return self.kept_up and self.verified and self.share_of_bound >= KEEPS_UP_SHARE
 
 
-def probe_elements(link_mbps: float, seconds: float, at_least: int, k: int) -> int:
-    """A tensor of ``seconds`` of line-rate data at ``link_mbps`` in whole packets, and no
-    smaller than ``at_least`` elements: the config's own tensor, whose float32 lead round
-    (one exponent-only packet per slot) is 1.5 % of its packets, so that no probe is held
-    further below the line-rate bound than the main job is."""
+def probe_elements(link_mbps: float, seconds: float, at_least_packets: int, k: int) -> int:
+    """A tensor of ``seconds`` of line-rate data at ``link_mbps`` in whole packets of k, and
+    no fewer than ``at_least_packets`` packets: as many as the config's own tensor has, whose
+    float32 lead round (one exponent-only packet per slot) is 1.5 % of them, so that no probe,
+    whatever its k, is held further below the line-rate bound than the main job is (a
+    131,072-element tensor is 4,096 packets at k = 32 but 512 at k = 256, where the lead
+    round alone would cost 12.5 %)."""
     packets = math.ceil(seconds * switchml_line_rate_ate(link_mbps * 1e6, k) / k)
-    return max(packets * k, at_least)
+    return max(packets, at_least_packets) * k
 
 
 def run_probe(target: str, workers: int, k: int, link_mbps: float, elements: int, repetitions: int, out: Path) -> Path:
@@ -198,7 +200,8 @@ class Prober:
         self.bar = bar
         self.runs_dir = args.runs_dir / f"{utc_stamp()}-{args.target}-{args.workers}w-k{args.k}"
         self.probes: list[Probe] = []
-        self.config_elements = load_experiment(CONFIG).points[0].workload_info.elements
+        point = load_experiment(CONFIG).points[0]
+        self.config_packets = math.ceil(point.workload_info.elements / int(point.protocol["k"]))
 
     def keeps_up(self, link_mbps: float) -> bool:
         """Up to ``--attempts`` runs at ``link_mbps``; True as soon as one keeps up."""
@@ -206,7 +209,7 @@ class Prober:
             self.bar.set_postfix_str(f"{link_mbps:g} Mbit/s, attempt {attempt}")
             load_before = os.getloadavg()[0]
             out = self.runs_dir / f"{link_mbps:g}mbps-a{attempt}"
-            elements = probe_elements(link_mbps, self.args.seconds, self.config_elements, self.args.k)
+            elements = probe_elements(link_mbps, self.args.seconds, self.config_packets, self.args.k)
             run_probe(self.args.target, self.args.workers, self.args.k, link_mbps, elements, self.args.repetitions, out)
             probe = read_probe(out, attempt, load_before)
             self.probes.append(probe)

@@ -1,4 +1,4 @@
-"""How many SwitchML updates per second a switch target aggregates (k = 32 by default).
+"""How many SwitchML updates per second a switch target aggregates, at --k elements per packet.
 
 Creates its own namespaces and veth pairs (base/netns.py), starts the switch,
 programs one job of n ranks through switches/programming.py and drives it from this one
@@ -265,8 +265,10 @@ def main() -> int:
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/switch_throughput"))
     args = parser.parse_args()
     described = lookup(args.target)
-    if described.k is not None and args.k != described.k:
-        parser.error(f"{args.target} runs the compiled program (k = {described.k})")
+    try:
+        described.check_k(args.k)
+    except ValueError as error:
+        parser.error(str(error))
     if args.profile and "profile" not in described.options:
         parser.error(f"{args.target} cannot be profiled from Python")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -42,7 +42,8 @@ def test_probe_jobs_hold_the_same_seconds_of_data_at_every_rate() -> None:
         slow, fast = probe_elements(2.5, 2.0, 0, k), probe_elements(10.0, 2.0, 0, k)
         assert slow % k == 0 and fast % k == 0  # whole packets
         assert fast / slow == pytest.approx(4, rel=1e-2)
-        assert probe_elements(2.5, 2.0, at_least=10 * slow, k=k) == 10 * slow  # never a smaller tensor than the config's
+        assert probe_elements(2.5, 2.0, at_least_packets=10 * slow // k, k=k) == 10 * slow  # never fewer packets than the config's
+    assert probe_elements(0.1, 2.0, at_least_packets=4096, k=256) == 4096 * 256  # the main job's packets, whatever k
 
 
 @pytest.mark.slow
