@@ -192,7 +192,7 @@ def test_a_target_runs_its_links_at_the_rate_it_keeps_up_with() -> None:
     assert link_rates(on_bmv2) == {1.25}
     assert on_bmv2.link_rate_source == "switch.link_bw_mbps.bmv2"
     on_embedded = load_experiment(MAIN_CONFIG, [table, "switch.target=embedded"])
-    assert link_rates(on_embedded) == {2.5} and on_embedded.link_rate_source == "topology.link.bw_mbps"
+    assert link_rates(on_embedded) == {5} and on_embedded.link_rate_source == "topology.link.bw_mbps"
 
 
 def test_an_explicit_or_swept_link_rate_wins_over_the_targets() -> None:
@@ -281,11 +281,11 @@ def test_a_value_a_run_cannot_use_is_refused_in_one_line(override: str, message:
 def test_a_job_the_links_cannot_carry_in_time_is_refused_naming_the_key() -> None:
     with pytest.raises(ConfigError, match=r"limits\.job_timeout_s: 1 s is too short for switchml: its all-reduce of 2,000,000 elements"):
         load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=1", "workload.elements=2000000", "switch.target=embedded"])
-    load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=3", "switch.target=embedded"])  # 131,072 elements: 2.4 s at 2.5 Mbit/s
+    load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=15", "switch.target=embedded"])  # 1,048,576 elements: the ring needs 11.7 s at 5 Mbit/s
 
 
 def test_an_override_does_not_change_the_defaults_of_later_loads() -> None:
-    load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=7"])
+    load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=17"])
     assert load_experiment(MAIN_CONFIG).data["limits"]["job_timeout_s"] == 60.0
 
 

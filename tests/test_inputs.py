@@ -110,14 +110,14 @@ def test_trace_without_size_scale_defaults_to_one_and_records_it(tmp_path: Path)
     config = yaml.safe_load(TRAINING_CONFIG.read_text())
     del config["workload"]["size_scale"]
     del config["sweep"]
-    config["limits"] = {"job_timeout_s": 3600}  # the full model's all-reduce takes at least 465 s at 2.5 Mbit/s
+    config["limits"] = {"job_timeout_s": 3600}  # the full model's all-reduce takes at least 230 s at 5 Mbit/s
     path = tmp_path / "unscaled.yaml"
     path.write_text(yaml.safe_dump(config))
     experiment = load_experiment(path)
     assert experiment.data["workload"]["size_scale"] == 1.0  # written to config.yaml by the runner
-    # resnet50: 25,557,032 parameters; 0.29 s * 40000 (100 Gbit/s / 2.5 Mbit/s) = 11600 s
+    # resnet50: 25,557,032 parameters; 0.29 s * 20000 (100 Gbit/s / 5 Mbit/s) = 5800 s
     info = experiment.points[0].workload_info
-    assert (info.elements, info.compute_s) == (25_557_032, pytest.approx(11600.0))
+    assert (info.elements, info.compute_s) == (25_557_032, pytest.approx(5800.0))
 
 
 @pytest.mark.parametrize(
