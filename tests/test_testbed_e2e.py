@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from switches.ebpf.datapath import PIN_ROOT
 from tests.conftest import require_target
-from tests.experiment_runs import disturb_mid_run, experiment_argv, leftovers, run_experiment
+from tests.experiment_runs import MAIN_CONFIG, disturb_mid_run, experiment_argv, leftovers, run_experiment
 from tests.results_shape import shape_differences
 
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
@@ -28,6 +29,9 @@ if os.geteuid() != 0:
     pytest.skip("Mininet tests need root", allow_module_level=True)
 
 SMALL = ["topology.workers=4", "workload.elements=20000", "repetitions=2"]
+CHUNKS = -(-20000 // int(yaml.safe_load(MAIN_CONFIG.read_text())["protocol"]["k"]))
+"""Data packets per worker of a 20,000-element job at the main config's k (79 at k = 256):
+each completes once per repetition, so each switch counts at least this many results."""
 
 
 def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:
@@ -46,8 +50,7 @@ def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:
     assert runs["verified"].all()
     counters = pd.read_csv(out / "switch_counters.csv")
     multicast = counters[(counters.method == "switchml") & (counters.counter == "EV_RESULT_MULTICAST")]
-    chunks = -(-20000 // 32)
-    assert (multicast["value"] >= chunks).all()  # every chunk completed once per repetition
+    assert (multicast["value"] >= CHUNKS).all()  # every chunk completed once per repetition
     frames = pd.read_csv(out / "switch_frames.csv")
     assert len(frames) == 3 * 2 and (frames[["input_lost", "output_lost"]] == 0).all().all(), frames
     assert summary["switch_lost_frames"] == []
@@ -68,7 +71,7 @@ def test_bmv2_target_runs_and_verifies(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["switch_target"] == "bmv2" and summary["verified"] is True
     counters = pd.read_csv(out / "switch_counters.csv").set_index(["method", "counter"])["value"]
-    assert counters["switchml", "EV_RESULT_MULTICAST"] >= -(-20000 // 32)
+    assert counters["switchml", "EV_RESULT_MULTICAST"] >= CHUNKS
     assert counters["ring", "EV_FORWARDED"] > 0
     assert not leftovers(str(out))
 
@@ -87,7 +90,7 @@ def test_ebpf_target_runs_and_verifies(tmp_path: Path) -> None:
     assert summary["switch_target"] == "ebpf" and summary["verified"] is True
     assert summary["switch_lost_frames"] == []
     counters = pd.read_csv(out / "switch_counters.csv").set_index(["method", "counter"])["value"]
-    assert counters["switchml", "EV_RESULT_MULTICAST"] >= -(-20000 // 32)
+    assert counters["switchml", "EV_RESULT_MULTICAST"] >= CHUNKS
     assert counters["ring", "EV_FORWARDED"] > 0
     assert not leftovers(str(out))
     assert not PIN_ROOT.exists()
@@ -151,7 +154,7 @@ def test_two_level_tree_aggregates_at_the_spine(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["verified"] is True
     counters = pd.read_csv(out / "switch_counters.csv")
     switchml = counters[counters.method == "switchml"].set_index(["switch", "counter"])["value"]
-    assert switchml["s1", "EV_RESULT_MULTICAST"] >= -(-20000 // 32)  # the spine aggregates
+    assert switchml["s1", "EV_RESULT_MULTICAST"] >= CHUNKS  # the spine aggregates
     for leaf in ("s2", "s3"):  # leaves carry SwitchML traffic as ordinary frames
         assert switchml[leaf, "EV_RESULT_MULTICAST"] == 0
         assert switchml[leaf, "EV_FORWARDED"] > 0
@@ -170,7 +173,7 @@ def test_two_level_tree_aggregates_hierarchically_and_recovers_uplink_loss(tmp_p
     assert summary["verified"] is True
     assert summary["aggregation"] == summary["network"]["0"]["aggregation"] == "hierarchical"
     counters = pd.read_csv(out / "switch_counters.csv").set_index(["switch", "counter"])["value"]
-    slots = -(-20000 // 32)
+    slots = CHUNKS
     assert counters["s1", "EV_RESULT_MULTICAST"] >= slots  # the spine completes every slot ...
     for leaf in ("s2", "s3"):  # ... from one partial sum per leaf and slot (more only to recover loss)
         assert counters[leaf, "EV_PARTIAL_UP"] >= slots
