@@ -98,9 +98,13 @@ class SwitchTarget:
     def passed_over_reason(self, problems: Sequence[str]) -> str:
         return self.passed_over.format(name=self.name, problems=self.problems_joiner.join(problems))
 
+    def builds(self, k: int) -> bool:
+        """Whether the target can build its program for k elements per packet."""
+        return self.k_choices is None or k in self.k_choices
+
     def check_k(self, k: int) -> None:
         """Refuse a k the target cannot build its program for (ValueError)."""
-        if self.k_choices is not None and k not in self.k_choices:
+        if not self.builds(k):
             choices = ", ".join(map(str, self.k_choices))
             raise ValueError(f"the {self.name} switch's {self.program} is built for k = {choices}; got k = {k}")
 

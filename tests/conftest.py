@@ -149,7 +149,7 @@ def target_params(ks: tuple[int, ...]) -> list[Any]:
     return [
         pytest.param((name, k), marks=TARGET_MARKS[name], id=f"{name}-k{k}")
         for k in ks for name in sorted(TARGETS)
-        if REGISTRY[name].k_choices is None or k in REGISTRY[name].k_choices
+        if REGISTRY[name].builds(k)
     ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 
 from protocol import params
-from protocol.packet import ETHERTYPE_IPV4, IPV4_OFFSET
+from protocol.packet import ETH_HEADER_BYTES, ETHERTYPE_IPV4, IPV4_HEADER_BYTES, IPV4_OFFSET
 from switches.embedded.tables import ExactMatchTable, Field
 
 _C = params.P4_CONSTANTS
@@ -26,14 +26,14 @@ ICMP_ECHO_REQUEST = _C["SWITCHML_ICMP_ECHO_REQUEST"]
 ICMP_ECHO_REPLY = _C["SWITCHML_ICMP_ECHO_REPLY"]
 
 ETHERTYPE = struct.Struct("!12xH")
-ARP_OFFSET = 14
+ARP_OFFSET = ETH_HEADER_BYTES
 ARP = struct.Struct("!HHBBH6sI6sI")
 """arp_h: htype, ptype, hlen, plen, oper, sha, spa, tha, tpa."""
 ARP_ETHERNET_IPV4 = (1, ETHERTYPE_IPV4, 6, 4, ARP_REQUEST)
 """htype, ptype, hlen, plen, oper of the ARP requests the switch answers."""
 IPV4_FIELDS = struct.Struct("!B5xH1xB2xII")
 """version/ihl, flags/fragOffset, protocol, srcAddr, dstAddr."""
-ICMP_OFFSET = IPV4_OFFSET + 20
+ICMP_OFFSET = IPV4_OFFSET + IPV4_HEADER_BYTES
 ICMP = struct.Struct("!BBH")
 """icmp_h: type, code, checksum."""
 MORE_FRAGMENTS_AND_OFFSET = 0x3FFF
