@@ -22,6 +22,7 @@ import methods
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 
 if TYPE_CHECKING:
+    from hosts.switchml.client import SwitchMLClient
     from hosts.switchml.timers import RetransmitPolicy
 
 Outcome = tuple[np.ndarray, np.ndarray | None, JobStats]
@@ -38,19 +39,7 @@ class SwitchMLMethod:
     """SwitchMLClient with the worker's result shape."""
 
     def __init__(self, spec: WorkerSpec, rank: int) -> None:
-        from hosts.switchml.client import SwitchMLClient
-
-        proto = spec.protocol
-        self._client = SwitchMLClient(
-            rank=rank,
-            n_workers=spec.n_workers,
-            job_id=proto.job_id,
-            switch_ipv4=spec.switch_ipv4,
-            k=proto.k,
-            pool_size=proto.pool_size,
-            retransmit=retransmit_policy(proto, spec.link_mbps),
-            job_deadline_s=spec.job_timeout_s,
-        )
+        self._client = switchml_client(spec, rank)
 
     def allreduce(self, tensor: np.ndarray) -> Outcome:
         result = self._client.allreduce(tensor)
@@ -58,6 +47,23 @@ class SwitchMLMethod:
 
     def close(self) -> None:
         self._client.close()
+
+
+def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
+    """Rank ``rank``'s SwitchML client for the spec's job: the method's, and the DDP hook's (hosts/torch_hook.py)."""
+    from hosts.switchml.client import SwitchMLClient
+
+    proto = spec.protocol
+    return SwitchMLClient(
+        rank=rank,
+        n_workers=spec.n_workers,
+        job_id=proto.job_id,
+        switch_ipv4=spec.switch_ipv4,
+        k=proto.k,
+        pool_size=proto.pool_size,
+        retransmit=retransmit_policy(proto, spec.link_mbps),
+        job_deadline_s=spec.job_timeout_s,
+    )
 
 
 def retransmit_policy(protocol: SwitchMLParameters, link_mbps: float | None) -> RetransmitPolicy:

@@ -56,6 +56,24 @@ def interface_with_address(ipv4: str) -> str:
     raise RuntimeError(f"no interface of this host has the address {ipv4}, which the spec gives this rank")
 
 
+def join_gloo_group(spec: WorkerSpec, rank: int) -> ProcessGroup:
+    """Join the spec's ranks in torch.distributed's default Gloo group over the emulated
+    links, and return a second group whose operations time out after ``job_timeout_s``.
+
+    Also the DDP training's process group (hosts/torch_training.py).
+    """
+    import torch.distributed as dist
+
+    address, port = spec.peers[rank][0], spec.peers[0][1]
+    os.environ["GLOO_SOCKET_IFNAME"] = interface_with_address(address)
+    # Gloo's ring takes a shared-memory path instead of its sockets when LOCAL_WORLD_SIZE
+    # (set by torchrun) says every rank shares a node, as the emulated hosts do.
+    os.environ.pop("LOCAL_WORLD_SIZE", None)
+    dist.init_process_group("gloo", init_method=f"tcp://{spec.peers[0][0]}:{port}", rank=rank,
+                            world_size=spec.n_workers, timeout=timedelta(seconds=spec.connect_timeout_s))
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=spec.job_timeout_s))
+
+
 class GlooMethod:
     """A rank of a Gloo process group with the worker's result shape (hosts.allreduce.Method)."""
 
@@ -68,14 +86,7 @@ class GlooMethod:
         self.rank = rank
         self.job_timeout_s = spec.job_timeout_s
         torch.set_num_threads(1)  # n ranks share two cores: no intra-op thread pool per rank
-        address, port = spec.peers[rank][0], spec.peers[0][1]
-        os.environ["GLOO_SOCKET_IFNAME"] = interface_with_address(address)
-        # Gloo's ring takes a shared-memory path instead of its sockets when LOCAL_WORLD_SIZE
-        # (set by torchrun) says every rank shares a node, as the emulated hosts do.
-        os.environ.pop("LOCAL_WORLD_SIZE", None)
-        dist.init_process_group("gloo", init_method=f"tcp://{spec.peers[0][0]}:{port}", rank=rank,
-                                world_size=spec.n_workers, timeout=timedelta(seconds=spec.connect_timeout_s))
-        self._group: ProcessGroup = dist.new_group(backend="gloo", timeout=timedelta(seconds=spec.job_timeout_s))
+        self._group: ProcessGroup = join_gloo_group(spec, rank)
         self._seq = 0
 
     def allreduce(self, tensor: np.ndarray) -> tuple[np.ndarray, None, JobStats]:

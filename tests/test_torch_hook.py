@@ -1,0 +1,117 @@
+"""The DDP communication hook (hosts/torch_hook.py) without Mininet: three DDP ranks on
+loopback, each hook's SwitchMLClient talking to the fake switch of test_switchml_client.
+
+Needs the optional torch extra: skipped where it is absent, a failure where
+SWITCHML_REQUIRE_TORCH=1 (.ci/run).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue as queues
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import require_torch
+from tests.test_switchml_client import JOB, LOSSLESS, FakeSwitch
+from protocol.quantize import expected_sum
+from workloads.training import TrainingConfig, load_dataset, minibatch
+
+pytestmark = [pytest.mark.torch]
+
+N = 3
+K = 32
+POOL = 8
+STEPS = 3
+BIND_PORT = 48731
+"""Rank r's client binds 127.0.0.1:BIND_PORT + r, so the fake switch knows its ranks before they start."""
+CONFIG = TrainingConfig(dataset="digits", hidden_units=16, batch_size=8, learning_rate=0.5, steps=STEPS,
+                        test_fraction=0.2, seed=5)
+
+
+def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -> None:
+    """STEPS DDP steps with the SwitchML hook; reports per step the buckets and the parameters."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hosts.switchml import SwitchMLClient
+    from hosts.torch_hook import SwitchMLHookState, switchml_allreduce
+    from workloads.torch_cnn import batch_loss, build_model, flat_parameters
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{store_port}", rank=rank, world_size=N,
+                            timeout=timedelta(seconds=60))
+    try:
+        data = load_dataset(CONFIG)
+        model = build_model(CONFIG.hidden_units, CONFIG.seed + rank)  # differing starts: DDP broadcasts rank 0's
+        ddp = DistributedDataParallel(model)
+        client = SwitchMLClient(rank, N, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
+                                bind_port=BIND_PORT + rank, k=K, pool_size=POOL, retransmit=LOSSLESS, job_deadline_s=20)
+        state = SwitchMLHookState(client, N)
+        ddp.register_comm_hook(state, switchml_allreduce)
+        optimizer = torch.optim.SGD(model.parameters(), lr=CONFIG.learning_rate)
+        reports = [("start", flat_parameters(model))]
+        for step in range(1, STEPS + 1):
+            optimizer.zero_grad()
+            batch_loss(ddp, *minibatch(CONFIG, data, rank, N, step)).backward()
+            grads = np.concatenate([p.grad.reshape(-1).numpy() for p in model.parameters()])
+            optimizer.step()
+            buckets = [(b.index, b.inputs, b.int_sum, b.values, b.stats.packets_sent) for b in state.take()]
+            reports.append((buckets, grads, flat_parameters(model)))
+        client.close()
+        queue.put((rank, reports))
+    finally:
+        dist.destroy_process_group()
+
+
+def collect(procs: list, queue: mp.Queue, timeout_s: float = 180.0) -> dict[int, list]:
+    """Every rank's report; fails at once when a rank exits without one."""
+    reports: dict[int, list] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(reports) < len(procs):
+        try:
+            rank, report = queue.get(timeout=1)
+            reports[rank] = report
+        except queues.Empty:
+            failed = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not failed and time.monotonic() < deadline, f"ranks failed ({failed}) or timed out"
+    for proc in procs:
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    return reports
+
+
+def test_ddp_hook_reduces_every_bucket_through_the_switch_and_averages() -> None:
+    """Every step: the buckets in index order, each switch sum the exact integer sum of the
+    ranks' quantized inputs, DDP's gradient that sum over N, and every rank's parameters equal."""
+    require_torch()
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    with FakeSwitch(N, K) as switch:
+        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(N)}
+        procs = [context.Process(target=hooked_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(N)]
+        for proc in procs:
+            proc.start()
+        reports = collect(procs, queue)
+    for rank in range(N):
+        assert np.array_equal(reports[rank][0][1], reports[0][0][1]), "DDP did not start every rank from rank 0's parameters"
+    for step in range(1, STEPS + 1):
+        per_rank = [reports[rank][step] for rank in range(N)]
+        buckets0 = per_rank[0][0]
+        assert [b[0] for b in buckets0] == list(range(len(buckets0))) and buckets0
+        for index in range(len(buckets0)):
+            inputs = [per_rank[rank][0][index][1] for rank in range(N)]
+            want = expected_sum(inputs, K, N)
+            for rank in range(N):
+                _, _, int_sum, values, packets = per_rank[rank][0][index]
+                assert np.array_equal(int_sum, want.int_sum) and np.array_equal(values, want.values)
+                assert packets > 0
+        averaged = np.concatenate([b[3] for b in buckets0]) / np.float32(N)
+        for rank in range(N):
+            # the bucket is a flat view of the gradients (one bucket here: in reverse parameter order)
+            assert np.array_equal(np.sort(per_rank[rank][1]), np.sort(averaged))
+            assert np.array_equal(per_rank[rank][2], per_rank[0][2])
