@@ -52,14 +52,22 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
     "trace": _WORKLOAD_COMMON | {"model", "size_scale"},
     "training": _WORKLOAD_COMMON | {"dataset", "hidden_units", "batch_size", "learning_rate", "steps", "test_fraction",
                                     "target_accuracy", "ablation_bits"},
+    "torch": _WORKLOAD_COMMON | {"dataset", "hidden_units", "batch_size", "learning_rate", "steps", "test_fraction",
+                                 "target_accuracy"},
 }
 """Workload keys each kind accepts (the schema lists the union)."""
 WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "trace": {"size_scale": 1.0},
     "training": {"dataset": "digits", "hidden_units": 32, "batch_size": 16, "learning_rate": 0.5, "steps": 300,
                  "test_fraction": 0.2, "target_accuracy": 0.9, "ablation_bits": [8, 5]},
+    "torch": {"dataset": "digits", "hidden_units": 32, "batch_size": 16, "learning_rate": 0.5, "steps": 300,
+              "test_fraction": 0.2, "target_accuracy": 0.9},
 }
 """Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
+TRAINING_KINDS = ("training", "torch")
+"""Workload kinds that train a model, one run per method (experiments/kinds/training.py, torch_training.py)."""
+TORCH_METHODS = (methods.SWITCHML.name, methods.GLOO.name)
+"""The all-reduces a DDP training runs: the SwitchML hook (hosts/torch_hook.py) or Gloo's own."""
 
 
 def experiment_schema() -> dict[str, Any]:
@@ -190,7 +198,7 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             raise ConfigError(f"{source}: protocol.k: {error}") from None
     if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
         raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
-    if data["workload"]["kind"] == "training":
+    if data["workload"]["kind"] in TRAINING_KINDS:
         _check_training(data, topology, source)
     if data.get("jobs") is not None:
         _check_jobs(data, topology, source)
@@ -250,7 +258,10 @@ def _check_training(data: Mapping[str, Any], topology: Topology, source: str) ->
         raise ConfigError(f"{source}: repetitions: a training runs once per method (its steps are the repetitions), got {data['repetitions']}")
     if data.get("sweep") is not None:
         raise ConfigError(f"{source}: sweep: a training config does not sweep; run one config per setting")
-    for bits in workload["ablation_bits"]:
+    if workload["kind"] == "torch" and not set(data["methods"]) <= set(TORCH_METHODS):
+        raise ConfigError(f"{source}: methods: a torch training all-reduces through DDP with {' or '.join(TORCH_METHODS)}, "
+                          f"got {', '.join(data['methods'])}")
+    for bits in workload.get("ablation_bits", ()):
         try:
             quantized_limit(len(topology.hosts), bits)
         except ValueError as exc:
@@ -324,13 +335,17 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
     return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
 
 
-def require_available_methods(names: list[str], path: Path) -> None:
-    """Refuse a config naming a method this machine cannot run (gloo without PyTorch): as the
-    config loads, in one line, rather than after the network is built, on eight hosts."""
-    for name in names:
+def require_available_methods(data: Mapping[str, Any], path: Path) -> None:
+    """Refuse a config naming a method or workload this machine cannot run (gloo, or a
+    torch training, without PyTorch): as the config loads, in one line, rather than after
+    the network is built, on eight hosts."""
+    for name in data["methods"]:
         reason = methods.by_name(name).unavailable()
         if reason is not None:
             raise ConfigError(f"{path}: methods: {name} {reason}")
+    reason = methods.GLOO.unavailable()  # PyTorch itself: the gloo method's requirement
+    if data["workload"]["kind"] == "torch" and reason is not None:
+        raise ConfigError(f"{path}: workload.kind: torch {reason}")
 
 
 def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
@@ -349,7 +364,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     data.setdefault("name", path.stem)
     _fill_kind_defaults(data)
     validate(data, experiment_schema(), str(path))
-    require_available_methods(data["methods"], path)
+    require_available_methods(data, path)
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     link_rate_source = apply_target_link_rate(data, overridden)

@@ -43,12 +43,16 @@ class WorkloadInfo:
 def describe_workload(workload: Mapping[str, Any]) -> WorkloadInfo:
     """Name, all-reduced elements and dilated compute time of a (resolved) workload section.
 
-    A training all-reduces its whole gradient each step; its compute time is measured by the
-    workers (training_steps.csv), so it is 0 here."""
+    A training (numpy MLP or torch CNN) all-reduces its whole gradient each step; its compute
+    time is measured by the workers (training_steps.csv), so it is 0 here."""
     if workload["kind"] == "synthetic":
         return WorkloadInfo(name="synthetic", elements=int(workload["elements"]), compute_s=0.0)
     if workload["kind"] == "training":  # the gradient of every parameter; compute is measured per step instead
         return WorkloadInfo(name="training", elements=MLP(workload["hidden_units"]).parameter_count, compute_s=0.0)
+    if workload["kind"] == "torch":  # the CNN's parameters; loading such a config requires torch (experiments/config.py)
+        from workloads.torch_cnn import parameter_count
+
+        return WorkloadInfo(name="torch", elements=parameter_count(workload["hidden_units"]), compute_s=0.0)
     trace = load_trace(workload["model"])
     scale = workload["size_scale"]
     return WorkloadInfo(

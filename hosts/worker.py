@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{args.rank} %(name)s %(levelname)s %(message)s")
     try:
         spec = WorkerSpec.read(args.spec)
-        if spec.training is not None:  # the training workload: one SGD step per command (hosts/training.py)
+        if spec.training is not None and spec.training.kind == "torch":  # one DDP step per command; imports torch
+            from hosts.torch_training import serve_torch_training
+
+            serve_torch_training(spec, args.rank, args.spec.parent)
+        elif spec.training is not None:  # the training workload: one SGD step per command (hosts/training.py)
             from hosts.training import serve_training
 
             serve_training(spec, args.rank, args.spec.parent)

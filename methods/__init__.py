@@ -30,6 +30,8 @@ REGISTRY: tuple[Method, ...] = (
 NAMES: tuple[str, ...] = tuple(method.name for method in REGISTRY)
 SWITCHML = switchml.SWITCHML
 """The method under study: figures compare the others (the baselines) with it."""
+GLOO = gloo.GLOO
+"""PyTorch's own all-reduce: the baseline of a DDP training (workload kind torch)."""
 BASELINES: tuple[Method, ...] = tuple(method for method in REGISTRY if method is not SWITCHML)
 
 

@@ -59,8 +59,8 @@ interrupted method before it reruns."""
 
 TRAINING_STEPS = Table("training_steps.csv", (
     "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",
-    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "verified",
-))  # fmt: skip
+    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "bytes_sent", "verified",
+), optional=("bytes_sent",))  # fmt: skip
 TRAINING_SUMMARY = Table("training_summary.csv", (
     "series", "method", "source", "bits", "steps", "final_loss", "final_train_accuracy", "final_test_accuracy",
     "test_accuracy_diff_pp", "final_param_diff", "max_param_diff", "target_accuracy", "steps_to_target",

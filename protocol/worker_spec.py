@@ -33,10 +33,12 @@ class SwitchMLParameters:
 
 @dataclass(frozen=True)
 class TrainingSection:
-    """The training workload (hosts/training.py): its settings and the data set file."""
+    """A training workload: its settings and the data set file, and which kind of training
+    (``training``: the numpy MLP, hosts/training.py; ``torch``: DDP, hosts/torch_training.py)."""
 
     config: dict[str, Any]
     dataset: str
+    kind: str = "training"
 
 
 @dataclass(frozen=True)

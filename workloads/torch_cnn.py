@@ -49,6 +49,11 @@ def build_model(hidden_units: int, seed: int) -> DigitsCNN:
     return DigitsCNN(hidden_units)
 
 
+def parameter_count(hidden_units: int) -> int:
+    """Elements of the model's gradient: what DDP all-reduces every step."""
+    return sum(p.numel() for p in DigitsCNN(hidden_units).parameters())
+
+
 def images(x: np.ndarray) -> torch.Tensor:
     """Flat 64-pixel rows (workloads/training.py's features) as a batch of 1x8x8 images."""
     return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).reshape(-1, 1, IMAGE_SIDE, IMAGE_SIDE)

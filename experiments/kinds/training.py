@@ -14,9 +14,10 @@ verifies only when every worker holds exactly the parameters of a correct traini
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -36,9 +37,27 @@ from workloads.training import MLP, TrainingConfig, array_digest, load_dataset, 
 
 log = logging.getLogger(__name__)
 
+Evaluation = tuple[float, float, float]
+"""(mean training loss, training accuracy, test accuracy) of a model's parameters."""
 
-class TrainingRunner:
-    """The training counterpart of ``ExperimentRunner``: same network, workers and verifier."""
+
+class StepCheck(Protocol):
+    """How a training kind checks and measures one method's steps."""
+
+    def start(self) -> tuple[Evaluation, float]:
+        """The parameters every worker starts from: their evaluation and distance to the exact reference's."""
+
+    def step(self, step: int, reports: list[dict[str, Any]]) -> tuple[list[Verdict], Evaluation, float]:
+        """Every rank's verdict on ``step``, and the evaluation and distance of the parameters after it."""
+
+
+class StepTrainingRunner(ABC):
+    """What every training kind's runner does alike: one network for the methods still to
+    train (resume skips the finished ones), each method's workers told the training section.
+
+    A kind adds ``_record_references`` (its offline series; returns the exact one, which
+    ``_train`` compares with) and ``_train`` (one method's training on the held network).
+    """
 
     def __init__(self, experiment: Experiment, target: str, writer: TrainingResultsWriter,
                  progress: Callable[[str], None]) -> None:
@@ -49,7 +68,6 @@ class TrainingRunner:
         self.point = experiment.points[0]
         self.config = TrainingConfig.from_workload(self.point.workload)
         self.n_workers = len(self.point.topology.hosts)
-        self.model = MLP(self.config.hidden_units)
         self.data = load_dataset(self.config)
         try:
             minibatch(self.config, self.data, self.n_workers - 1, self.n_workers, 1)
@@ -64,14 +82,50 @@ class TrainingRunner:
         per-step evaluation about three times slower than one thread (measured on 2 cores).
         """
         with threadpool_limits(limits=1, user_api="blas"):
-            return self._run()
+            exact = self._record_references()
+            pending = self._pending_methods()
+            return self._train_methods(pending, exact) if pending else True
 
-    def _run(self) -> bool:
-        exact = replay(self.model, self.config, self.data, self.n_workers, exact_sum)
-        self._record_reference(EXACT, EXACT, None, exact, exact)
-        for bits in self.point.workload["ablation_bits"]:
-            ablation = replay(self.model, self.config, self.data, self.n_workers, quantized_sum(self.point.protocol["k"], bits))
-            self._record_reference(ablation_series(bits), methods.SWITCHML.name, bits, ablation, exact)
+    @abstractmethod
+    def _record_references(self) -> Any:
+        """Write the offline series' learning curves; return the exact reference, which every step is compared with."""
+
+    @abstractmethod
+    def _step_check(self, method: str, exact: Any) -> StepCheck:
+        """How one method's steps are checked and measured, from its workers' reports."""
+
+    def _train(self, held: PointNetwork, method: str, spec: WorkerSpec, exact: Any) -> bool:
+        """One method's training: release each step, check it, record its rows."""
+        point = self.point
+        spec_path = spec.write(held.work / f"{method}.json")
+        held.reset_aggregation()
+        check = self._step_check(method, exact)
+        ok, emulated_s = True, 0.0
+        with held.workers(method, spec_path) as group:
+            meter = held.meter(group)
+            meter.start()
+            self.writer.add_training_steps([step_row(method, method, "network", sum_bits(method), 0, *check.start(), START_TIMING)])
+            for step in range(1, self.config.steps + 1):
+                group.release(step)
+                reports = group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S)
+                verdicts, evaluation, param_diff = check.step(step, reports)
+                verified = all(v.verified for v in verdicts)
+                for rank, verdict in enumerate(verdicts):
+                    if not verdict.verified:
+                        log.error("%s step %d rank %d: NOT VERIFIED: %s", method, step, rank, verdict.detail)
+                ok &= verified
+                timing = step_timing(reports, emulated_s, verified)
+                emulated_s = timing["emulated_time_s"]
+                row = step_row(method, method, "network", sum_bits(method), step, evaluation, param_diff, timing)
+                self.writer.add_repetition(point, method, step, reports, verdicts, None, held.net.report.loss_mechanism)
+                self.writer.add_training_steps([row])
+                self.progress(f"{method} step {step}: test accuracy {row['test_accuracy']:.3f}")
+            self.writer.add_whole_training(point, method, meter.stop(), held.net.report.loss_mechanism)
+            group.finish()
+        return ok
+
+    def _pending_methods(self) -> list[str]:
+        """The methods whose training is not complete in the results (an interrupted one's rows discarded)."""
         pending = []
         for method in self.point.methods:
             if self.writer.series_complete(method, self.config.steps):
@@ -81,9 +135,40 @@ class TrainingRunner:
             else:
                 self.writer.discard(self.point.index, method)
                 pending.append(method)
-        if not pending:
-            return True
-        return self._train_methods(pending, exact)
+        return pending
+
+    def _train_methods(self, methods: list[str], exact: Any) -> bool:
+        """One network for every method; the data set file lives in the work folder while it is held."""
+        with point_network(self.experiment, self.point, self.target, self.writer) as held:
+            dataset_path = held.work / "dataset.npz"
+            self.data.save(dataset_path)
+            ok = True
+            for method in methods:
+                ok &= self._train(held, method, self._spec(method, dataset_path), exact)
+            return ok
+
+    def _spec(self, method: str, dataset_path: Path) -> WorkerSpec:
+        """What hosts/worker.py needs: the method's usual keys and the training section."""
+        section = TrainingSection(self.config.as_dict(), str(dataset_path), kind=self.point.workload["kind"])
+        return replace(worker_spec(self.point, method), training=section)
+
+
+class TrainingRunner(StepTrainingRunner):
+    """The numpy MLP's training: the runner's replay computes and checks every worker's gradient."""
+
+    def __init__(self, experiment: Experiment, target: str, writer: TrainingResultsWriter,
+                 progress: Callable[[str], None]) -> None:
+        super().__init__(experiment, target, writer, progress)
+        self.model = MLP(self.config.hidden_units)
+
+    def _record_references(self) -> Trajectory:
+        """The exact reference and the quantization ablation, replayed offline."""
+        exact = replay(self.model, self.config, self.data, self.n_workers, exact_sum)
+        self._record_reference(EXACT, EXACT, None, exact, exact)
+        for bits in self.point.workload["ablation_bits"]:
+            ablation = replay(self.model, self.config, self.data, self.n_workers, quantized_sum(self.point.protocol["k"], bits))
+            self._record_reference(ablation_series(bits), methods.SWITCHML.name, bits, ablation, exact)
+        return exact
 
     def _record_reference(self, series: str, method: str, bits: int | None, trajectory: Trajectory, exact: Trajectory) -> None:
         if self.writer.series_complete(series, self.config.steps):
@@ -98,71 +183,66 @@ class TrainingRunner:
                  max(row["max_param_diff"] for row in rows))
 
     def _step_row(self, series: str, method: str, source: str, bits: int | None, step: int, params: np.ndarray,
-                  exact: Trajectory, timing: dict[str, Any] | None = None) -> dict[str, Any]:
-        loss, train_accuracy, test_accuracy = self.model.evaluate(params, self.data)
+                  exact: Trajectory) -> dict[str, Any]:
+        return step_row(series, method, source, bits, step, *self.measure(step, params, exact), None)
+
+    def measure(self, step: int, params: np.ndarray, exact: Trajectory) -> tuple[Evaluation, float]:
+        """(loss, train accuracy, test accuracy) of ``params`` after ``step``, and their distance to exact's."""
         reference = exact.params[step - 1] if step else self.model.initial_parameters(self.config.seed)
-        return {
-            "series": series, "method": method, "source": source, "bits": "" if bits is None else bits, "step": step,
-            "loss": loss, "train_accuracy": train_accuracy, "test_accuracy": test_accuracy,
-            "max_param_diff": float(np.max(np.abs(params.astype(np.float64) - reference))),
-            **(timing or {"allreduce_s": "", "compute_s": "", "step_s": "", "emulated_time_s": "", "verified": ""}),
-        }
+        return self.model.evaluate(params, self.data), float(np.max(np.abs(params.astype(np.float64) - reference)))
 
-    def _train_methods(self, methods: list[str], exact: Trajectory) -> bool:
-        """One network for every method; the data set file lives in the work folder while it is held."""
-        with point_network(self.experiment, self.point, self.target, self.writer) as held:
-            dataset_path = held.work / "dataset.npz"
-            self.data.save(dataset_path)
-            ok = True
-            for method in methods:
-                ok &= self._train(held, method, self._spec(method, dataset_path), exact)
-            return ok
-
-    def _spec(self, method: str, dataset_path: Path) -> WorkerSpec:
-        """What hosts/worker.py needs: the method's usual keys and the training section."""
-        return replace(worker_spec(self.point, method), training=TrainingSection(self.config.as_dict(), str(dataset_path)))
-
-    def _train(self, held: PointNetwork, method: str, spec: WorkerSpec, exact: Trajectory) -> bool:
-        point = self.point
-        spec_path = spec.write(held.work / f"{method}.json")
-        held.reset_aggregation()
-        state = Replay(self.model, self.config, self.data, self.n_workers)
-        ok, emulated_s = True, 0.0
-        with held.workers(method, spec_path) as group:
-            meter = held.meter(group)
-            meter.start()
-            self.writer.add_training_steps([self._step_row(method, method, "network", self._bits(method), 0, state.params, exact,
-                                                           _timing(0.0, 0.0, 0.0, 0.0, True))])
-            for step in range(1, self.config.steps + 1):
-                group.release(step)
-                reports = group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S)
-                verdicts = verify_step(state, method, reports, point.protocol["k"])
-                verified = all(v.verified for v in verdicts)
-                for rank, verdict in enumerate(verdicts):
-                    if not verdict.verified:
-                        log.error("%s step %d rank %d: NOT VERIFIED: %s", method, step, rank, verdict.detail)
-                ok &= verified
-                allreduce_s = max(r["stats"]["tat_s"] for r in reports)
-                compute_s = max(r["compute_s"] for r in reports)
-                step_s = max(r["stats"]["tat_s"] + r["compute_s"] for r in reports)
-                emulated_s += step_s
-                row = self._step_row(method, method, "network", self._bits(method), step, state.params, exact,
-                                     _timing(allreduce_s, compute_s, step_s, emulated_s, verified))
-                self.writer.add_repetition(point, method, step, reports, verdicts, None, held.net.report.loss_mechanism)
-                self.writer.add_training_steps([row])
-                self.progress(f"{method} step {step}: test accuracy {row['test_accuracy']:.3f}")
-            self.writer.add_whole_training(point, method, meter.stop(), held.net.report.loss_mechanism)
-            group.finish()
-        return ok
-
-    @staticmethod
-    def _bits(method: str) -> int | None:
-        return methods.by_name(method).sum_bits
+    def _step_check(self, method: str, exact: Trajectory) -> ReplayCheck:
+        return ReplayCheck(self, method, exact)
 
 
-def _timing(allreduce_s: float, compute_s: float, step_s: float, emulated_s: float, verified: bool) -> dict[str, Any]:
-    return {"allreduce_s": allreduce_s, "compute_s": compute_s, "step_s": step_s, "emulated_time_s": emulated_s,
-            "verified": verified}
+class ReplayCheck:
+    """The MLP's steps checked by the runner's own replay of the training (``verify_step``)."""
+
+    def __init__(self, runner: TrainingRunner, method: str, exact: Trajectory) -> None:
+        self.runner = runner
+        self.method = method
+        self.exact = exact
+        self.state = Replay(runner.model, runner.config, runner.data, runner.n_workers)
+
+    def start(self) -> tuple[Evaluation, float]:
+        return self.runner.measure(0, self.state.params, self.exact)
+
+    def step(self, step: int, reports: list[dict[str, Any]]) -> tuple[list[Verdict], Evaluation, float]:
+        verdicts = verify_step(self.state, self.method, reports, self.runner.point.protocol["k"])
+        return (verdicts, *self.runner.measure(step, self.state.params, self.exact))
+
+
+def sum_bits(method: str) -> int | None:
+    """The width of a method's sums in the tables' ``bits`` column (SwitchML's 32; none for float sums)."""
+    return methods.by_name(method).sum_bits
+
+
+NO_TIMING = {"allreduce_s": "", "compute_s": "", "step_s": "", "emulated_time_s": "", "bytes_sent": "", "verified": ""}
+"""The timing columns of an offline series' rows."""
+START_TIMING = {"allreduce_s": 0.0, "compute_s": 0.0, "step_s": 0.0, "emulated_time_s": 0.0, "bytes_sent": 0, "verified": True}
+"""The timing columns of a network series' step 0 (the parameters every worker starts from)."""
+
+
+def step_timing(reports: list[dict[str, Any]], emulated_s: float, verified: bool) -> dict[str, Any]:
+    """A step's timing columns from every worker's report: the slowest worker's all-reduce,
+    compute and step, the emulated time so far (``emulated_s`` before this step), and the
+    most payload bytes a worker sent."""
+    step_s = max(r["stats"]["tat_s"] + r["compute_s"] for r in reports)
+    return {"allreduce_s": max(r["stats"]["tat_s"] for r in reports), "compute_s": max(r["compute_s"] for r in reports),
+            "step_s": step_s, "emulated_time_s": emulated_s + step_s,
+            "bytes_sent": max(r["stats"]["bytes_sent"] for r in reports), "verified": verified}
+
+
+def step_row(series: str, method: str, source: str, bits: int | None, step: int, evaluation: Evaluation,
+             max_param_diff: float, timing: dict[str, Any] | None) -> dict[str, Any]:
+    """One row of training_steps.csv: the parameters' (loss, train accuracy, test accuracy)
+    after ``step``, their distance to the exact reference's, and the step's timing."""
+    loss, train_accuracy, test_accuracy = evaluation
+    return {
+        "series": series, "method": method, "source": source, "bits": "" if bits is None else bits, "step": step,
+        "loss": loss, "train_accuracy": train_accuracy, "test_accuracy": test_accuracy, "max_param_diff": max_param_diff,
+        **(timing or NO_TIMING),
+    }
 
 
 def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: int) -> list[Verdict]:

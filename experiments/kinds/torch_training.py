@@ -1,0 +1,136 @@
+"""Running a ``torch`` workload: a PyTorch model trained with DistributedDataParallel on the
+emulated hosts, once per method: the SwitchML communication hook, and Gloo's own all-reduce.
+
+Before the network is built, the exact reference is replayed in this process
+(experiments/kinds/torch_replay.py: the ranks' gradients averaged in float64) and its
+learning curve written as the ``exact`` series. Then, per method, one DDP rank per host
+trains step by step (hosts/torch_training.py), released by the runner as the numpy
+training is (experiments/kinds/training.py's ``StepTrainingRunner``). The runner cannot
+compute the ranks' gradients itself (torch's kernels are theirs), so each rank reports its
+buckets' gradients, and every step is checked from them (``verify_torch_step``): each
+bucket's all-reduce as any all-reduce is -- SwitchML's integer sums bit for bit against
+the quantized inputs, Gloo's average within the float32 summation bound -- and every rank
+must hold rank 0's parameters (digests), which are compared with the exact replay's.
+
+torch is imported when a runner is built, never when this module is: the kinds registry
+imports it on every machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from experiments.harness import ExperimentKind
+from experiments.kinds.training import Evaluation, StepTrainingRunner, step_row, training_report
+from experiments.kinds.training_results import EXACT, TrainingResultsWriter
+from experiments.verify import Verdict, expected_for, verify
+from hosts.training import ARRAYS_RANK
+import methods
+from workloads.training import array_digest
+
+if TYPE_CHECKING:
+    from experiments.kinds.torch_replay import TorchTrajectory
+
+
+class TorchTrainingRunner(StepTrainingRunner):
+    """The DDP training: the exact replay offline, then each method's training on the network."""
+
+    def _record_references(self) -> TorchTrajectory:
+        from experiments.kinds.torch_replay import exact_replay
+
+        exact = exact_replay(self.config, self.data, self.n_workers)
+        if not self.writer.series_complete(EXACT, self.config.steps):
+            self.writer.discard_series(EXACT)
+            self.writer.add_training_steps([step_row(EXACT, EXACT, "offline", None, step, tuple(exact.evaluations[step]), 0.0, None)
+                                            for step in range(self.config.steps + 1)])
+        return exact
+
+    def _step_check(self, method: str, exact: TorchTrajectory) -> ReportCheck:
+        return ReportCheck(method, self.point.protocol["k"], exact)
+
+
+class ReportCheck:
+    """A DDP method's steps checked from its ranks' reports, against the exact replay."""
+
+    def __init__(self, method: str, k: int, exact: TorchTrajectory) -> None:
+        self.method = method
+        self.k = k
+        self.exact = exact
+
+    def start(self) -> tuple[Evaluation, float]:
+        """DDP starts every rank from rank 0's parameters, which are the replay's (the same seeded model)."""
+        return tuple(self.exact.evaluations[0]), 0.0
+
+    def step(self, step: int, reports: list[dict[str, Any]]) -> tuple[list[Verdict], Evaluation, float]:
+        verdicts, params = verify_torch_step(self.method, reports, self.k)
+        diff = float(np.max(np.abs(params.astype(np.float64) - self.exact.params[step])))
+        return verdicts, tuple(reports[ARRAYS_RANK]["evaluation"]), diff
+
+
+def take_arrays(path: str) -> list[np.ndarray]:
+    """The arrays of a worker's .npz (saved in order), the file removed once read."""
+    with np.load(path) as saved:
+        arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    Path(path).unlink()
+    return arrays
+
+
+def verify_torch_step(method: str, reports: list[dict[str, Any]], k: int) -> tuple[list[Verdict], np.ndarray]:
+    """Every rank's verdict on one DDP step, and rank 0's parameters after it.
+
+    Each bucket's expected sum comes from every rank's inputs (protocol/quantize.py's, for
+    SwitchML); rank 0's result is verified as the method's results are. Gloo returns the
+    average: multiplied back by n (exact in float64), it is checked against the float64 sum
+    with the bound of n + 1 float32 roundings (the division by n before the sum is one more).
+    Then every rank's digests must equal those of rank 0's verified result and parameters.
+    """
+    n = len(reports)
+    inputs = [take_arrays(report["buckets"]) for report in reports]
+    with np.load(reports[ARRAYS_RANK]["sums"]) as saved:
+        sums = {name: saved[name] for name in saved.files}
+    Path(reports[ARRAYS_RANK]["sums"]).unlink()
+    params = np.load(reports[ARRAYS_RANK]["parameters"])
+    Path(reports[ARRAYS_RANK]["parameters"]).unlink()
+    if len({len(buckets) for buckets in inputs}) != 1:
+        detail = f"the ranks all-reduced different numbers of buckets: {[len(b) for b in inputs]}"
+        return [Verdict(False, float("inf"), detail)] * n, params
+    bucket_verdicts = []
+    for index in range(len(inputs[0])):
+        expected = expected_for([buckets[index] for buckets in inputs], k)
+        if method == methods.SWITCHML.name:
+            verdict = verify(methods.SWITCHML, expected, sums[f"values{index}"], sums[f"int_sum{index}"])
+        else:
+            total = sums[f"average{index}"].astype(np.float64) * n
+            verdict = verify(methods.by_name(method), replace(expected, n_workers=n + 1), total, None)
+        bucket_verdicts.append(verdict)
+    failed = [(index, v) for index, v in enumerate(bucket_verdicts) if not v.verified]
+    if failed:
+        index, first = failed[0]
+        step_verdict = Verdict(False, first.max_abs_error, f"bucket {index}: {first.detail}")
+    else:
+        step_verdict = Verdict(True, max(v.max_abs_error for v in bucket_verdicts), bucket_verdicts[0].detail)
+    want = {"parameters": array_digest(params)}
+    if method == methods.SWITCHML.name:
+        want["int_sum"] = array_digest(np.concatenate([sums[f"int_sum{i}"] for i in range(len(inputs[0]))]))
+    verdicts = []
+    for report in reports:
+        differ = [name for name, digest in want.items() if report["digests"].get(name) != digest]
+        verdicts.append(Verdict(False, float("inf"), f"{', '.join(differ)} differ from rank {ARRAYS_RANK}'s")
+                        if differ else step_verdict)
+    return verdicts, params
+
+
+KIND = ExperimentKind(
+    name="torch",
+    applies=lambda experiment: experiment.data["workload"]["kind"] == "torch",
+    writer=TrainingResultsWriter,
+    runner=TorchTrainingRunner,
+    unit="step",
+    units=lambda experiment: experiment.data["workload"]["steps"] * len(experiment.data["methods"]),
+    report=training_report,
+)
+"""Each method trains the model with DDP step by step; each step's all-reduces are one job."""
