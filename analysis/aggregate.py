@@ -110,9 +110,10 @@ def runs_with_lossy_switchml(runs: pd.DataFrame) -> list[str]:
     return sorted(set(lossy["run"]))
 
 
-def runs_training(runs: pd.DataFrame) -> list[str]:
-    """The ``run`` ids of training runs (workload ``training``: one job per SGD step)."""
-    return sorted(set(runs.loc[runs["workload"] == "training", "run"]))
+def runs_training(runs: pd.DataFrame, workload: str = "training") -> list[str]:
+    """The ``run`` ids of training runs of one workload kind (``training``: the numpy MLP;
+    ``torch``: a DDP training), whose steps are one job each."""
+    return sorted(set(runs.loc[runs["workload"] == workload, "run"]))
 
 
 MIN_CPU_SAMPLE_S = 0.2

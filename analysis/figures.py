@@ -189,6 +189,18 @@ ABLATION_COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:pink")
 
 
 def training_convergence(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """The numpy MLP's training: learning curves of the network's methods, exact and the ablations."""
+    offline = "exact (float64 sums), fewer-bit SwitchML: replayed offline (quantization is arithmetic, not network)"
+    return learning_curves(table, context, f"Data-parallel training through the emulated network ({_workers(table)})", offline)
+
+
+def training_torch(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """The DDP training: learning curves of the SwitchML hook and Gloo next to the exact replay."""
+    offline = "exact: one process, float64 average of every rank's gradient, replayed offline"
+    return learning_curves(table, context, f"PyTorch DDP through the emulated network ({_workers(table)})", offline)
+
+
+def learning_curves(table: pd.DataFrame, context: EmulationContext, title: str, offline: str) -> Figure:
     """Test accuracy against step and against emulated time, and each series' distance to the
     exact reference's parameters: accuracy curves can coincide while parameters drift apart,
     which is what the bottom panel shows."""
@@ -216,8 +228,7 @@ def training_convergence(table: pd.DataFrame, context: EmulationContext) -> Figu
     drift.set_xlabel("SGD step")
     drift.set_ylabel("max |parameters − exact reference's|")
     drift.legend(fontsize=8)
-    offline = "exact (float64 sums), fewer-bit SwitchML: replayed offline (quantization is arithmetic, not network)"
-    annotate(fig, context, f"Data-parallel training through the emulated network ({_workers(table)})", notes=(offline,))
+    annotate(fig, context, title, notes=(offline,))
     return fig
 
 

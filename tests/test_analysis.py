@@ -158,16 +158,21 @@ FIGURE_SWEEPS = {
 """The column each figure's run sweeps; loss_timeline instead takes any run with a lossy SwitchML job."""
 
 
-def is_training(run: Path) -> bool:
-    return any(row["workload"] == "training" for row in read_csv(run / "runs.csv"))
+TRAINING_FIGURES = {"training_convergence": "training", "training_torch": "torch"}
+"""The figures drawn from one training run, and the workload kind of that run."""
+
+
+def is_training(run: Path, workload: str = "training") -> bool:
+    return any(row["workload"] == workload for row in read_csv(run / "runs.csv"))
 
 
 def figure_run(root: Path, name: str) -> Path:
     """The run directory figure ``name`` must be drawn from (skips the test if there is none)."""
     if name == "loss_timeline":
         return newest_run_with_lossy_switchml(root)
-    if name == "training_convergence":
-        return newest([path.parent for path in root.rglob("runs.csv") if is_training(path.parent)], "trained a model")
+    if name in TRAINING_FIGURES:
+        return newest([path.parent for path in root.rglob("runs.csv") if is_training(path.parent, TRAINING_FIGURES[name])],
+                      f"trained a model (workload {TRAINING_FIGURES[name]})")
     return newest_run_sweeping(root, FIGURE_SWEEPS[name])
 
 
@@ -307,11 +312,12 @@ def test_directory_without_runs_is_an_error(tmp_path: Path) -> None:
 def test_every_figure_with_data_is_written(tmp_path: Path, caplog) -> None:
     present = {swept(read_csv(path)) for path in FIXTURE.rglob("runs.csv")}
     lossy = any(has_lossy_switchml(path.parent) for path in FIXTURE.rglob("runs.csv"))
-    trained = any(is_training(path.parent) for path in FIXTURE.rglob("runs.csv"))
+    trained = {name: any(is_training(path.parent, workload) for path in FIXTURE.rglob("runs.csv"))
+               for name, workload in TRAINING_FIGURES.items()}
     with caplog.at_level(logging.INFO):
         assert main([str(FIXTURE), "--out", str(tmp_path)]) == 0
     for spec in FIGURES:
-        special = {"loss_timeline": lossy, "training_convergence": trained}
+        special = {"loss_timeline": lossy, **trained}
         if special[spec.name] if spec.name in special else FIGURE_SWEEPS[spec.name] in present:
             for suffix in ("png", "pdf", "csv"):
                 assert (tmp_path / f"{spec.name}.{suffix}").stat().st_size > 0, f"{spec.name}.{suffix}"
@@ -364,6 +370,28 @@ def test_tat_vs_size(results) -> None:
     row = next(iter(point_rows(run).values()))
     x, y = model_line(ax, LINE_RATE_LABEL)
     assert y == pytest.approx(x / models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"])))
+
+
+def with_gloo(tmp_path: Path, column: str) -> Path:
+    """A copy of the fixture run sweeping ``column`` in which gloo ran too: the ring's rows
+    again as gloo's, each TAT 1.5 times the ring's (the fixture predates the gloo method)."""
+    run = copy_run(tmp_path, column)
+    rows = read_csv(run / "runs.csv")
+    gloo = [dict(row, method="gloo", tat_s=str(1.5 * float(row["tat_s"]))) for row in rows if row["method"] == "ring"]
+    write_csv(run / "runs.csv", rows + gloo)
+    return run
+
+
+@pytest.mark.parametrize(("figure", "column", "value"), [
+    ("ate_vs_workers", "n_workers", ate),
+    ("tat_vs_size", "elements", lambda row, tat: tat),
+])
+def test_sweeps_with_gloo_draw_its_curve_beside_ring_and_ps(tmp_path: Path, figure: str, column: str, value) -> None:
+    run = with_gloo(tmp_path, column)
+    _, fig = render(by_name(figure), load_results([run]))
+    expected = medians_by(run, column, value)
+    assert {"switchml", "ring", "ps", "gloo"} <= set(expected)
+    assert_series(fig.axes[0], expected)
 
 
 def test_tat_inflation_vs_loss(results) -> None:
@@ -448,14 +476,15 @@ def test_training_speedup_of_unscaled_runs_states_scale_one(tmp_path: Path) -> N
     assert "gradients and compute ×1 " in fig.axes[0].get_title(loc="left")
 
 
-def test_training_convergence(results) -> None:
+@pytest.mark.parametrize("figure", TRAINING_FIGURES)
+def test_training_figures(results, figure: str) -> None:
     """Every series' test accuracy per step (top) and distance to exact (bottom) as in training_steps.csv."""
-    run = figure_run(FIXTURE, "training_convergence")
+    run = figure_run(FIXTURE, figure)
     curves: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     for row in read_csv(run / "training_steps.csv"):
         curves[row["series"]][int(row["step"])] = (float(row["test_accuracy"]) * 100, float(row["max_param_diff"]))
     assert {"exact", "switchml"} <= set(curves)
-    _, fig = render(by_name("training_convergence"), results)
+    _, fig = render(by_name(figure), results)
     by_step, by_time, drift = fig.axes
     for line in by_step.lines:
         expected = curves[line.get_label()]
