@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from hosts.stats import TIMELINE_BIN_S
+from hosts.stats import TIMELINE_BIN_S, JobStats
 
 SNMP = Path("/proc/self/net/snmp")
 NETSTAT = Path("/proc/self/net/netstat")
@@ -125,3 +125,19 @@ def process_tcp_payload() -> tuple[int, int]:
         sent += bytes_sent - bytes_retrans + notsent
         received += struct.unpack_from("=Q", info, _BYTES_RECEIVED)[0]
     return sent, received
+
+
+class ProcessTcpMeter:
+    """This namespace's TCP counters and this process's TCP payload bytes since it was made:
+    the statistics of an all-reduce whose sockets are not ours to count (Gloo's inside DDP)."""
+
+    def __init__(self) -> None:
+        self._counters = TcpCounters.read()
+        self._sent, self._received = process_tcp_payload()
+
+    def stats(self, tat_s: float) -> JobStats:
+        delta = TcpCounters.read() - self._counters
+        sent, received = process_tcp_payload()
+        return JobStats(tat_s=tat_s, packets_sent=delta.out_segs, packets_received=delta.in_segs,
+                        retransmissions=delta.retrans_segs, timeouts=delta.timeouts, duplicates=delta.dsack_sent,
+                        bytes_sent=sent - self._sent, bytes_received=received - self._received)

@@ -1,0 +1,127 @@
+"""The torch workload kind: its config rules, its step verification, and one short DDP
+training through Mininet with the SwitchML hook and with Gloo.
+
+The config and verification tests need neither torch nor root; the end-to-end test needs
+the optional torch extra (skipped where it is absent, a failure where
+SWITCHML_REQUIRE_TORCH=1) and root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from base.yamlschema import ConfigError
+from experiments.config import CONFIG_DIR, load_experiment
+from experiments.kinds.torch_training import verify_torch_step
+from methods import gloo
+from protocol.quantize import expected_sum
+from tests.conftest import require_torch
+from tests.experiment_runs import NETWORK_WAIT_S, experiment_argv, leftovers
+from workloads.training import array_digest
+
+CONFIG = CONFIG_DIR / "training_torch.yaml"
+K = 32
+N = 3
+
+
+def test_a_torch_training_is_refused_as_the_config_loads_without_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(CONFIG, ["methods=[switchml]"])
+    assert str(refused.value) == (f"{CONFIG}: workload.kind: torch needs PyTorch, which is not installed: "
+                                  "pip install -e '.[torch]' (or ./scripts/bootstrap.sh --torch)")
+
+
+def test_a_torch_training_runs_the_hook_or_gloo_once_per_method(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gloo, "unavailable", lambda: None)  # the rules, not this machine's PyTorch
+    with pytest.raises(ConfigError, match=r"methods: a torch training all-reduces through DDP with switchml or gloo, got switchml, ring"):
+        load_experiment(CONFIG, ["methods=[switchml,ring]"])
+    with pytest.raises(ConfigError, match=r"repetitions: a training runs once per method"):
+        load_experiment(CONFIG, ["repetitions=2"])
+    with pytest.raises(ConfigError, match=r"workload.ablation_bits: not allowed for workload kind torch"):
+        load_experiment(CONFIG, ["workload.ablation_bits=[8]"])
+
+
+def step_reports(tmp_path: Path, method: str, inputs: list[list[np.ndarray]], sums: dict[str, np.ndarray],
+                 params: np.ndarray, rank_params: list[np.ndarray]) -> list[dict]:
+    """Worker reports of one step as hosts/torch_training.py writes them."""
+    reports = []
+    for rank, buckets in enumerate(inputs):
+        report = {"buckets": str(tmp_path / f"rank{rank}.npz"), "digests": {"parameters": array_digest(rank_params[rank])}}
+        np.savez(report["buckets"], *buckets)
+        if "int_sum0" in sums:
+            report["digests"]["int_sum"] = array_digest(np.concatenate([sums[f"int_sum{i}"] for i in range(len(buckets))]))
+        reports.append(report)
+    reports[0] |= {"sums": str(tmp_path / "sums.npz"), "parameters": str(tmp_path / "params.npy")}
+    np.savez(reports[0]["sums"], **sums)
+    np.save(reports[0]["parameters"], params)
+    return reports
+
+
+def bucket_inputs(seed: int) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal(70).astype(np.float32), rng.standard_normal(9).astype(np.float32)] for _ in range(N)]
+
+
+def test_a_switchml_step_verifies_its_integer_sums_and_every_ranks_parameters(tmp_path: Path) -> None:
+    inputs = bucket_inputs(1)
+    expected = [expected_sum([ranks[i] for ranks in inputs], K, N) for i in range(2)]
+    sums = {f"int_sum{i}": e.int_sum for i, e in enumerate(expected)} | {f"values{i}": e.values for i, e in enumerate(expected)}
+    params = np.arange(5, dtype=np.float32)
+    verdicts, got = verify_torch_step("switchml", step_reports(tmp_path, "switchml", inputs, sums, params, [params] * N), K)
+    assert [v.verified for v in verdicts] == [True] * N and np.array_equal(got, params)
+    assert not list(tmp_path.iterdir())  # the workers' files are removed once read
+
+    wrong = dict(sums, int_sum1=sums["int_sum1"] + np.int32(1))
+    verdicts, _ = verify_torch_step("switchml", step_reports(tmp_path, "switchml", inputs, wrong, params, [params] * N), K)
+    assert not any(v.verified for v in verdicts) and "bucket 1: integer sum" in verdicts[1].detail
+
+    drifted = [params, params, params + 1]
+    verdicts, _ = verify_torch_step("switchml", step_reports(tmp_path, "switchml", inputs, sums, params, drifted), K)
+    assert [v.verified for v in verdicts] == [True, True, False] and "parameters differ" in verdicts[2].detail
+
+
+def test_a_gloo_step_verifies_the_average_within_the_float32_bound(tmp_path: Path) -> None:
+    inputs = bucket_inputs(2)
+    averages = {f"average{i}": (np.sum([r[i] / np.float32(N) for r in inputs], axis=0)).astype(np.float32) for i in range(2)}
+    params = np.ones(3, dtype=np.float32)
+    verdicts, _ = verify_torch_step("gloo", step_reports(tmp_path, "gloo", inputs, averages, params, [params] * N), K)
+    assert all(v.verified for v in verdicts)
+    off = dict(averages, average0=averages["average0"] * np.float32(1.001))
+    verdicts, _ = verify_torch_step("gloo", step_reports(tmp_path, "gloo", inputs, off, params, [params] * N), K)
+    assert not any(v.verified for v in verdicts) and "bucket 0" in verdicts[0].detail
+
+
+@pytest.mark.torch
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_ddp_trains_through_mininet_with_the_hook_and_with_gloo(tmp_path: Path) -> None:
+    """4 DDP ranks, 12 steps each way on the embedded switch: every step verified, both
+    methods' parameters next to the exact replay's, and nothing left behind."""
+    require_torch()
+    if os.geteuid() != 0:
+        pytest.skip("Mininet tests need root")
+    out = tmp_path / "run"
+    argv = experiment_argv(out, "topology.workers=4", "workload.steps=12", config=CONFIG)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True and summary["kept_up"] is True
+    series = {row["series"]: row for row in summary["training"]}
+    assert set(series) == {"exact", "switchml", "gloo"}
+    for method in ("switchml", "gloo"):
+        assert series[method]["verified"] is True
+        assert series[method]["final_param_diff"] < 1e-4  # quantization and float32 rounding, 12 steps from the replay
+    steps = pd.read_csv(out / "training_steps.csv")
+    network = steps[(steps["source"] == "network") & (steps["step"] > 0)]
+    assert len(network) == 2 * 12 and (network["bytes_sent"] > 0).all() and (network["step_s"] > 0).all()
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs[runs["repetition"] > 0]) == 2 * 12 * 4 and runs["verified"].all()
+    assert not leftovers(str(out))
