@@ -54,6 +54,7 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
                                     "target_accuracy", "ablation_bits"},
     "torch": _WORKLOAD_COMMON | {"dataset", "hidden_units", "batch_size", "learning_rate", "steps", "test_fraction",
                                  "target_accuracy"},
+    "ddp_script": _WORKLOAD_COMMON | {"script", "args"},
 }
 """Workload keys each kind accepts (the schema lists the union)."""
 WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -62,10 +63,13 @@ WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
                  "test_fraction": 0.2, "target_accuracy": 0.9, "ablation_bits": [8, 5]},
     "torch": {"dataset": "digits", "hidden_units": 32, "batch_size": 16, "learning_rate": 0.5, "steps": 300,
               "test_fraction": 0.2, "target_accuracy": 0.9},
+    "ddp_script": {"args": []},
 }
 """Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
-TRAINING_KINDS = ("training", "torch")
-"""Workload kinds that train a model, one run per method (experiments/kinds/training.py, torch_training.py)."""
+TRAINING_KINDS = ("training", "torch", "ddp_script")
+"""Workload kinds that train a model, one run per method (experiments/kinds/training.py, torch_training.py, ddp_script.py)."""
+TORCH_KINDS = ("torch", "ddp_script")
+"""Workload kinds that train with PyTorch's DDP: they need PyTorch and run the TORCH_METHODS."""
 TORCH_METHODS = (methods.SWITCHML.name, methods.GLOO.name)
 """The all-reduces a DDP training runs: the SwitchML hook (hosts/torch_hook.py) or Gloo's own."""
 
@@ -258,9 +262,11 @@ def _check_training(data: Mapping[str, Any], topology: Topology, source: str) ->
         raise ConfigError(f"{source}: repetitions: a training runs once per method (its steps are the repetitions), got {data['repetitions']}")
     if data.get("sweep") is not None:
         raise ConfigError(f"{source}: sweep: a training config does not sweep; run one config per setting")
-    if workload["kind"] == "torch" and not set(data["methods"]) <= set(TORCH_METHODS):
-        raise ConfigError(f"{source}: methods: a torch training all-reduces through DDP with {' or '.join(TORCH_METHODS)}, "
+    if workload["kind"] in TORCH_KINDS and not set(data["methods"]) <= set(TORCH_METHODS):
+        raise ConfigError(f"{source}: methods: a {workload['kind']} training all-reduces through DDP with {' or '.join(TORCH_METHODS)}, "
                           f"got {', '.join(data['methods'])}")
+    if workload["kind"] == "ddp_script" and not Path(workload["script"]).is_file():
+        raise ConfigError(f"{source}: workload.script: {workload['script']} is not a file")
     for bits in workload.get("ablation_bits", ()):
         try:
             quantized_limit(len(topology.hosts), bits)
@@ -344,8 +350,8 @@ def require_available_methods(data: Mapping[str, Any], path: Path) -> None:
         if reason is not None:
             raise ConfigError(f"{path}: methods: {name} {reason}")
     reason = methods.GLOO.unavailable()  # PyTorch itself: the gloo method's requirement
-    if data["workload"]["kind"] == "torch" and reason is not None:
-        raise ConfigError(f"{path}: workload.kind: torch {reason}")
+    if data["workload"]["kind"] in TORCH_KINDS and reason is not None:
+        raise ConfigError(f"{path}: workload.kind: {data['workload']['kind']} {reason}")
 
 
 def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:

@@ -53,6 +53,8 @@ def describe_workload(workload: Mapping[str, Any]) -> WorkloadInfo:
         from workloads.torch_cnn import parameter_count
 
         return WorkloadInfo(name="torch", elements=parameter_count(workload["hidden_units"]), compute_s=0.0)
+    if workload["kind"] == "ddp_script":  # a user's script: its elements are counted as it runs
+        return WorkloadInfo(name="ddp_script", elements=0, compute_s=0.0)
     trace = load_trace(workload["model"])
     scale = workload["size_scale"]
     return WorkloadInfo(

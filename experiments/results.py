@@ -114,12 +114,14 @@ class ResultsWriter:
         verdicts: list[Verdict],
         measured: JobMeasurement | None,
         loss_mechanism: str,
+        elements: int | None = None,
     ) -> None:
         """Rows of one job: per worker in runs.csv and timeline.csv; the job's measurements
-        (``measured``: counters, frames, CPU) unless the job was too short to measure alone."""
+        (``measured``: counters, frames, CPU) unless the job was too short to measure alone.
+        ``elements``: the job's, where the point does not fix them (a user's DDP script)."""
         n = len(reports)
         workload = point.workload_info
-        elements = workload.elements
+        elements = workload.elements if elements is None else elements
         tensor_bytes = elements * ELEMENT_BYTES  # float32 and int32 alike
         rows = []
         for rank, (report, verdict) in enumerate(zip(reports, verdicts)):

@@ -63,8 +63,12 @@ class WorkerGroup:
     """
 
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
-                 dependencies: Mapping[str, int] | None = None) -> None:
+                 dependencies: Mapping[str, int] | None = None, entry: str = "hosts.worker",
+                 arguments: Sequence[str] = ()) -> None:
         self.method = method
+        self.entry = entry
+        """The module each rank runs (``python -m <entry> SPEC --rank R <arguments>``)."""
+        self.arguments = tuple(arguments)
         self.hosts = list(hosts)
         self.spec_path = spec_path
         self.log_dir = log_dir
@@ -89,7 +93,7 @@ class WorkerGroup:
         for rank, host in enumerate(self.hosts):
             with self._log_path(rank).open("w") as stderr:
                 proc = host.popen(
-                    [sys.executable, "-m", "hosts.worker", str(self.spec_path), "--rank", str(rank)],
+                    [sys.executable, "-m", self.entry, str(self.spec_path), "--rank", str(rank), *self.arguments],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=str(REPO_ROOT), env=env, text=True,
                     preexec_fn=dies_with_this_process(),
                 )

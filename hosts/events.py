@@ -11,3 +11,12 @@ from typing import Any
 def emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
+
+
+def emit_error(exc: BaseException) -> None:
+    """The last message of a failed worker: what failed, whether it was a missed deadline
+    (``timed_out``), and for an OSError its errno and file (the runner tells a full disk by them)."""
+    error: dict[str, Any] = {"event": "error", "message": f"{type(exc).__name__}: {exc}", "timed_out": isinstance(exc, TimeoutError)}
+    if isinstance(exc, OSError) and exc.errno is not None:
+        error |= {"errno": exc.errno, "filename": exc.filename}
+    emit(error)

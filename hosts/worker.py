@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from hosts.allreduce import build
-from hosts.events import emit
+from hosts.events import emit, emit_error
 from protocol.worker_spec import WorkerSpec
 
 log = logging.getLogger("hosts.worker")
@@ -80,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             serve(spec, args.rank, args.spec.parent)
     except Exception as exc:
         log.exception("worker failed")
-        error: dict[str, Any] = {"event": "error", "message": f"{type(exc).__name__}: {exc}", "timed_out": isinstance(exc, TimeoutError)}
-        if isinstance(exc, OSError) and exc.errno is not None:  # the runner tells a full disk from a failed run by it
-            error |= {"errno": exc.errno, "filename": exc.filename}
-        emit(error)
+        emit_error(exc)
         return 1
     return 0
 

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hosts",),
     ("analysis",),
     ("experiments",),
-    ("labs", "benchmarks", "run_experiment"),
+    ("labs", "benchmarks", "run_experiment", "examples"),  # examples: scripts of a user's, run by the testbed
     ("tests",),
 )
 """Lowest first. A package imports only packages of lower layers (its own excepted)."""

@@ -27,8 +27,14 @@ from tests.experiment_runs import NETWORK_WAIT_S, experiment_argv, leftovers
 from workloads.training import array_digest
 
 CONFIG = CONFIG_DIR / "training_torch.yaml"
+SCRIPT_CONFIG = CONFIG_DIR / "ddp_script.yaml"
 K = 32
 N = 3
+
+
+def pretend_pytorch_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """methods/gloo.py finds a module spec for torch (config loading never imports it)."""
+    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: object())
 
 
 def test_a_torch_training_is_refused_as_the_config_loads_without_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,13 +46,23 @@ def test_a_torch_training_is_refused_as_the_config_loads_without_pytorch(monkeyp
 
 
 def test_a_torch_training_runs_the_hook_or_gloo_once_per_method(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gloo, "unavailable", lambda: None)  # the rules, not this machine's PyTorch
+    pretend_pytorch_is_installed(monkeypatch)  # the rules, not this machine's PyTorch
     with pytest.raises(ConfigError, match=r"methods: a torch training all-reduces through DDP with switchml or gloo, got switchml, ring"):
         load_experiment(CONFIG, ["methods=[switchml,ring]"])
     with pytest.raises(ConfigError, match=r"repetitions: a training runs once per method"):
         load_experiment(CONFIG, ["repetitions=2"])
     with pytest.raises(ConfigError, match=r"workload.ablation_bits: not allowed for workload kind torch"):
         load_experiment(CONFIG, ["workload.ablation_bits=[8]"])
+
+
+def test_a_ddp_script_must_exist_and_needs_pytorch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pretend_pytorch_is_installed(monkeypatch)
+    missing = tmp_path / "mine.py"
+    with pytest.raises(ConfigError, match=rf"^{SCRIPT_CONFIG}: workload.script: {missing} is not a file$"):
+        load_experiment(SCRIPT_CONFIG, [f"workload.script={missing}"])
+    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match=r"workload.kind: ddp_script needs PyTorch"):
+        load_experiment(SCRIPT_CONFIG, ["methods=[switchml]"])
 
 
 def step_reports(tmp_path: Path, method: str, inputs: list[list[np.ndarray]], sums: dict[str, np.ndarray],
@@ -124,4 +140,25 @@ def test_ddp_trains_through_mininet_with_the_hook_and_with_gloo(tmp_path: Path) 
     assert len(network) == 2 * 12 and (network["bytes_sent"] > 0).all() and (network["step_s"] > 0).all()
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs[runs["repetition"] > 0]) == 2 * 12 * 4 and runs["verified"].all()
+    assert not leftovers(str(out))
+
+
+@pytest.mark.torch
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_a_users_ddp_script_runs_on_the_hosts_through_the_switch(tmp_path: Path) -> None:
+    """examples/ddp_digits.py on 2 hosts, 5 steps, with the SwitchML hook: one verified job
+    per rank counting every bucket, the script's own output in its log."""
+    require_torch()
+    if os.geteuid() != 0:
+        pytest.skip("Mininet tests need root")
+    out = tmp_path / "run"
+    argv = experiment_argv(out, "topology.workers=2", "workload.args=[--steps, 5]", "methods=[switchml]", config=SCRIPT_CONFIG)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 2 and runs["verified"].all() and (runs["workload"] == "ddp_script").all()
+    layers = 64 * 64 + 64 + 64 * 10 + 10  # the example's MLP: one bucket per backward pass
+    assert (runs["elements"] == 5 * layers).all() and (runs["packets_sent"] > 0).all()
+    assert "test accuracy" in (out / "logs" / "point0" / "switchml-rank0.log").read_text()
     assert not leftovers(str(out))

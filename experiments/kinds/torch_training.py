@@ -79,25 +79,29 @@ def take_arrays(path: str) -> list[np.ndarray]:
     return arrays
 
 
-def verify_torch_step(method: str, reports: list[dict[str, Any]], k: int) -> tuple[list[Verdict], np.ndarray]:
-    """Every rank's verdict on one DDP step, and rank 0's parameters after it.
+def take_sums(report: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Rank 0's sums file (every bucket's result), the file removed once read."""
+    with np.load(report["sums"]) as saved:
+        sums = {name: saved[name] for name in saved.files}
+    Path(report["sums"]).unlink()
+    return sums
+
+
+def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: dict[str, str] | None = None) -> list[Verdict]:
+    """Every rank's verdict on one backward pass's all-reduces, from its reports' bucket files.
 
     Each bucket's expected sum comes from every rank's inputs (protocol/quantize.py's, for
     SwitchML); rank 0's result is verified as the method's results are. Gloo returns the
     average: multiplied back by n (exact in float64), it is checked against the float64 sum
     with the bound of n + 1 float32 roundings (the division by n before the sum is one more).
-    Then every rank's digests must equal those of rank 0's verified result and parameters.
+    Then every rank's digests must equal those of rank 0's verified integer sums and of
+    ``shared`` (name -> digest every rank must report).
     """
     n = len(reports)
     inputs = [take_arrays(report["buckets"]) for report in reports]
-    with np.load(reports[ARRAYS_RANK]["sums"]) as saved:
-        sums = {name: saved[name] for name in saved.files}
-    Path(reports[ARRAYS_RANK]["sums"]).unlink()
-    params = np.load(reports[ARRAYS_RANK]["parameters"])
-    Path(reports[ARRAYS_RANK]["parameters"]).unlink()
+    sums = take_sums(reports[ARRAYS_RANK])
     if len({len(buckets) for buckets in inputs}) != 1:
-        detail = f"the ranks all-reduced different numbers of buckets: {[len(b) for b in inputs]}"
-        return [Verdict(False, float("inf"), detail)] * n, params
+        return [Verdict(False, float("inf"), f"the ranks all-reduced different numbers of buckets: {[len(b) for b in inputs]}")] * n
     bucket_verdicts = []
     for index in range(len(inputs[0])):
         expected = expected_for([buckets[index] for buckets in inputs], k)
@@ -110,18 +114,28 @@ def verify_torch_step(method: str, reports: list[dict[str, Any]], k: int) -> tup
     failed = [(index, v) for index, v in enumerate(bucket_verdicts) if not v.verified]
     if failed:
         index, first = failed[0]
-        step_verdict = Verdict(False, first.max_abs_error, f"bucket {index}: {first.detail}")
+        pass_verdict = Verdict(False, first.max_abs_error, f"bucket {index}: {first.detail}")
+    elif bucket_verdicts:
+        pass_verdict = Verdict(True, max(v.max_abs_error for v in bucket_verdicts), bucket_verdicts[0].detail)
     else:
-        step_verdict = Verdict(True, max(v.max_abs_error for v in bucket_verdicts), bucket_verdicts[0].detail)
-    want = {"parameters": array_digest(params)}
+        pass_verdict = Verdict(False, float("inf"), "no bucket was all-reduced")
+    want = dict(shared or {})
     if method == methods.SWITCHML.name:
         want["int_sum"] = array_digest(np.concatenate([sums[f"int_sum{i}"] for i in range(len(inputs[0]))]))
     verdicts = []
     for report in reports:
         differ = [name for name, digest in want.items() if report["digests"].get(name) != digest]
         verdicts.append(Verdict(False, float("inf"), f"{', '.join(differ)} differ from rank {ARRAYS_RANK}'s")
-                        if differ else step_verdict)
-    return verdicts, params
+                        if differ else pass_verdict)
+    return verdicts
+
+
+def verify_torch_step(method: str, reports: list[dict[str, Any]], k: int) -> tuple[list[Verdict], np.ndarray]:
+    """Every rank's verdict on one DDP step (its buckets, and rank 0's parameters on every
+    rank), and rank 0's parameters after it."""
+    params = np.load(reports[ARRAYS_RANK]["parameters"])
+    Path(reports[ARRAYS_RANK]["parameters"]).unlink()
+    return verify_buckets(method, reports, k, {"parameters": array_digest(params)}), params
 
 
 KIND = ExperimentKind(

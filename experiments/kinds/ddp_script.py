@@ -1,0 +1,93 @@
+"""Running a user's own DDP script (workload kind ``ddp_script``) on the emulated hosts.
+
+Per method, one rank of the script per host (hosts/ddp_script.py), on one network, once:
+``switchml`` gives the script's ``testbed_hook()`` the SwitchML communication hook,
+``gloo`` Gloo's own all-reduce, so the same script compares the two on the same links.
+The run is one job per method in the usual tables: runs.csv's row of a rank counts every
+all-reduce of the script (``tat_s`` their time, ``elements`` all the buckets' elements,
+packets and retransmissions), and its ``verified`` is the last backward pass's buckets
+verified from every rank's inputs (experiments/kinds/torch_training.py's ``verify_buckets``:
+SwitchML's integer sums bit for bit, Gloo's average within the float32 bound). The script's
+own output is in each rank's log (``logs/point0/<method>-rank<r>.log``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+from experiments.config import Experiment
+from experiments.harness import ExperimentKind, PointNetwork, point_network, worker_spec
+from experiments.kinds.torch_training import verify_buckets
+from experiments.results import ResultsWriter, format_table
+from experiments.workers import REPORT_GRACE_S
+
+log = logging.getLogger(__name__)
+
+ENTRY = "hosts.ddp_script"
+"""The module every rank runs, with the script and its arguments after its rank."""
+
+
+class ScriptRunner:
+    """Each method runs the script once on every host."""
+
+    def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
+        self.experiment = experiment
+        self.target = target
+        self.writer = writer
+        self.progress = progress
+        self.point = experiment.points[0]
+        workload = self.point.workload
+        self.script = Path(workload["script"]).resolve()
+        self.arguments = [str(argument) for argument in workload["args"]]
+
+    def run(self) -> bool:
+        pending = []
+        for method in self.point.methods:
+            if self.writer.has_rows(self.point.index, method, 1):
+                log.info("%s: the script's run is already in %s, skipped (resume)", method, self.writer.run_dir)
+                self.progress("skipped")
+            else:
+                self.writer.discard(self.point.index, method)
+                pending.append(method)
+        if not pending:
+            return True
+        ok = True
+        with point_network(self.experiment, self.point, self.target, self.writer) as held:
+            for method in pending:
+                ok &= self._run_script(held, method)
+        return ok
+
+    def _run_script(self, held: PointNetwork, method: str) -> bool:
+        spec_path = worker_spec(self.point, method).write(held.work / f"{method}.json")
+        held.reset_aggregation()
+        with held.workers(method, spec_path, entry=ENTRY, arguments=(str(self.script), *self.arguments)) as group:
+            meter = held.meter(group)
+            meter.start()
+            group.release(1)
+            reports = group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S)
+            verdicts = verify_buckets(method, reports, self.point.protocol["k"])
+            self.writer.add_repetition(self.point, method, 1, reports, verdicts, meter.stop(), held.net.report.loss_mechanism,
+                                       elements=reports[0]["elements"])
+            group.finish()
+        for rank, verdict in enumerate(verdicts):
+            if not verdict.verified:
+                log.error("%s rank %d: NOT VERIFIED: %s", method, rank, verdict.detail)
+        log.info("%s: %s ran %.1f s, %.1f s of it all-reducing %d elements (slowest rank)", method,
+                 self.script.name, max(r["script_s"] for r in reports), max(r["stats"]["tat_s"] for r in reports),
+                 reports[0]["elements"])
+        self.progress(f"{method}: {self.script.name} done")
+        return all(v.verified for v in verdicts)
+
+
+KIND = ExperimentKind(
+    name="ddp_script",
+    applies=lambda experiment: experiment.data["workload"]["kind"] == "ddp_script",
+    writer=ResultsWriter,
+    runner=ScriptRunner,
+    unit="method",
+    units=lambda experiment: len(experiment.data["methods"]),
+    report=format_table,
+)
+"""A user's DDP script, once per method, with the testbed's all-reduce behind its DDP hook."""
