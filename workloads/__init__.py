@@ -5,4 +5,5 @@
 - :mod:`workloads.architectures` / :mod:`workloads.make_traces`: how the shipped traces were derived.
 - :mod:`workloads.record`: record a trace from real gradients; replay a trace as tensors.
 - :mod:`workloads.training`: the training workload, a numpy MLP on scikit-learn's digits.
+- :mod:`workloads.torch_cnn`: the torch workload's model, a small PyTorch CNN on the same data (imports torch).
 """
