@@ -143,3 +143,31 @@ def test_the_graph_sees_known_imports() -> None:
     assert "base.yamlschema" in GRAPH["topologies.model"]
     assert "protocol.plan" in GRAPH["hosts.switchml.job"]
     assert "hosts.switchml.client" in GRAPH["hosts.allreduce"]  # imported inside a function
+
+
+TORCH_MODULES = {"workloads.torch_cnn", "hosts.torch_hook", "hosts.torch_training", "hosts.ddp_script",
+                 "experiments.kinds.torch_replay", "examples.ddp_digits"}
+"""The modules that import PyTorch (the optional extra) as they load: only the torch
+workloads' own, which the others import inside the functions that need them."""
+
+
+def top_level_imports(path: Path) -> set[str]:
+    """Modules ``path`` imports as it loads: module-level statements, not functions or TYPE_CHECKING blocks."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_only_the_torch_modules_import_pytorch_as_they_load() -> None:
+    """Everything else, the tests too, imports without PyTorch installed: torch is never a default dependency."""
+    offending = sorted(
+        f"{module_name(path)} imports {name}"
+        for path in python_files() if module_name(path) not in TORCH_MODULES
+        for name in top_level_imports(path) if name == "torch" or name.startswith("torch.") or name in TORCH_MODULES
+    )
+    assert not offending, "PyTorch imported at load time outside the torch modules:\n" + "\n".join(offending)
+    assert "torch" in top_level_imports(REPO_ROOT / "workloads" / "torch_cnn.py")  # the scan sees them
