@@ -13,16 +13,36 @@ failed, 4 results could not be written (disk full, read-only), 130 interrupted.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import signal
 import sys
-from pathlib import Path
 
 # Running as a script from anywhere: make the repository's packages importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+
+from base.lifetime import STOP_SIGNALS  # noqa: E402
+
+EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+def exit_before_start(signum: int, frame: object) -> None:
+    """A stop signal before the run has started anything (while Python imports, the config
+    loads, the target is chosen): the interrupted status, in one line. SystemExit, not
+    KeyboardInterrupt: it unwinds through whatever runs (a probe's clean-up still runs),
+    and the interpreter prints no traceback for it. ``run`` replaces this handler before it
+    builds anything (``stop_on_first_signal``)."""
+    logging.getLogger("run_experiment").error("interrupted (signal %d) before the run started; nothing was built", signum)
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":  # first, so that a Ctrl-C during the imports below is no traceback
+    for _stopping in STOP_SIGNALS:
+        signal.signal(_stopping, exit_before_start)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import mininet.log  # noqa: E402,F401  (before any of our loggers exist: see below)
 from tqdm import tqdm  # noqa: E402
@@ -32,14 +52,11 @@ from tqdm import tqdm  # noqa: E402
 logging.setLoggerClass(logging.Logger)
 
 from experiments.config import Experiment, load_experiment  # noqa: E402
-from base.lifetime import STOP_SIGNALS  # noqa: E402
 from base.yamlschema import ConfigError  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target  # noqa: E402
 
 log = logging.getLogger("run_experiment")
-
-EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -177,8 +194,10 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from experiments.storage import storage_problem
     from protocol.results_format import resume_command
     from experiments.workers import WorkerFailure
-    from base.lifetime import DependencyExited
+    from base.lifetime import DependencyFailed
     from network.emulation import NetworkError
+    from network.lock import WaitInterrupted
+    from switches.target import DataPlaneStartError
 
     if args.resume:
         check_resumable(args.resume, experiment)
@@ -194,15 +213,18 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         runner = kind.runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
             verified = runner.run()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             for stopping in STOP_SIGNALS:  # torn down: a late one must not kill the exit itself
                 signal.signal(stopping, signal.SIG_IGN)
-            log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
+            if isinstance(interrupt, WaitInterrupted):  # no network of this point was built
+                log.error("%s; results so far in %s (continue with %s)", interrupt, run_dir, resume_command(run_dir))
+            else:
+                log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
             return EXIT_INTERRUPTED
         except Exception as exc:
             if storage_problem(exc, run_dir) is not None:
                 raise
-            if isinstance(exc, (WorkerFailure, DependencyExited, NetworkError)):  # says what failed; no traceback needed
+            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError)):  # says what failed; no traceback needed
                 log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)
             else:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)

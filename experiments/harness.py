@@ -116,7 +116,7 @@ class PointNetwork:
     def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> Iterator[WorkerGroup]:
         """One worker per host (all of the topology's, or those at ``host_indices``), started
         and ready; killed on the way out unless finished. An error inside becomes
-        DependencyExited when a switch or a node's shell died meanwhile: that is its cause."""
+        DependencyExited when a switch, its learning thread or a node's shell died meanwhile: that is its cause."""
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from base.lifetime import ThreadWatch
 from switches.control import SwitchControl
 
 
@@ -41,6 +42,17 @@ class DataPlane(Protocol):
 
     def control(self, command_log: Path | None = None) -> SwitchControl:
         """A control-plane connection (the caller closes it)."""
+
+    @property
+    def threads(self) -> Mapping[str, ThreadWatch]:
+        """Threads of this process the switch needs while it runs, by what they are (bmv2's
+        learning controller), for the run to watch like its processes; empty for most."""
+
+
+class DataPlaneStartError(RuntimeError):
+    """A target's switch exited, or never became ready, while it started: what every target's
+    start raises for it (with the switch's log), so that a run fails naming the switch
+    whichever target it was, in one message rather than a traceback."""
 
 
 StartDataPlane = Callable[..., DataPlane]
