@@ -54,7 +54,7 @@ logging.setLoggerClass(logging.Logger)
 from experiments.config import Experiment, load_experiment  # noqa: E402
 from base.yamlschema import ConfigError  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
-from switches.targets import TARGETS, TargetUnavailableError, resolve_target  # noqa: E402
+from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
 
 log = logging.getLogger("run_experiment")
 
@@ -152,19 +152,26 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return EXIT_CONFIG
 
+    requested = experiment.data["switch"]["target"]
     try:
-        target = resolve_target(experiment.data["switch"]["target"], needs_delay_line=needs_delay_line(experiment))
-        if target != experiment.data["switch"]["target"]:
-            # 'auto' resolved: load again for the concrete target, so its checks and its
-            # link rate (switch.link_bw_mbps) apply and config.yaml records what ran.
-            experiment = load_experiment(args.config, [*overrides, f"switch.target={target}"])
+        # A dry run need not be root; where only root can tell which target a run gets, it
+        # shows each one it might be (root_run_targets) rather than the one it can check.
+        choose = root_run_targets if args.dry_run else lambda *a, **k: [resolve_target(*a, **k)]
+        # 'auto' resolved: load again for the concrete target, so its checks and its link
+        # rate (switch.link_bw_mbps) apply and config.yaml records what ran.
+        runs = [(target, experiment if target == requested else load_experiment(args.config, [*overrides, f"switch.target={target}"]))
+                for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
-    if not emit(describe(experiment, target)):
+    if len(runs) > 1 and not emit(f"switch target {requested}: a root run takes the first of {', '.join(t for t, _ in runs)} "
+                                  "that this machine takes; only root can find out which, so this dry run shows each:"):
+        return EXIT_STORAGE
+    if not all(emit(describe(loaded, target)) for target, loaded in runs):
         return EXIT_STORAGE
     if args.dry_run:
         return EXIT_OK
+    [(target, experiment)] = runs
     if os.geteuid() != 0:
         log.error("Mininet needs root: run with sudo (or as root)")
         return EXIT_CONFIG

@@ -57,27 +57,50 @@ def resolve_target(name: str, needs_delay_line: bool = False) -> str:
     ``needs_delay_line``: the links have a delay and the kernel has no netem, so only a
     target that delays frames itself can run them; 'auto' then picks one.
     """
+    return _choose(name, needs_delay_line, undecided_allowed=False)[0]
+
+
+def root_run_targets(name: str, needs_delay_line: bool = False) -> list[str]:
+    """What a root run would resolve ``name`` to, as far as this process can tell: one
+    target, or, in a process that is not root (a dry run) where a target only root can probe
+    comes first, each target a root run might take, in ``auto``'s order (the first that the
+    kernel takes)."""
+    return _choose(name, needs_delay_line, undecided_allowed=True)
+
+
+def _choose(name: str, needs_delay_line: bool, undecided_allowed: bool) -> list[str]:
     if name not in TARGETS:
         raise ValueError(f"unknown switch target {name!r}; choose one of {', '.join(TARGETS)}")
     if name != AUTO:
         problems = REGISTRY[name].missing()
+        if undecided_allowed and REGISTRY[name].undecided(problems):
+            log.info("switch target %s (whether this machine takes it, only root can find out)", name)
+            return [name]
         if problems:
             raise TargetUnavailableError(REGISTRY[name].unavailable_message(problems))
         log.info("switch target %s", name)
-        return name
+        return [name]
     if needs_delay_line:
         chosen = next(t for t in REGISTRY.values() if t.delays_frames and not t.missing())
         log.info("switch target auto -> %s (the links have a delay, the kernel has no netem: only its delay line can delay frames)",
                  chosen.name)
-        return chosen.name
-    passed_over = []
+        return [chosen.name]
+    passed_over: list[str] = []
+    undecided: list[str] = []
     for candidate in REGISTRY.values():
         problems = candidate.missing()
-        if not problems:
+        if not problems or (undecided_allowed and candidate.undecided(problems)):
+            undecided.append(candidate.name)
+            if problems:
+                continue
             reasons = f" ({'; '.join(passed_over)})" if passed_over else ""
-            log.info("switch target auto -> %s%s", candidate.name, reasons)
-            return candidate.name
+            if len(undecided) > 1:
+                reasons += f"; only root can find out whether this machine takes {', '.join(undecided[:-1])}"
+            log.info("switch target auto -> %s%s", " or ".join(undecided), reasons)
+            return undecided
         passed_over.append(candidate.passed_over_reason(problems))
+    if undecided:
+        return undecided
     raise TargetUnavailableError(f"no switch target can run here: {'; '.join(passed_over)}")
 
 
