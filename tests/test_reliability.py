@@ -338,18 +338,21 @@ def test_runner_killed_with_sigkill_takes_its_processes_along_and_the_next_run_r
 
 
 @in_mininet
-def test_killed_switch_fails_the_run_at_once_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", [pytest.param("embedded", marks=pytest.mark.embedded), pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_killed_switch_fails_the_run_at_once_naming_it(tmp_path: Path, target: str) -> None:
+    """kill -9 of the switch's process mid-job (simple_switch on bmv2; the eBPF switch has none)."""
+    require_target(target)
     out = tmp_path / "run"
     killed: dict[str, float] = {}
 
     def kill_switch(runner: subprocess.Popen, worker: int) -> None:
-        [switch] = pids_of(f"switches.embedded .*--log-file {out}")
+        switch = switch_process(runner.pid, target, out, timeout=5)
         killed["pid"], killed["at"] = switch, time.monotonic()
         os.kill(switch, signal.SIGKILL)
         runner.wait(timeout=60)
         killed["runner_exited_after_s"] = time.monotonic() - killed["at"]
 
-    code, output = disturb_mid_run(out, ["topology.workers=2", "methods=[switchml]", *LONG_JOB], "", kill_switch)
+    code, output = disturb_mid_run(out, ["topology.workers=2", "methods=[switchml]", *LONG_JOB], "", kill_switch, target=target)
     assert code == 3, output
     assert f"switch s1 (pid {killed['pid']}) exited with status -9" in output
     assert killed["runner_exited_after_s"] < 3.0, f"took {killed['runner_exited_after_s']:.1f} s (limit 60 s)"

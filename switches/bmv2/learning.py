@@ -123,8 +123,13 @@ class L2LearningController:
                 continue
 
     def _run(self) -> None:
-        with self.watch.running():
-            self._answer_digests()
+        """The thread: the run learns of its end from ``watch``; the error is logged in one line
+        (left to the thread, it would be a traceback on the runner's terminal)."""
+        try:
+            with self.watch.running():
+                self._answer_digests()
+        except Exception as error:
+            log.error("%s: L2 learning controller ended: %s: %s", self.name, type(error).__name__, error)
 
     def _answer_digests(self) -> None:
         for message in self._messages():
