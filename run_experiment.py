@@ -127,9 +127,10 @@ def stop_on_first_signal() -> None:
         signal.signal(stopping, stop)
 
 
-def needs_delay_line(experiment: Experiment) -> bool:
+def needs_delay_line(experiment: Experiment) -> bool | None:
     """Whether 'auto' must pick the embedded switch: some link has a delay and the kernel has
-    no netem (probed only then: the probe creates a namespace, which needs root)."""
+    no netem (probed only then: the probe creates a namespace, which needs root); None when
+    it cannot tell (not root: a dry run)."""
     if experiment.data["switch"]["target"] != "auto" or not any(
         link.spec.delay_ms for point in experiment.points for link in point.topology.links
     ):
@@ -139,7 +140,7 @@ def needs_delay_line(experiment: Experiment) -> bool:
     try:
         return not probe_tc().netem
     except ShapingError:
-        return True  # cannot probe (not root: a dry run): assume no netem, like this project's machines
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # A dry run need not be root; where only root can tell which target a run gets, it
         # shows each one it might be (root_run_targets) rather than the one it can check.
-        choose = root_run_targets if args.dry_run else lambda *a, **k: [resolve_target(*a, **k)]
+        # (A run that cannot probe netem is not root, and stops at that below.)
+        choose = root_run_targets if args.dry_run else lambda name, needs_delay_line: [resolve_target(name, bool(needs_delay_line))]
         # 'auto' resolved: load again for the concrete target, so its checks and its link
         # rate (switch.link_bw_mbps) apply and config.yaml records what ran.
         runs = [(target, experiment if target == requested else load_experiment(args.config, [*overrides, f"switch.target={target}"]))

@@ -29,7 +29,7 @@ import ctypes
 import os
 import select
 import signal
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping
 
 PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
@@ -187,11 +187,6 @@ def stopped(pid: int) -> bool:
 def stopped_evidence(pid: int) -> str:
     """What says that ``pid`` is the cause of a stall, for a message."""
     return f"is stopped (state T in /proc/{pid}/stat, as after SIGSTOP) and made no progress"
-
-
-def first_stopped(pids: Sequence[int]) -> int | None:
-    """The first of ``pids`` that is stopped, or None."""
-    return next((pid for pid in pids if stopped(pid)), None)
 
 
 def exit_status(pid: int) -> int | str:
