@@ -13,16 +13,36 @@ failed, 4 results could not be written (disk full, read-only), 130 interrupted.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import signal
 import sys
-from pathlib import Path
 
 # Running as a script from anywhere: make the repository's packages importable.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+
+from base.lifetime import STOP_SIGNALS  # noqa: E402
+
+EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+def exit_before_start(signum: int, frame: object) -> None:
+    """A stop signal before the run has started anything (while Python imports, the config
+    loads, the target is chosen): the interrupted status, in one line. SystemExit, not
+    KeyboardInterrupt: it unwinds through whatever runs (a probe's clean-up still runs),
+    and the interpreter prints no traceback for it. ``run`` replaces this handler before it
+    builds anything (``stop_on_first_signal``)."""
+    logging.getLogger("run_experiment").error("interrupted (signal %d) before the run started; nothing was built", signum)
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":  # first, so that a Ctrl-C during the imports below is no traceback
+    for _stopping in STOP_SIGNALS:
+        signal.signal(_stopping, exit_before_start)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import mininet.log  # noqa: E402,F401  (before any of our loggers exist: see below)
 from tqdm import tqdm  # noqa: E402
@@ -32,14 +52,11 @@ from tqdm import tqdm  # noqa: E402
 logging.setLoggerClass(logging.Logger)
 
 from experiments.config import Experiment, load_experiment  # noqa: E402
-from base.lifetime import STOP_SIGNALS  # noqa: E402
 from base.yamlschema import ConfigError  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
-from switches.targets import TARGETS, TargetUnavailableError, resolve_target  # noqa: E402
+from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
 
 log = logging.getLogger("run_experiment")
-
-EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -110,9 +127,10 @@ def stop_on_first_signal() -> None:
         signal.signal(stopping, stop)
 
 
-def needs_delay_line(experiment: Experiment) -> bool:
+def needs_delay_line(experiment: Experiment) -> bool | None:
     """Whether 'auto' must pick the embedded switch: some link has a delay and the kernel has
-    no netem (probed only then: the probe creates a namespace, which needs root)."""
+    no netem (probed only then: the probe creates a namespace, which needs root); None when
+    it cannot tell (not root: a dry run)."""
     if experiment.data["switch"]["target"] != "auto" or not any(
         link.spec.delay_ms for point in experiment.points for link in point.topology.links
     ):
@@ -122,7 +140,7 @@ def needs_delay_line(experiment: Experiment) -> bool:
     try:
         return not probe_tc().netem
     except ShapingError:
-        return True  # cannot probe (not root: a dry run): assume no netem, like this project's machines
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,19 +153,27 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return EXIT_CONFIG
 
+    requested = experiment.data["switch"]["target"]
     try:
-        target = resolve_target(experiment.data["switch"]["target"], needs_delay_line=needs_delay_line(experiment))
-        if target != experiment.data["switch"]["target"]:
-            # 'auto' resolved: load again for the concrete target, so its checks and its
-            # link rate (switch.link_bw_mbps) apply and config.yaml records what ran.
-            experiment = load_experiment(args.config, [*overrides, f"switch.target={target}"])
+        # A dry run need not be root; where only root can tell which target a run gets, it
+        # shows each one it might be (root_run_targets) rather than the one it can check.
+        # (A run that cannot probe netem is not root, and stops at that below.)
+        choose = root_run_targets if args.dry_run else lambda name, needs_delay_line: [resolve_target(name, bool(needs_delay_line))]
+        # 'auto' resolved: load again for the concrete target, so its checks and its link
+        # rate (switch.link_bw_mbps) apply and config.yaml records what ran.
+        runs = [(target, experiment if target == requested else load_experiment(args.config, [*overrides, f"switch.target={target}"]))
+                for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
-    if not emit(describe(experiment, target)):
+    if len(runs) > 1 and not emit(f"switch target {requested}: a root run takes the first of {', '.join(t for t, _ in runs)} "
+                                  "that this machine takes; only root can find out which, so this dry run shows each:"):
+        return EXIT_STORAGE
+    if not all(emit(describe(loaded, target)) for target, loaded in runs):
         return EXIT_STORAGE
     if args.dry_run:
         return EXIT_OK
+    [(target, experiment)] = runs
     if os.geteuid() != 0:
         log.error("Mininet needs root: run with sudo (or as root)")
         return EXIT_CONFIG
@@ -177,8 +203,10 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from experiments.storage import storage_problem
     from protocol.results_format import resume_command
     from experiments.workers import WorkerFailure
-    from base.lifetime import DependencyExited
+    from base.lifetime import DependencyFailed
     from network.emulation import NetworkError
+    from network.lock import WaitInterrupted
+    from switches.target import DataPlaneStartError
 
     if args.resume:
         check_resumable(args.resume, experiment)
@@ -194,15 +222,18 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         runner = kind.runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
             verified = runner.run()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             for stopping in STOP_SIGNALS:  # torn down: a late one must not kill the exit itself
                 signal.signal(stopping, signal.SIG_IGN)
-            log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
+            if isinstance(interrupt, WaitInterrupted):  # no network of this point was built
+                log.error("%s; results so far in %s (continue with %s)", interrupt, run_dir, resume_command(run_dir))
+            else:
+                log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
             return EXIT_INTERRUPTED
         except Exception as exc:
             if storage_problem(exc, run_dir) is not None:
                 raise
-            if isinstance(exc, (WorkerFailure, DependencyExited, NetworkError)):  # says what failed; no traceback needed
+            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError)):  # says what failed; no traceback needed
                 log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)
             else:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)

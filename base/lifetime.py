@@ -10,7 +10,13 @@ Two guarantees the kernel can give and Python cannot:
   exec, so it holds for ``mnexec ... python -m hosts.worker`` and for simple_switch.)
 - ``Dependencies`` watches processes a run needs but does not wait for (host shells,
   switches): each is a pidfd, readable the moment its process exits, so a wait can include
-  them and a death is named at once instead of a run waiting out its time limits.
+  them and a death is named at once instead of a run waiting out its time limits. A thread
+  the run needs (bmv2's learning controller) is watched the same way through a
+  ``ThreadWatch``, a pipe that turns readable when the thread ends (a thread has no pidfd
+  before Linux 6.9).
+- ``stopped(pid)`` tells a process stopped by a signal (SIGSTOP: state T) from one that
+  runs: when a job misses its deadline, a stopped worker or switch is its cause, not the
+  rank that happened to time out first (``Dependencies.stopped``).
 - ``deferred_signals()`` blocks the stop signals (STOP_SIGNALS) while a teardown runs, so an impatient
   second Ctrl-C cannot cut it short and leak namespaces, veths or processes; the signal is
   delivered, and acted on, right after.
@@ -68,20 +74,70 @@ def deferred_signals() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-class DependencyExited(RuntimeError):
-    """A process the run depends on (a switch, a host's shell) exited while it ran."""
+class DependencyFailed(RuntimeError):
+    """Something the run depends on (a switch, a host's shell, a switch's thread) failed."""
+
+
+class DependencyExited(DependencyFailed):
+    """A process the run depends on (a switch, a host's shell) exited while it ran, or a
+    thread it depends on ended."""
+
+
+class DependencyStopped(DependencyFailed):
+    """A process the run depends on was stopped (SIGSTOP) while it ran: it makes no progress."""
+
+
+class ThreadWatch:
+    """A thread's counterpart of a pidfd: ``fileno()`` turns readable when the thread ends.
+    The thread runs its work inside ``running()``, which records the error that ended it."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self.error: BaseException | None = None
+
+    def fileno(self) -> int:
+        return self._read
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException as error:
+            self.error = error
+            raise
+        finally:
+            os.close(self._write)
+
+    def ended(self) -> str:
+        """How the thread ended, for a message."""
+        return "ended" if self.error is None else f"ended with {type(self.error).__name__}: {self.error}"
+
+    def close(self) -> None:
+        """Close the watching end (the thread's end closes when the thread ends)."""
+        os.close(self._read)
+
+
+Dependency = int | ThreadWatch
+"""A process by its pid (a child of this process), or a thread by its watch."""
 
 
 class Dependencies:
-    """Pidfds of the processes a run depends on, by what they are ("switch s1", "the shell
-    of host h3"). Each pid must be a child of this process, so that it cannot be reused
-    before its owner reaps it."""
+    """What a run depends on, by what each is ("switch s1", "the shell of host h3", "the L2
+    learning controller of switch s1"), as file descriptors that turn readable when it ends:
+    a pidfd per process, a ``ThreadWatch`` per thread. Each pid must be a child of this
+    process, so that it cannot be reused before its owner reaps it."""
 
-    def __init__(self, processes: Mapping[str, int]) -> None:
-        self.fds: dict[int, tuple[str, int]] = {}
+    def __init__(self, watched: Mapping[str, Dependency]) -> None:
+        self.fds: dict[int, tuple[str, Dependency]] = {}
+        self._pidfds: list[int] = []
         try:
-            for label, pid in processes.items():
-                self.fds[os.pidfd_open(pid)] = (label, pid)
+            for label, what in watched.items():
+                if isinstance(what, ThreadWatch):
+                    self.fds[what.fileno()] = (label, what)
+                else:
+                    fd = os.pidfd_open(what)
+                    self._pidfds.append(fd)
+                    self.fds[fd] = (label, what)
         except BaseException:
             self.close()
             raise
@@ -93,14 +149,44 @@ class Dependencies:
         ready = select.select(list(self.fds), [], [], wait_s)[0] if self.fds else []
         return exited_error(*self.fds[ready[0]]) if ready else None
 
+    def stopped(self) -> DependencyStopped | None:
+        """The first dependency process that is stopped (SIGSTOP), or None."""
+        for label, what in self.fds.values():
+            if not isinstance(what, ThreadWatch) and stopped(what):
+                return DependencyStopped(f"{label} (pid {what}) {stopped_evidence(what)}")
+        return None
+
     def close(self) -> None:
-        for fd in self.fds:
+        for fd in self._pidfds:
             os.close(fd)
+        self._pidfds.clear()
         self.fds.clear()
 
 
-def exited_error(label: str, pid: int) -> DependencyExited:
-    return DependencyExited(f"{label} (pid {pid}) exited with status {exit_status(pid)}")
+def exited_error(label: str, what: Dependency) -> DependencyExited:
+    if isinstance(what, ThreadWatch):
+        return DependencyExited(f"{label} {what.ended()}")
+    return DependencyExited(f"{label} (pid {what}) exited with status {exit_status(what)}")
+
+
+STOPPED_STATES = ("T", "t")
+"""/proc/PID/stat's states of a process that cannot run until continued: stopped by a
+signal (SIGSTOP, SIGTSTP, ...) or by a tracer."""
+
+
+def stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (STOPPED_STATES); False when it is gone or runs."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in STOPPED_STATES
+
+
+def stopped_evidence(pid: int) -> str:
+    """What says that ``pid`` is the cause of a stall, for a message."""
+    return f"is stopped (state T in /proc/{pid}/stat, as after SIGSTOP) and made no progress"
 
 
 def exit_status(pid: int) -> int | str:

@@ -295,12 +295,17 @@ def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> Non
         raise ConfigError(f"{source}: jobs: {exc}") from None
 
 
-def _fill_kind_defaults(data: dict[str, Any]) -> None:
-    """Fill the defaults of the workload's kind, so the resolved config.yaml records them too."""
-    workload = data.get("workload")
+def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` over the defaults (DEFAULTS, then its workload kind's), so that a section given
+    whole (``--set limits={...}``, a sweep over ``workload``) keeps the defaults of the keys it
+    does not name, and the resolved config.yaml records them; DEFAULTS are copied, so no load
+    changes them."""
+    merged = deep_merge(copy.deepcopy(DEFAULTS), data)
+    workload = merged.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("kind"), str):  # else the schema names the mistake
         for key, value in WORKLOAD_KIND_DEFAULTS.get(workload["kind"], {}).items():
-            workload.setdefault(key, value)
+            workload.setdefault(key, copy.deepcopy(value))
+    return merged
 
 
 def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_source: str, label: str) -> None:
@@ -321,7 +326,6 @@ def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_
 def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any,
                    link_rate_source: str = LINK_RATE_KEY) -> Point:
     label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
-    _fill_kind_defaults(data)
     validate(data, experiment_schema(), label)
     workload = data["workload"]
     reject_keys(workload, WORKLOAD_KEYS[workload["kind"]], f"workload kind {workload['kind']}", label, "workload.")
@@ -364,11 +368,8 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         key, value = parse_set(assignment)
         set_dotted(raw, key, value, f"--set {assignment}")
         overridden.add(key)
-    # Defaults under the overridden config, so that a --set of a whole section (limits={})
-    # keeps the defaults of the keys it does not name; copied, so no load changes them.
-    data = deep_merge(copy.deepcopy(DEFAULTS), raw)
+    data = with_defaults(raw)  # under the overrides: a --set of a whole section keeps the others' defaults
     data.setdefault("name", path.stem)
-    _fill_kind_defaults(data)
     validate(data, experiment_schema(), str(path))
     require_available_methods(data, path)
     if data["name"] in (".", ".."):
@@ -381,6 +382,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     else:
         for index, value in enumerate(sweep["values"]):
             point_data = copy.deepcopy(data)
-            set_dotted(point_data, sweep["param"], value, f"{path}: sweep.param")
-            points.append(_resolve_point(point_data, path, index, sweep["param"], value, link_rate_source))
+            set_dotted(point_data, sweep["param"], copy.deepcopy(value), f"{path}: sweep.param")
+            # Again: a sweep value that is a whole section (workload, limits) replaced the defaults in it.
+            points.append(_resolve_point(with_defaults(point_data), path, index, sweep["param"], value, link_rate_source))
     return Experiment(name=data["name"], source=path, data=data, points=tuple(points), link_rate_source=link_rate_source)

@@ -117,7 +117,7 @@ class PointNetwork:
                 entry: str = "hosts.worker", arguments: Sequence[str] = ()) -> Iterator[WorkerGroup]:
         """One worker per host (all of the topology's, or those at ``host_indices``), started
         and ready; killed on the way out unless finished. An error inside becomes
-        DependencyExited when a switch or a node's shell died meanwhile: that is its cause.
+        DependencyExited when a switch, its learning thread or a node's shell died meanwhile: that is its cause.
         ``entry`` and ``arguments``: the module the workers run and what follows their rank."""
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)

@@ -7,9 +7,12 @@ becomes a ``WorkerFailure`` naming the rank and quoting its log, never a hang. L
 the context kills whatever is still running.
 
 The group also watches the processes the workers depend on but did not start (the
-switches, the hosts' shells): each is a pidfd in the same selector as the workers' pipes, so a switch that
+switches, the hosts' shells, bmv2's learning thread): each is a pidfd (a thread's watch) in the same selector as the workers' pipes, so a switch that
 dies wakes the wait at once and fails the run naming it and its exit status, instead of
-every worker waiting out its time limit. Workers are started with a parent-death signal:
+every worker waiting out its time limit. When a deadline passes, the rank that reports
+the timeout first is seldom the cause: every rank of a collective waits for the slowest.
+A worker or dependency that is stopped (SIGSTOP, state T) made no progress at all, so the
+failure names it instead. Workers are started with a parent-death signal:
 if the runner is killed, they die with it rather than keep the hosts' namespaces alive.
 """
 
@@ -29,7 +32,10 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from mininet.node import Host
 
-from base.lifetime import EXIT_NOTICE_S, Dependencies, deferred_signals, dies_with_this_process, exited_error
+from base.lifetime import (
+    EXIT_NOTICE_S, Dependencies, Dependency, DependencyStopped, deferred_signals, dies_with_this_process, exited_error, stopped,
+    stopped_evidence,
+)
 from protocol.params import REPO_ROOT
 
 log = logging.getLogger(__name__)
@@ -37,7 +43,8 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 15
 REPORT_GRACE_S = 10.0
 """How much longer than a worker's own deadline the runner waits for its report: the worker
-reports a missed deadline itself, with details, unless it is hung."""
+reports a missed deadline itself, with details, unless it is hung. A worker that is stopped
+(SIGSTOP) cannot report anything: the run fails at the deadline itself, naming it."""
 
 
 class WorkerFailure(RuntimeError):
@@ -59,11 +66,12 @@ class WorkerGroup:
     """One process per rank; ranks are the positions in ``hosts``.
 
     ``dependencies`` maps what a process is (``switch s1``, ``the shell of host h3``) to the
-    pid of a child process of this one that must stay up while the workers run.
+    pid of a child process of this one that must stay up while the workers run (or what a
+    thread is to its watch: base.lifetime).
     """
 
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
-                 dependencies: Mapping[str, int] | None = None, entry: str = "hosts.worker",
+                 dependencies: Mapping[str, Dependency] | None = None, entry: str = "hosts.worker",
                  arguments: Sequence[str] = ()) -> None:
         self.method = method
         self.entry = entry
@@ -120,13 +128,16 @@ class WorkerGroup:
         fast on any error or exit, of a worker or of a dependency."""
         reports: dict[int, dict[str, Any]] = {}
         timeout_s = limit.seconds + grace_s
-        deadline = time.monotonic() + timeout_s
+        limit_at = time.monotonic() + limit.seconds
+        deadline = limit_at + grace_s
         while len(reports) < len(self.procs):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                missing = sorted(set(range(len(self.procs))) - set(reports))
+            now = time.monotonic()
+            missing = sorted(set(range(len(self.procs))) - set(reports))
+            if now >= limit_at:  # a stopped process will not report within any grace
+                self._raise_if_stopped(missing, f"no '{event}' from ranks {missing} within {limit.describe()}")
+            if now >= deadline:
                 raise self._failure(missing[0], f"no '{event}' within {timeout_s:g} s (ranks waiting: {missing}; {limit.describe()})")
-            for key, _ in self._selector.select(timeout=min(remaining, 0.5)):
+            for key, _ in self._selector.select(timeout=min(deadline - now, 0.5)):
                 if isinstance(key.data, tuple):
                     raise exited_error(*key.data)
                 rank = key.data
@@ -142,10 +153,10 @@ class WorkerGroup:
                 for line in lines:
                     report = json.loads(line)
                     if report["event"] == "error" and report.get("timed_out"):
-                        raise WorkerFailure(
-                            f"{self.method}: rank {rank} on {self.hosts[rank].name} did not finish the all-reduce within "
-                            f"{limit.describe()}; worker log {self._log_path(rank)}"
-                        )
+                        timed_out = (f"rank {rank} on {self.hosts[rank].name} did not finish the all-reduce within "
+                                     f"{limit.describe()}")
+                        self._raise_if_stopped(sorted(set(range(len(self.procs))) - set(reports) - {rank}), timed_out)
+                        raise WorkerFailure(f"{self.method}: {timed_out}; worker log {self._log_path(rank)}")
                     if report["event"] == "error":
                         # The worker's OSError as the cause, so that a full disk is told apart (experiments/storage.py).
                         cause = OSError(report["errno"], os.strerror(report["errno"]), report["filename"]) if "errno" in report else None
@@ -154,6 +165,17 @@ class WorkerGroup:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
                     reports[rank] = report
         return [reports[r] for r in range(len(self.procs))]
+
+    def _raise_if_stopped(self, ranks: Sequence[int], symptom: str) -> None:
+        """Fail naming a stopped worker among ``ranks`` or a stopped dependency, if there is
+        one: it made no progress, so it is why the deadline passed (``symptom``)."""
+        for rank in ranks:
+            pid = self.procs[rank].pid
+            if stopped(pid):
+                raise self._failure(rank, f"(pid {pid}) {stopped_evidence(pid)}; meanwhile {symptom}")
+        cause = self._dependencies.stopped()
+        if cause is not None:
+            raise DependencyStopped(f"{cause}; meanwhile {self.method}: {symptom}")
 
     @contextlib.contextmanager
     def dependencies_checked(self) -> Iterator[None]:

@@ -42,7 +42,7 @@ from mininet.net import Mininet
 from mininet.node import Host, Node
 
 from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
-from base.lifetime import EXIT_NOTICE_S, Dependencies, DependencyExited, deferred_signals
+from base.lifetime import EXIT_NOTICE_S, Dependencies, Dependency, DependencyExited, deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
 from switches.control import SwitchControl
@@ -402,13 +402,15 @@ class EmulatedNetwork:
     def aggregator_control(self) -> SwitchControl:
         return self.controls[self.topology.aggregator.name]
 
-    def dependencies(self) -> dict[str, int]:
+    def dependencies(self) -> dict[str, Dependency]:
         """What each process this network's workers depend on is -> its pid: every node's
-        shell (a command on a node goes through it) and every switch's process."""
+        shell (a command on a node goes through it) and every switch's process; and the
+        threads of this process a switch needs (bmv2's learning controller) -> their watches."""
         assert self.net is not None
         shells = {f"the shell of {'host' if node in self.net.hosts else 'switch'} {node.name}": node.shell.pid
                   for node in [*self.net.hosts, *self.net.switches] if node.shell is not None}
-        return shells | {f"switch {name}": pid for name, pid in self.switch_processes().items()}
+        threads = {label: watch for sw in self.net.switches for label, watch in sw.switch_threads.items()}
+        return shells | {f"switch {name}": pid for name, pid in self.switch_processes().items()} | threads
 
     def switch_processes(self) -> dict[str, int]:
         """Switch name -> pid of the process doing its switching: what the workers depend on

@@ -3,7 +3,7 @@
 Mininet names interfaces after nodes (h1-eth0, s1-eth1) in the root namespace, so two runs
 at once would collide on the same names, and the second would fail half-built. Runs
 therefore take an exclusive lock for the lifetime of their network; a second run waits,
-saying for whom.
+saying for whom (a stop signal meanwhile is ``WaitInterrupted``: nothing was built).
 
 The lock file also holds a record of its holder: its pid, the interfaces it created and
 the folders it wants gone when it is gone. A holder that stops normally empties the file
@@ -50,6 +50,11 @@ class HolderRecord:
             return cls(pid=-1)
 
 
+class WaitInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or another stop signal) while waiting for another run's network: this run
+    built nothing, and its message must not say that a network was torn down."""
+
+
 class NetworkLock:
     def __init__(self, path: Path = LOCK_PATH) -> None:
         self.path = path
@@ -67,8 +72,14 @@ class NetworkLock:
             if not wait:
                 handle.close()
                 return False
-            log.warning("another emulated network is running (%s, lock %s); waiting for it to finish", self.holder(), self.path)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            holder = self.holder()
+            log.warning("another emulated network is running (%s, lock %s); waiting for it to finish", holder, self.path)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            except KeyboardInterrupt as interrupt:
+                handle.close()
+                raise WaitInterrupted(f"interrupted while waiting for the network, which another run holds ({holder}); "
+                                      "nothing was built") from interrupt
         handle.seek(0)
         left = handle.read().strip()
         self.previous = HolderRecord.parse(left) if left else None

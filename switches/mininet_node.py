@@ -11,10 +11,11 @@ its data plane takes beyond the common keywords (``data_plane_options``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from mininet.node import Switch
 
+from base.lifetime import ThreadWatch
 from protocol import params
 from switches.control import SwitchControl
 from switches.target import DataPlane, SwitchTarget
@@ -75,6 +76,11 @@ class TargetSwitch(Switch):
         """Pid of the process doing the switching (None when stopped, or for a target with
         none, like the eBPF switch), for CPU accounting."""
         return None if self._data_plane is None else self._data_plane.pid
+
+    @property
+    def switch_threads(self) -> Mapping[str, ThreadWatch]:
+        """Threads of the runner this switch needs (``DataPlane.threads``), empty when stopped."""
+        return {} if self._data_plane is None else self._data_plane.threads
 
     def control(self, command_log: Path | None = None) -> SwitchControl:
         """A control-plane connection to this switch (the caller closes it)."""

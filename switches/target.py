@@ -13,10 +13,12 @@ dependencies (p4-utils, Mininet, clang): the descriptor reaches them only when a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from base.lifetime import ThreadWatch
 from switches.control import SwitchControl
 
 
@@ -41,6 +43,17 @@ class DataPlane(Protocol):
 
     def control(self, command_log: Path | None = None) -> SwitchControl:
         """A control-plane connection (the caller closes it)."""
+
+    @property
+    def threads(self) -> Mapping[str, ThreadWatch]:
+        """Threads of this process the switch needs while it runs, by what they are (bmv2's
+        learning controller), for the run to watch like its processes; empty for most."""
+
+
+class DataPlaneStartError(RuntimeError):
+    """A target's switch exited, or never became ready, while it started: what every target's
+    start raises for it (with the switch's log), so that a run fails naming the switch
+    whichever target it was, in one message rather than a traceback."""
 
 
 StartDataPlane = Callable[..., DataPlane]
@@ -88,9 +101,17 @@ class SwitchTarget:
     takes the links' delay as ``link_delay_ms``."""
     options: frozenset[str] = field(default_factory=frozenset)
     """Keywords a caller may give its ``data_plane`` beyond the common ones (seed, profile, ...)."""
+    root_to_tell: str | None = None
+    """What ``detect`` reports in a process that is not root, for a target only root can ask
+    the kernel about (the eBPF switch's probes); None for a target anyone can check."""
 
     def missing(self) -> list[str]:
         return list(self.detect())
+
+    def undecided(self, problems: Sequence[str]) -> bool:
+        """Whether ``problems`` (this process's ``missing()``) leave open whether a root run
+        could use the target: root is the only thing missing, and only root can probe it."""
+        return self.root_to_tell is not None and os.geteuid() != 0 and list(problems) == [self.root_to_tell]
 
     def unavailable_message(self, problems: Sequence[str]) -> str:
         return f"switch target '{self.name}' " + self.unavailable.format(problems=self.problems_joiner.join(problems))

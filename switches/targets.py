@@ -57,27 +57,64 @@ def resolve_target(name: str, needs_delay_line: bool = False) -> str:
     ``needs_delay_line``: the links have a delay and the kernel has no netem, so only a
     target that delays frames itself can run them; 'auto' then picks one.
     """
+    return _choose(name, needs_delay_line, undecided_allowed=False)[0]
+
+
+def root_run_targets(name: str, needs_delay_line: bool | None = False) -> list[str]:
+    """What a root run would resolve ``name`` to, as far as this process can tell: one
+    target, or, in a process that is not root (a dry run) where a target only root can probe
+    comes first, each target a root run might take, in ``auto``'s order (the first that the
+    kernel takes). ``needs_delay_line`` None: whether the kernel has netem is not known
+    either, so the target a delay line needs is one more possibility."""
+    if needs_delay_line is None:
+        possible = _choose(name, False, undecided_allowed=True)
+        if name != AUTO or _delay_line_target().name in possible:
+            return possible
+        log.info("switch target auto -> %s if the kernel has no netem (the links have a delay; only root can find out)",
+                 _delay_line_target().name)
+        return [*possible, _delay_line_target().name]
+    return _choose(name, needs_delay_line, undecided_allowed=True)
+
+
+def _delay_line_target() -> SwitchTarget:
+    """The first target that delays frames itself and can run here: 'auto' for links with a
+    delay on a kernel without netem."""
+    return next(t for t in REGISTRY.values() if t.delays_frames and not t.missing())
+
+
+def _choose(name: str, needs_delay_line: bool, undecided_allowed: bool) -> list[str]:
     if name not in TARGETS:
         raise ValueError(f"unknown switch target {name!r}; choose one of {', '.join(TARGETS)}")
     if name != AUTO:
         problems = REGISTRY[name].missing()
+        if undecided_allowed and REGISTRY[name].undecided(problems):
+            log.info("switch target %s (whether this machine takes it, only root can find out)", name)
+            return [name]
         if problems:
             raise TargetUnavailableError(REGISTRY[name].unavailable_message(problems))
         log.info("switch target %s", name)
-        return name
+        return [name]
     if needs_delay_line:
-        chosen = next(t for t in REGISTRY.values() if t.delays_frames and not t.missing())
+        chosen = _delay_line_target()
         log.info("switch target auto -> %s (the links have a delay, the kernel has no netem: only its delay line can delay frames)",
                  chosen.name)
-        return chosen.name
-    passed_over = []
+        return [chosen.name]
+    passed_over: list[str] = []
+    undecided: list[str] = []
     for candidate in REGISTRY.values():
         problems = candidate.missing()
-        if not problems:
+        if not problems or (undecided_allowed and candidate.undecided(problems)):
+            undecided.append(candidate.name)
+            if problems:
+                continue
             reasons = f" ({'; '.join(passed_over)})" if passed_over else ""
-            log.info("switch target auto -> %s%s", candidate.name, reasons)
-            return candidate.name
+            if len(undecided) > 1:
+                reasons += f"; only root can find out whether this machine takes {', '.join(undecided[:-1])}"
+            log.info("switch target auto -> %s%s", " or ".join(undecided), reasons)
+            return undecided
         passed_over.append(candidate.passed_over_reason(problems))
+    if undecided:
+        return undecided
     raise TargetUnavailableError(f"no switch target can run here: {'; '.join(passed_over)}")
 
 

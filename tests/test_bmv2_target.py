@@ -396,6 +396,30 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
 
 
 @pytest.mark.bmv2
+def test_a_learning_controller_that_ends_is_watched_like_the_switch_process(tmp_path: Path, compiled_json: Path) -> None:
+    """The learning controller is a thread of the runner: it ended unnoticed (bmv2 then floods
+    every unicast frame), since only processes were watched. Its socket closed under it is
+    what ends it here."""
+    from base.lifetime import Dependencies
+
+    bmv2 = Bmv2Process(name="s1", json_path=compiled_json, interfaces={}, thrift_port=free_port(), device_id=91, log_dir=tmp_path)
+    bmv2.start()
+    try:
+        assert list(bmv2.threads) == ["the L2 learning controller of switch s1"]
+        watched = Dependencies({"switch s1": bmv2.pid, **bmv2.threads})
+        try:
+            assert watched.exited(wait_s=0.5) is None
+            bmv2._learner._socket.close()
+            ended = watched.exited(wait_s=5)
+            assert ended is not None and str(ended).startswith("the L2 learning controller of switch s1 ended with Closed"), ended
+        finally:
+            watched.close()
+    finally:
+        bmv2.stop()
+    assert bmv2.threads == {}
+
+
+@pytest.mark.bmv2
 def test_two_switches_with_the_same_device_id_run_side_by_side(tmp_path: Path, compiled_json: Path) -> None:
     """Two testbeds (or a test during a run) on one machine: each simple_switch gets its own
     Thrift port and notification socket, so neither fails on 'Address already in use'."""

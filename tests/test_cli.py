@@ -53,3 +53,25 @@ def test_ebpf_where_clang_is_missing_fails_at_once_saying_what(tmp_path: Path) -
     assert done.returncode == 2
     assert "switch target 'ebpf' needs clang" in done.stderr
     assert "scripts/bootstrap.sh" in done.stderr
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="drops from root to another user with setpriv")
+@pytest.mark.skipif(not all(os.stat(p).st_mode & 0o005 == 0o005 for p in (REPO_ROOT, REPO_ROOT / "run_experiment.py")),
+                    reason="the repository is not readable by other users")
+@pytest.mark.parametrize("overrides", [[], ["--set", "topology.link.delay_ms=1"]], ids=["main", "delay"])
+def test_a_dry_run_as_non_root_shows_what_a_root_run_would_run(overrides: list[str]) -> None:
+    """As non-root, 'auto' passed over the eBPF switch (only root can probe the kernel for it)
+    and showed the embedded switch at its 5 Mbit/s, where a root run takes ebpf at 10; with
+    a link delay it assumed the kernel had no netem (which only root can probe either)."""
+    as_root = run(str(MAIN_CONFIG), "--dry-run", *overrides)
+    as_nobody = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                                sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run", *overrides],
+                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                               env={**os.environ, "HOME": "/tmp"}, cwd="/")
+    assert as_root.returncode == 0 and as_nobody.returncode == 0, as_root.stderr + as_nobody.stderr
+    assert as_root.stdout in as_nobody.stdout, as_nobody.stdout  # what a root run runs: its target and its link rate
+    if as_nobody.stdout != as_root.stdout:
+        assert "only root can find out which, so this dry run shows each:" in as_nobody.stdout

@@ -284,6 +284,25 @@ def test_a_job_the_links_cannot_carry_in_time_is_refused_naming_the_key() -> Non
     load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=15", "switch.target=embedded"])  # 1,048,576 elements: the ring needs 11.7 s at 5 Mbit/s
 
 
+@pytest.mark.parametrize("whole", [
+    ["workload={kind: trace, model: ncf, size_scale: 0.001}"],
+    ["sweep={param: workload, values: [{kind: trace, model: ncf, size_scale: 0.001}]}"],
+    ["workload.kind=trace", "workload.model=ncf", "sweep={param: workload, values: [{kind: trace, model: ncf, size_scale: 0.001}]}"],
+], ids=["set", "sweep", "sweep-over-a-trace"])
+def test_a_workload_given_whole_keeps_the_defaults_of_the_keys_it_does_not_name(whole: list[str]) -> None:
+    """A sweep value replaced the whole section after the defaults were laid under it: the
+    trace then had no time_dilation (a KeyError traceback at load)."""
+    [point] = load_experiment(MAIN_CONFIG, ["switch.target=embedded", "limits.job_timeout_s=600", *whole]).points
+    assert {key: point.workload[key] for key in ("dtype", "seed", "time_dilation", "size_scale")} == {
+        "dtype": "float32", "seed": 1, "time_dilation": 1.0, "size_scale": 0.001}
+    assert point.workload_info.name == "ncf"
+
+
+def test_a_sweep_over_a_whole_section_keeps_its_defaults() -> None:
+    [point] = load_experiment(MAIN_CONFIG, ["switch.target=embedded", "sweep={param: limits, values: [{job_timeout_s: 100}]}"]).points
+    assert point.limits == {"job_timeout_s": 100, "worker_start_s": 60.0}
+
+
 def test_an_override_does_not_change_the_defaults_of_later_loads() -> None:
     load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=17"])
     assert load_experiment(MAIN_CONFIG).data["limits"]["job_timeout_s"] == 60.0

@@ -9,6 +9,7 @@ Mininet ones really start and kill processes, with small tensors so each takes s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -336,18 +338,21 @@ def test_runner_killed_with_sigkill_takes_its_processes_along_and_the_next_run_r
 
 
 @in_mininet
-def test_killed_switch_fails_the_run_at_once_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", [pytest.param("embedded", marks=pytest.mark.embedded), pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_killed_switch_fails_the_run_at_once_naming_it(tmp_path: Path, target: str) -> None:
+    """kill -9 of the switch's process mid-job (simple_switch on bmv2; the eBPF switch has none)."""
+    require_target(target)
     out = tmp_path / "run"
     killed: dict[str, float] = {}
 
     def kill_switch(runner: subprocess.Popen, worker: int) -> None:
-        [switch] = pids_of(f"switches.embedded .*--log-file {out}")
+        switch = switch_process(runner.pid, target, out, timeout=5)
         killed["pid"], killed["at"] = switch, time.monotonic()
         os.kill(switch, signal.SIGKILL)
         runner.wait(timeout=60)
         killed["runner_exited_after_s"] = time.monotonic() - killed["at"]
 
-    code, output = disturb_mid_run(out, ["topology.workers=2", "methods=[switchml]", *LONG_JOB], "", kill_switch)
+    code, output = disturb_mid_run(out, ["topology.workers=2", "methods=[switchml]", *LONG_JOB], "", kill_switch, target=target)
     assert code == 3, output
     assert f"switch s1 (pid {killed['pid']}) exited with status -9" in output
     assert killed["runner_exited_after_s"] < 3.0, f"took {killed['runner_exited_after_s']:.1f} s (limit 60 s)"
@@ -554,3 +559,205 @@ def test_an_error_while_a_switch_is_dead_is_blamed_on_the_switch(tmp_path: Path)
         with pytest.raises(ConnectionResetError), group.dependencies_checked():  # nothing died: the error stands
             raise ConnectionResetError("control socket closed")
     switch.wait()
+
+
+# -- issue 21, point 10: a stopped process is named; no stage of a run prints a traceback
+
+STALL_JOB = ["topology.workers=4", "workload.elements=262144", "topology.link.bw_mbps=2",
+             "limits.job_timeout_s=8", "limits.worker_start_s=20"]
+"""A job of about 5 s at its line rate with an 8 s deadline (and 20 s for the workers to
+start): a process stopped in it stalls every rank until the deadline."""
+
+
+def child_named(runner: int, name: str, timeout: float) -> int:
+    """The pid of the child of ``runner`` whose command is ``name`` (its switch), once it exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and (proc / "comm").read_text().strip() == name:
+                    if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == runner:
+                        return int(proc.name)
+            except OSError:
+                continue
+        time.sleep(0.01)
+    raise AssertionError(f"run {runner} started no {name} within {timeout} s")
+
+
+def switch_process(runner: int, target: str, out: Path, timeout: float = NETWORK_WAIT_S) -> int:
+    """The pid of the run's switch process (embedded: python -m switches.embedded; bmv2: simple_switch)."""
+    if target == "bmv2":
+        return child_named(runner, "simple_switch", timeout)
+    return wait_for_process(f"switches.embedded .*--log-file {out}", timeout=timeout)
+
+
+def stop_and_time(stopped: dict[str, float], pid: int, runner: subprocess.Popen) -> None:
+    """SIGSTOP ``pid``; record how long the run takes to fail afterwards (SIGCONT after, for the teardown's sake)."""
+    stopped["pid"], stopped["at"] = pid, time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        runner.wait(timeout=60)
+    finally:
+        stopped["failed_after_s"] = time.monotonic() - stopped["at"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+@in_mininet
+@pytest.mark.parametrize(("target", "method"), [
+    pytest.param("embedded", "switchml", marks=pytest.mark.embedded), pytest.param("embedded", "ps", marks=pytest.mark.embedded),
+    pytest.param("ebpf", "switchml", marks=pytest.mark.ebpf), pytest.param("bmv2", "switchml", marks=pytest.mark.bmv2),
+])
+def test_a_stopped_worker_is_named_not_the_rank_that_timed_out_first(tmp_path: Path, target: str, method: str) -> None:
+    """SIGSTOP of rank 2: the run failed naming whichever rank reported its timeout first."""
+    require_target(target)
+    out = tmp_path / "run"
+    stopped: dict[str, float] = {}
+
+    def stop_rank_2(runner: subprocess.Popen, worker: int) -> None:
+        time.sleep(2.0)  # the ranks ready, the job under way
+        stop_and_time(stopped, wait_for_process(f"hosts.worker {out}.* --rank 2$", timeout=10), runner)
+
+    code, output = disturb_mid_run(out, [*STALL_JOB, f"methods=[{method}]"], "", stop_rank_2, target=target)
+    assert code == 3, output
+    pid = int(stopped["pid"])
+    assert f"{method}: worker rank 2 on h3: (pid {pid}) is stopped (state T in /proc/{pid}/stat, as after SIGSTOP)" in output, output
+    assert stopped["failed_after_s"] < 8 + 5, f"took {stopped['failed_after_s']:.1f} s for an 8 s deadline"
+    assert "Traceback" not in output
+    assert not leftovers(str(out))
+
+
+@in_mininet
+@pytest.mark.parametrize("target", [pytest.param("embedded", marks=pytest.mark.embedded), pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_a_stopped_switch_is_named_not_a_worker(tmp_path: Path, target: str) -> None:
+    """SIGSTOP of the switch: the run blamed rank 0 for not finishing in time. (The eBPF
+    switch has no process to stop.)"""
+    require_target(target)
+    out = tmp_path / "run"
+    stopped: dict[str, float] = {}
+
+    def stop_switch(runner: subprocess.Popen, worker: int) -> None:
+        time.sleep(2.0)
+        stop_and_time(stopped, switch_process(runner.pid, target, out), runner)
+
+    code, output = disturb_mid_run(out, [*STALL_JOB, "methods=[switchml]"], "", stop_switch, target=target)
+    assert code == 3, output
+    pid = int(stopped["pid"])
+    assert f"run failed (network torn down; logs in {out / 'logs'}): switch s1 (pid {pid}) is stopped (state T in /proc/{pid}/stat" in output
+    assert stopped["failed_after_s"] < 8 + 5, f"took {stopped['failed_after_s']:.1f} s for an 8 s deadline"
+    assert "Traceback" not in output
+    assert not leftovers(str(out))
+
+
+class LoopbackHost:
+    """A host for WorkerGroup outside Mininet: the test's own namespace (Mininet's Host.popen
+    is Popen inside the host's namespace)."""
+
+    name = "lo"
+
+    def popen(self, argv: list[str], **options: object) -> subprocess.Popen:
+        return subprocess.Popen(argv, **options)
+
+
+def test_a_stopped_worker_fails_at_the_deadline_not_after_the_report_grace(tmp_path: Path) -> None:
+    """The worker that stalls is the only one the runner waits for (a parameter server that
+    had served the others): it cannot report its own timeout, so the run used to fail only
+    after job_timeout_s plus the 10 s report grace (69 s for 60)."""
+    from experiments.workers import REPORT_GRACE_S, Limit, WorkerFailure, WorkerGroup
+    from protocol.worker_spec import SwitchMLParameters, WorkerSpec
+
+    np.save(tmp_path / "input-rank0.npy", np.ones(1000, dtype=np.float32))
+    spec = WorkerSpec(method="ps", n_workers=1, switch_ipv4="127.0.0.254", link_mbps=None,
+                      protocol=SwitchMLParameters(k=32, pool_size=64, job_id=1, timeout_ms=20, backoff_every=8),
+                      peers=(("127.0.0.1", 47999),), job_timeout_s=2.0, connect_timeout_s=10.0,
+                      inputs=(str(tmp_path / "input-rank0.npy"),)).write(tmp_path / "ps.json")
+    with WorkerGroup("ps", [LoopbackHost()], spec, tmp_path) as group:
+        group.start(Limit("limits.worker_start_s", 30))
+        [worker] = group.procs
+        os.kill(worker.pid, signal.SIGSTOP)
+        group.release(0)
+        started = time.monotonic()
+        with pytest.raises(WorkerFailure, match=rf"ps: worker rank 0 on lo: \(pid {worker.pid}\) is stopped \(state T in /proc/{worker.pid}/stat"):
+            group.collect("done", Limit("limits.job_timeout_s", 2.0), grace_s=REPORT_GRACE_S)
+        assert time.monotonic() - started < 2.0 + REPORT_GRACE_S / 2
+
+
+@in_mininet
+@pytest.mark.parametrize("target", [pytest.param("embedded", marks=pytest.mark.embedded), pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_a_switch_killed_while_it_starts_fails_the_run_in_one_message(tmp_path: Path, target: str) -> None:
+    """kill -9 of the switch before it answered: its start error came with a traceback."""
+    require_target(target)
+    out = tmp_path / "run"
+    runner = subprocess.Popen(experiment_argv(out, "topology.workers=2", "methods=[switchml]", "workload.elements=2000", target=target),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        switch = switch_process(runner.pid, target, out)
+        os.kill(switch, signal.SIGKILL)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 3, output
+    assert "Traceback" not in output
+    [line] = error_lines(output)
+    assert line.split(" ERROR ", 1)[1].startswith(f"run failed (network torn down; logs in {out / 'logs'}): ") and "s1" in line, line
+    assert not leftovers(str(out))
+
+
+def mapped(pid: int, library: str) -> bool:
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@in_mininet
+@pytest.mark.parametrize("delay_s", [0.0, 0.1, 0.3])
+def test_a_stop_signal_while_the_run_starts_is_one_line_and_exit_130(tmp_path: Path, delay_s: float) -> None:
+    """Ctrl-C while Python imports the runner's modules or loads the config: a KeyboardInterrupt
+    traceback and exit status -2. ``delay_s`` counts from the moment the process has
+    loaded numpy's C core (which the config loader imports): well into the start-up, and
+    past Python's own, whatever the machine's load."""
+    runner = subprocess.Popen(experiment_argv(tmp_path / "run", "topology.workers=2", "methods=[switchml]", "workload.elements=2000"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        while not mapped(runner.pid, "_multiarray_umath") and runner.poll() is None:
+            time.sleep(0.002)
+        time.sleep(delay_s)
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=NETWORK_WAIT_S)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 130, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert not leftovers(str(tmp_path / "run"))
+
+
+@in_mininet
+def test_an_interrupt_while_waiting_for_the_network_says_nothing_was_built(tmp_path: Path) -> None:
+    """Ctrl-C while another run held the network: the run said 'network torn down'."""
+    from network.lock import NetworkLock
+
+    out = tmp_path / "run"
+    held = NetworkLock()
+    held.acquire()  # this test is the other run
+    try:
+        runner = subprocess.Popen(experiment_argv(out, "topology.workers=2", "methods=[switchml]", "workload.elements=2000"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while runner.pid not in lock_waiters():
+                assert time.monotonic() < deadline and runner.poll() is None, "the run never waited for the network"
+                time.sleep(0.05)
+            runner.send_signal(signal.SIGINT)
+            output, _ = runner.communicate(timeout=60)
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+    finally:
+        held.release()
+    assert runner.returncode == 130, output
+    [line] = error_lines(output)
+    assert f"interrupted while waiting for the network, which another run holds (pid {os.getpid()}); nothing was built" in line, line
+    assert "torn down" not in output and "Traceback" not in output

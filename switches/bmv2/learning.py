@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from base.lifetime import ThreadWatch
 from protocol import params
 from switches.bmv2.control import Bmv2Control
 from switches.control import ControlPlaneError, DuplicateEntryError, TableFullError
@@ -95,6 +96,8 @@ class L2LearningController:
         self._socket.subscribe(LEARN_TOPIC)
         self._timeout = pynng.Timeout
         self._stopping = threading.Event()
+        self.watch = ThreadWatch()
+        """Readable once the thread has ended, whatever ended it (the run watches it: base.lifetime)."""
         self._thread = threading.Thread(target=self._run, name=f"{name}-l2-learning", daemon=True)
 
     def start(self) -> None:
@@ -108,6 +111,7 @@ class L2LearningController:
             log.warning("%s: L2 learning controller still busy after %.0f s; leaving it behind", self.name, STOP_TIMEOUT_S)
         self._socket.close()
         self._control.close()
+        self.watch.close()
         log.info("%s: L2 learning controller stopped (%d addresses learned, %d frames not learned: a table was full)",
                  self.name, self.learned, self.not_learned)
 
@@ -119,6 +123,15 @@ class L2LearningController:
                 continue
 
     def _run(self) -> None:
+        """The thread: the run learns of its end from ``watch``; the error is logged in one line
+        (left to the thread, it would be a traceback on the runner's terminal)."""
+        try:
+            with self.watch.running():
+                self._answer_digests()
+        except Exception as error:
+            log.error("%s: L2 learning controller ended: %s: %s", self.name, type(error).__name__, error)
+
+    def _answer_digests(self) -> None:
         for message in self._messages():
             try:
                 parsed = parse_learning_notification(message)

@@ -7,6 +7,7 @@ real bmv2 with the same command line, readiness check, learning and shutdown as 
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import subprocess
 import time
@@ -18,8 +19,9 @@ if TYPE_CHECKING:
     from switches.bmv2.control import Bmv2Control
     from switches.bmv2.learning import L2LearningController
 
-from base.lifetime import dies_with_this_process
+from base.lifetime import ThreadWatch, dies_with_this_process
 from switches.bmv2.compile import CompileOptions, compile_p4
+from switches.target import DataPlaneStartError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ THRIFT_PORT_BASE = 9090
 """simple_switch's usual Thrift port; switch number i prefers 9090 + i."""
 
 
-class Bmv2StartError(RuntimeError):
+class Bmv2StartError(DataPlaneStartError):
     """simple_switch exited or did not answer on its Thrift port; carries its log's tail."""
 
 
@@ -189,6 +191,7 @@ class Bmv2Process:
             self._learner = None
         if self._process.poll() is None:
             self._process.terminate()
+            self._process.send_signal(signal.SIGCONT)  # a stopped switch acts on SIGTERM only once continued
             try:
                 self._process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -206,6 +209,12 @@ class Bmv2Process:
     def pid(self) -> int | None:
         """simple_switch's pid while it runs (the runner samples its CPU time)."""
         return self._process.pid if self.running else None
+
+    @property
+    def threads(self) -> dict[str, ThreadWatch]:
+        """The learning controller's thread while it runs: without it, bmv2 floods every
+        unicast frame of ordinary traffic, so a run depends on it as on simple_switch."""
+        return {} if self._learner is None else {f"the L2 learning controller of switch {self.name}": self._learner.watch}
 
     def control(self, command_log: Path | None = None) -> "Bmv2Control":
         """A Thrift connection to this switch (the caller closes it); refused unless

@@ -20,6 +20,10 @@ from protocol import params
 from switches.target import DataPlane, SwitchTarget
 
 
+NEEDS_ROOT = "root (loading BPF programs and attaching them to ports needs it)"
+"""What a process that is not root lacks; only root can ask the kernel the rest (probe.py)."""
+
+
 def detect() -> list[str]:
     """What the eBPF switch needs and this machine lacks or refuses (empty when it can run)."""
     from switches.ebpf.probe import detect_ebpf
@@ -54,4 +58,5 @@ TARGET = SwitchTarget(
     passed_over="{name}: {problems}",
     program="eBPF program",
     k_choices=params.K_CHOICES,
+    root_to_tell=NEEDS_ROOT,
 )

@@ -27,11 +27,13 @@ import subprocess
 from pathlib import Path
 from typing import Mapping
 
+from base.lifetime import ThreadWatch
 from protocol import params
 from switches.ebpf import maps
 from switches.ebpf.bpf import BpfMap, bind_map, open_pinned
 from switches.ebpf.compile import CompileOptions, compile_program
 from switches.ebpf.control import EbpfControl
+from switches.target import DataPlaneStartError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ FILTER_PREF = 1
 _instances = itertools.count()
 
 
-class EbpfStartError(RuntimeError):
+class EbpfStartError(DataPlaneStartError):
     """The kernel, bpftool or tc refused the switch; the message carries their words."""
 
 
@@ -112,6 +114,11 @@ class EbpfDataPlane:
     def pid(self) -> None:
         """None: no process switches; the work is softirq time of whichever core received the frame."""
         return None
+
+    @property
+    def threads(self) -> dict[str, ThreadWatch]:
+        """No thread: the kernel does it all."""
+        return {}
 
     def start(self) -> None:
         obj = compile_program(CompileOptions(max_pool_size=self.max_pool_size, k=self.k))

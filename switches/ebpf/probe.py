@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 
+from switches.ebpf import NEEDS_ROOT
 from switches.ebpf.bpf import probe_bpf_syscall
 
 EXECUTABLES = {"clang": "clang (Debian: clang, llvm)", "bpftool": "bpftool (Debian: bpftool)", "tc": "tc (Debian: iproute2)"}
@@ -41,7 +42,7 @@ def detect_ebpf() -> tuple[str, ...]:
     """What the eBPF switch lacks here (empty when it can run); asked once per process."""
     missing = [label for name, label in EXECUTABLES.items() if shutil.which(name) is None]
     if os.geteuid() != 0:
-        return (*missing, "root (loading BPF programs and attaching them to ports needs it)")
+        return (*missing, NEEDS_ROOT)
     try:
         probe_bpf_syscall()
     except OSError as error:

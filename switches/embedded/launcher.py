@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -19,10 +20,11 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from base.lifetime import dies_with_this_process
+from base.lifetime import ThreadWatch, dies_with_this_process
 from protocol import params
 from switches.control import ControlPlaneError
 from switches.embedded.control_client import EmbeddedControl
+from switches.target import DataPlaneStartError
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ STOP_TIMEOUT_S = 5.0
 LOG_TAIL_LINES = 30
 
 
-class SwitchStartError(RuntimeError):
+class SwitchStartError(DataPlaneStartError):
     """The switch process exited or never answered on its control socket."""
 
 
@@ -131,6 +133,7 @@ class EmbeddedSwitchProcess:
         """SIGTERM, then SIGKILL after ``timeout``; removes the control socket."""
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
+            self._process.send_signal(signal.SIGCONT)  # a stopped switch acts on SIGTERM only once continued
             try:
                 self._process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -150,6 +153,11 @@ class EmbeddedSwitchProcess:
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def threads(self) -> dict[str, ThreadWatch]:
+        """No thread: all of the switch is its process."""
+        return {}
 
 
 @contextlib.contextmanager
