@@ -42,6 +42,8 @@ from mininet.net import Mininet
 from mininet.node import Host, Node
 
 from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
+from network.cluster import Cluster, ClusterHost, VxlanLink, preflight
+from network.cluster_config import LOCAL, ClusterSpec
 from base.lifetime import EXIT_NOTICE_S, Dependencies, DependencyExited, deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
@@ -129,9 +131,11 @@ class EmulatedNetwork:
         pool_size: int,
         loss_mechanism: str = "auto",
         jobs: Sequence[SharedJob] = (),
+        cluster: ClusterSpec | None = None,
     ) -> None:
         """One job (``job_id`` with ``pool_size`` slots, every host a worker) unless ``jobs``
-        lists several."""
+        lists several; on this machine alone unless ``cluster`` names other servers
+        (network/cluster.py)."""
         self.topology = topology
         self.target = target
         self.log_dir = log_dir
@@ -145,6 +149,9 @@ class EmulatedNetwork:
         self._scratch: Path | None = None
         self.controls: dict[str, SwitchControl] = {}
         self.report: NetworkReport | None = None
+        self.cluster_spec = cluster
+        self.cluster: Cluster | None = None
+        self._directories: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -188,8 +195,16 @@ class EmulatedNetwork:
             log.warning("deleted interfaces left by an earlier network (no record of whose): %s", ", ".join(stale))
 
     def declare_directory(self, path: Path) -> None:
-        """Have ``path`` removed by the next run if this process dies while it holds the network."""
+        """Have ``path`` removed by the next run if this process dies while it holds the network
+        (on every server: files are copied to the same paths on a cluster's others)."""
         self._lock.declare(directories=[str(path)])
+        self._directories.append(str(path))
+        self._declare_server_cleanup()
+
+    def _declare_server_cleanup(self) -> None:
+        if self.cluster is not None:
+            self._lock.declare_commands([self.cluster.cleanup_argv(server, os.getpid(), self._directories)
+                                         for server in self.cluster.servers])
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -205,14 +220,19 @@ class EmulatedNetwork:
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.declare_directory(self._scratch)
+        if self.cluster_spec is not None:
+            self.cluster = Cluster.start(self.cluster_spec, self.topology, self._scratch / "ssh")
+            self._declare_server_cleanup()
+            preflight(self.cluster)
+            log.info("cluster: %s", ", ".join(f"{n} on {s}" for n, s in sorted(self.cluster.placement.items())))
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         for host in self.topology.hosts:
-            own_shell(net.addHost(host.name, cls=Host, ip=f"{host.ipv4}/24", mac=host.mac))
+            own_shell(net.addHost(host.name, ip=f"{host.ipv4}/24", mac=host.mac, **self._host_class(host.name)))
         for switch in self.topology.switches:
             own_shell(net.addSwitch(switch.name, cls=switch_cls, **switch_options))
         for link in self.topology.links:
-            net.addLink(link.a, link.b, cls=Link)
+            net.addLink(link.a, link.b, **self._link_class(link.a, link.b))
         self._lock.declare(interfaces=self._interface_names(net))
         net.build()
         for node in [*net.hosts, *net.switches]:
@@ -237,6 +257,18 @@ class EmulatedNetwork:
             links=[asdict(a) for a in applied],
         )
         self._program_switches(loss_mechanism)
+
+    def _host_class(self, name: str) -> dict[str, Any]:
+        """Mininet's host here; cluster.py's remote host where the cluster places it elsewhere."""
+        if self.cluster is None or self.cluster.server_of(name) == LOCAL:
+            return {"cls": Host}
+        return {"cls": ClusterHost, "cluster": self.cluster}
+
+    def _link_class(self, a: str, b: str) -> dict[str, Any]:
+        """A veth within a server, a VXLAN pair between two."""
+        if self.cluster is None or self.cluster.server_of(a) == self.cluster.server_of(b):
+            return {"cls": Link}
+        return {"cls": VxlanLink, "cluster": self.cluster}
 
     def close(self) -> None:
         """Stop everything this network started; safe to call twice. SIGINT and SIGTERM wait
@@ -263,6 +295,10 @@ class EmulatedNetwork:
                         stop_shell(node)
                     self._delete_links(net)
         finally:
+            if self.cluster is not None:
+                cluster, self.cluster = self.cluster, None
+                cluster.clean_servers(os.getpid())
+                cluster.close()
             if self._scratch is not None:
                 shutil.rmtree(self._scratch, ignore_errors=True)
                 self._scratch = None
