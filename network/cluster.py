@@ -156,12 +156,13 @@ class Cluster:
         command = [target.python, "-m", "network.cleanup", "--holder", str(holder), *(f"--directory={d}" for d in directories)]
         return [*ssh, f"cd {shlex.quote(target.checkout)} && {shlex.join(command)}"]
 
-    def clean_servers(self, holder: int) -> None:
-        """Run ``cleanup_argv`` on every server (a teardown: errors are logged, not raised)."""
+    def clean_servers(self, holder: int, directories: Sequence[str] = ()) -> None:
+        """Run ``cleanup_argv`` on every server, removing ``directories`` and the folders files
+        were pushed into (a teardown: errors are logged, not raised)."""
         for server in self.servers:
+            folders = sorted({*directories, *self.pushed.get(server, ())})
             try:
-                done = subprocess.run(self.cleanup_argv(server, holder, sorted(self.pushed.get(server, ()))), capture_output=True,
-                                      text=True, timeout=60)
+                done = subprocess.run(self.cleanup_argv(server, holder, folders), capture_output=True, text=True, timeout=60)
             except subprocess.TimeoutExpired:
                 log.error("server %s: its cleanup did not finish within 60 s", server)
                 continue
@@ -223,7 +224,9 @@ class ClusterHost(RemoteMixin, Host):
         remote = " ".join(shlex.quote(server.translate(a)) for a in argv)
         remote_env = " ".join(shlex.quote(f"{k}={server.translate(v) if k == 'PYTHONPATH' else v}") for k, v in added_environment(env).items())
         where = f"cd {shlex.quote(server.translate(cwd))} && " if cwd is not None else ""
-        argv = [*self.cluster.ssh_argv(self.server, tty=tt), f"{where}exec env {remote_env} {remote}"]
+        # Not exec'd: the ssh session's shell leads its session, and ``mnexec -d`` run as a
+        # session leader forks and lets its parent exit, which would end the session at once.
+        argv = [*self.cluster.ssh_argv(self.server, tty=tt), f"{where}env {remote_env} {remote}; exit $?"]
         params["preexec_fn"] = _own_group_then(params.get("preexec_fn"))
         return Node._popen(self, argv, **params)
 

@@ -297,7 +297,7 @@ class EmulatedNetwork:
         finally:
             if self.cluster is not None:
                 cluster, self.cluster = self.cluster, None
-                cluster.clean_servers(os.getpid())
+                cluster.clean_servers(os.getpid(), self._directories)
                 cluster.close()
             if self._scratch is not None:
                 shutil.rmtree(self._scratch, ignore_errors=True)

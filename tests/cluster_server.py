@@ -175,7 +175,7 @@ def _sshd_config(server_ssh: Path) -> str:
 def _ssh_config(ssh_dir: Path) -> str:
     """The client's config: the server by name, with this instance's key and host key."""
     return "\n".join([
-        f"Host {NAME}",
+        f"Host {NAME} {SERVER_ADDRESS}",
         f"  HostName {SERVER_ADDRESS}",
         "  User root",
         f"  IdentityFile {ssh_dir}/id_ed25519",
