@@ -2,6 +2,7 @@
 namespace can make it.
 
     .venv/bin/python -m tests.cluster_server up      # (re)create it; prints its ssh_config
+    .venv/bin/python -m tests.cluster_server sync    # its checkout to this checkout's current commit
     .venv/bin/python -m tests.cluster_server down    # remove it and whatever it left
 
 The server is one process tree in its own network, mount, UTS and PID namespaces, with its
@@ -270,6 +271,13 @@ def _create() -> Server:
         time.sleep(0.2)
 
 
+def sync() -> None:
+    """Check out this checkout's current commit in the server's checkout (after a commit here)."""
+    checkout = STATE_DIR / "checkout"
+    _run("git", "-C", str(checkout), "fetch", "-q", str(REPO_ROOT), "HEAD")
+    _run("git", "-C", str(checkout), "checkout", "-q", "--detach", "FETCH_HEAD")
+
+
 def running() -> Server | None:
     """The server ``up`` left running (CI starts it before the tests), if it answers."""
     pid_file = _pid_file()
@@ -285,13 +293,15 @@ def running() -> Server | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.cluster_server", description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("up", "down"))
+    parser.add_argument("action", choices=("up", "sync", "down"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
     try:
         if args.action == "up":
             server = up()
             log.info("second server %s at %s (pid %d); ssh -F %s %s", server.name, server.address, server.pid, server.ssh_config, server.name)
+        elif args.action == "sync":
+            sync()
         else:
             removed = down()
             log.info("removed %s", ", ".join(removed) if removed else "nothing (no second server)")
