@@ -115,6 +115,8 @@ class NetworkReport:
     aggregation: str
     """spine or hierarchical (topology.aggregation): which switches aggregate."""
     links: list[dict[str, str]] = field(default_factory=list)
+    servers: dict[str, str] = field(default_factory=dict)
+    """Node -> the server it ran on (``local``: this machine), with a ``cluster:`` section; else empty."""
 
 
 class EmulatedNetwork:
@@ -255,6 +257,7 @@ class EmulatedNetwork:
             delay_mechanism=delay_mechanism,
             aggregation=self.topology.aggregation,
             links=[asdict(a) for a in applied],
+            servers=dict(sorted(self.cluster.placement.items())) if self.cluster is not None else {},
         )
         self._program_switches(loss_mechanism)
 
