@@ -74,7 +74,7 @@ def test_a_star_split_over_two_servers_runs_every_method_verified(tmp_path: Path
     servers = json.loads((out / "network.json").read_text())["0"]["servers"]
     assert servers == {"h1": "local", "h2": "local", "h3": second.NAME, "h4": second.NAME, "s1": "local"}
     rows = (out / "runs.csv").read_text().splitlines()
-    assert {row.split(",")[1] for row in rows[1:]} == {"switchml", "ring", "ps"}
+    assert {row.split(",")[3] for row in rows[1:]} == {"switchml", "ring", "ps"}
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
 
 
