@@ -81,7 +81,7 @@ class Cluster:
     link: str = "vxlan"
     _vnis: Any = field(default_factory=lambda: itertools.count(1))
     pushed: dict[str, set[str]] = field(default_factory=dict)
-    """Per server, the folders ``push`` copied files into."""
+    """Per server, the folders ``push`` made there (the outermost of each)."""
 
     @classmethod
     def start(cls, spec: ClusterSpec, topology: Topology, control_dir: Path) -> Cluster:
@@ -121,11 +121,16 @@ class Cluster:
         """Copy local files to the same paths on ``server`` (a run's inputs and worker specs);
         ``close`` removes their folders there."""
         for path in paths:
-            self.pushed.setdefault(server, set()).add(str(path.parent))
-            command = f"mkdir -p {shlex.quote(str(path.parent))} && cat > {shlex.quote(str(path))}"
+            folder = shlex.quote(str(path.parent))
+            # the outermost folder mkdir -p makes there, so that the cleanup removes exactly what the copy made
+            command = (f'd={folder}; made=; while [ ! -e "$d" ]; do made=$d; d=$(dirname "$d"); done; '
+                       f'mkdir -p {folder} && cat > {shlex.quote(str(path))} && echo "$made"')
             done = self.run(server, command, stdin=path.read_bytes())
             if done.returncode != 0:
                 raise ClusterError(f"server {server}: copying {path} there failed: {done.stderr.decode(errors='replace').strip()}")
+            made = done.stdout.decode().strip()
+            if made:
+                self.pushed.setdefault(server, set()).add(made)
 
     def pull(self, server: str, path: Path) -> None:
         """Move a file a worker on ``server`` wrote to the same path here."""
