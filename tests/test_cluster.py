@@ -57,7 +57,8 @@ def remote_leftovers(server: second.Server, marker: str) -> list[str]:
     """What a run left on the second server: processes besides its sshd, interfaces besides
     its own, files of the run (copied to the same paths there)."""
     answer = server.ssh(f"ps -eo pid=,args= ; echo --; ls /sys/class/net; echo --; test -e {marker} && echo {marker} || true")
-    processes, interfaces, files = (part.split("\n") for part in answer.stdout.strip().split("--\n"))
+    assert answer.returncode == 0, answer.stderr
+    processes, interfaces, files = (part.split("\n") for part in answer.stdout.split("--\n"))
     found = [f"process {p.strip()}" for p in processes if p.strip() and "sshd" not in p and "ps -eo" not in p and "echo --" not in p]
     found += [f"interface {i}" for i in interfaces if i and i not in ("lo", "eth0")]
     return found + [f"file {f}" for f in files if f]
