@@ -114,7 +114,8 @@ class Cluster:
         """``command`` on ``server``, which must succeed; its output as text."""
         done = self.run(server, command, timeout=timeout)
         if done.returncode != 0:
-            raise ClusterError(f"server {server}: {what}: {(done.stderr or done.stdout).decode(errors='replace').strip()}")
+            said = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
+            raise ClusterError(f"server {server}: {what}" + (f": {said[0]}" if said else ""))
         return done.stdout.decode(errors="replace")
 
     def push(self, server: str, paths: Sequence[Path]) -> None:

@@ -223,9 +223,14 @@ class EmulatedNetwork:
         self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.declare_directory(self._scratch)
         if self.cluster_spec is not None:
-            self.cluster = Cluster.start(self.cluster_spec, self.topology, self._scratch / "ssh")
+            cluster = Cluster.start(self.cluster_spec, self.topology, self._scratch / "ssh")
+            try:
+                preflight(cluster)
+            except BaseException:
+                cluster.close()  # nothing was started there
+                raise
+            self.cluster = cluster
             self._declare_server_cleanup()
-            preflight(self.cluster)
             log.info("cluster: %s", ", ".join(f"{n} on {s}" for n, s in sorted(self.cluster.placement.items())))
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net

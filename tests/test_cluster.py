@@ -80,15 +80,21 @@ def test_a_star_split_over_two_servers_runs_every_method_verified(tmp_path: Path
 
 
 def test_a_server_at_another_commit_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
-    config = cluster_config(tmp_path, cluster_server, cluster={
-        "servers": [{"name": cluster_server.name, "address": cluster_server.address, "checkout": "/srv"}],
-        "ssh_config": str(cluster_server.ssh_config)})
-    done = run(config, tmp_path / "out")
+    older = "/tmp/switchml-older-checkout"
+    made = cluster_server.ssh(f"git clone -q {cluster_server.checkout} {older} && git -C {older} checkout -q HEAD~1 && "
+                              f"cp -al {cluster_server.checkout}/.venv {older}/.venv")
+    assert made.returncode == 0, made.stderr
+    try:
+        config = cluster_config(tmp_path, cluster_server, cluster={
+            "servers": [{"name": cluster_server.name, "address": cluster_server.address, "checkout": older}],
+            "ssh_config": str(cluster_server.ssh_config)})
+        done = run(config, tmp_path / "out")
+    finally:
+        cluster_server.ssh(f"rm -rf {older}")
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and errors[0].endswith(f"server {second.NAME}: no git checkout at /srv: fatal: not a git repository "
-                                                   "(or any of the parent directories): .git"), done.stderr[-2000:]
-    assert "Traceback" not in done.stderr
+    assert len(errors) == 1 and f"ERROR server {second.NAME}: {older} is at commit " in errors[0], done.stderr[-2000:]
+    assert errors[0].endswith("check out the same commit there") and "Traceback" not in done.stderr
 
 
 def test_an_unreachable_server_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
