@@ -81,7 +81,7 @@ def test_a_star_split_over_two_servers_runs_every_method_verified(tmp_path: Path
 
 def test_a_server_at_another_commit_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
     older = "/tmp/switchml-older-checkout"
-    made = cluster_server.ssh(f"git clone -q --shared {cluster_server.checkout} {older} && git -C {older} checkout -q HEAD~1")
+    made = cluster_server.ssh(f"rm -rf {older} && git clone -q --shared {cluster_server.checkout} {older} && git -C {older} checkout -q HEAD~1")
     assert made.returncode == 0, made.stderr
     try:
         config = cluster_config(tmp_path, cluster_server, cluster={
