@@ -450,9 +450,16 @@ class EmulatedNetwork:
         """What each process this network's workers depend on is -> its pid: every node's
         shell (a command on a node goes through it) and every switch's process."""
         assert self.net is not None
-        shells = {f"the shell of {'host' if node in self.net.hosts else 'switch'} {node.name}": node.shell.pid
+        shells = {f"the shell of {'host' if node in self.net.hosts else 'switch'} {node.name}{self._where(node.name)}": node.shell.pid
                   for node in [*self.net.hosts, *self.net.switches] if node.shell is not None}
         return shells | {f"switch {name}": pid for name, pid in self.switch_processes().items()}
+
+    def _where(self, node: str) -> str:
+        """Where a node on another server runs, for messages: its shell there is an ssh
+        connection, which a dropped connection ends too."""
+        if self.cluster is None or self.cluster.server_of(node) == LOCAL:
+            return ""
+        return f" on server {self.cluster.server_of(node)} (its ssh connection)"
 
     def switch_processes(self) -> dict[str, int]:
         """Switch name -> pid of the process doing its switching: what the workers depend on
