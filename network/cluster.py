@@ -82,6 +82,8 @@ class Cluster:
     _vnis: Any = field(default_factory=lambda: itertools.count(1))
     pushed: dict[str, set[str]] = field(default_factory=dict)
     """Per server, the folders ``push`` made there (the outermost of each)."""
+    on_push: Callable[[], None] | None = None
+    """Called when ``push`` made a new folder (the network records its cleanup again)."""
 
     @classmethod
     def start(cls, spec: ClusterSpec, topology: Topology, control_dir: Path) -> Cluster:
@@ -130,8 +132,10 @@ class Cluster:
             if done.returncode != 0:
                 raise ClusterError(f"server {server}: copying {path} there failed: {done.stderr.decode(errors='replace').strip()}")
             made = done.stdout.decode().strip()
-            if made:
-                self.pushed.setdefault(server, set()).add(made)
+            if made and made not in self.pushed.setdefault(server, set()):
+                self.pushed[server].add(made)
+                if self.on_push is not None:
+                    self.on_push()
 
     def pull(self, server: str, path: Path) -> None:
         """Move a file a worker on ``server`` wrote to the same path here."""
@@ -154,21 +158,21 @@ class Cluster:
 
     def cleanup_argv(self, server: str, holder: int, directories: Sequence[str] = ()) -> list[str]:
         """What removes on ``server`` what the run ``holder`` left there (network.cleanup
-        --holder): its marked processes, testbed interfaces, ``directories``. Without the
+        --holder): its marked processes, testbed interfaces, ``directories`` and the folders
+        ``push`` made. Without the
         multiplexed connection, whose socket dies with the run: the next run uses this."""
         target = self.servers[server]
         ssh = ["ssh", "-q", *(["-F", str(self.ssh_config)] if self.ssh_config is not None else []),
                "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_S}", "-l", target.user, "-T", target.address]
-        command = [target.python, "-m", "network.cleanup", "--holder", str(holder), *(f"--directory={d}" for d in directories)]
+        folders = sorted({*directories, *self.pushed.get(server, ())})
+        command = [target.python, "-m", "network.cleanup", "--holder", str(holder), *(f"--directory={d}" for d in folders)]
         return [*ssh, f"cd {shlex.quote(target.checkout)} && {shlex.join(command)}"]
 
     def clean_servers(self, holder: int, directories: Sequence[str] = ()) -> None:
-        """Run ``cleanup_argv`` on every server, removing ``directories`` and the folders files
-        were pushed into (a teardown: errors are logged, not raised)."""
+        """Run ``cleanup_argv`` on every server (a teardown: errors are logged, not raised)."""
         for server in self.servers:
-            folders = sorted({*directories, *self.pushed.get(server, ())})
             try:
-                done = subprocess.run(self.cleanup_argv(server, holder, folders), capture_output=True, text=True, timeout=60)
+                done = subprocess.run(self.cleanup_argv(server, holder, directories), capture_output=True, text=True, timeout=60)
             except subprocess.TimeoutExpired:
                 log.error("server %s: its cleanup did not finish within 60 s", server)
                 continue

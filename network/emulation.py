@@ -230,6 +230,7 @@ class EmulatedNetwork:
                 cluster.close()  # nothing was started there
                 raise
             self.cluster = cluster
+            cluster.on_push = self._declare_server_cleanup
             self._declare_server_cleanup()
             log.info("cluster: %s", ", ".join(f"{n} on {s}" for n, s in sorted(self.cluster.placement.items())))
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
