@@ -17,7 +17,7 @@ from typing import Mapping
 
 from protocol.results_format import MACHINE
 from network.emulation import EmulatedNetwork
-from network.port_counters import SETTLE_S, account_switch, read_ports
+from network.port_counters import SETTLE_S, PortCounters, account_switch, parse_ports, read_ports, read_ports_script
 from switches import programming
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -103,13 +103,25 @@ class JobMeter:
         self._ports = {sw.name: [i.name for i in sw.intfList() if i.name != "lo"] for sw in net.net.switches}
         self._interfaces = [i for intfs in self._ports.values() for i in intfs]
 
+    def _read(self) -> tuple[dict[str, PortCounters], dict[str, int]]:
+        """Every switch port's counters and transmitted bytes, each read on its switch's server."""
+        counters, tx_bytes = {}, {}
+        for switch, interfaces in self._ports.items():
+            run = self._net.switch_server_shell(switch)
+            if run is None:
+                counters |= read_ports(interfaces)
+                tx_bytes |= {i: interface_bytes(i) for i in interfaces}
+            else:
+                theirs, sent = parse_ports(run(read_ports_script(interfaces)))
+                counters, tx_bytes = counters | theirs, tx_bytes | sent
+        return counters, tx_bytes
+
     def start(self) -> None:
         for control in self._net.controls.values():
             programming.reset_event_counters(control)
         self._cpu = {name: process_cpu(pid) for name, pid in self._processes.items()}
         self._machine = machine_cpu()
-        self._tx = {i: interface_bytes(i) for i in self._interfaces}
-        self._port_counters = read_ports(self._interfaces)
+        self._port_counters, self._tx = self._read()
         self._t0 = time.monotonic()
 
     def stop(self) -> JobMeasurement:
@@ -117,9 +129,10 @@ class JobMeter:
         cpu = {name: (process_cpu(pid) - self._cpu[name]).share_of(wall) for name, pid in self._processes.items()}
         machine, total = machine_cpu()
         cpu[MACHINE] = (machine - self._machine[0]).share_of(max(1 / CLOCK_TICKS, total - self._machine[1]))
-        tx_mbps = {i: (interface_bytes(i) - self._tx[i]) * 8 / wall / 1e6 for i in self._interfaces}
+        tx_now = self._read()[1]
+        tx_mbps = {i: (tx_now[i] - self._tx[i]) * 8 / wall / 1e6 for i in self._interfaces}
         time.sleep(SETTLE_S)  # let the switches drain before their frames are accounted
-        ports_after = read_ports(self._interfaces)
+        ports_after = self._read()[0]
         counters = {sw: programming.read_event_counters(control) for sw, control in self._net.controls.items()}
         frames = {sw: account_switch(self._port_counters, ports_after, self._ports[sw], counters[sw]) for sw in counters}
         return JobMeasurement(cpu, wall, tx_mbps, counters, frames)

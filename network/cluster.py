@@ -30,10 +30,12 @@ root and must have the same commit checked out, with its venv (``preflight`` che
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -41,9 +43,12 @@ from typing import Any, Callable, Mapping, Sequence
 from mininet.examples.cluster import RemoteLink, RemoteMixin
 from mininet.node import Host, Node
 
+from base.lifetime import dies_with_this_process
 from base.yamlschema import ConfigError
 from network.lock import HOLDER_ENV
 from protocol.params import REPO_ROOT
+from switches.control import ControlPlaneError, SwitchControl
+from switches.embedded.control_client import EmbeddedControl
 from network.cluster_config import LOCAL, ClusterSpec, Server
 from topologies.model import Topology
 
@@ -55,6 +60,9 @@ VXLAN_OVERHEAD = 50
 FRAME_MTU = 1500
 """The emulated links' MTU, on a VXLAN link too: a full frame of the baselines' TCP fits."""
 SSH_CONNECT_S = 5
+FORWARD_TIMEOUT_S = 20.0
+"""How long a remote switch's control socket may take to be reachable through ssh."""
+AGENT_STOP_S = 10.0
 TOOLS = ("mnexec", "ip", "tc", "ethtool", "git")
 """What every server needs on its PATH (the eBPF switch's clang and bpftool only where it runs)."""
 
@@ -96,15 +104,19 @@ class Cluster:
     def remote_nodes(self) -> list[str]:
         return [name for name, server in self.placement.items() if server != LOCAL]
 
-    def ssh_argv(self, server: str, tty: bool = False) -> list[str]:
-        """ssh to ``server`` (one master connection per server, persisting a minute)."""
+    def ssh_argv(self, server: str, tty: bool = False, multiplexed: bool = True) -> list[str]:
+        """ssh to ``server``: through one master connection per server (persisting a minute),
+        unless not ``multiplexed`` (a port forwarding that must end with its own process)."""
         target = self.servers[server]
         argv = ["ssh", "-q"]
         if self.ssh_config is not None:
             argv += ["-F", str(self.ssh_config)]
         argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_CONNECT_S}", "-o", "ServerAliveInterval=2",
-                 "-o", "ServerAliveCountMax=3", "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%C",
-                 "-o", "ControlPersist=60", "-l", target.user]
+                 "-o", "ServerAliveCountMax=3", "-l", target.user]
+        if multiplexed:
+            argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%C", "-o", "ControlPersist=60"]
+        else:
+            argv += ["-o", "ControlPath=none"]
         return [*argv, "-tt" if tty else "-T", target.address]
 
     def run(self, server: str, command: str, timeout: float = 60.0, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -137,9 +149,10 @@ class Cluster:
                 if self.on_push is not None:
                     self.on_push()
 
-    def pull(self, server: str, path: Path) -> None:
-        """Move a file a worker on ``server`` wrote to the same path here."""
-        done = self.run(server, f"cat {shlex.quote(str(path))} && rm {shlex.quote(str(path))}")
+    def pull(self, server: str, path: Path, remote: str | None = None) -> None:
+        """Move a file a worker on ``server`` wrote to the same path here (or from ``remote`` there)."""
+        source = shlex.quote(remote or str(path))
+        done = self.run(server, f"cat {source} && rm {source}")
         if done.returncode != 0:
             raise ClusterError(f"server {server}: fetching {path} failed: {done.stderr.decode(errors='replace').strip()}")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,8 +225,8 @@ def _own_group_then(caller: Callable[[], None] | None) -> Callable[[], None]:
     return prepare
 
 
-class ClusterHost(RemoteMixin, Host):
-    """A Mininet host on one of the cluster's servers (cluster.py's RemoteHost, for this testbed)."""
+class ClusterNode(RemoteMixin):
+    """cluster.py's RemoteMixin for this testbed's nodes: a node on one of the cluster's servers."""
 
     def __init__(self, name: str, cluster: Cluster, **kwargs: Any) -> None:
         self.cluster = cluster
@@ -247,6 +260,105 @@ class ClusterHost(RemoteMixin, Host):
 
     def _move_here(self, intf: Any, node: Node) -> None:
         run_on_server(node, ["ip", "link", "set", str(intf), "netns", str(node.pid)])
+
+
+class ClusterHost(ClusterNode, Host):
+    """A Mininet host on another server (cluster.py's RemoteHost)."""
+
+
+class RemoteDataPlane:
+    """A switch target's data plane on another server: ``python -m switches.agent`` there over
+    ssh, its control socket forwarded here by ssh (a ``DataPlane``, switches/target.py).
+
+    Its ``pid`` is the ssh connection the agent runs over: it exits when the agent (and with
+    it the switch) dies or the connection drops, which is what the run watches. The agent
+    stops the switch when that connection closes. The switch's log is copied here when it stops.
+    """
+
+    def __init__(self, cluster: Cluster, server: str, target: str, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int,
+                 max_pool_size: int, options: Mapping[str, Any]) -> None:
+        self.cluster, self.server, self.target, self.name = cluster, server, target, name
+        self.ports, self.log_dir, self.k, self.max_pool_size, self.options = dict(ports), log_dir, k, max_pool_size, dict(options)
+        self.remote_dir = f"/tmp/switchml-agent-{os.getpid()}-{name}"
+        self.local_socket = cluster.control_dir / f"{name}.sock"
+        self._agent: subprocess.Popen | None = None
+        self._forward: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        server = self.cluster.servers[self.server]
+        argv = [server.python, "-m", "switches.agent", "--target", self.target, "--name", self.name, "--socket",
+                f"{self.remote_dir}/control.sock", "--log-dir", self.remote_dir, "--k", str(self.k), "--max-pool-size",
+                str(self.max_pool_size), *(f"--port={p}={i}" for p, i in sorted(self.ports.items())), "--options", json.dumps(self.options)]
+        environment = " ".join(shlex.quote(f"{k}={v}") for k, v in added_environment({}).items())
+        command = f"mkdir -p {self.remote_dir} && cd {shlex.quote(server.checkout)} && env {environment} {shlex.join(argv)}; exit $?"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"{self.name}.agent.log").open("ab") as output:
+            self._agent = subprocess.Popen([*self.cluster.ssh_argv(self.server), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=output, preexec_fn=_own_group_then(dies_with_this_process()))
+        line = self._agent.stdout.readline()
+        if line.strip() != b"ready":
+            self.stop()
+            raise ClusterError(f"switch {self.name} on server {self.server} did not start; log {self.log_dir / f'{self.name}.agent.log'}")
+        self.local_socket.unlink(missing_ok=True)
+        self._forward = subprocess.Popen([*self.cluster.ssh_argv(self.server, multiplexed=False), "-N", "-o", "ExitOnForwardFailure=yes",
+                                          "-L", f"{self.local_socket}:{self.remote_dir}/control.sock"], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         preexec_fn=_own_group_then(dies_with_this_process()))
+        deadline = time.monotonic() + FORWARD_TIMEOUT_S
+        while True:
+            try:
+                with EmbeddedControl(self.local_socket, timeout=2.0) as control:
+                    control.ping()
+                return
+            except ControlPlaneError:
+                if self._forward.poll() is not None or time.monotonic() > deadline:
+                    error = self._forward.stderr.read().decode(errors="replace").strip() if self._forward.poll() is not None else "timed out"
+                    self.stop()
+                    raise ClusterError(f"switch {self.name} on server {self.server}: its control socket is not reachable: {error}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        for process in (self._forward, self._agent):
+            if process is not None and process.poll() is None:
+                if process.stdin is not None:
+                    process.stdin.close()  # the agent stops its switch when its input closes
+                try:
+                    process.wait(timeout=AGENT_STOP_S)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        if self._agent is not None:
+            try:
+                self.cluster.pull(self.server, self.log_dir / f"{self.name}.log", remote=f"{self.remote_dir}/{self.name}.log")
+            except ClusterError:
+                pass  # a target that writes no log (eBPF), or the server is gone
+            self.cluster.run(self.server, f"rm -rf {shlex.quote(self.remote_dir)}")
+        self._agent = self._forward = None
+        self.local_socket.unlink(missing_ok=True)
+
+    @property
+    def running(self) -> bool:
+        return self._agent is not None and self._agent.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._agent.pid if self.running else None
+
+    def control(self, command_log: Path | None = None) -> SwitchControl:
+        return EmbeddedControl(self.local_socket, command_log=command_log)
+
+
+def cluster_switch_class(node_class: type) -> type:
+    """A target's Mininet switch class on another server: its data plane started there."""
+
+    class ClusterSwitch(ClusterNode, node_class):
+        def start(self, controllers: list[Any]) -> None:
+            self._data_plane = RemoteDataPlane(self.cluster, self.server, self.target.name, self.ports_up(), self.log_dir, name=self.name,
+                                               k=self.k, max_pool_size=self.max_pool_size, options=self.data_plane_options())
+            self._data_plane.start()
+
+    ClusterSwitch.__name__ = ClusterSwitch.__qualname__ = f"Cluster{node_class.__name__}"
+    return ClusterSwitch
 
 
 def added_environment(env: Mapping[str, str] | None) -> dict[str, str]:

@@ -80,11 +80,6 @@ class ClusterSpec:
                 raise ValueError(f"cluster.placement: no node {node!r} in the topology (it has {', '.join(sorted(nodes))})")
             if server not in [LOCAL, *names]:
                 raise ValueError(f"cluster.placement.{node}: no server {server!r}; choose {LOCAL} or one of {', '.join(names)}")
-        switches = {s.name for s in topology.switches}
-        remote = sorted(n for n, server in self.place(topology).items() if server != LOCAL and n in switches)
-        if remote:
-            raise ValueError(f"cluster: switch {remote[0]} would run on another server, which this version cannot do yet "
-                             f"(switches run on this machine); place it with cluster.placement.{remote[0]}: {LOCAL}")
         if self.ssh_config is not None and not self.ssh_config.is_file():
             raise ValueError(f"cluster.ssh_config: no file {self.ssh_config}")
 

@@ -35,14 +35,14 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
 from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
-from network.cluster import Cluster, ClusterHost, VxlanLink, preflight
+from network.cluster import Cluster, ClusterHost, VxlanLink, cluster_switch_class, preflight
 from network.cluster_config import LOCAL, ClusterSpec
 from base.lifetime import EXIT_NOTICE_S, Dependencies, DependencyExited, deferred_signals
 from network.lock import NetworkLock
@@ -238,7 +238,7 @@ class EmulatedNetwork:
         for host in self.topology.hosts:
             own_shell(net.addHost(host.name, ip=f"{host.ipv4}/24", mac=host.mac, **self._host_class(host.name)))
         for switch in self.topology.switches:
-            own_shell(net.addSwitch(switch.name, cls=switch_cls, **switch_options))
+            own_shell(net.addSwitch(switch.name, **self._switch_class(switch.name, switch_cls), **switch_options))
         for link in self.topology.links:
             net.addLink(link.a, link.b, **self._link_class(link.a, link.b))
         self._lock.declare(interfaces=self._interface_names(net))
@@ -272,6 +272,12 @@ class EmulatedNetwork:
         if self.cluster is None or self.cluster.server_of(name) == LOCAL:
             return {"cls": Host}
         return {"cls": ClusterHost, "cluster": self.cluster}
+
+    def _switch_class(self, name: str, node_class: type) -> dict[str, Any]:
+        """The target's switch here; on another server, the same with its data plane started there."""
+        if self.cluster is None or self.cluster.server_of(name) == LOCAL:
+            return {"cls": node_class}
+        return {"cls": cluster_switch_class(node_class), "cluster": self.cluster}
 
     def _link_class(self, a: str, b: str) -> dict[str, Any]:
         """A veth within a server, a VXLAN pair between two."""
@@ -461,6 +467,14 @@ class EmulatedNetwork:
         if self.cluster is None or self.cluster.server_of(node) == LOCAL:
             return ""
         return f" on server {self.cluster.server_of(node)} (its ssh connection)"
+
+    def switch_server_shell(self, switch: str) -> Callable[[str], str] | None:
+        """For a switch on another server, what runs a shell command there and returns its
+        output (its ports' counters are read there); None for a switch on this machine."""
+        if self.cluster is None or self.cluster.server_of(switch) == LOCAL:
+            return None
+        cluster, server = self.cluster, self.cluster.server_of(switch)
+        return lambda command: cluster.check(server, command, f"reading switch {switch}'s ports")
 
     def switch_processes(self) -> dict[str, int]:
         """Switch name -> pid of the process doing its switching: what the workers depend on

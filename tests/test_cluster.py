@@ -159,3 +159,38 @@ def test_a_runner_killed_with_sigkill_leaves_the_second_server_to_the_next_clean
     assert cleanup.returncode == 0, cleanup.stderr
     assert "on another server: " in cleanup.stderr, cleanup.stderr
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+TREE = {"file": "tree.yaml", "workers": 4, "leaves": 2, "aggregation": "hierarchical",
+        "link": {"bw_mbps": 5, "delay_ms": 0, "loss": 0, "queue_packets": 200},
+        "uplink": {"bw_mbps": 20, "delay_ms": 0, "loss": 0, "queue_packets": 200}}
+"""Leaf s1 with h1 and h2 here, leaf s2 with h3 and h4 on the second server: only s2's uplink to
+the spine s0 (here) crosses servers, and hierarchical aggregation sends one partial sum per
+slot over it."""
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, marks=TARGET_MARKS[t], id=t) for t in ("embedded", "ebpf")])
+def test_a_tree_with_a_leaf_on_the_second_server_aggregates_hierarchically(tmp_path: Path, cluster_server: second.Server,
+                                                                           target: str) -> None:
+    require_target(target)
+    out = tmp_path / "out"
+    done = run(cluster_config(tmp_path, cluster_server, topology=TREE), out, target)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["verified"] is True
+    servers = json.loads((out / "network.json").read_text())["0"]["servers"]
+    assert servers == {"s0": "local", "s1": "local", "h1": "local", "h2": "local", "s2": second.NAME, "h3": second.NAME, "h4": second.NAME}
+    assert (out / "logs" / "point0" / "s2.agent.log").exists()  # the leaf's switch ran there, started by its agent
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_tree_with_loss_on_its_uplinks_recovers_exactly_across_servers(tmp_path: Path, cluster_server: second.Server) -> None:
+    lossy = {**TREE, "uplink": {**TREE["uplink"], "loss": 0.01}}
+    out = tmp_path / "out"
+    done = run(cluster_config(tmp_path, cluster_server, topology=lossy, methods=["switchml"]), out, "embedded")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    rows = [line.split(",") for line in (out / "runs.csv").read_text().splitlines()]
+    retransmissions = sum(int(row[rows[0].index("retransmissions")]) for row in rows[1:])
+    assert retransmissions > 0  # the loss happened, and SwitchML's sums are still bit-exact
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
