@@ -253,13 +253,6 @@ class ClusterNode(RemoteMixin):
         params["preexec_fn"] = _own_group_then(params.get("preexec_fn"))
         return Node._popen(self, argv, **params)
 
-    def addIntf(self, intf: Any, port: int | None = None, moveIntfFn: Any = None) -> None:  # noqa: N802,N803 (Mininet's names)
-        """An interface is made in the root namespace of the node's server, so it is moved
-        into the node there, not with a local ``ip`` (cluster.py leaves this hook commented out)."""
-        super().addIntf(intf, port=port, moveIntfFn=self._move_here)
-
-    def _move_here(self, intf: Any, node: Node) -> None:
-        run_on_server(node, ["ip", "link", "set", str(intf), "netns", str(node.pid)])
 
 
 class ClusterHost(ClusterNode, Host):
@@ -391,8 +384,9 @@ class VxlanLink(RemoteLink):
 
     def makeTunnel(self, node1: Node, node2: Node, intfname1: str, intfname2: str,  # noqa: N802 (Mininet's names)
                    addr1: str | None = None, addr2: str | None = None) -> None:
-        """Each end in its server's root namespace; the node's ``addIntf`` moves it into the
-        node (a host's namespace), a switch's stays where the switch runs."""
+        """Each end made in its server's root namespace and moved into its node there (a
+        host's namespace; a switch's end stays where the switch runs), as cluster.py's ssh
+        tunnel does: Mininet's links make their ends in place and move nothing."""
         vni = self.cluster.next_vni()
         server1, server2 = (self.cluster.server_of(n.name) for n in (node1, node2))
         ends = ((node1, intfname1, addr1, server1, server2), (node2, intfname2, addr2, server2, server1))
@@ -401,6 +395,8 @@ class VxlanLink(RemoteLink):
             address = ["address", mac] if mac else []
             run_on_server(node, ["ip", "link", "add", name, *address, "mtu", str(FRAME_MTU), "type", "vxlan", "id", str(vni),
                                  "local", local, "remote", remote, "dstport", str(VXLAN_PORT)])
+            if node.inNamespace:
+                run_on_server(node, ["ip", "link", "set", name, "netns", str(node.pid)])
         return None
 
     def stop(self) -> None:
