@@ -164,8 +164,8 @@ def test_a_runner_killed_with_sigkill_leaves_the_second_server_to_the_next_clean
 TREE = {"file": "tree.yaml", "workers": 4, "leaves": 2, "aggregation": "hierarchical",
         "link": {"bw_mbps": 5, "delay_ms": 0, "loss": 0, "queue_packets": 200},
         "uplink": {"bw_mbps": 20, "delay_ms": 0, "loss": 0, "queue_packets": 200}}
-"""Leaf s1 with h1 and h3 here, leaf s2 with h2 and h4 on the second server: only s2's uplink to
-the spine s0 (here) crosses servers, and hierarchical aggregation sends one partial sum per
+"""Leaf s2 with h1 and h3 here, leaf s3 with h2 and h4 on the second server: only s3's uplink to
+the spine s1 (here) crosses servers, and hierarchical aggregation sends one partial sum per
 slot over it."""
 
 
@@ -178,8 +178,8 @@ def test_a_tree_with_a_leaf_on_the_second_server_aggregates_hierarchically(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["verified"] is True
     servers = json.loads((out / "network.json").read_text())["0"]["servers"]
-    assert servers == {"s0": "local", "s1": "local", "h1": "local", "h3": "local", "s2": second.NAME, "h2": second.NAME, "h4": second.NAME}
-    assert (out / "logs" / "point0" / "s2.agent.log").exists()  # the leaf's switch ran there, started by its agent
+    assert servers == {"s1": "local", "s2": "local", "h1": "local", "h3": "local", "s3": second.NAME, "h2": second.NAME, "h4": second.NAME}
+    assert (out / "logs" / "point0" / "s3.agent.log").exists()  # the leaf's switch ran there, started by its agent
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
 
 
