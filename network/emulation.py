@@ -473,8 +473,19 @@ class EmulatedNetwork:
         output (its ports' counters are read there); None for a switch on this machine."""
         if self.cluster is None or self.cluster.server_of(switch) == LOCAL:
             return None
-        cluster, server = self.cluster, self.cluster.server_of(switch)
-        return lambda command: cluster.check(server, command, f"reading switch {switch}'s ports")
+        return self.server_shells()[self.cluster.server_of(switch)]
+
+    def server_shells(self) -> dict[str, Callable[[str], str]]:
+        """Per other server of the cluster, what runs a shell command there and returns its
+        output (empty on one machine)."""
+        if self.cluster is None:
+            return {}
+        cluster = self.cluster
+
+        def shell(server: str) -> Callable[[str], str]:
+            return lambda command: cluster.check(server, command, f"running {command!r}")
+
+        return {server: shell(server) for server in cluster.servers}
 
     def switch_processes(self) -> dict[str, int]:
         """Switch name -> pid of the process doing its switching: what the workers depend on
