@@ -175,7 +175,7 @@ class ResultsWriter:
         )
         jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
         cpu = timed_cpu_samples(fidelity, runs)
-        machines = cpu["host"].map(fmt.is_machine)
+        machines = cpu["host"].map(fmt.is_machine).astype(bool)
         processes, machine = cpu[~machines], cpu[machines]
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]

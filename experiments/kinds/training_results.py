@@ -75,7 +75,7 @@ class TrainingResultsWriter(ResultsWriter):
         table.to_csv(self.run_dir / fmt.TRAINING_SUMMARY.file, index=False)
         fidelity = pd.read_csv(self.run_dir / fmt.FIDELITY.file)
         whole = fidelity[fidelity["repetition"] == WHOLE_TRAINING]
-        machines = whole["host"].map(is_machine)
+        machines = whole["host"].map(is_machine).astype(bool)
         busy = whole[(~machines & (whole["cpu_busy_fraction"] >= CPU_SATURATED))
                      | (machines & (whole["cpu_busy_fraction"] >= MACHINE_SATURATED))]
         summary["saturated_trainings"] = busy[["method", "host", "cpu_busy_fraction"]].to_dict("records")
