@@ -12,7 +12,9 @@ make), and serves the control-plane primitives on a Unix socket in the embedded 
 JSON-lines protocol (switches/embedded/control_server.py), so the controlling machine's
 ``EmbeddedControl`` programs any target through the socket ssh forwards. It prints
 ``ready`` when the socket listens, and stops the data plane and exits when its standard
-input closes -- the ssh connection it came over is gone -- or on SIGTERM.
+input closes -- the ssh connection it came over is gone -- or on SIGTERM; when the switch
+dies under it, it exits with status 3, which ends that connection: the run, watching it,
+names the switch.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from switches.targets import lookup
 
 log = logging.getLogger("switches.agent")
 
+WATCH_S = 0.2
+"""How often the agent checks that its switch still runs."""
+SWITCH_DIED = 3
+"""The agent's exit status when its switch died under it."""
 PRIMITIVES = ("table_num_entries", "table_add", "table_set_default", "table_clear", "mc_mgrp_create", "mc_node_create",
               "mc_node_associate", "register_read", "register_write", "register_reset", "counter_read", "counter_reset")
 """The SwitchControl primitives, served under their own names (EmbeddedControl's ops)."""
@@ -91,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=serve, args=(listener, handlers(control), threading.Lock()), daemon=True).start()
         threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
         print("ready", flush=True)
-        done.wait()
+        while not done.wait(WATCH_S):
+            if not data_plane.running:  # the switch died: so does the agent, which the controlling machine watches
+                log.error("switch %s stopped running", args.name)
+                return SWITCH_DIED
         log.info("stopping (its connection closed, or SIGTERM)")
         listener.close()
         control.close()

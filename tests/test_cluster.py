@@ -108,10 +108,10 @@ def test_an_unreachable_server_is_one_line_and_exit_2(tmp_path: Path, cluster_se
     assert "Traceback" not in done.stderr
 
 
-def _disturbed(tmp_path: Path, server: second.Server, disturb) -> tuple[int, str, Path]:
+def _disturbed(tmp_path: Path, server: second.Server, disturb, **sections) -> tuple[int, str, Path]:
     """A long SwitchML job over both servers, disturbed once a worker runs on the second."""
     out = tmp_path / "out"
-    runner = subprocess.Popen(argv(cluster_config(tmp_path, server, **LONG_JOB), out), stdout=subprocess.PIPE,
+    runner = subprocess.Popen(argv(cluster_config(tmp_path, server, **LONG_JOB, **sections), out), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -193,4 +193,14 @@ def test_a_tree_with_loss_on_its_uplinks_recovers_exactly_across_servers(tmp_pat
     rows = [line.split(",") for line in (out / "runs.csv").read_text().splitlines()]
     retransmissions = sum(int(row[rows[0].index("retransmissions")]) for row in rows[1:])
     assert retransmissions > 0  # the loss happened, and SwitchML's sums are still bit-exact
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_killed_remote_switch_fails_the_run_naming_it(tmp_path: Path, cluster_server: second.Server) -> None:
+    def kill_remote_switch(runner: subprocess.Popen) -> None:  # the leaf on the second server, the embedded switch's process
+        assert cluster_server.ssh("pkill -9 -f 'switches.embedded .*s3-eth'").returncode == 0
+
+    code, output, out = _disturbed(tmp_path, cluster_server, kill_remote_switch, topology=TREE)
+    assert code == 3, output[-3000:]
+    assert re.search(r"switch s3 \(pid \d+\) exited with status 3", output), output[-3000:]
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
