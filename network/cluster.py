@@ -6,20 +6,25 @@ and commands run over ssh (``mnexec`` on the far side); a ``RemoteLink`` between
 two servers is a tunnel made by its ``makeTunnel``. This module uses those extension
 points and nothing parallel to them:
 
-- ``ClusterHost`` is ``RemoteMixin`` on Mininet's ``Host``. It replaces what cluster.py
+- ``ClusterNode`` is ``RemoteMixin`` for our nodes (``ClusterHost`` on Mininet's ``Host``,
+  ``cluster_switch_class`` on a switch target's node). It replaces what cluster.py
   gets wrong for this testbed: its ``_popen`` throws away a caller's ``preexec_fn`` (the
   parent-death kill every worker is started with, base/lifetime.py) and calls ``sudo``
   (not installed, and not needed as root); its ssh command is ours (``Cluster.ssh_argv``:
   one multiplexed connection per server, the run's ssh_config). A command for a remote
-  node runs in the server's own checkout with its own venv: arguments, cwd and the
-  PYTHONPATH under this checkout are rewritten to the server's (``Server.translate``), and
-  of the environment only what the caller added to this process's is passed on, with the
-  network holder's mark (network/lock.py), so the next run's cleanup there finds it.
+  node runs in the server's own checkout with its own venv: this checkout's Python, cwd
+  and PYTHONPATH become the server's (``Server.translate``; data files are copied to the
+  same paths there: ``ship``, ``fetch``), and of the environment only what the caller
+  added to this process's is passed on, with the network holder's mark (network/lock.py),
+  so the run's cleanup there finds what it left.
 - ``VxlanLink`` is a ``RemoteLink`` whose ``makeTunnel`` makes a VXLAN pair (one VNI per
   link, UDP 4789 between the two servers' addresses, MTU 1500 so a full frame fits; the
   underlay needs 1550): this kernel has no GRE, and cluster.py's ssh tunnels carry frames
   over TCP in user space (no timing fidelity, TCP-in-TCP for the baselines) through a
   device name (tap9) that two links at once collide on.
+- A switch placed on another server runs there: ``RemoteDataPlane`` starts
+  ``python -m switches.agent`` over ssh, which runs the target's data plane and serves its
+  control plane there (cluster.py has only RemoteOVSSwitch), on a Unix socket ssh forwards.
 - Where each node runs is network/cluster_config.py's ``place`` (Mininet's placers need a
   ``Topo`` object, which this network is built without).
 
@@ -398,10 +403,6 @@ class VxlanLink(RemoteLink):
             if node.inNamespace:
                 run_on_server(node, ["ip", "link", "set", name, "netns", str(node.pid)])
         return None
-
-    def stop(self) -> None:
-        """Mininet's: each end goes with ``ip link del`` on its node (a namespace's with it)."""
-        super().stop()
 
 
 def preflight(cluster: Cluster, needs: Sequence[str] = ()) -> None:
