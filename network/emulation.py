@@ -116,7 +116,8 @@ class NetworkReport:
     """spine or hierarchical (topology.aggregation): which switches aggregate."""
     links: list[dict[str, str]] = field(default_factory=list)
     servers: dict[str, str] = field(default_factory=dict)
-    """Node -> the server it ran on (``local``: this machine), with a ``cluster:`` section; else empty."""
+    """Node -> the server it ran on (``local``: this machine), with a ``cluster:`` section; else
+    empty, and left out of the results."""
 
 
 class EmulatedNetwork:
@@ -495,6 +496,11 @@ class EmulatedNetwork:
         return {sw.name: sw.switch_pid for sw in self.net.switches if sw.switch_pid is not None}
 
     def describe(self) -> dict[str, Any]:
+        """The report for the results; ``servers`` only with a cluster, so that a run on one
+        machine writes what it always wrote."""
         assert self.report is not None
-        return asdict(self.report)
+        described = asdict(self.report)
+        if not described["servers"]:
+            del described["servers"]
+        return described
 
