@@ -65,7 +65,7 @@ def remote_leftovers(server: second.Server, marker: str) -> list[str]:
     return found + [f"file {f}" for f in files if f]
 
 
-@pytest.mark.parametrize("target", [pytest.param(t, marks=TARGET_MARKS[t], id=t) for t in ("embedded", "ebpf")])
+@pytest.mark.parametrize("target", [pytest.param(t, marks=TARGET_MARKS[t], id=t) for t in ("embedded", "ebpf", "bmv2")])
 def test_a_star_split_over_two_servers_runs_every_method_verified(tmp_path: Path, cluster_server: second.Server, target: str) -> None:
     require_target(target)
     out = tmp_path / "out"
