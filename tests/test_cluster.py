@@ -204,3 +204,12 @@ def test_a_killed_remote_switch_fails_the_run_naming_it(tmp_path: Path, cluster_
     assert code == 3, output[-3000:]
     assert re.search(r"switch s3 \(pid \d+\) exited with status 3", output), output[-3000:]
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_ctrl_c_tears_down_both_servers(tmp_path: Path, cluster_server: second.Server) -> None:
+    def interrupt(runner: subprocess.Popen) -> None:
+        runner.send_signal(signal.SIGINT)
+
+    code, output, out = _disturbed(tmp_path, cluster_server, interrupt)
+    assert code == 130, output[-3000:]
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
