@@ -231,7 +231,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
                 log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
             return EXIT_INTERRUPTED
         except Exception as exc:
-            if storage_problem(exc, run_dir) is not None:
+            if isinstance(exc, ConfigError) or storage_problem(exc, run_dir) is not None:  # a server unfit for the run: one line, exit 2
                 raise
             if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError)):  # says what failed; no traceback needed
                 log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)

@@ -22,6 +22,7 @@ from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, par
 from experiments.inputs import WorkloadInfo, describe_workload
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 import methods
+from network.cluster_config import ClusterSpec
 from protocol import params
 from protocol.quantize import quantized_limit
 from switches.programming import AdmissionError, partition_slots
@@ -125,6 +126,12 @@ class Point:
         return self.data["limits"]
 
     @property
+    def cluster(self) -> ClusterSpec | None:
+        """The servers besides this one and the placement (None: everything on this machine)."""
+        section = self.data.get("cluster")
+        return None if section is None else ClusterSpec.from_config(section)
+
+    @property
     def workload_info(self) -> WorkloadInfo:
         return describe_workload(self.workload)
 
@@ -211,6 +218,11 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             topology.drop_simulator_rates()
         except ValueError as exc:
             raise ConfigError(f"{source}: loss_mechanism: {exc}") from None
+    if data.get("cluster") is not None:
+        try:
+            ClusterSpec.from_config(data["cluster"]).check(topology)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
     if data.get("jobs") is not None and topology.aggregation == "hierarchical":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
 
@@ -375,6 +387,8 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     link_rate_source = apply_target_link_rate(data, overridden)
+    if data.get("cluster", {}).get("ssh_config") is not None:  # relative to the config, recorded absolute
+        data["cluster"]["ssh_config"] = str((path.parent / data["cluster"]["ssh_config"]).resolve())
     sweep = data.get("sweep")
     points: list[Point] = []
     if sweep is None:

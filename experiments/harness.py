@@ -31,7 +31,7 @@ from experiments.config import Experiment, Point
 from experiments.job_meter import JobMeter
 from experiments.results import ResultsWriter
 from experiments.verify import Expected, Verdict, verify
-from experiments.workers import Limit, WorkerGroup
+from experiments.workers import RESULT_FILES, Limit, WorkerGroup
 import methods
 from network.emulation import EmulatedNetwork
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
@@ -81,10 +81,6 @@ class ExperimentKind:
     """How many units the whole run has."""
     report: Callable[[dict[str, Any]], str]
     """The table printed from the finished run's summary."""
-
-
-RESULT_FILES = ("result", "int_sum")
-"""The keys of a worker's report that name a file the worker wrote for the runner."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +149,7 @@ def point_network(experiment: Experiment, point: Point, target: str, writer: Res
         pool_size=protocol["pool_size"],
         loss_mechanism=point.data["loss_mechanism"],
         jobs=jobs,
+        cluster=point.cluster,
     ) as net:
         net.declare_directory(writer.work_dir)
         work = writer.work_dir / f"point{point.index}"

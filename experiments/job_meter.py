@@ -17,7 +17,7 @@ from typing import Mapping
 
 from protocol.results_format import MACHINE
 from network.emulation import EmulatedNetwork
-from network.port_counters import SETTLE_S, account_switch, read_ports
+from network.port_counters import SETTLE_S, PortCounters, account_switch, parse_ports, read_ports, read_ports_script
 from switches import programming
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -60,17 +60,17 @@ def process_cpu(pid: int) -> CpuSplit:
     return CpuSplit(user, system, None, user + system)
 
 
-def machine_cpu() -> tuple[CpuSplit, float]:
-    """CPU time of all cores so far, and all cores' time (busy or not), in seconds.
+def machine_cpu(stat: str | None = None) -> tuple[CpuSplit, float]:
+    """CPU time of all cores so far, and all cores' time (busy or not), in seconds; of this
+    machine, or of the server whose /proc/stat is ``stat``.
 
     /proc/stat's first line: user nice system idle iowait irq softirq steal guest guest_nice.
     Guest time is already inside user and nice, so it is not added again; idle and iowait
     are the only time not busy. Kernel switch work (the eBPF switch, veth delivery, htb)
     runs as softirq, so it is in ``busy`` and shown on its own.
     """
-    user, nice, system, idle, iowait, irq, softirq, steal = (
-        int(v) / CLOCK_TICKS for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
-    )
+    text = Path("/proc/stat").read_text() if stat is None else stat
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) / CLOCK_TICKS for v in text.split("\n", 1)[0].split()[1:9])
     busy = user + nice + system + irq + softirq + steal
     return CpuSplit(user + nice, system + irq, softirq, busy), busy + idle + iowait
 
@@ -103,23 +103,43 @@ class JobMeter:
         self._ports = {sw.name: [i.name for i in sw.intfList() if i.name != "lo"] for sw in net.net.switches}
         self._interfaces = [i for intfs in self._ports.values() for i in intfs]
 
+    def _read(self) -> tuple[dict[str, PortCounters], dict[str, int]]:
+        """Every switch port's counters and transmitted bytes, each read on its switch's server."""
+        counters, tx_bytes = {}, {}
+        for switch, interfaces in self._ports.items():
+            run = self._net.switch_server_shell(switch)
+            if run is None:
+                counters |= read_ports(interfaces)
+                tx_bytes |= {i: interface_bytes(i) for i in interfaces}
+            else:
+                theirs, sent = parse_ports(run(read_ports_script(interfaces)))
+                counters, tx_bytes = counters | theirs, tx_bytes | sent
+        return counters, tx_bytes
+
+    def _machines(self) -> dict[str, tuple[CpuSplit, float]]:
+        """``machine_cpu`` of this machine (MACHINE) and of every other server (``machine@<server>``)."""
+        machines = {MACHINE: machine_cpu()}
+        for server, run in self._net.server_shells().items():
+            machines[f"{MACHINE}@{server}"] = machine_cpu(run("head -1 /proc/stat"))
+        return machines
+
     def start(self) -> None:
         for control in self._net.controls.values():
             programming.reset_event_counters(control)
         self._cpu = {name: process_cpu(pid) for name, pid in self._processes.items()}
-        self._machine = machine_cpu()
-        self._tx = {i: interface_bytes(i) for i in self._interfaces}
-        self._port_counters = read_ports(self._interfaces)
+        self._machine = self._machines()
+        self._port_counters, self._tx = self._read()
         self._t0 = time.monotonic()
 
     def stop(self) -> JobMeasurement:
         wall = time.monotonic() - self._t0
         cpu = {name: (process_cpu(pid) - self._cpu[name]).share_of(wall) for name, pid in self._processes.items()}
-        machine, total = machine_cpu()
-        cpu[MACHINE] = (machine - self._machine[0]).share_of(max(1 / CLOCK_TICKS, total - self._machine[1]))
-        tx_mbps = {i: (interface_bytes(i) - self._tx[i]) * 8 / wall / 1e6 for i in self._interfaces}
+        for name, (machine, total) in self._machines().items():
+            cpu[name] = (machine - self._machine[name][0]).share_of(max(1 / CLOCK_TICKS, total - self._machine[name][1]))
+        tx_now = self._read()[1]
+        tx_mbps = {i: (tx_now[i] - self._tx[i]) * 8 / wall / 1e6 for i in self._interfaces}
         time.sleep(SETTLE_S)  # let the switches drain before their frames are accounted
-        ports_after = read_ports(self._interfaces)
+        ports_after = self._read()[0]
         counters = {sw: programming.read_event_counters(control) for sw, control in self._net.controls.items()}
         frames = {sw: account_switch(self._port_counters, ports_after, self._ports[sw], counters[sw]) for sw in counters}
         return JobMeasurement(cpu, wall, tx_mbps, counters, frames)

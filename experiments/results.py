@@ -29,7 +29,6 @@ from methods import by_name
 from network.port_counters import frames_lost
 from protocol import results_format as fmt
 from protocol.packet import ELEMENT_BYTES
-from protocol.results_format import MACHINE
 
 if TYPE_CHECKING:
     from experiments.job_meter import JobMeasurement
@@ -178,7 +177,8 @@ class ResultsWriter:
         )
         jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
         cpu = timed_cpu_samples(fidelity, runs)
-        processes, machine = cpu[cpu["host"] != MACHINE], cpu[cpu["host"] == MACHINE]
+        machines = cpu["host"].map(fmt.is_machine).astype(bool)
+        processes, machine = cpu[~machines], cpu[machines]
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]
         lost = switch_frame_losses(pd.read_csv(self.run_dir / fmt.SWITCH_FRAMES.file))

@@ -36,11 +36,16 @@ from base.lifetime import (
     EXIT_NOTICE_S, Dependencies, Dependency, DependencyStopped, deferred_signals, dies_with_this_process, exited_error, stopped,
     stopped_evidence,
 )
+from network.cluster import fetch, ship
 from protocol.params import REPO_ROOT
+from protocol.worker_spec import WorkerSpec
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 15
+RESULT_FILES = ("result", "int_sum")
+"""The keys of a worker's report that name a file the worker wrote for the runner (fetched
+from a host on another server as the report arrives)."""
 REPORT_GRACE_S = 10.0
 """How much longer than a worker's own deadline the runner waits for its report: the worker
 reports a missed deadline itself, with details, unless it is hung. A worker that is stopped
@@ -98,7 +103,9 @@ class WorkerGroup:
 
     def start(self, limit: Limit) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+        inputs = WorkerSpec.read(self.spec_path).inputs
         for rank, host in enumerate(self.hosts):
+            ship(host, [self.spec_path, *([Path(inputs[rank])] if inputs else [])])
             with self._log_path(rank).open("w") as stderr:
                 proc = host.popen(
                     [sys.executable, "-m", self.entry, str(self.spec_path), "--rank", str(rank), *self.arguments],
@@ -163,6 +170,9 @@ class WorkerGroup:
                         raise self._failure(rank, report["message"]) from cause
                     if report["event"] != event:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
+                    for key in RESULT_FILES:
+                        if key in report:
+                            fetch(self.hosts[rank], Path(report[key]))
                     reports[rank] = report
         return [reports[r] for r in range(len(self.procs))]
 

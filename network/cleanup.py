@@ -54,6 +54,30 @@ def remove_leftovers(record: HolderRecord) -> list[str]:
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(f"folder {directory}")
+    for argv in record.commands:  # what it left on a cluster's other servers (network/cluster.py)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.error("could not remove what the run left elsewhere (%s): %s", " ".join(argv[-1:]), exc)
+            continue
+        if done.returncode != 0:
+            log.error("could not remove what the run left elsewhere (%s): %s", argv[-1], (done.stderr or done.stdout).strip())
+        else:
+            removed.append(f"on another server: {done.stderr.strip() or 'nothing was left'}")
+    return removed
+
+
+def clean_for_holder(holder: int, directories: list[str]) -> list[str]:
+    """On a cluster's other server: what the run ``holder`` of the controlling machine left
+    here -- processes marked with its pid, testbed interfaces in this root namespace, the
+    folders its files were copied into. (No lock: the run holds it on its own machine.)"""
+    removed = [f"process {pid}" for pid in kill_marked_processes({holder})]
+    testbed = [name for name in root_interfaces() if TESTBED_INTERFACE.match(name)]
+    removed += [f"interface {name}" for name in delete_interfaces(testbed)]
+    for directory in map(Path, directories):
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(f"folder {directory}")
     return removed
 
 
@@ -144,11 +168,18 @@ def clean_all() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m network.cleanup", description=__doc__.split("\n\n")[0])
-    parser.parse_args(argv)
+    parser.add_argument("--holder", type=int, help="on a cluster's other server: remove what the run with this pid on the "
+                        "controlling machine left here (it runs this itself at its end)")
+    parser.add_argument("--directory", action="append", default=[], help="with --holder: a folder of its files to remove")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
     if os.geteuid() != 0:
         log.error("cleaning up namespaces, interfaces and processes needs root: run with sudo")
         return 2
+    if args.holder is not None:
+        removed = clean_for_holder(args.holder, args.directory)
+        log.info("removed %s", ", ".join(removed) if removed else "nothing (nothing was left)")
+        return 0
     lock = NetworkLock()
     if not lock.acquire(wait=False):
         log.error("a run holds the network (%s); nothing cleaned: stop that run first", lock.holder())

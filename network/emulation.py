@@ -35,13 +35,15 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
 from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
+from network.cluster import Cluster, ClusterHost, VxlanLink, cluster_switch_class, preflight
+from network.cluster_config import LOCAL, ClusterSpec
 from base.lifetime import EXIT_NOTICE_S, Dependencies, Dependency, DependencyExited, deferred_signals
 from network.lock import NetworkLock
 from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
@@ -113,6 +115,9 @@ class NetworkReport:
     aggregation: str
     """spine or hierarchical (topology.aggregation): which switches aggregate."""
     links: list[dict[str, str]] = field(default_factory=list)
+    servers: dict[str, str] = field(default_factory=dict)
+    """Node -> the server it ran on (``local``: this machine), with a ``cluster:`` section; else
+    empty, and left out of the results."""
 
 
 class EmulatedNetwork:
@@ -129,9 +134,11 @@ class EmulatedNetwork:
         pool_size: int,
         loss_mechanism: str = "auto",
         jobs: Sequence[SharedJob] = (),
+        cluster: ClusterSpec | None = None,
     ) -> None:
         """One job (``job_id`` with ``pool_size`` slots, every host a worker) unless ``jobs``
-        lists several."""
+        lists several; on this machine alone unless ``cluster`` names other servers
+        (network/cluster.py)."""
         self.topology = topology
         self.target = target
         self.log_dir = log_dir
@@ -145,6 +152,9 @@ class EmulatedNetwork:
         self._scratch: Path | None = None
         self.controls: dict[str, SwitchControl] = {}
         self.report: NetworkReport | None = None
+        self.cluster_spec = cluster
+        self.cluster: Cluster | None = None
+        self._directories: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -188,8 +198,16 @@ class EmulatedNetwork:
             log.warning("deleted interfaces left by an earlier network (no record of whose): %s", ", ".join(stale))
 
     def declare_directory(self, path: Path) -> None:
-        """Have ``path`` removed by the next run if this process dies while it holds the network."""
+        """Have ``path`` removed by the next run if this process dies while it holds the network
+        (on every server: files are copied to the same paths on a cluster's others)."""
         self._lock.declare(directories=[str(path)])
+        self._directories.append(str(path))
+        self._declare_server_cleanup()
+
+    def _declare_server_cleanup(self) -> None:
+        if self.cluster is not None:
+            self._lock.declare_commands([self.cluster.cleanup_argv(server, os.getpid(), self._directories)
+                                         for server in self.cluster.servers])
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -205,14 +223,25 @@ class EmulatedNetwork:
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.declare_directory(self._scratch)
+        if self.cluster_spec is not None:
+            cluster = Cluster.start(self.cluster_spec, self.topology, self._scratch / "ssh")
+            try:
+                preflight(cluster)
+            except BaseException:
+                cluster.close()  # nothing was started there
+                raise
+            self.cluster = cluster
+            cluster.on_push = self._declare_server_cleanup
+            self._declare_server_cleanup()
+            log.info("cluster: %s", ", ".join(f"{n} on {s}" for n, s in sorted(self.cluster.placement.items())))
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         for host in self.topology.hosts:
-            own_shell(net.addHost(host.name, cls=Host, ip=f"{host.ipv4}/24", mac=host.mac))
+            own_shell(net.addHost(host.name, ip=f"{host.ipv4}/24", mac=host.mac, **self._host_class(host.name)))
         for switch in self.topology.switches:
-            own_shell(net.addSwitch(switch.name, cls=switch_cls, **switch_options))
+            own_shell(net.addSwitch(switch.name, **self._switch_class(switch.name, switch_cls), **switch_options))
         for link in self.topology.links:
-            net.addLink(link.a, link.b, cls=Link)
+            net.addLink(link.a, link.b, **self._link_class(link.a, link.b))
         self._lock.declare(interfaces=self._interface_names(net))
         net.build()
         for node in [*net.hosts, *net.switches]:
@@ -235,8 +264,27 @@ class EmulatedNetwork:
             delay_mechanism=delay_mechanism,
             aggregation=self.topology.aggregation,
             links=[asdict(a) for a in applied],
+            servers=dict(sorted(self.cluster.placement.items())) if self.cluster is not None else {},
         )
         self._program_switches(loss_mechanism)
+
+    def _host_class(self, name: str) -> dict[str, Any]:
+        """Mininet's host here; cluster.py's remote host where the cluster places it elsewhere."""
+        if self.cluster is None or self.cluster.server_of(name) == LOCAL:
+            return {"cls": Host}
+        return {"cls": ClusterHost, "cluster": self.cluster}
+
+    def _switch_class(self, name: str, node_class: type) -> dict[str, Any]:
+        """The target's switch here; on another server, the same with its data plane started there."""
+        if self.cluster is None or self.cluster.server_of(name) == LOCAL:
+            return {"cls": node_class}
+        return {"cls": cluster_switch_class(node_class), "cluster": self.cluster}
+
+    def _link_class(self, a: str, b: str) -> dict[str, Any]:
+        """A veth within a server, a VXLAN pair between two."""
+        if self.cluster is None or self.cluster.server_of(a) == self.cluster.server_of(b):
+            return {"cls": Link}
+        return {"cls": VxlanLink, "cluster": self.cluster}
 
     def close(self) -> None:
         """Stop everything this network started; safe to call twice. SIGINT and SIGTERM wait
@@ -263,6 +311,10 @@ class EmulatedNetwork:
                         stop_shell(node)
                     self._delete_links(net)
         finally:
+            if self.cluster is not None:
+                cluster, self.cluster = self.cluster, None
+                cluster.clean_servers(os.getpid(), self._directories)
+                cluster.close()
             if self._scratch is not None:
                 shutil.rmtree(self._scratch, ignore_errors=True)
                 self._scratch = None
@@ -407,10 +459,36 @@ class EmulatedNetwork:
         shell (a command on a node goes through it) and every switch's process; and the
         threads of this process a switch needs (bmv2's learning controller) -> their watches."""
         assert self.net is not None
-        shells = {f"the shell of {'host' if node in self.net.hosts else 'switch'} {node.name}": node.shell.pid
+        shells = {f"the shell of {'host' if node in self.net.hosts else 'switch'} {node.name}{self._where(node.name)}": node.shell.pid
                   for node in [*self.net.hosts, *self.net.switches] if node.shell is not None}
         threads = {label: watch for sw in self.net.switches for label, watch in sw.switch_threads.items()}
         return shells | {f"switch {name}": pid for name, pid in self.switch_processes().items()} | threads
+
+    def _where(self, node: str) -> str:
+        """Where a node on another server runs, for messages: its shell there is an ssh
+        connection, which a dropped connection ends too."""
+        if self.cluster is None or self.cluster.server_of(node) == LOCAL:
+            return ""
+        return f" on server {self.cluster.server_of(node)} (its ssh connection)"
+
+    def switch_server_shell(self, switch: str) -> Callable[[str], str] | None:
+        """For a switch on another server, what runs a shell command there and returns its
+        output (its ports' counters are read there); None for a switch on this machine."""
+        if self.cluster is None or self.cluster.server_of(switch) == LOCAL:
+            return None
+        return self.server_shells()[self.cluster.server_of(switch)]
+
+    def server_shells(self) -> dict[str, Callable[[str], str]]:
+        """Per other server of the cluster, what runs a shell command there and returns its
+        output (empty on one machine)."""
+        if self.cluster is None:
+            return {}
+        cluster = self.cluster
+
+        def shell(server: str) -> Callable[[str], str]:
+            return lambda command: cluster.check(server, command, f"running {command!r}")
+
+        return {server: shell(server) for server in cluster.servers}
 
     def switch_processes(self) -> dict[str, int]:
         """Switch name -> pid of the process doing its switching: what the workers depend on
@@ -420,6 +498,11 @@ class EmulatedNetwork:
         return {sw.name: sw.switch_pid for sw in self.net.switches if sw.switch_pid is not None}
 
     def describe(self) -> dict[str, Any]:
+        """The report for the results; ``servers`` only with a cluster, so that a run on one
+        machine writes what it always wrote."""
         assert self.report is not None
-        return asdict(self.report)
+        described = asdict(self.report)
+        if not described["servers"]:
+            del described["servers"]
+        return described
 

@@ -37,6 +37,8 @@ class HolderRecord:
     pid: int
     interfaces: list[str] = field(default_factory=list)
     directories: list[str] = field(default_factory=list)
+    commands: list[list[str]] = field(default_factory=list)
+    """Commands that remove what it left elsewhere (on a cluster's other servers)."""
 
     @classmethod
     def parse(cls, text: str) -> HolderRecord:
@@ -44,7 +46,8 @@ class HolderRecord:
         write) still names nothing to remove rather than failing the run."""
         try:
             data = json.loads(text)
-            return cls(pid=int(data["pid"]), interfaces=list(data["interfaces"]), directories=list(data["directories"]))
+            return cls(pid=int(data["pid"]), interfaces=list(data["interfaces"]), directories=list(data["directories"]),
+                       commands=[list(c) for c in data.get("commands", [])])
         except (ValueError, KeyError, TypeError):
             log.warning("lock file holds %r, not a holder record; nothing recorded to clean", text[:80])
             return cls(pid=-1)
@@ -102,6 +105,12 @@ class NetworkLock:
         assert self._record is not None, "declare() needs the lock"
         self._record.interfaces += [i for i in interfaces if i not in self._record.interfaces]
         self._record.directories += [d for d in directories if d not in self._record.directories]
+        self._write()
+
+    def declare_commands(self, commands: Sequence[Sequence[str]]) -> None:
+        """Set the commands the next holder runs if this process dies holding the lock."""
+        assert self._record is not None, "declare_commands() needs the lock"
+        self._record.commands = [list(c) for c in commands]
         self._write()
 
     def _write(self) -> None:

@@ -61,6 +61,25 @@ def read_ports(interfaces: Sequence[str]) -> dict[str, PortCounters]:
     return {i: PortCounters(_statistic(i, "rx_packets"), _statistic(i, "tx_packets"), *root_qdisc(i)) for i in interfaces}
 
 
+def read_ports_script(interfaces: Sequence[str]) -> str:
+    """A shell command that prints what ``read_ports`` reads, for a switch on another server
+    (one round trip); ``parse_ports`` reads its output."""
+    return "; ".join(f"echo {i} $(cat /sys/class/net/{i}/statistics/rx_packets /sys/class/net/{i}/statistics/tx_packets "
+                     f"/sys/class/net/{i}/statistics/tx_bytes); tc -s -j qdisc show dev {i}; echo" for i in interfaces)
+
+
+def parse_ports(output: str) -> tuple[dict[str, PortCounters], dict[str, int]]:
+    """``read_ports_script``'s output: the counters, and each interface's transmitted bytes."""
+    counters, tx_bytes = {}, {}
+    lines = [line for line in output.splitlines() if line.strip()]
+    for header, qdiscs in zip(lines[0::2], lines[1::2]):
+        name, rx, tx, sent = header.split()
+        root = [q for q in json.loads(qdiscs or "[]") if q.get("root")]
+        counters[name] = PortCounters(int(rx), int(tx), sum(q.get("drops", 0) for q in root), sum(q.get("qlen", 0) for q in root))
+        tx_bytes[name] = int(sent)
+    return counters, tx_bytes
+
+
 def frames_lost(lost: int, total: int) -> bool:
     return lost > max(TOLERANCE_FRAMES, TOLERANCE_SHARE * total)
 

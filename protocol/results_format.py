@@ -21,6 +21,12 @@ MACHINE = "machine"
 """fidelity.csv's row for the whole machine: busy share of all cores (from /proc/stat)."""
 
 
+def is_machine(host: str) -> bool:
+    """Whether a fidelity.csv row is a whole machine's share: this one (MACHINE), or another
+    server of a cluster (``machine@<server>``), not a process's."""
+    return host == MACHINE or host.startswith(f"{MACHINE}@")
+
+
 @dataclass(frozen=True)
 class Table:
     """One csv file of a run: its name, its header, and what a reader cannot do without."""

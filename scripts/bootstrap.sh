@@ -5,15 +5,21 @@
 # virtualenv (.venv) with the Python dependencies from pyproject.toml. The venv sees the
 # system site-packages because Mininet's Python package comes from Debian's mininet.
 # With --torch also PyTorch (the optional extra `torch`, ~5.5 GB, for the gloo method).
+# With --cluster also openssh-server, which every server of a cluster run needs (README,
+# "Past one machine") and the cluster tests' second server runs; not by default, because
+# installing it would put an sshd on every machine that only runs the testbed on its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="test,notebooks"
-case "${1:-}" in
-  "") ;;
-  --torch) extras="$extras,torch" ;;
-  *) echo "usage: bootstrap.sh [--torch]" >&2; exit 2 ;;
-esac
+cluster_packages=()
+for option in "$@"; do
+  case "$option" in
+    --torch) extras="$extras,torch" ;;
+    --cluster) cluster_packages=(openssh-server openssh-client) ;;
+    *) echo "usage: bootstrap.sh [--torch] [--cluster]" >&2; exit 2 ;;
+  esac
+done
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "bootstrap.sh: run as root (Mininet and the Debian packages need it)" >&2
@@ -21,7 +27,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 packages=(mininet bridge-utils iputils-ping iproute2 ethtool procps python3 python3-venv python3-pip shellcheck
-          clang llvm libbpf-dev bpftool)
+          clang llvm libbpf-dev bpftool "${cluster_packages[@]}")
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -81,6 +81,40 @@ def require_torch() -> None:
     pytest.skip(f"gloo {reason}")
 
 
+def require_cluster() -> None:
+    """Skip the calling test where this machine cannot have a second server (no sshd, not
+    root, no namespaces: tests/cluster_server.py says which), saying why; fail instead where
+    SWITCHML_REQUIRE_CLUSTER is 1 (.ci/run installs openssh-server and starts the server)."""
+    from tests import cluster_server
+
+    problems = cluster_server.missing()
+    if not problems:
+        return
+    reason = f"no second server here (missing: {', '.join(problems)})"
+    if os.environ.get("SWITCHML_REQUIRE_CLUSTER") == "1":
+        pytest.fail(f"{reason}, but SWITCHML_REQUIRE_CLUSTER=1 says the cluster tests must run here")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def cluster_server() -> Iterator[Any]:
+    """The second server (tests/cluster_server.py): the one CI started, else one of this
+    session's own, removed at its end."""
+    require_cluster()
+    from tests import cluster_server as second
+
+    started = second.running()
+    if started is not None:
+        second.sync()  # the run's preflight wants this commit there
+        yield started
+        return
+    server = second.up()
+    try:
+        yield server
+    finally:
+        second.down()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One marker per switch target, so that ``pytest -m bmv2`` (``-m ebpf``) selects every
     case that runs that target (and ``-m 'not bmv2'`` none)."""

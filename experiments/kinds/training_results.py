@@ -22,7 +22,7 @@ from experiments.config import Point
 from experiments.job_meter import JobMeasurement
 from experiments.results import CPU_SATURATED, MACHINE_SATURATED, ResultsWriter, kept_up_warning
 from protocol import results_format as fmt
-from protocol.results_format import MACHINE
+from protocol.results_format import is_machine
 
 EXACT = "exact"
 """The series of the exact reference (float64 sums, replayed offline)."""
@@ -75,11 +75,12 @@ class TrainingResultsWriter(ResultsWriter):
         table.to_csv(self.run_dir / fmt.TRAINING_SUMMARY.file, index=False)
         fidelity = pd.read_csv(self.run_dir / fmt.FIDELITY.file)
         whole = fidelity[fidelity["repetition"] == WHOLE_TRAINING]
-        busy = whole[((whole["host"] != MACHINE) & (whole["cpu_busy_fraction"] >= CPU_SATURATED))
-                     | ((whole["host"] == MACHINE) & (whole["cpu_busy_fraction"] >= MACHINE_SATURATED))]
+        machines = whole["host"].map(is_machine).astype(bool)
+        busy = whole[(~machines & (whole["cpu_busy_fraction"] >= CPU_SATURATED))
+                     | (machines & (whole["cpu_busy_fraction"] >= MACHINE_SATURATED))]
         summary["saturated_trainings"] = busy[["method", "host", "cpu_busy_fraction"]].to_dict("records")
         summary["kept_up"] = bool(summary["kept_up"] and busy.empty)
-        machine = whole.loc[whole["host"] == MACHINE, "cpu_busy_fraction"]
+        machine = whole.loc[machines, "cpu_busy_fraction"]
         if len(machine):  # steps are too short to measure CPU shares one by one: take the trainings'
             summary["max_machine_busy_fraction"] = round(float(machine.max()), 3)
         summary["verified"] = bool(summary["verified"] and table.loc[table["source"] == "network", "verified"].all())

@@ -1,0 +1,215 @@
+"""The emulated network over two servers (network/cluster.py): the second server is
+tests/cluster_server.py's, reached only over ssh and VXLAN. Each run is the real command, as
+small as shows the point (4 workers, 64k elements, one repetition), and every test checks
+afterwards that neither server keeps an interface, namespace, process or file of the run."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from protocol.params import REPO_ROOT
+from tests import cluster_server as second
+from tests.conftest import TARGET_MARKS, require_target
+from tests.experiment_runs import leftovers, wait_for_process
+
+pytestmark = [pytest.mark.cluster, pytest.mark.mininet]
+
+RUN_TIMEOUT_S = 300
+SMALL_RUN = {
+    "topology": {"file": "star.yaml", "workers": 4, "link": {"bw_mbps": 5, "delay_ms": 0, "loss": 0, "queue_packets": 200}},
+    "protocol": {"k": 256, "pool_size": 32, "timeout_ms": 20},
+    "workload": {"kind": "synthetic", "elements": 65536, "dtype": "float32", "seed": 1},
+    "methods": ["switchml", "ring", "ps"],
+    "repetitions": 1,
+}
+LONG_JOB = {"workload": {"kind": "synthetic", "elements": 4194304, "dtype": "float32", "seed": 1}, "methods": ["switchml"],
+            "limits": {"job_timeout_s": 120}}
+"""A job that is still running when a test disturbs it (16,384 packets per worker at 5 Mbit/s)."""
+
+
+def cluster_config(tmp_path: Path, server: second.Server, **sections) -> Path:
+    """A config over this machine and ``server``; ``sections`` replace SMALL_RUN's."""
+    config = {"name": "cluster", **SMALL_RUN, **sections}
+    config.setdefault("cluster", {"servers": [{"name": server.name, "address": server.address, "checkout": str(server.checkout)}],
+                                  "ssh_config": str(server.ssh_config)})
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def argv(config: Path, out: Path, target: str = "embedded") -> list[str]:
+    return [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--out", str(out), "--switch", target]
+
+
+def run(config: Path, out: Path, target: str = "embedded") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv(config, out, target), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+
+def remote_leftovers(server: second.Server, marker: str) -> list[str]:
+    """What a run left on the second server: processes besides its sshd, interfaces besides
+    its own, files of the run (copied to the same paths there)."""
+    answer = server.ssh(f"ps -eo pid=,args= ; echo --; ls /sys/class/net; echo --; test -e {marker} && echo {marker} || true")
+    assert answer.returncode == 0, answer.stderr
+    processes, interfaces, files = (part.split("\n") for part in answer.stdout.split("--\n"))
+    found = [f"process {p.strip()}" for p in processes if p.strip() and "sshd" not in p and "ps -eo" not in p and "echo --" not in p]
+    found += [f"interface {i}" for i in interfaces if i and i not in ("lo", "eth0")]
+    return found + [f"file {f}" for f in files if f]
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, marks=TARGET_MARKS[t], id=t) for t in ("embedded", "ebpf", "bmv2")])
+def test_a_star_split_over_two_servers_runs_every_method_verified(tmp_path: Path, cluster_server: second.Server, target: str) -> None:
+    require_target(target)
+    out = tmp_path / "out"
+    done = run(cluster_config(tmp_path, cluster_server), out, target)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    servers = json.loads((out / "network.json").read_text())["0"]["servers"]
+    assert servers == {"h1": "local", "h2": "local", "h3": second.NAME, "h4": second.NAME, "s1": "local"}
+    rows = (out / "runs.csv").read_text().splitlines()
+    assert {row.split(",")[3] for row in rows[1:]} == {"switchml", "ring", "ps"}
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_server_at_another_commit_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
+    older = "/tmp/switchml-older-checkout"
+    made = cluster_server.ssh(f"rm -rf {older} && git clone -q --shared {cluster_server.checkout} {older} && git -C {older} checkout -q HEAD~1")
+    assert made.returncode == 0, made.stderr
+    try:
+        config = cluster_config(tmp_path, cluster_server, cluster={
+            "servers": [{"name": cluster_server.name, "address": cluster_server.address, "checkout": older}],
+            "ssh_config": str(cluster_server.ssh_config)})
+        done = run(config, tmp_path / "out")
+    finally:
+        cluster_server.ssh(f"rm -rf {older}")
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"ERROR server {second.NAME}: {older} is at commit " in errors[0], done.stderr[-2000:]
+    assert errors[0].endswith("check out the same commit there") and "Traceback" not in done.stderr
+
+
+def test_an_unreachable_server_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
+    config = cluster_config(tmp_path, cluster_server, cluster={
+        "servers": [{"name": "gone", "address": "10.233.0.99", "checkout": str(cluster_server.checkout)}],
+        "ssh_config": str(cluster_server.ssh_config)})
+    done = run(config, tmp_path / "out")
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert any("server gone: not reachable over ssh at root@10.233.0.99" in e for e in errors), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def _disturbed(tmp_path: Path, server: second.Server, disturb, **sections) -> tuple[int, str, Path]:
+    """A long SwitchML job over both servers, disturbed once a worker runs on the second."""
+    out = tmp_path / "out"
+    runner = subprocess.Popen(argv(cluster_config(tmp_path, server, **LONG_JOB, **sections), out), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while server.ssh("pgrep -f hosts.worker").returncode != 0:
+            assert runner.poll() is None and time.monotonic() < deadline, runner.stdout.read() if runner.poll() is not None else "no worker"
+            time.sleep(0.3)
+        time.sleep(1.0)  # mid-job
+        disturb(runner)
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    return runner.returncode, output, out
+
+
+def test_a_killed_remote_worker_fails_the_run_naming_it(tmp_path: Path, cluster_server: second.Server) -> None:
+    def kill_remote_worker(runner: subprocess.Popen) -> None:
+        assert cluster_server.ssh("pkill -9 -f 'hosts.worker .* --rank 3'").returncode == 0
+
+    code, output, out = _disturbed(tmp_path, cluster_server, kill_remote_worker)
+    assert code == 3, output[-3000:]
+    assert "switchml: worker rank 3 on h4: exited with status" in output
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_cut_ssh_connection_fails_the_run_naming_what_went_with_it(tmp_path: Path, cluster_server: second.Server) -> None:
+    def cut_ssh(runner: subprocess.Popen) -> None:  # the multiplexed connection every command to the server goes through
+        master = wait_for_process(r"^ssh: /tmp/switchml-net-[^ ]*/ssh/[0-9a-f]+ \[mux\]", timeout=5)
+        subprocess.run(["kill", "-9", str(master)], check=True)
+
+    code, output, out = _disturbed(tmp_path, cluster_server, cut_ssh)
+    assert code == 3, output[-3000:]
+    assert re.search(rf"the shell of host h[34] on server {second.NAME} \(its ssh connection\) \(pid \d+\) exited with status 255",
+                     output), output[-3000:]
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_runner_killed_with_sigkill_leaves_the_second_server_to_the_next_cleanup(tmp_path: Path, cluster_server: second.Server) -> None:
+    def kill_runner(runner: subprocess.Popen) -> None:
+        runner.send_signal(signal.SIGKILL)
+
+    code, _, out = _disturbed(tmp_path, cluster_server, kill_runner)
+    assert code == -signal.SIGKILL
+    cleanup = subprocess.run([sys.executable, "-m", "network.cleanup"], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert cleanup.returncode == 0, cleanup.stderr
+    assert "on another server: " in cleanup.stderr, cleanup.stderr
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+TREE = {"file": "tree.yaml", "workers": 4, "leaves": 2, "aggregation": "hierarchical",
+        "link": {"bw_mbps": 5, "delay_ms": 0, "loss": 0, "queue_packets": 200},
+        "uplink": {"bw_mbps": 20, "delay_ms": 0, "loss": 0, "queue_packets": 200}}
+"""Leaf s2 with h1 and h3 here, leaf s3 with h2 and h4 on the second server: only s3's uplink to
+the spine s1 (here) crosses servers, and hierarchical aggregation sends one partial sum per
+slot over it."""
+
+
+@pytest.mark.parametrize("target", [pytest.param(t, marks=TARGET_MARKS[t], id=t) for t in ("embedded", "ebpf")])
+def test_a_tree_with_a_leaf_on_the_second_server_aggregates_hierarchically(tmp_path: Path, cluster_server: second.Server,
+                                                                           target: str) -> None:
+    require_target(target)
+    out = tmp_path / "out"
+    done = run(cluster_config(tmp_path, cluster_server, topology=TREE), out, target)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["verified"] is True
+    servers = json.loads((out / "network.json").read_text())["0"]["servers"]
+    assert servers == {"s1": "local", "s2": "local", "h1": "local", "h3": "local", "s3": second.NAME, "h2": second.NAME, "h4": second.NAME}
+    assert (out / "logs" / "point0" / "s3.agent.log").exists()  # the leaf's switch ran there, started by its agent
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_tree_with_loss_on_its_uplinks_recovers_exactly_across_servers(tmp_path: Path, cluster_server: second.Server) -> None:
+    lossy = {**TREE, "uplink": {**TREE["uplink"], "loss": 0.01}}
+    out = tmp_path / "out"
+    done = run(cluster_config(tmp_path, cluster_server, topology=lossy, methods=["switchml"]), out, "embedded")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    rows = [line.split(",") for line in (out / "runs.csv").read_text().splitlines()]
+    retransmissions = sum(int(row[rows[0].index("retransmissions")]) for row in rows[1:])
+    assert retransmissions > 0  # the loss happened, and SwitchML's sums are still bit-exact
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_killed_remote_switch_fails_the_run_naming_it(tmp_path: Path, cluster_server: second.Server) -> None:
+    def kill_remote_switch(runner: subprocess.Popen) -> None:  # the leaf on the second server, the embedded switch's process
+        assert cluster_server.ssh("pkill -9 -f 'switches.embedded .*s3-eth'").returncode == 0
+
+    code, output, out = _disturbed(tmp_path, cluster_server, kill_remote_switch, topology=TREE)
+    assert code == 3, output[-3000:]
+    assert re.search(r"switch s3 \(pid \d+\) exited with status 3", output), output[-3000:]
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_ctrl_c_tears_down_both_servers(tmp_path: Path, cluster_server: second.Server) -> None:
+    def interrupt(runner: subprocess.Popen) -> None:
+        runner.send_signal(signal.SIGINT)
+
+    code, output, out = _disturbed(tmp_path, cluster_server, interrupt)
+    assert code == 130, output[-3000:]
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))

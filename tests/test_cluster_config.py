@@ -1,0 +1,68 @@
+"""A config's ``cluster:`` section: validated as it loads, and the placement it implies
+(network/cluster_config.py). No server is needed: nothing here connects anywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from base.yamlschema import ConfigError
+from experiments.config import load_experiment
+from network.cluster_config import LOCAL
+
+BASE = {
+    "topology": {"file": "star.yaml", "workers": 8},
+    "workload": {"kind": "synthetic", "elements": 4096},
+    "methods": ["switchml"],
+}
+SERVERS = [{"name": "b", "address": "192.0.2.2", "checkout": "/srv/switchml"}]
+
+
+def load(tmp_path: Path, cluster: dict, **sections) -> object:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **sections, "cluster": cluster}))
+    return load_experiment(path)
+
+
+def test_without_a_cluster_section_everything_is_on_this_machine(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert load_experiment(path).points[0].cluster is None
+
+
+def test_a_star_spreads_its_hosts_in_rank_order_and_keeps_the_switch_here(tmp_path: Path) -> None:
+    point = load(tmp_path, {"servers": SERVERS}).points[0]
+    placement = point.cluster.place(point.topology)
+    assert placement == {**{f"h{i}": LOCAL for i in range(1, 5)}, **{f"h{i}": "b" for i in range(5, 9)}, "s1": LOCAL}
+
+
+def test_a_tree_keeps_each_leaf_with_its_hosts_so_only_uplinks_cross(tmp_path: Path) -> None:
+    point = load(tmp_path, {"servers": SERVERS}, topology={"file": "tree.yaml", "workers": 8, "leaves": 2}).points[0]
+    placement = point.cluster.place(point.topology)
+    assert {placement[leaf.name] for leaf in point.topology.leaves} == {LOCAL, "b"}
+    assert all(placement[h.name] == placement[leaf.name] for leaf in point.topology.leaves for h in point.topology.local_hosts(leaf.name))
+    crossing = [link for link in point.topology.links if placement[link.a] != placement[link.b]]
+    assert len(crossing) == 1 and point.topology.aggregator.name in (crossing[0].a, crossing[0].b)
+
+
+def test_placement_may_name_any_nodes_server(tmp_path: Path) -> None:
+    point = load(tmp_path, {"servers": SERVERS, "placement": {"s1": "b", "h8": LOCAL}}).points[0]
+    placement = point.cluster.place(point.topology)
+    assert placement["s1"] == "b" and placement["h8"] == LOCAL and placement["h5"] == "b"
+
+
+@pytest.mark.parametrize("cluster, says", [
+    ({"servers": SERVERS, "placement": {"h99": "b"}}, "cluster.placement: no node 'h99' in the topology"),
+    ({"servers": SERVERS, "placement": {"h1": "c"}}, "cluster.placement.h1: no server 'c'; choose local or one of b"),
+    ({"servers": [{**SERVERS[0], "name": "local"}]}, "cluster.servers: 'local' is this machine's name"),
+    ({"servers": SERVERS * 2}, "cluster.servers: names must differ"),
+    ({"servers": SERVERS, "link": "gre"}, "cluster.link"),
+    ({"servers": [{"name": "b", "address": "192.0.2.2", "checkout": "relative/path"}]}, "checkout"),
+    ({"servers": SERVERS, "ssh_config": "missing_ssh_config"}, "cluster.ssh_config: no file"),
+])
+def test_a_bad_cluster_section_is_refused_naming_the_key(tmp_path: Path, cluster: dict, says: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load(tmp_path, cluster)
+    assert says in str(refused.value) and str(tmp_path / "c.yaml") in str(refused.value)
