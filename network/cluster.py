@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 from mininet.examples.cluster import RemoteLink, RemoteMixin
 from mininet.node import Host, Node
 
-from base.lifetime import dies_with_this_process
+from base.lifetime import ThreadWatch, dies_with_this_process
 from base.yamlschema import ConfigError
 from network.lock import HOLDER_ENV
 from protocol.params import REPO_ROOT
@@ -69,7 +69,7 @@ FORWARD_TIMEOUT_S = 20.0
 """How long a remote switch's control socket may take to be reachable through ssh."""
 AGENT_STOP_S = 10.0
 TOOLS = ("mnexec", "ip", "tc", "ethtool", "git")
-"""What every server needs on its PATH (the eBPF switch's clang and bpftool only where it runs)."""
+"""What every server needs on its PATH (what a switch target needs, only where one of its switches runs: preflight)."""
 
 
 class ClusterError(RuntimeError):
@@ -358,7 +358,7 @@ def cluster_switch_class(node_class: type) -> type:
     class ClusterSwitch(ClusterNode, node_class):
         def start(self, controllers: list[Any]) -> None:
             self._data_plane = RemoteDataPlane(self.cluster, self.server, self.target.name, self.ports_up(), self.log_dir, name=self.name,
-                                               k=self.k, max_pool_size=self.max_pool_size, options=self.data_plane_options())
+                                               k=self.k, max_pool_size=self.max_pool_size, options=self.portable_data_plane_options())
             self._data_plane.start()
 
     ClusterSwitch.__name__ = ClusterSwitch.__qualname__ = f"Cluster{node_class.__name__}"
@@ -411,21 +411,26 @@ class VxlanLink(RemoteLink):
         return None
 
 
-def preflight(cluster: Cluster, needs: Sequence[str] = ()) -> None:
+def preflight(cluster: Cluster, switch_target: str, switches: Sequence[str]) -> None:
     """Every server: reachable as root over ssh, the same commit checked out with its venv,
-    the tools on its PATH (and ``needs``), an underlay that carries a full VXLAN frame.
+    the tools on its PATH, an underlay that carries a full VXLAN frame; and where one of
+    ``switches`` is placed, what ``switch_target`` needs there (its ``detect``, run on that
+    server: bmv2's simple_switch and p4c, the eBPF switch's clang, bpftool and kernel).
     The first problem raises ServerUnavailableError, one line naming the server."""
     commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    hosting = {cluster.server_of(switch) for switch in switches}
     for name, server in cluster.servers.items():
         try:
-            _check_server(cluster, name, server, commit, needs)
+            _check_server(cluster, name, server, commit)
+            if name in hosting:
+                _check_switch_target(cluster, name, server, switch_target)
         except ClusterError as exc:
             raise ServerUnavailableError(str(exc)) from None
         except subprocess.TimeoutExpired:
             raise ServerUnavailableError(f"server {name}: not reachable over ssh at {server.user}@{server.address} (timed out)") from None
 
 
-def _check_server(cluster: Cluster, name: str, server: Server, commit: str, needs: Sequence[str]) -> None:
+def _check_server(cluster: Cluster, name: str, server: Server, commit: str) -> None:
     who = cluster.check(name, "id -u", f"not reachable over ssh at {server.user}@{server.address}", timeout=SSH_CONNECT_S + 10).strip()
     if who != "0":
         raise ServerUnavailableError(f"server {name}: {server.user}@{server.address} is not root there (uid {who}); the network needs root")
@@ -434,8 +439,7 @@ def _check_server(cluster: Cluster, name: str, server: Server, commit: str, need
         raise ServerUnavailableError(f"server {name}: {server.checkout} is at commit {theirs[:12]}, this checkout at {commit[:12]}; "
                                      "check out the same commit there")
     cluster.check(name, f"test -x {shlex.quote(server.python)}", f"no venv at {server.checkout}/.venv (run scripts/bootstrap.sh there)")
-    tools = [*TOOLS, *needs]
-    missing = cluster.check(name, " ; ".join(f"command -v {t} >/dev/null || echo {t}" for t in tools), "checking its tools").split()
+    missing = cluster.check(name, " ; ".join(f"command -v {t} >/dev/null || echo {t}" for t in TOOLS), "checking its tools").split()
     if missing:
         raise ServerUnavailableError(f"server {name}: lacks {', '.join(missing)} (scripts/bootstrap.sh installs them)")
     route = cluster.check(name, f"ip -o route get {shlex.quote(cluster.underlay_address(LOCAL, name))}", "no route back here")
@@ -446,6 +450,17 @@ def _check_server(cluster: Cluster, name: str, server: Server, commit: str, need
         if mtu < FRAME_MTU + VXLAN_OVERHEAD:
             raise ServerUnavailableError(f"server {name}: {device} on {where} has MTU {mtu}; a VXLAN link needs "
                                          f"{FRAME_MTU + VXLAN_OVERHEAD} on the path between the servers (ip link set dev {device} mtu 1550)")
+
+
+DETECT_TARGET = "import sys; from switches.targets import lookup; print('; '.join(lookup(sys.argv[1]).detect()))"
+"""Run on a server with a target's name: what that server lacks for it (empty when nothing)."""
+
+
+def _check_switch_target(cluster: Cluster, name: str, server: Server, target: str) -> None:
+    command = f"cd {shlex.quote(server.checkout)} && {shlex.quote(server.python)} -c {shlex.quote(DETECT_TARGET)} {shlex.quote(target)}"
+    lacks = cluster.check(name, command, f"checking what the {target} switch needs there").strip()
+    if lacks:
+        raise ServerUnavailableError(f"server {name}: cannot run the {target} switch placed there: it lacks {lacks}")
 
 
 def _device(route: str) -> str:

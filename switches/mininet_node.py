@@ -47,6 +47,11 @@ class TargetSwitch(Switch):
         """Keywords of this target's data plane beyond ports, log_dir, name, k and max_pool_size."""
         return {}
 
+    def portable_data_plane_options(self) -> dict[str, Any]:
+        """``data_plane_options`` for the data plane started on another server (network/cluster.py):
+        only values that mean the same there, as JSON."""
+        return self.data_plane_options()
+
     def switch_ports(self) -> dict[int, str]:
         """Port number -> interface name for every data interface (not the loopback)."""
         return {self.ports[intf]: intf.name for intf in self.intfList() if intf.name != "lo"}

@@ -169,8 +169,43 @@ def _sshd_config(server_ssh: Path) -> str:
         "MaxSessions 100",
         "MaxStartups 100:30:200",
         "LogLevel ERROR",
+        *login_environment(),
         "",
     ])
+
+
+INSTALLED_SOFTWARE_ENVIRONMENT = ("PATH", "PYTHONPATH", "P4C_16_INCLUDE_PATH")
+"""Variables by which this process finds software installed outside the system's default
+paths (the prebuilt P4 toolchain's env.sh sets them)."""
+
+
+def installed_under_tmp() -> list[str]:
+    """The software INSTALLED_SOFTWARE_ENVIRONMENT finds under /tmp, which the server's
+    private /tmp would hide (CI's clone, with the P4 toolchain beside it, may be there): per
+    directory named, its outermost folder that holds nothing of this checkout (a toolchain's
+    bin/ needs its lib/ and share/ too). The server gets them back at the same paths."""
+    def under(path: Path, root: Path) -> bool:
+        return path == root or root in path.parents
+
+    tmp, kept = Path("/tmp"), set()
+    for name in INSTALLED_SOFTWARE_ENVIRONMENT:
+        for entry in filter(None, os.environ.get(name, "").split(":")):
+            folder = Path(entry).resolve()
+            if not folder.is_dir() or not under(folder, tmp) or folder == tmp or under(folder, REPO_ROOT):
+                continue
+            while folder.parent != tmp and not under(REPO_ROOT, folder.parent):
+                folder = folder.parent
+            kept.add(folder)
+    return sorted(str(f) for f in kept if not any(other in f.parents for other in kept))
+
+
+def login_environment() -> list[str]:
+    """sshd's ``SetEnv`` of INSTALLED_SOFTWARE_ENVIRONMENT as this process has them: the
+    server sees this machine's file system but for the checkout, so the software installed
+    here (bmv2, p4c) is installed there too, and a session there finds it as a real server's
+    login profile would let it."""
+    values = [f"{name}={os.environ[name]}" for name in INSTALLED_SOFTWARE_ENVIRONMENT if os.environ.get(name)]
+    return [f"SetEnv {shlex.join(values)}"] if values else []
 
 
 def _ssh_config(ssh_dir: Path) -> str:
@@ -195,13 +230,17 @@ def _namespace_script(state: Path) -> str:
     """What runs as the server's PID 1 before it becomes sshd: its own file system view."""
     server_ssh = Path("/run/ssh")
     hidden = sorted({str(REPO_ROOT), str(state.parent)})
+    kept = {path: state / "kept" / str(i) for i, path in enumerate(installed_under_tmp())}
     steps = [
         "set -e",
         f"hostname {NAME}",
         "mount --make-rprivate /",
         "mount -t sysfs sysfs /sys",
         "mount -t bpf bpf /sys/fs/bpf",
+        # what the private /tmp would hide of the installed software: held aside, then moved back
+        *(f"mkdir -p {aside} && mount --bind {shlex.quote(path)} {aside}" for path, aside in kept.items()),
         "mount -t tmpfs tmpfs /tmp",
+        *(f"mkdir -p {shlex.quote(path)} && mount --move {aside} {shlex.quote(path)}" for path, aside in kept.items()),
         f"mkdir -p {REMOTE_CHECKOUT.parent}",
         f"mount -t tmpfs tmpfs {REMOTE_CHECKOUT.parent}",
         f"mkdir {REMOTE_CHECKOUT}",
@@ -209,7 +248,7 @@ def _namespace_script(state: Path) -> str:
         "mount -t tmpfs tmpfs /run",
         f"mkdir -p /run/sshd /run/lock /run/netns {server_ssh}",
         f"cp -a {state / 'ssh-server'}/. {server_ssh}/",
-        *(f"mount -t tmpfs tmpfs {shlex.quote(path)}" for path in hidden),
+        *(f"if [ -d {shlex.quote(path)} ]; then mount -t tmpfs tmpfs {shlex.quote(path)}; fi" for path in hidden),  # under /tmp: hidden already
         "ip link set lo up",
         f"exec {SSHD} -D -e -f {server_ssh}/sshd_config",
     ]

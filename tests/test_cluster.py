@@ -169,7 +169,7 @@ the spine s1 (here) crosses servers, and hierarchical aggregation sends one part
 slot over it."""
 
 
-@pytest.mark.parametrize("target", [pytest.param(t, marks=TARGET_MARKS[t], id=t) for t in ("embedded", "ebpf")])
+@pytest.mark.parametrize("target", [pytest.param(t, marks=TARGET_MARKS[t], id=t) for t in ("embedded", "ebpf", "bmv2")])
 def test_a_tree_with_a_leaf_on_the_second_server_aggregates_hierarchically(tmp_path: Path, cluster_server: second.Server,
                                                                            target: str) -> None:
     require_target(target)

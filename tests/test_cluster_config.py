@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,9 @@ import yaml
 
 from base.yamlschema import ConfigError
 from experiments.config import load_experiment
-from network.cluster_config import LOCAL
+from network.cluster import ServerUnavailableError, _check_switch_target
+from network.cluster_config import LOCAL, Server
+from protocol.params import REPO_ROOT
 
 BASE = {
     "topology": {"file": "star.yaml", "workers": 8},
@@ -66,3 +69,20 @@ def test_a_bad_cluster_section_is_refused_naming_the_key(tmp_path: Path, cluster
     with pytest.raises(ConfigError) as refused:
         load(tmp_path, cluster)
     assert says in str(refused.value) and str(tmp_path / "c.yaml") in str(refused.value)
+
+
+class _LocalShell:
+    """A Cluster's ``check`` run here, with a PATH of the system's directories only: a server
+    that has this checkout but none of the software installed outside them."""
+
+    def check(self, server: str, command: str, what: str, timeout: float = 60.0) -> str:
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+
+def test_a_server_that_lacks_what_its_switch_target_needs_is_refused_naming_it() -> None:
+    server = Server(name="b", address="192.0.2.2", user="root", checkout=str(REPO_ROOT))
+    with pytest.raises(ServerUnavailableError, match=r"^server b: cannot run the bmv2 switch placed there: it lacks simple_switch"):
+        _check_switch_target(_LocalShell(), "b", server, "bmv2")
+    _check_switch_target(_LocalShell(), "b", server, "embedded")  # needs nothing beyond the checkout

@@ -39,9 +39,19 @@ class Bmv2SwitchNode(TargetSwitch):
         super().__init__(name, **kwargs)
         self.device_id = next(_device_ids) if device_id is None else device_id
         self.thrift_port = free_tcp_port(THRIFT_PORT_BASE + self.device_id) if thrift_port is None else thrift_port
+        self.prebuilt = json_path is not None
         self.json_path = json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=self.max_pool_size, k=self.k))
         self.log_level = log_level
 
     def data_plane_options(self) -> dict[str, Any]:
         return {"json_path": self.json_path, "device_id": self.device_id, "thrift_port": self.thrift_port,
                 "log_level": self.log_level, "popen": self.popen}
+
+    def portable_data_plane_options(self) -> dict[str, Any]:
+        """Without this process's popen (the other server launches simple_switch itself) and
+        without the program's path in this checkout: that server compiles the same program for
+        the same k and pool size into its own checkout's cache."""
+        if self.prebuilt:
+            raise ValueError(f"bmv2 switch {self.name}: a prebuilt program ({self.json_path}) exists only on this machine; "
+                             "a switch on another server compiles its own")
+        return {"device_id": self.device_id, "thrift_port": self.thrift_port, "log_level": self.log_level}
