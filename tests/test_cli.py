@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -58,10 +60,29 @@ def test_ebpf_where_clang_is_missing_fails_at_once_saying_what(tmp_path: Path) -
 NOBODY = 65534
 
 
+@pytest.fixture
+def checkout_reachable_by_others() -> Iterator[None]:
+    """Another user must be able to pass through the folders above the checkout (a CI clone may
+    sit in a private mktemp folder): each that denies others the search bit gets it for the
+    test (search only, not listing), and its mode back afterwards."""
+    changed = {}
+    for folder in REPO_ROOT.parents:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            changed[folder] = mode
+            folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+    try:
+        yield
+    finally:
+        for folder, mode in changed.items():
+            folder.chmod(stat.S_IMODE(mode))
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="drops from root to another user with setpriv")
 @pytest.mark.skipif(not all(os.stat(p).st_mode & 0o005 == 0o005 for p in (REPO_ROOT, REPO_ROOT / "run_experiment.py")),
                     reason="the repository is not readable by other users")
 @pytest.mark.parametrize("overrides", [[], ["--set", "topology.link.delay_ms=1"]], ids=["main", "delay"])
+@pytest.mark.usefixtures("checkout_reachable_by_others")
 def test_a_dry_run_as_non_root_shows_what_a_root_run_would_run(overrides: list[str]) -> None:
     """As non-root, 'auto' passed over the eBPF switch (only root can probe the kernel for it)
     and showed the embedded switch at its 5 Mbit/s, where a root run takes ebpf at 10; with
