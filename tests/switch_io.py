@@ -23,6 +23,8 @@ from scapy.packet import Packet
 from protocol import params
 from protocol.packet import SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload
 from protocol.scapy_layer import SwitchML
+from switches import programming
+from switches.control import SwitchControl
 from switches.embedded.ports import ETH_P_8021Q, MAC_ADDRESSES_BYTES, VLAN_TAG, WireFrameReceiver
 from base.netns import Host, Testbed
 
@@ -135,3 +137,19 @@ class SwitchPorts:
 
 def dissect(frame: Packet) -> tuple[Ether, IP, UDP, SwitchML]:
     return frame[Ether], frame[IP], frame[UDP], frame[SwitchML]
+
+
+LEARNING_WAIT_S = 5.0
+"""How long a learning controller may lag behind the frame it learns from (bmv2's digests
+reach it asynchronously; the embedded and eBPF switches learn in the data plane)."""
+
+
+def learned_entries(control: SwitchControl, reference: int | None) -> int:
+    """l2_table's size once it reached ``reference`` (a learning controller may lag), or
+    what it is when that does not happen within LEARNING_WAIT_S; at once without a reference."""
+    deadline = time.monotonic() + LEARNING_WAIT_S
+    entries = control.table_num_entries(programming.L2_TABLE)
+    while reference is not None and entries != reference and time.monotonic() < deadline:
+        time.sleep(0.001)
+        entries = control.table_num_entries(programming.L2_TABLE)
+    return entries

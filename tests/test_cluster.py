@@ -213,3 +213,26 @@ def test_ctrl_c_tears_down_both_servers(tmp_path: Path, cluster_server: second.S
     code, output, out = _disturbed(tmp_path, cluster_server, interrupt)
     assert code == 130, output[-3000:]
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+TRAINING = {"kind": "training", "dataset": "digits", "hidden_units": 16, "batch_size": 16, "learning_rate": 0.5, "steps": 20,
+            "test_fraction": 0.2, "seed": 1}
+"""A short training run: every step's gradient all-reduced by workers on both servers."""
+TWO_JOBS = [{"job_id": 11, "hosts": [0, 2], "pool_size": 32, "start_s": 0},
+            {"job_id": 12, "hosts": [1, 3], "pool_size": 32, "elements": 32768, "start_s": 0.2}]
+"""Two jobs on one switch, each with a worker on either server (h1, h2 here; h3, h4 there)."""
+
+
+@pytest.mark.parametrize("sections", [
+    pytest.param({"workload": TRAINING}, id="training"),
+    pytest.param({"jobs": TWO_JOBS, "methods": ["switchml"]}, id="several-jobs"),
+])
+def test_training_and_several_jobs_run_over_two_servers_verified(tmp_path: Path, cluster_server: second.Server,
+                                                                 sections: dict) -> None:
+    out = tmp_path / "out"
+    done = run(cluster_config(tmp_path, cluster_server, **sections), out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["verified"] is True
+    servers = json.loads((out / "network.json").read_text())["0"]["servers"]
+    assert servers["h3"] == servers["h4"] == second.NAME
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))

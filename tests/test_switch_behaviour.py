@@ -17,7 +17,7 @@ from scapy.layers.l2 import Ether
 from protocol import params
 from protocol.packet import IPV4_OFFSET, frame_bytes, ipv4_checksum
 from tests.conftest import JOB, N_HOSTS, SwitchUnderTest
-from tests.switch_io import Received, dissect, update_frame, vlan_tagged
+from tests.switch_io import Received, dissect, learned_entries, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
@@ -202,6 +202,7 @@ def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
     received = switch.ports.receive(2)
     assert [len(received.frames[i]) for i in range(3)] == [0, 1, 1]
     assert bytes(received.frames[2][0]) == bytes(to_host2)
+    assert learned_entries(switch.control, 1) == 1, "host 0's address was not learned"  # bmv2 learns a few ms late
     reply = Ether(src=hosts[2].mac, dst=hosts[0].mac) / IP(src=hosts[2].ipv4, dst=hosts[0].ipv4) / UDP(sport=1234, dport=params.WORKER_UDP_PORT) / b"back"
     switch.ports.send(2, bytes(reply))
     received = switch.ports.receive(1)

@@ -71,7 +71,7 @@ from switches.control import SwitchControl
 from switches.targets import REGISTRY
 from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_target
 from base.netns import Host, Testbed
-from tests.switch_io import SWITCH, SwitchPorts, update_frame, vlan_tagged
+from tests.switch_io import SWITCH, SwitchPorts, learned_entries, update_frame, vlan_tagged
 
 pytestmark = pytest.mark.netns
 
@@ -450,17 +450,6 @@ def collect(ports: SwitchPorts, probes: dict[int, bytes], target: str, step: int
                 else:
                     frames[h].append(frame)
     return tuple(tuple(f) for f in frames)
-
-
-def learned_entries(control: SwitchControl, reference: int | None) -> int:
-    """l2_table's size once it reached ``reference`` (a learning controller may lag), or
-    what it is when that does not happen within WAIT_S; at once without a reference."""
-    deadline = time.monotonic() + WAIT_S
-    entries = control.table_num_entries(programming.L2_TABLE)
-    while reference is not None and entries != reference and time.monotonic() < deadline:
-        time.sleep(0.001)
-        entries = control.table_num_entries(programming.L2_TABLE)
-    return entries
 
 
 def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], target: str, reference: list[Outcome] | None) -> list[Outcome]:
