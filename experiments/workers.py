@@ -103,9 +103,9 @@ class WorkerGroup:
 
     def start(self, limit: Limit) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
-        inputs = WorkerSpec.read(self.spec_path).inputs
+        spec = WorkerSpec.read(self.spec_path)
         for rank, host in enumerate(self.hosts):
-            ship(host, [self.spec_path, *([Path(inputs[rank])] if inputs else [])])
+            ship(host, [self.spec_path, *spec.files_read(rank)])
             with self._log_path(rank).open("w") as stderr:
                 proc = host.popen(
                     [sys.executable, "-m", self.entry, str(self.spec_path), "--rank", str(rank), *self.arguments],

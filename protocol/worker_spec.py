@@ -58,6 +58,12 @@ class WorkerSpec:
     """One tensor file (.npy) per rank; empty for training, whose workers compute gradients."""
     training: TrainingSection | None = None
 
+    def files_read(self, rank: int) -> list[Path]:
+        """The files ``rank``'s worker reads besides its spec: its tensor, or the training's
+        data set (copied to the same paths on a host of another server)."""
+        return [Path(p) for p in (self.inputs[rank:rank + 1] if self.inputs else ())] + (
+            [Path(self.training.dataset)] if self.training is not None else [])
+
     def with_job(self, n_workers: int, job_id: int, pool_size: int) -> WorkerSpec:
         """The same spec for one of several jobs sharing the switch."""
         return replace(self, n_workers=n_workers, protocol=replace(self.protocol, job_id=job_id, pool_size=pool_size))
