@@ -48,10 +48,10 @@ from hosts.gloo_allreduce import join_gloo_group
 from hosts.stats import JobStats
 from hosts.tcp_counters import ProcessTcpMeter
 from hosts.torch_hook import BucketAllReduce, SwitchMLHookState, added, method_hook
-from hosts.training import ARRAYS_RANK, steps
+from hosts.training import ARRAYS_RANK, steps, training_inputs
 from protocol.worker_spec import WorkerSpec
 from workloads.torch_cnn import batch_loss, build_model, evaluate, flat_parameters
-from workloads.training import Dataset, TrainingConfig, array_digest, minibatch
+from workloads.training import array_digest, minibatch
 
 
 def step_stats(buckets: list[BucketAllReduce]) -> JobStats:
@@ -64,11 +64,7 @@ def step_stats(buckets: list[BucketAllReduce]) -> JobStats:
 
 def serve_torch_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     """Train: each released step is one DDP step whose gradients the method all-reduces."""
-    training = spec.training
-    if training is None:
-        raise ValueError("the worker spec has no training section")
-    config = TrainingConfig(**training.config)
-    data = Dataset.load(Path(training.dataset))
+    config, data = training_inputs(spec)
     model = build_model(config.hidden_units, config.seed)
     group = join_gloo_group(spec, rank)
     ddp = DistributedDataParallel(model, process_group=group)

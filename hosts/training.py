@@ -51,13 +51,16 @@ def steps(commands: IO[str]) -> Iterator[int]:
     raise EOFError("the runner closed stdin before saying exit")
 
 
+def training_inputs(spec: WorkerSpec) -> tuple[TrainingConfig, Dataset]:
+    """The training's settings and data set, which every kind of training worker starts from."""
+    if spec.training is None:
+        raise ValueError("the worker spec has no training section")
+    return TrainingConfig(**spec.training.config), Dataset.load(Path(spec.training.dataset))
+
+
 def serve_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     """Train: each released step computes this rank's gradient, all-reduces it, applies the sum."""
-    training = spec.training
-    if training is None:
-        raise ValueError("the worker spec has no training section")
-    config = TrainingConfig(**training.config)
-    data = Dataset.load(Path(training.dataset))
+    config, data = training_inputs(spec)
     model = MLP(config.hidden_units)
     n_workers = spec.n_workers
     params = model.initial_parameters(config.seed)
