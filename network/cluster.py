@@ -316,15 +316,14 @@ class RemoteDataPlane:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        for process in (self._forward, self._agent):
-            if process is not None and process.poll() is None:
-                if process.stdin is not None:
-                    process.stdin.close()  # the agent stops its switch when its input closes
-                try:
-                    process.wait(timeout=AGENT_STOP_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        """The agent first (it stops its switch when its input closes, within ``AGENT_STOP_S``),
+        then the forward (an ``ssh -N`` that only a signal ends)."""
+        if self._agent is not None and self._agent.poll() is None:
+            self._agent.stdin.close()
+            _wait_or_kill(self._agent, AGENT_STOP_S)
+        if self._forward is not None and self._forward.poll() is None:
+            self._forward.terminate()
+            _wait_or_kill(self._forward, AGENT_STOP_S)
         if self._agent is not None:
             try:
                 self.cluster.pull(self.server, self.log_dir / f"{self.name}.log", remote=f"{self.remote_dir}/{self.name}.log")
@@ -350,6 +349,14 @@ class RemoteDataPlane:
         """None here: the switch's own threads (bmv2's learning controller) run beside it on
         its server, and the agent exits when one of them ends, which ``pid`` shows."""
         return {}
+
+
+def _wait_or_kill(process: subprocess.Popen, timeout: float) -> None:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def cluster_switch_class(node_class: type) -> type:
@@ -412,7 +419,8 @@ class VxlanLink(RemoteLink):
 
 
 def preflight(cluster: Cluster, switch_target: str, switches: Sequence[str]) -> None:
-    """Every server: reachable as root over ssh, the same commit checked out with its venv,
+    """Every server: reachable as root over ssh, the same commit checked out (and the same
+    uncommitted changes) with its venv,
     the tools on its PATH, an underlay that carries a full VXLAN frame; and where one of
     ``switches`` is placed, what ``switch_target`` needs there (its ``detect``, run on that
     server: bmv2's simple_switch and p4c, the eBPF switch's clang, bpftool and kernel).
@@ -430,6 +438,10 @@ def preflight(cluster: Cluster, switch_target: str, switches: Sequence[str]) -> 
             raise ServerUnavailableError(f"server {name}: not reachable over ssh at {server.user}@{server.address} (timed out)") from None
 
 
+UNCOMMITTED = "diff HEAD | sha256sum"
+"""A digest of a checkout's changes to tracked files: the same commit runs the same code only with the same ones."""
+
+
 def _check_server(cluster: Cluster, name: str, server: Server, commit: str) -> None:
     who = cluster.check(name, "id -u", f"not reachable over ssh at {server.user}@{server.address}", timeout=SSH_CONNECT_S + 10).strip()
     if who != "0":
@@ -438,6 +450,11 @@ def _check_server(cluster: Cluster, name: str, server: Server, commit: str) -> N
     if theirs != commit:
         raise ServerUnavailableError(f"server {name}: {server.checkout} is at commit {theirs[:12]}, this checkout at {commit[:12]}; "
                                      "check out the same commit there")
+    changes = subprocess.run(["sh", "-c", f"git -C {shlex.quote(str(REPO_ROOT))} {UNCOMMITTED}"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    if cluster.check(name, f"git -C {shlex.quote(server.checkout)} {UNCOMMITTED}", "reading its changes").strip() != changes:
+        raise ServerUnavailableError(f"server {name}: {server.checkout} has other uncommitted changes than this checkout "
+                                     "(git diff HEAD); commit them here and check out that commit there")
     cluster.check(name, f"test -x {shlex.quote(server.python)}", f"no venv at {server.checkout}/.venv (run scripts/bootstrap.sh there)")
     missing = cluster.check(name, " ; ".join(f"command -v {t} >/dev/null || echo {t}" for t in TOOLS), "checking its tools").split()
     if missing:

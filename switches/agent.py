@@ -41,7 +41,8 @@ WATCH_S = 0.2
 SWITCH_DIED = 3
 """The agent's exit status when its switch died under it."""
 PRIMITIVES = ("table_num_entries", "table_add", "table_set_default", "table_clear", "mc_mgrp_create", "mc_node_create",
-              "mc_node_associate", "register_read", "register_write", "register_reset", "counter_read", "counter_reset")
+              "mc_node_associate", "register_read", "register_write", "register_reset", "registers_reset",
+              "counter_read", "counter_reset")
 """The SwitchControl primitives, served under their own names (EmbeddedControl's ops)."""
 
 

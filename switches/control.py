@@ -268,6 +268,12 @@ class SwitchControl(ABC):
     @abstractmethod
     def _register_reset(self, register: str) -> None: ...
 
+    def _registers_reset(self, registers: Sequence[str]) -> None:
+        """``_register_reset`` of each; a target whose registers share storage (a slot's
+        cells in one eBPF map entry) overrides it to clear them in one pass."""
+        for register in registers:
+            self._register_reset(register)
+
     @abstractmethod
     def _counter_read(self, counter: str) -> list[tuple[int, int]]: ...
 
@@ -362,6 +368,14 @@ class SwitchControl(ABC):
         self._record("register_reset", register)
         self._register(register)
         self._register_reset(register)
+
+    def registers_reset(self, registers: Sequence[str]) -> None:
+        """``register_reset`` of every one of ``registers`` (logged as one CLI line each, so
+        the command log still replays on simple_switch_CLI), in one call to the target."""
+        for register in registers:
+            self._record("register_reset", register)
+            self._register(register)
+        self._registers_reset(registers)
 
     def counter_read(self, counter: str) -> list[tuple[int, int]]:
         """(packets, bytes) for every cell of a counter array."""

@@ -259,8 +259,7 @@ def reset_aggregation_state(control: SwitchControl, k: int = params.K) -> None:
     ``k`` is the switch's: the embedded switch can be started with another k than the
     P4 build's, and has exactly that many value registers.
     """
-    for register in aggregation_registers(k):
-        control.register_reset(register)
+    control.registers_reset(aggregation_registers(k))
 
 
 def read_event_counters(control: SwitchControl) -> dict[str, int]:

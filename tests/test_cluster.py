@@ -97,6 +97,20 @@ def test_a_server_at_another_commit_is_one_line_and_exit_2(tmp_path: Path, clust
     assert errors[0].endswith("check out the same commit there") and "Traceback" not in done.stderr
 
 
+def test_a_server_with_other_uncommitted_changes_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
+    """The same commit with another edit there would run other code: refused before building."""
+    readme = f"{cluster_server.checkout}/README.md"
+    assert cluster_server.ssh(f"echo edited there >> {readme}").returncode == 0
+    try:
+        done = run(cluster_config(tmp_path, cluster_server), tmp_path / "out")
+    finally:
+        cluster_server.ssh(f"git -C {cluster_server.checkout} checkout -q -- README.md")
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and errors[0].endswith(f"server {second.NAME}: {cluster_server.checkout} has other uncommitted changes "
+                                                   "than this checkout (git diff HEAD); commit them here and check out that commit there")
+
+
 def test_an_unreachable_server_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
     config = cluster_config(tmp_path, cluster_server, cluster={
         "servers": [{"name": "gone", "address": "10.233.0.99", "checkout": str(cluster_server.checkout)}],

@@ -222,6 +222,22 @@ class EbpfControl(SwitchControl):
         else:
             self._write_cells(register, range(2 * self._maps[maps.AGGREGATION_MAP].max_entries), 0)
 
+    def _registers_reset(self, registers: Sequence[str]) -> None:
+        """Every slot's cells zeroed with one map update each when ``registers`` name every
+        field of them (the aggregation state: reset_aggregation_state), instead of a
+        read-modify-write of every slot per register (~1 s for a switch at k = 256)."""
+        slot_registers = [r for r in registers if r not in maps.THRESHOLDS]
+        if set(slot_registers) != set(self._fields):
+            super()._registers_reset(registers)
+            return
+        for register in registers:
+            if register in maps.THRESHOLDS:
+                self._register_reset(register)
+        cells = self._maps[maps.AGGREGATION_MAP]
+        empty = bytes(self._slot_cells())
+        for slot in range(cells.max_entries):
+            cells.update(_key(slot), empty, BPF_F_LOCK)
+
     # -- counters -----------------------------------------------------------------------------
 
     def _counter_read(self, counter: str) -> list[tuple[int, int]]:

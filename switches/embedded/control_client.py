@@ -85,6 +85,9 @@ class EmbeddedControl(SwitchControl):
     def _register_reset(self, register: str) -> None:
         self.call("register_reset", register=register)
 
+    def _registers_reset(self, registers: Sequence[str]) -> None:
+        self.call("registers_reset", registers=list(registers))
+
     def _counter_read(self, counter: str) -> list[tuple[int, int]]:
         return [tuple(cell) for cell in self.call("counter_read", counter=counter)]
 

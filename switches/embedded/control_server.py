@@ -42,9 +42,15 @@ def _handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> dict[str
         "register_read": lambda register: pipeline.register(register).read(),
         "register_write": lambda register, index, value: pipeline.register(register).write(index, value),
         "register_reset": lambda register: pipeline.register(register).reset(),
+        "registers_reset": lambda registers: _reset_each(pipeline, registers),
         "counter_read": lambda counter: pipeline.counter(counter).read(),
         "counter_reset": lambda counter: pipeline.counter(counter).reset(),
     }
+
+
+def _reset_each(pipeline: SwitchMLPipeline, registers: list[str]) -> None:
+    for register in registers:
+        pipeline.register(register).reset()
 
 
 def handle_request(handlers: dict[str, Callable[..., Any]], line: bytes) -> dict:

@@ -131,10 +131,6 @@ class SwitchMLIngress:
     def tables(self) -> list[ExactMatchTable]:
         return [self.worker_table, self.uplink_table, self.l2_learn_table, self.l2_table, self.switch_addr_table]
 
-    def reset_values(self) -> None:
-        """register_reset of every value_XX at once (the matrix backs all of them)."""
-        self.values.reset()
-
     def apply(self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple | None) -> tuple:
         counter = self.event_counter
         # 1. Drop simulator (ingress): every packet.
