@@ -2,7 +2,7 @@
 namespace can make it.
 
     .venv/bin/python -m tests.cluster_server up      # (re)create it; prints its ssh_config
-    .venv/bin/python -m tests.cluster_server sync    # its checkout to this checkout's current commit
+    .venv/bin/python -m tests.cluster_server sync    # its checkout to this checkout's commit and changes
     .venv/bin/python -m tests.cluster_server down    # remove it and whatever it left
 
 The server is one process tree in its own network, mount, UTS and PID namespaces, with its
@@ -138,6 +138,7 @@ def _checkout(into: Path) -> None:
     commit = _run("git", "-C", str(REPO_ROOT), "rev-parse", "HEAD").strip()
     _run("git", "clone", "-q", "--no-checkout", str(REPO_ROOT), str(into))
     _run("git", "-C", str(into), "checkout", "-q", "--detach", commit)
+    _apply_uncommitted(into)
     _run("cp", "-al", str(REPO_ROOT / ".venv"), str(into / ".venv"))
     for site in (into / ".venv" / "lib").glob("python*/site-packages"):
         for hook in site.glob("__editable__*"):  # the editable install points at this checkout
@@ -310,11 +311,20 @@ def _create() -> Server:
         time.sleep(0.2)
 
 
+def _apply_uncommitted(checkout: Path) -> None:
+    """This checkout's uncommitted changes to tracked files, made in ``checkout`` too (a run's
+    preflight refuses a server whose changes differ: network/cluster.py)."""
+    changes = subprocess.run(["git", "-C", str(REPO_ROOT), "diff", "HEAD", "--binary"], capture_output=True, check=True).stdout
+    if changes:
+        subprocess.run(["git", "-C", str(checkout), "apply", "--whitespace=nowarn"], input=changes, capture_output=True, check=True)
+
+
 def sync() -> None:
-    """Check out this checkout's current commit in the server's checkout (after a commit here)."""
+    """The server's checkout at this checkout's current commit, with the same uncommitted changes."""
     checkout = STATE_DIR / "checkout"
     _run("git", "-C", str(checkout), "fetch", "-q", str(REPO_ROOT), "HEAD")
-    _run("git", "-C", str(checkout), "checkout", "-q", "--detach", "FETCH_HEAD")
+    _run("git", "-C", str(checkout), "checkout", "-q", "--force", "--detach", "FETCH_HEAD")
+    _apply_uncommitted(checkout)
 
 
 def running() -> Server | None:
