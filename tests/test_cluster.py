@@ -18,7 +18,7 @@ import yaml
 
 from protocol.params import REPO_ROOT
 from tests import cluster_server as second
-from tests.conftest import TARGET_MARKS, require_target
+from tests.conftest import TARGET_MARKS, require_target, require_torch
 from tests.experiment_runs import leftovers, wait_for_process
 
 pytestmark = [pytest.mark.cluster, pytest.mark.mininet]
@@ -73,10 +73,25 @@ def test_a_star_split_over_two_servers_runs_every_method_verified(tmp_path: Path
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verified"] is True
+    assert summary["switch_lost_frames"] == []  # every frame a port took in or sent is in the switch's counters
     servers = json.loads((out / "network.json").read_text())["0"]["servers"]
     assert servers == {"h1": "local", "h2": "local", "h3": second.NAME, "h4": second.NAME, "s1": "local"}
     rows = (out / "runs.csv").read_text().splitlines()
     assert {row.split(",")[3] for row in rows[1:]} == {"switchml", "ring", "ps"}
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+@pytest.mark.torch
+def test_gloo_over_two_servers_verifies_and_its_frames_add_up(tmp_path: Path, cluster_server: second.Server) -> None:
+    """PyTorch's Gloo ranks on both servers (the venv there has torch too). Its connections
+    carry frames between jobs, so a meter that read another server's CPU between resetting
+    the switch's counters and reading its ports counted a few frames in the switch only."""
+    require_torch()
+    out = tmp_path / "out"
+    done = run(cluster_config(tmp_path, cluster_server, methods=["switchml", "gloo"]), out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True and summary["switch_lost_frames"] == []
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
 
 
