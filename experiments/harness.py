@@ -125,8 +125,8 @@ class PointNetwork:
 
     def meter(self, group: WorkerGroup) -> JobMeter:
         """A meter over the switches and ``group``'s workers (by host name)."""
-        hosts = self.point.topology.hosts
-        return JobMeter(self.net, {h.name: p.pid for h, p in zip(hosts, group.procs)} | self.net.switch_processes())
+        workers = {host.name: (self.net.server_of(host.name), pid) for host, pid in zip(group.hosts, group.pids_on_servers)}
+        return JobMeter(self.net, workers | self.net.measured_switch_processes())
 
     @property
     def job_limit(self) -> Limit:

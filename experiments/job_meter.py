@@ -13,9 +13,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping, Sequence
 
 from protocol.results_format import MACHINE
+from network.cluster_config import LOCAL
 from network.emulation import EmulatedNetwork
 from network.port_counters import SETTLE_S, PortCounters, account_switch, parse_ports, read_ports, read_ports_script
 from switches import programming
@@ -51,13 +52,26 @@ class CpuSplit:
 
 
 def process_cpu(pid: int) -> CpuSplit:
-    """User and system CPU time of a process so far (from /proc), zero if it is gone."""
+    """User and system CPU time of a process of this machine so far, zero if it is gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return stat_cpu(Path(f"/proc/{pid}/stat").read_text())
     except FileNotFoundError:
+        return stat_cpu("")
+
+
+def stat_cpu(stat: str) -> CpuSplit:
+    """User and system CPU time in a /proc/PID/stat line (empty: the process is gone, zero)."""
+    if not stat.strip():
         return CpuSplit(0.0, 0.0, None, 0.0)
+    fields = stat.rsplit(")", 1)[1].split()
     user, system = int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
     return CpuSplit(user, system, None, user + system)
+
+
+def remote_process_cpu(run: Callable[[str], str], pids: Sequence[int]) -> dict[int, CpuSplit]:
+    """``process_cpu`` of processes of another server, in one command run there by ``run``."""
+    lines = run(" ; ".join(f"echo {pid} $(cat /proc/{pid}/stat 2>/dev/null)" for pid in pids)).splitlines()
+    return {int(pid): stat_cpu(stat) for pid, _, stat in (line.partition(" ") for line in lines if line.strip())}
 
 
 def machine_cpu(stat: str | None = None) -> tuple[CpuSplit, float]:
@@ -95,9 +109,12 @@ class JobMeasurement:
 
 
 class JobMeter:
-    """``start()`` before the job, ``stop()`` after it; the switches' counters are reset at start."""
+    """``start()`` before the job, ``stop()`` after it; the switches' counters are reset at start.
 
-    def __init__(self, net: EmulatedNetwork, processes: Mapping[str, int]) -> None:
+    ``processes``: name -> (the server it runs on, its pid there), whose CPU is read there.
+    """
+
+    def __init__(self, net: EmulatedNetwork, processes: Mapping[str, tuple[str, int]]) -> None:
         self._net = net
         self._processes = dict(processes)
         self._ports = {sw.name: [i.name for i in sw.intfList() if i.name != "lo"] for sw in net.net.switches}
@@ -116,6 +133,16 @@ class JobMeter:
                 counters, tx_bytes = counters | theirs, tx_bytes | sent
         return counters, tx_bytes
 
+    def _process_cpus(self) -> dict[str, CpuSplit]:
+        """Every measured process's CPU so far, one command per other server."""
+        cpus = {name: process_cpu(pid) for name, (server, pid) in self._processes.items() if server == LOCAL}
+        for server, run in self._net.server_shells().items():
+            theirs = {name: pid for name, (where, pid) in self._processes.items() if where == server}
+            if theirs:
+                read = remote_process_cpu(run, list(theirs.values()))
+                cpus |= {name: read.get(pid, stat_cpu("")) for name, pid in theirs.items()}
+        return cpus
+
     def _machines(self) -> dict[str, tuple[CpuSplit, float]]:
         """``machine_cpu`` of this machine (MACHINE) and of every other server (``machine@<server>``)."""
         machines = {MACHINE: machine_cpu()}
@@ -127,7 +154,7 @@ class JobMeter:
         """The CPU first (another server's is an ssh round trip), then the switches' counters
         reset and their ports read back to back: a frame that passes in between is counted by
         one and not the other (seen as a negative loss when the ports' read came 0.1 s late)."""
-        self._cpu = {name: process_cpu(pid) for name, pid in self._processes.items()}
+        self._cpu = self._process_cpus()
         self._machine = self._machines()
         for control in self._net.controls.values():
             programming.reset_event_counters(control)
@@ -136,7 +163,7 @@ class JobMeter:
 
     def stop(self) -> JobMeasurement:
         wall = time.monotonic() - self._t0
-        cpu = {name: (process_cpu(pid) - self._cpu[name]).share_of(wall) for name, pid in self._processes.items()}
+        cpu = {name: (now - self._cpu[name]).share_of(wall) for name, now in self._process_cpus().items()}
         for name, (machine, total) in self._machines().items():
             cpu[name] = (machine - self._machine[name][0]).share_of(max(1 / CLOCK_TICKS, total - self._machine[name][1]))
         tx_now = self._read()[1]

@@ -86,6 +86,9 @@ class WorkerGroup:
         self.spec_path = spec_path
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[str]] = []
+        self.pids_on_servers: list[int] = []
+        """Each rank's pid on the server its host runs on, from its 'ready' (a rank on another
+        server is this process's child only as an ssh client)."""
         self._buffers: dict[int, str] = {}
         self._selector = selectors.DefaultSelector()
         self._dependencies = Dependencies(dependencies or {})
@@ -116,7 +119,7 @@ class WorkerGroup:
             self._selector.register(proc.stdout, selectors.EVENT_READ, rank)
             self._buffers[rank] = ""
             self.procs.append(proc)
-        self.collect("ready", limit)
+        self.pids_on_servers = [report["pid"] for report in self.collect("ready", limit)]
 
     def release(self, repetition: int) -> None:
         """Let every rank start repetition ``repetition`` (as close to together as pipes allow)."""

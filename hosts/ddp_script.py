@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from hosts.events import emit, emit_error
+from hosts.events import emit, emit_error, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.tcp_counters import ProcessTcpMeter
 from hosts.torch_hook import ACTIVE, SPEC_ENVIRONMENT, SwitchMLHookState
@@ -77,7 +77,7 @@ def run_script(spec: WorkerSpec, rank: int, spec_path: Path, script: Path, argum
     """Run the script once when released, then report its all-reduces."""
     os.environ.update(script_environment(spec, rank, spec_path))
     os.environ.pop("LOCAL_WORLD_SIZE", None)  # Gloo would take shared memory between "local" ranks
-    emit({"event": "ready"})
+    emit_ready()
     released = steps(sys.stdin)
     next(released)
     tcp = ProcessTcpMeter()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -11,6 +12,13 @@ from typing import Any
 def emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
+
+
+def emit_ready() -> None:
+    """Set up and waiting for "go": with this process's pid as its own server sees it (the
+    runner's child is an ssh client for a worker on another server: experiments/job_meter.py
+    reads the worker's CPU there by this pid)."""
+    emit({"event": "ready", "pid": os.getpid()})
 
 
 def emit_error(exc: BaseException) -> None:

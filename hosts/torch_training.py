@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from hosts.events import emit
+from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import join_gloo_group
 from hosts.stats import JobStats
 from hosts.tcp_counters import ProcessTcpMeter
@@ -72,7 +72,7 @@ def serve_torch_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     ddp.register_comm_hook(hook, allreduce)
     optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate)
     try:
-        emit({"event": "ready"})
+        emit_ready()
         for step in steps(sys.stdin):
             x, y = minibatch(config, data, rank, spec.n_workers, step)
             tcp = ProcessTcpMeter()

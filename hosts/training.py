@@ -29,7 +29,7 @@ from typing import IO, Any
 import numpy as np
 
 from hosts.allreduce import build
-from hosts.events import emit
+from hosts.events import emit, emit_ready
 from protocol.worker_spec import WorkerSpec
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, sgd_update, worker_gradient
 
@@ -66,7 +66,7 @@ def serve_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     params = model.initial_parameters(config.seed)
     method = build(spec, rank)
     try:
-        emit({"event": "ready"})
+        emit_ready()
         for step in steps(sys.stdin):
             started = time.perf_counter()
             gradient = worker_gradient(model, config, data, params, rank, n_workers, step)

@@ -5,7 +5,7 @@
 The runner (experiments/workers.py) writes SPEC.json (protocol/worker_spec.py: method,
 peers, switch address, protocol parameters, input file per rank) and talks to this process over stdin/stdout:
 
-    worker -> {"event": "ready"}                 after set-up (sockets, connections)
+    worker -> {"event": "ready", "pid": P}       after set-up (sockets, connections)
     runner -> "go <repetition>"                  all ranks released together (a barrier)
     worker -> {"event": "done", "repetition": r, "stats": {...}, "result": "path.npy"}
     runner -> "exit"
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from hosts.allreduce import build
-from hosts.events import emit, emit_error
+from hosts.events import emit, emit_error, emit_ready
 from protocol.worker_spec import WorkerSpec
 
 log = logging.getLogger("hosts.worker")
@@ -38,7 +38,7 @@ def serve(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
     tensor = np.load(spec.inputs[rank])
     method = build(spec, rank)
     try:
-        emit({"event": "ready"})
+        emit_ready()
         for line in sys.stdin:
             command = line.split()
             if command == ["exit"]:

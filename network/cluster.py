@@ -281,6 +281,8 @@ class RemoteDataPlane:
         self.local_socket = cluster.control_dir / f"{name}.sock"
         self._agent: subprocess.Popen | None = None
         self._forward: subprocess.Popen | None = None
+        self.pid_on_server: int | None = None
+        """The switch's process on its server (the agent's 'ready' says it; none for the eBPF switch)."""
 
     def start(self) -> None:
         server = self.cluster.servers[self.server]
@@ -293,10 +295,11 @@ class RemoteDataPlane:
         with (self.log_dir / f"{self.name}.agent.log").open("ab") as output:
             self._agent = subprocess.Popen([*self.cluster.ssh_argv(self.server), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=output, preexec_fn=_own_group_then(dies_with_this_process()))
-        line = self._agent.stdout.readline()
-        if line.strip() != b"ready":
+        line = self._agent.stdout.readline().split()
+        if line[:1] != [b"ready"]:
             self.stop()
             raise ClusterError(f"switch {self.name} on server {self.server} did not start; log {self.log_dir / f'{self.name}.agent.log'}")
+        self.pid_on_server = int(line[1]) if line[1:] != [b"-"] else None
         self.local_socket.unlink(missing_ok=True)
         self._forward = subprocess.Popen([*self.cluster.ssh_argv(self.server, multiplexed=False), "-N", "-o", "ExitOnForwardFailure=yes",
                                           "-L", f"{self.local_socket}:{self.remote_dir}/control.sock"], stdin=subprocess.DEVNULL,
@@ -367,6 +370,10 @@ def cluster_switch_class(node_class: type) -> type:
             self._data_plane = RemoteDataPlane(self.cluster, self.server, self.target.name, self.ports_up(), self.log_dir, name=self.name,
                                                k=self.k, max_pool_size=self.max_pool_size, options=self.portable_data_plane_options())
             self._data_plane.start()
+
+        @property
+        def switch_pid_on_server(self) -> int | None:
+            return None if self._data_plane is None else self._data_plane.pid_on_server
 
     ClusterSwitch.__name__ = ClusterSwitch.__qualname__ = f"Cluster{node_class.__name__}"
     return ClusterSwitch

@@ -490,9 +490,21 @@ class EmulatedNetwork:
 
         return {server: shell(server) for server in cluster.servers}
 
+    def server_of(self, node: str) -> str:
+        """The server ``node`` runs on (``LOCAL``: this machine)."""
+        return LOCAL if self.cluster is None else self.cluster.server_of(node)
+
+    def measured_switch_processes(self) -> dict[str, tuple[str, int]]:
+        """Switch name -> (its server, the pid there) of the process doing its switching,
+        whose CPU share is measured on that server (a switch on another server: its agent's
+        report, not the ssh connection ``switch_processes`` watches)."""
+        assert self.net is not None
+        return {sw.name: (self.server_of(sw.name), sw.switch_pid_on_server) for sw in self.net.switches
+                if sw.switch_pid_on_server is not None}
+
     def switch_processes(self) -> dict[str, int]:
-        """Switch name -> pid of the process doing its switching: what the workers depend on
-        and whose CPU share is measured. An eBPF switch has none (switch_pid None): it lives
+        """Switch name -> pid of this machine's child process that does its switching, or
+        carries it from another server: what the workers depend on. An eBPF switch has none (switch_pid None): it lives
         as long as its ports, and its work is softirq time, which the machine's busy share counts."""
         assert self.net is not None
         return {sw.name: sw.switch_pid for sw in self.net.switches if sw.switch_pid is not None}

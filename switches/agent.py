@@ -11,7 +11,7 @@ switch's maps are programmed by bpf() calls, which only a process on that server
 make), and serves the control-plane primitives on a Unix socket in the embedded switch's
 JSON-lines protocol (switches/embedded/control_server.py), so the controlling machine's
 ``EmbeddedControl`` programs any target through the socket ssh forwards. It prints
-``ready`` when the socket listens, and stops the data plane and exits when its standard
+``ready PID`` (its switch process's pid, ``-`` for none) when the socket listens, and stops the data plane and exits when its standard
 input closes -- the ssh connection it came over is gone -- or on SIGTERM; when the switch
 or a thread it needs here (bmv2's learning controller) dies under it, it exits with status 3, which ends that connection: the run, watching it,
 names the switch.
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         listener.listen()
         threading.Thread(target=serve, args=(listener, handlers(control), threading.Lock()), daemon=True).start()
         threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
-        print("ready", flush=True)
+        print("ready", data_plane.pid if data_plane.pid is not None else "-", flush=True)
         threads = Dependencies(data_plane.threads)
         while not done.wait(WATCH_S):
             ended = threads.exited()

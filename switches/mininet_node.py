@@ -83,6 +83,12 @@ class TargetSwitch(Switch):
         return None if self._data_plane is None else self._data_plane.pid
 
     @property
+    def switch_pid_on_server(self) -> int | None:
+        """``switch_pid`` as the server this node runs on numbers it: the same here; a node
+        on another server (network/cluster.py) gives its switch's pid there."""
+        return self.switch_pid
+
+    @property
     def switch_threads(self) -> Mapping[str, ThreadWatch]:
         """Threads of the runner this switch needs (``DataPlane.threads``), empty when stopped."""
         return {} if self._data_plane is None else self._data_plane.threads

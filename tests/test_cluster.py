@@ -217,6 +217,9 @@ def test_a_tree_with_a_leaf_on_the_second_server_and_loss_on_its_uplinks_recover
     rows = [line.split(",") for line in (out / "runs.csv").read_text().splitlines()]
     header = rows[0]
     assert sum(int(row[header.index("retransmissions")]) for row in rows[1:] if row[header.index("method")] == "switchml") > 0
+    measured = {line.split(",")[3] for line in (out / "fidelity.csv").read_text().splitlines()[1:]}
+    assert {"h2", "h4", "machine@" + second.NAME} <= measured  # read on the second server, by their pids there
+    assert ("s3" in measured) == (target != "ebpf")  # the eBPF switch has no process; its agent's ssh is not it
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
 
 
