@@ -110,15 +110,16 @@ class PointNetwork:
 
     @contextlib.contextmanager
     def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None,
-                entry: str = "hosts.worker", arguments: Sequence[str] = ()) -> Iterator[WorkerGroup]:
+                entry: str = "hosts.worker", arguments: Sequence[str] = (), files: Sequence[Path] = ()) -> Iterator[WorkerGroup]:
         """One worker per host (all of the topology's, or those at ``host_indices``), started
         and ready; killed on the way out unless finished. An error inside becomes
         DependencyExited when a switch, its learning thread or a node's shell died meanwhile: that is its cause.
-        ``entry`` and ``arguments``: the module the workers run and what follows their rank."""
+        ``entry`` and ``arguments``: the module the workers run and what follows their rank;
+        ``files``: what they read besides their spec's (WorkerGroup)."""
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
-                         dependencies=self.net.dependencies(), entry=entry, arguments=arguments) as group, \
+                         dependencies=self.net.dependencies(), entry=entry, arguments=arguments, files=files) as group, \
                 group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
             yield group

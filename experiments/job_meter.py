@@ -70,7 +70,7 @@ def stat_cpu(stat: str) -> CpuSplit:
 
 def remote_process_cpu(run: Callable[[str], str], pids: Sequence[int]) -> dict[int, CpuSplit]:
     """``process_cpu`` of processes of another server, in one command run there by ``run``."""
-    lines = run(" ; ".join(f"echo {pid} $(cat /proc/{pid}/stat 2>/dev/null)" for pid in pids)).splitlines()
+    lines = run(" ; ".join(f'echo "{pid} $(cat /proc/{pid}/stat 2>/dev/null)"' for pid in pids)).splitlines()
     return {int(pid): stat_cpu(stat) for pid, _, stat in (line.partition(" ") for line in lines if line.strip())}
 
 

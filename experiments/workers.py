@@ -43,9 +43,11 @@ from protocol.worker_spec import WorkerSpec
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 15
-RESULT_FILES = ("result", "int_sum")
+RESULT_FILES = ("result", "int_sum", "buckets", "parameters", "sums")
 """The keys of a worker's report that name a file the worker wrote for the runner (fetched
-from a host on another server as the report arrives)."""
+from a host on another server as the report arrives): an all-reduce's result and integer
+sum (hosts/worker.py, hosts/training.py); a DDP rank's bucket gradients, parameters and
+bucket sums (hosts/torch_training.py, hosts/ddp_script.py)."""
 REPORT_GRACE_S = 10.0
 """How much longer than a worker's own deadline the runner waits for its report: the worker
 reports a missed deadline itself, with details, unless it is hung. A worker that is stopped
@@ -77,8 +79,11 @@ class WorkerGroup:
 
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
                  dependencies: Mapping[str, Dependency] | None = None, entry: str = "hosts.worker",
-                 arguments: Sequence[str] = ()) -> None:
+                 arguments: Sequence[str] = (), files: Sequence[Path] = ()) -> None:
         self.method = method
+        self.files = tuple(files)
+        """What every rank reads besides its spec's files (a user's script), copied to the same
+        paths on a host of another server."""
         self.entry = entry
         """The module each rank runs (``python -m <entry> SPEC --rank R <arguments>``)."""
         self.arguments = tuple(arguments)
@@ -108,7 +113,7 @@ class WorkerGroup:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
         spec = WorkerSpec.read(self.spec_path)
         for rank, host in enumerate(self.hosts):
-            ship(host, [self.spec_path, *spec.files_read(rank)])
+            ship(host, [self.spec_path, *spec.files_read(rank), *self.files])
             with self._log_path(rank).open("w") as stderr:
                 proc = host.popen(
                     [sys.executable, "-m", self.entry, str(self.spec_path), "--rank", str(rank), *self.arguments],

@@ -72,6 +72,18 @@ TOOLS = ("mnexec", "ip", "tc", "ethtool", "git")
 """What every server needs on its PATH (what a switch target needs, only where one of its switches runs: preflight)."""
 
 
+VNIS_PER_RUN = 1024
+
+
+def first_vni(pid: int) -> int:
+    """The first VNI of the run ``pid``: each run numbers its VXLAN links from its own block
+    of the 24-bit VNI space. A VNI stays taken on a server for as long as the namespace its
+    device ended in lives, and a host's namespace outlives its run while a TCP socket of a
+    killed worker there is still closing (minutes: an orphan keeps retransmitting); a next
+    run counting from 1 again failed with "A VXLAN device with the specified VNI already exists"."""
+    return (pid % (1 << 14)) * VNIS_PER_RUN + 1
+
+
 class ClusterError(RuntimeError):
     """A command on another server of the cluster failed while the network was up."""
 
@@ -92,7 +104,7 @@ class Cluster:
     """Where the multiplexed ssh connections' sockets are (short: a socket path has 107 bytes)."""
     ssh_config: Path | None = None
     link: str = "vxlan"
-    _vnis: Any = field(default_factory=lambda: itertools.count(1))
+    _vnis: Any = field(default_factory=lambda: itertools.count(first_vni(os.getpid())))
     pushed: dict[str, set[str]] = field(default_factory=dict)
     """Per server, the folders ``push`` made there (the outermost of each)."""
     on_push: Callable[[], None] | None = None
@@ -164,7 +176,10 @@ class Cluster:
         path.write_bytes(done.stdout)
 
     def next_vni(self) -> int:
-        return next(self._vnis)
+        vni = next(self._vnis)
+        if vni >= first_vni(os.getpid()) + VNIS_PER_RUN - 1:  # the last block ends at 2^24 - 1
+            raise ClusterError(f"more than {VNIS_PER_RUN - 1} links cross servers")
+        return vni
 
     def underlay_address(self, server: str, towards: str) -> str:
         """``server``'s address on the path to the server ``towards`` (the VXLAN endpoints)."""

@@ -86,3 +86,12 @@ def test_a_server_that_lacks_what_its_switch_target_needs_is_refused_naming_it()
     with pytest.raises(ServerUnavailableError, match=r"^server b: cannot run the bmv2 switch placed there: it lacks simple_switch"):
         _check_switch_target(_LocalShell(), "b", server, "bmv2")
     _check_switch_target(_LocalShell(), "b", server, "embedded")  # needs nothing beyond the checkout
+
+
+def test_every_run_numbers_its_vxlan_links_from_a_block_of_its_own() -> None:
+    """A VNI a killed run left taken on a server must not be the next run's (network/cluster.py)."""
+    from network.cluster import VNIS_PER_RUN, first_vni
+
+    firsts = [first_vni(pid) for pid in range(1, 1 << 15)]
+    assert min(firsts) >= 1 and max(firsts) + VNIS_PER_RUN - 2 <= (1 << 24) - 1  # VXLAN's 24 bits
+    assert first_vni(4242) != first_vni(4243) and abs(first_vni(4242) - first_vni(4243)) >= VNIS_PER_RUN

@@ -62,7 +62,8 @@ class ScriptRunner:
     def _run_script(self, held: PointNetwork, method: str) -> bool:
         spec_path = worker_spec(self.point, method).write(held.work / f"{method}.json")
         held.reset_aggregation()
-        with held.workers(method, spec_path, entry=ENTRY, arguments=(str(self.script), *self.arguments)) as group:
+        with held.workers(method, spec_path, entry=ENTRY, arguments=(str(self.script), *self.arguments),
+                          files=(self.script,)) as group:
             meter = held.meter(group)
             meter.start()
             group.release(1)
