@@ -178,10 +178,17 @@ def stopped(pid: int) -> bool:
     """Whether ``pid`` is stopped (STOPPED_STATES); False when it is gone or runs."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+            return stat_says_stopped(stat.read())
+    except OSError:
         return False
-    return state in STOPPED_STATES
+
+
+def stat_says_stopped(stat: str) -> bool:
+    """Whether a /proc/PID/stat line (of this machine or another server) is a stopped process's."""
+    try:
+        return stat.rsplit(")", 1)[1].split()[0] in STOPPED_STATES
+    except IndexError:
+        return False
 
 
 def stopped_evidence(pid: int) -> str:

@@ -119,7 +119,8 @@ class PointNetwork:
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
-                         dependencies=self.net.dependencies(), entry=entry, arguments=arguments, files=files) as group, \
+                         dependencies=self.net.dependencies(), entry=entry, arguments=arguments, files=files,
+                         remote_shells=self.net.remote_host_shells()) as group, \
                 group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
             yield group

@@ -28,15 +28,15 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mininet.node import Host
 
 from base.lifetime import (
-    EXIT_NOTICE_S, Dependencies, Dependency, DependencyStopped, deferred_signals, dies_with_this_process, exited_error, stopped,
-    stopped_evidence,
+    EXIT_NOTICE_S, Dependencies, Dependency, DependencyStopped, deferred_signals, dies_with_this_process, exited_error, stat_says_stopped,
+    stopped, stopped_evidence,
 )
-from network.cluster import fetch, ship
+from network.cluster import ClusterError, fetch, ship
 from protocol.params import REPO_ROOT
 from protocol.worker_spec import WorkerSpec
 
@@ -79,9 +79,13 @@ class WorkerGroup:
 
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
                  dependencies: Mapping[str, Dependency] | None = None, entry: str = "hosts.worker",
-                 arguments: Sequence[str] = (), files: Sequence[Path] = ()) -> None:
+                 arguments: Sequence[str] = (), files: Sequence[Path] = (),
+                 remote_shells: Mapping[str, tuple[str, Callable[[str], str]]] | None = None) -> None:
         self.method = method
         self.files = tuple(files)
+        self.remote_shells = dict(remote_shells or {})
+        """Host name -> (its server, what runs a shell command there), for hosts on another
+        server (a rank's /proc there says whether it is stopped)."""
         """What every rank reads besides its spec's files (a user's script), copied to the same
         paths on a host of another server."""
         self.entry = entry
@@ -188,12 +192,26 @@ class WorkerGroup:
         """Fail naming a stopped worker among ``ranks`` or a stopped dependency, if there is
         one: it made no progress, so it is why the deadline passed (``symptom``)."""
         for rank in ranks:
-            pid = self.procs[rank].pid
-            if stopped(pid):
-                raise self._failure(rank, f"(pid {pid}) {stopped_evidence(pid)}; meanwhile {symptom}")
+            pid, where, is_stopped = self._rank_stopped(rank)
+            if is_stopped:
+                raise self._failure(rank, f"(pid {pid}{where}) {stopped_evidence(pid)}; meanwhile {symptom}")
         cause = self._dependencies.stopped()
         if cause is not None:
             raise DependencyStopped(f"{cause}; meanwhile {self.method}: {symptom}")
+
+    def _rank_stopped(self, rank: int) -> tuple[int, str, bool]:
+        """``rank``'s pid, where it runs (for messages) and whether it is stopped: read on its
+        server for a host on another one, by its pid there (known once it was ready)."""
+        remote = self.remote_shells.get(self.hosts[rank].name)
+        if remote is None or rank >= len(self.pids_on_servers):
+            pid = self.procs[rank].pid
+            return pid, "", stopped(pid)
+        server, run = remote
+        pid = self.pids_on_servers[rank]
+        try:
+            return pid, f" on server {server}", stat_says_stopped(run(f"cat /proc/{pid}/stat 2>/dev/null || true"))
+        except ClusterError:  # the server is out of reach: no evidence either way, the symptom stands
+            return pid, f" on server {server}", False
 
     @contextlib.contextmanager
     def dependencies_checked(self) -> Iterator[None]:

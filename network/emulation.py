@@ -478,6 +478,12 @@ class EmulatedNetwork:
             return None
         return self.server_shells()[self.cluster.server_of(switch)]
 
+    def remote_host_shells(self) -> dict[str, tuple[str, Callable[[str], str]]]:
+        """Host name -> (its server, ``server_shells``' runner there), for the hosts on another server."""
+        assert self.net is not None
+        shells = self.server_shells()
+        return {h.name: (self.server_of(h.name), shells[self.server_of(h.name)]) for h in self.net.hosts if self.server_of(h.name) != LOCAL}
+
     def server_shells(self) -> dict[str, Callable[[str], str]]:
         """Per other server of the cluster, what runs a shell command there and returns its
         output (empty on one machine)."""

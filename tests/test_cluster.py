@@ -164,7 +164,7 @@ def test_an_unreachable_server_is_one_line_and_exit_2(tmp_path: Path, cluster_se
 def _disturbed(tmp_path: Path, server: second.Server, disturb, **sections) -> tuple[int, str, Path]:
     """A long SwitchML job over both servers, disturbed once a worker runs on the second."""
     out = tmp_path / "out"
-    runner = subprocess.Popen(argv(cluster_config(tmp_path, server, **LONG_JOB, **sections), out), stdout=subprocess.PIPE,
+    runner = subprocess.Popen(argv(cluster_config(tmp_path, server, **{**LONG_JOB, **sections}), out), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -188,6 +188,19 @@ def test_a_killed_remote_worker_fails_the_run_naming_it(tmp_path: Path, cluster_
     code, output, out = _disturbed(tmp_path, cluster_server, kill_remote_worker)
     assert code == 3, output[-3000:]
     assert "switchml: worker rank 3 on h4: exited with status 137" in output  # 128 + SIGKILL, its shell's status, through ssh
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+def test_a_stopped_remote_worker_is_named_as_stopped_at_its_deadline(tmp_path: Path, cluster_server: second.Server) -> None:
+    """SIGSTOP of a worker there: its ssh client here runs on, so the runner reads the rank's
+    state on its server (by the pid its 'ready' gave) and names it, as on one machine."""
+    def stop_remote_worker(runner: subprocess.Popen) -> None:
+        assert cluster_server.ssh("pkill -STOP -f '^[^ ]*python[^ ]* -m hosts.worker .* --rank 3'").returncode == 0
+
+    quarter = {"kind": "synthetic", "elements": 1048576, "dtype": "float32", "seed": 1}  # >= 7.1 s at 5 Mbit/s, under 10
+    code, output, out = _disturbed(tmp_path, cluster_server, stop_remote_worker, workload=quarter, limits={"job_timeout_s": 10})
+    assert code == 3, output[-3000:]
+    assert re.search(rf"worker rank 3 on h4: \(pid \d+ on server {second.NAME}\) is stopped \(state T", output), output[-3000:]
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
 
 
