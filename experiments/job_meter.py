@@ -68,10 +68,11 @@ def stat_cpu(stat: str) -> CpuSplit:
     return CpuSplit(user, system, None, user + system)
 
 
-def remote_process_cpu(run: Callable[[str], str], pids: Sequence[int]) -> dict[int, CpuSplit]:
-    """``process_cpu`` of processes of another server, in one command run there by ``run``."""
-    lines = run(" ; ".join(f'echo "{pid} $(cat /proc/{pid}/stat 2>/dev/null)"' for pid in pids)).splitlines()
-    return {int(pid): stat_cpu(stat) for pid, _, stat in (line.partition(" ") for line in lines if line.strip())}
+def remote_cpu(run: Callable[[str], str], pids: Sequence[int]) -> tuple[str, dict[int, CpuSplit]]:
+    """Another server's /proc/stat line (for ``machine_cpu``) and ``process_cpu`` of its
+    processes ``pids``, in one command run there by ``run`` (an ssh round trip each is 0.1-0.3 s)."""
+    machine, *lines = run(" ; ".join(["head -1 /proc/stat", *(f'echo "{pid} $(cat /proc/{pid}/stat 2>/dev/null)"' for pid in pids)])).splitlines()
+    return machine, {int(pid): stat_cpu(stat) for pid, _, stat in (line.partition(" ") for line in lines if line.strip())}
 
 
 def machine_cpu(stat: str | None = None) -> tuple[CpuSplit, float]:
@@ -133,29 +134,23 @@ class JobMeter:
                 counters, tx_bytes = counters | theirs, tx_bytes | sent
         return counters, tx_bytes
 
-    def _process_cpus(self) -> dict[str, CpuSplit]:
-        """Every measured process's CPU so far, one command per other server."""
-        cpus = {name: process_cpu(pid) for name, (server, pid) in self._processes.items() if server == LOCAL}
-        for server, run in self._net.server_shells().items():
-            theirs = {name: pid for name, (where, pid) in self._processes.items() if where == server}
-            if theirs:
-                read = remote_process_cpu(run, list(theirs.values()))
-                cpus |= {name: read.get(pid, stat_cpu("")) for name, pid in theirs.items()}
-        return cpus
-
-    def _machines(self) -> dict[str, tuple[CpuSplit, float]]:
-        """``machine_cpu`` of this machine (MACHINE) and of every other server (``machine@<server>``)."""
+    def _cpu(self) -> tuple[dict[str, CpuSplit], dict[str, tuple[CpuSplit, float]]]:
+        """Every measured process's CPU so far, and ``machine_cpu`` of this machine (MACHINE)
+        and of every other server (``machine@<server>``): one command per other server."""
+        processes = {name: process_cpu(pid) for name, (server, pid) in self._processes.items() if server == LOCAL}
         machines = {MACHINE: machine_cpu()}
         for server, run in self._net.server_shells().items():
-            machines[f"{MACHINE}@{server}"] = machine_cpu(run("head -1 /proc/stat"))
-        return machines
+            theirs = {name: pid for name, (where, pid) in self._processes.items() if where == server}
+            stat, read = remote_cpu(run, list(theirs.values()))
+            machines[f"{MACHINE}@{server}"] = machine_cpu(stat)
+            processes |= {name: read.get(pid, stat_cpu("")) for name, pid in theirs.items()}
+        return processes, machines
 
     def start(self) -> None:
         """The CPU first (another server's is an ssh round trip), then the switches' counters
         reset and their ports read back to back: a frame that passes in between is counted by
         one and not the other (seen as a negative loss when the ports' read came 0.1 s late)."""
-        self._cpu = self._process_cpus()
-        self._machine = self._machines()
+        self._process_start, self._machine_start = self._cpu()
         for control in self._net.controls.values():
             programming.reset_event_counters(control)
         self._port_counters, self._tx = self._read()
@@ -163,9 +158,11 @@ class JobMeter:
 
     def stop(self) -> JobMeasurement:
         wall = time.monotonic() - self._t0
-        cpu = {name: (now - self._cpu[name]).share_of(wall) for name, now in self._process_cpus().items()}
-        for name, (machine, total) in self._machines().items():
-            cpu[name] = (machine - self._machine[name][0]).share_of(max(1 / CLOCK_TICKS, total - self._machine[name][1]))
+        processes, machines = self._cpu()
+        cpu = {name: (now - self._process_start[name]).share_of(wall) for name, now in processes.items()}
+        for name, (machine, total) in machines.items():
+            start, start_total = self._machine_start[name]
+            cpu[name] = (machine - start).share_of(max(1 / CLOCK_TICKS, total - start_total))
         tx_now = self._read()[1]
         tx_mbps = {i: (tx_now[i] - self._tx[i]) * 8 / wall / 1e6 for i in self._interfaces}
         time.sleep(SETTLE_S)  # let the switches drain before their frames are accounted

@@ -182,9 +182,7 @@ class WorkerGroup:
                         raise self._failure(rank, report["message"]) from cause
                     if report["event"] != event:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
-                    for key in RESULT_FILES:
-                        if key in report:
-                            fetch(self.hosts[rank], Path(report[key]))
+                    fetch(self.hosts[rank], [Path(report[key]) for key in RESULT_FILES if key in report])
                     reports[rank] = report
         return [reports[r] for r in range(len(self.procs))]
 

@@ -197,8 +197,8 @@ def test_a_stopped_remote_worker_is_named_as_stopped_at_its_deadline(tmp_path: P
     def stop_remote_worker(runner: subprocess.Popen) -> None:
         assert cluster_server.ssh("pkill -STOP -f '^[^ ]*python[^ ]* -m hosts.worker .* --rank 3'").returncode == 0
 
-    quarter = {"kind": "synthetic", "elements": 1048576, "dtype": "float32", "seed": 1}  # >= 7.1 s at 5 Mbit/s, under 10
-    code, output, out = _disturbed(tmp_path, cluster_server, stop_remote_worker, workload=quarter, limits={"job_timeout_s": 10})
+    eighth = {"kind": "synthetic", "elements": 524288, "dtype": "float32", "seed": 1}  # >= 3.5 s at 5 Mbit/s: stopped mid-job
+    code, output, out = _disturbed(tmp_path, cluster_server, stop_remote_worker, workload=eighth, limits={"job_timeout_s": 5})
     assert code == 3, output[-3000:]
     assert re.search(rf"worker rank 3 on h4: \(pid \d+ on server {second.NAME}\) is stopped \(state T", output), output[-3000:]
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))

@@ -147,17 +147,19 @@ def test_an_oversubscribed_uplink_paces_the_job_not_the_emulator(aggregation, up
 
 
 def test_a_process_on_another_server_is_read_there_by_its_pid_and_a_gone_one_is_zero() -> None:
-    """JobMeter reads a remote worker's or switch's CPU with one command on its server
-    (the ssh client here would be the wrong process); a pid that has exited reads as zero."""
-    from experiments.job_meter import CLOCK_TICKS, remote_process_cpu
+    """JobMeter reads a remote worker's or switch's CPU, and that server's /proc/stat, with
+    one command on its server (the ssh client here would be the wrong process); a pid that
+    has exited reads as zero."""
+    from experiments.job_meter import CLOCK_TICKS, remote_cpu
 
     stat = "4242 (python3 -m a b) S 1 4242 4242 0 -1 4194560 100 0 0 0 {user} {system} 0 0 20 0 1 0 1 1 1"
     commands: list[str] = []
 
     def run(command: str) -> str:
         commands.append(command)
-        return f"4242 {stat.format(user=3 * CLOCK_TICKS, system=CLOCK_TICKS)}\n77 \n"
+        return f"cpu  1 2 3 4 5 6 7 8 0 0\n4242 {stat.format(user=3 * CLOCK_TICKS, system=CLOCK_TICKS)}\n77 \n"
 
-    cpus = remote_process_cpu(run, [4242, 77])
+    machine, cpus = remote_cpu(run, [4242, 77])
     assert len(commands) == 1 and "/proc/4242/stat" in commands[0] and "/proc/77/stat" in commands[0]
+    assert machine.startswith("cpu ")
     assert cpus == {4242: CpuSplit(3.0, 1.0, None, 4.0), 77: CpuSplit(0.0, 0.0, None, 0.0)}
