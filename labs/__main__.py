@@ -81,7 +81,7 @@ def _grade_copy(lab: catalog.Lab, track: catalog.Track, tree: Path, tests_from: 
     """Grade ``tree``, or with ``tests_from``, a copy of it holding those tests instead of its own."""
     if tests_from is None:
         return grade(lab, track, tree)
-    copy = scratch / tree.name
+    copy = scratch / "submission"  # not tree.name: that is '' for --tree .
     shutil.copytree(tree, copy, ignore=COPY_IGNORED, symlinks=True)
     replace_graded_files(copy, tests_from)
     return dataclasses.replace(grade(lab, track, copy), tree=str(tree.resolve()))

@@ -306,3 +306,14 @@ def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     assert graded["max_score"] == 15 and graded["full_marks"]
     assert f"{hidden}::test_bound_at_ten_megabits" in [test["id"] for test in graded["tests"]]
     assert not (REPO_ROOT / hidden).exists(), "the tree graded is a copy"
+
+
+def test_a_ta_grades_the_folder_they_are_in(tmp_path: Path, monkeypatch) -> None:
+    """``--tree .`` with ``--tests-from``: the copy graded is named for the submission, not
+    for '.' (whose name is empty: the copy was the scratch folder itself, FileExistsError)."""
+    copy_tree(REPO_ROOT, tmp_path / "student")
+    monkeypatch.chdir(tmp_path / "student")
+    report = tmp_path / "grade.json"
+    assert main(["grade", "0", "--tree", ".", "--tests-from", str(REPO_ROOT), "--report", str(report)]) == 0
+    graded = json.loads(report.read_text())
+    assert graded["full_marks"] and graded["tree"] == str(tmp_path / "student")
