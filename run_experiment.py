@@ -52,7 +52,7 @@ from tqdm import tqdm  # noqa: E402
 logging.setLoggerClass(logging.Logger)
 
 from experiments.config import Experiment, load_experiment  # noqa: E402
-from base.yamlschema import ConfigError  # noqa: E402
+from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
 
@@ -61,7 +61,7 @@ log = logging.getLogger("run_experiment")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml")
+    parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml; - reads it from standard input")
     parser.add_argument("--switch", choices=TARGETS, help="switch target (overrides switch.target)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="results directory, new or empty (default results/<name>/<UTC timestamp>)")
@@ -84,7 +84,7 @@ def describe(experiment: Experiment, target: str) -> str:
         lines.append(
             f"  point {p.index}{sweep}: {len(p.topology.hosts)} workers ({p.topology.kind}), {info.elements} x {p.workload['dtype']} "
             f"({info.name}), k={p.protocol['k']}, pool={p.protocol['pool_size']}, methods={','.join(p.methods)}, "
-            f"repetitions={p.repetitions}"
+            f"repetitions={p.repetitions}, deadlines: {', '.join(f'{m} {p.job_limit(m).seconds:.3g} s' for m in p.methods)}"
         )
     return "\n".join(lines)
 
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
     try:
-        experiment = load_experiment(args.config, overrides)
+        text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
+        experiment = load_experiment(args.config, overrides, text)
     except ConfigError as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         choose = root_run_targets if args.dry_run else lambda name, needs_delay_line: [resolve_target(name, bool(needs_delay_line))]
         # 'auto' resolved: load again for the concrete target, so its checks and its link
         # rate (switch.link_bw_mbps) apply and config.yaml records what ran.
-        runs = [(target, experiment if target == requested else load_experiment(args.config, [*overrides, f"switch.target={target}"]))
+        runs = [(target, experiment if target == requested else load_experiment(args.config, [*overrides, f"switch.target={target}"], text))
                 for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)

@@ -22,17 +22,27 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render, save_figure
-from analysis.load import Results, find_runs, load_results
+from analysis.load import Results, ResultsFormatError, find_runs, load_results
 from analysis.tables import MissingData
 
 log = logging.getLogger("analysis")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Draw every figure it can; returns 0 if at least one figure was written."""
+    """Draw every figure it can; returns 0 if at least one figure was written, 1 if none
+    was, 2 if the folders hold no complete run to draw from."""
     args = arguments(argv)
     # A shared-switch run has no runs.csv: results of only such runs have no catalogue figure.
-    results = load_results(args.results) if any(find_runs(root) for root in args.results) else None
+    try:
+        results = load_results(args.results) if any(find_runs(root) for root in args.results) else None
+    except (ResultsFormatError, FileNotFoundError) as problem:  # nothing to draw from: one line, not a traceback
+        log.error("%s", problem)
+        return 2
+    return _draw(args, results)
+
+
+def _draw(args: argparse.Namespace, results: Results | None) -> int:
+    """Every figure whose data ``results`` (or a run of its own kind) has."""
     drawers = [(spec.name, lambda spec=spec: _render_catalogued(spec, results, args.results)) for spec in FIGURES]
     drawers += [(figure.name, lambda figure=figure: figure.draw(figure.find(args.results))) for figure in RUN_FIGURES]
     written, skipped = [], []

@@ -79,20 +79,21 @@ def find_runs(path: Path) -> list[Path]:
 def load_results(paths: Iterable[Path | str]) -> Results:
     """Load every run under each of ``paths`` into one ``Results``."""
     roots = [Path(path) for path in paths]
-    loaded = []
+    loaded, incomplete = [], []
     for root in roots:
         runs = find_runs(root)
         if not runs:
             raise ResultsFormatError(f"no {fmt.RUNS.file} at or below {root}")
         for run_dir in runs:
             if not (run_dir / fmt.SUMMARY_FILE).is_file():
-                log.warning("skipped %s: incomplete (no summary.json: interrupted or failed); finish it with %s",
-                            run_dir, resume_command(run_dir))
+                incomplete.append(f"{run_dir}: incomplete (no summary.json: interrupted or failed); finish it with {resume_command(run_dir)}")
                 continue
             run_id = run_dir.relative_to(root).as_posix() if run_dir != root else root.name
             loaded.append(load_run(run_dir, run_id))
     if not loaded:
-        raise ResultsFormatError(f"no complete run in {', '.join(map(str, roots))}")
+        raise ResultsFormatError(f"no complete run in {', '.join(map(str, roots))}" + "".join(f"; {what}" for what in incomplete))
+    for what in incomplete:
+        log.warning("skipped %s", what)
     log.info("loaded %d run(s)", len(loaded))
     return Results(**{name: pd.concat([r[name] for r in loaded], ignore_index=True) for name in loaded[0]})
 

@@ -176,24 +176,32 @@ signal (SIGSTOP, SIGTSTP, ...) or by a tracer."""
 
 def stopped(pid: int) -> bool:
     """Whether ``pid`` is stopped (STOPPED_STATES); False when it is gone or runs."""
+    return process_state(pid) in STOPPED_STATES
+
+
+def process_state(pid: int) -> str | None:
+    """``pid``'s state letter in /proc/PID/stat; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat_says_stopped(stat.read())
+            return stat_state(stat.read())
     except OSError:
-        return False
+        return None
 
 
-def stat_says_stopped(stat: str) -> bool:
-    """Whether a /proc/PID/stat line (of this machine or another server) is a stopped process's."""
+def stat_state(stat: str) -> str | None:
+    """The state letter of a /proc/PID/stat line (of this machine or another server)."""
     try:
-        return stat.rsplit(")", 1)[1].split()[0] in STOPPED_STATES
+        return stat.rsplit(")", 1)[1].split()[0]
     except IndexError:
-        return False
+        return None
 
 
-def stopped_evidence(pid: int) -> str:
-    """What says that ``pid`` is the cause of a stall, for a message."""
-    return f"is stopped (state T in /proc/{pid}/stat, as after SIGSTOP) and made no progress"
+def stopped_evidence(pid: int, state: str | None = None) -> str:
+    """What says that ``pid`` is the cause of a stall, for a message: ``state`` (its
+    /proc/PID/stat state, read here when not given) says how it was stopped."""
+    state = state or process_state(pid) or "T"
+    how = "as after SIGSTOP" if state == "T" else "held by a tracer, a debugger's breakpoint or ptrace stop"
+    return f"is stopped (state {state} in /proc/{pid}/stat, {how}) and made no progress"
 
 
 def exit_status(pid: int) -> int | str:

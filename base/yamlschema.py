@@ -13,6 +13,7 @@ since no comparison with NaN is true, and would reach tc, timers and summary.jso
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -90,14 +91,28 @@ of an alias of ... (a "billion laughs" bomb) parses small and expands exponentia
 refused from its node graph, before anything expands it."""
 
 
+STDIN = Path("-")
+"""The path that names standard input (``run_experiment.py - < config.yaml``)."""
+
+
 def load_yaml(path: Path) -> Any:
     """Parse a YAML file; a missing, unreadable, binary, oversized or alias-bombed file or a
     syntax error becomes a ConfigError naming it."""
+    return parse_yaml(read_yaml_text(path), str(path))
+
+
+def read_yaml_text(path: Path) -> str:
+    """A YAML file's text, read once: a file, a pipe (``<(generate-config)``, whose second
+    read would find it empty) or ``-`` for standard input; a missing, unreadable, binary or
+    oversized one becomes a ConfigError naming it."""
     try:
-        size = path.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise ConfigError(f"{path}: {size:,} bytes; a YAML file here may have at most {MAX_YAML_BYTES:,}")
-        text = path.read_text()
+        if path == STDIN:
+            text = sys.stdin.read(MAX_YAML_BYTES + 1)
+        else:
+            size = path.stat().st_size
+            if size > MAX_YAML_BYTES:
+                raise ConfigError(f"{path}: {size:,} bytes; a YAML file here may have at most {MAX_YAML_BYTES:,}")
+            text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -106,7 +121,7 @@ def load_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a text (YAML) file: byte {exc.start} is not UTF-8") from None
-    return parse_yaml(text, str(path))
+    return text
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -6,7 +6,8 @@ Each sweep point is a complete config of its own, validated like the base one, s
 sweep value that breaks a rule (33 workers, pool larger than the registers) fails before
 anything starts, with the file and the key in the message. So does a point that the
 schema allows but the machine cannot run: tensors that cannot fit in its memory, or a job
-whose links cannot carry it within ``limits.job_timeout_s``.
+whose links cannot carry it within the ``limits.job_timeout_s`` a config sets (without one,
+each method's deadline follows from its bound: experiments/limits.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
+from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.inputs import WorkloadInfo, describe_workload
+from experiments.limits import Limit, fastest_allreduce_s, job_limit
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 import methods
 from network.cluster_config import ClusterSpec
@@ -43,7 +45,8 @@ DEFAULTS: dict[str, Any] = {
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
-    "limits": {"job_timeout_s": 60.0, "worker_start_s": 60.0},
+    "tcp_congestion_control": "cubic",
+    "limits": {"worker_start_s": 60.0},
 }
 
 
@@ -135,6 +138,11 @@ class Point:
     def workload_info(self) -> WorkloadInfo:
         return describe_workload(self.workload)
 
+    def job_limit(self, method: str) -> Limit:
+        """``method``'s deadline for one all-reduce here: limits.job_timeout_s, else derived
+        from its bound (experiments/limits.py)."""
+        return job_limit(self.limits, self.topology, method, _jobs(self.data, self.topology), int(self.protocol["k"]))
+
 
 @dataclass(frozen=True)
 class Experiment:
@@ -223,8 +231,23 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             ClusterSpec.from_config(data["cluster"]).check(topology)
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+    offered = available_congestion_controls()
+    if offered and data["tcp_congestion_control"] not in offered:
+        raise ConfigError(f"{source}: tcp_congestion_control: {data['tcp_congestion_control']!r} is not one this kernel offers "
+                          f"({', '.join(offered)}: net.ipv4.tcp_available_congestion_control)")
     if data.get("jobs") is not None and topology.aggregation == "hierarchical":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
+
+
+AVAILABLE_CONGESTION_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+
+
+def available_congestion_controls() -> list[str]:
+    """The TCP congestion controls this kernel offers (empty where it does not say: not Linux)."""
+    try:
+        return AVAILABLE_CONGESTION_CONTROLS.read_text().split()
+    except OSError:
+        return []
 
 
 def _jobs(data: Mapping[str, Any], topology: Topology) -> list[tuple[int, int]]:
@@ -239,7 +262,8 @@ def _check_feasible(data: Mapping[str, Any], topology: Topology, source: str) ->
     """Refuse a point this machine cannot run, which would otherwise fail after building
     the network (a MemoryError, a missed deadline): its tensors must fit in memory, and
     every method's fastest possible all-reduce -- one round trip, and the elements at the
-    method's link-rate bound (methods/) -- must fit in limits.job_timeout_s."""
+    method's link-rate bound (methods/) -- must fit in limits.job_timeout_s, where the config
+    sets it (a derived deadline is several times that by construction)."""
     jobs = _jobs(data, topology)
     needed = sum(MEMORY_BYTES_PER_ELEMENT * elements * workers for elements, workers in jobs)
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -248,13 +272,13 @@ def _check_feasible(data: Mapping[str, Any], topology: Topology, source: str) ->
             f"{source}: workload.elements: {' + '.join(f'{e:,} elements x {w} workers' for e, w in jobs)} need at least "
             f"{needed / 1e9:.1f} GB of memory ({MEMORY_BYTES_PER_ELEMENT} bytes per element and worker); this machine has {memory / 1e9:.1f} GB"
         )
-    timeout = data["limits"]["job_timeout_s"]
+    timeout = data["limits"].get("job_timeout_s")
+    if timeout is None:
+        return
     link_mbps = topology.link_mbps
     for elements, workers in jobs:
         for name in data["methods"]:
-            fastest = topology.round_trip_s
-            if link_mbps is not None and workers >= 2:
-                fastest += elements / methods.by_name(name).bound(link_mbps * 1e6, workers, data["protocol"]["k"])
+            fastest = fastest_allreduce_s(name, elements, workers, topology, data["protocol"]["k"]) or topology.round_trip_s
             if fastest > timeout:
                 rate = f"{link_mbps:g} Mbit/s" if link_mbps is not None else "unshaped"
                 raise ConfigError(
@@ -370,9 +394,33 @@ def require_available_methods(data: Mapping[str, Any], path: Path) -> None:
         raise ConfigError(f"{path}: workload.kind: {data['workload']['kind']} {reason}")
 
 
-def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> Experiment:
-    """Read a config, apply defaults and ``--set`` overrides, and expand its sweep into points."""
-    raw = load_yaml(path)
+def _check_sweep(sweep: Mapping[str, Any], overridden: set[str], source: Path) -> None:
+    """A sweep that would run points other than the ones written: one over the sweep itself
+    (its points would replace the sweep they belong to), one over a key that --set also sets
+    (the sweep's values would silently replace the user's), or one that lists a value twice
+    (the same point run twice, under two indices)."""
+    param = sweep["param"]
+    if param == "sweep" or param.startswith("sweep."):
+        raise ConfigError(f"{source}: sweep.param: {param!r}: a sweep cannot vary the sweep itself")
+    for key in sorted(overridden):
+        if key == "sweep" or key.startswith("sweep."):
+            continue
+        if key == param or key.startswith(param + ".") or param.startswith(key + "."):
+            raise ConfigError(f"{source}: --set {key}: the sweep varies {param}, and its values would replace what --set "
+                              f"gives; set sweep.values instead, or leave {key} out")
+    seen: list[Any] = []
+    for value in sweep["values"]:
+        if value in seen:
+            raise ConfigError(f"{source}: sweep.values: {value!r} appears twice; each point runs once")
+        seen.append(value)
+
+
+def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), text: str | None = None) -> Experiment:
+    """Read a config, apply defaults and ``--set`` overrides, and expand its sweep into points.
+
+    ``text``: the config's text, read already (``read_yaml_text``: a pipe or standard input
+    can be read only once), with ``path`` naming it."""
+    raw = parse_yaml(text, str(path)) if text is not None else load_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: an experiment config must be a mapping")
     overridden = set()
@@ -381,7 +429,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
         set_dotted(raw, key, value, f"--set {assignment}")
         overridden.add(key)
     data = with_defaults(raw)  # under the overrides: a --set of a whole section keeps the others' defaults
-    data.setdefault("name", path.stem)
+    data.setdefault("name", "stdin" if path == STDIN else path.stem)
     validate(data, experiment_schema(), str(path))
     require_available_methods(data, path)
     if data["name"] in (".", ".."):
@@ -390,6 +438,8 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = ()) -> 
     if data.get("cluster", {}).get("ssh_config") is not None:  # relative to the config, recorded absolute
         data["cluster"]["ssh_config"] = str((path.parent / data["cluster"]["ssh_config"]).resolve())
     sweep = data.get("sweep")
+    if sweep is not None:
+        _check_sweep(sweep, overridden, path)
     points: list[Point] = []
     if sweep is None:
         points.append(_resolve_point(copy.deepcopy(data), path, 0, None, None, link_rate_source))

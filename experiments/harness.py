@@ -31,7 +31,8 @@ from experiments.config import Experiment, Point
 from experiments.job_meter import JobMeter
 from experiments.results import ResultsWriter
 from experiments.verify import Expected, Verdict, verify
-from experiments.workers import RESULT_FILES, Limit, WorkerGroup
+from experiments.limits import Limit
+from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
 from network.emulation import EmulatedNetwork
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
@@ -54,7 +55,7 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         link_mbps=topology.link_mbps,
         protocol=SwitchMLParameters.from_config(point.protocol),
         peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
-        job_timeout_s=point.limits["job_timeout_s"],
+        job_timeout_s=point.job_limit(method).seconds,
         connect_timeout_s=point.limits["worker_start_s"],
     )
 
@@ -120,7 +121,7 @@ class PointNetwork:
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
                          dependencies=self.net.dependencies(), entry=entry, arguments=arguments, files=files,
-                         remote_shells=self.net.remote_host_shells()) as group, \
+                         remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for) as group, \
                 group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
             yield group
@@ -130,9 +131,9 @@ class PointNetwork:
         workers = {host.name: (self.net.server_of(host.name), pid) for host, pid in zip(group.hosts, group.pids_on_servers)}
         return JobMeter(self.net, workers | self.net.measured_switch_processes())
 
-    @property
-    def job_limit(self) -> Limit:
-        return Limit("limits.job_timeout_s", self.point.limits["job_timeout_s"])
+    def job_limit(self, method: str) -> Limit:
+        """How long the runner waits for one of ``method``'s all-reduces (Point.job_limit)."""
+        return self.point.job_limit(method)
 
 
 @contextlib.contextmanager
@@ -150,6 +151,7 @@ def point_network(experiment: Experiment, point: Point, target: str, writer: Res
         job_id=protocol["job_id"],
         pool_size=protocol["pool_size"],
         loss_mechanism=point.data["loss_mechanism"],
+        tcp_congestion_control=point.data["tcp_congestion_control"],
         jobs=jobs,
         cluster=point.cluster,
     ) as net:

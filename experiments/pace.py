@@ -26,7 +26,6 @@ import pandas as pd
 
 from analysis.models import SwitchMLJobPace, switchml_job_pace
 from experiments.config import Point
-from topologies.model import Topology
 
 PACE_SHARE = 0.9
 """A checked job must reach this share of its network's pace (model TAT / measured TAT).
@@ -65,25 +64,9 @@ def pace_check(point: Point, link_mbps: float, loss: float) -> PaceCheck | None:
     delay_ms = max(link.spec.delay_ms for link in point.topology.links)
     pace = switchml_job_pace(
         point.workload_info.elements, int(point.protocol["k"]), int(point.protocol["pool_size"]),
-        worker_share_mbps(point.topology, link_mbps) * 1e6, delay_ms / 1e3, quantized=point.workload["dtype"] == "float32",
+        point.topology.worker_share_mbps(link_mbps) * 1e6, delay_ms / 1e3, quantized=point.workload["dtype"] == "float32",
     )
     return PaceCheck(pace, checked=pace.tat_s >= MIN_PACED_S and pace.streaming_fraction >= BANDWIDTH_BOUND)
-
-
-def worker_share_mbps(topology: Topology, link_mbps: float) -> float:
-    """The rate each worker's stream gets at its bottleneck: its own link's, or its share of
-    its leaf's uplink to the aggregating switch when that carries several streams (every
-    local worker's with aggregation at the spine, the leaf's one partial sum when the leaf
-    aggregates). A 4:1 over-subscribed uplink paces the job at a quarter of the host link:
-    the network's pace, not the emulator's."""
-    rate = link_mbps
-    aggregator = topology.aggregator.name
-    for leaf in topology.leaves:
-        streams = 1 if topology.aggregation == "hierarchical" else len(topology.local_hosts(leaf.name))
-        for link in topology.links:
-            if {link.a, link.b} == {leaf.name, aggregator} and link.spec.bw_mbps is not None and streams:
-                rate = min(rate, link.spec.bw_mbps / streams)
-    return rate
 
 
 def paced_by_emulator(jobs: pd.DataFrame, check: PaceCheck) -> pd.DataFrame:

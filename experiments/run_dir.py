@@ -14,6 +14,7 @@ the run exactly (``resume_command``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -21,7 +22,7 @@ import yaml
 
 from base.yamlschema import ConfigError, load_yaml
 from experiments.storage import STORAGE_ERRNOS
-from protocol.results_format import CONFIG_FILE, resume_command
+from protocol.results_format import CONFIG_FILE, SUMMARY_FILE, resume_command
 
 if TYPE_CHECKING:
     from experiments.config import Experiment
@@ -89,6 +90,9 @@ def check_resumable(run_dir: Path, experiment: Experiment) -> None:
         raise ConfigError(f"--resume {run_dir}: no such folder")
     if not recorded_path.is_file():
         raise ConfigError(f"--resume {run_dir}: not a run folder (it has no config.yaml)")
+    finished = _finished(run_dir)
+    if finished is not None:
+        raise ConfigError(f"--resume {run_dir}: nothing to resume: the run finished ({finished}); its record stays as it is")
     recorded = load_yaml(recorded_path)  # a corrupt one is a ConfigError naming it, not a traceback
     current = yaml.safe_load(yaml.safe_dump(dict(experiment.data)))  # the form config.yaml is written in
     differences = config_differences(recorded, current)
@@ -99,6 +103,23 @@ def check_resumable(run_dir: Path, experiment: Experiment) -> None:
             f"--resume {run_dir}: that run used another config than {experiment.source} "
             f"({shown}{more}); resume it with {resume_command(run_dir)}"
         )
+
+
+def _finished(run_dir: Path) -> str | None:
+    """What the summary of a finished run says of it (None: no summary, the run did not finish).
+
+    Its summary is written last, when every repetition has run: resuming it would run
+    nothing and write the summary again, with this moment as its start and a duration of
+    nothing, losing when and for how long the run really ran."""
+    path = run_dir / SUMMARY_FILE
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+        return (f"{SUMMARY_FILE}: started {summary['started_utc']}, {summary['duration_s']:g} s, "
+                f"verified {json.dumps(summary['verified'])}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"it has a {SUMMARY_FILE}"
 
 
 def config_differences(recorded: Any, current: Any, key: str = "") -> list[str]:

@@ -26,16 +26,16 @@ import selectors
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mininet.node import Host
 
 from base.lifetime import (
-    EXIT_NOTICE_S, Dependencies, Dependency, DependencyStopped, deferred_signals, dies_with_this_process, exited_error, stat_says_stopped,
-    stopped, stopped_evidence,
+    EXIT_NOTICE_S, STOPPED_STATES, Dependencies, Dependency, DependencyStopped, deferred_signals, dies_with_this_process, exited_error,
+    process_state, stat_state, stopped_evidence,
 )
+from experiments.limits import Limit
 from network.cluster import ClusterError, fetch, ship
 from protocol.params import REPO_ROOT
 from protocol.worker_spec import WorkerSpec
@@ -58,17 +58,6 @@ class WorkerFailure(RuntimeError):
     """A worker exited, reported an error, or did not answer in time."""
 
 
-@dataclass(frozen=True)
-class Limit:
-    """A time limit and the config key that sets it, so that a message can say what to raise."""
-
-    key: str
-    seconds: float
-
-    def describe(self) -> str:
-        return f"{self.key} = {self.seconds:g} s (raise it with --set {self.key}=<seconds> if the job is only slow)"
-
-
 class WorkerGroup:
     """One process per rank; ranks are the positions in ``hosts``.
 
@@ -80,14 +69,18 @@ class WorkerGroup:
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
                  dependencies: Mapping[str, Dependency] | None = None, entry: str = "hosts.worker",
                  arguments: Sequence[str] = (), files: Sequence[Path] = (),
-                 remote_shells: Mapping[str, tuple[str, Callable[[str], str]]] | None = None) -> None:
+                 remote_shells: Mapping[str, tuple[str, Callable[[str], str]]] | None = None,
+                 waited_for: Callable[[], Mapping[str, str]] | None = None) -> None:
         self.method = method
         self.files = tuple(files)
+        """What every rank reads besides its spec's files (a user's script), copied to the same
+        paths on a host of another server."""
         self.remote_shells = dict(remote_shells or {})
         """Host name -> (its server, what runs a shell command there), for hosts on another
         server (a rank's /proc there says whether it is stopped)."""
-        """What every rank reads besides its spec's files (a user's script), copied to the same
-        paths on a host of another server."""
+        self._waited_for = waited_for
+        """Host name -> what the network shows the others wait for it (EmulatedNetwork.waited_for),
+        asked when a deadline passes with no process stopped."""
         self.entry = entry
         """The module each rank runs (``python -m <entry> SPEC --rank R <arguments>``)."""
         self.arguments = tuple(arguments)
@@ -188,28 +181,35 @@ class WorkerGroup:
 
     def _raise_if_stopped(self, ranks: Sequence[int], symptom: str) -> None:
         """Fail naming a stopped worker among ``ranks`` or a stopped dependency, if there is
-        one: it made no progress, so it is why the deadline passed (``symptom``)."""
+        one: it made no progress, so it is why the deadline passed (``symptom``). Else fail
+        naming the rank the network shows the others waited for, if it shows one (its link
+        down, the switch's slots waiting for its updates)."""
         for rank in ranks:
-            pid, where, is_stopped = self._rank_stopped(rank)
-            if is_stopped:
-                raise self._failure(rank, f"(pid {pid}{where}) {stopped_evidence(pid)}; meanwhile {symptom}")
+            pid, where, state = self._rank_state(rank)
+            if state in STOPPED_STATES:
+                raise self._failure(rank, f"(pid {pid}{where}) {stopped_evidence(pid, state)}; meanwhile {symptom}")
         cause = self._dependencies.stopped()
         if cause is not None:
             raise DependencyStopped(f"{cause}; meanwhile {self.method}: {symptom}")
+        found = self._waited_for() if self._waited_for is not None else {}
+        for rank, host in enumerate(self.hosts):
+            if host.name in found:
+                raise self._failure(rank, f"{found[host.name]}; meanwhile {symptom}")
 
-    def _rank_stopped(self, rank: int) -> tuple[int, str, bool]:
-        """``rank``'s pid, where it runs (for messages) and whether it is stopped: read on its
-        server for a host on another one, by its pid there (known once it was ready)."""
+    def _rank_state(self, rank: int) -> tuple[int, str, str | None]:
+        """``rank``'s pid, where it runs (for messages) and its state in /proc/PID/stat (None:
+        gone, or unknown): read on its server for a host on another one, by its pid there
+        (known once it was ready)."""
         remote = self.remote_shells.get(self.hosts[rank].name)
         if remote is None or rank >= len(self.pids_on_servers):
             pid = self.procs[rank].pid
-            return pid, "", stopped(pid)
+            return pid, "", process_state(pid)
         server, run = remote
         pid = self.pids_on_servers[rank]
         try:
-            return pid, f" on server {server}", stat_says_stopped(run(f"cat /proc/{pid}/stat 2>/dev/null || true"))
+            return pid, f" on server {server}", stat_state(run(f"cat /proc/{pid}/stat 2>/dev/null || true"))
         except ClusterError:  # the server is out of reach: no evidence either way, the symptom stands
-            return pid, f" on server {server}", False
+            return pid, f" on server {server}", None
 
     @contextlib.contextmanager
     def dependencies_checked(self) -> Iterator[None]:

@@ -45,8 +45,17 @@ from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers,
 from network.cluster import Cluster, ClusterHost, VxlanLink, cluster_switch_class, preflight
 from network.cluster_config import LOCAL, ClusterSpec
 from base.lifetime import EXIT_NOTICE_S, Dependencies, Dependency, DependencyExited, deferred_signals
+from network.evidence import carrier_lost, slots_evidence
 from network.lock import NetworkLock
-from network.shaping import AppliedShaping, TcCapabilities, disable_offloads, probe_tc, shape_interface, silence_ipv6
+from network.shaping import (
+    AppliedShaping,
+    TcCapabilities,
+    disable_offloads,
+    pin_congestion_control,
+    probe_tc,
+    shape_interface,
+    silence_ipv6,
+)
 from switches.control import SwitchControl
 from switches.fabric import Fabric, Jobs, Leaf, SharedJob, Station, program_fabric
 from switches.targets import lookup
@@ -114,6 +123,8 @@ class NetworkReport:
     delay_mechanism: str
     aggregation: str
     """spine or hierarchical (topology.aggregation): which switches aggregate."""
+    tcp_congestion_control: str
+    """What every host's TCP runs (``pin_congestion_control``)."""
     links: list[dict[str, str]] = field(default_factory=list)
     servers: dict[str, str] = field(default_factory=dict)
     """Node -> the server it ran on (``local``: this machine), with a ``cluster:`` section; else
@@ -133,6 +144,7 @@ class EmulatedNetwork:
         job_id: int,
         pool_size: int,
         loss_mechanism: str = "auto",
+        tcp_congestion_control: str = "cubic",
         jobs: Sequence[SharedJob] = (),
         cluster: ClusterSpec | None = None,
     ) -> None:
@@ -147,6 +159,7 @@ class EmulatedNetwork:
         self.jobs = Jobs(job_id, pool_size, max_pool_size, tuple(jobs))
         self.fabric: Fabric | None = None
         self.requested_loss_mechanism = loss_mechanism
+        self.tcp_congestion_control = tcp_congestion_control
         self.net: Mininet | None = None
         self._lock = NetworkLock()
         self._scratch: Path | None = None
@@ -250,6 +263,8 @@ class EmulatedNetwork:
                 if intf.name != "lo":
                     disable_offloads(run, intf.name)
                     silence_ipv6(run, intf.name)
+        for node in net.hosts:
+            pin_congestion_control(node_runner(node), node.name, self.tcp_congestion_control)
         applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem", delay_by_netem=delay_mechanism == "netem")
         tempfile.tempdir, default_tempdir = str(self._scratch), tempfile.tempdir
         try:
@@ -263,6 +278,7 @@ class EmulatedNetwork:
             loss_mechanism=loss_mechanism,
             delay_mechanism=delay_mechanism,
             aggregation=self.topology.aggregation,
+            tcp_congestion_control=self.tcp_congestion_control,
             links=[asdict(a) for a in applied],
             servers=dict(sorted(self.cluster.placement.items())) if self.cluster is not None else {},
         )
@@ -369,12 +385,16 @@ class EmulatedNetwork:
 
     def _shape(self, caps: TcCapabilities, loss_by_netem: bool, delay_by_netem: bool) -> list[AppliedShaping]:
         assert self.net is not None
+        port_queue_limit = lookup(self.target).port_queue_limit()
+        if port_queue_limit is not None:
+            log.info("switch ports' queues: at most %d packets (%s)", port_queue_limit.packets, port_queue_limit.why)
         applied = []
         for link in self.topology.links:
             node_a, node_b = self.net.get(link.a), self.net.get(link.b)
             for node, other in ((node_a, node_b), (node_b, node_a)):
                 intf, _ = node.connectionsTo(other)[0]
-                applied.append(shape_interface(node_runner(node), intf.name, link.spec, caps, loss_by_netem, delay_by_netem))
+                limit = port_queue_limit if node in self.net.switches else None
+                applied.append(shape_interface(node_runner(node), intf.name, link.spec, caps, loss_by_netem, delay_by_netem, limit))
         return applied
 
     def _static_arp(self) -> None:
@@ -443,6 +463,26 @@ class EmulatedNetwork:
         aggregation every leaf with workers."""
         assert self.fabric is not None
         return [self.controls[name] for name in self.fabric.aggregating()]
+
+    def waited_for(self) -> dict[str, str]:
+        """Host -> what the network shows of why the other hosts wait for it (a link that is
+        down, the aggregating switch's slots waiting for its updates: network/evidence.py);
+        asked at a deadline that passed with no process stopped."""
+        assert self.net is not None and self.fabric is not None
+        found: dict[str, list[str]] = {}
+        for host in self.topology.hosts:
+            own = self.net.get(host.name).defaultIntf()
+            link = own.link
+            if link is None:
+                continue
+            switch_end = link.intf2 if link.intf1 is own else link.intf1
+            if self._where(switch_end.node.name) == "" and carrier_lost(switch_end.name):
+                found.setdefault(host.name, []).append(f"its link is down ({switch_end.name}, the switch's end of {own.name}, has no carrier)")
+        if not self.fabric.hierarchical and not self.jobs.shared:
+            aggregator = self.fabric.aggregator.name
+            for rank, what in slots_evidence(self.controls[aggregator], aggregator, len(self.topology.hosts)).items():
+                found.setdefault(self.topology.hosts[rank].name, []).append(what)
+        return {host: "; ".join(what) for host, what in found.items()}
 
     # -- access ------------------------------------------------------------------------
 

@@ -61,6 +61,19 @@ StartDataPlane = Callable[..., DataPlane]
 Imports the target's own modules when called, not when the descriptor is."""
 
 
+@dataclass(frozen=True)
+class PortQueueLimit:
+    """The deepest egress queue a target's port interfaces may have, and why."""
+
+    packets: int
+    why: str
+
+
+def no_port_queue_limit() -> PortQueueLimit | None:
+    """The ``port_queue_limit`` of a target whose ports take any queue depth."""
+    return None
+
+
 def nothing_missing() -> list[str]:
     """The ``detect`` of a target that runs wherever this repository's packages do."""
     return []
@@ -101,6 +114,10 @@ class SwitchTarget:
     takes the links' delay as ``link_delay_ms``."""
     options: frozenset[str] = field(default_factory=frozenset)
     """Keywords a caller may give its ``data_plane`` beyond the common ones (seed, profile, ...)."""
+    port_queue_limit: Callable[[], PortQueueLimit | None] = no_port_queue_limit
+    """The deepest queue (``queue_packets``) the qdisc of one of its ports may have before
+    the switch suffers for it: the network caps the switch's side of every link at it and
+    records the cap (network.json's links). None: any depth."""
     root_to_tell: str | None = None
     """What ``detect`` reports in a process that is not root, for a target only root can ask
     the kernel about (the eBPF switch's probes); None for a target anyone can check."""

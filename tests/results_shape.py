@@ -2,7 +2,7 @@
 
 The restructured code must write what the code before it wrote (tests/data/results_shapes.json,
 recorded from runs of the last commit before the restructuring, and extended since only by
-columns documented in docs/results-format.md: training_steps.csv's ``bytes_sent``): a reader
+keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent``, the network's ``tcp_congestion_control``): a reader
 of the results format, or a user's notebook, must not notice. Values differ from run to
 run; the shape must not.
 """

@@ -30,6 +30,25 @@ def test_dry_run_lists_every_sweep_point() -> None:
     assert "point 1 topology.workers=4: 4 workers (star)" in done.stdout
 
 
+def test_a_config_from_a_pipe_or_standard_input_runs() -> None:
+    """``run_experiment.py <(generate) --dry-run`` was refused ('/dev/fd/63: an experiment
+    config must be a mapping'): the pipe was read a second time, for the target 'auto' chose,
+    and was empty by then. ``-`` reads standard input."""
+    text = MAIN_CONFIG.read_text()
+    piped = subprocess.run(["bash", "-c", f'{sys.executable} {REPO_ROOT / "run_experiment.py"} <(cat {MAIN_CONFIG}) --dry-run'],
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert piped.returncode == 0, piped.stderr
+    assert "experiment 8workers (/dev/fd/" in piped.stdout and "methods=switchml,ring,ps" in piped.stdout
+    for config, name in ((text, "8workers"), ("\n".join(line for line in text.splitlines() if not line.startswith("name:")), "stdin")):
+        done = subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), "-", "--dry-run", "--switch", "embedded"],
+                              input=config, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"experiment {name} (-), switch target: embedded"), done.stdout
+    bad = subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), "-", "--dry-run"], input="a: [",
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("-: not valid YAML: expected the node content, but found '<stream end>' (line 1, column 5)"), bad.stderr
+
+
 def test_bad_override_exits_2_naming_the_key() -> None:
     done = run(str(MAIN_CONFIG), "--dry-run", "--set", "protocol.pool_size=0")
     assert done.returncode == 2

@@ -10,6 +10,7 @@ import yaml
 
 from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, load_yaml
 from experiments.config import CONFIG_DIR, load_experiment
+import methods
 from protocol.params import REPO_ROOT
 from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
 
@@ -270,7 +271,6 @@ def test_tree_aggregation_is_recorded_and_star_refuses_it() -> None:
     ("topology.link.bw_mbps=.inf", "topology.link.bw_mbps: inf is not a finite number"),
     ("topology.subnet=10.999.999.0/24", "topology.subnet: '10.999.999.0/24' is not an IPv4 network"),
     ("workload.elements=1000000000", "workload.elements: 1,000,000,000 elements x 8 workers need at least 96.0 GB of memory"),
-    ("topology.link.delay_ms=100000", "limits.job_timeout_s: 60 s is too short for switchml"),
 ])
 def test_a_value_a_run_cannot_use_is_refused_in_one_line(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as raised:
@@ -282,13 +282,40 @@ def test_a_job_the_links_cannot_carry_in_time_is_refused_naming_the_key() -> Non
     with pytest.raises(ConfigError, match=r"limits\.job_timeout_s: 1 s is too short for switchml: its all-reduce of 2,000,000 elements"):
         load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=1", "workload.elements=2000000", "switch.target=embedded"])
     load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=15", "switch.target=embedded"])  # 1,048,576 elements: the ring needs 11.7 s at 5 Mbit/s
+    with pytest.raises(ConfigError, match=r"limits\.job_timeout_s: 60 s is too short for switchml: .* 100000 ms round trip"):
+        load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=60", "topology.link.delay_ms=50000", "switch.target=embedded"])
+
+
+def test_each_methods_deadline_follows_from_its_bound_at_the_runs_rate() -> None:
+    """Without limits.job_timeout_s, 5 x (a round trip + the elements at the method's bound) +
+    10 s: on bmv2's 2 Mbit/s the main job's PS needs 29.4 s at its bound and took 37-53 s,
+    past the 60 s every method had (issue: the VM user's first command failed)."""
+    elements = 1048576
+    for rate, target in ((1.5, "bmv2"), (10, "ebpf"), (5, "embedded")):
+        [point] = load_experiment(MAIN_CONFIG, [f"switch.target={target}"]).points
+        assert point.topology.link_mbps == rate and "job_timeout_s" not in point.limits
+        bounds = {m: methods.by_name(m).bound(rate * 1e6, 8, 256) for m in point.methods}
+        for method, bound in bounds.items():
+            limit = point.job_limit(method)
+            assert limit.seconds == pytest.approx(5 * elements / bound + 10)
+            assert limit.key == "limits.job_timeout_s" and f"5 x the {elements / bound:.3g} s its bound allows at {rate:g} Mbit/s" in limit.describe()
+    [bmv2] = load_experiment(MAIN_CONFIG, ["switch.target=bmv2"]).points
+    assert bmv2.job_limit("ps").seconds == pytest.approx(5 * 1.75 * 4 * elements / (1.5e6 / 8) + 10) and bmv2.job_limit("ps").seconds > 200
+    assert bmv2.job_limit("switchml").seconds < bmv2.job_limit("ring").seconds, "each method its own"
+
+
+def test_a_deadline_the_config_sets_is_every_methods_and_unshaped_links_get_a_stated_one() -> None:
+    [point] = load_experiment(MAIN_CONFIG, ["switch.target=embedded", "limits.job_timeout_s=45"]).points
+    assert {point.job_limit(m).seconds for m in point.methods} == {45.0}
+    assert point.job_limit("ps").describe().startswith("limits.job_timeout_s = 45 s")
+    [unshaped] = load_experiment(MAIN_CONFIG, ["switch.target=embedded", "topology.link.bw_mbps=null"]).points
+    assert unshaped.job_limit("ring").seconds == 60 and "unshaped links" in unshaped.job_limit("ring").describe()
 
 
 @pytest.mark.parametrize("whole", [
     ["workload={kind: trace, model: ncf, size_scale: 0.001}"],
     ["sweep={param: workload, values: [{kind: trace, model: ncf, size_scale: 0.001}]}"],
-    ["workload.kind=trace", "workload.model=ncf", "sweep={param: workload, values: [{kind: trace, model: ncf, size_scale: 0.001}]}"],
-], ids=["set", "sweep", "sweep-over-a-trace"])
+], ids=["set", "sweep"])
 def test_a_workload_given_whole_keeps_the_defaults_of_the_keys_it_does_not_name(whole: list[str]) -> None:
     """A sweep value replaced the whole section after the defaults were laid under it: the
     trace then had no time_dilation (a KeyError traceback at load)."""
@@ -304,8 +331,8 @@ def test_a_sweep_over_a_whole_section_keeps_its_defaults() -> None:
 
 
 def test_an_override_does_not_change_the_defaults_of_later_loads() -> None:
-    load_experiment(MAIN_CONFIG, ["limits.job_timeout_s=17"])
-    assert load_experiment(MAIN_CONFIG).data["limits"]["job_timeout_s"] == 60.0
+    load_experiment(MAIN_CONFIG, ["limits.worker_start_s=17", "limits.job_timeout_s=17"])
+    assert load_experiment(MAIN_CONFIG).data["limits"] == {"worker_start_s": 60.0}
 
 
 def _leaf_keys(schema: dict, prefix: str = "") -> dict[str, dict]:
@@ -426,3 +453,21 @@ def test_a_config_without_k_gets_the_reference_clients_k(tmp_path: Path) -> None
     config.write_text(yaml.safe_dump(data))
     experiment = load_experiment(config, ["switch.target=embedded"])
     assert {point.protocol["k"] for point in experiment.points} == {256}
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["sweep={param: sweep.param, values: [protocol.k]}"], "sweep.param: 'sweep.param': a sweep cannot vary the sweep itself"),
+    (["sweep={param: sweep, values: [{param: protocol.k, values: [32]}]}"], "sweep.param: 'sweep': a sweep cannot vary the sweep itself"),
+    (["sweep={param: topology.workers, values: [2, 4]}", "topology.workers=3"],
+     "--set topology.workers: the sweep varies topology.workers, and its values would replace what --set gives"),
+    (["sweep={param: protocol.pool_size, values: [8, 16]}", "protocol={k: 256, pool_size: 4}"],
+     "--set protocol: the sweep varies protocol.pool_size"),
+    (["sweep={param: topology.workers, values: [2, 4, 2]}"], "sweep.values: 2 appears twice; each point runs once"),
+], ids=["over-sweep-param", "over-sweep", "set-and-swept", "set-a-section-swept-within", "duplicate-values"])
+def test_a_sweep_that_would_run_other_points_than_written_is_refused(overrides: list[str], message: str) -> None:
+    """A sweep over sweep.param ran a meaningless point; a swept key also given with --set
+    took the sweep's values silently; a value listed twice ran twice."""
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(MAIN_CONFIG, [*overrides, "switch.target=embedded"])
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+    load_experiment(MAIN_CONFIG, ["sweep={param: topology.workers, values: [2, 4]}", "sweep.values=[2, 3]", "switch.target=embedded"])

@@ -14,7 +14,7 @@ from analysis.load import load_results
 from analysis.models import switchml_job_pace, switchml_line_rate_ate
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.job_meter import CpuSplit, JobMeasurement
-from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S, worker_share_mbps
+from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S
 from experiments.results import ResultsWriter, format_table
 from protocol import results_format as fmt
 from protocol.results_format import MACHINE
@@ -140,10 +140,11 @@ def test_an_oversubscribed_uplink_paces_the_job_not_the_emulator(aggregation, up
     over-subscribed tree (4 workers per leaf, uplink as fast as a host link) runs at a
     quarter of the host link's rate: the network's pace. A leaf that aggregates sends one
     stream up, and an uplink 4x faster carries all four at full rate."""
-    experiment = load_experiment(CONFIG_DIR / "hierarchical.yaml", [
-        f"topology.aggregation={aggregation}", f"topology.uplink.bw_mbps={uplink_mbps}", "switch.target=embedded"])
+    experiment = load_experiment(CONFIG_DIR / "hierarchical.yaml", [  # its own sweep replaced by one point of this case's
+        f"sweep={{param: topology.uplink.bw_mbps, values: [{uplink_mbps}]}}", f"topology.aggregation={aggregation}",
+        "switch.target=embedded"])
     point = experiment.points[0]
-    assert worker_share_mbps(point.topology, 2.5) == pytest.approx(2.5 * share)
+    assert point.topology.worker_share_mbps(2.5) == pytest.approx(2.5 * share)
 
 
 def test_a_process_on_another_server_is_read_there_by_its_pid_and_a_gone_one_is_zero() -> None:

@@ -25,11 +25,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from analysis.__main__ import main as analysis_main
 from network.lock import LOCK_PATH, HolderRecord
+from protocol import params
 from protocol.params import REPO_ROOT
 from protocol.results_format import resume_command
 from tests.experiment_runs import (
@@ -140,6 +142,7 @@ def test_a_reader_that_goes_away_is_no_error() -> None:
 def test_resume_with_another_config_is_refused_naming_what_differs(tmp_path: Path) -> None:
     other = tmp_path / "tat_vs_size"
     shutil.copytree(FIXTURE / "tat_vs_size", other)
+    (other / "summary.json").unlink()  # interrupted
     recorded = (other / "config.yaml").read_text()
     done = run_cli(str(MAIN_CONFIG), "--resume", str(other))
     assert done.returncode == EXIT_CONFIG, done.stderr
@@ -154,6 +157,7 @@ def test_resume_with_another_config_is_refused_naming_what_differs(tmp_path: Pat
 def test_resume_of_a_run_with_a_corrupt_config_is_one_line(tmp_path: Path) -> None:
     run = tmp_path / "corrupt"
     shutil.copytree(FIXTURE / "tat_vs_size", run)
+    (run / "summary.json").unlink()  # interrupted
     (run / "config.yaml").write_text("name: [unterminated\n")
     done = run_cli(str(MAIN_CONFIG), "--resume", str(run))
     assert done.returncode == EXIT_CONFIG, done.stderr
@@ -203,15 +207,46 @@ def test_analysis_skips_an_incomplete_run_saying_how_to_finish_it(tmp_path: Path
     assert (tmp_path / "figures" / "tat_vs_size.csv").exists()
 
 
-def test_a_runs_own_config_resumes_it() -> None:
-    """The command the warning suggests passes --resume's check: config.yaml is the resolved config."""
-    from experiments.config import load_experiment
+def test_analysis_of_only_an_interrupted_run_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """It printed 'incomplete', then a traceback (ResultsFormatError: no complete run in DIR)."""
+    stopped = tmp_path / "tat_vs_size"
+    shutil.copytree(FIXTURE / "tat_vs_size", stopped)
+    (stopped / "summary.json").unlink()
+    done = subprocess.run([sys.executable, "-m", "analysis", str(stopped), "--out", str(tmp_path / "figures")],
+                          capture_output=True, text=True, cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"ERROR no complete run in {stopped}; {stopped}: incomplete (no summary.json: interrupted or failed); "
+        f"finish it with run_experiment.py {stopped / 'config.yaml'} --resume {stopped}"]
+
+
+def test_a_runs_own_config_resumes_it(tmp_path: Path) -> None:
+    """The command the warning suggests passes --resume's check: config.yaml is the resolved
+    config (written as the results writer writes it, by this version)."""
+    from experiments.config import CONFIG_DIR, load_experiment
     from experiments.run_dir import check_resumable
 
-    run = FIXTURE / "tat_vs_size"
+    run = tmp_path / "tat_vs_size"
+    shutil.copytree(FIXTURE / "tat_vs_size", run)
+    (run / "summary.json").unlink()  # interrupted
+    (run / "config.yaml").write_text(yaml.safe_dump(dict(load_experiment(CONFIG_DIR / "tat_vs_size.yaml").data), sort_keys=False))
     check_resumable(run, load_experiment(run / "config.yaml"))
     assert yaml.safe_load((run / "config.yaml").read_text())["name"] == "tat_vs_size"
-    assert json.loads((run / "summary.json").read_text())["config"] == "tat_vs_size"
+
+
+def test_resume_of_a_finished_run_is_refused_and_keeps_its_record(tmp_path: Path) -> None:
+    """Resuming a run that finished ran nothing but wrote its summary again: started_utc
+    became now and duration_s 0.05, and when and how long the run took were lost."""
+    run = tmp_path / "tat_vs_size"
+    shutil.copytree(FIXTURE / "tat_vs_size", run)
+    record = {name: (run / name).read_bytes() for name in ("summary.json", "config.yaml", "runs.csv")}
+    summary = json.loads(record["summary.json"])
+    done = run_cli(str(run / "config.yaml"), "--resume", str(run))
+    assert done.returncode == EXIT_CONFIG, done.stderr
+    [line] = error_lines(done.stderr)
+    assert line.endswith(f"--resume {run}: nothing to resume: the run finished (summary.json: started {summary['started_utc']}, "
+                         f"{summary['duration_s']:g} s, verified true); its record stays as it is"), line
+    assert {name: (run / name).read_bytes() for name in record} == record
 
 
 
@@ -663,7 +698,8 @@ def test_a_stopped_worker_fails_at_the_deadline_not_after_the_report_grace(tmp_p
     """The worker that stalls is the only one the runner waits for (a parameter server that
     had served the others): it cannot report its own timeout, so the run used to fail only
     after job_timeout_s plus the 10 s report grace (69 s for 60)."""
-    from experiments.workers import REPORT_GRACE_S, Limit, WorkerFailure, WorkerGroup
+    from experiments.limits import Limit
+    from experiments.workers import REPORT_GRACE_S, WorkerFailure, WorkerGroup
     from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 
     np.save(tmp_path / "input-rank0.npy", np.ones(1000, dtype=np.float32))
@@ -761,3 +797,77 @@ def test_an_interrupt_while_waiting_for_the_network_says_nothing_was_built(tmp_p
     [line] = error_lines(output)
     assert f"interrupted while waiting for the network, which another run holds (pid {os.getpid()}); nothing was built" in line, line
     assert "torn down" not in output and "Traceback" not in output
+
+
+# -- issue 32: a link that goes down; a rank whose traffic never arrives ----------------------
+
+
+def set_link(runner: subprocess.Popen, host: str, state: str) -> None:
+    """``ip link set <host>-eth0 up|down`` inside the host's namespace, as an operator would."""
+    subprocess.run(["nsenter", "-t", str(shell_of(runner.pid, host)), "-n", "ip", "link", "set", f"{host}-eth0", state], check=True)
+
+
+@in_mininet
+@pytest.mark.parametrize("target", [pytest.param("embedded", marks=pytest.mark.embedded), pytest.param("ebpf", marks=pytest.mark.ebpf)])
+def test_a_link_down_for_two_seconds_is_loss_that_switchml_recovers_from(tmp_path: Path, target: str) -> None:
+    """h3's link down for 2 s mid-job: every send failed with ENETUNREACH, which ended the run
+    at once (exit 3, 'sendmmsg: Network is unreachable'); it is a lost packet, which the
+    timers resend once the link is up."""
+    require_target(target)
+    out = tmp_path / "run"
+
+    def flap(runner: subprocess.Popen, worker: int) -> None:
+        set_link(runner, "h3", "down")
+        time.sleep(2.0)
+        set_link(runner, "h3", "up")
+
+    code, output = disturb_mid_run(out, [*STALL_JOB, "limits.job_timeout_s=30", "methods=[switchml]", "repetitions=1"], "",
+                                   flap, target=target)
+    assert code == 0, output
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs["verified"].all() and runs.loc[runs["rank"] == 2, "retransmissions"].sum() > 0, runs
+    assert not leftovers(str(out))
+
+
+@in_mininet
+def test_a_link_that_stays_down_is_named_at_the_deadline(tmp_path: Path) -> None:
+    """h3's link down for good: the run fails at the deadline naming rank 2 on h3, whose link
+    is down and whose updates the switch's slots wait for, not the rank that reported the
+    missed deadline first; the worker's own report counts what the kernel refused."""
+    out = tmp_path / "run"
+    code, output = disturb_mid_run(out, [*STALL_JOB, "methods=[switchml]", "repetitions=1"], "",
+                                   lambda runner, worker: set_link(runner, "h3", "down"))
+    assert code == 3, output
+    assert ("switchml: worker rank 2 on h3: its link is down (s1-eth3, the switch's end of h3-eth0, has no carrier); "
+            "64 slot(s) of switch s1 wait for its update and hold every other rank's; meanwhile") in output, output
+    assert "the kernel refused" in (out / "logs" / "point0" / "switchml-rank2.log").read_text()
+    assert not leftovers(str(out))
+
+
+@in_mininet
+def test_a_rank_whose_traffic_never_arrives_is_named_from_the_switchs_slots(tmp_path: Path) -> None:
+    """h3's route to the switch gone for good (its link up; this kernel has no tc action to
+    drop with): the run blamed rank 0 on h1, the first to report the missed deadline; the
+    switch's slots show every one of them waiting for rank 2."""
+    out = tmp_path / "run"
+
+    def unroute(runner: subprocess.Popen, worker: int) -> None:
+        subprocess.run(["nsenter", "-t", str(shell_of(runner.pid, "h3")), "-n", "ip", "route", "add", "unreachable",
+                        f"{params.SWITCH_IPV4}/32"], check=True)
+
+    code, output = disturb_mid_run(out, [*STALL_JOB, "methods=[switchml]", "repetitions=1"], "", unroute)
+    assert code == 3, output
+    assert "switchml: worker rank 2 on h3: 64 slot(s) of switch s1 wait for its update and hold every other rank's; meanwhile" in output, output
+    assert "its link is down" not in output
+    assert "EHOSTUNREACH" in (out / "logs" / "point0" / "switchml-rank2.log").read_text()
+    assert not leftovers(str(out))
+
+
+def test_a_stop_says_how_the_process_was_stopped() -> None:
+    """A process held by a debugger (state t) was reported 'as after SIGSTOP'."""
+    from base.lifetime import process_state, stat_state, stopped_evidence
+
+    assert stopped_evidence(41, "T") == "is stopped (state T in /proc/41/stat, as after SIGSTOP) and made no progress"
+    assert "state t in /proc/41/stat, held by a tracer" in stopped_evidence(41, "t")
+    assert stat_state("4242 (python3 (a) b) t 1 2 3") == "t" and stat_state("") is None
+    assert process_state(os.getpid()) == "R" and process_state(2**22 + 1) is None

@@ -109,6 +109,22 @@ class Topology:
         rates = [link.spec.bw_mbps for link in self.links if link.spec.bw_mbps is not None]
         return min(rates) if rates else None
 
+    def worker_share_mbps(self, link_mbps: float, one_stream_per_leaf: bool | None = None) -> float:
+        """The rate each worker's stream gets at its bottleneck: its own link's, or its share
+        of its leaf's uplink to the aggregating switch when that carries several streams
+        (every local worker's; one, the leaf's partial sum, when ``one_stream_per_leaf``,
+        by default when the leaf aggregates). A 4:1 over-subscribed uplink paces a job at a
+        quarter of the host link: the network's pace, not the emulator's."""
+        if one_stream_per_leaf is None:
+            one_stream_per_leaf = self.aggregation == "hierarchical"
+        rate = link_mbps
+        for leaf in self.leaves:
+            streams = 1 if one_stream_per_leaf else len(self.local_hosts(leaf.name))
+            for link in self.links:
+                if {link.a, link.b} == {leaf.name, self.aggregator.name} and link.spec.bw_mbps is not None and streams:
+                    rate = min(rate, link.spec.bw_mbps / streams)
+        return rate
+
     @property
     def round_trip_s(self) -> float:
         """The link delays a packet from the farthest host to the aggregating switch and back

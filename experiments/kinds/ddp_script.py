@@ -67,7 +67,7 @@ class ScriptRunner:
             meter = held.meter(group)
             meter.start()
             group.release(1)
-            reports = group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S)
+            reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
             verdicts = verify_buckets(method, reports, self.point.protocol["k"])
             self.writer.add_repetition(self.point, method, 1, reports, verdicts, meter.stop(), held.net.report.loss_mechanism,
                                        elements=reports[0]["elements"])

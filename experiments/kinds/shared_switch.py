@@ -167,7 +167,7 @@ class SharedSwitchRunner(ExperimentRunner):
             for repetition in range(point.repetitions):
                 busy_before, total_before = machine_cpu()
                 released = self._release(groups, repetition)
-                collected = [group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S) for _, group, _ in groups]
+                collected = [group.collect("done", held.job_limit(METHOD), grace_s=REPORT_GRACE_S) for _, group, _ in groups]
                 busy_after, total_after = machine_cpu()
                 machine_busy = (busy_after - busy_before).busy / max(1e-9, total_after - total_before)
                 for (job, _group, expected), released_s, reports in zip(groups, released, collected):

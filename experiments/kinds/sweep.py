@@ -69,7 +69,7 @@ class ExperimentRunner:
             for repetition in range(point.repetitions):
                 meter.start()  # every switch's counters are per repetition
                 group.release(repetition)
-                reports = group.collect("done", held.job_limit, grace_s=REPORT_GRACE_S)
+                reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
                 measured = meter.stop()
                 verdicts = verify_reports(method, expected, reports, f"point {point.index} {method} rep {repetition}")
                 ok &= all(v.verified for v in verdicts)

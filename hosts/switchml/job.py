@@ -16,8 +16,10 @@ not on how they were grouped.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
+import os
 import select
 import time
 from dataclasses import dataclass, field
@@ -85,16 +87,21 @@ class SwitchMLTimeout(TimeoutError):
     both (programming.reset_aggregation_state and SwitchMLClient.reset_shadow_sets).
     """
 
-    def __init__(self, job_id: int, rank: int, elapsed_s: float, missing: dict[int, tuple[int, int]]) -> None:
+    def __init__(self, job_id: int, rank: int, elapsed_s: float, missing: dict[int, tuple[int, int]],
+                 refusals: dict[int, int] | None = None) -> None:
         self.job_id = job_id
         self.rank = rank
         self.elapsed_s = elapsed_s
         self.missing = missing
+        self.refusals = dict(refusals or {})
+        """errno -> datagrams the kernel refused or reported lost with it (BatchSocket.refusals)."""
         shown = ", ".join(f"slot {s} (seq {q}, set {v})" for s, (q, v) in list(missing.items())[:MISSING_SLOTS_SHOWN])
         more = f" and {len(missing) - MISSING_SLOTS_SHOWN} more" if len(missing) > MISSING_SLOTS_SHOWN else ""
+        refused = "".join(f"; the kernel refused {n:,} of its datagrams with {errno.errorcode.get(code, code)} ({os.strerror(code)})"
+                          for code, n in sorted(self.refusals.items()))
         super().__init__(
             f"SwitchML job {job_id} rank {rank}: no result after {elapsed_s:.3f} s for "
-            f"{len(missing)} slot(s): {shown}{more}"
+            f"{len(missing)} slot(s): {shown}{more}{refused}"
         )
 
 
@@ -152,6 +159,7 @@ class AllReduceJob:
         t0: float,
     ) -> None:
         self._io = io
+        self._refusals_before = dict(io.refusals)
         self._poller = poller
         self._pool = pool
         self._ctx = ctx
@@ -351,4 +359,5 @@ class AllReduceJob:
             for slot, p in enumerate(self._outstanding.tolist())
             if p >= 0
         }
-        return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, missing)
+        refusals = {code: n - self._refusals_before.get(code, 0) for code, n in self._io.refusals.items()}
+        return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, missing, {c: n for c, n in refusals.items() if n})

@@ -40,10 +40,14 @@ _recvmmsg = libc.recvmmsg
 _recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
 _recvmmsg.restype = ctypes.c_int
 
-SEND_LOST_ERRNOS = (errno.EAGAIN, errno.ECONNREFUSED, errno.ENOBUFS)
+REPORTED_ERRNOS = (errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN)
+"""Errors the kernel reports on a send or a receive for a datagram that is lost: an ICMP
+error for an earlier one (port or host unreachable), or no route while the host's link is
+down (``ip link set h3-eth0 down``: ENETUNREACH on every send until it is up again)."""
+SEND_LOST_ERRNOS = (errno.EAGAIN, errno.ENOBUFS, *REPORTED_ERRNOS)
 """A datagram the kernel refuses with these is lost like one dropped on the wire: the
-sender's retransmission timer recovers it (ECONNREFUSED reports an ICMP error for an
-earlier datagram, and consumes it)."""
+sender's retransmission timer recovers it, once the link carries it again; a link that
+stays down fails the job at its deadline, where the refusals are counted (``refusals``)."""
 
 
 def _message_table(buffers: np.ndarray, stride: int, length: int) -> tuple[ctypes.Array, ctypes.Array]:
@@ -87,6 +91,9 @@ class BatchSocket:
         self._tx_address = ctypes.addressof(self._tx_table[1])
         self._rx_address = ctypes.addressof(self._rx_table[1])
         self._message_size = ctypes.sizeof(_MMsgHdr)
+        self.refusals: dict[int, int] = {}
+        """errno -> datagrams the kernel refused to send, or reported lost, with it: the
+        evidence a job that times out gives for why (a link that is down: ENETUNREACH)."""
 
     def send(self, count: int) -> int:
         """Send ``tx[:count]`` in as few calls as the kernel allows; returns how many it
@@ -103,6 +110,7 @@ class BatchSocket:
             if code not in SEND_LOST_ERRNOS:
                 raise OSError(code, f"sendmmsg: {os.strerror(code)}")
             refused += 1
+            self.refusals[code] = self.refusals.get(code, 0) + 1
         return refused
 
     def receive(self) -> int:
@@ -119,5 +127,7 @@ class BatchSocket:
             code = ctypes.get_errno()
             if code in (errno.EAGAIN, errno.EWOULDBLOCK):
                 return 0
-            if code not in (errno.ECONNREFUSED, errno.EINTR):
+            if code not in (*REPORTED_ERRNOS, errno.EINTR):
                 raise OSError(code, f"recvmmsg: {os.strerror(code)}")
+            if code != errno.EINTR:
+                self.refusals[code] = self.refusals.get(code, 0) + 1

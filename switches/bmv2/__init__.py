@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from protocol import params
-from switches.target import DataPlane, SwitchTarget
+from switches.target import DataPlane, PortQueueLimit, SwitchTarget
 
 EXECUTABLES = ("simple_switch", "p4c")
 PYTHON_MODULES = {
@@ -28,6 +28,32 @@ def detect() -> list[str]:
     missing = [name for name in EXECUTABLES if shutil.which(name) is None]
     missing += [label for module, label in PYTHON_MODULES.items() if importlib.util.find_spec(module) is None]
     return missing
+
+
+SEND_BUFFER_SYSCTL = Path("/proc/sys/net/core/wmem_default")
+FRAME_TRUESIZE_BYTES = 2304
+"""What one full 1,514-byte frame waiting in a qdisc charges to the packet socket that sent
+it (measured: 95 such frames fill a 212,992-byte send buffer, 2,242 bytes each)."""
+
+
+def port_queue_limit() -> PortQueueLimit:
+    """As many full frames as a port's send buffer holds.
+
+    simple_switch sends through one blocking packet socket per port (libpcap), with the
+    kernel's default send buffer (net.core.wmem_default; global, not per namespace, and
+    bmv2 has no option for it). A frame waiting in the port's qdisc still counts against
+    that buffer, so once a port's queue holds more, bmv2's transmit blocks on that port and
+    every other port's frames wait behind it, until bmv2's own queues drop them uncounted.
+    Measured on the parameter server's main job at 2 Mbit/s (8 ranks, all-to-all incast):
+    with 200-packet queues 6,454 frames vanished between bmv2's ingress and egress and the
+    job took 42-53 s; with 90 or 60, none did (2,200-3,200 counted qdisc drops instead, at
+    the port the incast converges on) and it took 37-38 s."""
+    buffer_bytes = int(SEND_BUFFER_SYSCTL.read_text())
+    return PortQueueLimit(
+        packets=buffer_bytes // FRAME_TRUESIZE_BYTES,
+        why=f"bmv2's port socket holds {buffer_bytes // FRAME_TRUESIZE_BYTES} full frames "
+            f"(net.core.wmem_default = {buffer_bytes}); a deeper queue stalls every port",
+    )
 
 
 def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int, **options: Any) -> DataPlane:
@@ -58,4 +84,5 @@ TARGET = SwitchTarget(
     program="P4 program",
     k_choices=params.K_CHOICES,
     max_pool_size=params.MAX_POOL_SIZE,
+    port_queue_limit=port_queue_limit,
 )
