@@ -4,8 +4,8 @@
 
 Nothing in it is the testbed's but the hook: an ordinary torch.distributed script (an MLP
 on scikit-learn's digits, each rank its own shard, plain SGD) plus the two marked lines.
-The testbed starts one copy per emulated host with the environment torch.distributed's
-default rendezvous reads (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), and
+The testbed starts one copy per emulated host with the environment torchrun gives (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), and
 ``testbed_hook()`` hands DDP the SwitchML hook (or, for the run's gloo method, Gloo's own
 all-reduce). Its output goes to each rank's log in the run's ``logs/``.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,8 @@ def main() -> None:
 
     dist.init_process_group("gloo")  # env:// rendezvous
     rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])  # as torchrun sets them
+    log.info("rank %d of %d, local rank %d of %d", rank, world, local_rank, local_world)
     digits = load_digits()
     x = torch.tensor(digits.data / 16.0, dtype=torch.float32)
     y = torch.tensor(digits.target)

@@ -4,8 +4,9 @@
 
 The runner starts this on every emulated host as it starts hosts/worker.py, and the
 conversation is the same (ready, ``go 1``, done, ``exit``). Before the script runs, the
-environment says where it is, in the names torch.distributed reads by default (``env://``):
-RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0's address and the spec's port),
+environment says where it is, as torchrun would say it (RANK, WORLD_SIZE, LOCAL_RANK 0 and
+LOCAL_WORLD_SIZE 1, GROUP_RANK, ROLE_RANK, ...: each host is one node of one rank), with
+MASTER_ADDR and MASTER_PORT (rank 0's address and the spec's port) for ``env://``,
 GLOO_SOCKET_IFNAME (this host's emulated interface, so Gloo's traffic crosses the emulated
 links) and SWITCHML_WORKER_SPEC (the spec, which ``hosts.torch_hook.testbed_hook`` reads).
 So the script needs only these lines to train through the switch:
@@ -51,10 +52,15 @@ log = logging.getLogger("hosts.ddp_script")
 
 
 def script_environment(spec: WorkerSpec, rank: int, spec_path: Path) -> dict[str, str]:
-    """What torch.distributed's env:// rendezvous and ``testbed_hook`` read, for ``rank``."""
-    return {"RANK": str(rank), "WORLD_SIZE": str(spec.n_workers), "MASTER_ADDR": spec.peers[0][0],
-            "MASTER_PORT": str(spec.peers[0][1]), "GLOO_SOCKET_IFNAME": interface_with_address(spec.peers[rank][0]),
-            SPEC_ENVIRONMENT: str(spec_path)}
+    """What torchrun gives a rank (each emulated host is one node of one rank: LOCAL_RANK 0
+    of LOCAL_WORLD_SIZE 1, so no two ranks share memory), what torch.distributed's env://
+    rendezvous reads, and what ``testbed_hook`` reads, for ``rank``."""
+    world = str(spec.n_workers)
+    return {"RANK": str(rank), "WORLD_SIZE": world, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            "GROUP_RANK": str(rank), "GROUP_WORLD_SIZE": world, "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": world,
+            "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": spec.peers[0][0], "MASTER_PORT": str(spec.peers[0][1]),
+            "GLOO_SOCKET_IFNAME": interface_with_address(spec.peers[rank][0]), SPEC_ENVIRONMENT: str(spec_path)}
 
 
 @contextlib.contextmanager
@@ -76,7 +82,6 @@ def output_to_log() -> Iterator[None]:
 def run_script(spec: WorkerSpec, rank: int, spec_path: Path, script: Path, arguments: list[str]) -> None:
     """Run the script once when released, then report its all-reduces."""
     os.environ.update(script_environment(spec, rank, spec_path))
-    os.environ.pop("LOCAL_WORLD_SIZE", None)  # Gloo would take shared memory between "local" ranks
     emit_ready()
     released = steps(sys.stdin)
     next(released)

@@ -160,5 +160,7 @@ def test_a_users_ddp_script_runs_on_the_hosts_through_the_switch(tmp_path: Path)
     assert len(runs) == 2 and runs["verified"].all() and (runs["workload"] == "ddp_script").all()
     layers = 64 * 64 + 64 + 64 * 10 + 10  # the example's MLP: one bucket per backward pass
     assert (runs["elements"] == 5 * layers).all() and (runs["packets_sent"] > 0).all()
-    assert "test accuracy" in (out / "logs" / "point0" / "switchml-rank0.log").read_text()
+    log_text = (out / "logs" / "point0" / "switchml-rank1.log").read_text()
+    assert "test accuracy" in log_text
+    assert "rank 1 of 2, local rank 0 of 1" in log_text, "torchrun's environment: each host is one node of one rank"
     assert not leftovers(str(out))
