@@ -54,6 +54,10 @@ class Grade:
     seconds: float
     tests: list[TestResult]
     pytest_exit: int
+    problem: str | None = None
+    """What kept the student's code from running at all (a syntax error in one of the track's
+    files: its file, line and message), the report's first line; pytest would only say that
+    it found no tests to run."""
 
     @property
     def full_marks(self) -> bool:
@@ -113,9 +117,23 @@ def pytest_env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def syntax_problem(tree: Path, files: tuple[str, ...]) -> str | None:
+    """The first syntax error in ``files`` (of ``tree``) as 'path:line: SyntaxError: message'."""
+    for name in files:
+        path = tree / name
+        try:
+            compile(path.read_bytes(), name, "exec")
+        except SyntaxError as error:
+            return f"{name}:{error.lineno}: {type(error).__name__}: {error.msg}"
+        except OSError:  # a missing file is the tests' to report
+            continue
+    return None
+
+
 def grade(lab: Lab, track: Track, tree: Path) -> Grade:
     """Run ``track``'s graded tests in ``tree`` and score them."""
     tree = tree.resolve()
+    problem = syntax_problem(tree, track.files)
     present = [test for test in track.tests if (tree / test.id.split("::")[0]).is_file()]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labs-grade-") as scratch:
@@ -142,7 +160,7 @@ def grade(lab: Lab, track: Track, tree: Path) -> Grade:
         earned = test.points if outcome == PASSED else 0
         results.append(TestResult(test.id, test.points, earned, outcome, message, round(seconds, 2)))
     return Grade(lab.number, track.name, str(tree), sum(r.earned for r in results), track.points,
-                 round(time.monotonic() - started, 1), results, exit_status)  # fmt: skip
+                 round(time.monotonic() - started, 1), results, exit_status, problem)  # fmt: skip
 
 
 def _last_line(output: str) -> str:
@@ -153,7 +171,8 @@ def _last_line(output: str) -> str:
 def score_table(lab: Lab, grade_: Grade, width: int = 100) -> str:
     """The table a student reads: test, points, result, the first line of the failure."""
     name_width = max(len("test"), *(len(r.id) for r in grade_.tests))
-    lines = [
+    lines = [f"your code does not run: {grade_.problem}"] if grade_.problem else []
+    lines += [
         f"lab {lab.number} ({grade_.track} track): {lab.title} -- {grade_.tree}",
         f"  {'test':<{name_width}}  points  result   first line of the failure",
     ]
@@ -168,7 +187,8 @@ def score_table(lab: Lab, grade_: Grade, width: int = 100) -> str:
 def write_report(grade_: Grade, path: Path) -> None:
     """The grade as JSON (every test with its outcome and message) at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**asdict(grade_), "full_marks": grade_.full_marks}, indent=2) + "\n")
+    report = asdict(grade_)
+    path.write_text(json.dumps({"problem": report.pop("problem"), **report, "full_marks": grade_.full_marks}, indent=2) + "\n")
 
 
 def default_report(tree: Path, lab: Lab, track: Track) -> Path:

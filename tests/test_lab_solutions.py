@@ -185,6 +185,8 @@ IN_PROCESS_2, IN_PROCESS_3 = ("test_lab2.py",), ("test_lab3.py",)
 ATTEMPTS = [
     LAB0,
     LAB0.broken("bits, not bytes", SWITCHML_BOUND, 0, "return k * link_bps / frame_bytes(k)", ("test_lab0.py",), "frame_bytes(k) * 8 bits"),
+    LAB0.broken("a constant bound", SWITCHML_BOUND, 0, "return 1.0", ("test_analysis.py::test_ate_vs_workers",),
+                "a bound of 1 elements/s for a measured"),  # it passed test_ate_vs_workers: 2 of 10 points for any constant
     LAB1,
     LAB1.broken("round half up", QUANTIZE, 2, LAB1.regions[QUANTIZE][2].replace("np.round(product)", "np.floor(product + 0.5)"),
                 ("test_lab1.py::test_quantize",), "half to even"),  # fmt: skip

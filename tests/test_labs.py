@@ -317,3 +317,36 @@ def test_a_ta_grades_the_folder_they_are_in(tmp_path: Path, monkeypatch) -> None
     assert main(["grade", "0", "--tree", ".", "--tests-from", str(REPO_ROOT), "--report", str(report)]) == 0
     graded = json.loads(report.read_text())
     assert graded["full_marks"] and graded["tree"] == str(tmp_path / "student")
+
+
+def test_a_syntax_error_in_the_students_file_is_the_reports_first_line(tmp_path: Path, capsys) -> None:
+    """Every test showed 'not run: found no collectors for ...', and the error itself nowhere."""
+    lab = catalog.by_number(0)
+    tree = tmp_path / "student"
+    make_skeleton(REPO_ROOT, tree, lab, lab.track(None))
+    path = tree / "methods" / "switchml.py"
+    lines = path.read_text().splitlines()
+    broken = next(i for i, line in enumerate(lines) if line.strip().startswith("def ")) + 1
+    lines.insert(broken, "    return (")
+    path.write_text("\n".join(lines) + "\n")
+    report = tmp_path / "grade.json"
+    assert main(["grade", "0", "--tree", str(tree), "--report", str(report)]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"your code does not run: methods/switchml.py:{broken + 1}: SyntaxError: "), first
+    graded = json.loads(report.read_text())
+    assert next(iter(graded)) == "problem" and graded["problem"] == first.removeprefix("your code does not run: ")
+
+
+def test_a_handout_run_names_the_function_still_to_write_in_one_line(tmp_path: Path) -> None:
+    """Lab 0's step 1 in the student's tree ended in a raw NotImplementedError traceback (the
+    config's check calls the stubbed bound)."""
+    lab = catalog.by_number(0)
+    tree = tmp_path / "student"
+    make_skeleton(REPO_ROOT, tree, lab, lab.track(None))
+    done = subprocess.run([sys.executable, "run_experiment.py", "configs/labs/lab0-workers.yaml", "--dry-run", "--switch", "embedded"],
+                          cwd=tree, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 5, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert re.search(r"ERROR methods/switchml\.py:\d+: line_rate_ate\(\) is still to be written \(Lab 0: .*\); this tree is a lab "
+                     r"handout: write it, then run again \(labs/README\.md\)$", line), line
