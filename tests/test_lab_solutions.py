@@ -198,6 +198,9 @@ ATTEMPTS = [
         "row[:] = packet.data", "row += packet.data"), IN_PROCESS_2, "stored, not added"),  # fmt: skip
     LAB2_PY.broken("the README's old two-field return", INGRESS_PY, 1, LAB2_PY.regions[INGRESS_PY][1].replace(
         "(RESULT_TO_GROUP, mcast_grp, hdr[10])", "(RESULT_TO_GROUP, mcast_grp)"), IN_PROCESS_2, "(RESULT_TO_GROUP, mcast_grp, job id)"),  # fmt: skip
+    LAB2_PY.broken("counts 1 byte per update", INGRESS_PY, 1, LAB2_PY.regions[INGRESS_PY][1].replace(
+        "counter.count(EV_UPDATE_CONSUMED, length)", "counter.count(EV_UPDATE_CONSUMED, 1)"),
+        ("count_their_frames_bytes",), "EV_UPDATE_CONSUMED counted 1 frame(s) and 1 bytes"),  # fmt: skip
     LAB2_P4,
     LAB2_P4.broken("a syntax error", INGRESS_P4, 1, "mark_to_drop(standard_metadata)", ("test_basic_reduction[bmv2-k32]",),
                    "ingress.p4("),  # fmt: skip
@@ -205,6 +208,8 @@ ATTEMPTS = [
     LAB3_P4,
     LAB3_PY.broken("a retransmission is added again", INGRESS_PY, 1, "row += packet.data\ncounter.count(EV_RETX_IGNORED, length)\nreturn DROP",
                    IN_PROCESS_3, "must not be added twice"),  # fmt: skip
+    LAB3_PY.broken("a resend counted with 0 bytes", INGRESS_PY, 1, "counter.count(EV_RETX_IGNORED, 0)\nreturn DROP",
+                   ("counts_its_frames_bytes",), "EV_RETX_IGNORED counted 1 frame(s) and 0 bytes"),  # fmt: skip
     LAB3_PY.broken("the result goes to everyone", INGRESS_PY, 0, LAB3_PY.regions[INGRESS_PY][0].replace(
         "(RESULT_TO_PORT, in_port, rank, hdr[10])", "(RESULT_TO_GROUP, mcast_grp, hdr[10])"), IN_PROCESS_3, "to its sender only"),  # fmt: skip
     LAB3_PY.broken("no floor", TIMERS, 1, "return first if self.median is None else 2 * self.median",

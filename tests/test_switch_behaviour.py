@@ -73,6 +73,36 @@ def test_basic_reduction(switch: SwitchUnderTest) -> None:
     assert switch.control.register_read("SwitchMLIngress.exponent", 0) == 5
 
 
+def assert_counted_once(switch: SwitchUnderTest, *events: str) -> None:
+    """Each of ``events`` counted one frame, and its bytes (frame_bytes(k))."""
+    cells = dict(zip(params.EVENT_COUNTER_CELLS, switch.control.counter_read(programming.EVENT_COUNTER)))
+    frame = frame_bytes(switch.k)
+    for event in events:
+        packets, length = cells[event]
+        assert (packets, length) == (1, frame), f"{event} counted {packets} frame(s) and {length} bytes; one frame is {frame} bytes"
+
+
+def test_an_update_and_its_result_count_their_frames_bytes(switch: SwitchUnderTest) -> None:
+    """The event counter counts packets and bytes (docs/dataplane.md): each event adds its
+    frame's length. No graded test read the bytes, so a counter that added 1 scored full marks."""
+    reduce_round(switch, slot=2, shadow_set=0, seeds=(1, 2), seq=5)
+    assert_counted_once(switch, "EV_UPDATE_CONSUMED", "EV_RESULT_MULTICAST")
+
+
+def test_a_resend_counts_its_frames_bytes(switch: SwitchUnderTest) -> None:
+    """A resend before the slot completes (ignored) and one after (the result again, to its
+    sender) each count their frame's length: a resend counted with 0 bytes scored full marks."""
+    first = update_frame(switch.testbed.hosts[0], 2, 0, values(1, switch.k), JOB, seq=5)
+    switch.ports.send(0, first)
+    switch.ports.send(0, first)
+    assert switch.ports.receive(0).total() == 0, "both taken in before the slot completes (ports are not served in order)"
+    switch.ports.send(1, update_frame(switch.testbed.hosts[1], 2, 0, values(2, switch.k), JOB, seq=5))
+    assert switch.ports.receive(2).total() == 2
+    switch.ports.send(0, first)
+    assert switch.ports.receive(1).total() == 1
+    assert_counted_once(switch, "EV_RETX_IGNORED", "EV_RESULT_UNICAST")
+
+
 @pytest.mark.every_k
 def test_retransmission_after_reduction_gets_unicast_result(switch: SwitchUnderTest) -> None:
     expected = reduce_round(switch, slot=3, shadow_set=0, seeds=(3, 4), seq=9)
