@@ -142,11 +142,15 @@ def quantize(
     out: np.ndarray | None = None,
     work: np.ndarray | None = None,
 ) -> np.ndarray:
-    """round_half_even(float64(x) * scale) as int32.
+    """The int32 values a worker sends for ``x`` at ``scale``: x times the scale, computed in
+    float64 and rounded to the nearest integer, ties to even (unbiased, like float32 rounding).
 
-    ``out`` (any int32 array, e.g. a big-endian view of a packet buffer) and ``work``
-    (float64, same length) let the worker quantize into its send buffer without
-    allocating per packet. Callers guarantee |x| <= 2^e_max, so the result fits int32.
+    ``x`` is one packet's elements or a block of packets, one per row (the worker quantizes a
+    block at once, hosts/switchml/job.py); ``scale`` is one number or one per row (a column,
+    shape (rows, 1)). ``out`` (an int32 array of x's shape, e.g. a big-endian view of packet
+    buffers) and ``work`` (float64, x's shape) let the worker quantize into its send buffers
+    without allocating per packet; given ``out``, the result is written there and ``out`` is
+    returned. Callers guarantee |x| <= 2^e_max, so the result fits int32.
     """
     # BEGIN LAB 1: round half to even of x * scale in float64, as int32 (into out when given, using work)
     work = np.multiply(x, scale, out=work, dtype=np.float64)

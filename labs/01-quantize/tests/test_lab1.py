@@ -28,6 +28,16 @@ def test_quantize_rounds_half_to_even_into_the_buffer_given() -> None:
     assert quantize.quantize(np.array([0.75], dtype=np.float32), 536_870_911.0).tolist() == [402_653_183]
 
 
+def test_quantize_takes_a_block_of_packets_with_a_scale_per_packet() -> None:
+    """The worker quantizes a block of packets at once: x of shape (packets, k), the scale a
+    column (packets, 1), out and work of x's shape. A 1-D-only answer passed every other
+    test of the lab and failed the end-to-end one with a numpy error that did not name quantize."""
+    x = np.array([[0.5, 1.5, -2.5], [0.25, -0.75, 1.0]])
+    out, work = np.zeros((2, 3), dtype=">i4"), np.empty((2, 3))
+    assert quantize.quantize(x, np.array([[2.0], [4.0]]), out=out, work=work) is out, "the block is written into out, which is returned"
+    assert out.tolist() == [[1, 3, -5], [1, -3, 4]], "row i is scaled by scale[i, 0]"
+
+
 def test_sum_of_n_workers_at_the_limit_does_not_overflow() -> None:
     n = 7
     x = np.full(5, 2.0, dtype=np.float32)  # exactly 2^1: every worker at the largest value
