@@ -1,7 +1,7 @@
 """The run skeleton every experiment kind is built on: a point's network and work folder,
 its workers, and the verification of what they return.
 
-A kind (``ExperimentKind``, registered in experiments/kinds.py) says only what is its own:
+A kind (``ExperimentKind``, registered in experiments/kinds/__init__.py) says only what is its own:
 when a config is of that kind, which jobs it runs on the network and in what order, which
 rows it records, and what it prints. What every kind does the same way is here, once:
 
