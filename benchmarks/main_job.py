@@ -52,14 +52,18 @@ def run_once(out: Path, target: str | None) -> tuple[int, float]:
     return status, time.monotonic() - started
 
 
-def row(run_dir: Path, status: int | None, wall_s: float | None) -> dict[str, Any]:
-    """What one run's summary says (a run without one: its status only)."""
+def row(run_dir: Path, status: int | None = None, wall_s: float | None = None) -> dict[str, Any]:
+    """What one run's summary says (a run without one: its status only). Without ``status``
+    and ``wall_s`` (a run made already), what its summary implies: 0 verified, 1 not, and
+    its duration."""
     entry: dict[str, Any] = dict.fromkeys(COLUMNS)
     entry.update(run=run_dir.name, status=status, wall_s=None if wall_s is None else round(wall_s, 1))
     summary_path = run_dir / SUMMARY_FILE
     if not summary_path.is_file():
         return entry
     summary = json.loads(summary_path.read_text())
+    if status is None:
+        entry["status"] = 0 if summary["verified"] else 1
     entry.update(switch_target=summary["switch_target"], link_mbps=summary["link_mbps"], kept_up=summary["kept_up"],
                  max_machine_busy=summary["max_machine_busy_fraction"], verified=summary["verified"])
     for method, measured in summary["methods"].items():
@@ -70,14 +74,6 @@ def row(run_dir: Path, status: int | None, wall_s: float | None) -> dict[str, An
     if wall_s is None:
         entry["wall_s"] = summary["duration_s"]
     return entry
-
-
-def status_from_summary(run_dir: Path) -> int | None:
-    """A finished run's exit status as its summary implies it (0 verified, 1 not); None without one."""
-    summary_path = run_dir / SUMMARY_FILE
-    if not summary_path.is_file():
-        return None
-    return 0 if json.loads(summary_path.read_text())["verified"] else 1
 
 
 def write(rows: list[dict[str, Any]], output: Path) -> None:
@@ -113,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     rows = []
     if args.tabulate:
-        rows = [row(run_dir, status_from_summary(run_dir), None) for run_dir in args.tabulate]
+        rows = [row(run_dir) for run_dir in args.tabulate]
     else:
         folder = args.output.with_suffix("")
         folder.mkdir(parents=True, exist_ok=True)

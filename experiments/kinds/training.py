@@ -101,13 +101,14 @@ class StepTrainingRunner(ABC):
         held.reset_aggregation()
         check = self._step_check(method, exact)
         ok, emulated_s = True, 0.0
+        limit = held.job_limit(method)
         with held.workers(method, spec_path) as group:
             meter = held.meter(group)
             meter.start()
             self.writer.add_training_steps([step_row(method, method, "network", sum_bits(method), 0, *check.start(), START_TIMING)])
             for step in range(1, self.config.steps + 1):
                 group.release(step)
-                reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
+                reports = group.collect("done", limit, grace_s=REPORT_GRACE_S)
                 verdicts, evaluation, param_diff = check.step(step, reports)
                 verified = all(v.verified for v in verdicts)
                 for rank, verdict in enumerate(verdicts):

@@ -159,7 +159,7 @@ class AllReduceJob:
         t0: float,
     ) -> None:
         self._io = io
-        self._refusals_before = dict(io.refusals)
+        self._refusals_before = io.refusals.copy()
         self._poller = poller
         self._pool = pool
         self._ctx = ctx
@@ -359,5 +359,4 @@ class AllReduceJob:
             for slot, p in enumerate(self._outstanding.tolist())
             if p >= 0
         }
-        refusals = {code: n - self._refusals_before.get(code, 0) for code, n in self._io.refusals.items()}
-        return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, missing, {c: n for c, n in refusals.items() if n})
+        return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, missing, dict(self._io.refusals - self._refusals_before))

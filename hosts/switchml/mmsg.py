@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+from collections import Counter
 import os
 import socket
 
@@ -91,7 +92,7 @@ class BatchSocket:
         self._tx_address = ctypes.addressof(self._tx_table[1])
         self._rx_address = ctypes.addressof(self._rx_table[1])
         self._message_size = ctypes.sizeof(_MMsgHdr)
-        self.refusals: dict[int, int] = {}
+        self.refusals: Counter[int] = Counter()
         """errno -> datagrams the kernel refused to send, or reported lost, with it: the
         evidence a job that times out gives for why (a link that is down: ENETUNREACH)."""
 
@@ -110,7 +111,7 @@ class BatchSocket:
             if code not in SEND_LOST_ERRNOS:
                 raise OSError(code, f"sendmmsg: {os.strerror(code)}")
             refused += 1
-            self.refusals[code] = self.refusals.get(code, 0) + 1
+            self.refusals[code] += 1
         return refused
 
     def receive(self) -> int:
@@ -127,7 +128,8 @@ class BatchSocket:
             code = ctypes.get_errno()
             if code in (errno.EAGAIN, errno.EWOULDBLOCK):
                 return 0
-            if code not in (*REPORTED_ERRNOS, errno.EINTR):
+            if code == errno.EINTR:
+                continue
+            if code not in REPORTED_ERRNOS:
                 raise OSError(code, f"recvmmsg: {os.strerror(code)}")
-            if code != errno.EINTR:
-                self.refusals[code] = self.refusals.get(code, 0) + 1
+            self.refusals[code] += 1
