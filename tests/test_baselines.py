@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import socket
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -25,14 +26,32 @@ METHODS = {"ring": RingAllReduce, "ps": ParameterServerAllReduce}
 U32 = 2.0**-24
 
 
+def free_peer_groups(n: int, first_host: int, groups: int) -> list[list[tuple[str, int]]]:
+    """``groups`` lists of n listening addresses: n loopback hosts, each with ``groups``
+    different ports the kernel just reported free (all are held until every one is chosen,
+    so no two groups can be given the same port of a host)."""
+    held = [[socket.socket() for _ in range(n)] for _ in range(groups)]
+    try:
+        for group in held:
+            for i, s in enumerate(group):
+                s.bind((f"127.0.0.{first_host + i}", 0))
+        return [[s.getsockname() for s in group] for group in held]
+    finally:
+        for group in held:
+            for s in group:
+                s.close()
+
+
 def free_peers(n: int, first_host: int) -> list[tuple[str, int]]:
-    """Distinct loopback addresses with ports the kernel just reported free."""
-    peers = []
-    for i in range(n):
-        with socket.socket() as s:
-            s.bind((f"127.0.0.{first_host + i}", 0))
-            peers.append(s.getsockname())
-    return peers
+    return free_peer_groups(n, first_host, 1)[0]
+
+
+def failure(exc: BaseException) -> str:
+    """What a rank reports instead of its results: the error and where it was raised (a
+    rank's own failure and the resets it causes in the others read differently)."""
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {frame.filename.rpartition('/')[2]}:{frame.lineno} in {frame.name}" if frame else ""
+    return f"{exc!r}{where}"
 
 
 def wrap_inputs(rank: int, size: int) -> np.ndarray:
@@ -60,13 +79,14 @@ def run_rank(peers: dict[str, list], rank: int, queue: mp.Queue) -> None:
                     results[method, name] = (out, stats.bytes_sent)
         queue.put((rank, results))
     except Exception as exc:  # report to the parent instead of dying silently
-        queue.put((rank, repr(exc)))
+        queue.put((rank, failure(exc)))
 
 
 def run_group(n: int, first_host: int, timeout_s: float = 60.0) -> dict[int, object]:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    peers = {"ring": free_peers(n, first_host), "ps": free_peers(n, first_host)}
+    ring, ps = free_peer_groups(n, first_host, groups=2)
+    peers = {"ring": ring, "ps": ps}
     procs = [ctx.Process(target=run_rank, args=(peers, r, queue)) for r in range(n)]
     for p in procs:
         p.start()
@@ -83,8 +103,8 @@ def run_group(n: int, first_host: int, timeout_s: float = 60.0) -> dict[int, obj
 @pytest.mark.parametrize("n", range(2, 9))
 def test_sum_is_exact_for_int32_and_bounded_for_float32(n: int) -> None:
     results = run_group(n, first_host=10 + 10 * n)
-    for rank, res in results.items():
-        assert isinstance(res, dict), f"rank {rank} failed: {res}"
+    failed = {rank: res for rank, res in sorted(results.items()) if not isinstance(res, dict)}
+    assert not failed, "ranks failed:\n" + "\n".join(f"rank {rank}: {res}" for rank, res in failed.items())
     inputs = [dict(cases(r)) for r in range(n)]
     for (method, name), _ in results[0].items():
         stacked = np.stack([inp[name] for inp in inputs])
