@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout
-from hosts.switchml.job import HOLD_MAX_S, HOLD_SHARE, hold_time
+from hosts.switchml.core import HOLD_MAX_S, HOLD_SHARE, hold_time
 from hosts.switchml.timers import RoundTripEstimator, SlotTimers, pool_drain_s
 from hosts.allreduce import retransmit_policy
 from protocol.worker_spec import SwitchMLParameters

@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from hosts.switchml.job import SEQ_MASK, AllReduceJob, AllReduceResult, JobContext
+from hosts.switchml.core import SEQ_MASK, JobContext
+from hosts.switchml.job import AllReduceJob, AllReduceResult
 from hosts.switchml.mmsg import BatchSocket
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy

@@ -1,0 +1,299 @@
+"""The SwitchML worker's protocol, without I/O: packets and time in, packets and timers out.
+
+``WorkerCore`` is one all-reduce of one worker as a state machine. It never touches a
+socket or a clock: the caller hands it the time and the results that arrived, and it
+writes the packets to send into a buffer of records the caller owns and says how many.
+What drives it decides everything else: the emulated worker (``hosts/switchml/job.py``)
+with recvmmsg, sendmmsg, poll and the wall clock; a simulated clock; a test that feeds it
+hand-made results. The native data path (``hosts/switchml/native/``) is this module
+translated to C, function for function, and a differential test holds the two together.
+
+The core works in batches. ``receive`` takes every result that arrived at once, checks
+and files them with array operations, quantizes the chunks those results make ready as
+one (B, k) block and writes the B next packets. Which packet a slot sends, its shadow set,
+seq, exponent and data depend only on the results, not on how they were grouped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hosts.stats import JobStats, SendTimeline
+from hosts.switchml.pool import SlotPool
+from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
+from protocol import params
+from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
+from protocol.plan import JobPlan
+from protocol.quantize import quantize, scale_for
+
+SEQ_MASK = 0xFFFFFFFF
+HOLD_SHARE = 0.75
+"""After sending, a worker whose batch was small waits this share of the results' queueing
+delay before it receives again, so that results gather into batches instead of waking it
+one by one. A wake-up costs about the same for one result as for thirty, and far more
+after a sleep than in a busy loop, so fewer, larger batches are what makes a worker cheap.
+Waiting costs no throughput while the link is the bottleneck: the queueing part of a
+round trip is time the slots' packets sit in the link's queue behind others, and holding
+for three quarters of it still leaves a quarter of the pool queued. Where the pool is
+less than twice the bandwidth-delay product (long links, small pools: results queue for
+less than the path's own round trip) the worker does not wait: there the spread of the
+round trips is the hosts' scheduling, not a queue, and holding would shorten the window
+the experiment set. The measurements behind the share are in benchmarks/README.md
+("Why a worker holds")."""
+HOLD_BELOW_SHARE = 0.9
+"""Only batches smaller than this share of the pool make the worker hold. A worker whose
+CPU is the bottleneck gets batches of a whole pool, and there its own queue would pass for
+link queueing: holding would slow it further. Nor does a worker hold in a job's last round
+(fewer unsent packets than slots): there the results it waits for are the job's last, and
+a hold would only add to a short job's TAT."""
+HOLD_MAX_S = 0.010
+"""The longest hold: one bin of the send timeline. (A hold is also below the median round
+trip, so below half the retransmission timeout, which is twice that median.)"""
+
+
+def hold_time(rtt: RoundTripEstimator) -> float:
+    """How long a worker lets results gather before its next receive (HOLD_SHARE): none
+    unless results queue for longer than the path's own round trip, i.e. unless the pool
+    holds more than twice the bandwidth-delay product."""
+    queueing, shortest = rtt.queueing, rtt.shortest
+    if shortest is None or queueing <= shortest:
+        return 0.0
+    return min(HOLD_SHARE * queueing, HOLD_MAX_S)
+
+
+def result_prefix(job_id: int, k: int) -> int:
+    """switchml_h's first 8 bytes (msg_type .. num_elements) as a big-endian integer for a
+    result of ``job_id`` with k elements, with the per-packet fields (set, slot) zero:
+    compared under RESULT_PREFIX_MASK, it checks three fields of a whole batch in one step."""
+    return (params.MSG_RESULT << 56) | (job_id << 32) | k
+
+
+RESULT_PREFIX_MASK = 0xFF00_FFFF_0000_FFFF
+"""msg_type, job_id and num_elements in switchml_h's first 8 bytes (result_prefix)."""
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """Who is running the job and where its packets go: fixed for the client's lifetime."""
+
+    rank: int
+    n_workers: int
+    job_id: int
+    policy: RetransmitPolicy
+    deadline_s: float
+    rtt: RoundTripEstimator = field(default_factory=RoundTripEstimator)
+    """The round-trip estimate, carried from one job of the client to the next."""
+
+
+def missing_slots(outstanding: np.ndarray, shadow_set: np.ndarray, seq_base: int) -> dict[int, tuple[int, int]]:
+    """slot -> (seq, shadow set) of the packet each unanswered slot waits for (packet index
+    ``outstanding[slot]``, -1 when the slot is done): what a timeout reports."""
+    return {slot: ((seq_base + p) & SEQ_MASK, int(shadow_set[slot]))
+            for slot, p in enumerate(outstanding.tolist()) if p >= 0}
+
+
+class WorkerCore:
+    """One worker's all-reduce of ``tensor`` through the pool, as events.
+
+    ``tx`` is the caller's buffer of outgoing records (payload_dtype(k), room for at least
+    two pools). ``start``, ``receive`` and ``expire`` each write packets to ``tx[:count]``
+    and return ``count``; the caller sends them. ``next_timer`` says when ``expire`` is
+    due, ``remaining`` how many slots still wait for their last result.
+    """
+
+    def __init__(self, pool: SlotPool, ctx: JobContext, tensor: np.ndarray, block_exponents: np.ndarray | None,
+                 seq_base: int, t0: float, tx: np.ndarray) -> None:
+        self._pool = pool
+        self._ctx = ctx
+        self._quantized = block_exponents is not None
+        self.plan = plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, self._quantized)
+        if len(tx) < 2 * plan.n_slots:
+            raise ValueError(f"the send buffer holds {len(tx)} records, a batch may need {2 * plan.n_slots}")
+        k = pool.k
+        # The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows.
+        self.chunks = np.zeros((plan.n_chunks, k), dtype=tensor.dtype)
+        self.chunks.reshape(-1)[: len(tensor)] = tensor
+        # The exponent field of every packet p: chunk p's block exponent while p < n_chunks
+        # (the lookahead round), EXPONENT_MIN after; 0 throughout an int32 job.
+        self.packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if self._quantized else 0, dtype=np.int8)
+        if block_exponents is not None:
+            self.packet_exponents[: plan.n_chunks] = block_exponents
+        self.e_max = np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8)
+        # scale_for of every int8 exponent, looked up per chunk instead of recomputed
+        self.scales = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers)
+        self.seq_base = seq_base
+        self.int_sum = np.zeros(plan.n_chunks * k, dtype=np.int32)
+        self._sums = self.int_sum.reshape(plan.n_chunks, k)
+        self.outstanding = np.full(plan.n_slots, -1, dtype=np.int64)
+        """The packet each slot waits for; -1 once the slot has its last result."""
+        self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
+        self._timeline = SendTimeline(t0)
+        self.stats = JobStats()
+        self.unsent = plan.total_packets
+        """Packets not sent yet (retransmissions aside)."""
+        self.remaining = plan.n_slots
+        """Slots still waiting for their last result: the job is done at 0."""
+        self._since_timer_check = 0
+        self._answered = False
+        """Whether the last ``receive`` sent next packets (only then may the worker hold)."""
+        self._tx = tx
+        self._record_bytes = tx.dtype.itemsize
+        self._tx_set, self._tx_slot, self._tx_exponent, self._tx_seq, self._tx_data = (
+            tx["shadow_set"], tx["slot"], tx["exponent"], tx["seq"], tx["data"])
+        tx["msg_type"], tx["job_id"], tx["num_elements"] = params.MSG_UPDATE, ctx.job_id, k
+        self._expected_prefix = result_prefix(ctx.job_id, k)
+
+    @property
+    def timeline(self) -> list[int]:
+        return self._timeline.bins
+
+    def next_timer(self) -> float | None:
+        """When the earliest armed slot times out (None when none is armed)."""
+        return self._timers.next_deadline()
+
+    def hold_s(self, received: int) -> float:
+        """How long to let results gather after ``receive`` took ``received`` datagrams
+        (HOLD_SHARE, HOLD_BELOW_SHARE): 0 when the worker should receive again at once."""
+        n_slots = self.plan.n_slots
+        if not self._answered or received >= n_slots * HOLD_BELOW_SHARE or self.unsent < n_slots:
+            return 0.0
+        return hold_time(self._timers.rtt)
+
+    def missing(self) -> dict[int, tuple[int, int]]:
+        return missing_slots(self.outstanding, self._pool.shadow_set, self.seq_base)
+
+    # -- sending -------------------------------------------------------------------------
+
+    def start(self, now: float) -> int:
+        """The first packet of every slot."""
+        first = np.arange(self.plan.n_slots)
+        return self._send_next(first, first.astype(np.int64), now, 0)
+
+    def _send_next(self, slots: np.ndarray, packets: np.ndarray, now: float, at: int) -> int:
+        """Build packet ``packets[i]`` for slot ``slots[i]`` into ``tx[at + i]``, keep each in
+        its slot for retransmission, arm the slots' timers; returns ``at`` + their count."""
+        count = len(slots)
+        end = at + count
+        self._tx_set[at:end] = self._pool.shadow_set[slots]
+        self._tx_slot[at:end] = slots
+        self._tx_exponent[at:end] = self.packet_exponents[packets]
+        self._tx_seq[at:end] = (self.seq_base + packets) & SEQ_MASK
+        chunks = packets - self.plan.lead
+        data = self._tx_data[at:end]
+        if chunks[0] >= 0 and chunks.min() >= 0:
+            data[:] = self._chunk_data(chunks)
+        else:  # the lookahead round: exponent-only packets carry zeros
+            has_data = chunks >= 0
+            data[:] = 0
+            data[has_data] = self._chunk_data(chunks[has_data])
+        self._pool.packets[slots] = self._tx[at:end]
+        self._sent(count, now)
+        self.outstanding[slots] = packets
+        self._timers.arm(slots, packets, now)
+        self.unsent -= count
+        return end
+
+    def _chunk_data(self, chunks: np.ndarray) -> np.ndarray:
+        """The elements of these chunks as they go on the wire: quantized with each chunk's
+        e_max (known from the lookahead round's results), or the int32 values as they are."""
+        if not self._quantized:
+            return self.chunks[chunks]
+        scales = self.scales[self.e_max[chunks].astype(np.intp) - EXPONENT_MIN]
+        return quantize(self.chunks[chunks], scales[:, np.newaxis])
+
+    def _sent(self, count: int, now: float, resent: int = 0) -> None:
+        stats = self.stats
+        stats.packets_sent += count
+        stats.bytes_sent += count * self._record_bytes
+        stats.retransmissions += resent
+        self._timeline.record(now, count)
+
+    def expire(self, now: float, at: int = 0) -> int:
+        """Resend, in one batch from ``tx[at]`` on, every slot whose timer has expired;
+        returns ``at`` + their count. The driver calls it whenever it finds nothing more
+        to receive; ``receive`` calls it every pool's worth of datagrams."""
+        self._since_timer_check = 0
+        slots, packets = self._timers.pop_expired(now)
+        count = len(slots)
+        if count:
+            self._tx[at:at + count] = self._pool.packets[slots]
+            self.stats.timeouts += count
+            self._sent(count, now, resent=count)
+            self._timers.arm(slots, packets, now, resend=True)
+        return at + count
+
+    # -- receiving -----------------------------------------------------------------------
+
+    def receive(self, rx: np.ndarray, lengths: np.ndarray, now: float) -> int:
+        """Take the datagrams ``rx`` (records, ``lengths`` their sizes as received): file the
+        results this job waits for, count the rest as duplicates, write the next packets
+        of the answered slots (and, every pool's worth of datagrams, the resends of expired
+        slots) to ``tx``; returns how many."""
+        count = len(rx)
+        stats, plan = self.stats, self.plan
+        stats.packets_received += count
+        stats.bytes_received += int(lengths.sum())
+        index, slots, packets = self._accept(rx, lengths)
+        stats.duplicates += count - len(index)
+        sending = 0
+        if len(index):
+            self._file_results(rx, index, slots, packets)
+            self._timers.answered(slots, now)
+            following = packets + plan.n_slots
+            more = following < plan.total_packets
+            if more.all():
+                sending = self._send_next(slots, following, now, 0)
+            else:
+                finished = slots[~more]
+                self.outstanding[finished] = -1
+                self._timers.disarm(finished)
+                self.remaining -= len(finished)
+                if more.any():
+                    sending = self._send_next(slots[more], following[more], now, 0)
+        # Timers are due when the socket is drained (the driver calls expire then), not
+        # between queued results: after the worker was descheduled, results already waiting
+        # answer slots whose timers have expired, and firing first would resend them. A
+        # worker that never drains (results arriving faster than it reads) still checks
+        # every pool's worth of datagrams.
+        self._answered = sending > 0
+        self._since_timer_check += count
+        if self._since_timer_check >= plan.n_slots:
+            return self.expire(now, sending)
+        return sending
+
+    def _accept(self, rx: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Of ``rx``: the indices of the results this job is waiting for (one per slot, the
+        first if a result arrived twice), their slots and packet indices."""
+        prefix = rx.view(np.dtype({"names": ["prefix"], "formats": [">u8"], "itemsize": rx.dtype.itemsize}))["prefix"]
+        candidate = (prefix & RESULT_PREFIX_MASK) == self._expected_prefix
+        candidate &= lengths == self._record_bytes
+        rx_slots = rx["slot"]
+        candidate &= rx_slots < self.plan.n_slots
+        index = np.flatnonzero(candidate)
+        slots = rx_slots[index].astype(np.intp)
+        packets = (rx["seq"][index].astype(np.int64) - self.seq_base) & SEQ_MASK
+        waited = (self.outstanding[slots] == packets) & (self._pool.shadow_set[slots] == rx["shadow_set"][index])
+        if not waited.all():
+            index, slots, packets = index[waited], slots[waited], packets[waited]
+        if len(slots) > 1 and np.bincount(slots).max() > 1:  # a result that arrived twice in one batch
+            _, first = np.unique(slots, return_index=True)
+            first.sort()
+            index, slots, packets = index[first], slots[first], packets[first]
+        return index, slots, packets
+
+    def _file_results(self, rx: np.ndarray, index: np.ndarray, slots: np.ndarray, packets: np.ndarray) -> None:
+        """Take the accepted results: e_max of lookahead chunks, sums of data chunks."""
+        plan = self.plan
+        if self._quantized and packets.min() < plan.n_chunks:
+            lookahead = packets < plan.n_chunks
+            self.e_max[packets[lookahead]] = rx["exponent"][index[lookahead]]
+        chunks = packets - plan.lead
+        data = rx["data"]
+        if chunks.min() >= 0:
+            self._sums[chunks] = data[index]
+        else:
+            has_data = chunks >= 0
+            self._sums[chunks[has_data]] = data[index[has_data]]
+        self._pool.shadow_set[slots] ^= 1
