@@ -108,11 +108,20 @@ class FakeSwitch:
                 self._send(result, target)
 
 
-def make_clients(switch: FakeSwitch, policy: RetransmitPolicy = LOSSLESS, deadline: float = 20.0) -> list[SwitchMLClient]:
+@pytest.fixture(params=["python", "native"])
+def data_path(request: pytest.FixtureRequest) -> str:
+    """Every test of the client runs on both implementations of its loop (hosts/switchml/native)."""
+    return request.param
+
+
+def make_clients(switch: FakeSwitch, data_path: str, policy: RetransmitPolicy = LOSSLESS, deadline: float = 20.0,
+                 data_paths: list[str] | None = None) -> list[SwitchMLClient]:
+    """One client per rank of the fake's job; ``data_paths`` gives each rank its own (a mixed job)."""
     clients = [
         SwitchMLClient(
             rank, switch.n, JOB, "127.0.0.1", switch_port=switch.port, bind_ipv4="127.0.0.1", bind_port=0,
             k=switch.k, pool_size=POOL, retransmit=policy, job_deadline_s=deadline,
+            data_path=data_paths[rank] if data_paths else data_path,
         )
         for rank in range(switch.n)
     ]
@@ -144,10 +153,10 @@ def check_exact(results: list, tensors: list[np.ndarray]) -> None:
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float32])
 @pytest.mark.parametrize("length", [1, K - 1, K, K * POOL - 1, K * POOL + 1, 5003])
-def test_lossless_allreduce_is_exact(dtype: type, length: int) -> None:
+def test_lossless_allreduce_is_exact(dtype: type, length: int, data_path: str) -> None:
     tensors = make_tensors(dtype, length, seed=length)
     with FakeSwitch(N, K) as switch:
-        clients = make_clients(switch)
+        clients = make_clients(switch, data_path)
         results = run_allreduce(clients, tensors)
         for c in clients:
             c.close()
@@ -166,31 +175,31 @@ def test_lossless_allreduce_is_exact(dtype: type, length: int) -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float32])
-def test_loss_is_recovered_exactly(dtype: type) -> None:
+def test_loss_is_recovered_exactly(dtype: type, data_path: str) -> None:
     tensors = make_tensors(dtype, 2000, seed=3)
     with FakeSwitch(N, K, drop=0.05, seed=5) as switch:
-        clients = make_clients(switch, LOSSY)
+        clients = make_clients(switch, data_path, LOSSY)
         results = run_allreduce(clients, tensors)
     check_exact(results, tensors)
     assert sum(r.stats.retransmissions for r in results) > 0
     assert all(r.stats.retransmissions == r.stats.timeouts for r in results)
 
 
-def test_duplicate_results_are_discarded_and_counted() -> None:
+def test_duplicate_results_are_discarded_and_counted(data_path: str) -> None:
     tensors = make_tensors(np.float32, 700, seed=4)
     with FakeSwitch(N, K, duplicate_results=True) as switch:
-        clients = make_clients(switch)
+        clients = make_clients(switch, data_path)
         results = run_allreduce(clients, tensors)
     check_exact(results, tensors)
     for result in results:
         assert result.stats.duplicates == result.stats.packets_received // 2 > 0
 
 
-def test_stale_results_are_discarded() -> None:
+def test_stale_results_are_discarded(data_path: str) -> None:
     """Results of another job, of a slot out of range or of the wrong set are ignored."""
     tensors = make_tensors(np.int32, 3 * K, seed=6)
     with FakeSwitch(N, K) as switch:
-        clients = make_clients(switch)
+        clients = make_clients(switch, data_path)
         k_zeros = bytes(4 * K)
         for client in clients:  # queued before the job starts: all seqs 0..2 are live
             for fields in ((params.MSG_RESULT, 0, JOB + 1, 0, K, 0, 0), (params.MSG_RESULT, 1, JOB, 0, K, 0, 0),
@@ -201,13 +210,13 @@ def test_stale_results_are_discarded() -> None:
     assert all(r.stats.duplicates == 4 for r in results)
 
 
-def test_back_to_back_calls_continue_shadow_sets() -> None:
+def test_back_to_back_calls_continue_shadow_sets(data_path: str) -> None:
     """The fake keeps its registers between calls, like the switch: restarting at set 0
     would hit complete old versions and return stale sums."""
     first = make_tensors(np.int32, 5 * K, seed=7)  # 5 packets on 4 slots: slot 0 used twice
     second = make_tensors(np.int32, 3 * K, seed=8)
     with FakeSwitch(N, K) as switch:
-        clients = make_clients(switch)
+        clients = make_clients(switch, data_path)
         check_exact(run_allreduce(clients, first), first)
         assert clients[0].shadow_sets == [0, 1, 1, 1]
         n_first = len(switch.updates)
@@ -222,13 +231,13 @@ def test_back_to_back_calls_continue_shadow_sets() -> None:
     assert seqs == list(range(5 + 3 + 9 + POOL))  # sequence numbers continue across calls
 
 
-def test_switch_that_never_answers_raises_naming_missing_slots() -> None:
+def test_switch_that_never_answers_raises_naming_missing_slots(data_path: str) -> None:
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     silent.bind(("127.0.0.1", 0))
     deadline = 0.3
     client = SwitchMLClient(0, 2, JOB, "127.0.0.1", switch_port=silent.getsockname()[1], bind_ipv4="127.0.0.1",
                             bind_port=0, k=K, pool_size=POOL, retransmit=RetransmitPolicy(min_s=0.02, first_s=0.02),
-                            job_deadline_s=deadline)
+                            job_deadline_s=deadline, data_path=data_path)
     start = time.perf_counter()
     with client, pytest.raises(SwitchMLTimeout) as caught:
         client.allreduce(np.arange(3 * K, dtype=np.int32))
@@ -239,9 +248,9 @@ def test_switch_that_never_answers_raises_naming_missing_slots() -> None:
     assert "slot 0 (seq 0, set 0), slot 1 (seq 1, set 0), slot 2 (seq 2, set 0)" in str(caught.value)
 
 
-def test_bad_tensors_are_rejected_before_sending() -> None:
+def test_bad_tensors_are_rejected_before_sending(data_path: str) -> None:
     with FakeSwitch(1, K) as switch:
-        (client,) = make_clients(switch)
+        (client,) = make_clients(switch, data_path)
         bad = np.ones(10, dtype=np.float32)
         bad[6] = np.inf
         with pytest.raises(ValueError, match="element 6 = inf: not finite"):
@@ -256,8 +265,8 @@ def test_bad_tensors_are_rejected_before_sending() -> None:
     assert len(switch.updates) == 2 and one.values.tolist() == [1.5]
 
 
-def test_socket_sends_udp_checksum_zero() -> None:
-    with SwitchMLClient(0, 1, JOB, "127.0.0.1", bind_ipv4="127.0.0.1", bind_port=0) as client:
+def test_socket_sends_udp_checksum_zero(data_path: str) -> None:
+    with SwitchMLClient(0, 1, JOB, "127.0.0.1", bind_ipv4="127.0.0.1", bind_port=0, data_path=data_path) as client:
         assert client._sock.getsockopt(socket.SOL_SOCKET, 11) == 1
 
 

@@ -22,6 +22,8 @@ import numpy as np
 from hosts.switchml.core import SEQ_MASK, JobContext
 from hosts.switchml.job import AllReduceJob, AllReduceResult
 from hosts.switchml.mmsg import BatchSocket
+from hosts.switchml.native import resolve
+from hosts.switchml.native.job import NativeJob, NativeRoundTrip
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from protocol import params
@@ -70,6 +72,7 @@ class SwitchMLClient:
         pool_size: int = DEFAULT_POOL_SIZE,
         retransmit: RetransmitPolicy = RetransmitPolicy(),
         job_deadline_s: float = DEFAULT_JOB_DEADLINE_S,
+        data_path: str = "python",
     ) -> None:
         if not 1 <= n_workers <= params.MAX_WORKERS:
             raise ValueError(f"n_workers must be 1..{params.MAX_WORKERS}, got {n_workers}")
@@ -83,6 +86,9 @@ class SwitchMLClient:
             raise ValueError(f"pool_size must be 1..{params.MAX_POOL_SIZE}, got {pool_size}")
         if job_deadline_s <= 0:
             raise ValueError(f"job_deadline_s must be positive, got {job_deadline_s}")
+        self.data_path = resolve(data_path)
+        """Which implementation runs the loop (hosts/switchml/native: ``auto`` is native where it builds)."""
+        self._native_rtt = NativeRoundTrip() if self.data_path.name == "native" else None
         self._ctx = JobContext(rank=rank, n_workers=n_workers, job_id=job_id, policy=retransmit, deadline_s=job_deadline_s)
         self._pool = SlotPool(pool_size, k)
         self._next_seq = 0
@@ -135,7 +141,11 @@ class SwitchMLClient:
             exponents = None
         else:
             raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
-        job = AllReduceJob(self._io, self._poller, self._pool, self._ctx, x, exponents, self._next_seq, t0)
+        if self._native_rtt is not None:
+            job: AllReduceJob | NativeJob = NativeJob(self._io, self._pool, self._ctx, self._native_rtt, x, exponents,
+                                                      self._next_seq, t0, self._sock.fileno())
+        else:
+            job = AllReduceJob(self._io, self._poller, self._pool, self._ctx, x, exponents, self._next_seq, t0)
         self._next_seq = (self._next_seq + job.total_packets) & SEQ_MASK
         if len(x):
             job.run()

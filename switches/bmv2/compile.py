@@ -2,7 +2,7 @@
 
 Every switch node of every run needs the same JSON; compiling takes a second or more per
 call (about 10 s at k = 256). The build is cached under a hash of every file under ``p4/``
-plus the compiler options (``switches/build_cache.py``): an edit, another k or another pool
+plus the compiler options (``base/build_cache.py``): an edit, another k or another pool
 size gets a fresh build, an unchanged tree reuses the existing one.
 
 A build is two steps, both logged as the commands a student would type: p4/gen_elements.py
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol import params
-from switches.build_cache import build_once, source_hash
+from base.build_cache import build_once, source_hash
 
 log = logging.getLogger(__name__)
 

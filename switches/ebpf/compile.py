@@ -1,7 +1,7 @@
 """Compile switchml.bpf.c with clang (-target bpf), once per distinct source and options.
 
 The object is cached under ``build/ebpf/<hash of the sources and options>/`` like the
-bmv2 build (``switches/build_cache.py``). The sources are the C file, its header and
+bmv2 build (``base/build_cache.py``). The sources are the C file, its header and
 p4/include/constants.p4, which the C program includes as is: the port range, the message
 types and the counter indices have one definition for all three targets. k and the pool
 size are options (``-DSWITCHML_K``, ``-DSWITCHML_MAX_POOL_SIZE``, which constants.p4 takes
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol import params
-from switches.build_cache import build_once, source_hash
+from base.build_cache import build_once, source_hash
 from switches.ebpf.maps import EBPF_DIR, SWITCHML_H
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Build outputs cached by a hash of their sources and options (p4c for bmv2, clang for eBPF).
+"""Build outputs cached by a hash of their sources and options (p4c for bmv2, clang for eBPF,
+the C compiler for the native worker data path).
 
 Every switch of every run needs the same compiled program; more importantly a stale build
 (sources edited after it) would run a program the Python side no longer matches. An

@@ -1,0 +1,182 @@
+"""One all-reduce through the native data path: the job's arrays in Python, its loop in C.
+
+``NativeJob`` is what ``AllReduceJob`` (hosts/switchml/job.py) is for the Python worker,
+with the same constructor and results: the plan, the padded chunks, the exponents of the
+lead round and the scale table are prepared exactly as ``WorkerCore`` prepares them; the
+arrays are handed to worker.c's ``sml_run`` in ``struct sml_job`` (mirrored here field
+for field), which runs the whole send/receive loop. A signal interrupts the loop: the
+call returns, Python runs the handler (which may raise, e.g. the runner's SIGTERM), and
+the loop resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import time
+
+import numpy as np
+
+from hosts.stats import TIMELINE_BIN_S, JobStats
+from hosts.switchml.core import JobContext, missing_slots
+from hosts.switchml.job import SwitchMLTimeout
+from hosts.switchml.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket
+from hosts.switchml.pool import SlotPool
+from hosts.switchml.timers import RoundTripEstimator
+from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
+from protocol.plan import JobPlan
+from protocol.quantize import scale_for
+
+MAX_ERRNOS = 8
+SML_DONE, SML_TIMED_OUT, SML_INTERRUPTED, SML_FAILED = range(4)
+FAILED_CALLS = {1: "sendmmsg", 2: "recvmmsg", 3: "ppoll", 4: "malloc"}
+
+_p = ctypes.c_void_p
+_i32, _u32, _i64, _f64 = ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64, ctypes.c_double
+
+
+class NativeRoundTrip(ctypes.Structure):
+    """struct sml_rtt: RoundTripEstimator's state, kept by the client across its jobs."""
+
+    _fields_ = [("ring", _f64 * RoundTripEstimator.WINDOW), ("count", _i64), ("shortest", _f64),
+                ("median", _f64), ("median_valid", _i32)]
+
+    def __init__(self) -> None:
+        super().__init__(shortest=math.inf)
+
+
+class _Policy(ctypes.Structure):
+    _fields_ = [("min_s", _f64), ("max_s", _f64), ("first_s", _f64), ("backoff_every", _i64)]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(name, _i64) for name in ("packets_sent", "packets_received", "retransmissions", "timeouts",
+                                          "duplicates", "bytes_sent", "bytes_received")]
+
+
+class _Job(ctypes.Structure):
+    """struct sml_job, in worker.c's order."""
+
+    _fields_ = [
+        *[(name, _i32) for name in ("fd", "k", "n_slots", "n_chunks", "lead", "total_packets", "quantized", "capacity",
+                                    "record_bytes", "rx_stride")],
+        ("job_id", _u32), ("seq_base", _u32),
+        ("t0", _f64), ("deadline_s", _f64), ("timeline_bin_s", _f64),
+        ("policy", _Policy),
+        *[(name, _p) for name in ("chunks", "packet_exponents", "scales", "e_max", "sums", "shadow_set", "pool_packets",
+                                  "outstanding", "tx", "rx", "rx_lengths")],
+        ("rtt", ctypes.POINTER(NativeRoundTrip)),
+        *[(name, _p) for name in ("deadline", "backoff", "sent_at", "token", "timeouts_per_slot", "resent")],
+        ("lost_errnos", _i32 * MAX_ERRNOS), ("n_lost_errnos", _i32),
+        ("reported_errnos", _i32 * MAX_ERRNOS), ("n_reported_errnos", _i32),
+        ("refusals", _i64 * MAX_ERRNOS),
+        ("started", _i32), ("unsent", _i64), ("remaining", _i64), ("since_timer_check", _i64), ("answered", _i32),
+        ("stats", _Stats),
+        ("timeline", ctypes.POINTER(_i64)), ("timeline_len", _i64), ("timeline_capacity", _i64),
+        ("failed_call", _i32), ("failed_errno", _i32),
+    ]  # fmt: skip
+
+
+def declare(lib: ctypes.CDLL) -> None:
+    """Give the library's functions their signatures and check that both sides lay the
+    structs out alike (a compiler or platform that disagrees is refused, not trusted)."""
+    from hosts.switchml.native import NativeUnavailable
+
+    lib.sml_job_size.restype = lib.sml_rtt_size.restype = _i64
+    lib.sml_run.argtypes = lib.sml_release.argtypes = [ctypes.POINTER(_Job)]
+    lib.sml_run.restype = ctypes.c_int
+    lib.sml_release.restype = None
+    for struct, size in ((_Job, lib.sml_job_size()), (NativeRoundTrip, lib.sml_rtt_size())):
+        if ctypes.sizeof(struct) != size:
+            raise NativeUnavailable(f"struct {struct.__name__} is {size} bytes in worker.c and {ctypes.sizeof(struct)} in Python")
+
+
+def _address(array: np.ndarray) -> int:
+    if not array.flags.c_contiguous:
+        raise ValueError("the native data path needs contiguous arrays")
+    return array.ctypes.data
+
+
+class NativeJob:
+    """Sends ``tensor`` through the pool with worker.c's loop; ``run`` does it once."""
+
+    def __init__(self, io: BatchSocket, pool: SlotPool, ctx: JobContext, rtt: NativeRoundTrip, tensor: np.ndarray,
+                 block_exponents: np.ndarray | None, seq_base: int, t0: float, sock_fd: int) -> None:
+        from hosts.switchml.native import library
+
+        self._lib = library()
+        self._io = io
+        self._ctx = ctx
+        self._t0 = t0
+        self._pool = pool
+        quantized = block_exponents is not None
+        self._plan = plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, quantized)
+        k = pool.k
+        # The same arrays WorkerCore makes, kept alive here while C points into them.
+        chunks = np.zeros((plan.n_chunks, k), dtype=tensor.dtype)
+        chunks.reshape(-1)[: len(tensor)] = tensor
+        packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if quantized else 0, dtype=np.int8)
+        if block_exponents is not None:
+            packet_exponents[: plan.n_chunks] = block_exponents
+        self.e_max = np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8)
+        scales = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers).astype(np.float64)
+        self.int_sum = np.zeros(plan.n_chunks * k, dtype=np.int32)
+        self.outstanding = np.full(plan.n_slots, -1, dtype=np.int64)
+        n = plan.n_slots
+        timers = {"deadline": np.full(n, np.inf), "backoff": np.ones(n), "sent_at": np.zeros(n),
+                  "token": np.full(n, -1, dtype=np.int64), "timeouts_per_slot": np.zeros(n, dtype=np.int64),
+                  "resent": np.zeros(n, dtype=np.uint8)}
+        self._rx_lengths = np.zeros(io.capacity, dtype=np.uint32)
+        self._keep = (chunks, packet_exponents, scales, timers)
+        policy = ctx.policy
+        self._job = _Job(
+            fd=sock_fd, k=k, n_slots=n, n_chunks=plan.n_chunks, lead=plan.lead, total_packets=plan.total_packets,
+            quantized=int(quantized), capacity=io.capacity, record_bytes=io.tx.dtype.itemsize, rx_stride=io.rx.strides[0],
+            job_id=ctx.job_id, seq_base=seq_base, t0=t0, deadline_s=ctx.deadline_s, timeline_bin_s=TIMELINE_BIN_S,
+            policy=_Policy(policy.min_s, policy.max_s, policy.first_s, policy.backoff_every),
+            chunks=_address(chunks), packet_exponents=_address(packet_exponents), scales=_address(scales),
+            e_max=_address(self.e_max), sums=_address(self.int_sum), shadow_set=_address(pool.shadow_set),
+            pool_packets=_address(pool.packets), outstanding=_address(self.outstanding), tx=_address(io.tx),
+            rx=io.rx.ctypes.data, rx_lengths=_address(self._rx_lengths), rtt=ctypes.pointer(rtt),
+            **{name: _address(array) for name, array in timers.items()},
+            n_lost_errnos=len(SEND_LOST_ERRNOS), n_reported_errnos=len(REPORTED_ERRNOS),
+            started=0, unsent=plan.total_packets, remaining=n,
+        )  # fmt: skip
+        self._job.lost_errnos[: len(SEND_LOST_ERRNOS)] = SEND_LOST_ERRNOS
+        self._job.reported_errnos[: len(REPORTED_ERRNOS)] = REPORTED_ERRNOS
+        self.stats = JobStats()
+
+    @property
+    def total_packets(self) -> int:
+        return self._plan.total_packets
+
+    def run(self) -> None:
+        """Run the job to completion, or raise SwitchMLTimeout at the deadline."""
+        job = self._job
+        try:
+            while (status := self._lib.sml_run(ctypes.byref(job))) == SML_INTERRUPTED:
+                pass  # returning to Python ran the signal's handler; continue where the loop stopped
+        finally:
+            self._collect()
+        if status == SML_TIMED_OUT:
+            elapsed = time.perf_counter() - self._t0
+            refusals = {code: n for code, n in zip(SEND_LOST_ERRNOS, job.refusals) if n}
+            raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, elapsed,
+                                  missing_slots(self.outstanding, self._pool.shadow_set, job.seq_base), refusals)
+        if status == SML_FAILED:
+            code = job.failed_errno
+            raise OSError(code, f"{FAILED_CALLS.get(job.failed_call, 'worker.c')}: {os.strerror(code)}")
+        if status != SML_DONE:
+            raise RuntimeError(f"worker.c's sml_run returned {status}")
+
+    def _collect(self) -> None:
+        """Stats, timeline and refusals out of the struct; the C-owned timeline freed."""
+        job, stats = self._job, self.stats
+        for name, _ in _Stats._fields_:
+            setattr(stats, name, getattr(job.stats, name))
+        stats.timeline = job.timeline[: job.timeline_len] if job.timeline_len else []
+        for code, n in zip(SEND_LOST_ERRNOS, job.refusals):
+            if n:
+                self._io.refusals[code] += n
+        self._lib.sml_release(ctypes.byref(job))

@@ -1,0 +1,603 @@
+/*
+ * worker.c -- the SwitchML worker's data path in C: hosts/switchml/core.py and the driver
+ * loop of hosts/switchml/job.py, function for function, with the same names.
+ *
+ * Why it exists: a Python worker spends 24-27 us of user time per packet at k = 256, and
+ * eight of them on two cores set the emulator's pace instead of the links (issue 27). The
+ * Python core stays the reference that the labs and docs teach; this file is its
+ * translation, and tests/test_native_worker.py runs both on the same results and
+ * demands the same packets, bit for bit.
+ *
+ * Python (hosts/switchml/native/job.py) plans the job, computes the block exponents,
+ * allocates every array and fills struct sml_job; sml_run then runs the job's whole
+ * send/receive loop over the connected, non-blocking UDP socket and returns when the
+ * job is done, its deadline passed, a signal arrived (Python runs its handlers and calls
+ * again: every piece of progress lives in the struct), or a system call failed.
+ *
+ * The arithmetic is protocol/quantize.py's: x (float32) times the block's scale in
+ * double, rounded half to even (rint in the default rounding mode), as int32. Built
+ * without -ffast-math and with -ffp-contract=off, so the product is the one numpy
+ * computes.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "constants.p4"
+
+#define EXPONENT_MIN (-128)
+#define SEQ_MASK 0xFFFFFFFFu
+#define RTT_WINDOW 64           /* RoundTripEstimator.WINDOW */
+#define HOLD_SHARE 0.75         /* core.HOLD_SHARE */
+#define HOLD_BELOW_SHARE 0.9    /* core.HOLD_BELOW_SHARE */
+#define HOLD_MAX_S 0.010        /* core.HOLD_MAX_S */
+#define MAX_ERRNOS 8
+
+/* Offsets of switchml_h's fields in a payload (protocol.packet.payload_dtype). */
+enum { F_MSG_TYPE = 0, F_SHADOW_SET = 1, F_JOB_ID = 2, F_SLOT = 4, F_NUM_ELEMENTS = 6, F_EXPONENT = 8, F_SEQ = 9 };
+
+/* What sml_run returns. */
+enum { SML_DONE = 0, SML_TIMED_OUT = 1, SML_INTERRUPTED = 2, SML_FAILED = 3 };
+/* Which call failed (sml_job.failed_call) when SML_FAILED. */
+enum { CALL_NONE = 0, CALL_SENDMMSG = 1, CALL_RECVMMSG = 2, CALL_PPOLL = 3, CALL_MALLOC = 4 };
+
+/* RoundTripEstimator (hosts/switchml/timers.py): the median of the last RTT_WINDOW round
+ * trips, and the shortest ever. Kept by the client across its jobs. */
+struct sml_rtt {
+    double ring[RTT_WINDOW];
+    int64_t count;
+    double shortest;          /* INFINITY before the first sample */
+    double median;
+    int32_t median_valid;
+};
+
+/* RetransmitPolicy. */
+struct sml_policy {
+    double min_s, max_s, first_s;
+    int64_t backoff_every;
+};
+
+/* JobStats, without tat_s and the timeline (Python has those). */
+struct sml_stats {
+    int64_t packets_sent, packets_received, retransmissions, timeouts, duplicates, bytes_sent, bytes_received;
+};
+
+struct sml_job {
+    /* -- the plan and the job's arrays: Python fills them, C never allocates them -- */
+    int32_t fd, k, n_slots, n_chunks, lead, total_packets, quantized, capacity;
+    int32_t record_bytes, rx_stride;
+    uint32_t job_id, seq_base;
+    double t0, deadline_s, timeline_bin_s;
+    struct sml_policy policy;
+    const void *chunks;             /* float32 or int32, n_chunks x k */
+    const int8_t *packet_exponents; /* total_packets */
+    const double *scales;           /* 256: scale_for(e) at e - EXPONENT_MIN */
+    int8_t *e_max;                  /* n_chunks */
+    int32_t *sums;                  /* n_chunks x k, native byte order */
+    uint8_t *shadow_set;            /* SlotPool.shadow_set (pool_size) */
+    uint8_t *pool_packets;          /* SlotPool.packets (pool_size records) */
+    int64_t *outstanding;           /* n_slots: the packet each slot waits for, -1 done */
+    uint8_t *tx;                    /* capacity records */
+    uint8_t *rx;                    /* capacity buffers of rx_stride bytes */
+    uint32_t *rx_lengths;           /* capacity */
+    struct sml_rtt *rtt;
+    /* SlotTimers, one entry per slot */
+    double *deadline, *backoff, *sent_at;
+    int64_t *token, *timeouts_per_slot;
+    uint8_t *resent;
+    /* errnos that mean "lost" (mmsg.SEND_LOST_ERRNOS) and those a receive reports for an
+     * earlier datagram (mmsg.REPORTED_ERRNOS); refusals[i] counts lost_errnos[i]. */
+    int32_t lost_errnos[MAX_ERRNOS], n_lost_errnos;
+    int32_t reported_errnos[MAX_ERRNOS], n_reported_errnos;
+    int64_t refusals[MAX_ERRNOS];
+    /* -- progress: kept in the struct so that sml_run can return and be called again -- */
+    int32_t started;
+    int64_t unsent, remaining, since_timer_check;
+    int32_t answered;
+    struct sml_stats stats;
+    int64_t *timeline;              /* C owns it (grows with the job): sml_release frees it */
+    int64_t timeline_len, timeline_capacity;
+    int32_t failed_call, failed_errno;
+};
+
+int64_t sml_job_size(void) { return (int64_t)sizeof(struct sml_job); }
+int64_t sml_rtt_size(void) { return (int64_t)sizeof(struct sml_rtt); }
+
+void sml_release(struct sml_job *job)
+{
+    free(job->timeline);
+    job->timeline = NULL;
+    job->timeline_len = job->timeline_capacity = 0;
+}
+
+static double clock_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.perf_counter's clock on Linux */
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void put_be16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
+static void put_be32(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v; }
+static uint32_t get_be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static uint32_t get_be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+/* ---- RoundTripEstimator ------------------------------------------------------------ */
+
+static void rtt_sample(struct sml_rtt *rtt, double sample)
+{
+    if (sample < rtt->shortest)
+        rtt->shortest = sample;
+    rtt->ring[rtt->count % RTT_WINDOW] = sample;
+    rtt->count++;
+    rtt->median_valid = 0;
+}
+
+/* The median of the recent samples, the upper one of an even count (np.partition's). */
+static double rtt_median(struct sml_rtt *rtt)
+{
+    if (!rtt->median_valid) {
+        int n = rtt->count < RTT_WINDOW ? (int)rtt->count : RTT_WINDOW;
+        double sorted[RTT_WINDOW];
+        for (int i = 0; i < n; i++) { /* insertion sort: at most 64 samples, once per batch */
+            double v = rtt->ring[i];
+            int j = i;
+            for (; j > 0 && sorted[j - 1] > v; j--)
+                sorted[j] = sorted[j - 1];
+            sorted[j] = v;
+        }
+        rtt->median = sorted[n / 2];
+        rtt->median_valid = 1;
+    }
+    return rtt->median;
+}
+
+static double rtt_queueing(struct sml_rtt *rtt)
+{
+    return rtt->count == 0 ? 0.0 : rtt_median(rtt) - rtt->shortest;
+}
+
+static double rtt_timeout(struct sml_rtt *rtt, double floor_s, double first_s)
+{
+    if (rtt->count == 0)
+        return first_s;
+    double twice = 2 * rtt_median(rtt);
+    return twice > floor_s ? twice : floor_s;
+}
+
+/* core.hold_time */
+static double hold_time(struct sml_rtt *rtt)
+{
+    if (rtt->count == 0)
+        return 0.0;
+    double queueing = rtt_queueing(rtt);
+    if (queueing <= rtt->shortest)
+        return 0.0;
+    double hold = HOLD_SHARE * queueing;
+    return hold < HOLD_MAX_S ? hold : HOLD_MAX_S;
+}
+
+/* ---- SlotTimers --------------------------------------------------------------------- */
+
+/* arm() for a batch: one timeout for all, as the Python call computes it once. */
+static void timers_arm(struct sml_job *job, const int64_t *slots, const int64_t *tokens, int64_t count, double now, int resend)
+{
+    const struct sml_policy *policy = &job->policy;
+    double timeout = rtt_timeout(job->rtt, policy->min_s, policy->first_s);
+    for (int64_t i = 0; i < count; i++) {
+        int64_t s = slots[i];
+        if (!resend)
+            job->sent_at[s] = now;
+        job->resent[s] = (uint8_t)resend;
+        job->token[s] = tokens[i];
+        double wait = timeout * job->backoff[s];
+        job->deadline[s] = now + (wait < policy->max_s ? wait : policy->max_s);
+    }
+}
+
+static void timers_answered(struct sml_job *job, const int64_t *slots, int64_t count, double now)
+{
+    for (int64_t i = 0; i < count; i++) {
+        int64_t s = slots[i];
+        if (!job->resent[s]) {
+            rtt_sample(job->rtt, now - job->sent_at[s]);
+            job->backoff[s] = 1.0;
+        }
+    }
+}
+
+static void timers_disarm(struct sml_job *job, int64_t slot)
+{
+    job->deadline[slot] = INFINITY;
+    job->token[slot] = -1;
+}
+
+/* next_deadline(); INFINITY when no slot is armed. */
+static double timers_next_deadline(const struct sml_job *job)
+{
+    double earliest = INFINITY;
+    for (int32_t s = 0; s < job->n_slots; s++)
+        if (job->deadline[s] < earliest)
+            earliest = job->deadline[s];
+    return earliest;
+}
+
+/* pop_expired(): the expired slots in slot order, counted, backed off every backoff_every-th. */
+static int64_t timers_pop_expired(struct sml_job *job, double now, int64_t *slots, int64_t *tokens)
+{
+    int64_t count = 0;
+    for (int32_t s = 0; s < job->n_slots; s++) {
+        if (job->deadline[s] <= now) {
+            slots[count] = s;
+            tokens[count] = job->token[s];
+            count++;
+            timers_disarm(job, s);
+            job->timeouts_per_slot[s]++;
+            if (job->timeouts_per_slot[s] % job->policy.backoff_every == 0)
+                job->backoff[s] *= 2.0;
+        }
+    }
+    return count;
+}
+
+/* ---- WorkerCore: sending ------------------------------------------------------------ */
+
+/* SendTimeline.record and JobStats' send counters. */
+static int sent(struct sml_job *job, int64_t count, double now, int64_t resent_count)
+{
+    job->stats.packets_sent += count;
+    job->stats.bytes_sent += count * job->record_bytes;
+    job->stats.retransmissions += resent_count;
+    int64_t index = (int64_t)((now - job->t0) / job->timeline_bin_s);
+    if (index < 0)
+        index = 0;
+    if (index >= job->timeline_capacity) {
+        int64_t capacity = job->timeline_capacity ? job->timeline_capacity : 1024;
+        while (capacity <= index)
+            capacity *= 2;
+        int64_t *grown = realloc(job->timeline, (size_t)capacity * sizeof *grown);
+        if (!grown)
+            return -1;
+        memset(grown + job->timeline_capacity, 0, (size_t)(capacity - job->timeline_capacity) * sizeof *grown);
+        job->timeline = grown;
+        job->timeline_capacity = capacity;
+    }
+    if (index >= job->timeline_len)
+        job->timeline_len = index + 1;
+    job->timeline[index] += count;
+    return 0;
+}
+
+/* The elements of chunk ``chunk`` as they go on the wire, big-endian: quantized with the
+ * chunk's e_max, or the int32 values as they are (core._chunk_data). */
+static void chunk_data(const struct sml_job *job, int64_t chunk, uint8_t *out)
+{
+    int32_t k = job->k;
+    if (job->quantized) {
+        const float *x = (const float *)job->chunks + chunk * k;
+        double scale = job->scales[job->e_max[chunk] - EXPONENT_MIN];
+        for (int32_t i = 0; i < k; i++)
+            put_be32(out + 4 * i, (uint32_t)(int32_t)rint((double)x[i] * scale));
+    } else {
+        const int32_t *x = (const int32_t *)job->chunks + chunk * k;
+        for (int32_t i = 0; i < k; i++)
+            put_be32(out + 4 * i, (uint32_t)x[i]);
+    }
+}
+
+/* core._send_next: packet packets[i] for slot slots[i] into tx[at + i]. */
+static int64_t send_next(struct sml_job *job, const int64_t *slots, const int64_t *packets, int64_t count, double now, int64_t at)
+{
+    for (int64_t i = 0; i < count; i++) {
+        int64_t slot = slots[i], packet = packets[i], chunk = packet - job->lead;
+        uint8_t *record = job->tx + (at + i) * job->record_bytes;
+        record[F_MSG_TYPE] = SWITCHML_MSG_UPDATE;
+        record[F_SHADOW_SET] = job->shadow_set[slot];
+        put_be16(record + F_JOB_ID, job->job_id);
+        put_be16(record + F_SLOT, (uint32_t)slot);
+        put_be16(record + F_NUM_ELEMENTS, (uint32_t)job->k);
+        record[F_EXPONENT] = (uint8_t)job->packet_exponents[packet];
+        put_be32(record + F_SEQ, (uint32_t)((job->seq_base + (uint64_t)packet) & SEQ_MASK));
+        if (chunk >= 0)
+            chunk_data(job, chunk, record + SWITCHML_HEADER_BYTES);
+        else /* the lookahead round: exponent-only packets carry zeros */
+            memset(record + SWITCHML_HEADER_BYTES, 0, (size_t)job->k * 4);
+        memcpy(job->pool_packets + slot * job->record_bytes, record, (size_t)job->record_bytes);
+        job->outstanding[slot] = packet;
+    }
+    if (sent(job, count, now, 0))
+        return -1;
+    timers_arm(job, slots, packets, count, now, 0);
+    job->unsent -= count;
+    return at + count;
+}
+
+/* core.expire: resend every expired slot from tx[at] on. */
+static int64_t expire(struct sml_job *job, double now, int64_t at, int64_t *slots, int64_t *tokens)
+{
+    job->since_timer_check = 0;
+    int64_t count = timers_pop_expired(job, now, slots, tokens);
+    if (!count)
+        return at;
+    for (int64_t i = 0; i < count; i++)
+        memcpy(job->tx + (at + i) * job->record_bytes, job->pool_packets + slots[i] * job->record_bytes, (size_t)job->record_bytes);
+    job->stats.timeouts += count;
+    if (sent(job, count, now, count))
+        return -1;
+    timers_arm(job, slots, tokens, count, now, 1);
+    return at + count;
+}
+
+/* core.start */
+static int64_t start(struct sml_job *job, double now, int64_t *slots)
+{
+    for (int32_t s = 0; s < job->n_slots; s++)
+        slots[s] = s;
+    return send_next(job, slots, slots, job->n_slots, now, 0);
+}
+
+/* ---- WorkerCore: receiving ---------------------------------------------------------- */
+
+/* Scratch arrays of one batch (per slot, or per datagram of a batch). */
+struct scratch {
+    int64_t *index, *slots, *packets, *more_slots, *more_packets, *expired_slots, *expired_tokens, *taken;
+};
+
+/* core._accept: the datagrams of rx[:count] this job waits for, one per slot (the first
+ * if a result arrived twice), checked against the state before the batch. */
+static int64_t accept_results(struct sml_job *job, int64_t count, int64_t batch, struct scratch *s)
+{
+    int64_t accepted = 0;
+    for (int64_t i = 0; i < count; i++) {
+        const uint8_t *record = job->rx + i * job->rx_stride;
+        if (job->rx_lengths[i] != (uint32_t)job->record_bytes || record[F_MSG_TYPE] != SWITCHML_MSG_RESULT
+            || get_be16(record + F_JOB_ID) != job->job_id || get_be16(record + F_NUM_ELEMENTS) != (uint32_t)job->k)
+            continue;
+        int64_t slot = get_be16(record + F_SLOT);
+        if (slot >= job->n_slots)
+            continue;
+        int64_t packet = (int64_t)((get_be32(record + F_SEQ) - job->seq_base) & SEQ_MASK);
+        if (job->outstanding[slot] != packet || job->shadow_set[slot] != record[F_SHADOW_SET] || s->taken[slot] == batch)
+            continue;
+        s->taken[slot] = batch;
+        s->index[accepted] = i;
+        s->slots[accepted] = slot;
+        s->packets[accepted] = packet;
+        accepted++;
+    }
+    return accepted;
+}
+
+/* core._file_results */
+static void file_results(struct sml_job *job, int64_t accepted, const struct scratch *s)
+{
+    for (int64_t a = 0; a < accepted; a++) {
+        const uint8_t *record = job->rx + s->index[a] * job->rx_stride;
+        int64_t packet = s->packets[a], chunk = packet - job->lead;
+        if (job->quantized && packet < job->n_chunks)
+            job->e_max[packet] = (int8_t)record[F_EXPONENT];
+        if (chunk >= 0) {
+            int32_t *sum = job->sums + chunk * job->k;
+            const uint8_t *data = record + SWITCHML_HEADER_BYTES;
+            for (int32_t e = 0; e < job->k; e++)
+                sum[e] = (int32_t)get_be32(data + 4 * e);
+        }
+        job->shadow_set[s->slots[a]] ^= 1;
+    }
+}
+
+/* core.receive: file the results of rx[:count], write the next packets (and, every pool's
+ * worth of datagrams, the resends) to tx; returns how many. */
+static int64_t receive(struct sml_job *job, int64_t count, double now, int64_t batch, struct scratch *s)
+{
+    job->stats.packets_received += count;
+    for (int64_t i = 0; i < count; i++)
+        job->stats.bytes_received += job->rx_lengths[i];
+    int64_t accepted = accept_results(job, count, batch, s);
+    job->stats.duplicates += count - accepted;
+    int64_t sending = 0;
+    if (accepted) {
+        file_results(job, accepted, s);
+        timers_answered(job, s->slots, accepted, now);
+        int64_t more = 0;
+        for (int64_t a = 0; a < accepted; a++) {
+            int64_t following = s->packets[a] + job->n_slots;
+            if (following < job->total_packets) {
+                s->more_slots[more] = s->slots[a];
+                s->more_packets[more] = following;
+                more++;
+            } else {
+                job->outstanding[s->slots[a]] = -1;
+                timers_disarm(job, s->slots[a]);
+                job->remaining--;
+            }
+        }
+        if (more && (sending = send_next(job, s->more_slots, s->more_packets, more, now, 0)) < 0)
+            return -1;
+    }
+    job->answered = sending > 0;
+    job->since_timer_check += count;
+    if (job->since_timer_check >= job->n_slots)
+        return expire(job, now, sending, s->expired_slots, s->expired_tokens);
+    return sending;
+}
+
+/* core.hold_s */
+static double hold_s(struct sml_job *job, int64_t received)
+{
+    if (!job->answered || received >= job->n_slots * HOLD_BELOW_SHARE || job->unsent < job->n_slots)
+        return 0.0;
+    return hold_time(job->rtt);
+}
+
+/* ---- the driver (job.AllReduceJob.run) ---------------------------------------------- */
+
+static int errno_index(const int32_t *table, int32_t n, int code)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (table[i] == code)
+            return i;
+    return -1;
+}
+
+static int fail(struct sml_job *job, int call, int code)
+{
+    job->failed_call = call;
+    job->failed_errno = code;
+    return SML_FAILED;
+}
+
+/* BatchSocket.send: tx[:count] in as few calls as the kernel allows; a datagram refused
+ * with a "lost" errno is skipped and counted. Returns 0, or -1 with errno set. */
+static int send_batch(struct sml_job *job, struct mmsghdr *table, int64_t count)
+{
+    int64_t done = 0;
+    while (done < count) {
+        int n = sendmmsg(job->fd, table + done, (unsigned)(count - done), 0);
+        if (n >= 0) {
+            done += n;
+            continue;
+        }
+        if (errno == EINTR)
+            continue;
+        int i = errno_index(job->lost_errnos, job->n_lost_errnos, errno);
+        if (i < 0)
+            return -1;
+        job->refusals[i]++;
+        done++;
+    }
+    return 0;
+}
+
+/* BatchSocket.receive: what is waiting, up to capacity datagrams, without blocking. */
+static int64_t receive_batch(struct sml_job *job, struct mmsghdr *table)
+{
+    for (;;) {
+        int n = recvmmsg(job->fd, table, (unsigned)job->capacity, MSG_DONTWAIT, NULL);
+        if (n >= 0) {
+            for (int i = 0; i < n; i++)
+                job->rx_lengths[i] = table[i].msg_len;
+            return n;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno_index(job->reported_errnos, job->n_reported_errnos, errno) < 0)
+            return -1;
+        int i = errno_index(job->lost_errnos, job->n_lost_errnos, errno);
+        if (i >= 0)
+            job->refusals[i]++;
+    }
+}
+
+static void message_table(struct mmsghdr *table, struct iovec *iov, uint8_t *base, int64_t stride, int64_t length, int64_t count)
+{
+    memset(table, 0, (size_t)count * sizeof *table);
+    for (int64_t i = 0; i < count; i++) {
+        iov[i].iov_base = base + i * stride;
+        iov[i].iov_len = (size_t)length;
+        table[i].msg_hdr.msg_iov = &iov[i];
+        table[i].msg_hdr.msg_iovlen = 1;
+    }
+}
+
+static struct timespec span(double seconds)
+{
+    if (seconds < 0)
+        seconds = 0;
+    struct timespec ts = {.tv_sec = (time_t)seconds};
+    ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+    return ts;
+}
+
+static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx_table, struct scratch *s)
+{
+    double deadline = job->t0 + job->deadline_s;
+    int64_t count;
+    if (!job->started) {
+        if ((count = start(job, clock_now(), s->slots)) < 0)
+            return fail(job, CALL_MALLOC, ENOMEM);
+        job->started = 1;
+        if (send_batch(job, tx_table, count))
+            return fail(job, CALL_SENDMMSG, errno);
+    }
+    int64_t batch = 0;
+    while (job->remaining) {
+        int64_t received = receive_batch(job, rx_table);
+        if (received < 0)
+            return fail(job, CALL_RECVMMSG, errno);
+        if (received == 0) {
+            double now = clock_now();
+            if ((count = expire(job, now, 0, s->expired_slots, s->expired_tokens)) < 0)
+                return fail(job, CALL_MALLOC, ENOMEM);
+            if (count && send_batch(job, tx_table, count))
+                return fail(job, CALL_SENDMMSG, errno);
+            if (now >= deadline)
+                return SML_TIMED_OUT;
+            double next_timer = timers_next_deadline(job);
+            double wake = next_timer < deadline ? next_timer : deadline;
+            struct pollfd pfd = {.fd = job->fd, .events = POLLIN};
+            struct timespec wait = span(wake - now);
+            if (ppoll(&pfd, 1, &wait, NULL) < 0) {
+                if (errno == EINTR)
+                    return SML_INTERRUPTED;
+                return fail(job, CALL_PPOLL, errno);
+            }
+            continue;
+        }
+        double now = clock_now();
+        if ((count = receive(job, received, now, ++batch, s)) < 0)
+            return fail(job, CALL_MALLOC, ENOMEM);
+        if (count && send_batch(job, tx_table, count))
+            return fail(job, CALL_SENDMMSG, errno);
+        if (now >= deadline && job->remaining)
+            return SML_TIMED_OUT;
+        double hold = hold_s(job, received);
+        if (hold > 0) {
+            struct timespec wait = span(hold);
+            if (nanosleep(&wait, NULL) < 0 && errno == EINTR)
+                return SML_INTERRUPTED;
+        }
+    }
+    return SML_DONE;
+}
+
+/* Run the job until it is done (SML_DONE), its deadline passes (SML_TIMED_OUT), a signal
+ * arrives (SML_INTERRUPTED: call again) or a call fails (SML_FAILED: failed_call and
+ * failed_errno say which). */
+int sml_run(struct sml_job *job)
+{
+    int64_t capacity = job->capacity, slots = job->n_slots;
+    struct mmsghdr *tx_table = malloc((size_t)capacity * sizeof *tx_table);
+    struct mmsghdr *rx_table = malloc((size_t)capacity * sizeof *rx_table);
+    struct iovec *tx_iov = malloc((size_t)capacity * sizeof *tx_iov);
+    struct iovec *rx_iov = malloc((size_t)capacity * sizeof *rx_iov);
+    int64_t *arrays = calloc((size_t)(5 * capacity + 4 * slots), sizeof *arrays);
+    int status;
+    if (!tx_table || !rx_table || !tx_iov || !rx_iov || !arrays) {
+        status = fail(job, CALL_MALLOC, ENOMEM);
+    } else {
+        message_table(tx_table, tx_iov, job->tx, job->record_bytes, job->record_bytes, capacity);
+        message_table(rx_table, rx_iov, job->rx, job->rx_stride, job->rx_stride, capacity);
+        struct scratch s = {
+            .index = arrays, .slots = arrays + capacity, .packets = arrays + 2 * capacity,
+            .more_slots = arrays + 3 * capacity, .more_packets = arrays + 4 * capacity,
+            .expired_slots = arrays + 5 * capacity, .expired_tokens = arrays + 5 * capacity + slots,
+            .taken = arrays + 5 * capacity + 2 * slots,
+        };
+        status = run(job, tx_table, rx_table, &s);
+    }
+    free(tx_table);
+    free(rx_table);
+    free(tx_iov);
+    free(rx_iov);
+    free(arrays);
+    return status;
+}
