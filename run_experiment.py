@@ -79,6 +79,9 @@ def describe(experiment: Experiment, target: str) -> str:
     rate_text = f"{rates[0]:g} Mbit/s links" if rates else "unshaped links"
     lines = [f"experiment {experiment.name} ({experiment.source}), switch target: {target}, "
              f"{rate_text} (from {experiment.link_rate_source})"]
+    if any("switchml" in p.methods for p in experiment.points):
+        paths = sorted({p.data_path.reason for p in experiment.points})
+        lines.append(f"  SwitchML worker: {'; '.join(paths)}")
     for p in experiment.points:
         sweep = f" {p.sweep_param}={p.sweep_value!r}" if p.sweep_param else ""
         info = p.workload_info

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.inputs import WorkloadInfo, describe_workload
 from experiments.limits import Limit, fastest_allreduce_s, job_limit
+from hosts.switchml.native import DataPath, NativeUnavailable, resolve as resolve_data_path
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 import methods
 from network.cluster_config import ClusterSpec
@@ -41,7 +42,8 @@ int32 per packet, 95 % of the frame), which every switch target builds for."""
 
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": DEFAULT_K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1},
+    "protocol": {"k": DEFAULT_K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1,
+                 "data_path": "auto"},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
@@ -115,6 +117,12 @@ class Point:
     @property
     def workload(self) -> Mapping[str, Any]:
         return self.data["workload"]
+
+    @property
+    def data_path(self) -> DataPath:
+        """Which implementation of the SwitchML worker's loop runs (``protocol.data_path``,
+        ``auto`` resolved here, once per process: hosts/switchml/native)."""
+        return resolve_data_path(self.protocol["data_path"])
 
     @property
     def methods(self) -> list[str]:
@@ -237,6 +245,10 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
                           f"({', '.join(offered)}: net.ipv4.tcp_available_congestion_control)")
     if data.get("jobs") is not None and topology.aggregation == "hierarchical":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
+    try:
+        resolve_data_path(protocol["data_path"])  # built here (cached), so a run never starts on a path it lacks
+    except NativeUnavailable as exc:
+        raise ConfigError(f"{source}: protocol.data_path: native: {exc}; 'auto' runs the Python worker where it is") from None
 
 
 AVAILABLE_CONGESTION_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")

@@ -53,7 +53,7 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         n_workers=len(topology.hosts),
         switch_ipv4=topology.aggregator_ipv4,
         link_mbps=topology.link_mbps,
-        protocol=SwitchMLParameters.from_config(point.protocol),
+        protocol=SwitchMLParameters.from_config(point.protocol, point.data_path.name),
         peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
         job_timeout_s=point.job_limit(method).seconds,
         connect_timeout_s=point.limits["worker_start_s"],

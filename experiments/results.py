@@ -49,6 +49,12 @@ def utc_stamp(at: float | None = None) -> str:
     return moment.strftime("%Y%m%dT%H%M%SZ")
 
 
+def data_path_record(point: Point) -> dict[str, str]:
+    """summary.json's ``switchml_data_path``: what the config asked for, what ran, and why
+    (``auto`` falls back to Python where the native loop does not build)."""
+    return {"requested": point.protocol["data_path"], "used": point.data_path.name, "reason": point.data_path.reason}
+
+
 class ResultsWriter:
     def __init__(self, run_dir: Path, experiment: Experiment, target: str) -> None:
         self.run_dir = run_dir
@@ -207,7 +213,8 @@ class ResultsWriter:
                                   "pace_checked": check.checked}
                         paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
                 methods[method] = entry
-            points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value, "methods": methods})
+            points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value,
+                           "switchml_data_path": point.data_path.name, "methods": methods})
         paced_jobs = pd.concat(paced, ignore_index=True) if paced else pd.DataFrame()
         first = self.experiment.points[0]
         summary = {
@@ -216,6 +223,7 @@ class ResultsWriter:
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and runs["verified"].all()),
             "switch_target": self.target,
+            "switchml_data_path": data_path_record(first),
             "workers": len(first.topology.hosts),
             "link_mbps": first.topology.link_mbps,
             "link_mbps_source": self.experiment.link_rate_source,

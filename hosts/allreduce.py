@@ -63,6 +63,7 @@ def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
         pool_size=proto.pool_size,
         retransmit=retransmit_policy(proto, spec.link_mbps),
         job_deadline_s=spec.job_timeout_s,
+        data_path=proto.data_path,
     )
 
 

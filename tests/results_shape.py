@@ -2,7 +2,8 @@
 
 The restructured code must write what the code before it wrote (tests/data/results_shapes.json,
 recorded from runs of the last commit before the restructuring, and extended since only by
-keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent``, the network's ``tcp_congestion_control``): a reader
+keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent``, the network's ``tcp_congestion_control``,
+summary.json's ``switchml_data_path``): a reader
 of the results format, or a user's notebook, must not notice. Values differ from run to
 run; the shape must not.
 """

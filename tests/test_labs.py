@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from base.yamlschema import load_yaml
+from hosts.switchml.native import STANDS_IN_FOR
 from labs import catalog
 from labs.__main__ import main
 from labs.grade import grade, junit_key, readable, score_table
@@ -128,6 +130,17 @@ def test_lab_configs_validate() -> None:
         run = subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--dry-run"],
                              capture_output=True, text=True, cwd=REPO_ROOT)  # fmt: skip
         assert run.returncode == 0, f"{config.name}: {run.stderr}"
+
+
+def test_a_lab_that_has_the_worker_written_runs_the_python_worker() -> None:
+    """The native data path does in C what hosts/switchml/native.STANDS_IN_FOR does in
+    Python: a lab whose student writes part of those files must run the Python worker, or
+    the run would not be the student's code; every other lab runs what ``auto`` picks."""
+    for lab in LABS:
+        writes_the_worker = any(path in STANDS_IN_FOR for track in lab.tracks.values() for path in track.files)
+        for config in sorted((REPO_ROOT / "configs" / "labs").glob(f"lab{lab.number}-*.yaml")):
+            data_path = (load_yaml(config).get("protocol") or {}).get("data_path", "auto")
+            assert (data_path == "python") == writes_the_worker, f"{config.name}: protocol.data_path {data_path}"
 
 
 def test_a_bad_description_names_file_and_key(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from experiments import metrics
 from experiments.config import Point
 from experiments.inputs import point_inputs
 from experiments.job_meter import machine_cpu
-from experiments.results import MACHINE_SATURATED, ResultsWriter
+from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.kinds.sweep import ExperimentRunner
 from experiments.verify import expected_for
@@ -107,6 +107,7 @@ class SharedSwitchWriter(ResultsWriter):
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and rows["verified"].all()),
             "switch_target": self.target,
+            "switchml_data_path": data_path_record(first),
             "max_pool_size": self.experiment.data["switch"]["max_pool_size"],
             "link_mbps": first.topology.link_mbps,
             "max_machine_busy_fraction": float(rows["machine_busy_fraction"].max()),

@@ -39,6 +39,10 @@ SOURCE = Path(__file__).with_name("worker.c")
 LIBRARY = "libswitchml_worker.so"
 BUILD_ROOT = params.REPO_ROOT / "build" / "native"
 COMPILERS = ("cc", "clang", "gcc")
+STANDS_IN_FOR = ("hosts/switchml/core.py", "hosts/switchml/job.py", "hosts/switchml/timers.py", "protocol/quantize.py")
+"""The Python code whose work the native loop does in C (quantize.py: ``quantize``; the block
+exponents stay Python). A lab that has a student write part of these runs its configs with
+``protocol.data_path: python``, or the student's code would not be what ran."""
 DATA_PATHS = ("auto", "native", "python")
 """The config's ``protocol.data_path``: ``auto`` is native where it builds, else Python."""
 
@@ -110,6 +114,7 @@ class DataPath:
     reason: str
 
 
+@functools.cache
 def resolve(choice: str) -> DataPath:
     """The data path for the config's ``choice``: ``native`` must build (NativeUnavailable
     otherwise), ``auto`` falls back to Python where it does not, ``python`` is Python."""
