@@ -76,6 +76,8 @@ class Probe:
     target: str
     workers: int
     k: int
+    data_path: str
+    """The SwitchML worker's loop that ran (native or python: summary.json's switchml_data_path)."""
     link_mbps: float
     attempt: int
     elements: int
@@ -129,10 +131,12 @@ def probe_elements(link_mbps: float, seconds: float, at_least_packets: int, k: i
     return max(packets, at_least_packets) * k
 
 
-def run_probe(target: str, workers: int, k: int, link_mbps: float, elements: int, repetitions: int, out: Path) -> Path:
+def run_probe(target: str, workers: int, k: int, data_path: str, link_mbps: float, elements: int, repetitions: int,
+              out: Path) -> Path:
     """One real run of the experiment runner into ``out``; its output goes to ``out``.log."""
     overrides = [
         "methods=[switchml]", f"switch.target={target}", f"topology.workers={workers}", f"protocol.k={k}",
+        f"protocol.data_path={data_path}",
         f"topology.link.bw_mbps={link_mbps:g}", f"workload.elements={elements}", f"repetitions={repetitions}",
     ]
     argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(CONFIG), "--out", str(out)]
@@ -169,7 +173,8 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
 
     k = int(runs["k"].iloc[0])
     return Probe(
-        target=summary["switch_target"], workers=summary["workers"], k=k, link_mbps=summary["link_mbps"], attempt=attempt,
+        target=summary["switch_target"], workers=summary["workers"], k=k, data_path=summary["switchml_data_path"]["used"],
+        link_mbps=summary["link_mbps"], attempt=attempt,
         elements=int(runs["elements"].iloc[0]), repetitions=int(runs["repetition"].nunique()),
         ate_per_s=round(switchml["ate_per_s"]),
         share_of_bound=round(switchml["ate_fraction_of_bound"], 4),
@@ -210,7 +215,8 @@ class Prober:
             load_before = os.getloadavg()[0]
             out = self.runs_dir / f"{link_mbps:g}mbps-a{attempt}"
             elements = probe_elements(link_mbps, self.args.seconds, self.config_packets, self.args.k)
-            run_probe(self.args.target, self.args.workers, self.args.k, link_mbps, elements, self.args.repetitions, out)
+            run_probe(self.args.target, self.args.workers, self.args.k, self.args.data_path, link_mbps, elements,
+                      self.args.repetitions, out)
             probe = read_probe(out, attempt, load_before)
             self.probes.append(probe)
             append_row(self.args.output, probe)
@@ -258,11 +264,23 @@ def search(keeps_up: Callable[[float], bool], start: float, floor: float, ceilin
     return good
 
 
+def output_problem(path: Path) -> str | None:
+    """Why rows cannot be appended to ``path`` (checked before the first probe runs)."""
+    if not path.exists():
+        return None
+    with path.open(newline="") as f:
+        header = next(csv.reader(f), [])
+    if header != [field.name for field in fields(Probe)]:
+        return f"{path} has other columns than this benchmark writes (an older version's): move it aside or pass --output"
+    return None
+
+
 def append_row(path: Path, probe: Probe) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
+    columns = [field.name for field in fields(Probe)]
     with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[field.name for field in fields(Probe)])
+        writer = csv.DictWriter(f, fieldnames=columns)
         if new:
             writer.writeheader()
         writer.writerow(asdict(probe))
@@ -270,14 +288,14 @@ def append_row(path: Path, probe: Probe) -> None:
 
 def format_table(probes: list[Probe]) -> str:
     """The rows of this invocation as a markdown table (the CSV has every column)."""
-    header = ("| target | workers | k | link Mbit/s | attempt | ATE/s | of bound | of pace | kept_up | machine busy | updates/s "
+    header = ("| target | workers | k | data path | link Mbit/s | attempt | ATE/s | of bound | of pace | kept_up | machine busy | updates/s "
               "| CPU µs/update (user + sys + softirq) | CPU ns/element | worker µs/packet (user + sys) | switch process µs/update |")
     lines = [header, "|" + "---|" * header.count(" | ") + "---|"]
     for p in probes:
         why = "" if p.kept_up else f" ({p.not_kept_up_because})"
         switch = "" if math.isnan(p.switch_us_per_update) else f"{p.switch_us_per_update:.1f}"
         lines.append(
-            f"| {p.target} | {p.workers} | {p.k} | {p.link_mbps:g} | {p.attempt} | {p.ate_per_s:,.0f} | {p.share_of_bound:.1%} "
+            f"| {p.target} | {p.workers} | {p.k} | {p.data_path} | {p.link_mbps:g} | {p.attempt} | {p.ate_per_s:,.0f} | {p.share_of_bound:.1%} "
             f"| {p.share_of_pace:.1%} "
             f"| {str(p.kept_up).lower()}{why} | {p.machine_busy:.0%} | {p.updates_per_s:,.0f} "
             f"| {p.cpu_us_per_update:.1f} ({p.cpu_user_us_per_update:.1f} + {p.cpu_system_us_per_update:.1f} + "
@@ -293,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=list(REGISTRY), required=True)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--k", type=int, choices=params.K_CHOICES, help="elements per packet (default: the config's)")
+    parser.add_argument("--data-path", choices=("auto", "native", "python"), default="auto",
+                        help="the SwitchML worker's loop (protocol.data_path; default auto: native where it builds)")
     parser.add_argument("--rates", type=float, nargs="+", metavar="MBPS", help="measure these link rates instead of searching")
     parser.add_argument("--start", type=float, default=2.5, help="search: first rate (Mbit/s)")
     parser.add_argument("--floor", type=float, default=0.25, help="search: lowest rate tried")
@@ -311,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("rates, --seconds, --repetitions and --attempts must be positive")
     if os.geteuid() != 0:
         parser.error("the probes start Mininet: run as root")
+    if (problem := output_problem(args.output)) is not None:
+        parser.error(problem)
     if args.k is None:
         args.k = int(load_experiment(CONFIG).points[0].protocol["k"])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

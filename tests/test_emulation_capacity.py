@@ -60,7 +60,8 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and list(rows[0]) == [field.name for field in fields(Probe)]
     row = rows[0]
-    assert (row["target"], row["workers"], row["k"], float(row["link_mbps"]), row["verified"]) == ("embedded", "2", "64", 2.5, "True")
+    assert (row["target"], row["workers"], row["k"], row["data_path"], float(row["link_mbps"]), row["verified"]) == (
+        "embedded", "2", "64", "native", 2.5, "True")
     assert float(row["cpu_ns_per_element"]) == pytest.approx(float(row["cpu_us_per_update"]) * 1e3 / 64, abs=0.2)  # (µs rounded to 0.01)
     assert 0 < float(row["share_of_bound"]) <= 1.05 and row["kept_up"] in ("True", "False")
     split = sum(float(row[f"cpu_{part}_us_per_update"]) for part in ("user", "system", "softirq"))
@@ -68,5 +69,5 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
     # so the parts' sum may pass the total by that rounding (tenths of a us per update here)
     assert 0 < split <= float(row["cpu_us_per_update"]) * 1.005 + 0.1
     assert float(row["worker_us_per_packet"]) > 0 and float(row["switch_us_per_update"]) > 0  # the embedded switch is a process
-    assert "| embedded | 2 | 64 | 2.5 | 1 |" in done.stdout
+    assert "| embedded | 2 | 64 | native | 2.5 | 1 |" in done.stdout
     assert not leftovers(row["run_dir"])
