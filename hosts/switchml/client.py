@@ -152,6 +152,8 @@ class SwitchMLClient:
         int_sum = job.int_sum[: len(x)]
         if exponents is None:
             values, e_max = int_sum, None
+        elif job.values is not None:  # the native loop dequantized each chunk as it arrived
+            values, e_max = job.values[: len(x)], job.e_max
         else:
             e_max = job.e_max
             values = dequantize(int_sum, element_scales(e_max, self._ctx.n_workers, self._pool.k, len(x)))

@@ -104,6 +104,9 @@ class AllReduceJob:
     def stats(self) -> JobStats:
         return self.core.stats
 
+    values = None
+    """The Python worker dequantizes once the job is done (the client does, with protocol.quantize)."""
+
     def _send(self, count: int) -> None:
         """Send ``tx[:count]``. A datagram the kernel refuses counts as a loss: its timer
         recovers it like any other."""

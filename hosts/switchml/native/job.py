@@ -64,7 +64,7 @@ class _Job(ctypes.Structure):
         ("job_id", _u32), ("seq_base", _u32),
         ("t0", _f64), ("deadline_s", _f64), ("timeline_bin_s", _f64),
         ("policy", _Policy),
-        *[(name, _p) for name in ("chunks", "packet_exponents", "scales", "e_max", "sums", "shadow_set", "pool_packets",
+        *[(name, _p) for name in ("chunks", "packet_exponents", "scales", "e_max", "sums", "values", "shadow_set", "pool_packets",
                                   "outstanding", "tx", "rx", "rx_lengths")],
         ("rtt", ctypes.POINTER(NativeRoundTrip)),
         *[(name, _p) for name in ("deadline", "backoff", "sent_at", "token", "timeouts_per_slot", "resent")],
@@ -122,6 +122,8 @@ class NativeJob:
         self.e_max = np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8)
         scales = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers).astype(np.float64)
         self.int_sum = np.zeros(plan.n_chunks * k, dtype=np.int32)
+        self.values: np.ndarray | None = np.zeros(plan.n_chunks * k, dtype=np.float32) if quantized else None
+        """The sums dequantized, chunk by chunk as the results arrive (float32 jobs)."""
         self.outstanding = np.full(plan.n_slots, -1, dtype=np.int64)
         n = plan.n_slots
         timers = {"deadline": np.full(n, np.inf), "backoff": np.ones(n), "sent_at": np.zeros(n),
@@ -136,7 +138,8 @@ class NativeJob:
             job_id=ctx.job_id, seq_base=seq_base, t0=t0, deadline_s=ctx.deadline_s, timeline_bin_s=TIMELINE_BIN_S,
             policy=_Policy(policy.min_s, policy.max_s, policy.first_s, policy.backoff_every),
             chunks=_address(chunks), packet_exponents=_address(packet_exponents), scales=_address(scales),
-            e_max=_address(self.e_max), sums=_address(self.int_sum), shadow_set=_address(pool.shadow_set),
+            e_max=_address(self.e_max), sums=_address(self.int_sum),
+            values=None if self.values is None else _address(self.values), shadow_set=_address(pool.shadow_set),
             pool_packets=_address(pool.packets), outstanding=_address(self.outstanding), tx=_address(io.tx),
             rx=io.rx.ctypes.data, rx_lengths=_address(self._rx_lengths), rtt=ctypes.pointer(rtt),
             **{name: _address(array) for name, array in timers.items()},

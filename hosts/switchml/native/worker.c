@@ -15,9 +15,12 @@
  * again: every piece of progress lives in the struct), or a system call failed.
  *
  * The arithmetic is protocol/quantize.py's: x (float32) times the block's scale in
- * double, rounded half to even (rint in the default rounding mode), as int32. Built
- * without -ffast-math and with -ffp-contract=off, so the product is the one numpy
- * computes.
+ * double, rounded half to even (rint in the default rounding mode), as int32; a result's
+ * sums divided by the scale in double, as float32. Built without -ffast-math and with
+ * -ffp-contract=off, so every product and quotient is the one numpy computes. Unlike the
+ * Python worker, which dequantizes the whole tensor once the last result is in, this loop
+ * dequantizes each chunk as its result arrives: the same numbers, but no worker ends its
+ * job with 10 ms of arithmetic (1.8M elements) while the others wait for a core.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -80,6 +83,7 @@ struct sml_job {
     const double *scales;           /* 256: scale_for(e) at e - EXPONENT_MIN */
     int8_t *e_max;                  /* n_chunks */
     int32_t *sums;                  /* n_chunks x k, native byte order */
+    float *values;                  /* n_chunks x k: the sums dequantized (float32 jobs; NULL for int32) */
     uint8_t *shadow_set;            /* SlotPool.shadow_set (pool_size) */
     uint8_t *pool_packets;          /* SlotPool.packets (pool_size records) */
     int64_t *outstanding;           /* n_slots: the packet each slot waits for, -1 done */
@@ -387,6 +391,12 @@ static void file_results(struct sml_job *job, int64_t accepted, const struct scr
             const uint8_t *data = record + SWITCHML_HEADER_BYTES;
             for (int32_t e = 0; e < job->k; e++)
                 sum[e] = (int32_t)get_be32(data + 4 * e);
+            if (job->values) { /* quantize.dequantize, per chunk as it arrives: float32(float64(S) / f) */
+                float *value = job->values + chunk * job->k;
+                double scale = job->scales[job->e_max[chunk] - EXPONENT_MIN];
+                for (int32_t e = 0; e < job->k; e++)
+                    value[e] = (float)((double)sum[e] / scale);
+            }
         }
         job->shadow_set[s->slots[a]] ^= 1;
     }
