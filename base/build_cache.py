@@ -42,6 +42,7 @@ def build_once(output_dir: Path, artifact: str, build: Callable[[Path], None]) -
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}-", dir=output_dir.parent))
     try:
+        staging.chmod(0o755)  # mkdtemp's 0700 would hide the build from every other user of the checkout
         build(staging)
         if not (staging / artifact).exists():
             raise FileNotFoundError(f"the build wrote no {artifact} into {staging}")

@@ -98,6 +98,10 @@ bytes each) and its input in the runner, which keeps every rank's to check the s
 
 LINK_RATE_KEY = "topology.link.bw_mbps"
 TARGET_LINK_RATES_KEY = "switch.link_bw_mbps"
+TARGET_RATE = "target"
+"""``topology.link.bw_mbps: target``: the switch target's measured rate for the config's k."""
+TARGET_RATE_SOURCE = "SwitchTarget.link_rates of"
+"""How the header and summary name a rate that came from the target's descriptor."""
 
 
 @dataclass(frozen=True)
@@ -183,14 +187,17 @@ def parse_set(assignment: str) -> tuple[str, Any]:
     return key.strip(), parse_yaml(text, f"--set {assignment!r}: value")
 
 
-def apply_target_link_rate(data: dict[str, Any], overridden: set[str]) -> str:
-    """Run the links at the rate the chosen target keeps up with, if the config names one.
+def apply_target_link_rate(data: dict[str, Any], overridden: set[str], source: str) -> str:
+    """Run the links at the rate the chosen target keeps up with, where the config asks for it.
 
     A software switch target has a capacity (updates per second it aggregates without
-    losing frames: benchmarks/README.md); a config can say, per target, which link rate keeps
-    its job within that capacity (``switch.link_bw_mbps``). That rate replaces
-    ``topology.link.bw_mbps`` unless the user set the link rate explicitly (``--set``) or the
-    sweep varies it. Returns where the rate came from, for the summary.
+    losing frames, benchmarks/README.md), and so has the machine that runs the workers.
+    ``topology.link.bw_mbps: target`` runs the links at the rate the target's descriptor
+    gives for the config's k (``SwitchTarget.link_rates``: measured with the main job on a
+    2-core machine), and ``switch.link_bw_mbps`` overrides it per target (that rate also
+    replaces a numeric ``topology.link.bw_mbps`` when that target runs). An explicit
+    ``--set`` of the link rate or a sweep of it wins over both. Returns where the rate came
+    from, for the run's header and the summary.
     """
     def sets_the_rate(key: str) -> bool:  # topology.link.bw_mbps itself, or a mapping holding it
         return LINK_RATE_KEY == key or LINK_RATE_KEY.startswith(key + ".")
@@ -199,14 +206,35 @@ def apply_target_link_rate(data: dict[str, Any], overridden: set[str]) -> str:
     if sets_the_rate(sweep.get("param", "")):
         return f"sweep {sweep['param']}"
     explicit = sorted(key for key in overridden if sets_the_rate(key))
-    if explicit:
+    if explicit and get_dotted(data, LINK_RATE_KEY) != TARGET_RATE:
         return f"--set {explicit[0]}"
     target = data["switch"]["target"]
     rate = data["switch"].get("link_bw_mbps", {}).get(target)
-    if rate is None:
+    if rate is not None:
+        set_dotted(data, LINK_RATE_KEY, rate, f"{TARGET_LINK_RATES_KEY}.{target}")
+        return f"{TARGET_LINK_RATES_KEY}.{target}"
+    if get_dotted(data, LINK_RATE_KEY) != TARGET_RATE:
         return LINK_RATE_KEY
-    set_dotted(data, LINK_RATE_KEY, rate, f"{TARGET_LINK_RATES_KEY}.{target}")
-    return f"{TARGET_LINK_RATES_KEY}.{target}"
+    if target not in REGISTRY:  # 'auto': the config is loaded again once the target is known
+        set_dotted(data, LINK_RATE_KEY, None, LINK_RATE_KEY)
+        return f"{LINK_RATE_KEY}: {TARGET_RATE} (the target's, once auto has chosen it)"
+    k = int(data["protocol"]["k"])
+    rate = REGISTRY[target].link_mbps(k)
+    if rate is None:
+        measured = ", ".join(f"k = {key}" for key in sorted(REGISTRY[target].link_rates)) or "no k"
+        raise ConfigError(f"{source}: {LINK_RATE_KEY}: {TARGET_RATE}: the {target} target has a measured link rate for {measured}, not "
+                          f"k = {k}; give the rate in Mbit/s (benchmarks/emulation_capacity.py measures one)")
+    set_dotted(data, LINK_RATE_KEY, rate, LINK_RATE_KEY)
+    return f"{TARGET_RATE_SOURCE} {target} at k = {k}"
+
+
+def get_dotted(data: Mapping[str, Any], key: str) -> Any:
+    """The value at ``a.b.c`` (None where a part is missing)."""
+    for part in key.split("."):
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(part)  # type: ignore[assignment]
+    return data
 
 
 def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -> None:
@@ -357,17 +385,17 @@ def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_source: str, label: str) -> None:
-    """A per-target link rate (switch.link_bw_mbps) sets topology.link, which only generated
+    """A per-target link rate (switch.link_bw_mbps, or the target's own) sets topology.link, which only generated
     topologies (star, tree) have: an explicit one sets each link's rate in its own links.
     Refused naming the key that set it, not the topology.link the user never wrote."""
-    if not link_rate_source.startswith(TARGET_LINK_RATES_KEY):
+    if not link_rate_source.startswith((TARGET_LINK_RATES_KEY, TARGET_RATE_SOURCE)):
         return
     topology = load_yaml(topology_path)
     kind = data["topology"].get("kind", topology.get("kind") if isinstance(topology, dict) else None)
     if kind == "explicit":
         raise ConfigError(
             f"{label}: {link_rate_source}: {topology_path.name} is an explicit topology, whose links set their own rates "
-            f"(links[].bw_mbps); remove the {data['switch']['target']} rate from {TARGET_LINK_RATES_KEY}, or use a star or tree topology"
+            f"(links[].bw_mbps); give the rate there, or use a star or tree topology"
         )
 
 
@@ -446,7 +474,7 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), tex
     require_available_methods(data, path)
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
-    link_rate_source = apply_target_link_rate(data, overridden)
+    link_rate_source = apply_target_link_rate(data, overridden, str(path))
     if data.get("cluster", {}).get("ssh_config") is not None:  # relative to the config, recorded absolute
         data["cluster"]["ssh_config"] = str((path.parent / data["cluster"]["ssh_config"]).resolve())
     sweep = data.get("sweep")

@@ -121,6 +121,15 @@ class SwitchTarget:
     root_to_tell: str | None = None
     """What ``detect`` reports in a process that is not root, for a target only root can ask
     the kernel about (the eBPF switch's probes); None for a target anyone can check."""
+    link_rates: Mapping[int, float] = field(default_factory=dict)
+    """k -> the link rate (Mbit/s) at which the main job (8 workers, every method) keeps up
+    on this target with margin on a 2-core machine: what a config's ``topology.link.bw_mbps:
+    target`` runs at (benchmarks/README.md, "Link rates per target", has the measurements).
+    A k without an entry has no measured rate: such a config must give a number."""
+
+    def link_mbps(self, k: int) -> float | None:
+        """The measured rate for k (``link_rates``), None where there is none."""
+        return self.link_rates.get(k)
 
     def missing(self) -> list[str]:
         return list(self.detect())

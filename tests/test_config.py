@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, load_yaml
+from switches.targets import REGISTRY
 from experiments.config import CONFIG_DIR, load_experiment
 import methods
 from protocol.params import REPO_ROOT
@@ -188,12 +189,24 @@ def link_rates(experiment) -> set[float]:
 
 
 def test_a_target_runs_its_links_at_the_rate_it_keeps_up_with() -> None:
+    """``topology.link.bw_mbps: target`` (the main config's) is each target's measured rate
+    for the config's k (SwitchTarget.link_rates); ``switch.link_bw_mbps`` overrides it per
+    target; a k without a measured rate is refused, naming the key and the k that have one."""
+    for name, target in REGISTRY.items():
+        loaded = load_experiment(MAIN_CONFIG, [f"switch.target={name}"])
+        assert link_rates(loaded) == {target.link_mbps(256)} and target.link_mbps(256) > 0
+        assert loaded.link_rate_source == f"SwitchTarget.link_rates of {name} at k = 256"
     table = "switch.link_bw_mbps={bmv2: 1.25}"
     on_bmv2 = load_experiment(MAIN_CONFIG, [table, "switch.target=bmv2"])
     assert link_rates(on_bmv2) == {1.25}
     assert on_bmv2.link_rate_source == "switch.link_bw_mbps.bmv2"
     on_embedded = load_experiment(MAIN_CONFIG, [table, "switch.target=embedded"])
-    assert link_rates(on_embedded) == {5} and on_embedded.link_rate_source == "topology.link.bw_mbps"
+    assert link_rates(on_embedded) == {REGISTRY["embedded"].link_mbps(256)}
+    numeric = load_experiment(MAIN_CONFIG, [table, "switch.target=embedded", "topology.link.bw_mbps=3"])
+    assert link_rates(numeric) == {3} and numeric.link_rate_source == "--set topology.link.bw_mbps"
+    with pytest.raises(ConfigError, match=r"8workers.yaml: topology.link.bw_mbps: target: the ebpf target has a measured "
+                                          r"link rate for k = 256, not k = 32; give the rate in Mbit/s"):
+        load_experiment(MAIN_CONFIG, ["switch.target=ebpf", "protocol.k=32"])
 
 
 def test_an_explicit_or_swept_link_rate_wins_over_the_targets() -> None:
@@ -291,7 +304,8 @@ def test_each_methods_deadline_follows_from_its_bound_at_the_runs_rate() -> None
     10 s: on bmv2's 2 Mbit/s the main job's PS needs 29.4 s at its bound and took 37-53 s,
     past the 60 s every method had (issue: the VM user's first command failed)."""
     elements = 1048576
-    for rate, target in ((1.5, "bmv2"), (10, "ebpf"), (5, "embedded")):
+    for target in REGISTRY:
+        rate = REGISTRY[target].link_mbps(256)
         [point] = load_experiment(MAIN_CONFIG, [f"switch.target={target}"]).points
         assert point.topology.link_mbps == rate and "job_timeout_s" not in point.limits
         bounds = {m: methods.by_name(m).bound(rate * 1e6, 8, 256) for m in point.methods}
@@ -300,7 +314,8 @@ def test_each_methods_deadline_follows_from_its_bound_at_the_runs_rate() -> None
             assert limit.seconds == pytest.approx(5 * elements / bound + 10)
             assert limit.key == "limits.job_timeout_s" and f"5 x the {elements / bound:.3g} s its bound allows at {rate:g} Mbit/s" in limit.describe()
     [bmv2] = load_experiment(MAIN_CONFIG, ["switch.target=bmv2"]).points
-    assert bmv2.job_limit("ps").seconds == pytest.approx(5 * 1.75 * 4 * elements / (1.5e6 / 8) + 10) and bmv2.job_limit("ps").seconds > 200
+    bmv2_bps = REGISTRY["bmv2"].link_mbps(256) * 1e6
+    assert bmv2.job_limit("ps").seconds == pytest.approx(5 * 1.75 * 4 * elements / (bmv2_bps / 8) + 10) and bmv2.job_limit("ps").seconds > 200
     assert bmv2.job_limit("switchml").seconds < bmv2.job_limit("ring").seconds, "each method its own"
 
 
@@ -431,7 +446,7 @@ def test_a_per_target_rate_on_an_explicit_topology_names_the_key_that_set_it(tmp
     with pytest.raises(ConfigError) as raised:
         load_experiment(path, ["switch.target=ebpf"])
     assert str(raised.value) == (f"{path}: switch.link_bw_mbps.ebpf: explicit-pair.yaml is an explicit topology, whose links set "
-                                 "their own rates (links[].bw_mbps); remove the ebpf rate from switch.link_bw_mbps, or use a star or tree topology")
+                                 "their own rates (links[].bw_mbps); give the rate there, or use a star or tree topology")
     assert {link.spec.bw_mbps for link in load_experiment(path, ["switch.target=embedded"]).points[0].topology.links} == {10}
 
 

@@ -87,8 +87,8 @@ def build(cc: str | None = None, build_root: Path = BUILD_ROOT) -> Path:
 
     try:
         return build_once(output_dir, LIBRARY, run_compiler)
-    except FileNotFoundError as exc:
-        raise NativeUnavailable(str(exc)) from exc
+    except OSError as exc:  # no build and no right to make one (another user's checkout), or a broken entry
+        raise NativeUnavailable(f"{output_dir}: {exc.strerror or exc}") from exc
 
 
 @functools.cache
