@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the testbed needs on a fresh Debian/Ubuntu machine; safe to run again.
 # Run as root (Mininet needs it): Debian packages for Mininet and tc/ethtool, the eBPF
-# switch target's compiler and tools (clang, llvm, libbpf-dev, bpftool), and a
+# switch target's compiler and tools (clang, llvm, libbpf-dev, bpftool; clang also builds the
+# native worker data path, hosts/switchml/native, on first use), and a
 # virtualenv (.venv) with the Python dependencies from pyproject.toml. The venv sees the
 # system site-packages because Mininet's Python package comes from Debian's mininet.
 # With --torch also PyTorch (the optional extra `torch`, ~5.5 GB, for the gloo method).
