@@ -23,7 +23,7 @@ from pathlib import Path
 
 from base.yamlschema import ConfigError
 from labs import catalog
-from labs.grade import default_report, grade, replace_graded_files, score_table, write_report
+from labs.grade import default_report, grade, replace_graded_files, score_table, write_gradescope, write_report
 from labs.markers import MarkerError, Region
 from labs.skeleton import SkeletonError, make_skeleton
 
@@ -102,6 +102,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     write_report(result, report)
     print(score_table(lab, result))
     print(f"report: {report}")
+    if args.gradescope:
+        write_gradescope(lab, result, args.gradescope)
+        print(f"Gradescope results: {args.gradescope}")
     return 0 if result.full_marks else 1
 
 
@@ -169,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--tree", type=Path, default=Path.cwd(), help="the tree to grade (default: the current folder)")
     sub.add_argument("--tests-from", type=Path, help="grade a copy of the tree with this checkout's tests/ and labs/ (hidden tests)")
     sub.add_argument("--report", type=Path, help="JSON report (default: TREE/results/labs/labN-TRACK.json)")
+    sub.add_argument("--gradescope", type=Path, metavar="RESULTS_JSON",
+                     help="also write Gradescope's results.json here (/autograder/results/results.json in its autograder)")
     track_option(sub)
     sub.set_defaults(run=cmd_grade)
 

@@ -191,6 +191,23 @@ def write_report(grade_: Grade, path: Path) -> None:
     path.write_text(json.dumps({"problem": report.pop("problem"), **report, "full_marks": grade_.full_marks}, indent=2) + "\n")
 
 
+def gradescope_results(lab: Lab, grade_: Grade) -> dict:
+    """The grade as Gradescope's autograder reads it (its ``results.json``): a score and a
+    maximum per graded test, with the test's outcome and first line as its output, every
+    test visible to the student (what the grader prints is what they may read)."""
+    tests = [{"name": r.id, "number": str(i + 1), "score": r.earned, "max_score": r.points,
+              "output": r.outcome if not r.message else f"{r.outcome}: {r.message}", "visibility": "visible"}
+             for i, r in enumerate(grade_.tests)]
+    summary = f"lab {lab.number} ({grade_.track} track): {grade_.score}/{grade_.max_score}"
+    return {"score": grade_.score, "execution_time": grade_.seconds, "visibility": "visible", "stdout_visibility": "visible",
+            "output": f"your code does not run: {grade_.problem}\n{summary}" if grade_.problem else summary, "tests": tests}
+
+
+def write_gradescope(lab: Lab, grade_: Grade, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(gradescope_results(lab, grade_), indent=2) + "\n")
+
+
 def default_report(tree: Path, lab: Lab, track: Track) -> Path:
     """Where a grade goes unless told: the tree's results/labs/ (ignored by git)."""
     return tree / "results" / "labs" / f"lab{lab.number}-{track.name}.json"

@@ -342,12 +342,18 @@ def test_a_syntax_error_in_the_students_file_is_the_reports_first_line(tmp_path:
     broken = next(i for i, line in enumerate(lines) if line.strip().startswith("def ")) + 1
     lines.insert(broken, "    return (")
     path.write_text("\n".join(lines) + "\n")
-    report = tmp_path / "grade.json"
-    assert main(["grade", "0", "--tree", str(tree), "--report", str(report)]) == 1
+    report, gradescope = tmp_path / "grade.json", tmp_path / "autograder" / "results.json"
+    assert main(["grade", "0", "--tree", str(tree), "--report", str(report), "--gradescope", str(gradescope)]) == 1
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"your code does not run: methods/switchml.py:{broken + 1}: SyntaxError: "), first
     graded = json.loads(report.read_text())
     assert next(iter(graded)) == "problem" and graded["problem"] == first.removeprefix("your code does not run: ")
+    # Gradescope's results.json: one entry per graded test, scores that add up, the problem first in its output
+    results = json.loads(gradescope.read_text())
+    track = lab.track(None)
+    assert [t["name"] for t in results["tests"]] == [test.id for test in track.tests]
+    assert sum(t["max_score"] for t in results["tests"]) == track.points and results["score"] == sum(t["score"] for t in results["tests"])
+    assert results["output"].startswith(first) and all(t["visibility"] == "visible" for t in results["tests"])
 
 
 def test_a_handout_run_names_the_function_still_to_write_in_one_line(tmp_path: Path) -> None:
