@@ -40,15 +40,21 @@ class CpuSplit:
     busy: float
     """user + system + softirq, plus interrupts and steal (time the hypervisor took: a VM's
     core that was not ours is not idle either)."""
+    steal: float | None = None
+    """The part of ``busy`` the hypervisor took for other guests (the machine's only): on a
+    shared VM it stalls workers and the switch for milliseconds without any process of the
+    testbed being busy."""
 
     def __sub__(self, earlier: "CpuSplit") -> "CpuSplit":
         softirq = None if self.softirq is None or earlier.softirq is None else self.softirq - earlier.softirq
-        return CpuSplit(self.user - earlier.user, self.system - earlier.system, softirq, self.busy - earlier.busy)
+        steal = None if self.steal is None or earlier.steal is None else self.steal - earlier.steal
+        return CpuSplit(self.user - earlier.user, self.system - earlier.system, softirq, self.busy - earlier.busy, steal)
 
     def share_of(self, span: float) -> "CpuSplit":
         """Each part divided by ``span`` (seconds of one core, or of all cores)."""
         softirq = None if self.softirq is None else self.softirq / span
-        return CpuSplit(self.user / span, self.system / span, softirq, self.busy / span)
+        steal = None if self.steal is None else self.steal / span
+        return CpuSplit(self.user / span, self.system / span, softirq, self.busy / span, steal)
 
 
 def process_cpu(pid: int) -> CpuSplit:
@@ -87,7 +93,7 @@ def machine_cpu(stat: str | None = None) -> tuple[CpuSplit, float]:
     text = Path("/proc/stat").read_text() if stat is None else stat
     user, nice, system, idle, iowait, irq, softirq, steal = (int(v) / CLOCK_TICKS for v in text.split("\n", 1)[0].split()[1:9])
     busy = user + nice + system + irq + softirq + steal
-    return CpuSplit(user + nice, system + irq, softirq, busy), busy + idle + iowait
+    return CpuSplit(user + nice, system + irq, softirq, busy, steal), busy + idle + iowait
 
 
 def interface_bytes(name: str) -> int:

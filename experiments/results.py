@@ -168,7 +168,7 @@ class ResultsWriter:
              "achieved_mbps": round(max(measured.tx_mbps.values()), 4) if host in measured.counters else "",
              "cpu_user_fraction": round(cpu.user, 4), "cpu_system_fraction": round(cpu.system, 4),
              "cpu_softirq_fraction": "" if cpu.softirq is None else round(cpu.softirq, 4),
-             "wall_s": round(measured.wall_s, 4)}
+             "wall_s": round(measured.wall_s, 4), "cpu_steal_fraction": "" if cpu.steal is None else round(cpu.steal, 4)}
             for host, cpu in measured.cpu.items()
         ])
 
@@ -236,6 +236,7 @@ class ResultsWriter:
             "kept_up": saturated.empty and machine_saturated.empty and lost.empty and paced_jobs.empty,
             "cpu_cores": os.cpu_count(),
             "max_machine_busy_fraction": round(float(machine["cpu_busy_fraction"].max()), 3) if len(machine) else None,
+            "max_machine_steal_fraction": steal_peak(machine),
             "saturated_processes": saturated[["point", "method", "repetition", "host", "cpu_busy_fraction"]].to_dict("records"),
             "saturated_jobs": machine_saturated[["point", "method", "repetition", "cpu_busy_fraction"]].to_dict("records"),
             "switch_lost_frames": lost.to_dict("records"),
@@ -284,6 +285,18 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def steal_peak(machine: pd.DataFrame) -> float | None:
+    """The largest share of the machine the hypervisor took over one job (None: not known,
+    e.g. a run recorded before the column, or not a VM's counter)."""
+    if "cpu_steal_fraction" not in machine or machine["cpu_steal_fraction"].isna().all():
+        return None
+    return round(float(machine["cpu_steal_fraction"].max()), 3)
+
+
+STEAL_SHOWN = 0.05
+"""A warning names the hypervisor's share once it took at least this much of the machine."""
+
+
 def kept_up_warning(summary: dict[str, Any]) -> str:
     """Why ``kept_up`` is false, each reason with the summary.json key that lists its jobs."""
     reasons = []
@@ -305,4 +318,8 @@ def kept_up_warning(summary: dict[str, Any]) -> str:
                        f"their links allow (worst: {worst['share_of_pace']:.1%}; paced_by_emulator)")
     if summary.get("saturated_trainings"):
         reasons.append(f"{len(summary['saturated_trainings'])} training(s) saturated a process or the machine (saturated_trainings)")
+    steal = summary.get("max_machine_steal_fraction")
+    if steal is not None and steal >= STEAL_SHOWN:
+        reasons.append(f"the hypervisor took up to {steal:.0%} of the machine for other guests during a job "
+                       "(max_machine_steal_fraction: a shared VM; a quieter time or machine helps)")
     return ("WARNING: the emulator, not the network, set the pace (kept_up false in summary.json): " + "; ".join(reasons))

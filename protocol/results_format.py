@@ -56,8 +56,8 @@ TIMELINE = Table("timeline.csv", ("point", "method", "repetition", "rank", "t_ms
 FIDELITY = Table(
     "fidelity.csv",
     ("point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps",
-     "cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s"),
-    optional=("cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s"),
+     "cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s", "cpu_steal_fraction"),
+    optional=("cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s", "cpu_steal_fraction"),
 )  # fmt: skip
 JOB_TABLES = (RUNS, SWITCH_COUNTERS, SWITCH_FRAMES, TIMELINE, FIDELITY)
 """The tables with rows per (point, method, repetition): what a resumed run discards of an

@@ -124,7 +124,7 @@ class SwitchTarget:
     link_rates: Mapping[int, float] = field(default_factory=dict)
     """k -> the link rate (Mbit/s) at which the main job (8 workers, every method) keeps up
     on this target with margin on a 2-core machine: what a config's ``topology.link.bw_mbps:
-    target`` runs at (benchmarks/README.md, "Link rates per target", has the measurements).
+    target`` runs at (benchmarks/README.md, "The main job" and "Emulation capacity", has the measurements).
     A k without an entry has no measured rate: such a config must give a number."""
 
     def link_mbps(self, k: int) -> float | None:

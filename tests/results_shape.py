@@ -3,7 +3,8 @@
 The restructured code must write what the code before it wrote (tests/data/results_shapes.json,
 recorded from runs of the last commit before the restructuring, and extended since only by
 keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent``, the network's ``tcp_congestion_control``,
-summary.json's ``switchml_data_path``): a reader
+summary.json's ``switchml_data_path`` and ``max_machine_steal_fraction``,
+fidelity.csv's ``cpu_steal_fraction``): a reader
 of the results format, or a user's notebook, must not notice. Values differ from run to
 run; the shape must not.
 """

@@ -13,9 +13,9 @@ import pytest
 from analysis.load import load_results
 from analysis.models import switchml_job_pace, switchml_line_rate_ate
 from experiments.config import CONFIG_DIR, load_experiment
-from experiments.job_meter import CpuSplit, JobMeasurement
+from experiments.job_meter import CLOCK_TICKS, CpuSplit, JobMeasurement, machine_cpu
 from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S
-from experiments.results import ResultsWriter, format_table
+from experiments.results import ResultsWriter, format_table, kept_up_warning
 from protocol import results_format as fmt
 from protocol.results_format import MACHINE
 from experiments.verify import Verdict
@@ -164,3 +164,21 @@ def test_a_process_on_another_server_is_read_there_by_its_pid_and_a_gone_one_is_
     assert len(commands) == 1 and "/proc/4242/stat" in commands[0] and "/proc/77/stat" in commands[0]
     assert machine.startswith("cpu ")
     assert cpus == {4242: CpuSplit(3.0, 1.0, None, 4.0), 77: CpuSplit(0.0, 0.0, None, 0.0)}
+
+
+def test_the_warning_names_the_hypervisors_share_when_it_took_enough() -> None:
+    """A shared VM's steal stalls workers without any testbed process being busy (at 20 Mbit/s
+    the main job used 11 % of the machine while the hypervisor took 31 %): the warning says so."""
+    summary = {"saturated_processes": [], "saturated_jobs": [], "switch_lost_frames": [],
+               "paced_by_emulator": [{"share_of_pace": 0.754}], "max_machine_steal_fraction": 0.31}
+    warning = kept_up_warning(summary)
+    assert "75.4%; paced_by_emulator" in warning and "the hypervisor took up to 31% of the machine" in warning
+    assert "hypervisor" not in kept_up_warning({**summary, "max_machine_steal_fraction": 0.01})
+    assert "hypervisor" not in kept_up_warning({**summary, "max_machine_steal_fraction": None})
+
+
+def test_the_machine_split_carries_its_steal() -> None:
+    stat = "cpu  100 0 50 800 0 0 20 30 0 0\n"
+    split, total = machine_cpu(stat)
+    assert split.steal == pytest.approx(30 / CLOCK_TICKS) and split.busy == pytest.approx(200 / CLOCK_TICKS)
+    assert (split - split).steal == 0 and split.share_of(total).steal == pytest.approx(30 / 1000)

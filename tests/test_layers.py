@@ -141,7 +141,7 @@ def test_no_import_cycles() -> None:
 def test_the_graph_sees_known_imports() -> None:
     """The parser finds plain, from- and function-local imports (the test would pass vacuously otherwise)."""
     assert "base.yamlschema" in GRAPH["topologies.model"]
-    assert "protocol.plan" in GRAPH["hosts.switchml.job"]
+    assert "protocol.plan" in GRAPH["hosts.switchml.core"]
     assert "hosts.switchml.client" in GRAPH["hosts.allreduce"]  # imported inside a function
 
 

@@ -59,5 +59,5 @@ TARGET = SwitchTarget(
     program="eBPF program",
     k_choices=params.K_CHOICES,
     root_to_tell=NEEDS_ROOT,
-    link_rates={256: 10.0},  # benchmarks/README.md, "Link rates per target"
+    link_rates={256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity"
 )

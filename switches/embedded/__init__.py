@@ -43,5 +43,5 @@ TARGET = SwitchTarget(
     describe_build=lambda: f"python {sys.version.split()[0]}",
     delays_frames=True,
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms"}),
-    link_rates={256: 7.5},  # benchmarks/README.md, "Link rates per target"
+    link_rates={256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity"
 )
