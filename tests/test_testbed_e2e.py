@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from protocol.plan import JobPlan
 from switches.ebpf.datapath import PIN_ROOT
 from tests.conftest import require_target
 from tests.experiment_runs import MAIN_CONFIG, disturb_mid_run, experiment_argv, leftovers, run_experiment
@@ -254,14 +255,18 @@ def test_resume_finishes_an_interrupted_sweep_without_duplicates(tmp_path: Path)
 
 def test_link_delay_without_netem_comes_from_the_switch_and_is_recorded(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    done = run_experiment(out, "topology.workers=2", "topology.link.delay_ms=10", "methods=[switchml]",
+    done = run_experiment(out, "topology.workers=2", "topology.link.delay_ms=40", "methods=[switchml]",
                           "repetitions=1", "workload.elements=20000")
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verified"] is True
     expected = "netem" if summary["network"]["0"]["tc_capabilities"]["netem"] else "switch_delay_line"
     assert summary["delay_mechanism"] == expected
-    assert {link["delay"] for link in summary["network"]["0"]["links"]} == {"netem 10.0 ms" if expected == "netem" else expected}
-    # 626 chunks through a 64-slot pool: at least ceil(626 / 64) = 10 round trips of >= 20 ms
-    assert summary["methods"]["switchml"]["tat_s"] >= 10 * 0.020
+    assert {link["delay"] for link in summary["network"]["0"]["links"]} == {"netem 40.0 ms" if expected == "netem" else expected}
+    # every packet of a slot waits for the round trip (>= 80 ms) of the slot's packet before it: more
+    # than the links' serialisation of the whole job (143 frames, 0.16 s at 7.5 Mbit/s), so only a delay gives it
+    config = yaml.safe_load(MAIN_CONFIG.read_text())
+    plan = JobPlan.make(20000, int(config["protocol"]["k"]), int(config["protocol"]["pool_size"]), quantized=True)
+    rounds = -(-plan.total_packets // plan.n_slots)  # 3 at k = 256: 79 chunks and 64 exponent-only packets on 64 slots
+    assert rounds >= 3 and summary["methods"]["switchml"]["tat_s"] >= rounds * 0.080
     assert not leftovers(str(out))
