@@ -65,18 +65,10 @@ class RecordingSwitch(FakeSwitch):
         super()._send(payload, addr)
         super()._send(held, addr)
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                packet, addr = self.sock.recvfrom(4096)
-            except TimeoutError:  # idle: nothing follows a held result, let it go
-                for target, held in list(self._held.items()):
-                    del self._held[target]
-                    super()._send(held, target)
-                continue
-            if self._lost() or addr not in self.ranks or len(packet) != payload_bytes(self.k):
-                continue
-            self._aggregate(packet, addr)
+    def _idle(self) -> None:  # nothing follows a held result: let it go
+        for target, held in list(self._held.items()):
+            del self._held[target]
+            super()._send(held, target)
 
 
 SCENARIOS = {

@@ -72,11 +72,15 @@ class FakeSwitch:
             if not self._lost():
                 self.sock.sendto(payload, addr)
 
+    def _idle(self) -> None:
+        """Nothing arrived for a receive timeout (a subclass may flush what it holds)."""
+
     def _serve(self) -> None:
         while not self._stop.is_set():
             try:
                 packet, addr = self.sock.recvfrom(4096)
             except TimeoutError:
+                self._idle()
                 continue
             if self._lost() or addr not in self.ranks or len(packet) != payload_bytes(self.k):
                 continue

@@ -94,6 +94,43 @@ def missing_slots(outstanding: np.ndarray, shadow_set: np.ndarray, seq_base: int
             for slot, p in enumerate(outstanding.tolist()) if p >= 0}
 
 
+@dataclass(frozen=True)
+class JobArrays:
+    """The arrays one all-reduce reads and fills, as both data paths lay them out (the
+    native one hands them to worker.c as they are)."""
+
+    plan: JobPlan
+    quantized: bool
+    chunks: np.ndarray
+    """The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows."""
+    packet_exponents: np.ndarray
+    """The exponent field of every packet p: chunk p's block exponent while p < n_chunks (the
+    lookahead round), EXPONENT_MIN after; 0 throughout an int32 job."""
+    scales: np.ndarray
+    """scale_for of every int8 exponent (index e - EXPONENT_MIN), looked up per chunk."""
+    e_max: np.ndarray
+    """Per chunk, the exponent the lookahead round's result carried."""
+    int_sum: np.ndarray
+    """The switch's int32 sums, chunk after chunk."""
+    outstanding: np.ndarray
+    """The packet each slot waits for; -1 once the slot has its last result."""
+
+    @classmethod
+    def make(cls, tensor: np.ndarray, block_exponents: np.ndarray | None, pool: SlotPool, n_workers: int) -> JobArrays:
+        quantized = block_exponents is not None
+        plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, quantized)
+        chunks = np.zeros((plan.n_chunks, pool.k), dtype=tensor.dtype)
+        chunks.reshape(-1)[: len(tensor)] = tensor
+        packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if quantized else 0, dtype=np.int8)
+        if block_exponents is not None:
+            packet_exponents[: plan.n_chunks] = block_exponents
+        return cls(plan=plan, quantized=quantized, chunks=chunks, packet_exponents=packet_exponents,
+                   scales=scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), n_workers),
+                   e_max=np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8),
+                   int_sum=np.zeros(plan.n_chunks * pool.k, dtype=np.int32),
+                   outstanding=np.full(plan.n_slots, -1, dtype=np.int64))
+
+
 class WorkerCore:
     """One worker's all-reduce of ``tensor`` through the pool, as events.
 
@@ -107,27 +144,15 @@ class WorkerCore:
                  seq_base: int, t0: float, tx: np.ndarray) -> None:
         self._pool = pool
         self._ctx = ctx
-        self._quantized = block_exponents is not None
-        self.plan = plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, self._quantized)
+        arrays = JobArrays.make(tensor, block_exponents, pool, ctx.n_workers)
+        self._quantized = arrays.quantized
+        self.plan = plan = arrays.plan
         if len(tx) < 2 * plan.n_slots:
             raise ValueError(f"the send buffer holds {len(tx)} records, a batch may need {2 * plan.n_slots}")
-        k = pool.k
-        # The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows.
-        self.chunks = np.zeros((plan.n_chunks, k), dtype=tensor.dtype)
-        self.chunks.reshape(-1)[: len(tensor)] = tensor
-        # The exponent field of every packet p: chunk p's block exponent while p < n_chunks
-        # (the lookahead round), EXPONENT_MIN after; 0 throughout an int32 job.
-        self.packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if self._quantized else 0, dtype=np.int8)
-        if block_exponents is not None:
-            self.packet_exponents[: plan.n_chunks] = block_exponents
-        self.e_max = np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8)
-        # scale_for of every int8 exponent, looked up per chunk instead of recomputed
-        self.scales = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers)
+        self.chunks, self.packet_exponents, self.scales = arrays.chunks, arrays.packet_exponents, arrays.scales
+        self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
         self.seq_base = seq_base
-        self.int_sum = np.zeros(plan.n_chunks * k, dtype=np.int32)
-        self._sums = self.int_sum.reshape(plan.n_chunks, k)
-        self.outstanding = np.full(plan.n_slots, -1, dtype=np.int64)
-        """The packet each slot waits for; -1 once the slot has its last result."""
+        self._sums = self.int_sum.reshape(plan.n_chunks, pool.k)
         self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
         self._timeline = SendTimeline(t0)
         self.stats = JobStats()
@@ -142,8 +167,10 @@ class WorkerCore:
         self._record_bytes = tx.dtype.itemsize
         self._tx_set, self._tx_slot, self._tx_exponent, self._tx_seq, self._tx_data = (
             tx["shadow_set"], tx["slot"], tx["exponent"], tx["seq"], tx["data"])
-        tx["msg_type"], tx["job_id"], tx["num_elements"] = params.MSG_UPDATE, ctx.job_id, k
-        self._expected_prefix = result_prefix(ctx.job_id, k)
+        tx["msg_type"], tx["job_id"], tx["num_elements"] = params.MSG_UPDATE, ctx.job_id, pool.k
+        self._expected_prefix = result_prefix(ctx.job_id, pool.k)
+        self._prefix = np.dtype({"names": ["prefix"], "formats": [">u8"], "itemsize": tx.dtype.itemsize})
+        """switchml_h's first 8 bytes of a record as one big-endian integer (result_prefix)."""
 
     @property
     def timeline(self) -> list[int]:
@@ -266,7 +293,7 @@ class WorkerCore:
     def _accept(self, rx: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of ``rx``: the indices of the results this job is waiting for (one per slot, the
         first if a result arrived twice), their slots and packet indices."""
-        prefix = rx.view(np.dtype({"names": ["prefix"], "formats": [">u8"], "itemsize": rx.dtype.itemsize}))["prefix"]
+        prefix = rx.view(self._prefix)["prefix"]
         candidate = (prefix & RESULT_PREFIX_MASK) == self._expected_prefix
         candidate &= lengths == self._record_bytes
         rx_slots = rx["slot"]

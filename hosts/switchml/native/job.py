@@ -19,14 +19,11 @@ import time
 import numpy as np
 
 from hosts.stats import TIMELINE_BIN_S, JobStats
-from hosts.switchml.core import JobContext, missing_slots
+from hosts.switchml.core import JobArrays, JobContext, missing_slots
 from hosts.switchml.job import SwitchMLTimeout
 from hosts.switchml.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RoundTripEstimator
-from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
-from protocol.plan import JobPlan
-from protocol.quantize import scale_for
 
 MAX_ERRNOS = 8
 SML_DONE, SML_TIMED_OUT, SML_INTERRUPTED, SML_FAILED = range(4)
@@ -110,34 +107,25 @@ class NativeJob:
         self._ctx = ctx
         self._t0 = t0
         self._pool = pool
-        quantized = block_exponents is not None
-        self._plan = plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, quantized)
-        k = pool.k
-        # The same arrays WorkerCore makes, kept alive here while C points into them.
-        chunks = np.zeros((plan.n_chunks, k), dtype=tensor.dtype)
-        chunks.reshape(-1)[: len(tensor)] = tensor
-        packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if quantized else 0, dtype=np.int8)
-        if block_exponents is not None:
-            packet_exponents[: plan.n_chunks] = block_exponents
-        self.e_max = np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8)
-        scales = scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), ctx.n_workers).astype(np.float64)
-        self.int_sum = np.zeros(plan.n_chunks * k, dtype=np.int32)
+        arrays = JobArrays.make(tensor, block_exponents, pool, ctx.n_workers)
+        self._plan = plan = arrays.plan
+        quantized, k = arrays.quantized, pool.k
+        self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
         self.values: np.ndarray | None = np.zeros(plan.n_chunks * k, dtype=np.float32) if quantized else None
         """The sums dequantized, chunk by chunk as the results arrive (float32 jobs)."""
-        self.outstanding = np.full(plan.n_slots, -1, dtype=np.int64)
         n = plan.n_slots
         timers = {"deadline": np.full(n, np.inf), "backoff": np.ones(n), "sent_at": np.zeros(n),
                   "token": np.full(n, -1, dtype=np.int64), "timeouts_per_slot": np.zeros(n, dtype=np.int64),
                   "resent": np.zeros(n, dtype=np.uint8)}
         self._rx_lengths = np.zeros(io.capacity, dtype=np.uint32)
-        self._keep = (chunks, packet_exponents, scales, timers)
+        self._keep = (arrays, timers)  # alive while C points into them
         policy = ctx.policy
         self._job = _Job(
             fd=sock_fd, k=k, n_slots=n, n_chunks=plan.n_chunks, lead=plan.lead, total_packets=plan.total_packets,
             quantized=int(quantized), capacity=io.capacity, record_bytes=io.tx.dtype.itemsize, rx_stride=io.rx.strides[0],
             job_id=ctx.job_id, seq_base=seq_base, t0=t0, deadline_s=ctx.deadline_s, timeline_bin_s=TIMELINE_BIN_S,
             policy=_Policy(policy.min_s, policy.max_s, policy.first_s, policy.backoff_every),
-            chunks=_address(chunks), packet_exponents=_address(packet_exponents), scales=_address(scales),
+            chunks=_address(arrays.chunks), packet_exponents=_address(arrays.packet_exponents), scales=_address(arrays.scales),
             e_max=_address(self.e_max), sums=_address(self.int_sum),
             values=None if self.values is None else _address(self.values), shadow_set=_address(pool.shadow_set),
             pool_packets=_address(pool.packets), outstanding=_address(self.outstanding), tx=_address(io.tx),
