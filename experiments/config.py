@@ -20,18 +20,18 @@ from typing import Any, Mapping
 
 
 from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
-from experiments.inputs import WorkloadInfo, describe_workload
 from experiments.limits import Limit, fastest_allreduce_s, job_limit
 from hosts.switchml.native import DataPath, NativeUnavailable, resolve as resolve_data_path
 from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
 import methods
 from network.cluster_config import ClusterSpec
 from protocol import params
-from protocol.quantize import quantized_limit
 from switches.programming import AdmissionError, partition_slots
 from switches.targets import REGISTRY, TARGETS
 from topologies.model import Topology, find_topology, load_topology
-from workloads.trace import TraceError, shipped_traces
+import workloads.kinds
+from workloads.kinds import describe_workload, workload_of
+from workloads.workload import Workload, WorkloadInfo
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
@@ -52,40 +52,20 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-_WORKLOAD_COMMON = {"kind", "dtype", "seed", "time_dilation"}
-WORKLOAD_KEYS: dict[str, set[str]] = {
-    "synthetic": _WORKLOAD_COMMON | {"elements"},
-    "trace": _WORKLOAD_COMMON | {"model", "size_scale"},
-    "training": _WORKLOAD_COMMON | {"dataset", "hidden_units", "batch_size", "learning_rate", "steps", "test_fraction",
-                                    "target_accuracy", "ablation_bits"},
-    "torch": _WORKLOAD_COMMON | {"dataset", "hidden_units", "batch_size", "learning_rate", "steps", "test_fraction",
-                                 "target_accuracy"},
-    "ddp_script": _WORKLOAD_COMMON | {"script", "args"},
-}
-"""Workload keys each kind accepts (the schema lists the union)."""
-WORKLOAD_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
-    "trace": {"size_scale": 1.0},
-    "training": {"dataset": "digits", "hidden_units": 32, "batch_size": 16, "learning_rate": 0.5, "steps": 300,
-                 "test_fraction": 0.2, "target_accuracy": 0.9, "ablation_bits": [8, 5]},
-    "torch": {"dataset": "digits", "hidden_units": 32, "batch_size": 16, "learning_rate": 0.5, "steps": 300,
-              "test_fraction": 0.2, "target_accuracy": 0.9},
-    "ddp_script": {"args": []},
-}
-"""Defaults of keys only one workload kind accepts (so they cannot live in DEFAULTS)."""
-TRAINING_KINDS = ("training", "torch", "ddp_script")
-"""Workload kinds that train a model, one run per method (experiments/kinds/training.py, torch_training.py, ddp_script.py)."""
-TORCH_KINDS = ("torch", "ddp_script")
-"""Workload kinds that train with PyTorch's DDP: they need PyTorch and run the TORCH_METHODS."""
-TORCH_METHODS = (methods.SWITCHML.name, methods.GLOO.name)
-"""The all-reduces a DDP training runs: the SwitchML hook (hosts/torch_hook.py) or Gloo's own."""
-
-
 def experiment_schema() -> dict[str, Any]:
     """configs/experiment.schema.yaml with ``methods`` limited to the registered names
-    (methods/) and the switch targets filled in from theirs (switches/targets.py), so that
-    registering a method or a target is all it takes for configs to name it."""
+    (methods/), the switch targets filled in from theirs (switches/targets.py) and the
+    workload kinds with their keys from theirs (workloads/kinds/), so that registering a
+    method, a target or a workload is all it takes for configs to name it."""
     schema = load_schema(SCHEMA_PATH)
     schema["properties"]["methods"]["items"]["enum"] = list(methods.NAMES)
+    workload = schema["properties"]["workload"]
+    workload["properties"]["kind"]["enum"] = list(workloads.kinds.names())
+    for kind in workloads.kinds.REGISTRY:
+        workload["properties"].update(copy.deepcopy(dict(kind.properties)))
+        if kind.required:
+            workload.setdefault("allOf", []).append(
+                {"if": {"required": ["kind"], "properties": {"kind": {"const": kind.name}}}, "then": {"required": list(kind.required)}})
     switch = schema["properties"]["switch"]["properties"]
     switch["target"]["enum"] = list(TARGETS)
     switch["link_bw_mbps"]["properties"] = {name: {"type": "number", "exclusiveMinimum": 0} for name in REGISTRY}
@@ -145,6 +125,11 @@ class Point:
         """The servers besides this one and the placement (None: everything on this machine)."""
         section = self.data.get("cluster")
         return None if section is None else ClusterSpec.from_config(section)
+
+    @property
+    def workload_kind(self) -> Workload:
+        """The record of its workload's kind (workloads/kinds/)."""
+        return workload_of(self.workload)
 
     @property
     def workload_info(self) -> WorkloadInfo:
@@ -253,8 +238,8 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             raise ConfigError(f"{source}: protocol.k: {error}") from None
     if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
         raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
-    if data["workload"]["kind"] in TRAINING_KINDS:
-        _check_training(data, topology, source)
+    workload_of(data["workload"]).check(data, len(topology.hosts), source)
+    _check_ddp_methods(data, source)
     if data.get("jobs") is not None:
         _check_jobs(data, topology, source)
     if data["loss_mechanism"] == "switch":
@@ -328,33 +313,24 @@ def _check_feasible(data: Mapping[str, Any], topology: Topology, source: str) ->
                 )
 
 
-def _check_training(data: Mapping[str, Any], topology: Topology, source: str) -> None:
-    """A training is one run per method of float32 gradients; its ablation widths must leave
-    every worker at least one quantization level."""
-    workload = data["workload"]
-    if workload["dtype"] != "float32":
-        raise ConfigError(f"{source}: workload.dtype: a training all-reduces float32 gradients, got {workload['dtype']}")
-    if data["repetitions"] != 1:
-        raise ConfigError(f"{source}: repetitions: a training runs once per method (its steps are the repetitions), got {data['repetitions']}")
-    if data.get("sweep") is not None:
-        raise ConfigError(f"{source}: sweep: a training config does not sweep; run one config per setting")
-    if workload["kind"] in TORCH_KINDS and not set(data["methods"]) <= set(TORCH_METHODS):
-        raise ConfigError(f"{source}: methods: a {workload['kind']} training all-reduces through DDP with {' or '.join(TORCH_METHODS)}, "
+def _check_ddp_methods(data: Mapping[str, Any], source: str) -> None:
+    """A workload trained through DDP runs only the methods that give DDP a communication hook."""
+    workload = workload_of(data["workload"])
+    if not workload.through_ddp:
+        return
+    without = [name for name in data["methods"] if methods.by_name(name).ddp_hook is None]
+    if without:
+        with_hook = [method.name for method in methods.REGISTRY if method.ddp_hook is not None]
+        raise ConfigError(f"{source}: methods: a {workload.name} training all-reduces through DDP with {' or '.join(with_hook)}, "
                           f"got {', '.join(data['methods'])}")
-    if workload["kind"] == "ddp_script" and not Path(workload["script"]).is_file():
-        raise ConfigError(f"{source}: workload.script: {workload['script']} is not a file")
-    for bits in workload.get("ablation_bits", ()):
-        try:
-            quantized_limit(len(topology.hosts), bits)
-        except ValueError as exc:
-            raise ConfigError(f"{source}: workload.ablation_bits: {exc}") from None
 
 
 def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
     """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
     and pools the control plane admits together (the same check it makes on the switch)."""
-    if data["methods"] != [methods.SWITCHML.name] or data["workload"]["kind"] != "synthetic":
-        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [switchml] on a synthetic workload")
+    if data["methods"] != [methods.SWITCHML.name] or "elements" not in workload_of(data["workload"]).properties:
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [switchml] on a workload whose jobs give their own "
+                          f"elements (synthetic)")
     seen: dict[int, int] = {}
     for job in data["jobs"]:
         for host in job["hosts"]:
@@ -379,8 +355,9 @@ def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
     merged = deep_merge(copy.deepcopy(DEFAULTS), data)
     workload = merged.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("kind"), str):  # else the schema names the mistake
-        for key, value in WORKLOAD_KIND_DEFAULTS.get(workload["kind"], {}).items():
-            workload.setdefault(key, copy.deepcopy(value))
+        if workload["kind"] in workloads.kinds.names():
+            for key, value in workload_of(workload).defaults.items():
+                workload.setdefault(key, copy.deepcopy(value))
     return merged
 
 
@@ -404,7 +381,7 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
     label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
     validate(data, experiment_schema(), label)
     workload = data["workload"]
-    reject_keys(workload, WORKLOAD_KEYS[workload["kind"]], f"workload kind {workload['kind']}", label, "workload.")
+    reject_keys(workload, workload_of(workload).keys, f"workload kind {workload['kind']}", label, "workload.")
     topology_keys = {k: v for k, v in data["topology"].items() if k != "file"}
     try:
         topology_path = find_topology(data["topology"]["file"], source.parent)
@@ -413,10 +390,6 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
     _check_rate_applies(data, topology_path, link_rate_source, label)
     topology = load_topology(topology_path, topology_keys, context=label)
     _check_semantics(data, topology, label)
-    try:
-        describe_workload(workload)  # a trace is read here, so a bad one fails before anything runs
-    except TraceError as exc:
-        raise ConfigError(f"{label}: workload.model: {exc} (shipped traces: {', '.join(shipped_traces())})") from None
     _check_feasible(data, topology, label)
     return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
 
@@ -429,8 +402,8 @@ def require_available_methods(data: Mapping[str, Any], path: Path) -> None:
         reason = methods.by_name(name).unavailable()
         if reason is not None:
             raise ConfigError(f"{path}: methods: {name} {reason}")
-    reason = methods.GLOO.unavailable()  # PyTorch itself: the gloo method's requirement
-    if data["workload"]["kind"] in TORCH_KINDS and reason is not None:
+    reason = workload_of(data["workload"]).unavailable()
+    if reason is not None:
         raise ConfigError(f"{path}: workload.kind: {data['workload']['kind']} {reason}")
 
 

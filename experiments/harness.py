@@ -57,6 +57,7 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
         job_timeout_s=point.job_limit(method).seconds,
         connect_timeout_s=point.limits["worker_start_s"],
+        serve=point.workload_kind.host,
     )
 
 
@@ -70,8 +71,7 @@ class ExperimentKind:
     """One kind of experiment: the plug-in run_experiment.py drives without knowing which."""
 
     name: str
-    applies: Callable[[Experiment], bool]
-    """Whether a loaded config is of this kind (the registry asks in order; the last says yes)."""
+    """What a workload record names as its ``experiment`` (workloads/kinds/)."""
     writer: Callable[[Path, Experiment, str], ResultsWriter]
     """(run folder, experiment, switch target) -> the results writer."""
     runner: Callable[[Experiment, str, Any, Callable[[str], None]], KindRunner]
@@ -82,6 +82,9 @@ class ExperimentKind:
     """How many units the whole run has."""
     report: Callable[[dict[str, Any]], str]
     """The table printed from the finished run's summary."""
+    applies: Callable[[Experiment], bool] | None = None
+    """Whether a loaded config is of this kind whatever its workload (several jobs on one
+    switch), asked before the workload's own kind; None: only when the workload names it."""
 
 
 @dataclass(frozen=True)
@@ -110,17 +113,14 @@ class PointNetwork:
             programming.reset_aggregation_state(control, self.point.protocol["k"])
 
     @contextlib.contextmanager
-    def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None,
-                entry: str = "hosts.worker", arguments: Sequence[str] = (), files: Sequence[Path] = ()) -> Iterator[WorkerGroup]:
+    def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> Iterator[WorkerGroup]:
         """One worker per host (all of the topology's, or those at ``host_indices``), started
         and ready; killed on the way out unless finished. An error inside becomes
-        DependencyExited when a switch, its learning thread or a node's shell died meanwhile: that is its cause.
-        ``entry`` and ``arguments``: the module the workers run and what follows their rank;
-        ``files``: what they read besides their spec's (WorkerGroup)."""
+        DependencyExited when a switch, its learning thread or a node's shell died meanwhile: that is its cause."""
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
-                         dependencies=self.net.dependencies(), entry=entry, arguments=arguments, files=files,
+                         dependencies=self.net.dependencies(),
                          remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for) as group, \
                 group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))

@@ -59,7 +59,7 @@ def pace_check(point: Point, link_mbps: float, loss: float) -> PaceCheck | None:
     """The network's pace for SwitchML jobs of ``point`` on links of ``link_mbps``, or None
     when it does not bound them: under loss, retransmission timeouts are part of the protocol;
     and a user's DDP script's job is all of its all-reduces, with its compute between them."""
-    if loss > 0 or point.workload["kind"] == "ddp_script":
+    if loss > 0 or not point.workload_kind.paced:
         return None
     delay_ms = max(link.spec.delay_ms for link in point.topology.links)
     pace = switchml_job_pace(

@@ -42,6 +42,9 @@ from protocol.worker_spec import WorkerSpec
 
 log = logging.getLogger(__name__)
 
+WORKER_ENTRY = "hosts.worker"
+"""The module every rank runs (``python -m hosts.worker SPEC --rank R``); its spec names the
+workload's host loop."""
 LOG_TAIL_LINES = 15
 RESULT_FILES = ("result", "int_sum", "buckets", "parameters", "sums")
 """The keys of a worker's report that name a file the worker wrote for the runner (fetched
@@ -67,23 +70,16 @@ class WorkerGroup:
     """
 
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
-                 dependencies: Mapping[str, Dependency] | None = None, entry: str = "hosts.worker",
-                 arguments: Sequence[str] = (), files: Sequence[Path] = (),
+                 dependencies: Mapping[str, Dependency] | None = None,
                  remote_shells: Mapping[str, tuple[str, Callable[[str], str]]] | None = None,
                  waited_for: Callable[[], Mapping[str, str]] | None = None) -> None:
         self.method = method
-        self.files = tuple(files)
-        """What every rank reads besides its spec's files (a user's script), copied to the same
-        paths on a host of another server."""
         self.remote_shells = dict(remote_shells or {})
         """Host name -> (its server, what runs a shell command there), for hosts on another
         server (a rank's /proc there says whether it is stopped)."""
         self._waited_for = waited_for
         """Host name -> what the network shows the others wait for it (EmulatedNetwork.waited_for),
         asked when a deadline passes with no process stopped."""
-        self.entry = entry
-        """The module each rank runs (``python -m <entry> SPEC --rank R <arguments>``)."""
-        self.arguments = tuple(arguments)
         self.hosts = list(hosts)
         self.spec_path = spec_path
         self.log_dir = log_dir
@@ -110,10 +106,10 @@ class WorkerGroup:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
         spec = WorkerSpec.read(self.spec_path)
         for rank, host in enumerate(self.hosts):
-            ship(host, [self.spec_path, *spec.files_read(rank), *self.files])
+            ship(host, [self.spec_path, *spec.files_read(rank)])
             with self._log_path(rank).open("w") as stderr:
                 proc = host.popen(
-                    [sys.executable, "-m", self.entry, str(self.spec_path), "--rank", str(rank), *self.arguments],
+                    [sys.executable, "-m", WORKER_ENTRY, str(self.spec_path), "--rank", str(rank)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=str(REPO_ROOT), env=env, text=True,
                     preexec_fn=dies_with_this_process(),
                 )

@@ -9,11 +9,11 @@ it exactly. Which class a method runs is its registry entry's ``host`` (methods/
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
+from base.plugin import resolve
 from hosts.collective import TcpCollective
 from hosts.parameter_server import ParameterServerAllReduce
 from hosts.ring_allreduce import RingAllReduce
@@ -106,5 +106,4 @@ class ParameterServerMethod(BaselineMethod):
 
 def build(spec: WorkerSpec, rank: int) -> Method:
     """Rank ``rank`` of the spec's method: its registry entry's host class, built from the spec."""
-    module, _, attribute = methods.by_name(spec.method).host.partition(":")
-    return getattr(importlib.import_module(module), attribute)(spec, rank)
+    return resolve(methods.by_name(spec.method).host)(spec, rank)

@@ -1,14 +1,12 @@
 """A user's own DDP script as one rank of a testbed run (workload kind ``ddp_script``).
 
-    python -m hosts.ddp_script SPEC --rank R SCRIPT [ARG ...]
-
-The runner starts this on every emulated host as it starts hosts/worker.py, and the
-conversation is the same (ready, ``go 1``, done, ``exit``). Before the script runs, the
-environment says where it is, as torchrun would say it (RANK, WORLD_SIZE, LOCAL_RANK 0 and
-LOCAL_WORLD_SIZE 1, GROUP_RANK, ROLE_RANK, ...: each host is one node of one rank), with
-MASTER_ADDR and MASTER_PORT (rank 0's address and the spec's port) for ``env://``,
-GLOO_SOCKET_IFNAME (this host's emulated interface, so Gloo's traffic crosses the emulated
-links) and SWITCHML_WORKER_SPEC (the spec, which ``hosts.torch_hook.testbed_hook`` reads).
+The host loop hosts/worker.py runs for a spec whose ``script`` names the user's script and
+its arguments; the conversation with the runner is that of every workload (ready, ``go 1``,
+done, ``exit``). Before the script runs, the environment says where it is, as torchrun
+would say it (RANK, WORLD_SIZE, LOCAL_RANK 0 and LOCAL_WORLD_SIZE 1, GROUP_RANK, ROLE_RANK,
+...: each host is one node of one rank), with MASTER_ADDR and MASTER_PORT (rank 0's
+address and the spec's port) for ``env://``, GLOO_SOCKET_IFNAME (this host's emulated
+interface, so Gloo's traffic crosses the emulated links) and SWITCHML_WORKER_SPEC (the spec, which ``hosts.torch_hook.testbed_hook`` reads).
 So the script needs only these lines to train through the switch:
 
     dist.init_process_group("gloo")
@@ -26,10 +24,8 @@ verifies that pass's all-reduces as the torch kind verifies every step
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
-import logging
 import os
 import runpy
 import sys
@@ -40,16 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from hosts.events import emit, emit_error, emit_ready
+from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.tcp_counters import ProcessTcpMeter
 from hosts.torch_hook import ACTIVE, SPEC_ENVIRONMENT, SwitchMLHookState
 from hosts.training import ARRAYS_RANK, steps
 from protocol.worker_spec import WorkerSpec
 from workloads.training import array_digest
-
-log = logging.getLogger("hosts.ddp_script")
-
 
 def script_environment(spec: WorkerSpec, rank: int, spec_path: Path) -> dict[str, str]:
     """What torchrun gives a rank (each emulated host is one node of one rank: LOCAL_RANK 0
@@ -79,8 +72,10 @@ def output_to_log() -> Iterator[None]:
         os.close(saved)
 
 
-def run_script(spec: WorkerSpec, rank: int, spec_path: Path, script: Path, arguments: list[str]) -> None:
-    """Run the script once when released, then report its all-reduces."""
+def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
+    """Run the spec's script once when released, then report its all-reduces (the ddp_script
+    workload's host loop, workloads/kinds/ddp_script.py)."""
+    script, *arguments = spec.script
     os.environ.update(script_environment(spec, rank, spec_path))
     emit_ready()
     released = steps(sys.stdin)
@@ -114,24 +109,3 @@ def run_script(spec: WorkerSpec, rank: int, spec_path: Path, script: Path, argum
     emit(event)
     for _ in released:  # the runner says exit
         raise ValueError("a script runs once: the runner released it twice")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("spec", type=Path)
-    parser.add_argument("--rank", type=int, required=True)
-    parser.add_argument("script", type=Path)
-    parser.add_argument("arguments", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{args.rank} %(name)s %(levelname)s %(message)s")
-    try:
-        run_script(WorkerSpec.read(args.spec), args.rank, args.spec, args.script, args.arguments)
-    except Exception as exc:
-        log.exception("script failed")
-        emit_error(exc)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

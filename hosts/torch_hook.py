@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
+from base.plugin import resolve
 from hosts.allreduce import switchml_client
 from hosts.stats import JobStats
 from hosts.switchml import SwitchMLClient
@@ -162,16 +163,22 @@ def gloo_allreduce(state: GlooHookState, bucket: dist.GradBucket) -> torch.futur
     return allreduce_hook(state.group, bucket).then(finished)
 
 
-def hook_state(spec: WorkerSpec, rank: int, keep_last_pass: bool = False) -> SwitchMLHookState:
-    """The SwitchML hook's state for ``rank`` of the job a worker spec describes."""
-    return SwitchMLHookState(switchml_client(spec, rank), spec.n_workers, keep_last_pass)
+def switchml_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep_last_pass: bool) -> tuple[HookState, Hook]:
+    """The SwitchML method's DDP hook (its ``Method.ddp_hook``): buckets through the switch."""
+    return SwitchMLHookState(switchml_client(spec, rank), spec.n_workers, keep_last_pass), switchml_allreduce
+
+
+def gloo_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep_last_pass: bool) -> tuple[HookState, Hook]:
+    """The gloo method's DDP hook: DDP's own all-reduce on ``group``, timed."""
+    return GlooHookState(group, spec.n_workers, keep_last_pass), gloo_allreduce
 
 
 def method_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep_last_pass: bool = False) -> tuple[HookState, Hook]:
-    """(state, hook) of the spec's method: the SwitchML hook, or Gloo's all-reduce on ``group``."""
-    if spec.method == methods.SWITCHML.name:
-        return hook_state(spec, rank, keep_last_pass), switchml_allreduce
-    return GlooHookState(group, spec.n_workers, keep_last_pass), gloo_allreduce
+    """(state, hook) of the spec's method, as its record's ``ddp_hook`` names them."""
+    reference = methods.by_name(spec.method).ddp_hook
+    if reference is None:
+        raise ValueError(f"method {spec.method} has no DDP hook (methods/{spec.method}.py: ddp_hook)")
+    return resolve(reference)(spec, rank, group, keep_last_pass)
 
 
 ACTIVE: list[HookState] = []

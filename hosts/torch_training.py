@@ -1,6 +1,6 @@
 """The ``torch`` workload on a worker: one DistributedDataParallel step per runner command.
 
-``hosts.worker`` hands a spec whose training section is of kind ``torch`` here. The ranks
+``hosts.worker`` runs ``serve_torch_training``, the torch workload's host loop (workloads/kinds/torch_training.py). The ranks
 join a Gloo process group over the emulated links (hosts/gloo_allreduce.py's
 ``join_gloo_group``) and wrap workloads/torch_cnn.py's model in DDP, which broadcasts rank
 0's parameters once; then each released step takes this rank's minibatch (the numpy
@@ -62,8 +62,9 @@ def step_stats(buckets: list[BucketAllReduce]) -> JobStats:
     return total
 
 
-def serve_torch_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
+def serve_torch_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     """Train: each released step is one DDP step whose gradients the method all-reduces."""
+    out_dir = spec_path.parent
     config, data = training_inputs(spec)
     model = build_model(config.hidden_units, config.seed)
     group = join_gloo_group(spec, rank)

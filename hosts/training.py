@@ -1,7 +1,7 @@
 """The training workload on a worker: one SGD step per runner command, through any method.
 
-``hosts.worker`` hands a spec with a ``training`` section to ``serve_training`` instead of
-replaying a fixed tensor. The conversation with the runner is the same (ready, then one
+``hosts.worker`` runs ``serve_training`` (the training workload's host loop,
+workloads/kinds/training.py) instead of replaying a fixed tensor. The conversation with the runner is the same (ready, then one
 ``go <n>`` and one ``done`` per all-reduce, then ``exit``), with ``n`` the step (1, 2, ...):
 
     runner -> "go <step>"
@@ -58,8 +58,9 @@ def training_inputs(spec: WorkerSpec) -> tuple[TrainingConfig, Dataset]:
     return TrainingConfig(**spec.training.config), Dataset.load(Path(spec.training.dataset))
 
 
-def serve_training(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
+def serve_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     """Train: each released step computes this rank's gradient, all-reduces it, applies the sum."""
+    out_dir = spec_path.parent
     config, data = training_inputs(spec)
     model = MLP(config.hidden_units)
     n_workers = spec.n_workers

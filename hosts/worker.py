@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from base.plugin import resolve
 from hosts.allreduce import build
 from hosts.events import emit, emit_error, emit_ready
 from protocol.worker_spec import WorkerSpec
@@ -34,7 +35,10 @@ from protocol.worker_spec import WorkerSpec
 log = logging.getLogger("hosts.worker")
 
 
-def serve(spec: WorkerSpec, rank: int, out_dir: Path) -> None:
+def serve(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
+    """All-reduce this rank's tensor once per released repetition (the workloads that hand
+    the workers their tensors); results next to the spec."""
+    out_dir = spec_path.parent
     tensor = np.load(spec.inputs[rank])
     method = build(spec, rank)
     try:
@@ -68,16 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{args.rank} %(name)s %(levelname)s %(message)s")
     try:
         spec = WorkerSpec.read(args.spec)
-        if spec.training is not None and spec.training.kind == "torch":  # one DDP step per command; imports torch
-            from hosts.torch_training import serve_torch_training
-
-            serve_torch_training(spec, args.rank, args.spec.parent)
-        elif spec.training is not None:  # the training workload: one SGD step per command (hosts/training.py)
-            from hosts.training import serve_training
-
-            serve_training(spec, args.rank, args.spec.parent)
-        else:
-            serve(spec, args.rank, args.spec.parent)
+        resolve(spec.serve)(spec, args.rank, args.spec)  # the workload's host loop (workloads/kinds/)
     except Exception as exc:
         log.exception("worker failed")
         emit_error(exc)

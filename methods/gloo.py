@@ -14,26 +14,14 @@ class, so the bound's traffic crosses the emulated links.
 
 from __future__ import annotations
 
-import importlib.util
-
+from base.optional import torch_unavailable
 from methods import ring
 from methods.method import Method, PayloadBound, Verification
-
-INSTALL = "pip install -e '.[torch]' (or ./scripts/bootstrap.sh --torch)"
-"""How to get PyTorch here: the optional extra of pyproject.toml, or bootstrap's option."""
-
-
-def unavailable() -> str | None:
-    """Why gloo cannot run here: PyTorch is not installed (found without importing it, which takes seconds)."""
-    if importlib.util.find_spec("torch") is None:
-        return f"needs PyTorch, which is not installed: {INSTALL}"
-    return None
-
 
 BOUND = PayloadBound(ring.traffic_per_tensor_byte)
 """Gloo's default CPU all-reduce is a ring: the ring's payload bound, headers not counted."""
 
 GLOO = Method(
     name="gloo", label="Gloo (PyTorch)", colour="tab:red", verification=Verification.FLOAT_SUM, bound=BOUND,
-    host="hosts.gloo_allreduce:GlooMethod", unavailable=unavailable,
+    host="hosts.gloo_allreduce:GlooMethod", unavailable=torch_unavailable, ddp_hook="hosts.torch_hook:gloo_hook",
 )

@@ -57,6 +57,11 @@ class Method:
     sum_bits: int | None = None
     """Width of the integer sums the network computes (training_steps.csv ``bits``), or None
     for methods that add floats."""
+    ddp_hook: str | None = None
+    """"module:attribute" of its PyTorch DDP communication hook, as
+    ``factory(spec, rank, process_group, keep_last_pass) -> (state, hook)``
+    (hosts/torch_hook.py); None for a method a DDP training cannot use. The workloads that
+    train through DDP (workloads/kinds/) run only methods that have one."""
     unavailable: Callable[[], str | None] = lambda: None
     """Why this method cannot run on this machine (an optional dependency absent: one
     sentence naming how to install it), or None when it can. experiments/config.py asks it

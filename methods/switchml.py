@@ -39,5 +39,5 @@ def bound(link_bps: float, n_workers: int, k: int) -> float:
 
 SWITCHML = Method(
     name="switchml", label="SwitchML", colour="tab:blue", verification=Verification.INTEGER_SUM, bound=bound,
-    host="hosts.allreduce:SwitchMLMethod", paced_by_network=True, sum_bits=PROTOCOL_BITS,
+    host="hosts.allreduce:SwitchMLMethod", paced_by_network=True, sum_bits=PROTOCOL_BITS, ddp_hook="hosts.torch_hook:switchml_hook",
 )

@@ -38,12 +38,10 @@ class SwitchMLParameters:
 
 @dataclass(frozen=True)
 class TrainingSection:
-    """A training workload: its settings and the data set file, and which kind of training
-    (``training``: the numpy MLP, hosts/training.py; ``torch``: DDP, hosts/torch_training.py)."""
+    """A training workload: its settings and the data set file."""
 
     config: dict[str, Any]
     dataset: str
-    kind: str = "training"
 
 
 @dataclass(frozen=True)
@@ -59,15 +57,19 @@ class WorkerSpec:
     """(address, TCP port) of every rank, for the baselines' connections."""
     job_timeout_s: float
     connect_timeout_s: float
+    serve: str = "hosts.worker:serve"
+    """"module:function" of the loop the worker runs: its workload's host loop (workloads/kinds/)."""
     inputs: tuple[str, ...] = ()
     """One tensor file (.npy) per rank; empty for training, whose workers compute gradients."""
     training: TrainingSection | None = None
+    script: tuple[str, ...] = ()
+    """A user's DDP script and its arguments (workload kind ddp_script), as every rank runs it."""
 
     def files_read(self, rank: int) -> list[Path]:
-        """The files ``rank``'s worker reads besides its spec: its tensor, or the training's
-        data set (copied to the same paths on a host of another server)."""
+        """The files ``rank``'s worker reads besides its spec: its tensor, the training's data
+        set, or the user's script (copied to the same paths on a host of another server)."""
         return [Path(p) for p in (self.inputs[rank:rank + 1] if self.inputs else ())] + (
-            [Path(self.training.dataset)] if self.training is not None else [])
+            [Path(self.training.dataset)] if self.training is not None else []) + [Path(p) for p in self.script[:1]]
 
     def with_job(self, n_workers: int, job_id: int, pool_size: int) -> WorkerSpec:
         """The same spec for one of several jobs sharing the switch."""
@@ -85,6 +87,7 @@ class WorkerSpec:
             return cls(
                 **{**data, "protocol": SwitchMLParameters(**data["protocol"]),
                    "peers": tuple((host, int(port)) for host, port in data["peers"]), "inputs": tuple(data.get("inputs", ())),
+                   "script": tuple(data.get("script", ())),
                    "training": None if training is None else TrainingSection(**training)}
             )
         except (KeyError, TypeError) as exc:

@@ -71,14 +71,14 @@ def require_target(target: str) -> None:
 def require_torch() -> None:
     """Skip the calling test where PyTorch (the optional extra) is absent, saying how to
     install it; fail instead where SWITCHML_REQUIRE_TORCH is 1 (.ci/run installs it)."""
-    from methods import gloo
+    from base.optional import torch_unavailable
 
-    reason = gloo.unavailable()
+    reason = torch_unavailable()
     if reason is None:
         return
     if os.environ.get("SWITCHML_REQUIRE_TORCH") == "1":
-        pytest.fail(f"gloo {reason}, but SWITCHML_REQUIRE_TORCH=1 says it must run here")
-    pytest.skip(f"gloo {reason}")
+        pytest.fail(f"the torch tests {reason}, but SWITCHML_REQUIRE_TORCH=1 says it must run here")
+    pytest.skip(f"PyTorch: {reason}")
 
 
 def require_cluster() -> None:

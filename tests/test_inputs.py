@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from experiments.config import CONFIG_DIR, load_experiment
-from experiments.inputs import describe_workload, point_inputs
+from workloads.kinds import describe_workload, point_inputs
 from base.yamlschema import ConfigError
 from workloads.record import record_trace, replay_tensors, scaled_count
 from workloads.synthetic import synthetic_tensor

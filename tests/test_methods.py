@@ -15,7 +15,8 @@ from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, experiment_schema, load_experiment
 from experiments.verify import expected_for, verify
 from hosts.allreduce import Method as HostMethod
-from methods import REGISTRY, Verification, gloo
+from base import optional
+from methods import REGISTRY, Verification
 
 
 @pytest.mark.parametrize("method", REGISTRY, ids=lambda method: method.name)
@@ -46,7 +47,7 @@ def test_the_schema_allows_exactly_the_registered_methods() -> None:
 
 def test_a_method_this_machine_cannot_run_is_refused_as_the_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without PyTorch, a config naming gloo fails in one line saying how to install it."""
-    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(optional.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError) as refused:
         load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[ring,gloo]"])
     assert str(refused.value) == (f"{CONFIG_DIR / '8workers.yaml'}: methods: gloo needs PyTorch, which is not installed: "

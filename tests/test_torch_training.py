@@ -20,7 +20,7 @@ import pytest
 from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.kinds.torch_training import verify_torch_step
-from methods import gloo
+from base import optional
 from protocol.quantize import expected_sum
 from tests.conftest import require_torch
 from tests.experiment_runs import NETWORK_WAIT_S, experiment_argv, leftovers
@@ -33,12 +33,12 @@ N = 3
 
 
 def pretend_pytorch_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """methods/gloo.py finds a module spec for torch (config loading never imports it)."""
-    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: object())
+    """base/optional.py finds a module spec for torch (config loading never imports it)."""
+    monkeypatch.setattr(optional.importlib.util, "find_spec", lambda name: object())
 
 
 def test_a_torch_training_is_refused_as_the_config_loads_without_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(optional.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError) as refused:
         load_experiment(CONFIG, ["methods=[switchml]"])
     assert str(refused.value) == (f"{CONFIG}: workload.kind: torch needs PyTorch, which is not installed: "
@@ -60,7 +60,7 @@ def test_a_ddp_script_must_exist_and_needs_pytorch(monkeypatch: pytest.MonkeyPat
     missing = tmp_path / "mine.py"
     with pytest.raises(ConfigError, match=rf"^{SCRIPT_CONFIG}: workload.script: {missing} is not a file$"):
         load_experiment(SCRIPT_CONFIG, [f"workload.script={missing}"])
-    monkeypatch.setattr(gloo.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(optional.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"workload.kind: ddp_script needs PyTorch"):
         load_experiment(SCRIPT_CONFIG, ["methods=[switchml]"])
 

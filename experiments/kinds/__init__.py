@@ -1,13 +1,14 @@
-"""The experiment kinds, one line each: the first whose ``applies`` says yes runs a config.
+"""The experiment kinds, one line each: a config runs as the kind its workload names
+(``Workload.experiment``, workloads/kinds/), unless a kind whose ``applies`` says yes
+claims it first (``shared_switch``: a config with ``jobs``).
 
 Each kind is a module here on experiments/harness.py's skeleton that defines its
 ``ExperimentKind`` (``KIND``): ``sweep`` (all-reduce jobs over sweep points, methods and
-repetitions; it takes any config, so it comes last), ``training`` (each method trains a
-model step by step, with ``training_replay`` and ``training_results``), ``torch_training``
-(a PyTorch model trained with DDP on the hosts, with ``torch_replay``), ``ddp_script`` (a
-user's own DDP script on the hosts, with the testbed's DDP hook) and
-``shared_switch`` (several jobs on one switch at once). A new kind is a module here and one
-line in ``KINDS``.
+repetitions), ``training`` (each method trains a model step by step, with
+``training_replay`` and ``training_results``), ``torch_training`` (a PyTorch model trained
+with DDP on the hosts, with ``torch_replay``), ``ddp_script`` (a user's own DDP script on
+the hosts, with the testbed's DDP hook) and ``shared_switch`` (several jobs on one switch
+at once). A new kind is a module here and one line in ``KINDS``.
 """
 
 from __future__ import annotations
@@ -25,5 +26,15 @@ KINDS: tuple[ExperimentKind, ...] = (
 )
 
 
+def by_name(name: str) -> ExperimentKind:
+    """The registered experiment kind called ``name``."""
+    for kind in KINDS:
+        if kind.name == name:
+            return kind
+    raise KeyError(f"no experiment kind named {name!r}; registered: {', '.join(kind.name for kind in KINDS)}")
+
+
 def kind_of(experiment: Experiment) -> ExperimentKind:
-    return next(kind for kind in KINDS if kind.applies(experiment))
+    """The kind that runs ``experiment``."""
+    claimed = [kind for kind in KINDS if kind.applies is not None and kind.applies(experiment)]
+    return claimed[0] if claimed else by_name(experiment.points[0].workload_kind.experiment)

@@ -14,6 +14,7 @@ own output is in each rank's log (``logs/point0/<method>-rank<r>.log``).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -24,10 +25,6 @@ from experiments.results import ResultsWriter, format_table
 from experiments.workers import REPORT_GRACE_S
 
 log = logging.getLogger(__name__)
-
-ENTRY = "hosts.ddp_script"
-"""The module every rank runs, with the script and its arguments after its rank."""
-
 
 class ScriptRunner:
     """Each method runs the script once on every host."""
@@ -60,10 +57,10 @@ class ScriptRunner:
         return ok
 
     def _run_script(self, held: PointNetwork, method: str) -> bool:
-        spec_path = worker_spec(self.point, method).write(held.work / f"{method}.json")
+        spec = replace(worker_spec(self.point, method), script=(str(self.script), *self.arguments))
+        spec_path = spec.write(held.work / f"{method}.json")
         held.reset_aggregation()
-        with held.workers(method, spec_path, entry=ENTRY, arguments=(str(self.script), *self.arguments),
-                          files=(self.script,)) as group:
+        with held.workers(method, spec_path) as group:
             meter = held.meter(group)
             meter.start()
             group.release(1)
@@ -84,7 +81,6 @@ class ScriptRunner:
 
 KIND = ExperimentKind(
     name="ddp_script",
-    applies=lambda experiment: experiment.data["workload"]["kind"] == "ddp_script",
     writer=ResultsWriter,
     runner=ScriptRunner,
     unit="method",

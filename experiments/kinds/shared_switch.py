@@ -31,7 +31,7 @@ from analysis.aggregate import shared_switch_jobs, shared_switch_totals
 from analysis.models import switchml_line_rate_ate
 from experiments import metrics
 from experiments.config import Point
-from experiments.inputs import point_inputs
+from workloads.kinds import point_inputs
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from experiments.config import Experiment, Point
-from experiments.inputs import point_inputs
+from workloads.kinds import point_inputs
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.results import ResultsWriter, format_table
 from experiments.verify import Expected, expected_for
@@ -81,7 +81,6 @@ class ExperimentRunner:
 
 KIND = ExperimentKind(
     name="sweep",
-    applies=lambda experiment: True,
     writer=ResultsWriter,
     runner=ExperimentRunner,
     unit="job",

@@ -140,7 +140,6 @@ def verify_torch_step(method: str, reports: list[dict[str, Any]], k: int) -> tup
 
 KIND = ExperimentKind(
     name="torch",
-    applies=lambda experiment: experiment.data["workload"]["kind"] == "torch",
     writer=TrainingResultsWriter,
     runner=TorchTrainingRunner,
     unit="step",

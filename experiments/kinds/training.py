@@ -150,7 +150,7 @@ class StepTrainingRunner(ABC):
 
     def _spec(self, method: str, dataset_path: Path) -> WorkerSpec:
         """What hosts/worker.py needs: the method's usual keys and the training section."""
-        section = TrainingSection(self.config.as_dict(), str(dataset_path), kind=self.point.workload["kind"])
+        section = TrainingSection(self.config.as_dict(), str(dataset_path))
         return replace(worker_spec(self.point, method), training=section)
 
 
@@ -281,7 +281,6 @@ def training_report(summary: dict[str, Any]) -> str:
 
 KIND = ExperimentKind(
     name="training",
-    applies=lambda experiment: experiment.data["workload"]["kind"] == "training",
     writer=TrainingResultsWriter,
     runner=TrainingRunner,
     unit="step",
