@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.aggregate import timed_cpu_samples
+from experiments.metrics import timed_cpu_samples
 from analysis.load import Results
 
 CPU_BUSY_LIMIT = 0.95

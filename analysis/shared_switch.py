@@ -18,7 +18,7 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from analysis.aggregate import shared_switch_jobs, shared_switch_totals
+from experiments.metrics import shared_switch_jobs, shared_switch_totals
 from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 from protocol import results_format as fmt

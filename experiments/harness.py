@@ -30,12 +30,12 @@ import numpy as np
 from experiments.config import Experiment, Point
 from experiments.job_meter import JobMeter
 from experiments.results import ResultsWriter
-from experiments.verify import Expected, Verdict, verify
+from methods.verification import Expected, Verdict
 from experiments.limits import Limit
 from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
 from network.emulation import EmulatedNetwork
-from protocol.worker_spec import SwitchMLParameters, WorkerSpec
+from protocol.worker_spec import WorkerSpec
 from switches import programming
 from switches.fabric import SharedJob
 
@@ -53,7 +53,7 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         n_workers=len(topology.hosts),
         switch_ipv4=topology.aggregator_ipv4,
         link_mbps=topology.link_mbps,
-        protocol=SwitchMLParameters.from_config(point.protocol, point.data_path.name),
+        protocol=methods.by_name(method).spec_section(point.protocol, point.data_path.name),
         peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
         job_timeout_s=point.job_limit(method).seconds,
         connect_timeout_s=point.limits["worker_start_s"],
@@ -107,8 +107,12 @@ class PointNetwork:
             paths.append(str(path))
         return tuple(paths)
 
+    def prepare(self, method: str) -> None:
+        """What ``method``'s record says the network needs before its first job here."""
+        methods.by_name(method).prepare(self)
+
     def reset_aggregation(self) -> None:
-        """Every aggregating switch's registers to zero, before a method's first job on them."""
+        """Every aggregating switch's registers to zero (SwitchML's ``prepare``)."""
         for control in self.net.aggregating_controls:
             programming.reset_aggregation_state(control, self.point.protocol["k"])
 
@@ -181,7 +185,7 @@ def verify_reports(method: str, expected: Expected, reports: Sequence[Mapping[st
     verdicts = []
     for rank, report in enumerate(reports):
         values, int_sum = take_result(report)
-        verdict = verify(methods.by_name(method), expected, values, int_sum)
+        verdict = methods.by_name(method).verify(expected, values, int_sum)
         if not verdict.verified:
             log.error("%s rank %d: NOT VERIFIED: %s", what, rank, verdict.detail)
         verdicts.append(verdict)

@@ -5,7 +5,7 @@ what it cannot handle, but an emulator can fall behind with neither: 8 workers o
 links left the machine 9 % idle, lost nothing, and reached 69 % of SwitchML's line-rate
 bound. SwitchML is self-clocked (results are its acknowledgements), so when every process
 and the switch keep up, a lossless job runs at the pace its links and pool allow
-(``analysis.models.switchml_job_pace``: line rate or window, plus the float32 lead round and
+(its record's ``pace``, ``methods.switchml.switchml_job_pace``: line rate or window, plus the float32 lead round and
 the last round trip); a job much slower than that was paced by the emulator.
 
 Only jobs whose pace the model predicts well are checked: lossless (a lost update idles its
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.models import SwitchMLJobPace, switchml_job_pace
 from experiments.config import Point
+from methods.method import Pace, PaceModel
 
 PACE_SHARE = 0.9
 """A checked job must reach this share of its network's pace (model TAT / measured TAT).
@@ -47,7 +47,7 @@ out (a few ms) would be more than a few percent of it."""
 class PaceCheck:
     """One SwitchML job's measured TAT against the pace its network allows."""
 
-    pace: SwitchMLJobPace
+    pace: Pace
     checked: bool
 
     @property
@@ -55,14 +55,15 @@ class PaceCheck:
         return "window" if self.pace.window_bound else "line rate"
 
 
-def pace_check(point: Point, link_mbps: float, loss: float) -> PaceCheck | None:
-    """The network's pace for SwitchML jobs of ``point`` on links of ``link_mbps``, or None
-    when it does not bound them: under loss, retransmission timeouts are part of the protocol;
-    and a user's DDP script's job is all of its all-reduces, with its compute between them."""
+def pace_check(point: Point, model: PaceModel, link_mbps: float, loss: float) -> PaceCheck | None:
+    """The network's pace, by a method's pace ``model``, for its jobs of ``point`` on links of
+    ``link_mbps``, or None when it does not bound them: under loss, retransmission timeouts
+    are part of the protocol; and a workload that computes between its all-reduces (a user's
+    DDP script) has no pace of the network's alone."""
     if loss > 0 or not point.workload_kind.paced:
         return None
     delay_ms = max(link.spec.delay_ms for link in point.topology.links)
-    pace = switchml_job_pace(
+    pace = model(
         point.workload_info.elements, int(point.protocol["k"]), int(point.protocol["pool_size"]),
         point.topology.worker_share_mbps(link_mbps) * 1e6, delay_ms / 1e3, quantized=point.workload["dtype"] == "float32",
     )

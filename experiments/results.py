@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 import yaml
 
-from analysis.aggregate import timed_cpu_samples
-from analysis.models import busbw
 from experiments import metrics
+from experiments.metrics import timed_cpu_samples
 from experiments.config import Experiment, Point
 from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
-from experiments.verify import Verdict
+from methods.verification import Verdict
 from hosts.stats import TIMELINE_BIN_S
 from methods import by_name
+from methods.ring import busbw
 from network.port_counters import frames_lost
 from protocol import results_format as fmt
 from protocol.packet import ELEMENT_BYTES
@@ -202,11 +202,11 @@ class ResultsWriter:
                 }
                 rate = point.topology.link_mbps
                 registered = by_name(method)
-                if registered.paced_by_network and rate is not None:
+                if registered.pace is not None and rate is not None:
                     bound = registered.bound(rate * 1e6, len(point.topology.hosts), point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
-                    check = pace_check(point, rate, point.topology.link_loss)
+                    check = pace_check(point, registered.pace, rate, point.topology.link_loss)
                     if check is not None:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,

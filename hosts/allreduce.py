@@ -54,6 +54,8 @@ def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
     from hosts.switchml.client import SwitchMLClient
 
     proto = spec.protocol
+    if proto is None:
+        raise ValueError(f"method {spec.method}'s spec has no protocol section (its record's spec_section): no SwitchML job to join")
     return SwitchMLClient(
         rank=rank,
         n_workers=spec.n_workers,

@@ -18,7 +18,7 @@ it, the runner verifies it, and the figures draw it in its colour.
 from __future__ import annotations
 
 from methods import gloo, ps, ring, switchml
-from methods.method import Method, Verification
+from methods.method import Method
 
 REGISTRY: tuple[Method, ...] = (
     switchml.SWITCHML,
@@ -43,4 +43,4 @@ def by_name(name: str) -> Method:
     raise KeyError(f"no method named {name!r}; registered: {', '.join(NAMES)}")
 
 
-__all__ = ["BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Method", "Verification", "by_name"]
+__all__ = ["BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Method", "by_name"]

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from base.optional import torch_unavailable
 from methods import ring
-from methods.method import Method, PayloadBound, Verification
+from methods import verification
+from methods.method import Method, PayloadBound
 
 BOUND = PayloadBound(ring.traffic_per_tensor_byte)
 """Gloo's default CPU all-reduce is a ring: the ring's payload bound, headers not counted."""
 
 GLOO = Method(
-    name="gloo", label="Gloo (PyTorch)", colour="tab:red", verification=Verification.FLOAT_SUM, bound=BOUND,
+    name="gloo", label="Gloo (PyTorch)", colour="tab:red", verify=verification.float_sum, bound=BOUND,
     host="hosts.gloo_allreduce:GlooMethod", unavailable=torch_unavailable, ddp_hook="hosts.torch_hook:gloo_hook",
 )

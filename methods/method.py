@@ -11,27 +11,51 @@ sizes) and never ``hosts`` (the host entry point is a "module:attribute" string 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from typing import Callable
+from typing import Any, Callable, Mapping, Protocol
 
+import numpy as np
+
+from methods.verification import Expected, Verdict
 from protocol.packet import ELEMENT_BYTES
+from protocol.worker_spec import SwitchMLParameters
 
 BITS_PER_BYTE = 8
 
 
-class Verification(Enum):
-    """How experiments/verify.py checks a worker's result."""
-
-    INTEGER_SUM = "integer sum"
-    """The worker reports the raw int32 sum too; it must equal the sum of the quantized
-    inputs bit for bit, and the float result the value that follows from it (SwitchML)."""
-    FLOAT_SUM = "float32 summation bound"
-    """Float results within the bound of n-term float32 summation of the float64 sum, int32
-    results the exact wrapping sum (methods that add in an order of their own)."""
-
-
+Verify = Callable[[Expected, np.ndarray, "np.ndarray | None"], Verdict]
+"""(what the point's inputs must sum to, a worker's result, its integer sum or None) -> verdict."""
 Bound = Callable[[float, int, int], float]
 """(link_bps, n_workers, k) -> the most aggregated elements per second links of that rate allow."""
+
+
+class Network(Protocol):
+    """What a method may prepare on a point's network before its first job there
+    (experiments/harness.py's PointNetwork)."""
+
+    def reset_aggregation(self) -> None:
+        """Every aggregating switch's registers to zero."""
+
+
+class Pace(Protocol):
+    """The fastest a job can go when only the network sets its pace (experiments/pace.py)."""
+
+    tat_s: float
+    ate_per_s: float
+    streaming_fraction: float
+    """Share of tat_s its data packets' own intervals take (the rest: start and drain)."""
+    window_bound: bool
+
+
+PaceModel = Callable[[int, int, int, float, float, bool], Pace]
+"""(elements, k, pool_size, link_bps, link_delay_s, quantized) -> the network's pace for one job."""
+
+
+def nothing_to_prepare(network: Network) -> None:
+    """The ``prepare`` of a method that uses no switch state (the TCP baselines)."""
+
+
+def no_spec_section(protocol: Mapping[str, Any], data_path: str) -> None:
+    """The ``spec_section`` of a method that takes nothing from the config's protocol section."""
 
 
 @dataclass(frozen=True)
@@ -42,18 +66,24 @@ class Method:
     """In figure legends."""
     colour: str
     """Its matplotlib colour in every figure."""
-    verification: Verification
+    verify: Verify
+    """How a worker's result is checked (methods/verification.py: ``integer_sum``, ``float_sum``)."""
     bound: Bound
     """Its link-rate bound in ATE/s (the module of each method derives it)."""
     host: str
     """"module:attribute" of the class a worker process builds one rank with, as
     ``cls(spec, rank)``: it has ``allreduce(tensor) -> (values, int_sum or None, stats)`` and
     ``close()`` (``hosts.allreduce.Method``)."""
-    paced_by_network: bool = False
-    """True when nothing but its links and pool set its pace (self-clocked on the switch's
-    slots, experiments/pace.py): summary.json then gives its share of the bound and of the
-    pace, and ``kept_up`` checks its jobs. False where the bound is only a ceiling that the
-    transport legitimately stays well below (TCP's headers, slow start, barriers)."""
+    prepare: Callable[[Network], None] = nothing_to_prepare
+    """What the network needs before its first job on it (SwitchML: zeroed registers)."""
+    spec_section: Callable[[Mapping[str, Any], str], SwitchMLParameters | None] = no_spec_section
+    """(config's protocol section, the resolved worker data path) -> what its workers' spec
+    carries as ``protocol`` (protocol/worker_spec.py), or None for a method that needs none."""
+    pace: PaceModel | None = None
+    """Its pace model where nothing but its links and pool set its pace (self-clocked on the
+    switch's slots, experiments/pace.py): summary.json then gives its share of the bound and
+    of the pace, and ``kept_up`` checks its jobs. None where the bound is only a ceiling that
+    the transport legitimately stays well below (TCP's headers, slow start, barriers)."""
     sum_bits: int | None = None
     """Width of the integer sums the network computes (training_steps.csv ``bits``), or None
     for methods that add floats."""

@@ -6,7 +6,8 @@ Its bound counts payload bytes only, like the ring's, which it equals.
 
 from __future__ import annotations
 
-from methods.method import Method, PayloadBound, Verification, require_workers
+from methods import verification
+from methods.method import Method, PayloadBound, require_workers
 
 
 def traffic_per_tensor_byte(n_workers: int) -> float:
@@ -28,6 +29,6 @@ BOUND = PayloadBound(traffic_per_tensor_byte)
 """Independent of the packet size: TCP segments carry the chunks."""
 
 PS = Method(
-    name="ps", label="parameter server", colour="tab:green", verification=Verification.FLOAT_SUM, bound=BOUND,
+    name="ps", label="parameter server", colour="tab:green", verify=verification.float_sum, bound=BOUND,
     host="hosts.allreduce:ParameterServerMethod",
 )

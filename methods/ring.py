@@ -5,7 +5,8 @@ Its bound counts payload bytes only: the TCP/IP headers it also carries can only
 
 from __future__ import annotations
 
-from methods.method import Method, PayloadBound, Verification, require_workers
+from methods import verification
+from methods.method import Method, PayloadBound, require_workers
 
 
 def traffic_per_tensor_byte(n_workers: int) -> float:
@@ -19,10 +20,19 @@ def traffic_per_tensor_byte(n_workers: int) -> float:
     return 2 * (n_workers - 1) / n_workers
 
 
+def busbw(algbw_bytes_per_s: float, n_workers: int) -> float:
+    """nccl-tests bus bandwidth: algbw * 2(n-1)/n.
+
+    Scaling by the ring's traffic factor makes busbw comparable with the link rate for any
+    n: a ring running at its bound has busbw = B/8.
+    """
+    return algbw_bytes_per_s * traffic_per_tensor_byte(n_workers)
+
+
 BOUND = PayloadBound(traffic_per_tensor_byte)
 """Independent of the packet size: TCP segments carry the chunks."""
 
 RING = Method(
-    name="ring", label="ring all-reduce", colour="tab:orange", verification=Verification.FLOAT_SUM, bound=BOUND,
+    name="ring", label="ring all-reduce", colour="tab:orange", verify=verification.float_sum, bound=BOUND,
     host="hosts.allreduce:RingMethod",
 )

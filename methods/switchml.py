@@ -7,9 +7,14 @@ inter-frame gap are not counted (analysis/models.py, "Framing convention").
 
 from __future__ import annotations
 
-from methods.method import BITS_PER_BYTE, Method, Verification, require_positive
+from dataclasses import dataclass
+
+from methods import verification
+from methods.method import BITS_PER_BYTE, Method, Network, require_positive
 from protocol.packet import ELEMENT_BYTES, frame_bytes
+from protocol.plan import JobPlan
 from protocol.quantize import PROTOCOL_BITS
+from protocol.worker_spec import SwitchMLParameters
 
 
 def line_rate_ate(link_bps: float, k: int) -> float:
@@ -37,7 +42,78 @@ def bound(link_bps: float, n_workers: int, k: int) -> float:
     return line_rate_ate(link_bps, k)
 
 
+@dataclass(frozen=True)
+class SwitchMLJobPace:
+    """The fastest one SwitchML all-reduce can go when only the network sets its pace.
+
+    ``switchml_line_rate_ate`` is the steady-state ceiling; a whole job also spends time
+    its data does not: a float32 job's lead round of exponent-only packets (one per slot,
+    protocol/plan.py) and the last result's round trip. And a pool too small to fill
+    the bandwidth-delay product caps the pace at the window instead of the line rate.
+    """
+
+    elements: int
+    packets: int
+    """Packets each worker sends: one per chunk, plus the lead round of a float32 job."""
+    data_packets: int
+    packet_interval_s: float
+    """Time between a worker's packets in steady state: a frame's serialization, or the
+    round trip over the slots in use when the window binds."""
+    round_trip_s: float
+    """A slot's round trip with empty queues: the update's and the result's serialization
+    plus the link delay each way."""
+    window_bound: bool
+    """True when the slots in use do not cover the bandwidth-delay product."""
+
+    @property
+    def tat_s(self) -> float:
+        """The last packet leaves (packets - 1) intervals after the first; its result returns
+        one round trip later."""
+        return (self.packets - 1) * self.packet_interval_s + self.round_trip_s
+
+    @property
+    def ate_per_s(self) -> float:
+        return self.elements / self.tat_s
+
+    @property
+    def streaming_fraction(self) -> float:
+        """Share of ``tat_s`` the data packets' own intervals take; the rest is start and
+        drain (lead round, last round trip), which a short job is dominated by."""
+        return self.data_packets * self.packet_interval_s / self.tat_s
+
+
+def switchml_job_pace(elements: int, k: int, pool_size: int, link_bps: float, link_delay_s: float, quantized: bool) -> SwitchMLJobPace:
+    """The network's pace for one job: ``elements`` all-reduced in chunks of ``k`` over a
+    pool of ``pool_size`` slots, on links of ``link_bps`` with ``link_delay_s`` one way each.
+
+    A worker's packets leave one serialization apart (``8 * frame_bytes(k) / B``) while the
+    pool covers the round trip; otherwise each slot sends once per round trip, so the
+    packets leave ``round_trip / slots`` apart. A result crosses the same links as the
+    updates (each worker's own, the other way), so the downlinks carry as much and never
+    bind first.
+    """
+    require_positive(elements=elements, k=k, pool_size=pool_size, link_bps=link_bps)
+    if link_delay_s < 0:
+        raise ValueError(f"link_delay_s must be non-negative, got {link_delay_s}")
+    plan = JobPlan.make(elements, k, pool_size, quantized)
+    serialization = BITS_PER_BYTE * frame_bytes(k) / link_bps
+    round_trip = 2 * serialization + 2 * link_delay_s
+    window_interval = round_trip / plan.n_slots
+    return SwitchMLJobPace(
+        elements=elements, packets=plan.total_packets, data_packets=plan.n_chunks,
+        packet_interval_s=max(serialization, window_interval), round_trip_s=round_trip,
+        window_bound=window_interval > serialization,
+    )
+
+
+def reset_registers(network: Network) -> None:
+    """Before SwitchML's first job on a network: every aggregating switch's registers to zero,
+    which its workers' slots start from (hosts/switchml/pool.py)."""
+    network.reset_aggregation()
+
+
 SWITCHML = Method(
-    name="switchml", label="SwitchML", colour="tab:blue", verification=Verification.INTEGER_SUM, bound=bound,
-    host="hosts.allreduce:SwitchMLMethod", paced_by_network=True, sum_bits=PROTOCOL_BITS, ddp_hook="hosts.torch_hook:switchml_hook",
+    name="switchml", label="SwitchML", colour="tab:blue", verify=verification.integer_sum, bound=bound,
+    host="hosts.allreduce:SwitchMLMethod", sum_bits=PROTOCOL_BITS,
+    prepare=reset_registers, spec_section=SwitchMLParameters.from_config, pace=switchml_job_pace, ddp_hook="hosts.torch_hook:switchml_hook",
 )

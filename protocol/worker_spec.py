@@ -52,7 +52,8 @@ class WorkerSpec:
     """The aggregating switch's virtual address (SwitchML's destination)."""
     link_mbps: float | None
     """The slowest shaped link (None: unshaped), which the retransmission timer drains a pool at."""
-    protocol: SwitchMLParameters
+    protocol: SwitchMLParameters | None
+    """The SwitchML job's parameters, for a method whose record gives a spec section (methods/)."""
     peers: tuple[tuple[str, int], ...]
     """(address, TCP port) of every rank, for the baselines' connections."""
     job_timeout_s: float
@@ -73,6 +74,8 @@ class WorkerSpec:
 
     def with_job(self, n_workers: int, job_id: int, pool_size: int) -> WorkerSpec:
         """The same spec for one of several jobs sharing the switch."""
+        if self.protocol is None:
+            raise ValueError(f"method {self.method}'s spec has no protocol section: it runs no job on the switch")
         return replace(self, n_workers=n_workers, protocol=replace(self.protocol, job_id=job_id, pool_size=pool_size))
 
     def write(self, path: Path) -> Path:
@@ -85,7 +88,7 @@ class WorkerSpec:
         try:
             training = data.pop("training", None)
             return cls(
-                **{**data, "protocol": SwitchMLParameters(**data["protocol"]),
+                **{**data, "protocol": None if data["protocol"] is None else SwitchMLParameters(**data["protocol"]),
                    "peers": tuple((host, int(port)) for host, port in data["peers"]), "inputs": tuple(data.get("inputs", ())),
                    "script": tuple(data.get("script", ())),
                    "training": None if training is None else TrainingSection(**training)}

@@ -22,7 +22,8 @@ import yaml
 
 from analysis import models
 from analysis.__main__ import main
-from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchml, timed_cpu_samples
+from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchml
+from experiments.metrics import timed_cpu_samples
 from analysis.catalog import FIGURES, by_name, render
 from analysis.context import NOT_KEPT_UP
 from analysis.figures import LINE_RATE_LABEL, METHOD_LABELS, RING_BOUND_LABEL

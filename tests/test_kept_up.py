@@ -18,7 +18,7 @@ from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S
 from experiments.results import ResultsWriter, format_table, kept_up_warning
 from protocol import results_format as fmt
 from protocol.results_format import MACHINE
-from experiments.verify import Verdict
+from methods.verification import Verdict
 
 MAIN_CONFIG = CONFIG_DIR / "8workers.yaml"
 QUIET = CpuSplit(user=0.3, system=0.2, softirq=None, busy=0.5)

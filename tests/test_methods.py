@@ -13,10 +13,10 @@ from analysis import models
 from analysis.figures import METHOD_COLORS, METHOD_LABELS
 from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, experiment_schema, load_experiment
-from experiments.verify import expected_for, verify
 from hosts.allreduce import Method as HostMethod
 from base import optional
-from methods import REGISTRY, Verification
+from methods import REGISTRY, verification
+from methods.verification import expected_for
 
 
 @pytest.mark.parametrize("method", REGISTRY, ids=lambda method: method.name)
@@ -72,8 +72,8 @@ def test_the_records_carry_what_the_analysis_and_verifier_used_to_write_out() ->
     assert methods.REGISTRY[0] is methods.SWITCHML is switchml and methods.BASELINES == (ring, ps, gloo_)
     assert switchml.bound(5e6, 8, 32) == models.switchml_line_rate_ate(5e6, 32)
     assert ring.bound(5e6, 8, 32) == models.ring_ate_bound(5e6, 8) == ps.bound(5e6, 8, 32) == gloo_.bound(5e6, 8, 32)
-    assert (switchml.verification, ring.verification, ps.verification, gloo_.verification) == (
-        Verification.INTEGER_SUM, Verification.FLOAT_SUM, Verification.FLOAT_SUM, Verification.FLOAT_SUM)
+    assert (switchml.verify, ring.verify, ps.verify, gloo_.verify) == (
+        verification.integer_sum, verification.float_sum, verification.float_sum, verification.float_sum)
     assert (switchml.sum_bits, ring.sum_bits, ps.sum_bits, gloo_.sum_bits) == (32, None, None, None)
     assert list(METHOD_LABELS) == list(METHOD_COLORS) == list(methods.NAMES)
 
@@ -83,8 +83,8 @@ def test_each_verification_kind_checks_its_own_way() -> None:
     inputs = [np.linspace(-1, 1, 64, dtype=np.float32) * (rank + 1) for rank in range(3)]
     expected = expected_for(inputs, 32)
     switchml, ring = methods.by_name("switchml"), methods.by_name("ring")
-    assert verify(switchml, expected, expected.switchml.values, expected.switchml.int_sum).verified
-    assert not verify(switchml, expected, expected.switchml.values, None).verified, "no integer sum: not verified"
+    assert switchml.verify(expected, expected.switchml.values, expected.switchml.int_sum).verified
+    assert not switchml.verify(expected, expected.switchml.values, None).verified, "no integer sum: not verified"
     float_sum = (inputs[0] + inputs[1]) + inputs[2]
-    assert verify(ring, expected, float_sum, None).verified
-    assert not verify(ring, expected, float_sum + 1e-3, None).verified
+    assert ring.verify(expected, float_sum, None).verified
+    assert not ring.verify(expected, float_sum + 1e-3, None).verified

@@ -12,9 +12,9 @@ import pytest
 from analysis.__main__ import main as analysis_main
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.kinds.shared_switch import SharedSwitchWriter
-from experiments.verify import Verdict
+from methods.verification import Verdict
 from protocol import results_format as fmt
-from analysis.aggregate import shared_switch_jobs, shared_switch_totals
+from experiments.metrics import shared_switch_jobs, shared_switch_totals
 from base.yamlschema import ConfigError
 from switches import programming
 

@@ -59,7 +59,7 @@ class ScriptRunner:
     def _run_script(self, held: PointNetwork, method: str) -> bool:
         spec = replace(worker_spec(self.point, method), script=(str(self.script), *self.arguments))
         spec_path = spec.write(held.work / f"{method}.json")
-        held.reset_aggregation()
+        held.prepare(method)
         with held.workers(method, spec_path) as group:
             meter = held.meter(group)
             meter.start()

@@ -27,18 +27,18 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from analysis.aggregate import shared_switch_jobs, shared_switch_totals
-from analysis.models import switchml_line_rate_ate
 from experiments import metrics
+from experiments.metrics import shared_switch_jobs, shared_switch_totals
 from experiments.config import Point
 from workloads.kinds import point_inputs
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.kinds.sweep import ExperimentRunner
-from experiments.verify import expected_for
+from methods.verification import expected_for
 from experiments.workers import REPORT_GRACE_S
 import methods
+from methods.switchml import line_rate_ate as switchml_line_rate_ate
 from switches.fabric import SharedJob
 from protocol import results_format as fmt
 
@@ -158,7 +158,7 @@ class SharedSwitchRunner(ExperimentRunner):
     def _run_jobs(self, held: PointNetwork) -> bool:
         point = held.point
         jobs: Sequence[dict[str, Any]] = sorted(point.data["jobs"], key=lambda job: job.get("start_s", 0.0))
-        held.reset_aggregation()
+        held.prepare(METHOD)
         ok = True
         with contextlib.ExitStack() as stack:
             groups = []

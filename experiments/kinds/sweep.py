@@ -18,7 +18,7 @@ from experiments.config import Experiment, Point
 from workloads.kinds import point_inputs
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.results import ResultsWriter, format_table
-from experiments.verify import Expected, expected_for
+from methods.verification import Expected, expected_for
 from experiments.workers import REPORT_GRACE_S
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class ExperimentRunner:
 
     def _run_method(self, held: PointNetwork, method: str, spec_path: Path, expected: Expected) -> bool:
         point = held.point
-        held.reset_aggregation()
+        held.prepare(method)
         ok = True
         with held.workers(method, spec_path) as group:
             meter = held.meter(group)

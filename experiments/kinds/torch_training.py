@@ -27,7 +27,7 @@ import numpy as np
 from experiments.harness import ExperimentKind
 from experiments.kinds.training import Evaluation, StepTrainingRunner, step_row, training_report
 from experiments.kinds.training_results import EXACT, TrainingResultsWriter
-from experiments.verify import Verdict, expected_for, verify
+from methods.verification import Verdict, expected_for
 from hosts.training import ARRAYS_RANK
 import methods
 from workloads.training import array_digest
@@ -98,6 +98,7 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
     ``shared`` (name -> digest every rank must report).
     """
     n = len(reports)
+    registered = methods.by_name(method)
     inputs = [take_arrays(report["buckets"]) for report in reports]
     sums = take_sums(reports[ARRAYS_RANK])
     if len({len(buckets) for buckets in inputs}) != 1:
@@ -105,11 +106,11 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
     bucket_verdicts = []
     for index in range(len(inputs[0])):
         expected = expected_for([buckets[index] for buckets in inputs], k)
-        if method == methods.SWITCHML.name:
-            verdict = verify(methods.SWITCHML, expected, sums[f"values{index}"], sums[f"int_sum{index}"])
-        else:
+        if registered.sum_bits is not None:  # the hook reports the network's integer sums
+            verdict = registered.verify(expected, sums[f"values{index}"], sums[f"int_sum{index}"])
+        else:  # DDP's average of a float sum
             total = sums[f"average{index}"].astype(np.float64) * n
-            verdict = verify(methods.by_name(method), replace(expected, n_workers=n + 1), total, None)
+            verdict = registered.verify(replace(expected, n_workers=n + 1), total, None)
         bucket_verdicts.append(verdict)
     failed = [(index, v) for index, v in enumerate(bucket_verdicts) if not v.verified]
     if failed:
@@ -120,7 +121,7 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
     else:
         pass_verdict = Verdict(False, float("inf"), "no bucket was all-reduced")
     want = dict(shared or {})
-    if method == methods.SWITCHML.name:
+    if registered.sum_bits is not None:
         want["int_sum"] = array_digest(np.concatenate([sums[f"int_sum{i}"] for i in range(len(inputs[0]))]))
     verdicts = []
     for report in reports:

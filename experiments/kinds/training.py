@@ -27,7 +27,7 @@ from experiments.harness import ExperimentKind, PointNetwork, point_network, tak
 from experiments.results import format_table
 from experiments.kinds.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
 from experiments.kinds.training_results import EXACT, TrainingResultsWriter, ablation_series, format_training_table
-from experiments.verify import Verdict, expected_for, verify
+from methods.verification import Verdict, expected_for
 from experiments.workers import REPORT_GRACE_S
 from base.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
@@ -98,7 +98,7 @@ class StepTrainingRunner(ABC):
         """One method's training: release each step, check it, record its rows."""
         point = self.point
         spec_path = spec.write(held.work / f"{method}.json")
-        held.reset_aggregation()
+        held.prepare(method)
         check = self._step_check(method, exact)
         ok, emulated_s = True, 0.0
         limit = held.job_limit(method)
@@ -258,7 +258,7 @@ def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: in
     gradients = state.gradients()
     expected = expected_for(gradients, k)
     values, int_sum = take_result(reports[ARRAYS_RANK])
-    verdict = verify(methods.by_name(method), expected, values, int_sum)
+    verdict = methods.by_name(method).verify(expected, values, int_sum)
     params = state.apply(values)
     shared = {"result": array_digest(values), "parameters": array_digest(params)}
     if int_sum is not None:

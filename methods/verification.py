@@ -4,8 +4,9 @@ SwitchML is checked bit for bit: the switch's int32 sum must equal the sum of th
 quantized inputs (protocol.quantize.expected_sum), and the float result is derived from it
 deterministically. The TCP baselines add float32 in an order of their own, so their float
 results are checked against the float64 sum with the bound for n-term float32 summation;
-their int32 results are exact (wrapping) like the switch's. Which check a method gets is
-its registry entry's ``verification`` (methods/).
+their int32 results are exact (wrapping) like the switch's. A method's record names its
+check (``Method.verify``): ``integer_sum`` for SwitchML, ``float_sum`` for the baselines; a
+method that adds in another way (another quantizer) brings a check of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from methods import Method, Verification
 from protocol.quantize import ExpectedSum, expected_sum
 
 FLOAT32_UNIT_ROUNDOFF = 2.0**-24
@@ -56,8 +56,11 @@ def _mismatch(got: np.ndarray, want: np.ndarray) -> str:
     return f"{len(bad)} of {len(want)} elements differ; first at index {i}: got {got[i]}, expected {want[i]}"
 
 
-def verify_switchml(expected: Expected, values: np.ndarray, int_sum: np.ndarray) -> Verdict:
-    """Bit-exact integer sum, and the float result that follows from it."""
+def integer_sum(expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
+    """SwitchML's check: the switch's integer sum bit-exact against the sum of the inputs
+    quantized as protocol/quantize.py does, and the float result that follows from it."""
+    if int_sum is None:
+        return Verdict(False, float("inf"), "no integer sum reported to verify")
     want = expected.switchml
     if int_sum.shape != want.int_sum.shape:
         return Verdict(False, float("inf"), f"int sum has shape {int_sum.shape}, expected {want.int_sum.shape}")
@@ -69,8 +72,9 @@ def verify_switchml(expected: Expected, values: np.ndarray, int_sum: np.ndarray)
     return Verdict(True, error, "integer sum bit-exact")
 
 
-def verify_baseline(expected: Expected, values: np.ndarray) -> Verdict:
-    """int32: exact wrapping sum. float32: within the n-term summation bound of the float64 sum."""
+def float_sum(expected: Expected, values: np.ndarray, int_sum: np.ndarray | None = None) -> Verdict:
+    """The baselines' check (a method adding in an order of its own). int32: exact wrapping
+    sum. float32: within the n-term summation bound of the float64 sum."""
     want_shape = expected.exact64.shape
     if values.shape != want_shape:
         return Verdict(False, float("inf"), f"result has shape {values.shape}, expected {want_shape}")
@@ -89,12 +93,3 @@ def verify_baseline(expected: Expected, values: np.ndarray) -> Verdict:
         i = int(over[0])
         return Verdict(False, max_error, f"{len(over)} elements beyond the float32 summation bound; first at {i}: error {error[i]:.3g} > {bound[i]:.3g}")
     return Verdict(True, max_error, "within the float32 summation bound")
-
-
-def verify(method: Method, expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
-    """A worker's result checked the way its method's ``verification`` says."""
-    if method.verification is Verification.FLOAT_SUM:
-        return verify_baseline(expected, values)
-    if int_sum is None:
-        return Verdict(False, float("inf"), f"{method.name} reported no integer sum to verify")
-    return verify_switchml(expected, values, int_sum)
