@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import csv
 import logging
-import os
 import select
 import socket
 import struct
@@ -30,7 +29,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
@@ -102,27 +101,6 @@ def build_frames(hosts: list[Host], window: int, k: int) -> list[list[list[bytea
         ]
         for slot in range(window)
     ]
-
-
-def process_cpu(pid: int) -> Callable[[], tuple[float, float]]:
-    """(user, system) CPU seconds a process has used so far, from /proc."""
-
-    def cpu_seconds() -> tuple[float, float]:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return int(fields[11]) / ticks, int(fields[12]) / ticks
-
-    return cpu_seconds
-
-
-@contextlib.contextmanager
-def ebpf_cpu(interface: str) -> Iterator[Callable[[], tuple[float, float]]]:
-    """(0, seconds) the eBPF switch's program has run so far: softirq time, as system time."""
-    from switches.ebpf.stats import attached_program_id, bpf_stats_enabled, program_run
-
-    program_id = attached_program_id(interface)
-    with bpf_stats_enabled():
-        yield lambda: (0.0, program_run(program_id)[0])
 
 
 def drive(
@@ -206,7 +184,7 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
         interfaces = list(bed.switch_ports.values())
         ports_before = read_ports(interfaces)
         cpu: list[tuple[float, float]] = []
-        switch_cpu = process_cpu(switch.pid) if switch.pid is not None else stack.enter_context(ebpf_cpu(interfaces[0]))
+        switch_cpu = stack.enter_context(described.cpu_meter(switch.pid, interfaces))
         rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(switch_cpu()))
         time.sleep(SETTLE_S)  # the switch drains before its frames are accounted
         counts = programming.read_event_counters(control)
@@ -254,7 +232,8 @@ def write_tables(rows: list[Measurement], output_dir: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", choices=list(REGISTRY), default="embedded")
+    parser.add_argument("--target", choices=list(REGISTRY), default=max(REGISTRY.values(), key=lambda t: t.auto_preference).name,
+                        help="default: the target that runs anywhere (auto's last choice)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--k", type=int, default=params.K)
     parser.add_argument("--window", type=int, default=64, help="slots in flight (pool size used)")

@@ -27,7 +27,7 @@ import methods
 from network.cluster_config import ClusterSpec
 from protocol import params
 from switches.programming import AdmissionError, partition_slots
-from switches.targets import REGISTRY, TARGETS
+from switches.targets import AUTO, REGISTRY
 from topologies.model import Topology, find_topology, load_topology
 import workloads.kinds
 from workloads.kinds import describe_workload, workload_of
@@ -58,7 +58,7 @@ def experiment_schema() -> dict[str, Any]:
     workload kinds with their keys from theirs (workloads/kinds/), so that registering a
     method, a target or a workload is all it takes for configs to name it."""
     schema = load_schema(SCHEMA_PATH)
-    schema["properties"]["methods"]["items"]["enum"] = list(methods.NAMES)
+    schema["properties"]["methods"]["items"]["enum"] = [method.name for method in methods.REGISTRY]
     workload = schema["properties"]["workload"]
     workload["properties"]["kind"]["enum"] = list(workloads.kinds.names())
     for kind in workloads.kinds.REGISTRY:
@@ -67,7 +67,7 @@ def experiment_schema() -> dict[str, Any]:
             workload.setdefault("allOf", []).append(
                 {"if": {"required": ["kind"], "properties": {"kind": {"const": kind.name}}}, "then": {"required": list(kind.required)}})
     switch = schema["properties"]["switch"]["properties"]
-    switch["target"]["enum"] = list(TARGETS)
+    switch["target"]["enum"] = [AUTO, *sorted(REGISTRY)]
     switch["link_bw_mbps"]["properties"] = {name: {"type": "number", "exclusiveMinimum": 0} for name in REGISTRY}
     return schema
 

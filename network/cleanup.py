@@ -13,9 +13,10 @@ usually nothing is left for a user to do.
 The command is for the rest: it does the same while no run holds the network, and also
 removes what no record names -- testbed interfaces (``hN-ethM``, ``sN-ethM``) in the root
 namespace, processes marked with the pid of a dead holder, networks' temporary folders
-(``/tmp/switchml-net-*``), embedded-switch socket folders (``/tmp/sml-*``) whose switch
-no longer answers, and eBPF-switch pins of a loader killed while loading (an eBPF switch
-itself goes with its interfaces). It refuses while a run holds the network.
+(``/tmp/switchml-net-*``), and what each switch target says its killed switches leave
+(``SwitchTarget.remove_leftovers``: the embedded switch's socket folders whose switch no
+longer answers, the eBPF switch's pins of a loader killed while loading). It refuses while
+a run holds the network.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,15 +34,13 @@ import time
 from pathlib import Path
 
 from network.lock import HOLDER_ENV, HolderRecord, NetworkLock
-from switches.ebpf.datapath import remove_orphaned_pins
+from switches.targets import REGISTRY
 
 log = logging.getLogger("network.cleanup")
 
 TESTBED_INTERFACE = re.compile(r"^[hs]\d+-eth\d+$")
 SCRATCH_PREFIX = "switchml-net-"
 """An emulated network's temporary folder (network.emulation)."""
-SWITCH_SOCKET_DIRS = "sml-*"
-"""The embedded switch's control-socket folders (switches/embedded/launcher.py)."""
 KILL_WAIT_S = 5.0
 
 
@@ -136,22 +134,6 @@ def dead_holders() -> set[int]:
     return {pid for pid in holders if not Path(f"/proc/{pid}").exists()}
 
 
-def stale_switch_socket_dirs() -> list[Path]:
-    """Embedded-switch socket folders whose switch is gone (its socket refuses connections).
-    A folder without a socket may belong to a switch still starting, and is left alone."""
-    stale = []
-    for directory in Path(tempfile.gettempdir()).glob(SWITCH_SOCKET_DIRS):
-        path = directory / "control.sock"
-        if not path.is_socket():
-            continue
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            try:
-                probe.connect(str(path))
-            except ConnectionRefusedError:
-                stale.append(directory)
-    return stale
-
-
 def clean_all() -> list[str]:
     """Everything ``remove_leftovers`` removes, and the unrecorded rest (see the module doc).
     The caller holds the network lock."""
@@ -159,10 +141,11 @@ def clean_all() -> list[str]:
     testbed = [name for name in root_interfaces() if TESTBED_INTERFACE.match(name)]
     removed += [f"interface {name}" for name in delete_interfaces(testbed)]
     scratch = sorted(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"))  # no network is up: none is in use
-    for directory in scratch + stale_switch_socket_dirs():
+    for directory in scratch:
         shutil.rmtree(directory, ignore_errors=True)
         removed.append(f"folder {directory}")
-    removed += [f"BPF pins {directory}" for directory in remove_orphaned_pins()]
+    for target in REGISTRY.values():  # what only the target knows it leaves
+        removed += target.remove_leftovers()
     return removed
 
 

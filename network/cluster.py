@@ -55,7 +55,7 @@ from base.yamlschema import ConfigError
 from network.lock import HOLDER_ENV
 from protocol.params import REPO_ROOT
 from switches.control import ControlPlaneError, SwitchControl
-from switches.embedded.control_client import EmbeddedControl
+from switches.remote_control import SocketControl
 from network.cluster_config import LOCAL, ClusterSpec, Server
 from topologies.model import Topology
 
@@ -356,7 +356,7 @@ class RemoteDataPlane:
         deadline = time.monotonic() + FORWARD_TIMEOUT_S
         while True:
             try:
-                with EmbeddedControl(self.local_socket, timeout=2.0) as control:
+                with SocketControl(self.local_socket, timeout=2.0) as control:
                     control.ping()
                 return
             except ControlPlaneError:
@@ -393,7 +393,7 @@ class RemoteDataPlane:
         return self._agent.pid if self.running else None
 
     def control(self, command_log: Path | None = None) -> SwitchControl:
-        return EmbeddedControl(self.local_socket, command_log=command_log)
+        return SocketControl(self.local_socket, command_log=command_log)
 
     @property
     def threads(self) -> Mapping[str, ThreadWatch]:

@@ -58,7 +58,7 @@ from network.shaping import (
 )
 from switches.control import SwitchControl
 from switches.fabric import Fabric, Jobs, Leaf, SharedJob, Station, program_fabric
-from switches.targets import lookup
+from switches.targets import delay_line_targets, lookup
 from topologies.model import Topology
 
 log = logging.getLogger(__name__)
@@ -375,9 +375,10 @@ class EmulatedNetwork:
         if caps.netem:
             return "netem"
         if not lookup(self.target).delays_frames:
+            choices = " or ".join(f"--switch {name}" for name in delay_line_targets())
             raise NetworkError(
                 f"link delay needs netem, which this kernel lacks, and the {self.target} switch cannot delay frames; "
-                "use the embedded switch (--switch embedded) or a kernel with sch_netem"
+                f"use a switch with a delay line ({choices}) or a kernel with sch_netem"
             )
         if len(delays) > 1:
             raise NetworkError(f"links have different delays {sorted(delays)}; the switch's delay line applies one")

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Callable, Sequence
 
 from switches.target import PortQueueLimit
+from switches.targets import delay_line_targets
 from topologies.model import LinkSpec
 
 log = logging.getLogger(__name__)
@@ -108,7 +109,8 @@ def shape_interface(
     if wants_netem and not caps.netem:
         raise ShapingError(
             f"{interface}: delay {spec.delay_ms} ms / loss {spec.loss} by netem, which this kernel does not have "
-            "(tc qdisc netem); use the switch's delay line and drop simulator (the embedded switch) instead"
+            "(tc qdisc netem); use the switch's delay line and drop simulator instead (a target that delays frames: "
+            f"{', '.join(delay_line_targets())})"
         )
     parent = ["root"]
     bandwidth = "unshaped"

@@ -8,9 +8,9 @@ The controlling machine starts this over ssh on the server a switch node is plac
 (``SwitchTarget.data_plane``, as a Mininet node would: the embedded switch's process,
 bmv2's simple_switch, the eBPF program and its maps), opens its control plane there (an eBPF
 switch's maps are programmed by bpf() calls, which only a process on that server can
-make), and serves the control-plane primitives on a Unix socket in the embedded switch's
-JSON-lines protocol (switches/embedded/control_server.py), so the controlling machine's
-``EmbeddedControl`` programs any target through the socket ssh forwards. It prints
+make), and serves the control-plane primitives on a Unix socket in the target-neutral
+JSON-lines protocol of switches/remote_control.py, so the controlling machine's
+``SocketControl`` programs any target through the socket ssh forwards. It prints
 ``ready PID`` (its switch process's pid, ``-`` for none) when the socket listens, and stops the data plane and exits when its standard
 input closes -- the ssh connection it came over is gone -- or on SIGTERM; when the switch
 or a thread it needs here (bmv2's learning controller) dies under it, it exits with status 3, which ends that connection: the run, watching it,
@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from base.lifetime import Dependencies
-from switches.control import SwitchControl
-from switches.embedded.control_server import handle_request
+from switches.remote_control import handle_request, primitive_handlers
 from switches.targets import lookup
 
 log = logging.getLogger("switches.agent")
@@ -40,21 +39,6 @@ WATCH_S = 0.2
 """How often the agent checks that its switch still runs."""
 SWITCH_DIED = 3
 """The agent's exit status when its switch died under it."""
-PRIMITIVES = ("table_num_entries", "table_add", "table_set_default", "table_clear", "mc_mgrp_create", "mc_node_create",
-              "mc_node_associate", "register_read", "register_write", "register_reset", "registers_reset",
-              "counter_read", "counter_reset")
-"""The SwitchControl primitives, served under their own names (EmbeddedControl's ops)."""
-
-
-def handlers(control: SwitchControl) -> dict[str, Callable[..., Any]]:
-    served: dict[str, Callable[..., Any]] = {op: getattr(control, f"_{op}") for op in PRIMITIVES}
-    served["ping"] = lambda: "pong"
-    served["schema"] = lambda: control.schema.to_json()
-    if hasattr(control, "stats"):
-        served["stats"] = control.stats
-    return served
-
-
 def serve(listener: socket.socket, served: dict[str, Callable[..., Any]], lock: threading.Lock) -> None:
     """Every connection in its own thread, one request at a time across them."""
     while True:
@@ -96,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(args.socket))
         listener.listen()
-        threading.Thread(target=serve, args=(listener, handlers(control), threading.Lock()), daemon=True).start()
+        threading.Thread(target=serve, args=(listener, primitive_handlers(control), threading.Lock()), daemon=True).start()
         threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
         print("ready", data_plane.pid if data_plane.pid is not None else "-", flush=True)
         threads = Dependencies(data_plane.threads)

@@ -284,6 +284,12 @@ class SwitchControl(ABC):
     def close(self) -> None:
         """Release the connection to the switch (the switch keeps running)."""
 
+    def primitives(self, names: Sequence[str]) -> dict[str, Any]:
+        """The target's own primitives by name (``table_add`` -> its ``_table_add``), unlogged
+        and unchecked: for a server that relays calls a client logged and checked already
+        (switches/remote_control.py)."""
+        return {name: getattr(self, f"_{name}") for name in names}
+
     # -- the interface -----------------------------------------------------------------
 
     @functools.cached_property

@@ -13,10 +13,11 @@ dependencies (p4-utils, Mininet, clang): the descriptor reaches them only when a
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Protocol, Sequence
 
 from base.lifetime import ThreadWatch
 from switches.control import SwitchControl
@@ -74,6 +75,30 @@ def no_port_queue_limit() -> PortQueueLimit | None:
     return None
 
 
+CpuReader = Callable[[], tuple[float, float]]
+"""(user, system) CPU seconds a switch's work has taken so far."""
+
+
+@contextlib.contextmanager
+def process_cpu_meter(pid: int | None, interfaces: Sequence[str]) -> Iterator[CpuReader]:
+    """The ``cpu_meter`` of a target whose switching is one process: its CPU time from /proc."""
+    if pid is None:
+        raise ValueError("this switch runs no process to measure")
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu_seconds() -> tuple[float, float]:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+    yield cpu_seconds
+
+
+def nothing_left() -> list[str]:
+    """The ``remove_leftovers`` of a target whose switches leave nothing behind their
+    processes and interfaces (which every run removes)."""
+    return []
+
+
 def nothing_missing() -> list[str]:
     """The ``detect`` of a target that runs wherever this repository's packages do."""
     return []
@@ -121,6 +146,14 @@ class SwitchTarget:
     root_to_tell: str | None = None
     """What ``detect`` reports in a process that is not root, for a target only root can ask
     the kernel about (the eBPF switch's probes); None for a target anyone can check."""
+    remove_leftovers: Callable[[], list[str]] = nothing_left
+    """Remove what its switches of killed runs left that no run's record names (the embedded
+    switch's socket folders, the eBPF switch's pins of a loader killed while loading); what
+    was removed, in words (``python -m network.cleanup`` asks every target)."""
+    cpu_meter: Callable[[int | None, Sequence[str]], ContextManager[CpuReader]] = process_cpu_meter
+    """(its data plane's pid, its ports' interfaces) -> while open, what its switching has
+    cost in CPU so far (benchmarks/switch_throughput.py): a process's CPU time, or the eBPF
+    program's run time (softirq, counted as system time)."""
     link_rates: Mapping[int, float] = field(default_factory=dict)
     """k -> the link rate (Mbit/s) at which the main job (8 workers, every method) keeps up
     on this target with margin on a 2-core machine: what a config's ``topology.link.bw_mbps:

@@ -76,6 +76,11 @@ def root_run_targets(name: str, needs_delay_line: bool | None = False) -> list[s
     return _choose(name, needs_delay_line, undecided_allowed=True)
 
 
+def delay_line_targets() -> list[str]:
+    """The targets that delay frames themselves, for a message that names them."""
+    return [t.name for t in REGISTRY.values() if t.delays_frames]
+
+
 def _delay_line_target() -> SwitchTarget:
     """The first target that delays frames itself and can run here: 'auto' for links with a
     delay on a kernel without netem."""

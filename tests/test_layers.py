@@ -11,9 +11,11 @@ here, so the map stays complete.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from protocol.params import REPO_ROOT
+from switches.targets import PACKAGES, REGISTRY
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("base",),  # the ground floor: YAML + schema, process lifetime, Linux sockets, namespaces
@@ -171,3 +173,49 @@ def test_only_the_torch_modules_import_pytorch_as_they_load() -> None:
     )
     assert not offending, "PyTorch imported at load time outside the torch modules:\n" + "\n".join(offending)
     assert "torch" in top_level_imports(REPO_ROOT / "workloads" / "torch_cnn.py")  # the scan sees them
+
+
+TARGET_PACKAGES = tuple(PACKAGES)
+"""switches/<t>/: each switch target's own sub-package (switches/targets.py)."""
+TARGET_NAMES = frozenset(REGISTRY)
+MAY_NAME_TARGETS = ("tests", "labs")
+"""Packages that may name a target: the tests (each target's own), and the labs, whose
+handouts teach the embedded switch's code (the student writes its ingress)."""
+
+
+def target_package(module: str) -> str | None:
+    return next((package for package in TARGET_PACKAGES if module == package or module.startswith(package + ".")), None)
+
+
+def test_a_switch_target_is_imported_only_by_its_own_package_and_the_registry() -> None:
+    """Sub-packages too: what a target knows stays in switches/<t>/, which only switches/targets.py
+    lists; everything else reads the descriptor (SwitchTarget)."""
+    offending = sorted(
+        f"{module} imports {name}"
+        for module, imported in GRAPH.items() if top(module) not in MAY_NAME_TARGETS and module != "switches.targets"
+        for name in imported
+        if (owner := target_package(name)) is not None and target_package(module) != owner
+    )
+    assert not offending, "imports of a switch target's package from outside it:\n" + "\n".join(offending)
+
+
+def code_strings(path: Path) -> list[tuple[int, str]]:
+    """The string constants of ``path`` that are not docstrings or comments-as-strings (prose)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    prose = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose]
+
+
+def test_no_code_outside_a_targets_package_names_a_target() -> None:
+    """No string a program acts on names a target outside switches/<t>/ (prose may: docs say
+    what was measured where); so a fifth target gets every message, rate and choice the
+    others get, from its descriptor."""
+    offending = sorted(
+        f"{path.relative_to(REPO_ROOT)}:{line}: {text[:80]!r}"
+        for path in python_files()
+        if (module := module_name(path)) != "switches.targets" and top(module) not in MAY_NAME_TARGETS
+        and target_package(module) is None
+        for line, text in code_strings(path) if TARGET_NAMES & set(re.findall(r"[a-z0-9]+", text))
+    )
+    assert not offending, "target names in code outside the targets' packages:\n" + "\n".join(offending)

@@ -12,12 +12,13 @@ the k (any of params.K_CHOICES) and the pool size it is given, one cached object
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping, Sequence
 
 from protocol import params
-from switches.target import DataPlane, SwitchTarget
+from switches.target import CpuReader, DataPlane, SwitchTarget
 
 
 NEEDS_ROOT = "root (loading BPF programs and attaching them to ports needs it)"
@@ -37,6 +38,24 @@ def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, ma
     from switches.ebpf.datapath import EbpfDataPlane
 
     return EbpfDataPlane(ports, name=name, k=k, max_pool_size=max_pool_size)
+
+
+def remove_leftovers() -> list[str]:
+    """Pins of a loader killed while loading (a running switch's go with its interfaces)."""
+    from switches.ebpf.datapath import remove_orphaned_pins
+
+    return [f"BPF pins {directory}" for directory in remove_orphaned_pins()]
+
+
+@contextlib.contextmanager
+def program_cpu_meter(pid: int | None, interfaces: Sequence[str]) -> Iterator[CpuReader]:
+    """(0, seconds) the switch's program has run so far on its ports (softirq time, as
+    system time), from the kernel's BPF run-time statistics, enabled while open."""
+    from switches.ebpf.stats import attached_program_id, bpf_stats_enabled, program_run
+
+    program_id = attached_program_id(interfaces[0])
+    with bpf_stats_enabled():
+        yield lambda: (0.0, program_run(program_id)[0])
 
 
 def node_class() -> type:
@@ -60,4 +79,6 @@ TARGET = SwitchTarget(
     k_choices=params.K_CHOICES,
     root_to_tell=NEEDS_ROOT,
     link_rates={256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity"
+    remove_leftovers=remove_leftovers,
+    cpu_meter=program_cpu_meter,
 )

@@ -5,7 +5,7 @@ Linux interfaces through AF_PACKET sockets, and is programmed through the same
 ``SwitchControl`` vocabulary as bmv2. Modules follow docs/dataplane.md control by control:
 ``parser`` (SwitchMLParser/Deparser), ``ingress`` (SwitchMLIngress), ``traffic_manager``,
 ``egress`` (SwitchMLEgress), ``pipeline`` (one packet through all of them), ``switch``
-(the port I/O loop) and ``control_server`` / ``control_client`` (the runtime API).
+(the port I/O loop) and ``control_server`` (the runtime API, switches/remote_control.py's protocol).
 
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs wherever
 this repository's Python packages do, with any k and pool size, and is the only target
@@ -28,6 +28,12 @@ def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, ma
     return EmbeddedSwitchProcess(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, **options)
 
 
+def remove_leftovers() -> list[str]:
+    from switches.embedded.launcher import remove_stale_socket_dirs
+
+    return remove_stale_socket_dirs()
+
+
 def node_class() -> type:
     from switches.embedded.node import EmbeddedSwitchNode
 
@@ -43,5 +49,6 @@ TARGET = SwitchTarget(
     describe_build=lambda: f"python {sys.version.split()[0]}",
     delays_frames=True,
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms"}),
+    remove_leftovers=remove_leftovers,
     link_rates={256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity"
 )

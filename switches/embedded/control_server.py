@@ -1,11 +1,10 @@
-"""The switch side of the runtime API: JSON lines over a Unix stream socket.
+"""The embedded switch's side of the runtime API: switches/remote_control.py's JSON lines
+over a Unix stream socket, answered from the pipeline.
 
-Each request is one line ``{"op": ..., "args": {...}}`` and gets one line back,
-``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``. The server is driven by
-the switch loop's selector (no thread), so a request runs between two packet bursts and
-sees a consistent switch state. Ops are the SwitchControl primitives plus ``ping`` (the
-launcher's readiness probe), ``stats`` (loss inside the switch host) and ``schema`` (the
-program's tables, registers and counters, which the client checks every call against).
+The server is driven by the switch loop's selector (no thread), so a request runs between
+two packet bursts and sees a consistent switch state. Its ops are the SwitchControl
+primitives plus ``ping`` (the launcher's readiness probe), ``stats`` (loss inside the
+switch host) and ``schema``.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ import socket
 from pathlib import Path
 from typing import Any, Callable
 
-from switches.control import ControlPlaneError
 from switches.embedded.pipeline import SwitchMLPipeline
+from switches.remote_control import handle_request
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +50,6 @@ def _handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> dict[str
 def _reset_each(pipeline: SwitchMLPipeline, registers: list[str]) -> None:
     for register in registers:
         pipeline.register(register).reset()
-
-
-def handle_request(handlers: dict[str, Callable[..., Any]], line: bytes) -> dict:
-    """Run one request line; every failure becomes an error response, never a crash."""
-    try:
-        request = json.loads(line)
-        op, args = request["op"], request.get("args", {})
-        if op not in handlers:
-            raise ControlPlaneError(f"unknown control operation {op!r}")
-        return {"ok": True, "result": handlers[op](**args)}
-    except ControlPlaneError as exc:
-        return {"ok": False, "error": str(exc), "kind": type(exc).__name__}
-    except (ValueError, KeyError, TypeError) as exc:
-        log.warning("bad control request %r: %s", line[:200], exc)
-        return {"ok": False, "error": f"bad request: {type(exc).__name__}: {exc}"}
 
 
 class ControlServer:

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,10 +24,31 @@ from typing import Iterator, Mapping
 from base.lifetime import ThreadWatch, dies_with_this_process
 from protocol import params
 from switches.control import ControlPlaneError
-from switches.embedded.control_client import EmbeddedControl
+from switches.remote_control import SocketControl
 from switches.target import DataPlaneStartError
 
 log = logging.getLogger(__name__)
+
+SOCKET_DIR_PREFIX = "sml-"
+"""The switch's control-socket folder in the temporary directory: ``sml-<name>-XXXX``."""
+
+
+def remove_stale_socket_dirs() -> list[str]:
+    """Control-socket folders of switches that are gone (their socket refuses connections),
+    removed: what a killed run left (network/cleanup.py asks every target). A folder without
+    a socket may belong to a switch still starting, and is left alone."""
+    removed = []
+    for directory in Path(tempfile.gettempdir()).glob(f"{SOCKET_DIR_PREFIX}*"):
+        path = directory / "control.sock"
+        if not path.is_socket():
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(str(path))
+            except ConnectionRefusedError:
+                shutil.rmtree(directory, ignore_errors=True)
+                removed.append(f"folder {directory}")
+    return removed
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 5.0
@@ -92,7 +114,7 @@ class EmbeddedSwitchProcess:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._socket_dir = Path(tempfile.mkdtemp(prefix=f"sml-{self.name}-"))
+        self._socket_dir = Path(tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{self.name}-"))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(params.REPO_ROOT), os.environ.get("PYTHONPATH")])))
         with self.log_file.open("ab") as output:
             # dies with the runner (base.lifetime): an orphaned switch would hold its ports
@@ -114,7 +136,7 @@ class EmbeddedSwitchProcess:
                 )
             if self.control_socket.exists():
                 try:
-                    with EmbeddedControl(self.control_socket, timeout=1.0) as control:
+                    with SocketControl(self.control_socket, timeout=1.0) as control:
                         control.ping()
                     return
                 except ControlPlaneError:
@@ -126,8 +148,8 @@ class EmbeddedSwitchProcess:
                 )
             time.sleep(0.02)
 
-    def control(self, command_log: Path | None = None) -> EmbeddedControl:
-        return EmbeddedControl(self.control_socket, command_log=command_log)
+    def control(self, command_log: Path | None = None) -> SocketControl:
+        return SocketControl(self.control_socket, command_log=command_log)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """SIGTERM, then SIGKILL after ``timeout``; removes the control socket."""
@@ -161,7 +183,7 @@ class EmbeddedSwitchProcess:
 
 
 @contextlib.contextmanager
-def embedded_switch(ports: Mapping[int, str], log_dir: Path, command_log: Path | None = None, **options) -> Iterator[EmbeddedControl]:
+def embedded_switch(ports: Mapping[int, str], log_dir: Path, command_log: Path | None = None, **options) -> Iterator[SocketControl]:
     """A running switch on ``ports`` (number -> interface name) and a control connection to it."""
     process = EmbeddedSwitchProcess(ports, log_dir, **options)
     process.start()

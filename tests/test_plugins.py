@@ -1,0 +1,113 @@
+"""Each of the four plug-in kinds is its own record plus one registry line (README, "to add").
+
+Every test registers a toy plug-in in a temporary copy of its registry and shows that what
+reads the registries (the config schema and checks, the runner's dispatch, the worker spec,
+the cleanup) takes it without any other file knowing its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import experiments.kinds
+import methods
+import workloads.kinds
+from base.yamlschema import ConfigError
+from experiments.config import CONFIG_DIR, load_experiment
+from experiments.harness import worker_spec
+from experiments.kinds import kind_of
+from methods import verification
+from network import cleanup
+from switches import targets
+from workloads.workload import Workload, WorkloadInfo
+
+MAIN = CONFIG_DIR / "8workers.yaml"
+
+
+def ones(section, n_workers: int) -> list[np.ndarray]:
+    return [np.ones(section["length"], dtype=section["dtype"]) for _ in range(n_workers)]
+
+
+CONSTANT = Workload(
+    name="constant",
+    properties={"length": {"type": "integer", "minimum": 1}},
+    required=("length",),
+    describe=lambda section: WorkloadInfo(name="constant", elements=section["length"], compute_s=0.0),
+    inputs=ones,
+    host="hosts.worker:serve",
+    experiment="sweep",
+)
+"""A workload of every rank's tensor all ones: a record and nothing else."""
+
+
+def test_a_workload_is_its_record_plus_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workloads.kinds, "REGISTRY", (*workloads.kinds.REGISTRY, CONSTANT))
+    experiment = load_experiment(MAIN, ["workload={kind: constant, length: 1000}"])
+    point = experiment.points[0]
+    assert (point.workload_info.elements, point.workload["length"]) == (1000, 1000)
+    assert point.workload["seed"] == 1, "the common keys keep their defaults"
+    assert [t.sum() for t in workloads.kinds.point_inputs(point.workload, 3)] == [1000.0] * 3
+    assert kind_of(experiment) is experiments.kinds.by_name("sweep")
+    assert worker_spec(point, "switchml").serve == "hosts.worker:serve"
+    with pytest.raises(ConfigError, match=r"workload.*'length' is a required property"):
+        load_experiment(MAIN, ["workload={kind: constant}"])
+    with pytest.raises(ConfigError, match=r"workload\.elements"):
+        load_experiment(MAIN, ["workload={kind: constant, length: 10, elements: 5}"])
+
+
+def test_an_unregistered_workload_is_refused_naming_the_registered_ones() -> None:
+    with pytest.raises(ConfigError, match=r"'constant' is not one of \['synthetic', 'trace', 'training', 'torch', 'ddp_script'\]"):
+        load_experiment(MAIN, ["workload={kind: constant, length: 1000}"])
+
+
+TOY_METHOD = replace(methods.by_name("ring"), name="toy_ring", label="toy ring", colour="tab:purple")
+"""A method: a record (here the ring's host code under another name) and nothing else."""
+
+
+def test_a_method_is_its_record_plus_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(methods, "REGISTRY", (*methods.REGISTRY, TOY_METHOD))
+    point = load_experiment(MAIN, ["methods=[switchml,toy_ring]"]).points[0]
+    spec = worker_spec(point, "toy_ring")
+    assert spec.protocol is None, "a method without a spec section gets no SwitchML parameters"
+    assert worker_spec(point, "switchml").protocol is not None
+    assert point.job_limit("toy_ring").seconds > 0, "its deadline follows from its record's bound"
+    assert methods.by_name("toy_ring").verify is verification.float_sum
+
+
+def test_an_experiment_kind_is_its_module_plus_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = experiments.kinds.by_name("sweep")
+    toy_kind = replace(sweep, name="toy_kind")
+    monkeypatch.setattr(experiments.kinds, "KINDS", (*experiments.kinds.KINDS, toy_kind))
+    monkeypatch.setattr(workloads.kinds, "REGISTRY", (*workloads.kinds.REGISTRY, replace(CONSTANT, experiment="toy_kind")))
+    experiment = load_experiment(MAIN, ["workload={kind: constant, length: 64}"])
+    assert kind_of(experiment) is toy_kind, "the workload's record names the kind that runs it"
+    jobs = load_experiment(CONFIG_DIR / "shared_switch.yaml")
+    assert kind_of(jobs) is experiments.kinds.by_name("shared_switch"), "a kind that claims a config comes first"
+
+
+def test_a_switch_target_is_its_package_plus_one_registry_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A target's descriptor gives its link rate, its k, its leftovers; nothing else names it."""
+    left = tmp_path / "toy-leftover"
+    left.mkdir()
+
+    def remove_leftovers() -> list[str]:
+        left.rmdir()
+        return [f"folder {left}"]
+
+    toy = replace(targets.REGISTRY["embedded"], name="toy", auto_preference=99, k_choices=(256,), link_rates={256: 4.0},
+                  remove_leftovers=remove_leftovers)
+    monkeypatch.setitem(targets.REGISTRY, "toy", toy)
+    point = load_experiment(MAIN, ["switch.target=toy"]).points[0]
+    assert point.topology.link_mbps == 4.0, "topology.link.bw_mbps: target is the target's link_rates at k = 256"
+    with pytest.raises(ConfigError, match=r"the toy target has a measured link rate for k = 256, not k = 64"):
+        load_experiment(MAIN, ["switch.target=toy", "protocol.k=64"])
+    with pytest.raises(ConfigError, match=r"the toy switch's program is built for k = 256; got k = 64"):
+        load_experiment(MAIN, ["switch.target=toy", "protocol.k=64", "topology.link.bw_mbps=5"])
+    monkeypatch.setattr(cleanup, "kill_marked_processes", lambda holders: [])
+    monkeypatch.setattr(cleanup, "root_interfaces", lambda: [])
+    monkeypatch.setattr(cleanup.tempfile, "gettempdir", lambda: str(tmp_path))
+    assert f"folder {left}" in cleanup.clean_all() and not left.exists()
