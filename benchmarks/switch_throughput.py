@@ -235,8 +235,8 @@ def main() -> int:
     parser.add_argument("--target", choices=list(REGISTRY), default=max(REGISTRY.values(), key=lambda t: t.auto_preference).name,
                         help="default: the target that runs anywhere (auto's last choice)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--k", type=int, default=params.K)
-    parser.add_argument("--window", type=int, default=64, help="slots in flight (pool size used)")
+    parser.add_argument("--k", type=int, default=params.DEFAULT_K)
+    parser.add_argument("--window", type=int, default=params.DEFAULT_POOL_SIZE, help="slots in flight (pool size used)")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--profile", action="store_true", help="run the switch under cProfile (slower) and print the top functions")

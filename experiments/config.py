@@ -36,14 +36,10 @@ from workloads.workload import Workload, WorkloadInfo
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
 
-DEFAULT_K = 256
-"""Elements per packet when a config names none: the reference client's packet_numel (1 KiB of
-int32 per packet, 95 % of the frame), which every switch target builds for."""
-
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": DEFAULT_K, "pool_size": 64, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1,
-                 "data_path": "auto"},
+    "protocol": {"k": params.DEFAULT_K, "pool_size": params.DEFAULT_POOL_SIZE, "timeout_ms": 20.0,
+                 "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1, "data_path": "auto"},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",

@@ -128,7 +128,8 @@ def stale(k: int, directory: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--k", type=int, default=params.K, choices=params.K_CHOICES, help=f"elements per packet (default {params.K})")
+    parser.add_argument("--k", type=int, default=params.P4_SOURCE_K, choices=params.K_CHOICES,
+                        help=f"elements per packet (default {params.P4_SOURCE_K}, the k of p4/include's copies)")
     parser.add_argument("--out", type=Path, default=INCLUDE_DIR, help="directory to write into (default p4/include)")
     parser.add_argument("--check", action="store_true", help="exit 1 if the files in --out are not up to date")
     args = parser.parse_args(argv)

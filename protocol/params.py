@@ -29,9 +29,16 @@ def read_p4_constants(path: Path = CONSTANTS_P4) -> Mapping[str, int]:
 
 P4_CONSTANTS = read_p4_constants()
 
-K: int = P4_CONSTANTS["SWITCHML_K"]
-"""constants.p4's default k (elements per packet): the k of the per-element code checked in
-under p4/include, and of a P4 or eBPF build that is given no other."""
+P4_SOURCE_K: int = P4_CONSTANTS["SWITCHML_K"]
+"""constants.p4's k (elements per packet): the k of the per-element code checked in under
+p4/include (what p4c by hand builds, and what tests of the P4 source read). Not the k a
+job, a switch or a build gets when it names none: every one of them is given its k."""
+DEFAULT_K: int = 256
+"""Elements per packet when a config or a command names none: the reference client's
+packet_numel (1 KiB of int32 per packet, 95 % of the frame), which every switch target
+builds for."""
+DEFAULT_POOL_SIZE: int = 64
+"""Slots a job uses when a config or a command names none."""
 K_CHOICES: tuple[int, ...] = (32, 64, 128, 256)
 """The k an experiment may choose: every switch target builds its program for each of them
 (p4/gen_elements.py, switches/*/compile.py); the experiment schema's protocol.k enum."""

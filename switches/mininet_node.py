@@ -29,8 +29,9 @@ class TargetSwitch(Switch):
     def __init__(
         self,
         name: str,
+        *,
+        k: int,
         log_dir: Path = Path("/tmp"),
-        k: int = params.K,
         max_pool_size: int = params.MAX_POOL_SIZE,
         **kwargs: Any,
     ) -> None:

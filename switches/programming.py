@@ -37,18 +37,15 @@ EXPONENT_REGISTER = f"{INGRESS}.exponent"
 SEQ_REGISTER = f"{INGRESS}.seq"
 
 
-def value_registers(k: int = params.K) -> tuple[str, ...]:
+def value_registers(k: int) -> tuple[str, ...]:
     """value_00 .. value_{k-1}: one accumulator register per element of a packet."""
     return tuple(f"{INGRESS}.value_{i:02d}" for i in range(k))
 
 
-def aggregation_registers(k: int = params.K) -> tuple[str, ...]:
+def aggregation_registers(k: int) -> tuple[str, ...]:
     """Per slot and shadow set (index = set * MAX_POOL_SIZE + slot_base + slot): the aggregation state."""
     return (*value_registers(k), BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER, SEQ_REGISTER)
 
-
-VALUE_REGISTERS = value_registers()
-"""The value registers of the P4 build (k = SWITCHML_K)."""
 
 INGRESS_DROP_THRESHOLD = f"{INGRESS}.ingress_drop_threshold"
 EGRESS_DROP_THRESHOLD = f"{EGRESS}.egress_drop_threshold"
@@ -253,11 +250,11 @@ def set_drop_probability(control: SwitchControl, ingress: float, egress: float) 
     control.register_write(EGRESS_DROP_THRESHOLD, 0, probability_threshold(egress))
 
 
-def reset_aggregation_state(control: SwitchControl, k: int = params.K) -> None:
+def reset_aggregation_state(control: SwitchControl, k: int) -> None:
     """Clear every slot so the next job starts from empty bitmaps (state outlives a job).
 
-    ``k`` is the switch's: the embedded switch can be started with another k than the
-    P4 build's, and has exactly that many value registers.
+    ``k`` is the switch's: a switch has exactly as many value registers as the k it was
+    started or built with.
     """
     control.registers_reset(aggregation_registers(k))
 

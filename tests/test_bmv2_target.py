@@ -29,6 +29,8 @@ from switches.control import ControlPlaneError
 from switches.embedded.pipeline import SwitchMLPipeline
 from tests.conftest import require_target
 
+K = params.P4_SOURCE_K
+"""The k of p4/include's generated copies: the checked-in program, and the quickest build."""
 
 def executable(path: Path, body: str) -> Path:
     path.write_text(textwrap.dedent(body).lstrip())
@@ -58,11 +60,11 @@ def fake_p4c(tmp_path: Path) -> Path:
 
 
 def test_compile_runs_p4c_once_per_options(tmp_path: Path, fake_p4c: Path) -> None:
-    options = p4compile.CompileOptions(max_pool_size=64, p4c=str(fake_p4c))
+    options = p4compile.CompileOptions(k=K, max_pool_size=64, p4c=str(fake_p4c))
     first = p4compile.compile_p4(options, build_root=tmp_path / "build")
     again = p4compile.compile_p4(options, build_root=tmp_path / "build")
     other = p4compile.compile_p4(
-        p4compile.CompileOptions(max_pool_size=128, p4c=str(fake_p4c)), build_root=tmp_path / "build"
+        p4compile.CompileOptions(k=K, max_pool_size=128, p4c=str(fake_p4c)), build_root=tmp_path / "build"
     )
     calls = (tmp_path / "calls").read_text().splitlines()
     assert first == again != other
@@ -84,7 +86,7 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
         """,
     )
     with pytest.raises(p4compile.P4CompileError) as error:
-        p4compile.compile_p4(p4compile.CompileOptions(p4c=str(failing)), build_root=tmp_path / "build")
+        p4compile.compile_p4(p4compile.CompileOptions(k=K, p4c=str(failing)), build_root=tmp_path / "build")
     assert message in str(error.value)
     assert str(error.value).splitlines()[0] == f"p4c: {message} (exit 1)", "a test report's one line names file, line and error"
     assert list((tmp_path / "build").iterdir()) == []
@@ -93,10 +95,10 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
 def test_build_hash_follows_sources_and_options(tmp_path: Path) -> None:
     sources = tmp_path / "p4"
     shutil.copytree(params.P4_DIR, sources, ignore=shutil.ignore_patterns("__pycache__"))
-    options = p4compile.CompileOptions()
+    options = p4compile.CompileOptions(k=K)
     before = p4compile.build_hash(options, sources)
     assert p4compile.build_hash(options, sources) == before
-    assert p4compile.build_hash(p4compile.CompileOptions(max_pool_size=8), sources) != before
+    assert p4compile.build_hash(p4compile.CompileOptions(k=K, max_pool_size=8), sources) != before
     ingress = sources / "include" / "ingress.p4"
     ingress.write_text(ingress.read_text() + "\n")
     assert p4compile.build_hash(options, sources) != before
@@ -104,9 +106,9 @@ def test_build_hash_follows_sources_and_options(tmp_path: Path) -> None:
 
 def test_pool_size_must_fit_the_slot_field() -> None:
     with pytest.raises(ValueError):
-        p4compile.CompileOptions(max_pool_size=0)
+        p4compile.CompileOptions(k=K, max_pool_size=0)
     with pytest.raises(ValueError):
-        p4compile.CompileOptions(max_pool_size=1 << 16)
+        p4compile.CompileOptions(k=K, max_pool_size=1 << 16)
 
 
 # --------------------------------------------------------------------------------------
@@ -351,7 +353,7 @@ def test_process_refuses_a_busy_thrift_port(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def compiled_json() -> Path:
     require_target("bmv2")
-    return p4compile.compile_p4(p4compile.CompileOptions(max_pool_size=16))
+    return p4compile.compile_p4(p4compile.CompileOptions(k=K, max_pool_size=16))
 
 
 @pytest.mark.bmv2
@@ -359,7 +361,7 @@ def test_p4c_compiles_the_program(compiled_json: Path) -> None:
     program = json.loads(compiled_json.read_text())
     registers = {r["name"]: r["size"] for r in program["register_arrays"]}
     assert registers[programming.BITMAP_REGISTER] == 2 * 16
-    assert set(programming.aggregation_registers()) <= set(registers)
+    assert set(programming.aggregation_registers(K)) <= set(registers)
 
 
 @pytest.mark.bmv2
@@ -379,12 +381,12 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
             programming.program_forwarding(control, [1, 2], {w.mac: w.switch_port for w in workers})
             programming.program_aggregation(control, programming.JobProgram(job_id=1, workers=workers))
             sizes = {name: table.size for name, table in control.schema.tables.items()}
-            assert sizes == {name: table.size for name, table in SwitchMLPipeline(params.K, 16).schema().tables.items()}
+            assert sizes == {name: table.size for name, table in SwitchMLPipeline(K, 16).schema().tables.items()}
             programming.set_drop_probability(control, 0.5, 0.0)
             assert control.register_read(programming.INGRESS_DROP_THRESHOLD, 0) == programming.probability_threshold(0.5)
             control.register_write(programming.BITMAP_REGISTER, 3, 0b11)
             assert control.register_read(programming.BITMAP_REGISTER)[3] == 0b11  # type: ignore[index]
-            programming.reset_aggregation_state(control)
+            programming.reset_aggregation_state(control, K)
             assert control.register_read(programming.BITMAP_REGISTER, 3) == 0
             assert programming.read_event_counters(control) == dict.fromkeys(params.EVENT_COUNTER_CELLS + params.EGRESS_EVENTS, 0)
             with pytest.raises(ControlPlaneError):

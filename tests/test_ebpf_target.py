@@ -38,6 +38,8 @@ POOL = 16
 """A small pool: a build of its own, and quick register resets."""
 MAX_K = max(params.K_CHOICES)
 """The k whose elements (1 KiB) cannot live on the BPF stack."""
+K = min(params.K_CHOICES)
+"""The k of a case that does not depend on it: the smallest, whose elements fit the stack."""
 
 
 def test_schema_is_the_embedded_switchs() -> None:
@@ -65,20 +67,20 @@ def test_action_numbers_are_distinct_and_defaults_are_zero() -> None:
 
 
 def test_build_hash_follows_options_and_sources(tmp_path: Path) -> None:
-    options = ebpf_compile.CompileOptions(max_pool_size=POOL)
-    assert ebpf_compile.build_hash(options) == ebpf_compile.build_hash(ebpf_compile.CompileOptions(max_pool_size=POOL))
-    assert ebpf_compile.build_hash(options) != ebpf_compile.build_hash(ebpf_compile.CompileOptions(max_pool_size=POOL + 1))
+    options = ebpf_compile.CompileOptions(k=K, max_pool_size=POOL)
+    assert ebpf_compile.build_hash(options) == ebpf_compile.build_hash(ebpf_compile.CompileOptions(k=K, max_pool_size=POOL))
+    assert ebpf_compile.build_hash(options) != ebpf_compile.build_hash(ebpf_compile.CompileOptions(k=K, max_pool_size=POOL + 1))
     assert ebpf_compile.build_hash(options) != ebpf_compile.build_hash(ebpf_compile.CompileOptions(max_pool_size=POOL, k=MAX_K))
     assert f"-DSWITCHML_K={MAX_K}" in ebpf_compile.CompileOptions(k=MAX_K).command(tmp_path / "o")
     with pytest.raises(ValueError):
-        ebpf_compile.CompileOptions(max_pool_size=1 << 16)
+        ebpf_compile.CompileOptions(k=K, max_pool_size=1 << 16)
     with pytest.raises(ValueError, match="k must be one of"):
         ebpf_compile.CompileOptions(k=33)
 
 
 def test_missing_clang_is_named(tmp_path: Path) -> None:
     with pytest.raises(ebpf_compile.EbpfCompileError, match="clang not found"):
-        ebpf_compile.compile_program(ebpf_compile.CompileOptions(clang="no-such-clang"), build_root=tmp_path)
+        ebpf_compile.compile_program(ebpf_compile.CompileOptions(k=K, clang="no-such-clang"), build_root=tmp_path)
 
 
 @pytest.mark.ebpf
@@ -86,14 +88,14 @@ def test_cache_holds_one_object_per_k(tmp_path: Path, caplog: pytest.LogCaptureF
     """Each k is built once, on first use (logged), into its own cache entry."""
     require_target("ebpf")
     with caplog.at_level(logging.INFO, logger=ebpf_compile.__name__):
-        objects = {k: ebpf_compile.compile_program(ebpf_compile.CompileOptions(max_pool_size=POOL, k=k), tmp_path) for k in (params.K, MAX_K)}
+        objects = {k: ebpf_compile.compile_program(ebpf_compile.CompileOptions(max_pool_size=POOL, k=k), tmp_path) for k in (K, MAX_K)}
         built = [r.getMessage() for r in caplog.records if r.getMessage().startswith("building")]
         assert [f"k = {k}," in line for line, k in zip(built, objects)] == [True, True], built
         caplog.clear()
         assert ebpf_compile.compile_program(ebpf_compile.CompileOptions(max_pool_size=POOL, k=MAX_K), tmp_path) == objects[MAX_K]
         assert not [r for r in caplog.records if r.getMessage().startswith("building")], "a cached k is not rebuilt"
     assert len({path.parent for path in objects.values()}) == 2 and all(path.is_file() for path in objects.values())
-    assert objects[params.K].read_bytes() != objects[MAX_K].read_bytes()
+    assert objects[K].read_bytes() != objects[MAX_K].read_bytes()
 
 
 # --------------------------------------------------------------------------------------
@@ -140,14 +142,14 @@ def bed() -> Iterator[Testbed]:
 @pytest.mark.netns
 @pytest.mark.ebpf
 def test_stop_removes_filters_qdiscs_pins_and_maps(bed: Testbed) -> None:
-    switch = datapath.EbpfDataPlane(bed.switch_ports, name="lifecycle", max_pool_size=POOL)
+    switch = datapath.EbpfDataPlane(bed.switch_ports, k=K, name="lifecycle", max_pool_size=POOL)
     switch.start()
     try:
         for ifname in bed.switch_ports.values():
             assert len(ingress_filters(ifname)) == 1 and "clsact" in qdisc_kinds(ifname)
         assert not datapath.PIN_ROOT.exists(), "pins are removed once the filters hold the program"
         with switch.control() as control:
-            assert control.schema == maps.program_schema(params.K, POOL)
+            assert control.schema == maps.program_schema(K, POOL)
             programming.program_forwarding(control, list(bed.switch_ports), {})
             assert control.table_num_entries(programming.L2_TABLE) == 0
         with pytest.raises(ControlPlaneError, match="built for another k"):
@@ -160,13 +162,14 @@ def test_stop_removes_filters_qdiscs_pins_and_maps(bed: Testbed) -> None:
     with pytest.raises(RuntimeError, match="not running"):
         switch.control()
     with pytest.raises(ControlPlaneError, match="has the switch stopped"):
-        EbpfControl(switch.map_ids, params.K)
+        EbpfControl(switch.map_ids, K)
 
 
 KILLED_OWNER = """
 import json, os, signal, sys
 from switches.ebpf.datapath import EbpfDataPlane
-switch = EbpfDataPlane({int(k): v for k, v in json.loads(sys.argv[1]).items()}, name="killed", max_pool_size=int(sys.argv[2]))
+switch = EbpfDataPlane({int(k): v for k, v in json.loads(sys.argv[1]).items()}, k=int(sys.argv[3]), name="killed",
+                       max_pool_size=int(sys.argv[2]))
 switch.start()
 print(json.dumps(switch.map_ids), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
@@ -180,7 +183,7 @@ def test_killed_owner_leaves_nothing_once_its_ports_are_gone(bed: Testbed) -> No
     crashed runner's network still forwards until torn down), and the kernel frees program
     and maps with the ports; nothing was ever left pinned."""
     ports = json.dumps(bed.switch_ports)
-    child = subprocess.run([sys.executable, "-c", KILLED_OWNER, ports, str(POOL)], capture_output=True, text=True, cwd=params.REPO_ROOT)
+    child = subprocess.run([sys.executable, "-c", KILLED_OWNER, ports, str(POOL), str(K)], capture_output=True, text=True, cwd=params.REPO_ROOT)
     assert child.returncode == -signal.SIGKILL, child.stderr
     map_ids = json.loads(child.stdout)
     assert not datapath.PIN_ROOT.exists()
@@ -198,7 +201,7 @@ def test_start_removes_pins_of_a_dead_owner(bed: Testbed) -> None:
     datapath.ensure_bpffs()
     orphan = datapath.PIN_ROOT / f"{dead_pid}-crashed-0"
     orphan.mkdir(parents=True)
-    switch = datapath.EbpfDataPlane(bed.switch_ports, name="sweeper", max_pool_size=POOL)
+    switch = datapath.EbpfDataPlane(bed.switch_ports, k=K, name="sweeper", max_pool_size=POOL)
     switch.start()
     switch.stop()
     assert not orphan.exists() and not datapath.PIN_ROOT.exists()
@@ -212,8 +215,8 @@ def test_two_instances_keep_their_own_state(tmp_path: Path) -> None:
         pytest.skip("network namespaces need root")
     require_target("ebpf")
     with standalone.testbed(2) as first_bed, standalone.testbed(2) as second_bed:
-        first = datapath.EbpfDataPlane(first_bed.switch_ports, name="first", max_pool_size=POOL)
-        second = datapath.EbpfDataPlane(second_bed.switch_ports, name="second", max_pool_size=POOL)
+        first = datapath.EbpfDataPlane(first_bed.switch_ports, k=K, name="first", max_pool_size=POOL)
+        second = datapath.EbpfDataPlane(second_bed.switch_ports, k=K, name="second", max_pool_size=POOL)
         first.start()
         try:
             second.start()

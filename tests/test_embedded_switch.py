@@ -42,7 +42,7 @@ def test_small_k_and_pool(testbed: Testbed, tmp_path) -> None:
                 assert result.elements == expected.tolist() and result.num_elements == k
             assert control.register_read("SwitchMLIngress.value_03") == [0] * (2 * pool - 1) + [int(expected[3]) & 0xFFFFFFFF]
             assert control.register_read(programming.COUNT_REGISTER, 2 * pool - 1) == len(hosts)
-            ports.send(0, update_frame(hosts[0], 0, 0, np.zeros(params.K, dtype=np.int32), JOB))
+            ports.send(0, update_frame(hosts[0], 0, 0, np.zeros(params.DEFAULT_K, dtype=np.int32), JOB))
             assert ports.receive(0).total() == 0
             assert programming.read_event_counters(control)["EV_DROP_MALFORMED"] == 1
         finally:
@@ -64,14 +64,14 @@ def test_value_register_is_a_column(testbed: Testbed, tmp_path) -> None:
 
 
 def test_launcher_reports_a_switch_that_cannot_start(tmp_path) -> None:
-    switch = EmbeddedSwitchProcess({1: "sml-no-such-if"}, tmp_path)
+    switch = EmbeddedSwitchProcess({1: "sml-no-such-if"}, tmp_path, k=params.DEFAULT_K)
     with pytest.raises(SwitchStartError, match="exited with .*no-such|No such device"):
         switch.start(timeout=20)
     assert not switch.running
 
 
 def test_stop_removes_the_control_socket(testbed: Testbed, tmp_path) -> None:
-    switch = EmbeddedSwitchProcess(testbed.switch_ports, tmp_path)
+    switch = EmbeddedSwitchProcess(testbed.switch_ports, tmp_path, k=params.DEFAULT_K)
     switch.start()
     socket_path = switch.control_socket
     assert socket_path.exists()

@@ -29,6 +29,7 @@ from labs.grade import grade, junit_key, readable, score_table
 from labs.markers import MarkerError, marked_files, scan_text
 from labs.plot import known_figures
 from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, make_skeleton, stub_text, tracked_files
+from protocol import params
 from protocol.params import REPO_ROOT
 from switches.bmv2.compile import CompileOptions
 from tests.conftest import require_target, require_track_machine
@@ -115,13 +116,14 @@ def test_the_guide_says_what_each_default_handout_holds() -> None:
 
 def test_lab_2_gives_the_p4c_command_the_grader_runs() -> None:
     """A student reading a compile error runs p4c by hand with the include path the build uses
-    (at the labs' k, the default, p4/include holds the generated per-element code the build
+    (at the labs' k, params.P4_SOURCE_K, p4/include holds the generated per-element code the build
     writes into its own include directory: test_p4_contract.py checks they are the same)."""
     output = Path("build/p4-by-hand")
-    command = CompileOptions().command(output)
+    options = CompileOptions(k=params.P4_SOURCE_K)
+    command = options.command(output)
     generated = command.index(str(output / "include"))
     command = command[: generated - 1] + command[generated + 1 :]
-    by_hand = [part.replace(f"{REPO_ROOT}/", "") for part in command if part not in CompileOptions().defines()]
+    by_hand = [part.replace(f"{REPO_ROOT}/", "") for part in command if part not in options.defines()]
     assert " ".join(by_hand) in (LABS[2].folder / "README.md").read_text()
 
 
@@ -222,7 +224,8 @@ def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
     make_skeleton(REPO_ROOT, tree, lab, lab.tracks["p4"])
     assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "include" / "ingress.p4").read_text()
     compiled = subprocess.run(
-        [sys.executable, "-c", "from switches.bmv2.compile import compile_p4; print(compile_p4())"],
+        [sys.executable, "-c", "from switches.bmv2.compile import CompileOptions, compile_p4; from protocol import params; "
+                         "print(compile_p4(CompileOptions(k=params.P4_SOURCE_K)))"],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
     )  # fmt: skip
     assert compiled.returncode == 0, compiled.stderr

@@ -33,7 +33,7 @@ from protocol.params import REPO_ROOT
 from protocol.quantize import expected_sum
 from tests.conftest import require_target
 from tests.experiment_runs import experiment_argv, leftovers
-from tests.test_switchml_client import JOB, LOSSLESS, LOSSY, N, FakeSwitch, make_clients, make_tensors, run_allreduce
+from tests.test_switchml_client import JOB, LOSSLESS, LOSSY, N, POOL, FakeSwitch, make_clients, make_tensors, run_allreduce
 
 K = 4
 DATA_PATHS = ("python", "native")
@@ -216,7 +216,8 @@ def test_a_signal_during_the_native_loop_runs_its_handler_and_the_job_goes_on() 
 
 
 def test_the_client_names_the_path_it_runs() -> None:
-    with SwitchMLClient(0, 1, JOB, "127.0.0.1", bind_ipv4="127.0.0.1", bind_port=0, data_path="auto") as client:
+    with SwitchMLClient(0, 1, JOB, "127.0.0.1", bind_ipv4="127.0.0.1", bind_port=0, k=K, pool_size=POOL,
+                        data_path="auto") as client:
         assert client.data_path.name == "native"  # this machine builds it (CI installs the compiler)
 
 

@@ -37,7 +37,7 @@ def strip_comments(text: str) -> str:
 def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
     """The program as p4c's preprocessor sees it (each file once, as the include guards
     make it): quoted includes, and angle-bracket ones found in p4/include (the per-element
-    code generated for the default k); <core.p4>/<v1model.p4> are left out."""
+    code generated for constants.p4's k); <core.p4>/<v1model.p4> are left out."""
     seen = set() if seen is None else seen
     if path in seen:
         return ""
@@ -175,7 +175,7 @@ def test_exponent_is_the_only_signed_field() -> None:
 
 def test_data_header_has_k_int32_elements() -> None:
     fields = header_fields(HEADERS_P4, "switchml_data_h")
-    assert fields == [(f"d{i:02d}", packet.ELEMENT_BYTES * 8) for i in range(params.K)]
+    assert fields == [(f"d{i:02d}", packet.ELEMENT_BYTES * 8) for i in range(params.P4_SOURCE_K)]
 
 
 @pytest.mark.parametrize(
@@ -190,14 +190,14 @@ def test_frame_size_matches_udp_length_check() -> None:
     """SwitchMLIngress drops updates whose udp.length differs from SWITCHML_UDP_LENGTH."""
     define = re.search(r"#define\s+SWITCHML_UDP_LENGTH\s+(.+)", PROGRAM)
     assert define, "SWITCHML_UDP_LENGTH not defined"
-    assert evaluate(define.group(1)) == packet.UDP_HEADER_BYTES + packet.payload_bytes(params.K)
+    assert evaluate(define.group(1)) == packet.UDP_HEADER_BYTES + packet.payload_bytes(params.P4_SOURCE_K)
 
 
 def test_results_are_cut_to_a_frame_of_k_elements() -> None:
     """SwitchMLEgress truncates every result to SWITCHML_FRAME_BYTES, the frame protocol/packet.py builds."""
     define = re.search(r"#define\s+SWITCHML_FRAME_BYTES\s+(.+)", PROGRAM)
     assert define, "SWITCHML_FRAME_BYTES not defined"
-    assert evaluate(define.group(1)) == packet.frame_bytes(params.K)
+    assert evaluate(define.group(1)) == packet.frame_bytes(params.P4_SOURCE_K)
     assert re.search(r"truncate\(\(bit<32>\)SWITCHML_FRAME_BYTES\)", block_after(PROGRAM, PROGRAM.index("control SwitchMLEgress")))
 
 
@@ -208,13 +208,13 @@ def test_results_are_cut_to_a_frame_of_k_elements() -> None:
 def test_value_registers_cover_k_elements() -> None:
     ingress = CONTROLS[programming.INGRESS]
     values = sorted(r for r in ingress.registers if r.startswith("value_"))
-    assert values == [name.split(".")[-1] for name in programming.VALUE_REGISTERS]
-    assert len(values) == params.K
+    assert values == [name.split(".")[-1] for name in programming.value_registers(params.P4_SOURCE_K)]
+    assert len(values) == params.P4_SOURCE_K
 
 
 def test_aggregation_registers_hold_both_shadow_sets() -> None:
     ingress = CONTROLS[programming.INGRESS]
-    for qualified in programming.aggregation_registers():
+    for qualified in programming.aggregation_registers(params.P4_SOURCE_K):
         assert ingress.registers[qualified.split(".")[-1]] == (32, 2 * params.MAX_POOL_SIZE), qualified
 
 
@@ -258,7 +258,7 @@ class RecordingControl(SwitchControl):
 
     def _load_schema(self) -> ProgramSchema:
         """The embedded switch's program: the calls are then checked against the P4 text."""
-        return SwitchMLPipeline(params.K, params.MAX_POOL_SIZE).schema()
+        return SwitchMLPipeline(params.P4_SOURCE_K, params.MAX_POOL_SIZE).schema()
 
     def _table_num_entries(self, table: str) -> int:
         self._note("table_num_entries", table)
@@ -313,7 +313,7 @@ def programming_calls() -> list[tuple[str, tuple[Any, ...]]]:
     programming.program_aggregation(control, programming.JobProgram(job_id=1, workers=workers))
     programming.program_pass_through(control)
     programming.set_drop_probability(control, 0.01, 0.01)
-    programming.reset_aggregation_state(control)
+    programming.reset_aggregation_state(control, params.P4_SOURCE_K)
     programming.read_event_counters(control)
     programming.reset_event_counters(control)
     return control.calls
@@ -369,7 +369,7 @@ def test_name_check_catches_drift() -> None:
     assert name_problems([("table_add", (programming.WORKER_TABLE, "set_worker", (1, "10.0.0.1"), (0, 1, 2, 2)))])
     assert name_problems([("table_add", (programming.WORKER_TABLE, "set_rank_addr", (1, "10.0.0.1"), ()))])
     assert name_problems([("table_add", (f"{programming.INGRESS}.l2_tabel", "l2_forward", ("02:00:00:00:00:01",), (1,)))])
-    assert name_problems([("register_reset", (f"{programming.INGRESS}.value_{params.K:02d}",))])
+    assert name_problems([("register_reset", (f"{programming.INGRESS}.value_{params.P4_SOURCE_K:02d}",))])
     assert name_problems([("counter_read", (f"{programming.EGRESS}.event_counter",))])
 
 
@@ -406,7 +406,7 @@ def load_generator() -> Any:
 
 def test_generated_elements_are_fresh() -> None:
     generator = load_generator()
-    assert generator.stale(params.K, P4_INCLUDE) == [], "run: python p4/gen_elements.py"
+    assert generator.stale(params.P4_SOURCE_K, P4_INCLUDE) == [], "run: python p4/gen_elements.py"
 
 
 @pytest.mark.parametrize("k", params.K_CHOICES)

@@ -27,7 +27,8 @@ from tests.test_switch_behaviour import UNKNOWN_MAC, check_result, reduce_round,
 
 pytestmark = pytest.mark.netns
 
-VALUE_00 = programming.VALUE_REGISTERS[0]
+VALUE_00, VALUE_01 = programming.value_registers(2)
+"""The first two value registers, which every k has."""
 
 
 def wait_counts(switch: SwitchUnderTest, timeout: float = 3.0, **expected: int) -> dict[str, int]:
@@ -137,7 +138,7 @@ def test_back_to_back_jobs_need_a_reset(switch: SwitchUnderTest) -> None:
     switch.ports.send(0, update_frame(hosts[0], 0, 0, values(3, switch.k), JOB))
     stale = switch.ports.receive(1)
     check_result(switch, stale, 0, slot=0, shadow_set=0, seq=0, expected=first, exponent=0)
-    programming.reset_aggregation_state(switch.control)
+    programming.reset_aggregation_state(switch.control, switch.k)
     programming.reset_event_counters(switch.control)
     assert_state_untouched(switch)
     reduce_round(switch, slot=0, shadow_set=0, seeds=(3, 4))
@@ -148,12 +149,11 @@ def test_resetting_some_registers_leaves_the_others(switch: SwitchUnderTest) -> 
     """registers_reset clears exactly the registers it names, on every target (the eBPF
     switch clears whole slots only when it is given all of a slot's registers)."""
     reduce_round(switch, slot=0, shadow_set=0, seeds=(1, 2))
-    value_01 = programming.VALUE_REGISTERS[1]
-    before = switch.control.register_read(value_01, 0), switch.control.register_read(programming.BITMAP_REGISTER, 0)
+    before = switch.control.register_read(VALUE_01, 0), switch.control.register_read(programming.BITMAP_REGISTER, 0)
     assert all(before) and switch.control.register_read(VALUE_00, 0)
     switch.control.registers_reset([VALUE_00, programming.COUNT_REGISTER])
     assert not any(switch.control.register_read(VALUE_00)) and not any(switch.control.register_read(programming.COUNT_REGISTER))
-    assert (switch.control.register_read(value_01, 0), switch.control.register_read(programming.BITMAP_REGISTER, 0)) == before
+    assert (switch.control.register_read(VALUE_01, 0), switch.control.register_read(programming.BITMAP_REGISTER, 0)) == before
 
 
 def test_ingress_drop_probability_one_drops_everything(switch: SwitchUnderTest) -> None:

@@ -270,7 +270,7 @@ def test_bad_tensors_are_rejected_before_sending(data_path: str) -> None:
 
 
 def test_socket_sends_udp_checksum_zero(data_path: str) -> None:
-    with SwitchMLClient(0, 1, JOB, "127.0.0.1", bind_ipv4="127.0.0.1", bind_port=0, data_path=data_path) as client:
+    with SwitchMLClient(0, 1, JOB, "127.0.0.1", bind_ipv4="127.0.0.1", bind_port=0, k=K, pool_size=POOL, data_path=data_path) as client:
         assert client._sock.getsockopt(socket.SOL_SOCKET, 11) == 1
 
 

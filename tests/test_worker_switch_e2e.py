@@ -29,6 +29,7 @@ from protocol.quantize import expected_sum
 from switches import programming, standalone
 from switches.control import SwitchControl
 from base.netns import Testbed, in_namespace
+from tests.conftest import DEFAULT_TESTED_K
 
 pytestmark = pytest.mark.netns
 
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 N = 8
 JOB = 11
 POOL = 32
-K = params.K
+K = DEFAULT_TESTED_K
+"""The case does not depend on k; the lengths below are laid out around it."""
 FLOAT_LENGTHS = (1, K - 1, K * POOL + 1, 100_003)
 INT_LENGTHS = (K, 40_000)
 WORKER_TIMEOUT_S = 240.0
@@ -60,7 +62,7 @@ def worker(netns: str, rank: int, ipv4: str, tensors: list[np.ndarray], barrier:
     """Runs in a forked child: one rank, every job in order, results back through ``conn``."""
     try:
         with in_namespace(netns):
-            client = SwitchMLClient(rank, N, JOB, params.SWITCH_IPV4, bind_ipv4=ipv4, pool_size=POOL,
+            client = SwitchMLClient(rank, N, JOB, params.SWITCH_IPV4, bind_ipv4=ipv4, k=K, pool_size=POOL,
                                     retransmit=POLICY, job_deadline_s=WORKER_TIMEOUT_S / 2)
         results = []
         with client:
@@ -139,7 +141,7 @@ def switch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, 
     from switches.embedded.launcher import embedded_switch
 
     log_dir = tmp_path_factory.mktemp("switchml-e2e")
-    with standalone.testbed(N) as bed, embedded_switch(bed.switch_ports, log_dir, command_log=log_dir / "commands.txt", seed=3) as control:
+    with standalone.testbed(N) as bed, embedded_switch(bed.switch_ports, log_dir, command_log=log_dir / "commands.txt", k=K, seed=3) as control:
         programming.program_forwarding(control, list(bed.switch_ports), {})
         workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in bed.hosts]
         programming.program_aggregation(control, programming.JobProgram(JOB, workers))
@@ -149,7 +151,7 @@ def switch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, 
 
 def run_phase(bed: Testbed, control: SwitchControl, loss: float, seed: int, tmp_path: Path) -> tuple[list[dict], dict[str, int]]:
     """Fresh clients (shadow sets at 0), so the switch's aggregation state is reset first."""
-    programming.reset_aggregation_state(control)
+    programming.reset_aggregation_state(control, K)
     programming.reset_event_counters(control)
     programming.set_drop_probability(control, loss, loss)
     jobs = make_inputs(seed)

@@ -38,9 +38,6 @@ SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 """Room for a full pool of results (and retransmissions) while the worker is busy."""
-DEFAULT_POOL_SIZE = 32
-"""Enough slots to keep an emulated link of tens of Mbit/s busy with k = 32 (the pool must
-cover the bandwidth-delay product) while staying far below what a software switch queues."""
 DEFAULT_JOB_DEADLINE_S = 60.0
 BATCH_PER_POOL = 2
 """Datagrams one batch may hold, per slot: a whole pool of results plus as many
@@ -65,11 +62,11 @@ class SwitchMLClient:
         job_id: int,
         switch_ipv4: str,
         *,
+        k: int,
+        pool_size: int,
         switch_port: int = params.UDP_PORT_BASE,
         bind_ipv4: str = "0.0.0.0",
         bind_port: int = params.WORKER_UDP_PORT,
-        k: int = params.K,
-        pool_size: int = DEFAULT_POOL_SIZE,
         retransmit: RetransmitPolicy = RetransmitPolicy(),
         job_deadline_s: float = DEFAULT_JOB_DEADLINE_S,
         data_path: str = "python",

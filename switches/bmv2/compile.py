@@ -38,12 +38,12 @@ class P4CompileError(RuntimeError):
     """p4c rejected the program; the message carries the compiler's output verbatim."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompileOptions:
     """Everything besides the sources that changes the compiled program."""
 
+    k: int
     max_pool_size: int = params.MAX_POOL_SIZE
-    k: int = params.K
     p4c: str = "p4c"
 
     def __post_init__(self) -> None:
@@ -93,9 +93,8 @@ def first_error(output: str) -> str:
     return (errors or lines or ["no output"])[0]
 
 
-def compile_p4(options: CompileOptions | None = None, build_root: Path = BUILD_ROOT) -> Path:
+def compile_p4(options: CompileOptions, build_root: Path = BUILD_ROOT) -> Path:
     """Path of switchml.json for ``options``, compiling only if this build is not cached."""
-    options = options or CompileOptions()
     output_dir = build_root / build_hash(options)
     json_name = f"{P4_MAIN.stem}.json"
     if (output_dir / json_name).exists():

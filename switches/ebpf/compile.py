@@ -36,12 +36,12 @@ class EbpfCompileError(RuntimeError):
     """clang refused the program; the message carries its output verbatim."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompileOptions:
     """Everything besides the sources that changes the compiled program."""
 
+    k: int
     max_pool_size: int = params.MAX_POOL_SIZE
-    k: int = params.K
     clang: str = "clang"
 
     def __post_init__(self) -> None:
@@ -67,9 +67,8 @@ def build_hash(options: CompileOptions) -> str:
     return source_hash(files, repr((options.max_pool_size, options.k, options.clang)))
 
 
-def compile_program(options: CompileOptions | None = None, build_root: Path = BUILD_ROOT) -> Path:
+def compile_program(options: CompileOptions, build_root: Path = BUILD_ROOT) -> Path:
     """Path of the BPF object for ``options``, compiling only if this build is not cached."""
-    options = options or CompileOptions()
     output_dir = build_root / build_hash(options)
     if not (output_dir / OBJECT).exists() and shutil.which(options.clang) is None:
         raise EbpfCompileError(f"clang not found ({options.clang!r} is not on PATH); run scripts/bootstrap.sh")

@@ -96,7 +96,7 @@ class EbpfDataPlane:
     """The SwitchML program on a set of ports (port number -> interface), in this kernel."""
 
     def __init__(
-        self, ports: Mapping[int, str], name: str = "switch", k: int = params.K, max_pool_size: int = params.MAX_POOL_SIZE
+        self, ports: Mapping[int, str], *, k: int, name: str = "switch", max_pool_size: int = params.MAX_POOL_SIZE
     ) -> None:
         self.ports = dict(ports)
         self.name = name
