@@ -77,7 +77,7 @@ def hierarchical_table(run: Path) -> pd.DataFrame:
     ).merge(point_settings(run), on="point")
     clean = table[table["uplink_loss"] == 0].set_index(["uplink_mbps", "aggregation"])["tat_s_median"]
     table["tat_inflation"] = [tat / clean[(rate, mode)] for tat, rate, mode in zip(table["tat_s_median"], table["uplink_mbps"], table["aggregation"])]
-    table["line_rate_bound_ate_per_s"] = [switchml_line_rate_ate(rate * 1e6, k) for rate, k in zip(table["link_mbps"], table["k"])]
+    table["line_rate_bound_ate_per_s"] = [switchml_line_rate_ate(params.mbps_to_bps(rate), k) for rate, k in zip(table["link_mbps"], table["k"])]
     return table.sort_values(["uplink_mbps", "uplink_loss", "aggregation"], ascending=[False, True, True]).reset_index(drop=True)
 
 

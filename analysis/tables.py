@@ -16,6 +16,7 @@ from analysis.load import Results
 import methods
 from methods.ring import RING
 from protocol.packet import frame_bytes
+from protocol.params import mbps_to_bps
 
 TIMELINE_BIN_S = 0.010
 """timeline.csv bins packets per 10 ms (docs/results-format.md)."""
@@ -93,7 +94,7 @@ def loss_timeline_table(results: Results) -> pd.DataFrame:
     table = table.assign(
         point=job["point"], repetition=job["repetition"], loss=job["loss"], loss_mechanism=job["loss_mechanism"]
     )
-    link_bytes_per_bin = job["link_mbps"] * 1e6 * TIMELINE_BIN_S / models.BITS_PER_BYTE
+    link_bytes_per_bin = mbps_to_bps(job["link_mbps"]) * TIMELINE_BIN_S / models.BITS_PER_BYTE
     table["line_rate_packets_per_bin"] = link_bytes_per_bin / frame_bytes(int(job["k"]))
     return table
 
@@ -131,7 +132,7 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
                 "n_workers": base.n_workers,
                 "link_mbps": base.link_mbps,
                 "reference_link_gbps": reference_link_bps / 1e9,
-                "link_slowdown": models.time_dilation_factor(reference_link_bps, base.link_mbps * 1e6),
+                "link_slowdown": models.time_dilation_factor(reference_link_bps, mbps_to_bps(base.link_mbps)),
                 "dilation": scaling.at[base.run, "time_dilation"],
                 "size_scale": scaling.at[base.run, "size_scale"],
                 "compute_s": compute,
@@ -189,7 +190,7 @@ def _rate_table(results: Results, x: str) -> pd.DataFrame:
 def _with_bounds(stats: pd.DataFrame) -> pd.DataFrame:
     """Add the SwitchML line-rate and ring ATE/s bounds for each row's link rate, k and n."""
     _require_link_rate(stats)
-    link_bps = stats["link_mbps"] * 1e6
+    link_bps = mbps_to_bps(stats["link_mbps"])
     stats["line_rate_bound_ate_per_s"] = [
         models.switchml_line_rate_ate(bps, int(k)) for bps, k in zip(link_bps, stats["k"], strict=True)
     ]

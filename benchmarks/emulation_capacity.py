@@ -127,7 +127,7 @@ def probe_elements(link_mbps: float, seconds: float, at_least_packets: int, k: i
     whatever its k, is held further below the line-rate bound than the main job is (a
     131,072-element tensor is 4,096 packets at k = 32 but 512 at k = 256, where the lead
     round alone would cost 12.5 %)."""
-    packets = math.ceil(seconds * switchml_line_rate_ate(link_mbps * 1e6, k) / k)
+    packets = math.ceil(seconds * switchml_line_rate_ate(params.mbps_to_bps(link_mbps), k) / k)
     return max(packets, at_least_packets) * k
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import methods
+from protocol.params import mbps_to_bps
 from topologies.model import Topology
 
 JOB_TIMEOUT_KEY = "limits.job_timeout_s"
@@ -58,7 +59,7 @@ def fastest_allreduce_s(method: str, elements: int, workers: int, topology: Topo
     link_mbps = topology.link_mbps
     if link_mbps is None or workers < 2:
         return None
-    rate_bps = topology.worker_share_mbps(link_mbps, one_stream_per_leaf=False) * 1e6
+    rate_bps = mbps_to_bps(topology.worker_share_mbps(link_mbps, one_stream_per_leaf=False))
     return topology.round_trip_s + elements / methods.by_name(method).bound(rate_bps, workers, k)
 
 

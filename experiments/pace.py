@@ -26,6 +26,7 @@ import pandas as pd
 
 from experiments.config import Point
 from methods.method import Pace, PaceModel
+from protocol.params import mbps_to_bps
 
 PACE_SHARE = 0.9
 """A checked job must reach this share of its network's pace (model TAT / measured TAT).
@@ -65,7 +66,7 @@ def pace_check(point: Point, model: PaceModel, link_mbps: float, loss: float) ->
     delay_ms = max(link.spec.delay_ms for link in point.topology.links)
     pace = model(
         point.workload_info.elements, int(point.protocol["k"]), int(point.protocol["pool_size"]),
-        point.topology.worker_share_mbps(link_mbps) * 1e6, delay_ms / 1e3, quantized=point.workload["dtype"] == "float32",
+        mbps_to_bps(point.topology.worker_share_mbps(link_mbps)), delay_ms / 1e3, quantized=point.workload["dtype"] == "float32",
     )
     return PaceCheck(pace, checked=pace.tat_s >= MIN_PACED_S and pace.streaming_fraction >= BANDWIDTH_BOUND)
 

@@ -29,6 +29,7 @@ from methods.ring import busbw
 from network.port_counters import frames_lost
 from protocol import results_format as fmt
 from protocol.packet import ELEMENT_BYTES
+from protocol.params import mbps_to_bps
 
 if TYPE_CHECKING:
     from experiments.job_meter import JobMeasurement
@@ -203,7 +204,7 @@ class ResultsWriter:
                 rate = point.topology.link_mbps
                 registered = by_name(method)
                 if registered.pace is not None and rate is not None:
-                    bound = registered.bound(rate * 1e6, len(point.topology.hosts), point.protocol["k"])
+                    bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
                     check = pace_check(point, registered.pace, rate, point.topology.link_loss)

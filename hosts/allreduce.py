@@ -19,6 +19,7 @@ from hosts.parameter_server import ParameterServerAllReduce
 from hosts.ring_allreduce import RingAllReduce
 from hosts.stats import JobStats
 import methods
+from protocol.params import mbps_to_bps
 from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def retransmit_policy(protocol: SwitchMLParameters, link_mbps: float | None) -> 
 
     floor_s = protocol.timeout_ms / 1000.0
     if link_mbps is not None:
-        floor_s = max(floor_s, 2 * pool_drain_s(protocol.pool_size, protocol.k, link_mbps * 1e6))
+        floor_s = max(floor_s, 2 * pool_drain_s(protocol.pool_size, protocol.k, mbps_to_bps(link_mbps)))
     return RetransmitPolicy(min_s=floor_s, backoff_every=protocol.backoff_every, max_s=max(1.0, floor_s))
 
 

@@ -21,6 +21,7 @@ from analysis.load import Results
 from analysis.tables import MissingData, pool_size_table
 from methods import SWITCHML
 from protocol import quantize
+from protocol.params import mbps_to_bps
 
 # ---- lab 1: quantization error ------------------------------------------------------
 
@@ -94,7 +95,7 @@ def pool_model_table(results: Results) -> pd.DataFrame:
     if len(delays) != 1:
         raise MissingData(f"the pool model needs one link delay per run, found {list(delays)}")
     delay_s = float(delays[0]) / 1e3
-    link_bps = table["link_mbps"] * 1e6
+    link_bps = mbps_to_bps(table["link_mbps"])
     table["round_trip_s"] = [models.slot_round_trip_s(bps, int(k), delay_s) for bps, k in zip(link_bps, table["k"])]
     table["model_ate_per_s"] = [
         models.switchml_pool_bound_ate(bps, int(k), int(pool), rtt)

@@ -3,6 +3,8 @@
 ``p4/include/constants.p4`` is the one definition of k, the pool size, the UDP ports and
 the counter indices. This module parses its ``#define NAME value`` lines so the Python
 side (workers, embedded switch, control plane) can never disagree with the P4 program.
+It also holds the defaults a job takes when its config names none, and the one
+conversion of link rates from the Mbit/s they are written in to the bit/s the models take.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 P4_DIR = REPO_ROOT / "p4"
@@ -100,3 +102,15 @@ SWITCH_MAC = "02:53:4d:4c:00:01"
 """Virtual MAC of the aggregating switch: workers address their updates to it (and results come from it)."""
 SWITCH_IPV4 = "10.0.0.254"
 """Virtual IPv4 of the aggregating switch, on the workers' 10.0.0.0/24 emulation subnet."""
+
+
+BITS_PER_MBIT = 1e6
+"""Mbit/s as tc, the topologies (``bw_mbps``) and the results (``link_mbps``) count them: SI, not 2^20."""
+
+Rate = TypeVar("Rate")
+"""A float, or an array or pandas Series of them."""
+
+
+def mbps_to_bps(mbps: Rate) -> Rate:
+    """A link rate in bit/s, what the models and timers take, from the Mbit/s configs and results write."""
+    return mbps * BITS_PER_MBIT

@@ -41,6 +41,7 @@ import methods
 from methods.switchml import line_rate_ate as switchml_line_rate_ate
 from switches.fabric import SharedJob
 from protocol import results_format as fmt
+from protocol.params import mbps_to_bps
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class SharedSwitchWriter(ResultsWriter):
                 },
                 "total_ate_per_s": float(totals["total_ate_per_s"].median()),
                 "makespan_s": float(totals["makespan_s"].median()),
-                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else switchml_line_rate_ate(rate * 1e6, int(per_point["k"].iloc[0])),
+                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else switchml_line_rate_ate(mbps_to_bps(rate), int(per_point["k"].iloc[0])),
             })
         first = self.experiment.points[0]
         summary = {
