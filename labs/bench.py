@@ -17,7 +17,7 @@ from protocol import params
 from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.ingress import SwitchMLIngress
-from switches.embedded.parser import PacketBuffer, SwitchMLParser
+from switches.embedded.parser import SWITCHML_EXPONENT, SWITCHML_MSG_TYPE, PacketBuffer, SwitchMLParser
 
 K = 4
 POOL = 8
@@ -78,7 +78,7 @@ class IngressBench:
     def result(self) -> tuple[int, int, list[int]]:
         """(msg_type, exponent, elements) of the frame in the buffer, as the ingress left it."""
         header = self._parser.parse(self.packet.frame, len(self.packet.frame))
-        return header[8], header[13], self.packet.data.tolist()
+        return header[SWITCHML_MSG_TYPE], header[SWITCHML_EXPONENT], self.packet.data.tolist()
 
     def events(self) -> dict[str, int]:
         """The event counter's packet counts by EV_* name (the non-zero ones)."""

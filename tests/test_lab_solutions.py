@@ -79,19 +79,19 @@ LAB2_PY = Attempt(2, "python", "correct", {INGRESS_PY: (
     bitmap[other] = bitmap[other] & ~rank_bit & BIT32
     if b == 0:
         row[:] = packet.data
-        exponent[idx] = hdr[13]
+        exponent[idx] = hdr[SWITCHML_EXPONENT]
         count[idx] = 1
         version_seq[idx] = seq
     else:
         row += packet.data
-        exponent[idx] = max(exponent[idx], hdr[13])
+        exponent[idx] = max(exponent[idx], hdr[SWITCHML_EXPONENT])
         count[idx] = count[idx] + 1
     """,
     """
     if count[idx] == num_workers:
         self._write_result(packet, row, exponent[idx])
         counter.count(EV_RESULT_MULTICAST, length)
-        return (RESULT_TO_GROUP, mcast_grp, hdr[10])
+        return (RESULT_TO_GROUP, mcast_grp, hdr[SWITCHML_JOB_ID])
     counter.count(EV_UPDATE_CONSUMED, length)
     return DROP
     """,
@@ -145,7 +145,7 @@ LAB3_PY = Attempt(3, "python", "correct", {TIMERS: LAB3_TIMERS, INGRESS_PY: (
     """
     self._write_result(packet, row, exponent[idx])
     counter.count(EV_RESULT_UNICAST, length)
-    return (RESULT_TO_PORT, in_port, rank, hdr[10])
+    return (RESULT_TO_PORT, in_port, rank, hdr[SWITCHML_JOB_ID])
     """,
     """
     counter.count(EV_RETX_IGNORED, length)
@@ -197,7 +197,7 @@ ATTEMPTS = [
     LAB2_PY.broken("adds the first update to the old sum", INGRESS_PY, 0, LAB2_PY.regions[INGRESS_PY][0].replace(
         "row[:] = packet.data", "row += packet.data"), IN_PROCESS_2, "stored, not added"),  # fmt: skip
     LAB2_PY.broken("the README's old two-field return", INGRESS_PY, 1, LAB2_PY.regions[INGRESS_PY][1].replace(
-        "(RESULT_TO_GROUP, mcast_grp, hdr[10])", "(RESULT_TO_GROUP, mcast_grp)"), IN_PROCESS_2, "(RESULT_TO_GROUP, mcast_grp, job id)"),  # fmt: skip
+        "(RESULT_TO_GROUP, mcast_grp, hdr[SWITCHML_JOB_ID])", "(RESULT_TO_GROUP, mcast_grp)"), IN_PROCESS_2, "(RESULT_TO_GROUP, mcast_grp, job id)"),  # fmt: skip
     LAB2_PY.broken("counts 1 byte per update", INGRESS_PY, 1, LAB2_PY.regions[INGRESS_PY][1].replace(
         "counter.count(EV_UPDATE_CONSUMED, length)", "counter.count(EV_UPDATE_CONSUMED, 1)"),
         ("count_their_frames_bytes",), "EV_UPDATE_CONSUMED counted 1 frame(s) and 1 bytes"),  # fmt: skip
@@ -211,7 +211,7 @@ ATTEMPTS = [
     LAB3_PY.broken("a resend counted with 0 bytes", INGRESS_PY, 1, "counter.count(EV_RETX_IGNORED, 0)\nreturn DROP",
                    ("counts_its_frames_bytes",), "EV_RETX_IGNORED counted 1 frame(s) and 0 bytes"),  # fmt: skip
     LAB3_PY.broken("the result goes to everyone", INGRESS_PY, 0, LAB3_PY.regions[INGRESS_PY][0].replace(
-        "(RESULT_TO_PORT, in_port, rank, hdr[10])", "(RESULT_TO_GROUP, mcast_grp, hdr[10])"), IN_PROCESS_3, "to its sender only"),  # fmt: skip
+        "(RESULT_TO_PORT, in_port, rank, hdr[SWITCHML_JOB_ID])", "(RESULT_TO_GROUP, mcast_grp, hdr[SWITCHML_JOB_ID])"), IN_PROCESS_3, "to its sender only"),  # fmt: skip
     LAB3_PY.broken("no floor", TIMERS, 1, "return first if self.median is None else 2 * self.median",
                    ("test_timeout_adapts",), "never below the floor"),  # fmt: skip
     LAB3_PY.broken("backs off on every timeout", TIMERS, 2, "self._backoff[slots] *= 2", ("test_timers_back_off",), "assert"),

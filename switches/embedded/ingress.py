@@ -18,7 +18,21 @@ from protocol import params
 from protocol.packet import IPV4_OFFSET, UDP_HEADER_BYTES, UDP_OFFSET, payload_bytes
 from switches.control import TableFullError
 from switches.embedded.drop_simulator import DropSimulator
-from switches.embedded.parser import EXPONENT_OFFSET, MSG_TYPE_OFFSET, PARSER_ERROR, PacketBuffer
+from switches.embedded.parser import (
+    EXPONENT_OFFSET,
+    IPV4_SRC_ADDR,
+    MSG_TYPE_OFFSET,
+    PARSER_ERROR,
+    SWITCHML_EXPONENT,
+    SWITCHML_JOB_ID,
+    SWITCHML_MSG_TYPE,
+    SWITCHML_NUM_ELEMENTS,
+    SWITCHML_SEQ,
+    SWITCHML_SHADOW_SET,
+    SWITCHML_SLOT,
+    UDP_LENGTH,
+    PacketBuffer,
+)
 from switches.embedded.registers import BIT32, CellRegister, Counter, ExponentRegister, ValueRegisters
 from switches.embedded.responder import answer, switch_addr_table
 from switches.embedded.tables import ExactMatchTable, Field
@@ -45,11 +59,11 @@ EV_DROP_OUTSIDE_POOL = _C["EV_DROP_OUTSIDE_POOL"]
 EV_PARTIAL_UP = _C["EV_PARTIAL_UP"]
 EV_L2_NOT_LEARNED = _C["EV_L2_NOT_LEARNED"]
 UPDATE_OR_RESULT = (params.MSG_UPDATE, params.MSG_RESULT)
-IPV4_SRC = slice(IPV4_OFFSET + 12, IPV4_OFFSET + 16)
-IPV4_DST = slice(IPV4_OFFSET + 16, IPV4_OFFSET + 20)
-UDP_SRC = slice(UDP_OFFSET, UDP_OFFSET + 2)
-UDP_DST = slice(UDP_OFFSET + 2, UDP_OFFSET + 4)
-UDP_CHECKSUM = slice(UDP_OFFSET + 6, UDP_OFFSET + 8)
+IPV4_SRC_BYTES = slice(IPV4_OFFSET + 12, IPV4_OFFSET + 16)
+IPV4_DST_BYTES = slice(IPV4_OFFSET + 16, IPV4_OFFSET + 20)
+UDP_SRC_BYTES = slice(UDP_OFFSET, UDP_OFFSET + 2)
+UDP_DST_BYTES = slice(UDP_OFFSET + 2, UDP_OFFSET + 4)
+UDP_CHECKSUM_BYTES = slice(UDP_OFFSET + 6, UDP_OFFSET + 8)
 
 SEQ_HALF = 1 << 31
 """Sequence numbers wrap at 2^32; one is newer than another when it is less than 2^31 ahead."""
@@ -148,18 +162,18 @@ class SwitchMLIngress:
         # 3. Malformed SwitchML packet (neither an update nor a result, bad k, set or slot).
         if (
             hdr is PARSER_ERROR
-            or hdr[12] != self.k
-            or hdr[7] != self.udp_length
-            or hdr[8] not in UPDATE_OR_RESULT
-            or hdr[9] > 1
-            or hdr[11] >= self.max_pool_size
+            or hdr[SWITCHML_NUM_ELEMENTS] != self.k
+            or hdr[UDP_LENGTH] != self.udp_length
+            or hdr[SWITCHML_MSG_TYPE] not in UPDATE_OR_RESULT
+            or hdr[SWITCHML_SHADOW_SET] > 1
+            or hdr[SWITCHML_SLOT] >= self.max_pool_size
         ):
             counter.count(EV_DROP_MALFORMED, length)
             return DROP
-        if hdr[8] == params.MSG_RESULT:
+        if hdr[SWITCHML_MSG_TYPE] == params.MSG_RESULT:
             return self._from_above(packet, in_port, length, hdr)
         # 4. worker_table: the rank comes from (ingress port, source IPv4), never the packet.
-        action, action_params = self.worker_table.entries.get((in_port, hdr[3]), self.worker_table.default)
+        action, action_params = self.worker_table.entries.get((in_port, hdr[IPV4_SRC_ADDR]), self.worker_table.default)
         if action != "set_worker":
             if action == "forward_as_ordinary":
                 return self._l2_forward(packet, in_port, length)
@@ -167,12 +181,12 @@ class SwitchMLIngress:
             return DROP
         rank, job_id, num_workers, mcast_grp, slot_base, pool_size = action_params
         # 5. Wrong job.
-        if hdr[10] != job_id:
+        if hdr[SWITCHML_JOB_ID] != job_id:
             counter.count(EV_DROP_WRONG_JOB, length)
             return DROP
         uplink = self._uplinks.get(job_id)
         # 5b. Beyond the job's slot range (other jobs' cells), or past the registers.
-        if self._outside_pool(hdr[11], slot_base, pool_size):
+        if self._outside_pool(hdr[SWITCHML_SLOT], slot_base, pool_size):
             counter.count(EV_DROP_OUTSIDE_POOL, length)
             return DROP
         # 6. Aggregation.
@@ -188,34 +202,34 @@ class SwitchMLIngress:
         """4R-6R: a result from the job's uplink completes the version this switch sent its
         partial sum up for; kept for retransmissions and multicast to the job's workers."""
         counter = self.event_counter
-        uplink = self._uplinks.get(hdr[10])
-        if uplink is None or in_port != uplink[0] or hdr[3] != uplink[4]:
+        uplink = self._uplinks.get(hdr[SWITCHML_JOB_ID])
+        if uplink is None or in_port != uplink[0] or hdr[IPV4_SRC_ADDR] != uplink[4]:
             counter.count(EV_DROP_MALFORMED, length)
             return DROP
         num_workers, mcast_grp, slot_base, pool_size = uplink[5:]
-        if self._outside_pool(hdr[11], slot_base, pool_size):
+        if self._outside_pool(hdr[SWITCHML_SLOT], slot_base, pool_size):
             counter.count(EV_DROP_OUTSIDE_POOL, length)
             return DROP
-        idx = hdr[9] * self.max_pool_size + slot_base + hdr[11]
-        if self.count.cells[idx] != num_workers or self.seq.cells[idx] != hdr[14]:
+        idx = hdr[SWITCHML_SHADOW_SET] * self.max_pool_size + slot_base + hdr[SWITCHML_SLOT]
+        if self.count.cells[idx] != num_workers or self.seq.cells[idx] != hdr[SWITCHML_SEQ]:
             counter.count(EV_DROP_STALE, length)
             return DROP
         self.values.rows[idx][:] = packet.data
-        self.exponent.cells[idx] = hdr[13]
+        self.exponent.cells[idx] = hdr[SWITCHML_EXPONENT]
         self.count.cells[idx] = num_workers + 1
         # SwitchMLEgress's result headers answer from the update's destination; this result
         # already carries its source (the switch above), so it becomes the destination first.
         frame = packet.frame
-        frame[0:6], frame[IPV4_DST], frame[UDP_DST] = frame[6:12], frame[IPV4_SRC], frame[UDP_SRC]
+        frame[0:6], frame[IPV4_DST_BYTES], frame[UDP_DST_BYTES] = frame[6:12], frame[IPV4_SRC_BYTES], frame[UDP_SRC_BYTES]
         counter.count(EV_RESULT_MULTICAST, length)
-        return (RESULT_TO_GROUP, mcast_grp, hdr[10])
+        return (RESULT_TO_GROUP, mcast_grp, hdr[SWITCHML_JOB_ID])
 
     def _aggregate(
         self, packet: PacketBuffer, in_port: int, length: int, hdr: tuple, rank: int, num_workers: int, mcast_grp: int, slot_base: int,
         uplink: tuple[int, ...] | None,
     ) -> tuple:
         rank_bit = (1 << rank) & BIT32
-        shadow_set, cell = hdr[9], slot_base + hdr[11]
+        shadow_set, cell = hdr[SWITCHML_SHADOW_SET], slot_base + hdr[SWITCHML_SLOT]
         idx = shadow_set * self.max_pool_size + cell
         other = (1 - shadow_set) * self.max_pool_size + cell
         bitmap = self.bitmap.cells
@@ -226,7 +240,7 @@ class SwitchMLIngress:
         counter = self.event_counter
         complete = num_workers if uplink is None else num_workers + 1
         b = bitmap[idx]
-        seq = hdr[14]
+        seq = hdr[SWITCHML_SEQ]
         is_new = not b & rank_bit
         # 6a. Stale: an update of an older version than the one this cell holds.
         if is_new and b == 0:  # opening a version: stale unless newer than the last one held
@@ -245,13 +259,13 @@ class SwitchMLIngress:
             bitmap[other] &= ~rank_bit & BIT32
             if b == 0:  # first contribution of this version
                 row[:] = packet.data
-                exponent[idx] = hdr[13]
+                exponent[idx] = hdr[SWITCHML_EXPONENT]
                 count[idx] = 1
                 version_seq[idx] = seq
             else:
                 row += packet.data  # int32: wraps like bit<32>
-                if hdr[13] > exponent[idx]:
-                    exponent[idx] = hdr[13]
+                if hdr[SWITCHML_EXPONENT] > exponent[idx]:
+                    exponent[idx] = hdr[SWITCHML_EXPONENT]
                 count[idx] += 1
             # END LAB 2
             if uplink is not None and count[idx] == num_workers:  # the local sum goes up as one worker of the switch above
@@ -261,7 +275,7 @@ class SwitchMLIngress:
                 self._write_result(packet, row, exponent[idx])
                 counter.packets[EV_RESULT_MULTICAST] += 1  # counter.count() inlined: the hot path
                 counter.bytes[EV_RESULT_MULTICAST] += length
-                return (RESULT_TO_GROUP, mcast_grp, hdr[10])
+                return (RESULT_TO_GROUP, mcast_grp, hdr[SWITCHML_JOB_ID])
             counter.packets[EV_UPDATE_CONSUMED] += 1
             counter.bytes[EV_UPDATE_CONSUMED] += length
             return DROP
@@ -273,7 +287,7 @@ class SwitchMLIngress:
             # BEGIN LAB 3: a retransmission to a complete version: write the stored result, count EV_RESULT_UNICAST, send it to its sender only
             self._write_result(packet, row, exponent[idx])
             counter.count(EV_RESULT_UNICAST, length)
-            return (RESULT_TO_PORT, in_port, rank, hdr[10])
+            return (RESULT_TO_PORT, in_port, rank, hdr[SWITCHML_JOB_ID])
             # END LAB 3
         # BEGIN LAB 3: a retransmission before completion: count EV_RETX_IGNORED and drop it
         counter.count(EV_RETX_IGNORED, length)
@@ -287,9 +301,9 @@ class SwitchMLIngress:
         frame = packet.frame
         frame[EXPONENT_OFFSET] = exponent & 0xFF
         frame[0:12] = dst_mac.to_bytes(6, "big") + src_mac.to_bytes(6, "big")
-        frame[IPV4_SRC] = src_ipv4.to_bytes(4, "big")
-        frame[IPV4_DST] = dst_ipv4.to_bytes(4, "big")
-        frame[UDP_CHECKSUM] = b"\0\0"
+        frame[IPV4_SRC_BYTES] = src_ipv4.to_bytes(4, "big")
+        frame[IPV4_DST_BYTES] = dst_ipv4.to_bytes(4, "big")
+        frame[UDP_CHECKSUM_BYTES] = b"\0\0"
         self.event_counter.count(EV_PARTIAL_UP, length)
         return (UPDATE_TO_PORT, port)
 

@@ -24,6 +24,7 @@ from protocol.packet import (
     SWITCHML_HEADER,
     SWITCHML_OFFSET,
     UDP_OFFSET,
+    SwitchMLHeader,
     frame_bytes,
     ipv4_checksum,
 )
@@ -36,6 +37,14 @@ HEADERS_TO_SWITCHML = struct.Struct("!12xHB8xB2xIIHHH2x")
 PARSE = struct.Struct(HEADERS_TO_SWITCHML.format + SWITCHML_HEADER.format.lstrip("!"))
 """Everything up to the elements in one unpack: the fields above, then switchml_h."""
 assert HEADERS_TO_SWITCHML.size == SWITCHML_OFFSET and PARSE.size == DATA_OFFSET
+
+# Where each field is in parse()'s tuple, named as p4/include/headers.p4 names it
+# (hdr.<header>.<field>): plain ints, so that the per-packet code indexes a tuple as before.
+(ETHERNET_ETHER_TYPE, IPV4_VERSION_IHL, IPV4_PROTOCOL, IPV4_SRC_ADDR, IPV4_DST_ADDR,
+ UDP_SRC_PORT, UDP_DST_PORT, UDP_LENGTH) = range(8)  # fmt: skip
+(SWITCHML_MSG_TYPE, SWITCHML_SHADOW_SET, SWITCHML_JOB_ID, SWITCHML_SLOT, SWITCHML_NUM_ELEMENTS,
+ SWITCHML_EXPONENT, SWITCHML_SEQ) = range(UDP_LENGTH + 1, UDP_LENGTH + 1 + len(SwitchMLHeader._fields))  # fmt: skip
+assert len(PARSE.unpack(bytes(PARSE.size))) == SWITCHML_SEQ + 1
 
 MSG_TYPE_OFFSET = SWITCHML_FIELD_OFFSETS["msg_type"]
 EXPONENT_OFFSET = SWITCHML_FIELD_OFFSETS["exponent"]
@@ -69,10 +78,10 @@ class SwitchMLParser:
         if length >= DATA_OFFSET:
             fields = PARSE.unpack_from(frame)
             if (
-                fields[0] == ETHERTYPE_IPV4
-                and fields[1] & 0x0F == 5
-                and fields[2] == IPPROTO_UDP
-                and fields[6] & params.UDP_PORT_MASK == params.UDP_PORT_BASE
+                fields[ETHERNET_ETHER_TYPE] == ETHERTYPE_IPV4
+                and fields[IPV4_VERSION_IHL] & 0x0F == 5
+                and fields[IPV4_PROTOCOL] == IPPROTO_UDP
+                and fields[UDP_DST_PORT] & params.UDP_PORT_MASK == params.UDP_PORT_BASE
             ):
                 return fields if length >= self.min_switchml_frame else PARSER_ERROR
             return None
