@@ -231,11 +231,12 @@ class EmulatedNetwork:
         delay_mechanism = self._choose_delay_mechanism(caps)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         switch_cls = lookup(self.target).node_class()
-        switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size}
-        if delay_mechanism == "switch_delay_line":
-            switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.declare_directory(self._scratch)
+        # the switches' temporary files (control sockets) go into the scratch folder, which the lock records
+        switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size, "scratch_dir": self._scratch}
+        if delay_mechanism == "switch_delay_line":
+            switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         if self.cluster_spec is not None:
             cluster = Cluster.start(self.cluster_spec, self.topology, self._scratch / "ssh")
             try:
@@ -266,11 +267,7 @@ class EmulatedNetwork:
         for node in net.hosts:
             pin_congestion_control(node_runner(node), node.name, self.tcp_congestion_control)
         applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem", delay_by_netem=delay_mechanism == "netem")
-        tempfile.tempdir, default_tempdir = str(self._scratch), tempfile.tempdir
-        try:
-            net.start()  # the switches' temporary files (control sockets) go into the scratch folder
-        finally:
-            tempfile.tempdir = default_tempdir
+        net.start()
         self._static_arp()
         self.report = NetworkReport(
             target=self.target,
@@ -286,19 +283,19 @@ class EmulatedNetwork:
 
     def _host_class(self, name: str) -> dict[str, Any]:
         """Mininet's host here; cluster.py's remote host where the cluster places it elsewhere."""
-        if self.cluster is None or self.cluster.server_of(name) == LOCAL:
+        if self.is_local(name):
             return {"cls": Host}
         return {"cls": ClusterHost, "cluster": self.cluster}
 
     def _switch_class(self, name: str, node_class: type) -> dict[str, Any]:
         """The target's switch here; on another server, the same with its data plane started there."""
-        if self.cluster is None or self.cluster.server_of(name) == LOCAL:
+        if self.is_local(name):
             return {"cls": node_class}
         return {"cls": cluster_switch_class(node_class), "cluster": self.cluster}
 
     def _link_class(self, a: str, b: str) -> dict[str, Any]:
         """A veth within a server, a VXLAN pair between two."""
-        if self.cluster is None or self.cluster.server_of(a) == self.cluster.server_of(b):
+        if self.server_of(a) == self.server_of(b):
             return {"cls": Link}
         return {"cls": VxlanLink, "cluster": self.cluster}
 
@@ -508,22 +505,22 @@ class EmulatedNetwork:
     def _where(self, node: str) -> str:
         """Where a node on another server runs, for messages: its shell there is an ssh
         connection, which a dropped connection ends too."""
-        if self.cluster is None or self.cluster.server_of(node) == LOCAL:
+        if self.is_local(node):
             return ""
-        return f" on server {self.cluster.server_of(node)} (its ssh connection)"
+        return f" on server {self.server_of(node)} (its ssh connection)"
 
     def switch_server_shell(self, switch: str) -> Callable[[str], str] | None:
         """For a switch on another server, what runs a shell command there and returns its
         output (its ports' counters are read there); None for a switch on this machine."""
-        if self.cluster is None or self.cluster.server_of(switch) == LOCAL:
+        if self.is_local(switch):
             return None
-        return self.server_shells()[self.cluster.server_of(switch)]
+        return self.server_shells()[self.server_of(switch)]
 
     def remote_host_shells(self) -> dict[str, tuple[str, Callable[[str], str]]]:
         """Host name -> (its server, ``server_shells``' runner there), for the hosts on another server."""
         assert self.net is not None
         shells = self.server_shells()
-        return {h.name: (self.server_of(h.name), shells[self.server_of(h.name)]) for h in self.net.hosts if self.server_of(h.name) != LOCAL}
+        return {h.name: (self.server_of(h.name), shells[self.server_of(h.name)]) for h in self.net.hosts if not self.is_local(h.name)}
 
     def server_shells(self) -> dict[str, Callable[[str], str]]:
         """Per other server of the cluster, what runs a shell command there and returns its
@@ -540,6 +537,10 @@ class EmulatedNetwork:
     def server_of(self, node: str) -> str:
         """The server ``node`` runs on (``LOCAL``: this machine)."""
         return LOCAL if self.cluster is None else self.cluster.server_of(node)
+
+    def is_local(self, node: str) -> bool:
+        """Whether ``node`` runs on this machine (always, without a cluster)."""
+        return self.server_of(node) == LOCAL
 
     def measured_switch_processes(self) -> dict[str, tuple[str, int]]:
         """Switch name -> (its server, the pid there) of the process doing its switching,

@@ -33,6 +33,7 @@ class TargetSwitch(Switch):
         k: int,
         log_dir: Path = Path("/tmp"),
         max_pool_size: int = params.MAX_POOL_SIZE,
+        scratch_dir: Path | None = None,
         **kwargs: Any,
     ) -> None:
         """The same keywords for every target; a k it is not built for is refused here,
@@ -42,6 +43,10 @@ class TargetSwitch(Switch):
         self.log_dir = Path(log_dir)
         self.k = k
         self.max_pool_size = max_pool_size
+        self.scratch_dir = scratch_dir
+        """The network's folder for a data plane's temporary files on this machine (the
+        embedded switch's control socket), which its lock records for removal; None: the
+        system's temporary folder."""
         self._data_plane: DataPlane | None = None
 
     def data_plane_options(self) -> dict[str, Any]:

@@ -48,7 +48,7 @@ TARGET = SwitchTarget(
     data_plane=data_plane,
     describe_build=lambda: f"python {sys.version.split()[0]}",
     delays_frames=True,
-    options=frozenset({"seed", "log_level", "profile", "link_delay_ms"}),
+    options=frozenset({"seed", "log_level", "profile", "link_delay_ms", "scratch_dir"}),
     remove_leftovers=remove_leftovers,
     link_rates={256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity"
 )

@@ -81,6 +81,7 @@ class EmbeddedSwitchProcess:
         log_level: str = "INFO",
         profile: Path | None = None,
         link_delay_ms: float = 0.0,
+        scratch_dir: Path | None = None,
     ) -> None:
         self.ports = dict(ports)
         self.name = name
@@ -92,6 +93,8 @@ class EmbeddedSwitchProcess:
         self.log_level = log_level
         self.profile = profile
         """Run under cProfile and write its stats here when the switch stops."""
+        self.scratch_dir = scratch_dir
+        """Where the control socket's folder is made (None: the system's temporary folder)."""
         self._socket_dir: Path | None = None
         self._process: subprocess.Popen | None = None
 
@@ -115,7 +118,7 @@ class EmbeddedSwitchProcess:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        self._socket_dir = Path(tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{self.name}-"))
+        self._socket_dir = Path(tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{self.name}-", dir=self.scratch_dir))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(params.REPO_ROOT), os.environ.get("PYTHONPATH")])))
         with self.log_file.open("ab") as output:
             # dies with the runner (base.lifetime): an orphaned switch would hold its ports

@@ -1,7 +1,8 @@
 """EmbeddedSwitchNode: the embedded switch as a Mininet switch (switches/mininet_node.py).
 
 What it adds to the common node: a seed for its drop simulator and the links' delay,
-which its delay line emulates on kernels without netem.
+which its delay line emulates on kernels without netem; and its control socket in the
+network's scratch folder.
 """
 
 from __future__ import annotations
@@ -22,4 +23,8 @@ class EmbeddedSwitchNode(TargetSwitch):
         """Propagation delay of the links, emulated by the switch (kernels without netem)."""
 
     def data_plane_options(self) -> dict[str, Any]:
+        return {**self.portable_data_plane_options(), "scratch_dir": self.scratch_dir}
+
+    def portable_data_plane_options(self) -> dict[str, Any]:
+        """Not the scratch folder: it is a path on this machine."""
         return {"seed": self.seed, "link_delay_ms": self.link_delay_ms}
