@@ -1,17 +1,14 @@
 """Time limits, each with the config key that sets it, and each method's deadline for one
 all-reduce, derived from the method's bound unless ``limits.job_timeout_s`` sets one.
 
-Why derived: one number cannot fit every rate. The main job's parameter server needs 29 s
-at its payload bound on bmv2's 2 Mbit/s links and took 37-53 s (TCP headers, slow start,
-the incast of 14 streams into every host port); on the eBPF switch's 10 Mbit/s it needs 6 s.
-A fixed 60 s failed the first case and waited ten times too long to report a hung job in
-the second. So a method's deadline is ``DEADLINE_FACTOR`` times its fastest possible
-all-reduce (one round trip, and the elements at its link-rate bound, methods/) plus
-``DEADLINE_START_S``: the measured baselines reach 55-90 % of their bounds and SwitchML
-under 1 % loss about half of its bound, well inside 5x, and the constant covers the start
-of a job on a busy machine, which the bound leaves out. Where there is no bound (unshaped
-links) or no size to put to it (a user's DDP script, whose all-reduces are known only as it
-runs), the deadline is a stated constant.
+Why derived: one number cannot fit every rate (a fixed 60 s was too short for the parameter
+server on bmv2's links and ten times too long on the eBPF switch's: benchmarks/README.md,
+"Each method's deadline", has the measurements). So a method's deadline is
+``DEADLINE_FACTOR`` times its fastest possible all-reduce (one round trip, and the elements
+at its link-rate bound, methods/) plus ``DEADLINE_START_S``, which covers the start of a job
+on a busy machine. Where there is no bound (unshaped links) or no size to put to it (a
+user's DDP script, whose all-reduces are known only as it runs), the deadline is a stated
+constant.
 
 A config's ``limits.job_timeout_s`` is one deadline for every method; the config check
 refuses one that even the method's fastest all-reduce cannot meet (experiments/config.py).

@@ -31,17 +31,9 @@ from protocol.quantize import quantize, scale_for
 SEQ_MASK = 0xFFFFFFFF
 HOLD_SHARE = 0.75
 """After sending, a worker whose batch was small waits this share of the results' queueing
-delay before it receives again, so that results gather into batches instead of waking it
-one by one. A wake-up costs about the same for one result as for thirty, and far more
-after a sleep than in a busy loop, so fewer, larger batches are what makes a worker cheap.
-Waiting costs no throughput while the link is the bottleneck: the queueing part of a
-round trip is time the slots' packets sit in the link's queue behind others, and holding
-for three quarters of it still leaves a quarter of the pool queued. Where the pool is
-less than twice the bandwidth-delay product (long links, small pools: results queue for
-less than the path's own round trip) the worker does not wait: there the spread of the
-round trips is the hosts' scheduling, not a queue, and holding would shorten the window
-the experiment set. The measurements behind the share are in benchmarks/README.md
-("Why a worker holds")."""
+delay before it receives again, so that results gather into batches (a wake-up costs
+about as much for one result as for thirty) while a quarter of the pool stays queued on
+the link; why, and the measurements: benchmarks/README.md ("Why a worker holds")."""
 HOLD_BELOW_SHARE = 0.9
 """Only batches smaller than this share of the pool make the worker hold. A worker whose
 CPU is the bottleneck gets batches of a whole pool, and there its own queue would pass for

@@ -9,22 +9,16 @@ expired ones is one comparison over the pool, which for pools of at most a few h
 slots is cheaper in numpy than any per-slot structure in Python.
 
 The timeout adapts to the measured round trip (twice the median of recent samples, taken
-only from packets sent once: Karn's rule; see RoundTripEstimator for why not TCP's
-smoothing). A fixed timeout cannot suit every setting: a slot's round trip is up to the
-time the whole pool takes to drain through the slowest worker's link (s * frame bits /
-link rate: 9 ms for 64 slots at 10 Mbit/s, 0.1 ms at 10 Gbit/s) plus scheduling delays on
-CPU-shared emulation hosts. A timeout below that resends packets that are only queued;
-each duplicate joins the same queue, lengthening the round trip for every slot, and the
-job collapses into retransmissions. Under loss the measured round trips fall far below
-it (the stalled pool leaves the queues empty) just before the recovering slots fill them
-again, so the testbed's worker floors the timeout at twice the full-pool drain time
-(``pool_drain_s``): measured with 8 workers at 2.5 Mbit/s and 5 % loss, without that
-floor 167k packets were resent for two jobs of 1,088 packets per worker. The timeout
-before the first sample is generous (``first_s``: the first round trip includes draining
-the whole pool), ``min_s`` is the floor, ``max_s`` the cap, and a slot's backoff (after
-``backoff_every`` timeouts) lasts until one of its packets, sent once, is answered: a
-resent packet yields no sample, and resetting on its answer would pin a worker whose
-every packet was resent to the floor forever.
+only from packets sent once: Karn's rule), because a slot's round trip is up to the time
+the whole pool takes to drain through the slowest link, and a timeout below it resends
+packets that are only queued until the job collapses into retransmissions; the testbed's
+worker floors it at twice that drain time (``pool_drain_s``). The timeout before the first
+sample is generous (``first_s``: the first round trip includes draining the whole pool),
+``min_s`` is the floor, ``max_s`` the cap, and a slot's backoff (after ``backoff_every``
+timeouts) lasts until one of its packets, sent once, is answered: a resent packet yields no
+sample, and resetting on its answer would pin a worker whose every packet was resent to the
+floor forever. Why these rules and not TCP's, with the measurements: benchmarks/README.md,
+"The worker's retransmission timers".
 """
 
 from __future__ import annotations
@@ -36,21 +30,14 @@ import numpy as np
 from protocol.packet import frame_bytes
 
 DEFAULT_MIN_TIMEOUT_S = 0.010
-"""The reference's 10 ms, as the floor of the adaptive timeout. (A fixed 10 ms timeout,
-measured with 8 workers, pool 32 and the embedded switch on 2 cores, caused ~3400
-spurious retransmissions for 100k floats without any loss: the adaptive timeout is what
-makes a low floor safe.)"""
+"""The reference's 10 ms, as the floor of the adaptive timeout, which is what makes so low
+a floor safe (a fixed 10 ms was not: benchmarks/README.md, "The worker's retransmission timers")."""
 DEFAULT_FIRST_TIMEOUT_S = 1.0
 """Before any round-trip sample: RFC 6298's initial RTO."""
 DEFAULT_BACKOFF_EVERY = 100
-"""Double only after many timeouts of a slot, as the reference implementation does (after
-100 timeouts; its DPDK client's default is now 50,000). Most timeouts of a SwitchML worker are not its own losses: a
-slot waits for the last worker's update, so one lost update times out every worker of the
-job. Doubling on each timeout, TCP's rule, therefore backs off innocent workers, the next
-lost update of that slot waits out the doubled timer, and the pool stalls (measured with 8
-workers at 2.5 Mbit/s and 5 % loss: 6 % of the line-rate bound, against 31 % with 100).
-Premature resends of queued packets, TCP's reason to back off, are what the pool-drain
-floor (``pool_drain_s``) prevents."""
+"""Double only after many timeouts of a slot, as the reference implementation does: one lost
+update times out every worker of the job, so doubling on each timeout, TCP's rule, backs off
+innocent workers and stalls the pool (benchmarks/README.md, "The worker's retransmission timers")."""
 DEFAULT_MAX_TIMEOUT_S = 1.0
 
 
@@ -85,18 +72,11 @@ def pool_drain_s(pool_size: int, k: int, link_bps: float) -> float:
 class RoundTripEstimator:
     """The typical round trip of a slot: the median of the last ``window`` samples.
 
-    Why not RFC 6298's smoothed mean and deviation: under loss a SwitchML worker's samples
-    are bimodal. A slot is answered when the *last* worker's update arrives, so after
-    another worker's update was lost the sample contains that worker's timeout (hundreds of
-    ms); meanwhile the pool is mostly stalled, so the other samples are the round trip of
-    an almost empty queue (1-5 ms). The mean and deviation of such a mixture swing with
-    every few samples: measured with 8 workers at 2.5 Mbit/s and 5 % loss, SRTT + 4 RTTVAR
-    wandered between 75 ms and 1.25 s within one job, and slots waited out those timers.
-    The median ignores the rare long samples and, under loss, falls to the short ones, where
-    the floor (``pool_drain_s``) takes over. The timeout is twice it (RFC 793's beta = 2):
-    without loss a self-clocked pool's round trips are so regular that a variance term
-    would vanish, and every scheduling hiccup of a CPU-shared emulated host (tens of ms)
-    would then resend a whole pool of packets.
+    Not RFC 6298's smoothed mean and deviation: under loss the samples are bimodal (a slot
+    waits for the last worker's update, so a sample after another worker's loss holds that
+    worker's timeout), the mean and deviation of such a mixture swing, and the median falls
+    to the short samples, where the floor (``pool_drain_s``) takes over. The timeout is
+    twice it, with no variance term (benchmarks/README.md, "The worker's retransmission timers").
 
     The samples live in a ring of ``window`` entries; the median is computed when asked
     for after new samples (once per batch of packets, not per sample).
