@@ -1,6 +1,6 @@
-"""Per-job metrics, named as in docs/switchml-protocol.md, and the tables over a run's rows
-that both the runner's summary and the analysis compute (the analysis sits above, reading
-what the runner wrote, and imports them from here).
+"""Per-job metrics, named as runs.csv names them (docs/results-format.md), and the tables over
+a run's rows that both the runner's summary and the analysis compute (the analysis sits
+above, reading what the runner wrote, and imports them from here).
 
 TAT (tensor aggregation time) of a job is its slowest worker's; ATE/s = elements / TAT;
 algbw = tensor bytes / TAT. Bounds and busbw are analytic models and live, derived, in
