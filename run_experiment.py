@@ -180,9 +180,9 @@ def run_command(argv: list[str] | None) -> int:
         # shows each one it might be (root_run_targets) rather than the one it can check.
         # (A run that cannot probe netem is not root, and stops at that below.)
         choose = root_run_targets if args.dry_run else lambda name, needs_delay_line: [resolve_target(name, bool(needs_delay_line))]
-        # 'auto' resolved: load again for the concrete target, so its checks and its link
-        # rate (switch.link_bw_mbps) apply and config.yaml records what ran.
-        runs = [(target, experiment if target == requested else load_experiment(args.config, [*overrides, f"switch.target={target}"], text))
+        # 'auto' resolved: the config as loaded, on the concrete target, so its checks and its
+        # link rate (switch.link_bw_mbps, its link_rates) apply and config.yaml records what ran.
+        runs = [(target, experiment if target == requested else experiment.with_target(target))
                 for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)

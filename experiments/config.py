@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -146,6 +146,17 @@ class Experiment:
     points: tuple[Point, ...]
     link_rate_source: str = LINK_RATE_KEY
     """Which key set the links' rate (summary.json records it): see ``apply_target_link_rate``."""
+    unresolved: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """``data`` before the target's link rate was applied, for ``with_target``."""
+    overridden: frozenset[str] = frozenset()
+    """The keys ``--set`` gave (they win over the target's rate)."""
+
+    def with_target(self, target: str) -> Experiment:
+        """The same config run on ``target`` (what ``auto`` chose): its link rate and its
+        checks applied to the config as loaded, which is not read or parsed again."""
+        data = copy.deepcopy(dict(self.unresolved))
+        data["switch"]["target"] = target
+        return _expand(data, self.source, self.overridden)
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any, source: str) -> None:
@@ -443,12 +454,18 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), tex
     require_available_methods(data, path)
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
-    link_rate_source = apply_target_link_rate(data, overridden, str(path))
     if data.get("cluster", {}).get("ssh_config") is not None:  # relative to the config, recorded absolute
         data["cluster"]["ssh_config"] = str((path.parent / data["cluster"]["ssh_config"]).resolve())
+    if data.get("sweep") is not None:
+        _check_sweep(data["sweep"], overridden, path)
+    return _expand(data, path, frozenset(overridden))
+
+
+def _expand(data: dict[str, Any], path: Path, overridden: frozenset[str]) -> Experiment:
+    """A loaded config with its target's link rate applied, expanded into its sweep points."""
+    unresolved = copy.deepcopy(data)
+    link_rate_source = apply_target_link_rate(data, set(overridden), str(path))
     sweep = data.get("sweep")
-    if sweep is not None:
-        _check_sweep(sweep, overridden, path)
     points: list[Point] = []
     if sweep is None:
         points.append(_resolve_point(copy.deepcopy(data), path, 0, None, None, link_rate_source))
@@ -458,4 +475,5 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), tex
             set_dotted(point_data, sweep["param"], copy.deepcopy(value), f"{path}: sweep.param")
             # Again: a sweep value that is a whole section (workload, limits) replaced the defaults in it.
             points.append(_resolve_point(with_defaults(point_data), path, index, sweep["param"], value, link_rate_source))
-    return Experiment(name=data["name"], source=path, data=data, points=tuple(points), link_rate_source=link_rate_source)
+    return Experiment(name=data["name"], source=path, data=data, points=tuple(points), link_rate_source=link_rate_source,
+                      unresolved=unresolved, overridden=overridden)
