@@ -51,6 +51,7 @@ from network.shaping import (
     AppliedShaping,
     TcCapabilities,
     disable_offloads,
+    allow_congestion_control,
     pin_congestion_control,
     probe_tc,
     shape_interface,
@@ -264,6 +265,7 @@ class EmulatedNetwork:
                 if intf.name != "lo":
                     disable_offloads(run, intf.name)
                     silence_ipv6(run, intf.name)
+        allow_congestion_control(self.tcp_congestion_control)
         for node in net.hosts:
             pin_congestion_control(node_runner(node), node.name, self.tcp_congestion_control)
         applied = self._shape(caps, loss_by_netem=loss_mechanism == "netem", delay_by_netem=delay_mechanism == "netem")

@@ -14,6 +14,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable, Sequence
 
 from switches.target import PortQueueLimit
@@ -151,6 +152,29 @@ def disable_offloads(run: RunCommand, interface: str) -> None:
     code, out = run(["ethtool", "-K", interface, "tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off"])
     if code != 0:
         raise ShapingError(f"ethtool -K {interface} (disable offloads) failed: {out}")
+
+
+ALLOWED_CONGESTION_CONTROL = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+"""The congestion controls a network namespace other than the first may choose: one list for
+the whole kernel, set from the first namespace. Linux starts it as reno and the boot's
+default, so a machine that boots with BBR (Debian's setting here: "reno bbr") refuses cubic
+to every emulated host with EPERM."""
+
+
+def allow_congestion_control(algorithm: str) -> None:
+    """Let the hosts' namespaces choose ``algorithm``: add it to the kernel's allowed list
+    where it is missing (only widens what namespaces may pick; the machine's own default is
+    unchanged, and it stays so for later runs). Run in the first namespace, as root."""
+    allowed = ALLOWED_CONGESTION_CONTROL.read_text().split()
+    if algorithm in allowed:
+        return
+    log.info("net.ipv4.tcp_allowed_congestion_control: adding %s, so that the hosts' namespaces may use it (was: %s)",
+             algorithm, " ".join(allowed))
+    try:
+        ALLOWED_CONGESTION_CONTROL.write_text(" ".join([*allowed, algorithm]))
+    except OSError as exc:
+        raise ShapingError(f"net.ipv4.tcp_allowed_congestion_control: cannot add {algorithm} ({exc}); the hosts' namespaces "
+                           f"may use only {' '.join(allowed)}: set tcp_congestion_control to one of them") from None
 
 
 def pin_congestion_control(run: RunCommand, host: str, algorithm: str) -> None:

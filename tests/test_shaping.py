@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from network import shaping
 from network.shaping import ShapingError, TcCapabilities, probe_tc, run_local, shape_interface
 from topologies.model import LinkSpec
 
@@ -87,3 +88,15 @@ def test_netem_carries_delay_and_loss_where_the_kernel_has_it(veth: str) -> None
     applied = shape_interface(in_netns, veth, LinkSpec(bw_mbps=10, delay_ms=5, loss=0.01, queue_packets=20), probe_tc(), loss_by_netem=True, delay_by_netem=True)
     assert applied.delay == "netem 5.0 ms" and applied.loss.startswith("netem")
     assert "netem" in qdiscs(veth)
+
+
+def test_the_configs_congestion_control_is_allowed_to_the_hosts_namespaces(tmp_path, monkeypatch) -> None:
+    """A kernel booted with BBR allows namespaces only 'reno bbr', so every host's pin of cubic
+    failed with EPERM: the runner adds it to the allowed list, once, and leaves the rest."""
+    allowed = tmp_path / "tcp_allowed_congestion_control"
+    allowed.write_text("reno bbr\n")
+    monkeypatch.setattr(shaping, "ALLOWED_CONGESTION_CONTROL", allowed)
+    shaping.allow_congestion_control("cubic")
+    assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
+    shaping.allow_congestion_control("bbr")
+    assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
