@@ -17,6 +17,7 @@ it, the runner verifies it, and the figures draw it in its colour.
 
 from __future__ import annotations
 
+from base.plugin import named
 from methods import gloo, ps, ring, switchml
 from methods.method import Method
 
@@ -37,10 +38,7 @@ BASELINES: tuple[Method, ...] = tuple(method for method in REGISTRY if method is
 
 def by_name(name: str) -> Method:
     """The registered method called ``name``."""
-    for method in REGISTRY:
-        if method.name == name:
-            return method
-    raise KeyError(f"no method named {name!r}; registered: {', '.join(NAMES)}")
+    return named(REGISTRY, name, "method")
 
 
 __all__ = ["BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Method", "by_name"]

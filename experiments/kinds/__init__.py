@@ -13,6 +13,7 @@ at once). A new kind is a module here and one line in ``KINDS``.
 
 from __future__ import annotations
 
+from base.plugin import named
 from experiments.config import Experiment
 from experiments.harness import ExperimentKind
 from experiments.kinds import ddp_script, shared_switch, sweep, torch_training, training
@@ -28,10 +29,7 @@ KINDS: tuple[ExperimentKind, ...] = (
 
 def by_name(name: str) -> ExperimentKind:
     """The registered experiment kind called ``name``."""
-    for kind in KINDS:
-        if kind.name == name:
-            return kind
-    raise KeyError(f"no experiment kind named {name!r}; registered: {', '.join(kind.name for kind in KINDS)}")
+    return named(KINDS, name, "experiment kind")
 
 
 def kind_of(experiment: Experiment) -> ExperimentKind:

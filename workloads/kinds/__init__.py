@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from base.plugin import named
 from workloads.kinds import ddp_script, synthetic, torch_training, trace, training
 from workloads.workload import Workload, WorkloadInfo
 
@@ -34,10 +35,7 @@ def names() -> tuple[str, ...]:
 
 def by_name(name: str) -> Workload:
     """The registered workload kind called ``name``."""
-    for workload in REGISTRY:
-        if workload.name == name:
-            return workload
-    raise KeyError(f"no workload kind named {name!r}; registered: {', '.join(names())}")
+    return named(REGISTRY, name, "workload kind")
 
 
 def workload_of(section: Mapping[str, Any]) -> Workload:
