@@ -189,6 +189,10 @@ def pin_congestion_control(run: RunCommand, host: str, algorithm: str) -> None:
     code, out = run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={algorithm}"])
     if code != 0:
         _, available = run(["cat", "/proc/sys/net/ipv4/tcp_available_congestion_control"])
+        if algorithm in available.split():  # offered, but not to namespaces (allow_congestion_control, on that server)
+            _, allowed = run(["cat", str(ALLOWED_CONGESTION_CONTROL)])
+            raise ShapingError(f"{host}: tcp_congestion_control {algorithm!r} is not allowed to network namespaces "
+                               f"(net.ipv4.tcp_allowed_congestion_control: {allowed or 'unknown'}; add it there as root): {out}")
         raise ShapingError(f"{host}: tcp_congestion_control {algorithm!r} is not one this kernel offers "
                            f"(net.ipv4.tcp_available_congestion_control: {available or 'unknown'}): {out}")
 

@@ -100,3 +100,21 @@ def test_the_configs_congestion_control_is_allowed_to_the_hosts_namespaces(tmp_p
     assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
     shaping.allow_congestion_control("bbr")
     assert allowed.read_text().split() == ["reno", "bbr", "cubic"]
+
+
+def test_a_congestion_control_the_kernel_offers_but_does_not_allow_is_named_as_such() -> None:
+    """On a server where nobody widened the list (another server of a cluster), the failure says
+    which list refuses it, not that the kernel lacks an algorithm it lists as available."""
+    answers = {"sysctl": (255, 'sysctl: setting key "net.ipv4.tcp_congestion_control": Operation not permitted'),
+               str(shaping.Path("/proc/sys/net/ipv4/tcp_available_congestion_control")): (0, "reno bbr cubic"),
+               str(shaping.ALLOWED_CONGESTION_CONTROL): (0, "reno bbr")}
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        return answers[argv[0] if argv[0] == "sysctl" else argv[1]]
+
+    with pytest.raises(ShapingError, match=r"h1: tcp_congestion_control 'cubic' is not allowed to network namespaces "
+                                           r"\(net.ipv4.tcp_allowed_congestion_control: reno bbr; add it there as root\)"):
+        shaping.pin_congestion_control(run, "h1", "cubic")
+    answers[str(shaping.Path("/proc/sys/net/ipv4/tcp_available_congestion_control"))] = (0, "reno bbr")
+    with pytest.raises(ShapingError, match=r"'cubic' is not one this kernel offers"):
+        shaping.pin_congestion_control(run, "h1", "cubic")
