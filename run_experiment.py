@@ -27,14 +27,30 @@ from base.lifetime import STOP_SIGNALS  # noqa: E402
 EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_UNWRITTEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
 
+STOPPED_BEFORE_START: list[int] = []
+"""The stop signals ``exit_before_start`` took."""
+
+
 def exit_before_start(signum: int, frame: object) -> None:
     """A stop signal before the run has started anything (while Python imports, the config
     loads, the target is chosen): the interrupted status, in one line. SystemExit, not
     KeyboardInterrupt: it unwinds through whatever runs (a probe's clean-up still runs),
     and the interpreter prints no traceback for it. ``run`` replaces this handler before it
-    builds anything (``stop_on_first_signal``)."""
-    logging.getLogger("run_experiment").error("interrupted (signal %d) before the run started; nothing was built", signum)
+    builds anything (``stop_on_first_signal``). The signal is also remembered, for
+    ``exit_if_stopped_before_start``."""
+    if not STOPPED_BEFORE_START:
+        logging.getLogger("run_experiment").error("interrupted (signal %d) before the run started; nothing was built", signum)
+    STOPPED_BEFORE_START.append(signum)
     raise SystemExit(EXIT_INTERRUPTED)
+
+
+def exit_if_stopped_before_start() -> None:
+    """Stop, before anything is written or built, when a stop signal came earlier but its
+    SystemExit was swallowed: raised inside a callback whose exceptions Python ignores
+    ("Exception ignored in: <function _get_module_lock.<locals>.cb>", an import's lock),
+    it left the start-up running (CI saw a run that then went on to verify)."""
+    if STOPPED_BEFORE_START:
+        raise SystemExit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":  # first, so that a Ctrl-C during the imports below is no traceback
@@ -164,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(argv: list[str] | None) -> int:
+    exit_if_stopped_before_start()  # the imports are done
     args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
@@ -192,6 +209,7 @@ def run_command(argv: list[str] | None) -> int:
         return EXIT_STORAGE
     if not all(emit(describe(loaded, target)) for target, loaded in runs):
         return EXIT_STORAGE
+    exit_if_stopped_before_start()  # the config loaded, the target chosen
     if args.dry_run:
         return EXIT_OK
     [(target, experiment)] = runs
@@ -229,6 +247,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from network.lock import WaitInterrupted
     from switches.target import DataPlaneStartError
 
+    exit_if_stopped_before_start()  # the run's own imports are done; nothing is written yet
     if args.resume:
         check_resumable(args.resume, experiment)
         run_dir = args.resume

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -115,3 +116,16 @@ def test_a_dry_run_as_non_root_shows_what_a_root_run_would_run(overrides: list[s
     assert as_root.stdout in as_nobody.stdout, as_nobody.stdout  # what a root run runs: its target and its link rate
     if as_nobody.stdout != as_root.stdout:
         assert "only root can find out which, so this dry run shows each:" in as_nobody.stdout
+
+
+def test_a_stop_signal_whose_exit_was_swallowed_still_stops_the_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A SIGINT whose SystemExit Python ignored (raised inside an import lock's callback) let a
+    CI run start and verify; the start-up's checkpoints exit 130 before anything is written."""
+    import run_experiment
+
+    monkeypatch.setattr(run_experiment, "STOPPED_BEFORE_START", [signal.SIGINT])
+    with pytest.raises(SystemExit) as stopped:
+        run_experiment.run_command([str(MAIN_CONFIG), "--dry-run", "--out", str(tmp_path / "run")])
+    assert stopped.value.code == run_experiment.EXIT_INTERRUPTED and not (tmp_path / "run").exists()
+    monkeypatch.setattr(run_experiment, "STOPPED_BEFORE_START", [])
+    assert run_experiment.run_command([str(MAIN_CONFIG), "--dry-run", "--switch", "embedded"]) == run_experiment.EXIT_OK
