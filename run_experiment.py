@@ -201,6 +201,10 @@ def run_command(argv: list[str] | None) -> int:
         # link rate (switch.link_bw_mbps, its link_rates) apply and config.yaml records what ran.
         runs = [(target, experiment if target == requested else experiment.with_target(target))
                 for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
+        if not args.dry_run:  # the servers of a cluster are asked which worker loop they run (a dry run connects nowhere)
+            from experiments.data_path import on_every_server
+
+            runs = [(target, on_every_server(loaded)) for target, loaded in runs]
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -89,6 +89,8 @@ class Point:
     sweep_value: Any
     data: Mapping[str, Any]
     topology: Topology
+    chosen_data_path: DataPath | None = None
+    """What ``data_path`` is when the servers of a cluster decided it (experiments/data_path.py)."""
 
     @property
     def protocol(self) -> Mapping[str, Any]:
@@ -101,8 +103,9 @@ class Point:
     @property
     def data_path(self) -> DataPath:
         """Which implementation of the SwitchML worker's loop runs (``protocol.data_path``,
-        ``auto`` resolved here, once per process: hosts/switchml/native)."""
-        return resolve_data_path(self.protocol["data_path"])
+        ``auto`` resolved here, once per process: hosts/switchml/native), unless the
+        servers of its cluster chose (``chosen_data_path``)."""
+        return self.chosen_data_path or resolve_data_path(self.protocol["data_path"])
 
     @property
     def methods(self) -> list[str]:
@@ -157,6 +160,11 @@ class Experiment:
         data = copy.deepcopy(dict(self.unresolved))
         data["switch"]["target"] = target
         return _expand(data, self.source, self.overridden)
+
+    def with_data_paths(self, chosen: Mapping[int, DataPath]) -> Experiment:
+        """The same experiment with the data path of the points in ``chosen`` (by index) set."""
+        points = tuple(replace(p, chosen_data_path=chosen[p.index]) if p.index in chosen else p for p in self.points)
+        return replace(self, points=points)
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any, source: str) -> None:

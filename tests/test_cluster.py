@@ -119,6 +119,34 @@ def test_a_users_ddp_script_outside_the_checkout_runs_over_two_servers(tmp_path:
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(tmp_path))
 
 
+def test_a_server_that_cannot_build_the_native_loop_runs_the_python_worker_and_says_so(tmp_path: Path,
+                                                                                       cluster_server: second.Server) -> None:
+    """``auto`` where the second server cannot build worker.c (here: its build cache is a file,
+    so nothing can be built there): every worker of the run takes the Python loop, the run
+    says so in one line naming the server, and the results verify; ``native`` is refused
+    there before anything is built (experiments/data_path.py)."""
+    cache = f"{cluster_server.checkout}/build/native"
+    assert cluster_server.ssh(f"mkdir -p {cache} && mv {cache} {cache}.saved && touch {cache}").returncode == 0
+    try:
+        out = tmp_path / "out"
+        done = run(cluster_config(tmp_path, cluster_server, methods=["switchml"]), out)
+        refused = run(cluster_config(tmp_path, cluster_server, methods=["switchml"], protocol={"k": 256, "data_path": "native"}),
+                      tmp_path / "refused")
+    finally:
+        cluster_server.ssh(f"rm -f {cache} && mv {cache}.saved {cache}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "lacks the native data path" in line]
+    assert len(said) == 1 and f"server {second.NAME} lacks the native data path" in said[0] and "WARNING" in said[0], done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    assert summary["switchml_data_path"]["requested"] == "auto" and summary["switchml_data_path"]["used"] == "python"
+    assert f"server {second.NAME}" in summary["switchml_data_path"]["reason"]
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    errors = [line for line in refused.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"server {second.NAME}: protocol.data_path: native: " in errors[0], refused.stderr[-2000:]
+    assert not (tmp_path / "refused").exists() and not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
 def test_a_server_at_another_commit_is_one_line_and_exit_2(tmp_path: Path, cluster_server: second.Server) -> None:
     older = "/tmp/switchml-older-checkout"
     made = cluster_server.ssh(f"rm -rf {older} && git clone -q --shared {cluster_server.checkout} {older} && git -C {older} checkout -q HEAD~1")

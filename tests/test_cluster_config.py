@@ -95,3 +95,38 @@ def test_every_run_numbers_its_vxlan_links_from_a_block_of_its_own() -> None:
     firsts = [first_vni(pid) for pid in range(1, 1 << 15)]
     assert min(firsts) >= 1 and max(firsts) + VNIS_PER_RUN - 2 <= (1 << 24) - 1  # VXLAN's 24 bits
     assert first_vni(4242) != first_vni(4243) and abs(first_vni(4242) - first_vni(4243)) >= VNIS_PER_RUN
+
+
+def test_a_server_without_the_native_loop_makes_auto_run_the_python_worker_everywhere(tmp_path: Path) -> None:
+    """What ``auto`` does where another server cannot build worker.c (experiments/data_path.py):
+    one implementation for the whole point, named with the server's reason; ``native`` is refused."""
+    from experiments.data_path import choose, needs_asking
+    from hosts.switchml.native import DataPath
+
+    asked = []
+
+    def lacking(server: str) -> DataPath:
+        asked.append(server)
+        return DataPath("python", "the Python worker: the native data path is not available (no C compiler)")
+
+    point = load(tmp_path, {"servers": SERVERS}).points[0]
+    if point.data_path.name != "native":
+        pytest.skip(f"the native loop does not build on this machine: {point.data_path.reason}")
+    assert needs_asking(point)
+    chosen = choose(point, lacking)
+    assert asked == ["b"] and chosen.name == "python"
+    assert "server b lacks the native data path" in chosen.reason and "no C compiler" in chosen.reason
+    assert choose(point, lambda server: DataPath("native", "built")) is None
+    assert choose(point, lambda server: None) is None  # not asked: the network's preflight names the server's problem
+    experiment = load(tmp_path, {"servers": SERVERS}, protocol={"data_path": "native"})
+    with pytest.raises(ConfigError, match="server b: protocol.data_path: native: .*no C compiler"):
+        choose(experiment.points[0], lacking)
+    assert experiment.with_data_paths({0: chosen}).points[0].data_path == chosen
+
+
+def test_only_servers_with_switchml_workers_are_asked_for_the_data_path(tmp_path: Path) -> None:
+    from experiments.data_path import needs_asking
+
+    assert not needs_asking(load(tmp_path, {"servers": SERVERS}, methods=["ring"]).points[0])
+    assert not needs_asking(load(tmp_path, {"servers": SERVERS, "placement": {f"h{i}": LOCAL for i in range(1, 9)}}).points[0])
+    assert not needs_asking(load(tmp_path, {"servers": SERVERS}, protocol={"data_path": "python"}).points[0])
