@@ -204,9 +204,12 @@ def test_a_target_runs_its_links_at_the_rate_it_keeps_up_with() -> None:
     assert link_rates(on_embedded) == {REGISTRY["embedded"].link_mbps(256)}
     numeric = load_experiment(MAIN_CONFIG, [table, "switch.target=embedded", "topology.link.bw_mbps=3"])
     assert link_rates(numeric) == {3} and numeric.link_rate_source == "--set topology.link.bw_mbps"
-    with pytest.raises(ConfigError, match=r"8workers.yaml: topology.link.bw_mbps: target: the ebpf target has a measured "
-                                          r"link rate for k = 256, not k = 32; give the rate in Mbit/s"):
-        load_experiment(MAIN_CONFIG, ["switch.target=ebpf", "protocol.k=32"])
+    for name, target in REGISTRY.items():  # each measured k runs at its own rate
+        for k, rate in target.link_rates.items():
+            assert link_rates(load_experiment(MAIN_CONFIG, [f"switch.target={name}", f"protocol.k={k}"])) == {rate}
+    with pytest.raises(ConfigError, match=r"8workers.yaml: topology.link.bw_mbps: target: the embedded target has a measured "
+                                          r"link rate for k = 32, k = 64, k = 256, not k = 128; give the rate in Mbit/s"):
+        load_experiment(MAIN_CONFIG, ["switch.target=embedded", "protocol.k=128"])
 
 
 def test_an_explicit_or_swept_link_rate_wins_over_the_targets() -> None:

@@ -85,5 +85,5 @@ TARGET = SwitchTarget(
     k_choices=params.K_CHOICES,
     max_pool_size=params.MAX_POOL_SIZE,
     port_queue_limit=port_queue_limit,
-    link_rates={256: 1.5},  # benchmarks/README.md: "The main job", "Emulation capacity"
+    link_rates={32: 0.5, 64: 1.0, 256: 1.5},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
 )

@@ -78,7 +78,7 @@ TARGET = SwitchTarget(
     program="eBPF program",
     k_choices=params.K_CHOICES,
     root_to_tell=NEEDS_ROOT,
-    link_rates={256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity"
+    link_rates={32: 3.5, 64: 8.0, 128: 10.0, 256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
     remove_leftovers=remove_leftovers,
     cpu_meter=program_cpu_meter,
 )

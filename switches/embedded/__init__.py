@@ -50,5 +50,5 @@ TARGET = SwitchTarget(
     delays_frames=True,
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms", "scratch_dir"}),
     remove_leftovers=remove_leftovers,
-    link_rates={256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity"
+    link_rates={32: 2.5, 64: 5.0, 256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
 )
