@@ -7,9 +7,13 @@ local one; during the last n-1 (all-gather) it overwrites it. After the reduce-s
 r holds the full sum of segment r+1, which the all-gather then circulates, so every rank
 ends with bit-identical results (each segment's sum is computed once, by one rank).
 
-Pipelining: each segment is cut into chunks of ``chunk_bytes``. The chunk received at step
-s is exactly the chunk sent at step s+1, so it is forwarded as soon as it has been reduced
--- chunk i of step s+1 leaves while chunk i+1 of step s is still arriving, as in NCCL.
+Pipelining: each segment is cut into chunks (``pipeline_chunk_elements``: at least
+PIPELINE_CHUNKS of them, none larger than ``chunk_bytes``). The chunk received at step s is
+exactly the chunk sent at step s+1, so it is forwarded as soon as it has been reduced --
+chunk i of step s+1 leaves while chunk i+1 of step s is still arriving, as in NCCL. A
+segment sent as one chunk would not pipeline at all: its successor waits for the whole of
+it before forwarding, and a stalled window idles the uplink after it (a 262,144-element
+tensor over 8 ranks is one 128 KiB chunk per segment: the ring reached 60 % of its bound).
 All of this runs in one thread over non-blocking sockets (:class:`hosts.tcp_mesh.Pump`).
 
 Why sending from and receiving into the same output buffer is safe: a region is only
@@ -29,6 +33,19 @@ from hosts.collective import TcpCollective, chunk_bounds, chunk_elements, split_
 from hosts.tcp_mesh import JOB_HEADER_BYTES, Peer, Pump, accept, check_job_header, connect, describe, job_header, listen
 
 log = logging.getLogger(__name__)
+
+PIPELINE_CHUNKS = 8
+"""How many chunks a segment is cut into at least, so that a step forwards while it receives."""
+MIN_CHUNK_BYTES = 4096
+"""No chunk smaller (a few full TCP segments): below it the per-chunk Python work would show."""
+
+
+def pipeline_chunk_elements(segment_elements: int, dtype: np.dtype, chunk_bytes: int) -> int:
+    """Elements per pipeline chunk of a segment: a PIPELINE_CHUNKS-th of it, at most
+    ``chunk_bytes`` and at least MIN_CHUNK_BYTES (or ``chunk_bytes`` where that is smaller)."""
+    largest = chunk_elements(chunk_bytes, dtype)
+    smallest = min(largest, chunk_elements(MIN_CHUNK_BYTES, dtype))
+    return max(smallest, min(largest, -(-segment_elements // PIPELINE_CHUNKS)))
 
 
 class RingAllReduce(TcpCollective):
@@ -63,10 +80,11 @@ class RingAllReduce(TcpCollective):
 
     def _queue_transfers(self, pump: Pump, out: np.ndarray, seq: int) -> None:
         n, r = self.world, self.rank
-        segments = [chunk_bounds(a, b, chunk_elements(self.chunk_bytes, out.dtype))
-                    for a, b in split_bounds(out.size, n)]
+        bounds = split_bounds(out.size, n)
+        chunk = pipeline_chunk_elements(max(b - a for a, b in bounds), out.dtype, self.chunk_bytes)
+        segments = [chunk_bounds(a, b, chunk) for a, b in bounds]
         steps = 2 * (n - 1)
-        scratch = np.empty(chunk_elements(self.chunk_bytes, out.dtype), dtype=out.dtype)
+        scratch = np.empty(chunk, dtype=out.dtype)
         to_next, from_prev = self._to_next, self._from_prev
         prev_name = describe(self._prev_rank, self.peers[self._prev_rank])
         pump.add(to_next, describe(self._next_rank, self.peers[self._next_rank]))

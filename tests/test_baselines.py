@@ -196,3 +196,15 @@ def test_single_rank_returns_its_own_tensor() -> None:
     for cls in METHODS.values():
         out, stats = cls([("127.0.0.1", 1)], 0).allreduce(x.reshape(11, 1))
         assert np.array_equal(out, x) and stats.bytes_sent == 0
+
+
+def test_the_ring_cuts_every_segment_into_enough_chunks_to_pipeline() -> None:
+    """A segment sent as one chunk does not pipeline (the next rank waits for all of it):
+    262,144 float32 over 8 ranks was one 128 KiB chunk per segment, 60 % of the ring's bound."""
+    from hosts.ring_allreduce import MIN_CHUNK_BYTES, PIPELINE_CHUNKS, pipeline_chunk_elements
+
+    f32 = np.dtype(np.float32)
+    assert pipeline_chunk_elements(262_144 // 8, f32, 128 * 1024) == 262_144 // 8 // PIPELINE_CHUNKS
+    assert pipeline_chunk_elements(100_000_000, f32, 128 * 1024) == 128 * 1024 // 4  # never above chunk_bytes
+    assert pipeline_chunk_elements(1_000, f32, 128 * 1024) == MIN_CHUNK_BYTES // 4  # nor below a few TCP segments
+    assert pipeline_chunk_elements(1_000, f32, 512) == 128  # unless chunk_bytes is smaller still
