@@ -209,8 +209,10 @@ class Prober:
         self.config_packets = math.ceil(point.workload_info.elements / int(point.protocol["k"]))
 
     def keeps_up(self, link_mbps: float) -> bool:
-        """Up to ``--attempts`` runs at ``link_mbps``; True as soon as one keeps up."""
-        for attempt in range(1, self.args.attempts + 1):
+        """Up to ``--attempts`` runs at ``link_mbps``; True as soon as one keeps up. A rate
+        given again (``--rates 30 30``) goes on counting its attempts, each its own run."""
+        done = sum(probe.link_mbps == link_mbps for probe in self.probes)
+        for attempt in range(done + 1, done + self.args.attempts + 1):
             self.bar.set_postfix_str(f"{link_mbps:g} Mbit/s, attempt {attempt}")
             load_before = os.getloadavg()[0]
             out = self.runs_dir / f"{link_mbps:g}mbps-a{attempt}"

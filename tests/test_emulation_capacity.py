@@ -53,12 +53,14 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
         pytest.skip("the probe starts Mininet: needs root")
     output = tmp_path / "capacity.csv"
     argv = [sys.executable, str(REPO_ROOT / "benchmarks" / "emulation_capacity.py"), "--target", "embedded", "--workers", "2", "--k", "64",
-            "--rates", "2.5", "--repetitions", "1", "--output", str(output), "--runs-dir", str(tmp_path / "runs")]
+            "--rates", "2.5", "2.5", "--repetitions", "1", "--output", str(output), "--runs-dir", str(tmp_path / "runs")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     with output.open() as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 1 and list(rows[0]) == [field.name for field in fields(Probe)]
+    assert len(rows) == 2 and list(rows[0]) == [field.name for field in fields(Probe)]
+    # a rate given twice is two runs, its attempts counted on (the second once read the first's folder again)
+    assert [r["attempt"] for r in rows] == ["1", "2"] and rows[0]["run_dir"] != rows[1]["run_dir"]
     row = rows[0]
     assert (row["target"], row["workers"], row["k"], row["data_path"], float(row["link_mbps"]), row["verified"]) == (
         "embedded", "2", "64", "native", 2.5, "True")
@@ -70,4 +72,4 @@ def test_one_probe_writes_a_row_with_every_column(tmp_path: Path) -> None:
     assert 0 < split <= float(row["cpu_us_per_update"]) * 1.005 + 0.1
     assert float(row["worker_us_per_packet"]) > 0 and float(row["switch_us_per_update"]) > 0  # the embedded switch is a process
     assert "| embedded | 2 | 64 | native | 2.5 | 1 |" in done.stdout
-    assert not leftovers(row["run_dir"])
+    assert not leftovers(row["run_dir"]) and not leftovers(rows[1]["run_dir"])
