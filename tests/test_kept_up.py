@@ -194,3 +194,16 @@ def test_the_switches_frames_are_accounted_from_one_settled_snapshot() -> None:
     moving = iter(range(100))
     calls = []
     assert settled(lambda: calls.append(1) or next(moving)) == SETTLED_READS - 1 and len(calls) == SETTLED_READS  # never still: the last read
+
+
+def test_the_switches_counters_are_reset_while_no_frame_passes_their_ports() -> None:
+    """A frame between the counters' reset and the ports' baseline is counted by the pipeline
+    only (a negative loss of Gloo's frames): the meter resets again until the ports stood still."""
+    from experiments.job_meter import SETTLED_READS, reset_while_still
+
+    ports = iter([10, 11, 11])  # a frame passed during the first reset
+    resets = []
+    assert reset_while_still(lambda: next(ports), lambda: resets.append(1)) == 11 and len(resets) == 2
+    busy = iter(range(100))
+    resets.clear()
+    assert reset_while_still(lambda: next(busy), lambda: resets.append(1)) == SETTLED_READS and len(resets) == SETTLED_READS
