@@ -40,6 +40,7 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
     from torch.nn.parallel import DistributedDataParallel
 
     from hosts.switchml import SwitchMLClient
+    from hosts.torch_backend import SwitchQueue
     from hosts.torch_hook import SwitchMLHookState, switchml_allreduce
     from workloads.torch_cnn import batch_loss, build_model, flat_parameters
 
@@ -51,7 +52,8 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
         ddp = DistributedDataParallel(model)
         client = SwitchMLClient(rank, N, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
                                 bind_port=BIND_PORT + rank, k=K, pool_size=POOL, retransmit=LOSSLESS, job_deadline_s=20)
-        state = SwitchMLHookState(client, N)
+        switch = SwitchQueue(client)
+        state = SwitchMLHookState(switch, N)
         ddp.register_comm_hook(state, switchml_allreduce)
         optimizer = torch.optim.SGD(model.parameters(), lr=CONFIG.learning_rate)
         reports = [("start", flat_parameters(model))]
@@ -62,7 +64,7 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
             optimizer.step()
             buckets = [(b.index, b.inputs, b.int_sum, b.values, b.stats.packets_sent) for b in state.take()]
             reports.append((buckets, grads, flat_parameters(model)))
-        client.close()
+        switch.close()
         queue.put((rank, reports))
     finally:
         dist.destroy_process_group()
