@@ -21,8 +21,9 @@ Registered at torch's documented extension point for third-party process groups,
   seen to.
 
 The same class with no switch queue is the ``testbed_gloo`` backend: every call goes to
-Gloo, and its float32 SUM all-reduces are recorded like the switch's, so the testbed can
-verify a plain Gloo run of a user's script from the same records (hosts/ddp_script.py).
+Gloo, and the all-reduces the switch would have taken are recorded like the switch's, so
+the testbed can verify a plain Gloo run of a user's script from the same records
+(hosts/ddp_script.py), and the two methods' fallback counts compare.
 
 Only the first group a process builds gets the switch (the SwitchML job spans the whole
 world and the client binds the worker's one UDP port); any later group, a subgroup
@@ -209,9 +210,9 @@ class SwitchMLProcessGroup(dist.ProcessGroup):
         summed = summed and tensor.device.type == "cpu" and tensor.layout == torch.strided and tensor.is_contiguous()
         if summed and self.switch is not None:
             return self._through_switch(tensor)
-        self.fallbacks[f"allreduce {tensor.dtype} {op_name(opts.reduceOp)}" if len(tensors) == 1 else "allreduce of several tensors"] += 1
-        if summed and tensor.dtype == torch.float32:
+        if summed and self.name == TESTBED_GLOO:  # Gloo is this method's all-reduce, not a fallback
             return self._recorded_gloo(tensor, opts)
+        self.fallbacks[f"allreduce {tensor.dtype} {op_name(opts.reduceOp)}" if len(tensors) == 1 else "allreduce of several tensors"] += 1
         return self.gloo.allreduce(tensors, opts)
 
     def _through_switch(self, tensor: torch.Tensor) -> dist.Work:
