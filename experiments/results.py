@@ -145,6 +145,7 @@ class ResultsWriter:
                 "retransmissions": stats["retransmissions"], "timeouts": stats["timeouts"], "duplicates": stats["duplicates"],
                 "verified": verdict.verified, "max_abs_error": verdict.max_abs_error,
                 "compute_s": workload.compute_s, "workload": workload.name,
+                "bytes_sent": stats["bytes_sent"], "bytes_received": stats["bytes_received"],
             })
         self._append(fmt.RUNS, rows)
         self._append(fmt.TIMELINE, [
@@ -189,10 +190,12 @@ class ResultsWriter:
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]
         lost = switch_frame_losses(pd.read_csv(self.run_dir / fmt.SWITCH_FRAMES.file))
+        waiting = resends_while_waiting(pd.read_csv(self.run_dir / fmt.SWITCH_COUNTERS.file))
         points, paced = [], []
         for point in self.experiment.points:
             methods = {}
             for method, group in jobs[jobs["point"] == point.index].groupby("method"):
+                registered = by_name(method)
                 entry = {
                     "tat_s": float(group["tat_s"].median()),
                     "ate_per_s": float(group["ate_per_s"].median()),
@@ -200,9 +203,8 @@ class ResultsWriter:
                     "tat_s_max": float(group["tat_s"].max()),
                     "retransmissions": int(group["retransmissions"].sum()),
                     "verified": bool(group["verified"].all()),
-                }
+                } | retransmission_causes(group, waiting if registered.sum_bits is not None else {})
                 rate = point.topology.link_mbps
-                registered = by_name(method)
                 if registered.pace is not None and rate is not None:
                     bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
@@ -255,6 +257,33 @@ def table_columns(path: Path) -> list[str]:
         return next(csv.reader(f), [])
 
 
+RESEND_WHILE_WAITING = "EV_RETX_IGNORED"
+"""The switch's count of updates it had already added to a slot still waiting for another
+rank's (docs/dataplane.md): a resend the worker made although nothing was lost."""
+
+
+def resends_while_waiting(counters: pd.DataFrame) -> dict[tuple[int, str, int], int]:
+    """(point, method, repetition) -> resends the switches ignored because their slot was still waiting, per job measured."""
+    ignored = counters[counters["counter"] == RESEND_WHILE_WAITING]
+    totals = ignored.groupby(["point", "method", "repetition"])["value"].sum()
+    return {(int(point), str(method), int(repetition)): int(total) for (point, method, repetition), total in totals.items()}
+
+
+def retransmission_causes(jobs: pd.DataFrame, waiting: dict[tuple[int, str, int], int]) -> dict[str, int | None]:
+    """A method's retransmissions (its ``jobs``' rows, workers summed) split by cause: those
+    the switch ignored because the slot still waited for another rank (a rank computing
+    longer, not a loss: the worker's timeout fired before the slowest rank's update came),
+    and the rest, after a loss of an update or a result. Over the jobs whose switch counters
+    were measured (a job too short to measure alone has none); None when there is none, or
+    for a method whose sums no switch computes (its retransmissions are TCP's)."""
+    measured = [(int(job.retransmissions), waiting[key]) for job in jobs.itertuples()
+                if (key := (int(job.point), str(job.method), int(job.repetition))) in waiting]
+    if not measured:
+        return {"retransmissions_waiting": None, "retransmissions_after_loss": None}
+    resent, ignored = sum(r for r, _ in measured), sum(w for _, w in measured)
+    return {"retransmissions_waiting": ignored, "retransmissions_after_loss": max(0, resent - ignored)}
+
+
 def switch_frame_losses(frames: pd.DataFrame) -> pd.DataFrame:
     """Jobs in which a switch lost frames that no pipeline counter shows (network/port_counters.py)."""
     lost = [
@@ -272,14 +301,16 @@ def format_table(summary: dict[str, Any]) -> str:
     for point in summary["points"]:
         if point["sweep_param"]:
             lines.append(f"{point['sweep_param']} = {point['sweep_value']}")
-        lines.append(f"  {'method':<9} {'TAT s':>9} {'ATE/s':>12} {'bound ATE/s':>12} {'of bound':>8} {'retx':>6} {'verified':>8}")
+        lines.append(f"  {'method':<9} {'TAT s':>9} {'ATE/s':>12} {'bound ATE/s':>12} {'of bound':>8} {'retx':>6} {'waiting':>7} "
+                     f"{'verified':>8}")
         for method, m in point["methods"].items():
             bound = m.get("line_rate_bound_ate_per_s")
             bound_text = "" if bound is None else f"{bound:.4g}"
             share_text = "" if bound is None else f"{m['ate_fraction_of_bound']:.1%}"
+            waiting = m.get("retransmissions_waiting")
             lines.append(
                 f"  {method:<9} {m['tat_s']:>9.3f} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
-                f"{m['retransmissions']:>6} {str(m['verified']):>8}"
+                f"{m['retransmissions']:>6} {'' if waiting is None else waiting:>7} {str(m['verified']):>8}"
             )
     if not summary["kept_up"]:
         lines.append(kept_up_warning(summary))
