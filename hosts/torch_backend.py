@@ -82,34 +82,56 @@ class Reduction:
     """SwitchML: the library's statistics of the job."""
 
 
+class Pending:
+    """A reduction's place in its group's records, taken when the call is made and filled
+    when it completes: calls complete in any order (Gloo runs several on threads of its
+    own), and the records must keep the order the calls were made in, which every rank
+    shares, or the ranks' records would pair different all-reduces."""
+
+    __slots__ = ("nbytes", "reduction")
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.reduction: Reduction | None = None
+
+
 class Records:
-    """The reductions a group made: counted all, the most recent kept (``RECORDED_BYTES``)."""
+    """The reductions a group made, in the order they were called: counted all, the most
+    recent kept (``RECORDED_BYTES``)."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.elements = 0
         self.seconds = 0.0
         self.stats = JobStats()
-        self._kept: deque[Reduction] = deque()
+        self._kept: deque[Pending] = deque()
         self._kept_bytes = 0
         self._lock = threading.Lock()
 
-    def add(self, reduction: Reduction) -> None:
+    def reserve(self, nbytes: int) -> Pending:
+        """The place of a call of ``nbytes`` of input, made now."""
+        pending = Pending(nbytes)
         with self._lock:
+            self._kept.append(pending)
+            self._kept_bytes += nbytes
+            while len(self._kept) > 1 and self._kept_bytes > RECORDED_BYTES:
+                self._kept_bytes -= self._kept.popleft().nbytes
+        return pending
+
+    def fill(self, pending: Pending, reduction: Reduction) -> None:
+        """The call of ``pending`` completed with ``reduction``."""
+        with self._lock:
+            pending.reduction = reduction
             self.calls += 1
             self.elements += reduction.inputs.size
             self.seconds += reduction.seconds
             if reduction.stats is not None:
                 self.stats = added(self.stats, reduction.stats)
-            self._kept.append(reduction)
-            self._kept_bytes += reduction.inputs.nbytes
-            while len(self._kept) > 1 and self._kept_bytes > RECORDED_BYTES:
-                self._kept_bytes -= self._kept.popleft().inputs.nbytes
 
     def kept(self) -> list[Reduction]:
-        """The most recent reductions, oldest first."""
+        """The most recent reductions, oldest call first (only those that completed)."""
         with self._lock:
-            return list(self._kept)
+            return [pending.reduction for pending in self._kept if pending.reduction is not None]
 
 
 class SwitchQueue:
@@ -123,7 +145,7 @@ class SwitchQueue:
     def __init__(self, client: SwitchMLClient) -> None:
         self.client = client
         self.records = Records()
-        self._jobs: queue.Queue[tuple[np.ndarray, float, torch.futures.Future[Reduction]] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[np.ndarray, Pending, float, torch.futures.Future[Reduction]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name="switchml-queue", daemon=True)
         self._thread.start()
 
@@ -131,12 +153,12 @@ class SwitchQueue:
         """The future of ``array``'s all-reduce: its input and sum over the ranks (``array`` is
         read when its turn comes: the caller keeps it unchanged until the future completes)."""
         future: torch.futures.Future[Reduction] = torch.futures.Future()
-        self._jobs.put((array, time.perf_counter(), future))
+        self._jobs.put((array, self.records.reserve(array.nbytes), time.perf_counter(), future))
         return future
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
-            array, submitted, future = job
+            array, pending, submitted, future = job
             try:
                 inputs = array.copy()
                 result = self.client.allreduce(inputs)
@@ -145,7 +167,7 @@ class SwitchQueue:
                 future.set_exception(error)
                 continue
             reduction = Reduction(inputs, result.values, time.perf_counter() - submitted, result.int_sum, result.stats)
-            self.records.add(reduction)
+            self.records.fill(pending, reduction)
             future.set_result(reduction)
 
     def close(self) -> None:
@@ -228,11 +250,12 @@ class SwitchMLProcessGroup(dist.ProcessGroup):
     def _recorded_gloo(self, tensor: torch.Tensor, opts: dist.AllreduceOptions) -> dist.Work:
         """Gloo's all-reduce, its input and sum recorded when it completes."""
         inputs, started = tensor.detach().numpy().copy().reshape(-1), time.perf_counter()
+        pending = self.records.reserve(inputs.nbytes)
         work = self.gloo.allreduce([tensor], opts)
 
         def recorded(future: torch.futures.Future[list[torch.Tensor]]) -> list[torch.Tensor]:
             result = future.value()
-            self.records.add(Reduction(inputs, result[0].detach().numpy().copy().reshape(-1), time.perf_counter() - started))
+            self.records.fill(pending, Reduction(inputs, result[0].detach().numpy().copy().reshape(-1), time.perf_counter() - started))
             return result
 
         return FutureWork(work.get_future().then(recorded))
