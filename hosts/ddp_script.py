@@ -157,6 +157,8 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
             stats = tcp.stats(records.seconds)
         fallbacks = sum((g.fallbacks for g in GROUPS), start=collections.Counter())
     finally:
+        if dist.is_initialized():  # a script that did not destroy its group: not left to the interpreter's exit
+            dist.destroy_process_group()
         close_groups()
     out_dir = spec_path.parent
     event: dict[str, Any] = {"event": "done", "repetition": 1, "stats": dataclasses.asdict(stats), "elements": records.elements,
