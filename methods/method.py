@@ -89,7 +89,7 @@ class Method:
     for methods that add floats."""
     ddp_hook: str | None = None
     """"module:attribute" of its PyTorch DDP communication hook, as
-    ``factory(spec, rank, process_group, keep_last_pass) -> (state, hook)``
+    ``factory(spec, rank, process_group, keep) -> (state, hook)``
     (hosts/torch_hook.py); None for a method a DDP training cannot use. The workloads that
     train through DDP (workloads/kinds/) run only methods that have one."""
     torch_backend: str | None = None
