@@ -190,7 +190,7 @@ class ResultsWriter:
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]
         lost = switch_frame_losses(pd.read_csv(self.run_dir / fmt.SWITCH_FRAMES.file))
-        waiting = resends_while_waiting(pd.read_csv(self.run_dir / fmt.SWITCH_COUNTERS.file))
+        resends = resend_counts(pd.read_csv(self.run_dir / fmt.SWITCH_COUNTERS.file))
         points, paced = [], []
         for point in self.experiment.points:
             methods = {}
@@ -203,7 +203,7 @@ class ResultsWriter:
                     "tat_s_max": float(group["tat_s"].max()),
                     "retransmissions": int(group["retransmissions"].sum()),
                     "verified": bool(group["verified"].all()),
-                } | retransmission_causes(group, waiting if registered.sum_bits is not None else {})
+                } | retransmission_causes(group, resends if registered.sum_bits is not None else {})
                 rate = point.topology.link_mbps
                 if registered.pace is not None and rate is not None:
                     bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.protocol["k"])
@@ -260,28 +260,36 @@ def table_columns(path: Path) -> list[str]:
 RESEND_WHILE_WAITING = "EV_RETX_IGNORED"
 """The switch's count of updates it had already added to a slot still waiting for another
 rank's (docs/dataplane.md): a resend the worker made although nothing was lost."""
+RESEND_OF_COMPLETE_SLOT = "EV_RESULT_UNICAST"
+"""The switch's count of resends to a slot already complete, which it answers with the
+result again: the result was lost on its way, or crossed the resend."""
 
 
-def resends_while_waiting(counters: pd.DataFrame) -> dict[tuple[int, str, int], int]:
-    """(point, method, repetition) -> resends the switches ignored because their slot was still waiting, per job measured."""
-    ignored = counters[counters["counter"] == RESEND_WHILE_WAITING]
-    totals = ignored.groupby(["point", "method", "repetition"])["value"].sum()
-    return {(int(point), str(method), int(repetition)): int(total) for (point, method, repetition), total in totals.items()}
+def resend_counts(counters: pd.DataFrame) -> dict[tuple[int, str, int], tuple[int, int]]:
+    """(point, method, repetition) -> (resends ignored while the slot waited, resends of a
+    complete slot answered), summed over the switches, per job measured."""
+    jobs = counters[counters["counter"].isin([RESEND_WHILE_WAITING, RESEND_OF_COMPLETE_SLOT])]
+    totals = jobs.pivot_table(index=["point", "method", "repetition"], columns="counter", values="value", aggfunc="sum", fill_value=0)
+    return {(int(point), str(method), int(repetition)): (int(row.get(RESEND_WHILE_WAITING, 0)), int(row.get(RESEND_OF_COMPLETE_SLOT, 0)))
+            for (point, method, repetition), row in totals.iterrows()}
 
 
-def retransmission_causes(jobs: pd.DataFrame, waiting: dict[tuple[int, str, int], int]) -> dict[str, int | None]:
-    """A method's retransmissions (its ``jobs``' rows, workers summed) split by cause: those
-    the switch ignored because the slot still waited for another rank (a rank computing
-    longer, not a loss: the worker's timeout fired before the slowest rank's update came),
-    and the rest, after a loss of an update or a result. Over the jobs whose switch counters
-    were measured (a job too short to measure alone has none); None when there is none, or
-    for a method whose sums no switch computes (its retransmissions are TCP's)."""
-    measured = [(int(job.retransmissions), waiting[key]) for job in jobs.itertuples()
-                if (key := (int(job.point), str(job.method), int(job.repetition))) in waiting]
+def retransmission_causes(jobs: pd.DataFrame, counts: dict[tuple[int, str, int], tuple[int, int]]) -> dict[str, int | None]:
+    """A method's retransmissions (its ``jobs``' rows, workers summed) split by what the
+    switch did with them: ignored because the slot still waited for another rank (a rank
+    computing longer, not a loss: the worker's timeout fired before the slowest rank's update
+    came), answered with the result of a slot already complete (the result was lost, or the
+    resend crossed it), and the rest (the update was lost, so the resend was added as the
+    first; or the resend itself was lost). Over the jobs whose switch counters were measured
+    (a job too short to measure alone has none); None when there is none, or for a method
+    whose sums no switch computes (its retransmissions are TCP's)."""
+    measured = [(int(job.retransmissions), *counts[key]) for job in jobs.itertuples()
+                if (key := (int(job.point), str(job.method), int(job.repetition))) in counts]
     if not measured:
-        return {"retransmissions_waiting": None, "retransmissions_after_loss": None}
-    resent, ignored = sum(r for r, _ in measured), sum(w for _, w in measured)
-    return {"retransmissions_waiting": ignored, "retransmissions_after_loss": max(0, resent - ignored)}
+        return {"retransmissions_waiting": None, "retransmissions_slot_complete": None, "retransmissions_after_update_loss": None}
+    resent, waiting, complete = (sum(column) for column in zip(*measured))
+    return {"retransmissions_waiting": waiting, "retransmissions_slot_complete": complete,
+            "retransmissions_after_update_loss": max(0, resent - waiting - complete)}
 
 
 def switch_frame_losses(frames: pd.DataFrame) -> pd.DataFrame:
