@@ -15,7 +15,7 @@ script runs, its ``init_process_group`` asking for Gloo (or for no backend, or f
 switchml) builds the method's backend instead (its record's ``torch_backend``): for
 ``switchml``, a process group whose float32/int32 SUM all-reduces (DDP's gradient buckets
 among them) go through the switch and everything else through Gloo; for ``gloo``, Gloo
-itself, its float32 sums recorded. A script may still register ``testbed_hook()`` as its
+itself, its float32 and int32 sums recorded. A script may still register ``testbed_hook()`` as its
 DDP hook; the buckets then take the hook's path to the same switch queue.
 
 Then the script runs here, in this process (``runpy``, with ``sys.argv`` its own), so its
@@ -119,7 +119,7 @@ def world_group(script: Path) -> SwitchMLProcessGroup:
         raise RuntimeError(f"{script} never called torch.distributed.init_process_group: it has no process group to report")
     group = GROUPS[0]
     if not group.records.calls:
-        raise RuntimeError(f"{script} all-reduced no float32 sum: nothing went through the method's all-reduce")
+        raise RuntimeError(f"{script} all-reduced no float32 or int32 sum: nothing went through the method's all-reduce")
     return group
 
 
