@@ -7,7 +7,9 @@ on scikit-learn's digits, each rank its own shard, plain SGD) plus the two marke
 The testbed starts one copy per emulated host with the environment torchrun gives (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), and
 ``testbed_hook()`` hands DDP the SwitchML hook (or, for the run's gloo method, Gloo's own
-all-reduce). Its output goes to each rank's log in the run's ``logs/``.
+all-reduce). The two lines are optional (examples/ddp_tutorial.py has none: its process
+group's backend takes the buckets); this script shows the hook API. Its output goes to
+each rank's log in the run's ``logs/``.
 """
 
 from __future__ import annotations

@@ -145,6 +145,7 @@ class ResultsWriter:
                 "retransmissions": stats["retransmissions"], "timeouts": stats["timeouts"], "duplicates": stats["duplicates"],
                 "verified": verdict.verified, "max_abs_error": verdict.max_abs_error,
                 "compute_s": workload.compute_s, "workload": workload.name,
+                "bytes_sent": stats["bytes_sent"], "bytes_received": stats["bytes_received"],
             })
         self._append(fmt.RUNS, rows)
         self._append(fmt.TIMELINE, [
@@ -189,10 +190,12 @@ class ResultsWriter:
         saturated = processes[processes["cpu_busy_fraction"] >= CPU_SATURATED]
         machine_saturated = machine[machine["cpu_busy_fraction"] >= MACHINE_SATURATED]
         lost = switch_frame_losses(pd.read_csv(self.run_dir / fmt.SWITCH_FRAMES.file))
+        resends = resend_counts(pd.read_csv(self.run_dir / fmt.SWITCH_COUNTERS.file))
         points, paced = [], []
         for point in self.experiment.points:
             methods = {}
             for method, group in jobs[jobs["point"] == point.index].groupby("method"):
+                registered = by_name(method)
                 entry = {
                     "tat_s": float(group["tat_s"].median()),
                     "ate_per_s": float(group["ate_per_s"].median()),
@@ -200,9 +203,8 @@ class ResultsWriter:
                     "tat_s_max": float(group["tat_s"].max()),
                     "retransmissions": int(group["retransmissions"].sum()),
                     "verified": bool(group["verified"].all()),
-                }
+                } | retransmission_causes(group, resends if registered.sum_bits is not None else {})
                 rate = point.topology.link_mbps
-                registered = by_name(method)
                 if registered.pace is not None and rate is not None:
                     bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.protocol["k"])
                     entry["line_rate_bound_ate_per_s"] = bound
@@ -255,6 +257,41 @@ def table_columns(path: Path) -> list[str]:
         return next(csv.reader(f), [])
 
 
+RESEND_WHILE_WAITING = "EV_RETX_IGNORED"
+"""The switch's count of updates it had already added to a slot still waiting for another
+rank's (docs/dataplane.md): a resend the worker made although nothing was lost."""
+RESEND_OF_COMPLETE_SLOT = "EV_RESULT_UNICAST"
+"""The switch's count of resends to a slot already complete, which it answers with the
+result again: the result was lost on its way, or crossed the resend."""
+
+
+def resend_counts(counters: pd.DataFrame) -> dict[tuple[int, str, int], tuple[int, int]]:
+    """(point, method, repetition) -> (resends ignored while the slot waited, resends of a
+    complete slot answered), summed over the switches, per job measured."""
+    jobs = counters[counters["counter"].isin([RESEND_WHILE_WAITING, RESEND_OF_COMPLETE_SLOT])]
+    totals = jobs.pivot_table(index=["point", "method", "repetition"], columns="counter", values="value", aggfunc="sum", fill_value=0)
+    return {(int(point), str(method), int(repetition)): (int(row.get(RESEND_WHILE_WAITING, 0)), int(row.get(RESEND_OF_COMPLETE_SLOT, 0)))
+            for (point, method, repetition), row in totals.iterrows()}
+
+
+def retransmission_causes(jobs: pd.DataFrame, counts: dict[tuple[int, str, int], tuple[int, int]]) -> dict[str, int | None]:
+    """A method's retransmissions (its ``jobs``' rows, workers summed) split by what the
+    switch did with them: ignored because the slot still waited for another rank (a rank
+    computing longer, not a loss: the worker's timeout fired before the slowest rank's update
+    came), answered with the result of a slot already complete (the result was lost, or the
+    resend crossed it), and the rest (the update was lost, so the resend was added as the
+    first; or the resend itself was lost). Over the jobs whose switch counters were measured
+    (a job too short to measure alone has none); None when there is none, or for a method
+    whose sums no switch computes (its retransmissions are TCP's)."""
+    measured = [(int(job.retransmissions), *counts[key]) for job in jobs.itertuples()
+                if (key := (int(job.point), str(job.method), int(job.repetition))) in counts]
+    if not measured:
+        return {"retransmissions_waiting": None, "retransmissions_slot_complete": None, "retransmissions_after_update_loss": None}
+    resent, waiting, complete = (sum(column) for column in zip(*measured))
+    return {"retransmissions_waiting": waiting, "retransmissions_slot_complete": complete,
+            "retransmissions_after_update_loss": max(0, resent - waiting - complete)}
+
+
 def switch_frame_losses(frames: pd.DataFrame) -> pd.DataFrame:
     """Jobs in which a switch lost frames that no pipeline counter shows (network/port_counters.py)."""
     lost = [
@@ -272,14 +309,16 @@ def format_table(summary: dict[str, Any]) -> str:
     for point in summary["points"]:
         if point["sweep_param"]:
             lines.append(f"{point['sweep_param']} = {point['sweep_value']}")
-        lines.append(f"  {'method':<9} {'TAT s':>9} {'ATE/s':>12} {'bound ATE/s':>12} {'of bound':>8} {'retx':>6} {'verified':>8}")
+        lines.append(f"  {'method':<9} {'TAT s':>9} {'ATE/s':>12} {'bound ATE/s':>12} {'of bound':>8} {'retx':>6} {'waiting':>7} "
+                     f"{'verified':>8}")
         for method, m in point["methods"].items():
             bound = m.get("line_rate_bound_ate_per_s")
             bound_text = "" if bound is None else f"{bound:.4g}"
             share_text = "" if bound is None else f"{m['ate_fraction_of_bound']:.1%}"
+            waiting = m.get("retransmissions_waiting")
             lines.append(
                 f"  {method:<9} {m['tat_s']:>9.3f} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
-                f"{m['retransmissions']:>6} {str(m['verified']):>8}"
+                f"{m['retransmissions']:>6} {'' if waiting is None else waiting:>7} {str(m['verified']):>8}"
             )
     if not summary["kept_up"]:
         lines.append(kept_up_warning(summary))

@@ -6,26 +6,35 @@ done, ``exit``). Before the script runs, the environment says where it is, as to
 would say it (RANK, WORLD_SIZE, LOCAL_RANK 0 and LOCAL_WORLD_SIZE 1, GROUP_RANK, ROLE_RANK,
 ...: each host is one node of one rank), with MASTER_ADDR and MASTER_PORT (rank 0's
 address and the spec's port) for ``env://``, GLOO_SOCKET_IFNAME (this host's emulated
-interface, so Gloo's traffic crosses the emulated links) and SWITCHML_WORKER_SPEC (the spec, which ``hosts.torch_hook.testbed_hook`` reads).
-So the script needs only these lines to train through the switch:
+interface, so Gloo's traffic crosses the emulated links) and SWITCHML_WORKER_SPEC (the
+spec, which ``hosts.torch_hook.testbed_hook`` reads).
 
-    dist.init_process_group("gloo")
-    model = DistributedDataParallel(MyModel())
-    model.register_comm_hook(*testbed_hook())
+The method decides where the script's collectives go, with no line of the script changed:
+the testbed's backends are registered with torch (hosts/torch_backend.py), and while the
+script runs, its ``init_process_group`` asking for Gloo (or for no backend, or for
+switchml) builds the method's backend instead (its record's ``torch_backend``): for
+``switchml``, a process group whose float32/int32 SUM all-reduces (DDP's gradient buckets
+among them) go through the switch and everything else through Gloo; for ``gloo``, Gloo
+itself, its float32 and int32 sums recorded. A script may still register ``testbed_hook()`` as its
+DDP hook; the buckets then take the hook's path to the same switch queue.
 
-Then the script runs here, in this process (``runpy``, with ``sys.argv`` its own), so the
-hook's state is at hand when it returns. The report: the all-reduce statistics of the whole
-script (SwitchML: the library's, added over every bucket; Gloo: this host's TCP counters
-and this process's payload bytes), the elements all-reduced, the script's wall time, and the
-last backward pass's buckets (every rank's inputs, rank 0's sums), from which the runner
-verifies that pass's all-reduces as the torch kind verifies every step
+Then the script runs here, in this process (``runpy``, with ``sys.argv`` its own), so its
+process group is at hand when it returns. The report: the all-reduce statistics of the
+whole script (SwitchML: the library's, added over every all-reduce through the switch;
+Gloo: this host's TCP counters and this process's payload bytes), the elements all-reduced,
+the calls that fell back to Gloo, the script's wall time, and its last all-reduces (every
+rank's inputs, rank 0's sums; hosts/torch_backend.py's ``RECORDED_BYTES``), from which the
+runner verifies them as the torch kind verifies every step
 (experiments/kinds/torch_training.py's ``verify_buckets``).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import functools
+import logging
 import os
 import runpy
 import sys
@@ -35,14 +44,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
+from hosts.allreduce import switchml_client
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
+from hosts.switchml import SwitchMLClient
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_hook import ACTIVE, SPEC_ENVIRONMENT, SwitchMLHookState
+from hosts.torch_backend import GROUPS, SWITCHML, SwitchMLProcessGroup, close_groups, register
+from hosts.torch_hook import SPEC_ENVIRONMENT
 from hosts.training import ARRAYS_RANK, steps
+import methods
 from protocol.worker_spec import WorkerSpec
 from workloads.training import array_digest
+
+log = logging.getLogger(__name__)
+
+ASKED_FOR_GLOO = {None, "gloo", "cpu:gloo", SWITCHML}
+"""The backends a script's ``init_process_group`` may ask for that the method's replaces:
+Gloo (what a CPU script asks for, or gets by asking for none) and the switch's."""
 
 def script_environment(spec: WorkerSpec, rank: int, spec_path: Path) -> dict[str, str]:
     """What torchrun gives a rank (each emulated host is one node of one rank: LOCAL_RANK 0
@@ -72,10 +93,50 @@ def output_to_log() -> Iterator[None]:
         os.close(saved)
 
 
+@contextlib.contextmanager
+def groups_on(backend: str) -> Iterator[None]:
+    """While the script runs, its ``init_process_group`` asking for Gloo builds ``backend``'s
+    group instead (other backends, e.g. nccl, are left to fail as they would)."""
+    original = distributed_c10d.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        asked = args[0] if args else kwargs.pop("backend", None)
+        chosen = backend if (asked if asked is None else str(asked).lower()) in ASKED_FOR_GLOO else asked
+        log.info("the script's init_process_group(%r) builds a %s process group (the run's method)", asked, chosen)
+        original(chosen, *args[1:], **kwargs)
+
+    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+    try:
+        yield
+    finally:
+        dist.init_process_group = distributed_c10d.init_process_group = original
+
+
+def world_group(script: Path) -> SwitchMLProcessGroup:
+    """The first process group the script built, which all-reduced through the method."""
+    if not GROUPS:
+        raise RuntimeError(f"{script} never called torch.distributed.init_process_group: it has no process group to report")
+    group = GROUPS[0]
+    if not group.records.calls:
+        raise RuntimeError(f"{script} all-reduced no float32 or int32 sum: nothing went through the method's all-reduce")
+    return group
+
+
 def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     """Run the spec's script once when released, then report its all-reduces (the ddp_script
     workload's host loop, workloads/kinds/ddp_script.py)."""
     script, *arguments = spec.script
+    backend = methods.by_name(spec.method).torch_backend
+    if backend is None:
+        raise ValueError(f"method {spec.method} cannot run a DDP script (methods/{spec.method}.py: torch_backend)")
+
+    def client(group_rank: int, size: int) -> SwitchMLClient:
+        if size != spec.n_workers:
+            raise ValueError(f"a switchml process group of {size} ranks: the switch's job has {spec.n_workers}")
+        return switchml_client(spec, rank)
+
+    register(client)
     os.environ.update(script_environment(spec, rank, spec_path))
     emit_ready()
     released = steps(sys.stdin)
@@ -83,26 +144,33 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     tcp = ProcessTcpMeter()
     started = time.perf_counter()
     sys.argv = [str(script), *arguments]
-    with output_to_log():
-        runpy.run_path(str(script), run_name="__main__")
-    script_s = time.perf_counter() - started
-    if not ACTIVE:
-        raise RuntimeError(f"{script} never called hosts.torch_hook.testbed_hook(): nothing went through the testbed's all-reduce")
-    state = ACTIVE[-1]
-    buckets = state.take()
-    stats = state.stats if isinstance(state, SwitchMLHookState) else tcp.stats(state.seconds)
-    stats.tat_s = state.seconds
+    try:
+        with output_to_log(), groups_on(backend):
+            runpy.run_path(str(script), run_name="__main__")
+        script_s = time.perf_counter() - started
+        group = world_group(Path(script))
+        records, kept = group.records, group.records.kept()
+        through_switch = group.switch is not None
+        if through_switch:
+            stats = dataclasses.replace(records.stats)
+        else:
+            stats = tcp.stats(records.seconds)
+        fallbacks = sum((g.fallbacks for g in GROUPS), start=collections.Counter())
+    finally:
+        if dist.is_initialized():  # a script that did not destroy its group: not left to the interpreter's exit
+            dist.destroy_process_group()
+        close_groups()
     out_dir = spec_path.parent
-    event: dict[str, Any] = {"event": "done", "repetition": 1, "stats": dataclasses.asdict(stats), "elements": state.elements,
-                             "script_s": script_s, "compute_s": max(0.0, script_s - state.seconds), "digests": {},
+    event: dict[str, Any] = {"event": "done", "repetition": 1, "stats": dataclasses.asdict(stats), "elements": records.elements,
+                             "all_reduces": records.calls, "fallbacks": dict(fallbacks), "script_s": script_s,
+                             "compute_s": max(0.0, script_s - stats.tat_s), "digests": {},
                              "buckets": str(out_dir / f"{spec.method}-rank{rank}-inputs.npz")}
-    np.savez(event["buckets"], *[b.inputs for b in buckets])
-    if isinstance(state, SwitchMLHookState):
-        event["digests"]["int_sum"] = array_digest(np.concatenate([b.int_sum for b in buckets]))
-        sums = {f"int_sum{i}": b.int_sum for i, b in enumerate(buckets)} | {f"values{i}": b.values for i, b in enumerate(buckets)}
-        state.client.close()
+    np.savez(event["buckets"], *[r.inputs for r in kept])
+    if through_switch:
+        event["digests"]["int_sum"] = array_digest(np.concatenate([r.int_sum for r in kept]))
+        sums = {f"int_sum{i}": r.int_sum for i, r in enumerate(kept)} | {f"values{i}": r.values for i, r in enumerate(kept)}
     else:
-        sums = {f"average{i}": b.values for i, b in enumerate(buckets)}
+        sums = {f"sum{i}": r.values for i, r in enumerate(kept)}
     if rank == ARRAYS_RANK:
         event["sums"] = str(out_dir / f"{spec.method}-sums.npz")
         np.savez(event["sums"], **sums)

@@ -7,7 +7,7 @@ so the runner writes one row per worker into runs.csv and timeline.csv
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 TIMELINE_BIN_S = 0.010
 """Width of one timeline bin: the paper plots packets sent per 10 ms."""
@@ -33,6 +33,12 @@ class JobStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     timeline: list[int] = field(default_factory=list)
+
+
+def added(total: JobStats, more: JobStats) -> JobStats:
+    """Two jobs' statistics as one (a DDP step's buckets, a script's all-reduces): counts
+    and times added, timelines back to back."""
+    return JobStats(**{f.name: getattr(total, f.name) + getattr(more, f.name) for f in fields(JobStats)})
 
 
 class SendTimeline:

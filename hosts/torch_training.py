@@ -8,7 +8,8 @@ training's shards and draws, workloads/training.py), runs forward and backward, 
 which DDP all-reduces the gradient buckets, and applies the average with SGD. The
 all-reduce is the method's:
 
-- ``switchml``: the SwitchML communication hook (hosts/torch_hook.py) through the switch;
+- ``switchml``: the SwitchML communication hook (hosts/torch_hook.py) through the switch,
+  asynchronous: DDP goes on with the backward pass while the buckets queue on the switch;
 - ``gloo``: Gloo's own all-reduce, through torch's ``allreduce_hook``, which its
   documentation says gives the results of DDP without a hook (it is what DDP does by
   default), timed from the bucket's launch to the completion of Gloo's future.
@@ -45,21 +46,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import join_gloo_group
-from hosts.stats import JobStats
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_hook import BucketAllReduce, SwitchMLHookState, added, method_hook
+from hosts.torch_hook import SwitchMLHookState, method_hook, step_stats
 from hosts.training import ARRAYS_RANK, steps, training_inputs
 from protocol.worker_spec import WorkerSpec
 from workloads.torch_cnn import batch_loss, build_model, evaluate, flat_parameters
 from workloads.training import array_digest, minibatch
-
-
-def step_stats(buckets: list[BucketAllReduce]) -> JobStats:
-    """One step's SwitchML statistics: its buckets' added up."""
-    total = JobStats()
-    for bucket in buckets:
-        total = added(total, bucket.stats)
-    return total
 
 
 def serve_torch_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
@@ -105,5 +97,5 @@ def serve_torch_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
             emit(event)
     finally:
         if isinstance(hook, SwitchMLHookState):
-            hook.client.close()
+            hook.switch.close()
         dist.destroy_process_group()

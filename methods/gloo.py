@@ -25,4 +25,5 @@ BOUND = PayloadBound(ring.traffic_per_tensor_byte)
 GLOO = Method(
     name="gloo", label="Gloo (PyTorch)", colour="tab:red", verify=verification.float_sum, bound=BOUND,
     host="hosts.gloo_allreduce:GlooMethod", unavailable=torch_unavailable, ddp_hook="hosts.torch_hook:gloo_hook",
+    torch_backend="testbed_gloo",
 )

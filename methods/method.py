@@ -89,9 +89,14 @@ class Method:
     for methods that add floats."""
     ddp_hook: str | None = None
     """"module:attribute" of its PyTorch DDP communication hook, as
-    ``factory(spec, rank, process_group, keep_last_pass) -> (state, hook)``
+    ``factory(spec, rank, process_group, keep) -> (state, hook)``
     (hosts/torch_hook.py); None for a method a DDP training cannot use. The workloads that
     train through DDP (workloads/kinds/) run only methods that have one."""
+    torch_backend: str | None = None
+    """The torch.distributed backend a user's DDP script (workload kind ddp_script) gets
+    where it asks for Gloo (hosts/torch_backend.py: ``switchml`` through the switch,
+    ``testbed_gloo`` Gloo itself, recorded), so an unmodified script runs on the method;
+    None for a method a DDP script cannot use."""
     unavailable: Callable[[], str | None] = lambda: None
     """Why this method cannot run on this machine (an optional dependency absent: one
     sentence naming how to install it), or None when it can. experiments/config.py asks it

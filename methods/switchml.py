@@ -116,4 +116,5 @@ SWITCHML = Method(
     name="switchml", label="SwitchML", colour="tab:blue", verify=verification.integer_sum, bound=bound,
     host="hosts.allreduce:SwitchMLMethod", sum_bits=PROTOCOL_BITS,
     prepare=reset_registers, spec_section=SwitchMLParameters.from_config, pace=switchml_job_pace, ddp_hook="hosts.torch_hook:switchml_hook",
+    torch_backend="switchml",
 )

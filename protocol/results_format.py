@@ -45,8 +45,8 @@ RUNS = Table("runs.csv", (
     "point", "sweep_param", "sweep_value", "method", "repetition", "rank", "n_workers", "elements", "dtype",
     "tensor_bytes", "k", "pool_size", "link_mbps", "loss", "loss_mechanism", "tat_s", "ate_per_s",
     "algbw_bytes_per_s", "busbw_bytes_per_s", "packets_sent", "packets_received", "retransmissions", "timeouts",
-    "duplicates", "verified", "max_abs_error", "compute_s", "workload",
-))  # fmt: skip
+    "duplicates", "verified", "max_abs_error", "compute_s", "workload", "bytes_sent", "bytes_received",
+), optional=("bytes_sent", "bytes_received"))  # fmt: skip
 SWITCH_COUNTERS = Table("switch_counters.csv", ("point", "method", "repetition", "switch", "counter", "value"))
 SWITCH_FRAMES = Table("switch_frames.csv", (
     "point", "method", "repetition", "switch", "port_rx_frames", "pipeline_in_frames", "input_lost",
@@ -65,8 +65,8 @@ interrupted method before it reruns."""
 
 TRAINING_STEPS = Table("training_steps.csv", (
     "series", "method", "source", "bits", "step", "loss", "train_accuracy", "test_accuracy", "max_param_diff",
-    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "bytes_sent", "verified",
-), optional=("bytes_sent",))  # fmt: skip
+    "allreduce_s", "compute_s", "step_s", "emulated_time_s", "bytes_sent", "verified", "bytes_received",
+), optional=("bytes_sent", "bytes_received"))  # fmt: skip
 TRAINING_SUMMARY = Table("training_summary.csv", (
     "series", "method", "source", "bits", "steps", "final_loss", "final_train_accuracy", "final_test_accuracy",
     "test_accuracy_diff_pp", "final_param_diff", "max_param_diff", "target_accuracy", "steps_to_target",

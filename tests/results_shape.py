@@ -2,7 +2,10 @@
 
 The restructured code must write what the code before it wrote (tests/data/results_shapes.json,
 recorded from runs of the last commit before the restructuring, and extended since only by
-keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent``, the network's ``tcp_congestion_control``,
+keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent`` and ``bytes_received``, runs.csv's
+``bytes_sent`` and ``bytes_received``, summary.json's ``retransmissions_waiting``, ``retransmissions_slot_complete`` and
+``retransmissions_after_update_loss``,
+the network's ``tcp_congestion_control``,
 summary.json's ``switchml_data_path`` and ``max_machine_steal_fraction``,
 fidelity.csv's ``cpu_steal_fraction``): a reader
 of the results format, or a user's notebook, must not notice. Values differ from run to

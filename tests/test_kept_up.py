@@ -37,7 +37,7 @@ def finalize_one_job(tmp_path, overrides: list[str], share_of_line_rate: float) 
     tat_s = elements / (share_of_line_rate * switchml_line_rate_ate(rate_mbps * 1e6, point.protocol["k"]))
     n = len(point.topology.hosts)
     stats = {"tat_s": tat_s, "packets_sent": 1, "packets_received": 1, "retransmissions": 0, "timeouts": 0,
-             "duplicates": 0, "timeline": [1]}
+             "duplicates": 0, "bytes_sent": 1, "bytes_received": 1, "timeline": [1]}
     frames = {"port_rx_frames": 1000, "pipeline_in_frames": 1000, "input_lost": 0, "pipeline_out_frames": 1000,
               "port_tx_frames": 1000, "queue_drops": 0, "output_lost": 0}
     measured = JobMeasurement(

@@ -40,6 +40,7 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
     from torch.nn.parallel import DistributedDataParallel
 
     from hosts.switchml import SwitchMLClient
+    from hosts.torch_backend import SwitchQueue
     from hosts.torch_hook import SwitchMLHookState, switchml_allreduce
     from workloads.torch_cnn import batch_loss, build_model, flat_parameters
 
@@ -51,7 +52,8 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
         ddp = DistributedDataParallel(model)
         client = SwitchMLClient(rank, N, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
                                 bind_port=BIND_PORT + rank, k=K, pool_size=POOL, retransmit=LOSSLESS, job_deadline_s=20)
-        state = SwitchMLHookState(client, N)
+        switch = SwitchQueue(client)
+        state = SwitchMLHookState(switch, N)
         ddp.register_comm_hook(state, switchml_allreduce)
         optimizer = torch.optim.SGD(model.parameters(), lr=CONFIG.learning_rate)
         reports = [("start", flat_parameters(model))]
@@ -62,7 +64,7 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
             optimizer.step()
             buckets = [(b.index, b.inputs, b.int_sum, b.values, b.stats.packets_sent) for b in state.take()]
             reports.append((buckets, grads, flat_parameters(model)))
-        client.close()
+        switch.close()
         queue.put((rank, reports))
     finally:
         dist.destroy_process_group()
@@ -115,3 +117,98 @@ def test_ddp_hook_reduces_every_bucket_through_the_switch_and_averages() -> None
             # the bucket is a flat view of the gradients (one bucket here: in reverse parameter order)
             assert np.array_equal(np.sort(per_rank[rank][1]), np.sort(averaged))
             assert np.array_equal(per_rank[rank][2], per_rank[0][2])
+
+
+OVERLAP_N = 2
+OVERLAP_LAYERS = 4
+OVERLAP_WIDTH = 128
+"""Each Linear(128, 128) is 16,512 floats, ~0.07 MB: its own bucket with bucket_cap_mb=0.05."""
+OVERLAP_COMPUTE_S = 0.15
+"""Each layer's backward sleeps this long (compute that takes no core: two cores run two
+ranks and the fake switch, so real arithmetic would slow the switch it overlaps with)."""
+OVERLAP_STEPS = 5
+
+
+def overlapped_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -> None:
+    """Steps with the asynchronous hook and, as the reference, without any all-reduce (no_sync):
+    per step its wall time, its compute alone, and its buckets' all-reduce times."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hosts.switchml import SwitchMLClient
+    from hosts.torch_backend import SwitchQueue
+    from hosts.torch_hook import SwitchMLHookState, switchml_allreduce
+
+    class SlowBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+            time.sleep(OVERLAP_COMPUTE_S)
+            return grad
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(nn.Linear(OVERLAP_WIDTH, OVERLAP_WIDTH) for _ in range(OVERLAP_LAYERS))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(SlowBackward.apply(x))
+            return x
+
+    torch.set_num_threads(1)  # two cores, two ranks and the fake switch
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{store_port}", rank=rank, world_size=OVERLAP_N,
+                            timeout=timedelta(seconds=60))
+    try:
+        torch.manual_seed(0)
+        ddp = DistributedDataParallel(Net(), bucket_cap_mb=0.05)
+        client = SwitchMLClient(rank, OVERLAP_N, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
+                                bind_port=BIND_PORT + rank, k=K, pool_size=POOL, retransmit=LOSSLESS, job_deadline_s=20)
+        switch = SwitchQueue(client)
+        state = SwitchMLHookState(switch, OVERLAP_N)
+        ddp.register_comm_hook(state, switchml_allreduce)
+        x = torch.randn(4, OVERLAP_WIDTH, requires_grad=True)  # its gradient makes the first layer's SlowBackward run too
+        steps = []
+        for step in range(OVERLAP_STEPS + 1):  # the first step's buckets are DDP's provisional ones
+            started = time.perf_counter()
+            with ddp.no_sync():
+                ddp(x).sum().backward()
+            compute_s = time.perf_counter() - started
+            started = time.perf_counter()
+            ddp(x).sum().backward()
+            step_s = time.perf_counter() - started
+            buckets = state.take()
+            if step:
+                steps.append((step_s, compute_s, sum(b.stats.tat_s for b in buckets), len(buckets)))
+        switch.close()
+        queue.put((rank, steps))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_hook_overlaps_the_buckets_all_reduce_with_the_backward_pass() -> None:
+    """A step takes less than its compute plus its buckets' all-reduce times: the switch sums
+    bucket i while the backward pass computes bucket i+1's gradients (a synchronous hook
+    would take their sum)."""
+    require_torch()
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    with FakeSwitch(OVERLAP_N, K) as switch:
+        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(OVERLAP_N)}
+        procs = [context.Process(target=overlapped_rank, args=(rank, switch.port, BIND_PORT + 11, queue)) for rank in range(OVERLAP_N)]
+        for proc in procs:
+            proc.start()
+        reports = collect(procs, queue)
+    for rank in range(OVERLAP_N):
+        step_s, compute_s, allreduce_s, buckets = (float(np.median([s[i] for s in reports[rank]])) for i in range(4))
+        assert buckets == OVERLAP_LAYERS, "one bucket per layer"
+        assert allreduce_s > 0.3 * compute_s, f"too little communication to show an overlap: {allreduce_s:.3f} s"
+        assert step_s < 0.9 * (compute_s + allreduce_s), (
+            f"rank {rank}: step {step_s:.3f} s, compute {compute_s:.3f} s + all-reduce {allreduce_s:.3f} s: no overlap")

@@ -1,14 +1,16 @@
 """Running a user's own DDP script (workload kind ``ddp_script``) on the emulated hosts.
 
 Per method, one rank of the script per host (hosts/ddp_script.py), on one network, once:
-``switchml`` gives the script's ``testbed_hook()`` the SwitchML communication hook,
-``gloo`` Gloo's own all-reduce, so the same script compares the two on the same links.
+the script's process group is the method's backend (``switchml``: float32/int32 sums
+through the switch, the rest on Gloo; ``gloo``: Gloo), whether or not the script registers
+``testbed_hook()``, so the same unmodified script compares the two on the same links.
 The run is one job per method in the usual tables: runs.csv's row of a rank counts every
-all-reduce of the script (``tat_s`` their time, ``elements`` all the buckets' elements,
-packets and retransmissions), and its ``verified`` is the last backward pass's buckets
-verified from every rank's inputs (experiments/kinds/torch_training.py's ``verify_buckets``:
-SwitchML's integer sums bit for bit, Gloo's average within the float32 bound). The script's
-own output is in each rank's log (``logs/point0/<method>-rank<r>.log``).
+all-reduce of the script through the method (``tat_s`` their time, ``elements`` all their
+elements, packets, retransmissions and bytes), and its ``verified`` is the script's last
+all-reduces verified from every rank's inputs (experiments/kinds/torch_training.py's
+``verify_buckets``: SwitchML's integer sums bit for bit, Gloo's sums within the float32
+bound). The calls that fell back to Gloo are counted in the log. The script's own output
+is in each rank's log (``logs/point0/<method>-rank<r>.log``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ class ScriptRunner:
         for rank, verdict in enumerate(verdicts):
             if not verdict.verified:
                 log.error("%s rank %d: NOT VERIFIED: %s", method, rank, verdict.detail)
+        fallbacks = reports[0]["fallbacks"]
+        log.info("%s: %d all-reduces through the method, %d calls fell back to Gloo (rank 0%s)", method, reports[0]["all_reduces"],
+                 sum(fallbacks.values()), "".join(f"; {name}: {count}" for name, count in sorted(fallbacks.items())))
         log.info("%s: %s ran %.1f s, %.1f s of it all-reducing %d elements (slowest rank)", method,
                  self.script.name, max(r["script_s"] for r in reports), max(r["stats"]["tat_s"] for r in reports),
                  reports[0]["elements"])

@@ -91,9 +91,10 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
     """Every rank's verdict on one backward pass's all-reduces, from its reports' bucket files.
 
     Each bucket's expected sum comes from every rank's inputs (protocol/quantize.py's, for
-    SwitchML); rank 0's result is verified as the method's results are. Gloo returns the
-    average: multiplied back by n (exact in float64), it is checked against the float64 sum
-    with the bound of n + 1 float32 roundings (the division by n before the sum is one more).
+    SwitchML); rank 0's result is verified as the method's results are. Gloo's hook returns
+    the average: multiplied back by n (exact in float64), it is checked against the float64
+    sum with the bound of n + 1 float32 roundings (the division by n before the sum is one
+    more); a process group's records (``sum<i>``, a user's script) are sums, checked as they are.
     Then every rank's digests must equal those of rank 0's verified integer sums and of
     ``shared`` (name -> digest every rank must report).
     """
@@ -108,6 +109,8 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
         expected = expected_for([buckets[index] for buckets in inputs], k)
         if registered.sum_bits is not None:  # the hook reports the network's integer sums
             verdict = registered.verify(expected, sums[f"values{index}"], sums[f"int_sum{index}"])
+        elif f"sum{index}" in sums:  # a process group's float sum (hosts/torch_backend.py)
+            verdict = registered.verify(expected, sums[f"sum{index}"], None)
         else:  # DDP's average of a float sum
             total = sums[f"average{index}"].astype(np.float64) * n
             verdict = registered.verify(replace(expected, n_workers=n + 1), total, None)

@@ -218,20 +218,21 @@ def sum_bits(method: str) -> int | None:
     return methods.by_name(method).sum_bits
 
 
-NO_TIMING = {"allreduce_s": "", "compute_s": "", "step_s": "", "emulated_time_s": "", "bytes_sent": "", "verified": ""}
+NO_TIMING = {"allreduce_s": "", "compute_s": "", "step_s": "", "emulated_time_s": "", "bytes_sent": "", "verified": "", "bytes_received": ""}
 """The timing columns of an offline series' rows."""
-START_TIMING = {"allreduce_s": 0.0, "compute_s": 0.0, "step_s": 0.0, "emulated_time_s": 0.0, "bytes_sent": 0, "verified": True}
+START_TIMING = {"allreduce_s": 0.0, "compute_s": 0.0, "step_s": 0.0, "emulated_time_s": 0.0, "bytes_sent": 0, "verified": True, "bytes_received": 0}
 """The timing columns of a network series' step 0 (the parameters every worker starts from)."""
 
 
 def step_timing(reports: list[dict[str, Any]], emulated_s: float, verified: bool) -> dict[str, Any]:
     """A step's timing columns from every worker's report: the slowest worker's all-reduce,
     compute and step, the emulated time so far (``emulated_s`` before this step), and the
-    most payload bytes a worker sent."""
+    most payload bytes a worker sent and received."""
     step_s = max(r["stats"]["tat_s"] + r["compute_s"] for r in reports)
     return {"allreduce_s": max(r["stats"]["tat_s"] for r in reports), "compute_s": max(r["compute_s"] for r in reports),
             "step_s": step_s, "emulated_time_s": emulated_s + step_s,
-            "bytes_sent": max(r["stats"]["bytes_sent"] for r in reports), "verified": verified}
+            "bytes_sent": max(r["stats"]["bytes_sent"] for r in reports), "verified": verified,
+            "bytes_received": max(r["stats"]["bytes_received"] for r in reports)}
 
 
 def step_row(series: str, method: str, source: str, bits: int | None, step: int, evaluation: Evaluation,

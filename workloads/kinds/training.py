@@ -17,7 +17,7 @@ from workloads.workload import Workload, WorkloadInfo
 
 HYPERPARAMETERS: dict[str, Any] = {
     "dataset": {"enum": list(DATASETS), "description": "training and torch only: the data set (scikit-learn's bundled digits)"},
-    "hidden_units": {"type": "integer", "minimum": 1, "maximum": 4096, "description":
+    "hidden_units": {"type": "integer", "minimum": 1, "maximum": 16384, "description":
                      "training and torch only: width of the MLP's hidden layer, or of the CNN's fully connected hidden layer (32)"},
     "batch_size": {"type": "integer", "minimum": 1, "description": "training and torch only: examples per worker per step (16)"},
     "learning_rate": {"type": "number", "exclusiveMinimum": 0, "description":
