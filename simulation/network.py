@@ -1,0 +1,129 @@
+"""A topology on the simulated clock: its switches (their targets' own data planes), its
+links (link.py), its hosts' SwitchML workers (worker.py), programmed as in emulation.
+
+The switches are programmed by ``switches/fabric.py``'s ``program_fabric`` from the same
+``Fabric`` the emulated network hands it (network/topology_fabric.py), over each simulated
+switch's in-process control plane: forwarding, the switch's address, aggregation (star,
+tree, hierarchical), the drop simulator. Port numbers follow the topology's links: a
+switch's port i (from 1) is its i-th link in the topology file's order, as Mininet numbers
+them. Every link direction gets its LinkSpec's rate, delay and queue; the links' loss is
+either each link's own (``simulated_link_loss``, netem's model) or the switches' drop
+simulators (``switch_drop_simulator``), as ``loss_mechanism`` asks.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import simpy
+
+from network.topology_fabric import topology_fabric
+from protocol import params
+from protocol.packet import Endpoint
+from protocol.params import mbps_to_bps
+from simulation.link import Deliver, Link
+from simulation.worker import SimulatedWorker, WorkerSetup
+from switches.control import SwitchControl
+from switches.fabric import Jobs, program_fabric
+from switches.target import SimulatedSwitch, SwitchTarget
+from topologies.model import Topology
+
+LINK_LOSS = "simulated_link_loss"
+DROP_SIMULATOR = "switch_drop_simulator"
+NO_LOSS = "none"
+
+
+class SimulationUnsupported(ValueError):
+    """A config the simulator cannot run (yet): the message names what."""
+
+
+def loss_mechanism_of(topology: Topology, requested: str) -> str:
+    """How the links' loss is simulated: each link's own unless the config asks for the
+    switches' drop simulator (``loss_mechanism: switch``), as emulation without netem does."""
+    if {link.spec.loss for link in topology.links} == {0.0}:
+        return NO_LOSS
+    return DROP_SIMULATOR if requested == "switch" else LINK_LOSS
+
+
+@dataclass(frozen=True)
+class JobSetup:
+    """The one SwitchML job of a simulated network (every host a worker, in rank order)."""
+
+    k: int
+    pool_size: int
+    max_pool_size: int
+    job_id: int
+    worker: Callable[[int], WorkerSetup]
+    """rank -> its worker's setup."""
+
+
+class SimulatedNetwork:
+    """``topology`` with ``target``'s simulated switches, programmed for ``job``."""
+
+    def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1) -> None:
+        if target.simulated is None:
+            raise SimulationUnsupported(f"switch target {target.name} has no simulated data plane (SwitchTarget.simulated)")
+        unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
+        if unshaped:
+            raise SimulationUnsupported(f"links without a rate cannot be simulated: {', '.join(unshaped)} (give bw_mbps)")
+        self.env = simpy.Environment()
+        self.topology = topology
+        self.loss_mechanism = loss_mechanism_of(topology, loss_mechanism)
+        rng = random.Random(seed)
+        self.switches: dict[str, SimulatedSwitch] = {
+            s.name: target.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32)) for s in topology.switches
+        }
+        self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
+        """switch -> neighbour -> the switch's port to it."""
+        switch_endpoint = Endpoint(topology.aggregator_mac, topology.aggregator_ipv4, params.UDP_PORT_BASE)
+        self.workers: list[SimulatedWorker] = [
+            SimulatedWorker(self.env, job.worker(host.rank), Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), switch_endpoint)
+            for host in topology.hosts
+        ]
+        by_name = {host.name: worker for host, worker in zip(topology.hosts, self.workers)}
+        self.links: dict[tuple[str, str], Link] = {}
+        """(from, to) -> that direction's link."""
+        link_loss = self.loss_mechanism == LINK_LOSS
+        for link in topology.links:
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                if b in self.switches:
+                    self.ports[b][a] = len(self.ports[b]) + 1
+        for link in topology.links:
+            spec = link.spec
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else by_name[b].deliver
+                self.links[a, b] = Link(self.env, mbps_to_bps(spec.bw_mbps), spec.delay_ms / 1000, spec.queue_packets,
+                                        spec.loss if link_loss else 0.0, random.Random(rng.randrange(1 << 32)), deliver)
+        for name, switch in self.switches.items():
+            for neighbour, port in self.ports[name].items():
+                switch.connect(port, self._transmit(self.links[name, neighbour]))
+        for host in topology.hosts:
+            by_name[host.name].uplink = self.links[host.name, topology.neighbours(host.name)[0]]
+        self.controls: dict[str, SwitchControl] = {name: switch.control() for name, switch in self.switches.items()}
+        self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
+                                      self.loss_mechanism == DROP_SIMULATOR)
+        program_fabric(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size))
+
+    def _port_towards(self, switch: str, node: str) -> int:
+        return self.ports[switch][self.topology.next_hop(switch, node)]
+
+    def _switch_input(self, switch: str, port: int) -> Deliver:
+        receive = self.switches[switch].receive
+
+        def deliver(frames: list[bytes]) -> None:
+            for frame in frames:
+                receive(port, frame)
+
+        return deliver
+
+    @staticmethod
+    def _transmit(link: Link) -> Callable[[memoryview], None]:
+        send = link.send
+        return lambda frame: send(bytes(frame))
+
+    @property
+    def aggregating_controls(self) -> list[SwitchControl]:
+        """The switches that hold aggregation state (Fabric.aggregating)."""
+        return [self.controls[name] for name in self.fabric.aggregating()]
