@@ -82,6 +82,9 @@ class ExperimentKind:
     """How many units the whole run has."""
     report: Callable[[dict[str, Any]], str]
     """The table printed from the finished run's summary."""
+    simulator: Callable[[Experiment, str, Any, Callable[[str], None]], KindRunner] | None = None
+    """Like ``runner``, on the simulated clock (run_experiment.py --simulate); None: this kind
+    cannot be simulated yet."""
     applies: Callable[[Experiment], bool] | None = None
     """Whether a loaded config is of this kind whatever its workload (several jobs on one
     switch), asked before the workload's own kind; None: only when the workload names it."""

@@ -69,9 +69,16 @@ class ResultsWriter:
         (run_dir / fmt.CONFIG_FILE).write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
         (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
         self._network: dict[int, dict[str, Any]] = {}
+        self.simulation: dict[str, Any] | None = None
+        """The simulator's models (``mark_simulated``); None for an emulated run."""
         network_path = run_dir / "network.json"
         if network_path.exists():
             self._network = {int(k): v for k, v in json.loads(network_path.read_text()).items()}
+
+    def mark_simulated(self, simulation: dict[str, Any]) -> None:
+        """This run's jobs ran on the simulated clock (run_experiment.py --simulate): summary.json
+        says so (``simulated``) and records ``simulation``, the simulator's models."""
+        self.simulation = dict(simulation)
 
     # -- incremental tables --------------------------------------------------------------
 
@@ -212,7 +219,8 @@ class ResultsWriter:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,
                                   "pace_checked": check.checked}
-                        paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
+                        if self.simulation is None:  # a simulated clock has no emulator to fall behind
+                            paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
                 methods[method] = entry
             points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value,
                            "switchml_data_path": point.data_path.name, "methods": methods})
@@ -224,6 +232,7 @@ class ResultsWriter:
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and runs["verified"].all()),
             "switch_target": self.target,
+            fmt.SIMULATED_KEY: self.simulation is not None,
             "switchml_data_path": data_path_record(first),
             "workers": len(first.topology.hosts),
             "link_mbps": first.topology.link_mbps,
@@ -245,6 +254,8 @@ class ResultsWriter:
             "methods": points[0]["methods"],
             "points": points,
         }
+        if self.simulation is not None:
+            summary[fmt.SIMULATION_KEY] = self.simulation
         (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
@@ -269,6 +280,8 @@ def switch_frame_losses(frames: pd.DataFrame) -> pd.DataFrame:
 def format_table(summary: dict[str, Any]) -> str:
     """The short table printed at the end of a run."""
     lines = []
+    if fmt.is_simulated(summary):
+        lines.append("simulated (run_experiment.py --simulate): times are simulated seconds")
     for point in summary["points"]:
         if point["sweep_param"]:
             lines.append(f"{point['sweep_param']} = {point['sweep_value']}")

@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import simpy
 
 from network.topology_fabric import topology_fabric
+from hosts.switchml.job import AllReduceResult
 from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
 from simulation.link import Deliver, Link
 from simulation.worker import SimulatedWorker, WorkerSetup
+from switches import programming
 from switches.control import SwitchControl
 from switches.fabric import Jobs, program_fabric
 from switches.target import SimulatedSwitch, SwitchTarget
@@ -70,6 +73,8 @@ class SimulatedNetwork:
             raise SimulationUnsupported(f"links without a rate cannot be simulated: {', '.join(unshaped)} (give bw_mbps)")
         self.env = simpy.Environment()
         self.topology = topology
+        self._k = job.k
+        self._target = target.name
         self.loss_mechanism = loss_mechanism_of(topology, loss_mechanism)
         rng = random.Random(seed)
         self.switches: dict[str, SimulatedSwitch] = {
@@ -127,3 +132,40 @@ class SimulatedNetwork:
     def aggregating_controls(self) -> list[SwitchControl]:
         """The switches that hold aggregation state (Fabric.aggregating)."""
         return [self.controls[name] for name in self.fabric.aggregating()]
+
+    def reset_aggregation(self) -> None:
+        """Every aggregating switch's registers to zero (what a method's ``prepare`` asks of a network)."""
+        for control in self.aggregating_controls:
+            programming.reset_aggregation_state(control, self._k)
+
+    def allreduce(self, tensors: Sequence[np.ndarray]) -> list[AllReduceResult]:
+        """Every worker all-reduces its tensor (by rank), all released at the simulated now;
+        runs the clock until the last has its result. SwitchMLTimeout when one misses its deadline."""
+        if len(tensors) != len(self.workers):
+            raise ValueError(f"{len(self.workers)} workers, {len(tensors)} tensors")
+        for control in self.controls.values():
+            programming.reset_event_counters(control)
+        jobs = [self.env.process(worker.allreduce(tensor)) for worker, tensor in zip(self.workers, tensors)]
+        self.env.run(self.env.all_of(jobs))
+        return [job.value for job in jobs]
+
+    def event_counters(self) -> dict[str, dict[str, int]]:
+        """Every switch's event counters since the last ``allreduce`` began, by counter name."""
+        return {name: programming.read_event_counters(control) for name, control in self.controls.items()}
+
+    def describe(self) -> dict[str, Any]:
+        """network.json's record of a simulated network: network.json's keys of an emulated
+        one, each link direction's model in words."""
+        delays = {link.spec.delay_ms for link in self.topology.links}
+        return {
+            "simulated": True,
+            "target": self._target,
+            "loss_mechanism": self.loss_mechanism,
+            "delay_mechanism": "none" if delays == {0.0} else "simulated_link_delay",
+            "aggregation": self.topology.aggregation,
+            "links": [
+                {"link": f"{a}->{b}", "bandwidth": f"{link.spec.bw_mbps:g} Mbit/s", "queue": f"drop-tail {link.spec.queue_packets} packets",
+                 "delay": f"{link.spec.delay_ms:g} ms", "loss": f"{link.spec.loss:g}" if self.loss_mechanism == LINK_LOSS else "none"}
+                for link in self.topology.links for a, b in ((link.a, link.b), (link.b, link.a))
+            ],
+        }

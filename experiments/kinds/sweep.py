@@ -18,6 +18,7 @@ from experiments.config import Experiment, Point
 from workloads.kinds import point_inputs
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.results import ResultsWriter, format_table
+from experiments.simulated_sweep import SimulatedSweepRunner
 from methods.verification import Expected, expected_for
 from experiments.workers import REPORT_GRACE_S
 
@@ -86,5 +87,6 @@ KIND = ExperimentKind(
     unit="job",
     units=lambda experiment: sum(p.repetitions * len(p.methods) for p in experiment.points),
     report=format_table,
+    simulator=SimulatedSweepRunner,
 )
 """All-reduce jobs: every point x method x repetition (the default kind)."""

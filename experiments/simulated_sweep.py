@@ -1,0 +1,154 @@
+"""The sweep on the simulated clock (``run_experiment.py CONFIG --simulate``): the same
+points, repetitions, inputs, verification and results tables as experiments/kinds/sweep.py,
+with each point's network a ``simulation.network.SimulatedNetwork`` instead of Mininet.
+
+Every SwitchML worker is WorkerCore and every switch its target's own data plane, so the
+integer sums are verified exactly as in emulation (methods/verification.py). What the
+simulator does not have is refused before anything runs, in one line naming it
+(``check_simulable``). Times in the results are simulated seconds; fidelity.csv stays
+empty (no process ran on a CPU), and summary.json says ``simulated: true`` with the
+models' parameters under ``simulation`` (docs/results-format.md, "Simulated runs").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+import methods
+from experiments.config import Experiment, Point
+from experiments.job_meter import JobMeasurement
+from experiments.results import ResultsWriter
+from hosts.allreduce import retransmit_policy
+from hosts.switchml.job import SwitchMLTimeout
+from hosts.switchml.native import DataPath
+from methods.verification import expected_for
+from protocol.worker_spec import SwitchMLParameters
+from simulation.network import JobSetup, SimulatedNetwork, SimulationUnsupported
+from simulation.worker import WorkerSetup
+from switches.targets import REGISTRY, AUTO, lookup
+from workloads.kinds import point_inputs
+
+log = logging.getLogger(__name__)
+
+SIMULATED_DATA_PATH = DataPath("python", "hosts/switchml/core.py on the simulated clock (simulation/worker.py)")
+DEFAULT_SEED = 1
+US = 1e-6
+
+
+class SimulationFailed(RuntimeError):
+    """A simulated job did not finish (a SwitchML worker's deadline passed): the message says which slots waited."""
+
+
+def simulated_target(requested: str) -> str:
+    """The switch target a simulation runs: the one asked for if it has a simulated data
+    plane, for ``auto`` the first that has one; SimulationUnsupported otherwise."""
+    able = [target.name for target in REGISTRY.values() if target.simulated is not None]
+    if requested == AUTO and able:
+        return able[0]
+    if requested != AUTO and lookup(requested).simulated is not None:
+        return requested
+    raise SimulationUnsupported(f"--simulate: switch target {requested} has no simulated data plane; "
+                                f"targets that have one: {', '.join(able) or 'none'}")
+
+
+def check_simulable(experiment: Experiment) -> Experiment:
+    """``experiment`` as the simulator runs it (its workers' loop is core.py), or
+    SimulationUnsupported naming the first thing it lacks."""
+    for point in experiment.points:
+        where = f"{experiment.source}: point {point.index}"
+        others = [m for m in point.methods if methods.by_name(m).spec_section(point.protocol, "python") is None]
+        if others:
+            raise SimulationUnsupported(f"{where}: --simulate runs SwitchML only so far; methods {', '.join(others)} have no "
+                                        f"simulator (--set methods=[switchml])")
+        if point.cluster is not None:
+            raise SimulationUnsupported(f"{where}: --simulate runs on this machine; remove the cluster section")
+        if point.workload_kind.inputs is None:
+            raise SimulationUnsupported(f"{where}: --simulate needs a workload with given tensors, not {point.workload['kind']}")
+    return experiment.with_data_paths({point.index: SIMULATED_DATA_PATH for point in experiment.points})
+
+
+def simulation_record(experiment: Experiment) -> dict[str, Any]:
+    """summary.json's ``simulation``: what the simulated network models and with which parameters."""
+    section = experiment.data.get("simulation", {})
+    return {
+        "engine": "simpy",
+        "clock": "simulated seconds (tat_s, timeline t_ms)",
+        "switch": "the target's own data plane (SwitchTarget.simulated), processing every frame at its arrival",
+        "worker": SIMULATED_DATA_PATH.reason,
+        "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
+                "rate, then the link's delay; loss independent per frame",
+        "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
+        "seed": int(section.get("seed", DEFAULT_SEED)),
+    }
+
+
+class SimulatedSweepRunner:
+    """experiments/kinds/sweep.py's ExperimentRunner, on simulated networks."""
+
+    def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
+        self.experiment = check_simulable(experiment)
+        self.target = lookup(target)
+        self.writer = writer
+        self.progress = progress
+        self.record = simulation_record(experiment)
+        writer.mark_simulated(self.record)
+
+    def run(self) -> bool:
+        verified = True
+        for point in self.experiment.points:
+            pending = []
+            for method in point.methods:
+                if self.writer.has_rows(point.index, method, point.repetitions):
+                    log.info("point %d %s: already in %s, skipped (resume)", point.index, method, self.writer.run_dir)
+                    for _ in range(point.repetitions):
+                        self.progress("skipped")
+                else:
+                    self.writer.discard(point.index, method)
+                    pending.append(method)
+            for method in pending:
+                verified &= self._run_method(point, method)
+        return verified
+
+    def _network(self, point: Point, method: str) -> SimulatedNetwork:
+        protocol, n = point.protocol, len(point.topology.hosts)
+        parameters = SwitchMLParameters.from_config(protocol, SIMULATED_DATA_PATH.name)
+        policy = retransmit_policy(parameters, point.topology.link_mbps)
+        deadline_s = point.job_limit(method).seconds
+        cost_s = self.record["host_packet_cost_us"] * US
+
+        def worker(rank: int) -> WorkerSetup:
+            return WorkerSetup(rank, n, parameters.job_id, parameters.k, parameters.pool_size, policy, deadline_s, cost_s)
+
+        job = JobSetup(parameters.k, parameters.pool_size, self.experiment.data["switch"]["max_pool_size"], parameters.job_id, worker)
+        return SimulatedNetwork(point.topology, self.target, job, point.data["loss_mechanism"], self.record["seed"])
+
+    def _run_method(self, point: Point, method: str) -> bool:
+        net = self._network(point, method)
+        self.writer.record_network(point.index, net.describe())
+        inputs = point_inputs(point.workload, len(point.topology.hosts))
+        expected = expected_for(inputs, point.protocol["k"])
+        methods.by_name(method).prepare(net)
+        verify = methods.by_name(method).verify
+        ok = True
+        for repetition in range(point.repetitions):
+            started, began = net.env.now, time.perf_counter()
+            try:
+                results = net.allreduce(inputs)
+            except SwitchMLTimeout as exc:
+                raise SimulationFailed(f"point {point.index} {method} rep {repetition} (simulated): {exc}") from None
+            wall = time.perf_counter() - began
+            verdicts = [verify(expected, r.values, r.int_sum) for r in results]
+            for rank, verdict in enumerate(verdicts):
+                if not verdict.verified:
+                    log.error("point %d %s rep %d rank %d: NOT VERIFIED: %s", point.index, method, repetition, rank, verdict.detail)
+            ok &= all(v.verified for v in verdicts)
+            reports = [{"stats": dataclasses.asdict(r.stats)} for r in results]
+            measured = JobMeasurement(cpu={}, wall_s=net.env.now - started, tx_mbps={}, counters=net.event_counters(), frames={})
+            self.writer.add_repetition(point, method, repetition, reports, verdicts, measured, net.loss_mechanism)
+            log.info("point %d %s rep %d: %.6g simulated s in %.2f s of wall time", point.index, method, repetition,
+                     max(r.stats.tat_s for r in results), wall)
+            self.progress(f"{method} rep {repetition}")
+        return ok
