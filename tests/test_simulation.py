@@ -1,0 +1,187 @@
+"""The simulated clock (simulation/): the worker's and the switch's own code on simulated
+links, exact like emulation, and as fast as the links' models say it must be.
+
+A lossless star must reach the analytic pace of methods/switchml.py (line rate or window,
+lead round and last round trip) within a few percent, and every result must equal the
+integer sums of the quantized inputs; loss must cost retransmissions but never exactness.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simpy
+
+from experiments.config import CONFIG_DIR
+from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
+from methods import switchml
+from methods.verification import expected_for, integer_sum
+from protocol.packet import frame_bytes
+from protocol.params import REPO_ROOT, mbps_to_bps
+from simulation.link import Link
+from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
+from simulation.worker import WorkerSetup
+from switches.control import ControlPlaneError
+from switches.targets import REGISTRY
+from topologies.model import TOPOLOGY_DIR, load_topology
+
+K, POOL = 256, 64
+SIMULATED = next(t for t in REGISTRY.values() if t.simulated is not None)
+"""The first target with a simulated data plane."""
+
+
+def network(workers: int, mbps: float, *, delay_ms: float = 0.0, loss: float = 0.0, pool: int = POOL, queue: int = 200,
+            loss_mechanism: str = "auto", topology: str = "star.yaml", cost_s: float = 0.0, **keys: object) -> SimulatedNetwork:
+    link = {"bw_mbps": mbps, "delay_ms": delay_ms, "loss": loss, "queue_packets": queue}
+    topo = load_topology(TOPOLOGY_DIR / topology, {"workers": workers, "link": link, **keys})
+    floor = max(0.02, 2 * pool_drain_s(pool, K, mbps_to_bps(mbps)))
+    policy = RetransmitPolicy(min_s=floor, max_s=max(1.0, floor))
+    job = JobSetup(K, pool, 512, 1, lambda rank: WorkerSetup(rank, workers, 1, K, pool, policy, 60.0, cost_s))
+    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=7)
+    net.reset_aggregation()
+    return net
+
+
+def inputs(workers: int, elements: int, dtype: str = "float32") -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    if dtype == "int32":
+        return [rng.integers(-1000, 1000, elements, dtype=np.int32) for _ in range(workers)]
+    return [rng.standard_normal(elements).astype(np.float32) for _ in range(workers)]
+
+
+def run_exact(net: SimulatedNetwork, tensors: list[np.ndarray]) -> float:
+    """All-reduce, check every rank's result bit for bit; the job's TAT (slowest worker)."""
+    results = net.allreduce(tensors)
+    expected = expected_for(tensors, K)
+    for result in results:
+        verdict = integer_sum(expected, result.values, result.int_sum)
+        assert verdict.verified, verdict.detail
+    return max(r.stats.tat_s for r in results)
+
+
+@pytest.mark.parametrize("mbps", [10.0, 100_000.0])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_a_lossless_star_is_exact_and_at_its_line_rate_pace(mbps: float, dtype: str) -> None:
+    tensors = inputs(8, 65_536, dtype)
+    tat = run_exact(network(8, mbps), tensors)
+    pace = switchml.switchml_job_pace(65_536, K, POOL, mbps_to_bps(mbps), 0.0, quantized=dtype == "float32")
+    assert not pace.window_bound
+    assert pace.tat_s <= tat <= 1.02 * pace.tat_s, (tat, pace.tat_s)
+
+
+def test_a_window_bound_pool_runs_at_the_window_pace() -> None:
+    """Pool 4 against 2 x 5 ms of delay: each slot sends once per round trip, so the job takes
+    its rounds (68 packets / 4 slots) of round trips, plus the serialization of the slots
+    queued behind the first. (methods/switchml.py's pace spreads the packets evenly over the
+    round trip instead: 17.75 round trips, 3 % above; an upper bound.)"""
+    tensors = inputs(4, 16_384)
+    tat = run_exact(network(4, 10.0, delay_ms=5.0, pool=4), tensors)
+    pace = switchml.switchml_job_pace(16_384, K, 4, mbps_to_bps(10.0), 0.005, quantized=True)
+    assert pace.window_bound
+    serialization = 8 * frame_bytes(K) / mbps_to_bps(10.0)
+    rounds = pace.packets / 4
+    assert tat == pytest.approx(rounds * pace.round_trip_s + 3 * serialization, rel=1e-3)
+    assert 0.95 * pace.tat_s <= tat <= pace.tat_s
+
+
+def test_repeated_jobs_continue_shadow_sets_and_sequence_numbers() -> None:
+    net = network(4, 1000.0)
+    tensors = inputs(4, 20_000)
+    first = run_exact(net, tensors)
+    assert run_exact(net, tensors) == pytest.approx(first, rel=1e-9)
+
+
+@pytest.mark.parametrize("mechanism", ["auto", "switch"])
+def test_loss_costs_retransmissions_never_exactness(mechanism: str) -> None:
+    net = network(4, 100.0, loss=0.01, loss_mechanism=mechanism)
+    assert net.loss_mechanism == (DROP_SIMULATOR if mechanism == "switch" else LINK_LOSS)
+    tensors = inputs(4, 65_536)
+    results = net.allreduce(tensors)
+    expected = expected_for(tensors, K)
+    assert all(integer_sum(expected, r.values, r.int_sum).verified for r in results)
+    assert sum(r.stats.retransmissions for r in results) > 0
+    lossless = switchml.switchml_job_pace(65_536, K, POOL, mbps_to_bps(100.0), 0.0, quantized=True).tat_s
+    assert max(r.stats.tat_s for r in results) > lossless
+
+
+@pytest.mark.parametrize("aggregation", ["spine", "hierarchical"])
+def test_a_tree_aggregates_exactly(aggregation: str) -> None:
+    net = network(6, 100.0, topology="tree.yaml", leaves=2, aggregation=aggregation,
+                  uplink={"bw_mbps": 400.0, "delay_ms": 0.0, "loss": 0.0, "queue_packets": 400})
+    run_exact(net, inputs(6, 32_768))
+    counters = net.event_counters()
+    aggregated = [name for name, c in counters.items() if c["EV_RESULT_MULTICAST"]]
+    assert aggregated == (["s1"] if aggregation == "spine" else ["s1", "s2", "s3"])
+
+
+def test_a_host_packet_cost_slows_the_job() -> None:
+    tensors = inputs(4, 65_536)
+    ideal = run_exact(network(4, 100_000.0), tensors)
+    slow = run_exact(network(4, 100_000.0, cost_s=1e-6), tensors)
+    assert slow > 1.5 * ideal
+
+
+def test_a_link_serializes_delays_and_drops_at_its_queue() -> None:
+    env = simpy.Environment()
+    arrivals: list[tuple[float, int]] = []
+    link = Link(env, 8e6, 0.5, 3, 0.0, random.Random(1), lambda frames: arrivals.extend((env.now, len(f)) for f in frames))
+    for _ in range(5):
+        link.send(bytes(1000))  # 1 ms each at 8 Mbit/s
+    env.run()
+    assert [t for t, _ in arrivals] == pytest.approx([0.501, 0.502, 0.503])
+    assert (link.queue_drops, link.frames) == (2, 3)
+
+
+def test_link_loss_is_its_probability() -> None:
+    env = simpy.Environment()
+    arrived: list[bytes] = []
+    link = Link(env, 1e9, 0.0, 100_000, 0.1, random.Random(5), arrived.extend)
+    for _ in range(20_000):
+        link.send(bytes(100))
+    env.run()
+    assert link.lost == 20_000 - len(arrived)
+    assert 0.09 < link.lost / 20_000 < 0.11
+
+
+def test_the_simulated_switch_refuses_what_every_target_refuses() -> None:
+    control = SIMULATED.simulated(k=K, max_pool_size=8).control()
+    with pytest.raises(ControlPlaneError, match="unknown table"):
+        control.table_add("SwitchMLIngress.no_such_table", "NoAction", [1])
+    with pytest.raises(ControlPlaneError, match="run past the switch's 8 slots"):
+        control.table_add("SwitchMLIngress.worker_table", "set_worker", [1, "10.0.0.1"], [0, 1, 2, 2, 4, 8])
+
+
+def simulate(config: Path, *args: str, out: Path | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--simulate", *args]
+    return subprocess.run(command + (["--out", str(out)] if out else []), capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_simulate_writes_a_run_marked_simulated(tmp_path: Path) -> None:
+    import json
+
+    import pandas as pd
+
+    done = simulate(CONFIG_DIR / "8workers.yaml", "--set", "methods=[switchml]", "--set", "workload.elements=65536",
+                    "--set", "topology.link.bw_mbps=100000", "--set", "repetitions=2", out=tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["simulated"] is True and summary["simulation"]["engine"] == "simpy"
+    assert summary["verified"] and summary["network"]["0"]["simulated"]
+    runs = pd.read_csv(tmp_path / "run" / "runs.csv")
+    assert len(runs) == 16 and runs["verified"].all()
+    pace = switchml.switchml_job_pace(65_536, K, POOL, mbps_to_bps(100_000), 0.0, quantized=True).tat_s
+    assert runs["tat_s"].max() == pytest.approx(pace, rel=0.02)
+    assert "simulated" in done.stdout
+
+
+def test_simulate_refuses_what_it_cannot_run_in_one_line() -> None:
+    done = simulate(CONFIG_DIR / "8workers.yaml", "--dry-run")
+    assert done.returncode == 2
+    [line] = [l for l in done.stderr.splitlines() if "ERROR" in l]
+    assert "methods ring, ps have no simulator" in line
