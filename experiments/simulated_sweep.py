@@ -28,7 +28,8 @@ from methods.verification import expected_for
 from protocol.worker_spec import SwitchMLParameters
 from simulation.network import JobSetup, SimulatedNetwork, SimulationUnsupported
 from simulation.worker import WorkerSetup
-from switches.targets import REGISTRY, AUTO, lookup
+from switches.target import SwitchTarget
+from switches.targets import AUTO, REGISTRY, lookup
 from workloads.kinds import point_inputs
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,23 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
     }
 
 
+def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget, method: str) -> SimulatedNetwork:
+    """``point``'s network on the simulated clock, its workers set up as hosts/allreduce.py sets
+    up a SwitchMLClient from the worker spec (retransmission policy, deadline)."""
+    protocol, n = point.protocol, len(point.topology.hosts)
+    parameters = SwitchMLParameters.from_config(protocol, SIMULATED_DATA_PATH.name)
+    policy = retransmit_policy(parameters, point.topology.link_mbps)
+    deadline_s = point.job_limit(method).seconds
+    record = simulation_record(experiment)
+    cost_s = record["host_packet_cost_us"] * US
+
+    def worker(rank: int) -> WorkerSetup:
+        return WorkerSetup(rank, n, parameters.job_id, parameters.k, parameters.pool_size, policy, deadline_s, cost_s)
+
+    job = JobSetup(parameters.k, parameters.pool_size, experiment.data["switch"]["max_pool_size"], parameters.job_id, worker)
+    return SimulatedNetwork(point.topology, target, job, point.data["loss_mechanism"], record["seed"])
+
+
 class SimulatedSweepRunner:
     """experiments/kinds/sweep.py's ExperimentRunner, on simulated networks."""
 
@@ -112,21 +130,8 @@ class SimulatedSweepRunner:
                 verified &= self._run_method(point, method)
         return verified
 
-    def _network(self, point: Point, method: str) -> SimulatedNetwork:
-        protocol, n = point.protocol, len(point.topology.hosts)
-        parameters = SwitchMLParameters.from_config(protocol, SIMULATED_DATA_PATH.name)
-        policy = retransmit_policy(parameters, point.topology.link_mbps)
-        deadline_s = point.job_limit(method).seconds
-        cost_s = self.record["host_packet_cost_us"] * US
-
-        def worker(rank: int) -> WorkerSetup:
-            return WorkerSetup(rank, n, parameters.job_id, parameters.k, parameters.pool_size, policy, deadline_s, cost_s)
-
-        job = JobSetup(parameters.k, parameters.pool_size, self.experiment.data["switch"]["max_pool_size"], parameters.job_id, worker)
-        return SimulatedNetwork(point.topology, self.target, job, point.data["loss_mechanism"], self.record["seed"])
-
     def _run_method(self, point: Point, method: str) -> bool:
-        net = self._network(point, method)
+        net = simulated_network(self.experiment, point, self.target, method)
         self.writer.record_network(point.index, net.describe())
         inputs = point_inputs(point.workload, len(point.topology.hosts))
         expected = expected_for(inputs, point.protocol["k"])

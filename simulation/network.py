@@ -25,7 +25,7 @@ from hosts.switchml.job import AllReduceResult
 from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
-from simulation.link import Deliver, Link
+from simulation.link import Arrivals, Deliver, Link
 from simulation.worker import SimulatedWorker, WorkerSetup
 from switches import programming
 from switches.control import SwitchControl
@@ -91,6 +91,7 @@ class SimulatedNetwork:
         self.links: dict[tuple[str, str], Link] = {}
         """(from, to) -> that direction's link."""
         link_loss = self.loss_mechanism == LINK_LOSS
+        arrivals = Arrivals(self.env)
         for link in topology.links:
             for a, b in ((link.a, link.b), (link.b, link.a)):
                 if b in self.switches:
@@ -99,7 +100,7 @@ class SimulatedNetwork:
             spec = link.spec
             for a, b in ((link.a, link.b), (link.b, link.a)):
                 deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else by_name[b].deliver
-                self.links[a, b] = Link(self.env, mbps_to_bps(spec.bw_mbps), spec.delay_ms / 1000, spec.queue_packets,
+                self.links[a, b] = Link(self.env, arrivals, mbps_to_bps(spec.bw_mbps), spec.delay_ms / 1000, spec.queue_packets,
                                         spec.loss if link_loss else 0.0, random.Random(rng.randrange(1 << 32)), deliver)
         for name, switch in self.switches.items():
             for neighbour, port in self.ports[name].items():

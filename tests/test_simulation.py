@@ -23,7 +23,7 @@ from methods import switchml
 from methods.verification import expected_for, integer_sum
 from protocol.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
-from simulation.link import Link
+from simulation.link import Arrivals, Link
 from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
 from simulation.worker import WorkerSetup
 from switches.control import ControlPlaneError
@@ -129,7 +129,7 @@ def test_a_host_packet_cost_slows_the_job() -> None:
 def test_a_link_serializes_delays_and_drops_at_its_queue() -> None:
     env = simpy.Environment()
     arrivals: list[tuple[float, int]] = []
-    link = Link(env, 8e6, 0.5, 3, 0.0, random.Random(1), lambda frames: arrivals.extend((env.now, len(f)) for f in frames))
+    link = Link(env, Arrivals(env), 8e6, 0.5, 3, 0.0, random.Random(1), lambda frames: arrivals.extend((env.now, len(f)) for f in frames))
     for _ in range(5):
         link.send(bytes(1000))  # 1 ms each at 8 Mbit/s
     env.run()
@@ -140,7 +140,7 @@ def test_a_link_serializes_delays_and_drops_at_its_queue() -> None:
 def test_link_loss_is_its_probability() -> None:
     env = simpy.Environment()
     arrived: list[bytes] = []
-    link = Link(env, 1e9, 0.0, 100_000, 0.1, random.Random(5), arrived.extend)
+    link = Link(env, Arrivals(env), 1e9, 0.0, 100_000, 0.1, random.Random(5), arrived.extend)
     for _ in range(20_000):
         link.send(bytes(100))
     env.run()
