@@ -80,8 +80,9 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
         "switch": "the target's own data plane (SwitchTarget.simulated), processing every frame at its arrival",
         "worker": SIMULATED_DATA_PATH.reason,
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
-                "rate, then the link's delay; loss independent per frame",
+                "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
+        "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
         "seed": int(section.get("seed", DEFAULT_SEED)),
     }
 
@@ -100,7 +101,7 @@ def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget
         return WorkerSetup(rank, n, parameters.job_id, parameters.k, parameters.pool_size, policy, deadline_s, cost_s)
 
     job = JobSetup(parameters.k, parameters.pool_size, experiment.data["switch"]["max_pool_size"], parameters.job_id, worker)
-    return SimulatedNetwork(point.topology, target, job, point.data["loss_mechanism"], record["seed"])
+    return SimulatedNetwork(point.topology, target, job, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"])
 
 
 class SimulatedSweepRunner:

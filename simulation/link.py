@@ -11,6 +11,11 @@ same instant is one event (a multicast's copies, the updates of equal links that
 together: 8 workers' frames at 100 Gbit/s are 2 events per round of the pool, not 16),
 which a profile of the main job found to be a sixth of its wall time.
 
+``burst_bytes`` (default 0) gives the link a token bucket of that depth, filled at the link
+rate: a frame that finds enough tokens leaves at once, as htb lets a burst through after
+an idle spell (the emulator's links have 15 KiB: network/shaping.py, HTB_BURST_KIB). With
+0 every frame takes its full serialization time, as on a wire.
+
 ``loss`` is the probability that a frame is lost on the wire: it takes its serialization
 time and never arrives (independent per frame, each direction on its own: the loss model
 of netem's ``loss random``, which the emulator applies per link direction).
@@ -61,13 +66,13 @@ class Link:
     ``deliver`` gets it when it has crossed."""
 
     __slots__ = ("_env", "_arrivals", "_seconds_per_byte", "_delay_s", "_queue_packets", "_loss", "_random", "_deliver",
-                 "_departures", "_free_at", "frames", "bytes", "queue_drops", "lost")
+                 "_departures", "_free_at", "_burst", "_tokens", "frames", "bytes", "queue_drops", "lost")
 
     def __init__(self, env: simpy.Environment, arrivals: Arrivals, rate_bps: float, delay_s: float, queue_packets: int, loss: float,
-                 rng: random.Random, deliver: Deliver) -> None:
-        if rate_bps <= 0 or delay_s < 0 or queue_packets < 1 or not 0 <= loss <= 1:
-            raise ValueError(f"a link needs rate > 0, delay >= 0, a queue of >= 1 packet and loss in [0, 1]; got "
-                             f"{rate_bps} bit/s, {delay_s} s, {queue_packets} packets, loss {loss}")
+                 rng: random.Random, deliver: Deliver, burst_bytes: float = 0.0) -> None:
+        if rate_bps <= 0 or delay_s < 0 or queue_packets < 1 or not 0 <= loss <= 1 or burst_bytes < 0:
+            raise ValueError(f"a link needs rate > 0, delay >= 0, a queue of >= 1 packet, loss in [0, 1] and a burst >= 0; got "
+                             f"{rate_bps} bit/s, {delay_s} s, {queue_packets} packets, loss {loss}, burst {burst_bytes} bytes")
         self._env = env
         self._arrivals = arrivals
         self._seconds_per_byte = 8.0 / rate_bps
@@ -79,6 +84,9 @@ class Link:
         self._departures: deque[float] = deque()
         """When each frame in the queue (the one on the wire first) has left."""
         self._free_at = 0.0
+        self._burst = burst_bytes
+        self._tokens = burst_bytes
+        """Bytes the bucket held at ``free_at``."""
         self.frames = 0
         """Frames that entered the queue."""
         self.bytes = 0
@@ -93,7 +101,13 @@ class Link:
         if len(departures) >= self._queue_packets:
             self.queue_drops += 1
             return
-        finish = max(now, self._free_at) + len(frame) * self._seconds_per_byte
+        start = max(now, self._free_at)
+        if self._burst:
+            tokens = min(self._burst, self._tokens + (start - self._free_at) / self._seconds_per_byte)
+            finish = start + max(0.0, len(frame) - tokens) * self._seconds_per_byte
+            self._tokens = max(0.0, tokens - len(frame))
+        else:
+            finish = start + len(frame) * self._seconds_per_byte
         self._free_at = finish
         departures.append(finish)
         self.frames += 1

@@ -65,7 +65,8 @@ class JobSetup:
 class SimulatedNetwork:
     """``topology`` with ``target``'s simulated switches, programmed for ``job``."""
 
-    def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1) -> None:
+    def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
+                 link_burst_bytes: float = 0.0) -> None:
         if target.simulated is None:
             raise SimulationUnsupported(f"switch target {target.name} has no simulated data plane (SwitchTarget.simulated)")
         unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
@@ -101,7 +102,8 @@ class SimulatedNetwork:
             for a, b in ((link.a, link.b), (link.b, link.a)):
                 deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else by_name[b].deliver
                 self.links[a, b] = Link(self.env, arrivals, mbps_to_bps(spec.bw_mbps), spec.delay_ms / 1000, spec.queue_packets,
-                                        spec.loss if link_loss else 0.0, random.Random(rng.randrange(1 << 32)), deliver)
+                                        spec.loss if link_loss else 0.0, random.Random(rng.randrange(1 << 32)), deliver,
+                                        link_burst_bytes)
         for name, switch in self.switches.items():
             for neighbour, port in self.ports[name].items():
                 switch.connect(port, self._transmit(self.links[name, neighbour]))
