@@ -25,6 +25,7 @@ from hosts.allreduce import retransmit_policy
 from hosts.switchml.job import SwitchMLTimeout
 from hosts.switchml.native import DataPath
 from methods.verification import expected_for
+from protocol.params import mbps_to_bps
 from protocol.worker_spec import SwitchMLParameters
 from simulation.network import JobSetup, SimulatedNetwork, SimulationUnsupported
 from simulation.worker import WorkerSetup
@@ -34,6 +35,8 @@ from workloads.kinds import point_inputs
 
 log = logging.getLogger(__name__)
 
+BASELINE_MODELS = "baseline_models"
+"""summary.json ``simulation`` key: point -> method -> its model (``baseline_model``)."""
 SIMULATED_DATA_PATH = DataPath("python", "hosts/switchml/core.py on the simulated clock (simulation/worker.py)")
 DEFAULT_SEED = 1
 US = 1e-6
@@ -60,12 +63,11 @@ def check_simulable(experiment: Experiment) -> Experiment:
     SimulationUnsupported naming the first thing it lacks."""
     for point in experiment.points:
         where = f"{experiment.source}: point {point.index}"
-        others = [m for m in point.methods if methods.by_name(m).spec_section(point.protocol, "python") is None]
-        if others:
-            raise SimulationUnsupported(f"{where}: --simulate runs SwitchML only so far; methods {', '.join(others)} have no "
-                                        f"simulator (--set methods=[switchml])")
         if point.cluster is not None:
             raise SimulationUnsupported(f"{where}: --simulate runs on this machine; remove the cluster section")
+        if not any(simulated_here(m, point) for m in point.methods):
+            raise SimulationUnsupported(f"{where}: --simulate runs SwitchML and gives {', '.join(point.methods)} by their models "
+                                        "only beside it; add switchml to methods")
         if point.workload_kind.inputs is None:
             raise SimulationUnsupported(f"{where}: --simulate needs a workload with given tensors, not {point.workload['kind']}")
     return experiment.with_data_paths({point.index: SIMULATED_DATA_PATH for point in experiment.points})
@@ -84,7 +86,26 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
         "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
         "seed": int(section.get("seed", DEFAULT_SEED)),
+        "baseline_efficiency": float(section.get("baseline_efficiency", 1.0)),
+        "baseline_model": "TAT = elements / (the method's line-rate bound (methods/) x baseline_efficiency): a model, not a "
+                          "simulation; not in runs.csv",
+        BASELINE_MODELS: {},
     }
+
+
+def simulated_here(method: str, point: Point) -> bool:
+    """Whether the simulator runs ``method``'s own code: a method that joins a SwitchML job
+    (its record gives its workers a protocol section); the others are given by their model."""
+    return methods.by_name(method).spec_section(point.protocol, SIMULATED_DATA_PATH.name) is not None
+
+
+def baseline_model(point: Point, method: str, efficiency: float) -> dict[str, float | str]:
+    """``method``'s TAT at ``point`` by its line-rate bound and ``efficiency``, labelled as a model."""
+    n = len(point.topology.hosts)
+    bound = methods.by_name(method).bound(mbps_to_bps(point.topology.link_mbps), n, point.protocol["k"])
+    ate = bound * efficiency
+    return {"model": "line-rate bound x efficiency", "efficiency": efficiency, "bound_ate_per_s": bound, "ate_per_s": ate,
+            "tat_s": point.workload_info.elements / ate}
 
 
 def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget, method: str) -> SimulatedNetwork:
@@ -119,7 +140,16 @@ class SimulatedSweepRunner:
         verified = True
         for point in self.experiment.points:
             pending = []
-            for method in point.methods:
+            models = {m: baseline_model(point, m, self.record["baseline_efficiency"]) for m in point.methods if not simulated_here(m, point)}
+            if models:
+                self.record[BASELINE_MODELS][str(point.index)] = models
+                self.writer.mark_simulated(self.record)
+                for method, model in models.items():
+                    log.info("point %d %s: %.6g s by its model (%s, efficiency %g)", point.index, method, model["tat_s"], model["model"],
+                             model["efficiency"])
+                    for _ in range(point.repetitions):
+                        self.progress(f"{method} (model)")
+            for method in [m for m in point.methods if m not in models]:
                 if self.writer.has_rows(point.index, method, point.repetitions):
                     log.info("point %d %s: already in %s, skipped (resume)", point.index, method, self.writer.run_dir)
                     for _ in range(point.repetitions):

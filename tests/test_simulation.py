@@ -19,6 +19,7 @@ import simpy
 
 from experiments.config import CONFIG_DIR
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
+import methods as methods_registry
 from methods import switchml
 from methods.verification import expected_for, integer_sum
 from protocol.packet import frame_bytes
@@ -180,8 +181,27 @@ def test_simulate_writes_a_run_marked_simulated(tmp_path: Path) -> None:
     assert "simulated" in done.stdout
 
 
-def test_simulate_refuses_what_it_cannot_run_in_one_line() -> None:
-    done = simulate(CONFIG_DIR / "8workers.yaml", "--dry-run")
-    assert done.returncode == 2
+def test_simulate_gives_the_baselines_as_labelled_models(tmp_path: Path) -> None:
+    import json
+
+    done = simulate(CONFIG_DIR / "8workers.yaml", "--set", "workload.elements=65536", "--set", "topology.link.bw_mbps=100000",
+                    "--set", "repetitions=1", "--set", "simulation.baseline_efficiency=0.5", out=tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    models = summary["simulation"]["baseline_models"]["0"]
+    assert set(models) == {"ring", "ps"} and set(summary["methods"]) == {"switchml"}, "models are not runs"
+    ring_bound = methods_registry.by_name("ring").bound(mbps_to_bps(100_000), 8, K)
+    assert models["ring"]["tat_s"] == pytest.approx(65_536 / (0.5 * ring_bound))
+    assert "a model" in done.stdout
+
+
+@pytest.mark.parametrize(("config", "args", "says"), [
+    ("8workers.yaml", ("--set", "methods=[ring]"), "add switchml to methods"),
+    ("training_convergence.yaml", (), "training experiments have no simulator yet"),
+    ("shared_switch.yaml", (), "shared_switch experiments have no simulator yet"),
+])
+def test_simulate_refuses_what_it_cannot_run_in_one_line(config: str, args: tuple[str, ...], says: str) -> None:
+    done = simulate(CONFIG_DIR / config, *args, "--dry-run")
+    assert done.returncode == 2, done.stderr
     [line] = [l for l in done.stderr.splitlines() if "ERROR" in l]
-    assert "methods ring, ps have no simulator" in line
+    assert says in line
