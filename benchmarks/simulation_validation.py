@@ -7,7 +7,7 @@ had it (network.json: the switches' drop simulator, or the links). Each point's 
 SwitchML TAT of both runs goes to results/benchmarks/simulation_validation.csv
 (``--output``) with their ratio, and a Markdown table is printed (benchmarks/README.md,
 "Simulated against emulated"). The simulated runs' folders are kept under
-results/benchmarks/simulation_validation/. No tolerance is asserted here: the table says
+results/benchmarks/simulation_validation/<UTC time>/. No tolerance is asserted here: the table says
 where the two differ, and the README says why.
 
     .venv/bin/python benchmarks/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
@@ -27,6 +27,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from experiments.results import utc_stamp  # noqa: E402
 from experiments.simulated_sweep import simulated_target  # noqa: E402
 from protocol.results_format import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 from switches.targets import AUTO  # noqa: E402
@@ -98,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_validation.csv")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    out_root = args.output.with_suffix("")
-    out_root.mkdir(parents=True, exist_ok=True)
+    out_root = args.output.with_suffix("") / utc_stamp()
+    out_root.mkdir(parents=True)
     rows = [row for run in args.runs for row in compare(run, out_root)]
     with args.output.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
