@@ -205,3 +205,38 @@ def test_simulate_refuses_what_it_cannot_run_in_one_line(config: str, args: tupl
     assert done.returncode == 2, done.stderr
     [line] = [l for l in done.stderr.splitlines() if "ERROR" in l]
     assert says in line
+
+
+EMULATED = REPO_ROOT / "tests" / "data" / "results_small"
+"""Real emulated runs (embedded switch, 2.5 Mbit/s, 4 workers: their README says how they were made)."""
+VALIDATION_SHARE = 0.05
+
+
+@pytest.mark.parametrize("run", ["tat_vs_size", "pool_size_sensitivity", "ate_vs_workers"])
+def test_simulated_tat_is_within_5_percent_of_emulated_tat(run: str, tmp_path: Path) -> None:
+    """Each emulated run's own config again on the simulated clock: every point whose pace the
+    emulator's check trusts (experiments/pace.py: long, lossless, bandwidth-bound or windowed)
+    must take the emulated TAT within 5 %. (Shorter jobs are start and drain, where the
+    emulator's per-job costs and htb's burst weigh most: benchmarks/README.md, "Simulated
+    against emulated".)"""
+    import json
+
+    from experiments.config import load_experiment
+    from experiments.pace import pace_check
+    from experiments.simulated_sweep import simulated_target
+    from switches.targets import AUTO
+
+    config = EMULATED / run / "config.yaml"
+    done = simulate(config, "--set", "methods=[switchml]", "--set", f"switch.target={simulated_target(AUTO)}", out=tmp_path / "sim")
+    assert done.returncode == 0, done.stderr
+    emulated = json.loads((EMULATED / run / "summary.json").read_text())["points"]
+    simulated = json.loads((tmp_path / "sim" / "summary.json").read_text())["points"]
+    checked = 0
+    for point, theirs, ours in zip(load_experiment(config).points, emulated, simulated):
+        check = pace_check(point, switchml.switchml_job_pace, point.topology.link_mbps, point.topology.link_loss)
+        if check is None or not check.checked:
+            continue
+        checked += 1
+        want, got = theirs["methods"]["switchml"]["tat_s"], ours["methods"]["switchml"]["tat_s"]
+        assert abs(got / want - 1) <= VALIDATION_SHARE, f"point {point.index}: simulated {got:.4f} s, emulated {want:.4f} s"
+    assert checked, "no point of the run is one the pace check trusts"
