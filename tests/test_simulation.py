@@ -240,3 +240,17 @@ def test_simulated_tat_is_within_5_percent_of_emulated_tat(run: str, tmp_path: P
         want, got = theirs["methods"]["switchml"]["tat_s"], ours["methods"]["switchml"]["tat_s"]
         assert abs(got / want - 1) <= VALIDATION_SHARE, f"point {point.index}: simulated {got:.4f} s, emulated {want:.4f} s"
     assert checked, "no point of the run is one the pace check trusts"
+
+
+def test_the_analysis_labels_simulated_runs(tmp_path: Path) -> None:
+    from analysis.context import emulation_context
+    from analysis.load import load_results
+
+    done = simulate(CONFIG_DIR / "8workers.yaml", "--set", "methods=[switchml]", "--set", "workload.elements=4096",
+                    "--set", "repetitions=1", out=tmp_path / "sim")
+    assert done.returncode == 0, done.stderr
+    simulated = emulation_context(load_results([tmp_path / "sim"]))
+    assert simulated.describe().startswith("Simulation:") and simulated.kept_up
+    both = emulation_context(load_results([tmp_path / "sim", EMULATED / "tat_vs_size"]))
+    assert both.describe().startswith("Emulation and simulation")
+    assert emulation_context(load_results([EMULATED / "tat_vs_size"])).describe().startswith("Emulation:")
