@@ -55,9 +55,8 @@ class EmulationContext:
         delays = f" with {' / '.join(self.link_delays)} delay" if self.link_delays else ""
         if self.clocks == (EMULATED,):
             return f"Emulation: links shaped to {rates}{delays}, switch target {targets} (not the paper's hardware)"
-        which = "Simulation" if self.clocks == (SIMULATED,) else "Emulation and simulation (summary.json simulated)"
-        return (f"{which}: links of {rates}{delays}, switch target {targets}'s own code on a simulated clock where simulated "
-                "(not the paper's hardware)")
+        which = "Simulation" if self.clocks == (SIMULATED,) else "Emulation and simulation"
+        return f"{which} (summary.json simulated): {rates} links{delays}, switch target {targets}"
 
 
 def emulation_context(results: Results) -> EmulationContext:

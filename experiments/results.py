@@ -291,11 +291,11 @@ def format_table(summary: dict[str, Any]) -> str:
             bound_text = "" if bound is None else f"{bound:.4g}"
             share_text = "" if bound is None else f"{m['ate_fraction_of_bound']:.1%}"
             lines.append(
-                f"  {method:<9} {m['tat_s']:>9.3f} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
+                f"  {method:<9} {m['tat_s']:>9.4g} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
                 f"{m['retransmissions']:>6} {str(m['verified']):>8}"
             )
         for method, model in summary.get(fmt.SIMULATION_KEY, {}).get("baseline_models", {}).get(str(point["point"]), {}).items():
-            lines.append(f"  {method + ' *':<9} {model['tat_s']:>9.3f} {model['ate_per_s']:>12.4g} {model['bound_ate_per_s']:>12.4g} "
+            lines.append(f"  {method + ' *':<9} {model['tat_s']:>9.4g} {model['ate_per_s']:>12.4g} {model['bound_ate_per_s']:>12.4g} "
                          f"{model['efficiency']:>8.1%}  (* a model: {model['model']}, not run)")
     if not summary["kept_up"]:
         lines.append(kept_up_warning(summary))

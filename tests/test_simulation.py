@@ -250,7 +250,7 @@ def test_the_analysis_labels_simulated_runs(tmp_path: Path) -> None:
                     "--set", "repetitions=1", out=tmp_path / "sim")
     assert done.returncode == 0, done.stderr
     simulated = emulation_context(load_results([tmp_path / "sim"]))
-    assert simulated.describe().startswith("Simulation:") and simulated.kept_up
+    assert simulated.describe().startswith("Simulation (") and simulated.kept_up
     both = emulation_context(load_results([tmp_path / "sim", EMULATED / "tat_vs_size"]))
     assert both.describe().startswith("Emulation and simulation")
     assert emulation_context(load_results([EMULATED / "tat_vs_size"])).describe().startswith("Emulation:")
