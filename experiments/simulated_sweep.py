@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import methods
 from experiments.config import Experiment, Point
+from experiments.harness import pending_methods, verify_results
 from experiments.job_meter import JobMeasurement
 from experiments.results import ResultsWriter
 from hosts.allreduce import retransmit_policy
@@ -139,7 +140,6 @@ class SimulatedSweepRunner:
     def run(self) -> bool:
         verified = True
         for point in self.experiment.points:
-            pending = []
             models = {m: baseline_model(point, m, self.record["baseline_efficiency"]) for m in point.methods if not simulated_here(m, point)}
             if models:
                 self.record[BASELINE_MODELS][str(point.index)] = models
@@ -149,15 +149,7 @@ class SimulatedSweepRunner:
                              model["efficiency"])
                     for _ in range(point.repetitions):
                         self.progress(f"{method} (model)")
-            for method in [m for m in point.methods if m not in models]:
-                if self.writer.has_rows(point.index, method, point.repetitions):
-                    log.info("point %d %s: already in %s, skipped (resume)", point.index, method, self.writer.run_dir)
-                    for _ in range(point.repetitions):
-                        self.progress("skipped")
-                else:
-                    self.writer.discard(point.index, method)
-                    pending.append(method)
-            for method in pending:
+            for method in pending_methods(self.writer, point, self.progress, [m for m in point.methods if m not in models]):
                 verified &= self._run_method(point, method)
         return verified
 
@@ -167,7 +159,6 @@ class SimulatedSweepRunner:
         inputs = point_inputs(point.workload, len(point.topology.hosts))
         expected = expected_for(inputs, point.protocol["k"])
         methods.by_name(method).prepare(net)
-        verify = methods.by_name(method).verify
         ok = True
         for repetition in range(point.repetitions):
             started, began = net.env.now, time.perf_counter()
@@ -176,10 +167,8 @@ class SimulatedSweepRunner:
             except SwitchMLTimeout as exc:
                 raise SimulationFailed(f"point {point.index} {method} rep {repetition} (simulated): {exc}") from None
             wall = time.perf_counter() - began
-            verdicts = [verify(expected, r.values, r.int_sum) for r in results]
-            for rank, verdict in enumerate(verdicts):
-                if not verdict.verified:
-                    log.error("point %d %s rep %d rank %d: NOT VERIFIED: %s", point.index, method, repetition, rank, verdict.detail)
+            verdicts = verify_results(method, expected, [(r.values, r.int_sum) for r in results],
+                                      f"point {point.index} {method} rep {repetition} (simulated)")
             ok &= all(v.verified for v in verdicts)
             reports = [{"stats": dataclasses.asdict(r.stats)} for r in results]
             measured = JobMeasurement(cpu={}, wall_s=net.env.now - started, tx_mbps={}, counters=net.event_counters(), frames={})
