@@ -21,7 +21,7 @@ import numpy as np
 import simpy
 
 from network.topology_fabric import topology_fabric
-from hosts.switchml.job import AllReduceResult
+from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
 from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
@@ -150,7 +150,11 @@ class SimulatedNetwork:
             programming.reset_event_counters(control)
         jobs = [self.env.process(worker.allreduce(tensor)) for worker, tensor in zip(self.workers, tensors)]
         self.env.run(self.env.all_of(jobs))
-        return [job.value for job in jobs]
+        outcomes = [job.value for job in jobs]
+        for outcome in outcomes:
+            if isinstance(outcome, SwitchMLTimeout):
+                raise outcome
+        return outcomes
 
     def event_counters(self) -> dict[str, dict[str, int]]:
         """Every switch's event counters since the last ``allreduce`` began, by counter name."""

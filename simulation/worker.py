@@ -101,16 +101,22 @@ class SimulatedWorker:
         cost = self._setup.packet_cost_s * packets
         return self._env.timeout(cost) if cost > 0 else None
 
-    def allreduce(self, tensor: np.ndarray) -> Generator[simpy.Event, object, AllReduceResult]:
+    def allreduce(self, tensor: np.ndarray) -> Generator[simpy.Event, object, AllReduceResult | SwitchMLTimeout]:
         """Sum ``tensor`` over the job's workers (a SimPy process: ``env.process(w.allreduce(x))``);
-        its value is the AllReduceResult, with the TAT in simulated seconds."""
+        its value is the AllReduceResult, with the TAT in simulated seconds, or the
+        SwitchMLTimeout of a job that missed its deadline (returned, not raised: SimPy
+        rebuilds an exception that escapes a process from its args alone, which a
+        SwitchMLTimeout's are not)."""
         env, setup = self._env, self._setup
         t0 = env.now
         x, exponents = prepare_tensor(tensor, setup.k)
         core = WorkerCore(self._pool, self._ctx, x, exponents, self._next_seq, t0, self._tx)
         self._next_seq = (self._next_seq + core.plan.total_packets) & SEQ_MASK
         if len(x):
-            yield from self._run(core, t0)
+            try:
+                yield from self._run(core, t0)
+            except SwitchMLTimeout as timeout:
+                return timeout
         result = job_result(core.int_sum, core.e_max, None, exponents is not None, setup.n_workers, setup.k, len(x), core.stats)
         result.stats.tat_s = env.now - t0
         return result

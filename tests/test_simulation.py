@@ -18,6 +18,7 @@ import pytest
 import simpy
 
 from experiments.config import CONFIG_DIR
+from hosts.switchml.job import SwitchMLTimeout
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 import methods as methods_registry
 from methods import switchml
@@ -108,6 +109,13 @@ def test_loss_costs_retransmissions_never_exactness(mechanism: str) -> None:
     assert sum(r.stats.retransmissions for r in results) > 0
     lossless = switchml.switchml_job_pace(65_536, K, POOL, mbps_to_bps(100.0), 0.0, quantized=True).tat_s
     assert max(r.stats.tat_s for r in results) > lossless
+
+
+def test_a_job_that_cannot_finish_times_out_naming_its_slots() -> None:
+    """Every frame lost: the workers resend until their (simulated) deadline, then say which slots waited."""
+    net = network(2, 100.0, loss=1.0)
+    with pytest.raises(SwitchMLTimeout, match=r"no result after 60\.0\d* s for 4 slot\(s\): slot 0"):
+        net.allreduce(inputs(2, 1024))
 
 
 @pytest.mark.parametrize("aggregation", ["spine", "hierarchical"])
@@ -254,3 +262,12 @@ def test_the_analysis_labels_simulated_runs(tmp_path: Path) -> None:
     both = emulation_context(load_results([tmp_path / "sim", EMULATED / "tat_vs_size"]))
     assert both.describe().startswith("Emulation and simulation")
     assert emulation_context(load_results([EMULATED / "tat_vs_size"])).describe().startswith("Emulation:")
+
+
+def test_a_simulated_job_that_misses_its_deadline_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    done = simulate(CONFIG_DIR / "8workers.yaml", "--set", "methods=[switchml]", "--set", "workload.elements=4096",
+                    "--set", "topology.link.bw_mbps=1000", "--set", "topology.link.loss=1", "--set", "limits.job_timeout_s=2",
+                    "--set", "repetitions=1", out=tmp_path / "run")
+    assert done.returncode == 3, done.stderr
+    [line] = [l for l in done.stderr.splitlines() if "ERROR" in l]
+    assert "(simulated): SwitchML job 1 rank 0: no result after 2" in line and "Traceback" not in done.stderr

@@ -21,6 +21,7 @@ from experiments.simulated_sweep import SimulatedSweepRunner
 from methods.verification import Expected, expected_for
 from experiments.workers import REPORT_GRACE_S
 
+
 class ExperimentRunner:
     def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
         self.experiment = experiment
