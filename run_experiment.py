@@ -289,7 +289,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
 
     exit_if_stopped_before_start()  # the run's own imports are done; nothing is written yet
     if args.resume:
-        check_resumable(args.resume, experiment)
+        check_resumable(args.resume, experiment, simulated=args.simulate)
         run_dir = args.resume
     elif args.out:
         run_dir = claim_out_dir(args.out)

@@ -271,3 +271,21 @@ def test_a_simulated_job_that_misses_its_deadline_fails_the_run_in_one_line(tmp_
     assert done.returncode == 3, done.stderr
     [line] = [l for l in done.stderr.splitlines() if "ERROR" in l]
     assert "(simulated): SwitchML job 1 rank 0: no result after 2" in line and "Traceback" not in done.stderr
+
+
+def test_a_run_resumes_only_on_its_own_clock(tmp_path: Path) -> None:
+    import shutil
+
+    done = simulate(CONFIG_DIR / "8workers.yaml", "--set", "methods=[switchml]", "--set", "workload.elements=4096",
+                    "--set", "repetitions=2", out=tmp_path / "sim")
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "sim" / "summary.json").unlink()  # as if interrupted after its last repetition
+    resumed = simulate(tmp_path / "sim" / "config.yaml", "--resume", str(tmp_path / "sim"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "skipped (resume)" in resumed.stderr
+    emulated = tmp_path / "emulated"
+    shutil.copytree(EMULATED / "tat_vs_size", emulated)
+    (emulated / "summary.json").unlink()
+    refused = simulate(emulated / "config.yaml", "--resume", str(emulated))
+    assert refused.returncode == 2
+    assert "that run ran emulated; resume it without --simulate" in refused.stderr
