@@ -158,4 +158,3 @@ class SimulatedWorker:
             if (hold := core.hold_s(received)) > 0:
                 yield env.timeout(hold)
         core.stats.timeline = core.timeline
-        return None
