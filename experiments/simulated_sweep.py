@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any, Callable, Sequence
 
 import methods
 from experiments.config import Experiment, Point
@@ -30,6 +31,7 @@ from protocol.params import mbps_to_bps
 from protocol.worker_spec import SwitchMLParameters
 from simulation.network import JobSetup, SimulatedNetwork, SimulationUnsupported
 from simulation.worker import WorkerSetup
+from switches.fabric import SharedJob
 from switches.target import SwitchTarget
 from switches.targets import AUTO, REGISTRY, lookup
 from workloads.kinds import point_inputs
@@ -109,21 +111,27 @@ def baseline_model(point: Point, method: str, efficiency: float) -> dict[str, fl
             "tat_s": point.workload_info.elements / ate}
 
 
-def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget, method: str) -> SimulatedNetwork:
+def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget, method: str,
+                      shared: Sequence[SharedJob] = ()) -> SimulatedNetwork:
     """``point``'s network on the simulated clock, its workers set up as hosts/allreduce.py sets
-    up a SwitchMLClient from the worker spec (retransmission policy, deadline)."""
-    protocol, n = point.protocol, len(point.topology.hosts)
+    up a SwitchMLClient from the worker spec (retransmission policy, deadline): every host a
+    worker of the point's job, or, with ``shared``, each job's hosts its workers (ranks in
+    the job's order, its own job id and pool)."""
+    protocol, topology = point.protocol, point.topology
     parameters = SwitchMLParameters.from_config(protocol, SIMULATED_DATA_PATH.name)
-    policy = retransmit_policy(parameters, point.topology.link_mbps)
     deadline_s = point.job_limit(method).seconds
     record = simulation_record(experiment)
     cost_s = record["host_packet_cost_us"] * US
-
-    def worker(rank: int) -> WorkerSetup:
-        return WorkerSetup(rank, n, parameters.job_id, parameters.k, parameters.pool_size, policy, deadline_s, cost_s)
-
-    job = JobSetup(parameters.k, parameters.pool_size, experiment.data["switch"]["max_pool_size"], parameters.job_id, worker)
-    return SimulatedNetwork(point.topology, target, job, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"])
+    index = {host.name: i for i, host in enumerate(topology.hosts)}
+    jobs = shared or (SharedJob(parameters.job_id, tuple(host.name for host in topology.hosts), parameters.pool_size),)
+    setups: dict[int, WorkerSetup] = {}
+    for job in jobs:
+        policy = retransmit_policy(replace(parameters, pool_size=job.pool_size), topology.link_mbps)
+        for rank, name in enumerate(job.hosts):
+            setups[index[name]] = WorkerSetup(rank, len(job.hosts), job.job_id, parameters.k, job.pool_size, policy, deadline_s, cost_s)
+    setup = JobSetup(parameters.k, parameters.pool_size, experiment.data["switch"]["max_pool_size"], parameters.job_id, setups.get,
+                     tuple(shared))
+    return SimulatedNetwork(topology, target, setup, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"])
 
 
 class SimulatedSweepRunner:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 import simpy
@@ -29,7 +29,7 @@ from simulation.link import Arrivals, Deliver, Link
 from simulation.worker import SimulatedWorker, WorkerSetup
 from switches import programming
 from switches.control import SwitchControl
-from switches.fabric import Jobs, program_fabric
+from switches.fabric import Jobs, SharedJob, program_fabric
 from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import Topology
 
@@ -52,14 +52,20 @@ def loss_mechanism_of(topology: Topology, requested: str) -> str:
 
 @dataclass(frozen=True)
 class JobSetup:
-    """The one SwitchML job of a simulated network (every host a worker, in rank order)."""
+    """The SwitchML job of a simulated network (every host a worker, in rank order), or the
+    jobs sharing its aggregating switch (``shared``: each its own hosts, slots and group)."""
 
     k: int
     pool_size: int
     max_pool_size: int
     job_id: int
-    worker: Callable[[int], WorkerSetup]
-    """rank -> its worker's setup."""
+    worker: Callable[[int], WorkerSetup | None]
+    """host index (topology order) -> its worker's setup; None for a host in no job."""
+    shared: tuple[SharedJob, ...] = ()
+
+
+def ignore(frames: list[bytes]) -> None:
+    """What a host that runs no worker does with the frames that reach it (a flooded one)."""
 
 
 class SimulatedNetwork:
@@ -84,11 +90,13 @@ class SimulatedNetwork:
         self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
         """switch -> neighbour -> the switch's port to it."""
         switch_endpoint = Endpoint(topology.aggregator_mac, topology.aggregator_ipv4, params.UDP_PORT_BASE)
-        self.workers: list[SimulatedWorker] = [
-            SimulatedWorker(self.env, job.worker(host.rank), Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), switch_endpoint)
-            for host in topology.hosts
-        ]
-        by_name = {host.name: worker for host, worker in zip(topology.hosts, self.workers)}
+        setups = [job.worker(index) for index in range(len(topology.hosts))]
+        self.workers: dict[int, SimulatedWorker] = {
+            index: SimulatedWorker(self.env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), switch_endpoint)
+            for index, (host, setup) in enumerate(zip(topology.hosts, setups)) if setup is not None
+        }
+        """host index -> its worker."""
+        by_name = {topology.hosts[index].name: worker for index, worker in self.workers.items()}
         self.links: dict[tuple[str, str], Link] = {}
         """(from, to) -> that direction's link."""
         link_loss = self.loss_mechanism == LINK_LOSS
@@ -100,19 +108,19 @@ class SimulatedNetwork:
         for link in topology.links:
             spec = link.spec
             for a, b in ((link.a, link.b), (link.b, link.a)):
-                deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else by_name[b].deliver
+                deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else by_name[b].deliver if b in by_name else ignore
                 self.links[a, b] = Link(self.env, arrivals, mbps_to_bps(spec.bw_mbps), spec.delay_ms / 1000, spec.queue_packets,
                                         spec.loss if link_loss else 0.0, random.Random(rng.randrange(1 << 32)), deliver,
                                         link_burst_bytes)
         for name, switch in self.switches.items():
             for neighbour, port in self.ports[name].items():
                 switch.connect(port, self._transmit(self.links[name, neighbour]))
-        for host in topology.hosts:
-            by_name[host.name].uplink = self.links[host.name, topology.neighbours(host.name)[0]]
+        for name, worker in by_name.items():
+            worker.uplink = self.links[name, topology.neighbours(name)[0]]
         self.controls: dict[str, SwitchControl] = {name: switch.control() for name, switch in self.switches.items()}
         self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
                                       self.loss_mechanism == DROP_SIMULATOR)
-        program_fabric(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size))
+        program_fabric(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size, job.shared))
 
     def _port_towards(self, switch: str, node: str) -> int:
         return self.ports[switch][self.topology.next_hop(switch, node)]
@@ -142,16 +150,30 @@ class SimulatedNetwork:
             programming.reset_aggregation_state(control, self._k)
 
     def allreduce(self, tensors: Sequence[np.ndarray]) -> list[AllReduceResult]:
-        """Every worker all-reduces its tensor (by rank), all released at the simulated now;
-        runs the clock until the last has its result. SwitchMLTimeout when one misses its deadline."""
+        """Every worker all-reduces its tensor (by host index), all released at the simulated
+        now; runs the clock until the last has its result. SwitchMLTimeout when one misses its deadline."""
         if len(tensors) != len(self.workers):
             raise ValueError(f"{len(self.workers)} workers, {len(tensors)} tensors")
+        return self.run_jobs([(range(len(tensors)), tensors, 0.0)])[0]
+
+    def run_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[list[AllReduceResult]]:
+        """Each job (its hosts by index, their tensors, its release after the simulated now)
+        all-reduced by its workers; every job's results, by rank. SwitchMLTimeout when a worker
+        misses its deadline."""
         for control in self.controls.values():
             programming.reset_event_counters(control)
-        jobs = [self.env.process(worker.allreduce(tensor)) for worker, tensor in zip(self.workers, tensors)]
-        self.env.run(self.env.all_of(jobs))
-        outcomes = [job.value for job in jobs]
-        for outcome in outcomes:
+        env = self.env
+
+        def released(worker: SimulatedWorker, tensor: np.ndarray, after_s: float) -> Generator[simpy.Event, object, object]:
+            if after_s > 0:
+                yield env.timeout(after_s)
+            return (yield from worker.allreduce(tensor))
+
+        processes = [[env.process(released(self.workers[host], tensor, after_s)) for host, tensor in zip(hosts, tensors)]
+                     for hosts, tensors, after_s in jobs]
+        env.run(env.all_of([process for job in processes for process in job]))
+        outcomes = [[process.value for process in job] for job in processes]
+        for outcome in (o for job in outcomes for o in job):
             if isinstance(outcome, SwitchMLTimeout):
                 raise outcome
         return outcomes

@@ -206,7 +206,6 @@ def test_simulate_gives_the_baselines_as_labelled_models(tmp_path: Path) -> None
 @pytest.mark.parametrize(("config", "args", "says"), [
     ("8workers.yaml", ("--set", "methods=[ring]"), "add switchml to methods"),
     ("training_convergence.yaml", (), "training experiments have no simulator yet"),
-    ("shared_switch.yaml", (), "shared_switch experiments have no simulator yet"),
 ])
 def test_simulate_refuses_what_it_cannot_run_in_one_line(config: str, args: tuple[str, ...], says: str) -> None:
     done = simulate(CONFIG_DIR / config, *args, "--dry-run")
@@ -289,3 +288,16 @@ def test_a_run_resumes_only_on_its_own_clock(tmp_path: Path) -> None:
     refused = simulate(emulated / "config.yaml", "--resume", str(emulated))
     assert refused.returncode == 2
     assert "that run ran emulated; resume it without --simulate" in refused.stderr
+
+
+def test_jobs_sharing_a_simulated_switch_each_get_their_own_slots(tmp_path: Path) -> None:
+    """configs/shared_switch.yaml's four jobs at once: each exact, and each as fast as alone
+    (their hosts' links are their own, so sharing the switch costs them nothing)."""
+    import json
+
+    done = simulate(CONFIG_DIR / "shared_switch.yaml", "--set", "repetitions=1", out=tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["simulated"] and summary["kind"] == "shared_switch" and summary["verified"]
+    alone, together = summary["points"][0]["jobs"]["11"], summary["points"][2]["jobs"]
+    assert len(together) == 4 and together["11"]["tat_s"] == pytest.approx(alone["tat_s"], rel=1e-6)
