@@ -301,3 +301,7 @@ def test_jobs_sharing_a_simulated_switch_each_get_their_own_slots(tmp_path: Path
     assert summary["simulated"] and summary["kind"] == "shared_switch" and summary["verified"]
     alone, together = summary["points"][0]["jobs"]["11"], summary["points"][2]["jobs"]
     assert len(together) == 4 and together["11"]["tat_s"] == pytest.approx(alone["tat_s"], rel=1e-6)
+    drawn = subprocess.run([sys.executable, "-m", "analysis", str(tmp_path / "run"), "--out", str(tmp_path / "figures")],
+                           capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert drawn.returncode == 0, drawn.stderr
+    assert (tmp_path / "figures" / "shared_switch.png").is_file()
