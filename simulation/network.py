@@ -4,7 +4,7 @@ links (link.py), its hosts' SwitchML workers (worker.py), programmed as in emula
 The switches are programmed by ``switches/fabric.py``'s ``program_fabric`` from the same
 ``Fabric`` the emulated network hands it (network/topology_fabric.py), over each simulated
 switch's in-process control plane: forwarding, the switch's address, aggregation (star,
-tree, hierarchical), the drop simulator. Port numbers follow the topology's links: a
+tree, hierarchical, or several jobs sharing the aggregating switch), the drop simulator. Port numbers follow the topology's links: a
 switch's port i (from 1) is its i-th link in the topology file's order, as Mininet numbers
 them. Every link direction gets its LinkSpec's rate, delay and queue; the links' loss is
 either each link's own (``simulated_link_loss``, netem's model) or the switches' drop
