@@ -2,11 +2,11 @@
 """Run a SwitchML testbed experiment (or sweep) described by a YAML config.
 
     run_experiment.py CONFIG [--switch auto|bmv2|ebpf|embedded] [--out DIR] [--set key=value]...
-                             [--resume RUN_DIR] [--dry-run] [-v]
+                             [--resume RUN_DIR] [--simulate] [--dry-run] [-v]
 
 Results land in results/<config name>/<UTC timestamp>/ (see docs/results-format.md).
 The exit status is 0 only when every worker's result of every repetition verified.
-Needs root (Mininet). Ctrl-C, SIGTERM, a closed terminal (SIGHUP) or SIGQUIT stops the run
+Needs root (Mininet), except with --simulate: the same config on a simulated clock (simulation/). Ctrl-C, SIGTERM, a closed terminal (SIGHUP) or SIGQUIT stops the run
 and tears the network down (a second one waits for the teardown). Exit status: 0 verified, 1 not verified, 2 bad input, 3 run
 failed, 4 results could not be written (disk full, read-only), 130 interrupted.
 """
@@ -85,6 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set topology.workers=4 (repeatable)")
     where.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run in RUN_DIR, skipping finished points")
+    parser.add_argument("--simulate", action="store_true",
+                        help="run on the simulated clock (simulation/: the worker's and the switch's own code, no Mininet, no root); "
+                             "times are simulated seconds")
     parser.add_argument("--dry-run", action="store_true", help="validate the config, print the points, run nothing")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
@@ -191,6 +194,8 @@ def run_command(argv: list[str] | None) -> int:
         log.error("%s", exc)
         return EXIT_CONFIG
 
+    if args.simulate:
+        return simulate_command(experiment, args)
     requested = experiment.data["switch"]["target"]
     try:
         # A dry run need not be root; where only root can tell which target a run gets, it
@@ -237,6 +242,36 @@ def run_command(argv: list[str] | None) -> int:
         return EXIT_STORAGE
 
 
+def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
+    """``--simulate``: the config on a target with a simulated data plane, checked for what
+    the simulator runs (one line naming what it lacks otherwise), then run like any other."""
+    from experiments.kinds import kind_of
+    from experiments.simulated_sweep import check_simulable, simulated_target
+    from simulation.network import SimulationUnsupported
+
+    requested = experiment.data["switch"]["target"]
+    try:
+        target = simulated_target(requested)
+        loaded = experiment if target == requested else experiment.with_target(target)
+        kind = kind_of(loaded)
+        if kind.simulator is None:
+            raise SimulationUnsupported(f"--simulate: {kind.name} experiments have no simulator yet (experiments/kinds/: "
+                                        "ExperimentKind.simulator)")
+        loaded = check_simulable(loaded)
+    except (SimulationUnsupported, ConfigError) as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
+    if not emit(f"{describe(loaded, target)}\n  simulated: {target}'s own data plane and the SwitchML worker's core on a simulated clock"):
+        return EXIT_STORAGE
+    if args.dry_run:
+        return EXIT_OK
+    try:
+        return run(loaded, target, args)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
+
+
 def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     """Run into a new results folder (or the resumed one); failures that are the disk's
     propagate to main, which gives them their own exit status."""
@@ -250,20 +285,23 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from network.emulation import NetworkError
     from network.lock import WaitInterrupted
     from switches.target import DataPlaneStartError
+    from experiments.simulated_sweep import SimulationFailed
 
     exit_if_stopped_before_start()  # the run's own imports are done; nothing is written yet
     if args.resume:
-        check_resumable(args.resume, experiment)
+        check_resumable(args.resume, experiment, simulated=args.simulate)
         run_dir = args.resume
     elif args.out:
         run_dir = claim_out_dir(args.out)
     else:
         run_dir = new_run_dir(REPO_ROOT / "results" / experiment.name, utc_stamp())
     kind = kind_of(experiment)
+    make_runner = kind.simulator if args.simulate else kind.runner
+    assert make_runner is not None, "simulate_command checked that the kind has a simulator"
     writer = kind.writer(run_dir, experiment, target)
     stop_on_first_signal()
     with tqdm(total=kind.units(experiment), desc=experiment.name, unit=kind.unit, file=sys.stderr, disable=None) as bar:
-        runner = kind.runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
+        runner = make_runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
             verified = runner.run()
         except KeyboardInterrupt as interrupt:
@@ -277,7 +315,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         except Exception as exc:
             if isinstance(exc, ConfigError) or storage_problem(exc, run_dir) is not None:  # a server unfit for the run: one line, exit 2
                 raise
-            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError)):  # says what failed; no traceback needed
+            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError, SimulationFailed)):  # says what failed; no traceback needed
                 log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)
             else:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from experiments.metrics import timed_cpu_samples
 from analysis.load import Results
+from protocol import results_format as fmt
 
 CPU_BUSY_LIMIT = 0.95
 """A host this busy was probably the bottleneck (fidelity.csv cpu_busy_fraction)."""
@@ -27,6 +28,7 @@ Only the upper side is checked: the runner measures achieved_mbps during the job
 and a job that does not saturate its link (a small tensor, a stalled ring) legitimately
 stays below the configured rate. Falling behind shows up as CPU saturation instead."""
 NOT_KEPT_UP = "EMULATION DID NOT KEEP UP"
+EMULATED, SIMULATED = "emulated", "simulated"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class EmulationContext:
     problems: tuple[str, ...]
     link_delays: tuple[str, ...] = ()
     """'10 ms (switch_delay_line)' per distinct configured link delay, if any."""
+    clocks: tuple[str, ...] = (EMULATED,)
+    """Where the runs' numbers come from: ``emulated`` (Mininet, wall time), ``simulated``
+    (run_experiment.py --simulate), or both when a figure holds runs of each."""
 
     @property
     def kept_up(self) -> bool:
@@ -48,7 +53,10 @@ class EmulationContext:
         rates = " / ".join("unshaped" if math.isnan(rate) else f"{rate:g} Mbit/s" for rate in self.link_mbps)
         targets = ", ".join(self.switch_targets)
         delays = f" with {' / '.join(self.link_delays)} delay" if self.link_delays else ""
-        return f"Emulation: links shaped to {rates}{delays}, switch target {targets} (not the paper's hardware)"
+        if self.clocks == (EMULATED,):
+            return f"Emulation: links shaped to {rates}{delays}, switch target {targets} (not the paper's hardware)"
+        which = "Simulation" if self.clocks == (SIMULATED,) else "Emulation and simulation"
+        return f"{which} (summary.json simulated): {rates} links{delays}, switch target {targets}"
 
 
 def emulation_context(results: Results) -> EmulationContext:
@@ -58,7 +66,14 @@ def emulation_context(results: Results) -> EmulationContext:
         switch_targets=tuple(sorted(str(target) for target in results.summary["switch_target"].unique())),
         problems=tuple(fidelity_problems(results.summary, results.fidelity, results.runs)),
         link_delays=link_delays(results.summary),
+        clocks=clocks(results.summary),
     )
+
+
+def clocks(summary: pd.DataFrame) -> tuple[str, ...]:
+    """Which clocks the runs ran on (runs older than summary.json's ``simulated`` are emulated)."""
+    flags = summary[fmt.SIMULATED_KEY].fillna(False).astype(bool) if fmt.SIMULATED_KEY in summary.columns else pd.Series([False] * len(summary))
+    return tuple(sorted({SIMULATED if flag else EMULATED for flag in flags}))
 
 
 def link_delays(summary: pd.DataFrame) -> tuple[str, ...]:

@@ -100,8 +100,10 @@ def draw(throughput: pd.DataFrame, slots: pd.DataFrame, summary: dict) -> Figure
     right.set_yticks(range(len(sets)), sets, fontsize=8)
     right.set_xlabel(f"register slots per shadow set (switch: {max_pool})")
     right.set_title("slot ranges the control plane assigns (job ids)", fontsize=8, loc="left")
+    busy = summary["max_machine_busy_fraction"]
+    where = "simulated clock" if fmt.is_simulated(summary) else f"machine at most {busy:.0%} busy"
     title = (f"Jobs sharing one switch ({summary['switch_target']} target, {summary['link_mbps']:g} Mbit/s links)\n"
-             f"2 workers per job, each job on its own hosts; machine at most {summary['max_machine_busy_fraction']:.0%} busy")
+             f"2 workers per job, each job on its own hosts; {where}")
     if not summary["kept_up"]:
         title += "\nnot kept up: the machine was saturated in some repetitions (jobs.csv: machine_busy_fraction)"
     fig.suptitle(title, color="black" if summary["kept_up"] else "darkred")

@@ -82,6 +82,9 @@ class ExperimentKind:
     """How many units the whole run has."""
     report: Callable[[dict[str, Any]], str]
     """The table printed from the finished run's summary."""
+    simulator: Callable[[Experiment, str, Any, Callable[[str], None]], KindRunner] | None = None
+    """Like ``runner``, on the simulated clock (run_experiment.py --simulate); None: this kind
+    cannot be simulated yet."""
     applies: Callable[[Experiment], bool] | None = None
     """Whether a loaded config is of this kind whatever its workload (several jobs on one
     switch), asked before the workload's own kind; None: only when the workload names it."""
@@ -182,11 +185,33 @@ def take_result(report: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | Non
 
 def verify_reports(method: str, expected: Expected, reports: Sequence[Mapping[str, Any]], what: str) -> list[Verdict]:
     """Every rank's result verified; a wrong one logged as '<what> rank R: NOT VERIFIED'."""
+    return verify_results(method, expected, [take_result(report) for report in reports], what)
+
+
+def verify_results(method: str, expected: Expected, results: Sequence[tuple[np.ndarray, np.ndarray | None]], what: str) -> list[Verdict]:
+    """Each rank's (values, integer sum or None) verified by ``method``'s check; a wrong one
+    logged as '<what> rank R: NOT VERIFIED' (workers' reports: ``verify_reports``; a
+    simulation's results, which never were files)."""
     verdicts = []
-    for rank, report in enumerate(reports):
-        values, int_sum = take_result(report)
+    for rank, (values, int_sum) in enumerate(results):
         verdict = methods.by_name(method).verify(expected, values, int_sum)
         if not verdict.verified:
             log.error("%s rank %d: NOT VERIFIED: %s", what, rank, verdict.detail)
         verdicts.append(verdict)
     return verdicts
+
+
+def pending_methods(writer: ResultsWriter, point: Point, progress: Callable[[str], None], methods_run: Sequence[str]) -> list[str]:
+    """Of ``methods_run`` at ``point``, those still to run: one with every repetition in the
+    results already (``--resume``) is skipped, its units reported done; an interrupted one
+    has its rows discarded, to run again whole."""
+    pending = []
+    for method in methods_run:
+        if writer.has_rows(point.index, method, point.repetitions):
+            log.info("point %d %s: already in %s, skipped (resume)", point.index, method, writer.run_dir)
+            for _ in range(point.repetitions):
+                progress("skipped")
+        else:
+            writer.discard(point.index, method)
+            pending.append(method)
+    return pending

@@ -69,9 +69,16 @@ class ResultsWriter:
         (run_dir / fmt.CONFIG_FILE).write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
         (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
         self._network: dict[int, dict[str, Any]] = {}
+        self.simulation: dict[str, Any] | None = None
+        """The simulator's models (``mark_simulated``); None for an emulated run."""
         network_path = run_dir / "network.json"
         if network_path.exists():
             self._network = {int(k): v for k, v in json.loads(network_path.read_text()).items()}
+
+    def mark_simulated(self, simulation: dict[str, Any]) -> None:
+        """This run's jobs ran on the simulated clock (run_experiment.py --simulate): summary.json
+        says so (``simulated``) and records ``simulation``, the simulator's models."""
+        self.simulation = dict(simulation)
 
     # -- incremental tables --------------------------------------------------------------
 
@@ -214,7 +221,8 @@ class ResultsWriter:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,
                                   "pace_checked": check.checked}
-                        paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
+                        if self.simulation is None:  # a simulated clock has no emulator to fall behind
+                            paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
                 methods[method] = entry
             points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value,
                            "switchml_data_path": point.data_path.name, "methods": methods})
@@ -226,6 +234,7 @@ class ResultsWriter:
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and runs["verified"].all()),
             "switch_target": self.target,
+            fmt.SIMULATED_KEY: self.simulation is not None,
             "switchml_data_path": data_path_record(first),
             "workers": len(first.topology.hosts),
             "link_mbps": first.topology.link_mbps,
@@ -247,6 +256,8 @@ class ResultsWriter:
             "methods": points[0]["methods"],
             "points": points,
         }
+        if self.simulation is not None:
+            summary[fmt.SIMULATION_KEY] = self.simulation
         (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
@@ -306,6 +317,8 @@ def switch_frame_losses(frames: pd.DataFrame) -> pd.DataFrame:
 def format_table(summary: dict[str, Any]) -> str:
     """The short table printed at the end of a run."""
     lines = []
+    if fmt.is_simulated(summary):
+        lines.append("simulated (run_experiment.py --simulate): times are simulated seconds")
     for point in summary["points"]:
         if point["sweep_param"]:
             lines.append(f"{point['sweep_param']} = {point['sweep_value']}")
@@ -317,9 +330,12 @@ def format_table(summary: dict[str, Any]) -> str:
             share_text = "" if bound is None else f"{m['ate_fraction_of_bound']:.1%}"
             waiting = m.get("retransmissions_waiting")
             lines.append(
-                f"  {method:<9} {m['tat_s']:>9.3f} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
+                f"  {method:<9} {m['tat_s']:>9.4g} {m['ate_per_s']:>12.4g} {bound_text:>12} {share_text:>8} "
                 f"{m['retransmissions']:>6} {'' if waiting is None else waiting:>7} {str(m['verified']):>8}"
             )
+        for method, model in summary.get(fmt.SIMULATION_KEY, {}).get("baseline_models", {}).get(str(point["point"]), {}).items():
+            lines.append(f"  {method + ' *':<9} {model['tat_s']:>9.4g} {model['ate_per_s']:>12.4g} {model['bound_ate_per_s']:>12.4g} "
+                         f"{model['efficiency']:>8.1%}  (* a model: {model['model']}, not run)")
     if not summary["kept_up"]:
         lines.append(kept_up_warning(summary))
     return "\n".join(lines)

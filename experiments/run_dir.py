@@ -83,8 +83,10 @@ def claim_out_dir(path: Path) -> Path:
     return path
 
 
-def check_resumable(run_dir: Path, experiment: Experiment) -> None:
-    """Raise ConfigError unless ``run_dir`` is a run started with the config resolved now."""
+def check_resumable(run_dir: Path, experiment: Experiment, simulated: bool = False) -> None:
+    """Raise ConfigError unless ``run_dir`` is a run started with the config resolved now,
+    on the same clock (``simulated``: run_experiment.py --simulate; network.json says which
+    clock each point it recorded ran on)."""
     recorded_path = run_dir / CONFIG_FILE
     if not run_dir.is_dir():
         raise ConfigError(f"--resume {run_dir}: no such folder")
@@ -93,6 +95,12 @@ def check_resumable(run_dir: Path, experiment: Experiment) -> None:
     finished = _finished(run_dir)
     if finished is not None:
         raise ConfigError(f"--resume {run_dir}: nothing to resume: the run finished ({finished}); its record stays as it is")
+    network_path = run_dir / "network.json"
+    if network_path.is_file():
+        clocks = {bool(point.get("simulated", False)) for point in json.loads(network_path.read_text()).values()}
+        if clocks and clocks != {simulated}:
+            ran, resume = ("on the simulated clock", "with --simulate") if True in clocks else ("emulated", "without --simulate")
+            raise ConfigError(f"--resume {run_dir}: that run ran {ran}; resume it {resume}, so that one run holds one kind of times")
     recorded = load_yaml(recorded_path)  # a corrupt one is a ConfigError naming it, not a traceback
     current = yaml.safe_load(yaml.safe_dump(dict(experiment.data)))  # the form config.yaml is written in
     differences = config_differences(recorded, current)

@@ -58,7 +58,8 @@ from network.shaping import (
     silence_ipv6,
 )
 from switches.control import SwitchControl
-from switches.fabric import Fabric, Jobs, Leaf, SharedJob, Station, program_fabric
+from network.topology_fabric import topology_fabric
+from switches.fabric import Fabric, Jobs, SharedJob, program_fabric
 from switches.targets import delay_line_targets, lookup
 from topologies.model import Topology
 
@@ -423,20 +424,8 @@ class EmulatedNetwork:
     def _fabric(self, loss_mechanism: str) -> Fabric:
         """What the switches' control plane needs of this network (switches/fabric.py)."""
         assert self.net is not None
-        topology = self.topology
-        switches = [s.name for s in topology.switches]
-        nodes = [*(h.name for h in topology.hosts), *switches]
-        return Fabric(
-            switches=tuple(switches),
-            aggregator=Station(topology.aggregator.name, topology.aggregator_mac, topology.aggregator_ipv4),
-            leaves={leaf.name: Leaf(Station(leaf.name, *topology.leaf_address(leaf.name)), tuple(h.name for h in topology.local_hosts(leaf.name)))
-                    for leaf in topology.leaves},
-            hosts=tuple(Station(h.name, h.mac, h.ipv4) for h in sorted(topology.hosts, key=lambda h: h.rank)),
-            hierarchical=topology.aggregation == "hierarchical",
-            ports={name: tuple(sorted(p for intf, p in self.net.get(name).ports.items() if intf.name != "lo")) for name in switches},
-            towards={(switch, node): self._port_towards(switch, node) for switch in switches for node in nodes if node != switch},
-            drop_rates=topology.drop_simulator_rates() if loss_mechanism == "switch_drop_simulator" else None,
-        )
+        ports = {s.name: tuple(p for intf, p in self.net.get(s.name).ports.items() if intf.name != "lo") for s in self.topology.switches}
+        return topology_fabric(self.topology, self._port_towards, ports, loss_mechanism == "switch_drop_simulator")
 
     def _program_switches(self, loss_mechanism: str) -> None:
         assert self.net is not None

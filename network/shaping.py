@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 RunCommand = Callable[[Sequence[str]], tuple[int, str]]
 """Runs an argv (in some namespace) and returns (exit code, combined output)."""
 
+HTB_BURST_KIB = 15
+"""Each link's htb bucket (tc's k: 1,024 bytes): after an idle spell up to this many bytes
+leave at the veth's speed, not the link rate (simulation/link.py models it when asked:
+``simulation.link_burst_bytes``)."""
+
 
 class ShapingError(RuntimeError):
     """A tc command that failed: the link would not be what the config says."""
@@ -119,7 +124,7 @@ def shape_interface(
         if not caps.htb:
             raise ShapingError(f"{interface}: bw_mbps {spec.bw_mbps} needs htb, which this kernel does not have")
         _tc(run, interface, "qdisc", "replace", "dev", interface, "root", "handle", "5:", "htb", "default", "1")
-        _tc(run, interface, "class", "add", "dev", interface, "parent", "5:", "classid", "5:1", "htb", "rate", f"{spec.bw_mbps}mbit", "burst", "15k")
+        _tc(run, interface, "class", "add", "dev", interface, "parent", "5:", "classid", "5:1", "htb", "rate", f"{spec.bw_mbps}mbit", "burst", f"{HTB_BURST_KIB}k")
         parent = ["parent", "5:1"]
         bandwidth = f"htb {spec.bw_mbps} Mbit/s"
     delay = "none requested" if spec.delay_ms == 0 else "switch_delay_line"

@@ -81,6 +81,18 @@ JOBS = Table("jobs.csv", (
 
 SUMMARY_REQUIRED_KEYS = ("config", "started_utc", "switch_target", "link_mbps", "kept_up")
 """The summary.json keys every run has and a reader may rely on."""
+SIMULATED_KEY = "simulated"
+"""summary.json: true for a run on the simulated clock (run_experiment.py --simulate), false
+for an emulated one; runs written before the key existed lack it (emulated: ``is_simulated``)."""
+SIMULATION_KEY = "simulation"
+"""summary.json of a simulated run: the simulator's models and parameters."""
+
+
+def is_simulated(summary: dict) -> bool:
+    """Whether a run's summary.json is a simulated run's."""
+    return bool(summary.get(SIMULATED_KEY, False))
+
+
 SHARED_SWITCH_KIND = "shared_switch"
 """summary.json ``kind`` of a shared-switch run (other runs have no ``kind``)."""
 TEXT_COLUMNS = ("sweep_param", "sweep_value", "method", "workload", "host", "switch")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from abc import abstractmethod
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -62,34 +63,13 @@ def handle_request(handlers: Handlers, line: bytes) -> dict:
         return {"ok": False, "error": f"bad request: {type(exc).__name__}: {exc}"}
 
 
-class SocketControl(SwitchControl):
-    """SwitchControl through a control socket: every primitive one round trip."""
+class CallControl(SwitchControl):
+    """SwitchControl whose every primitive is one ``call(op, **args)`` of the ops above: the
+    client side of a switch's handlers, wherever they run."""
 
-    def __init__(self, socket_path: Path, command_log: Path | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(command_log)
-        self.socket_path = Path(socket_path)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(str(self.socket_path))
-        except OSError as exc:
-            self._sock.close()
-            raise ControlPlaneError(f"cannot connect to the switch's control socket {self.socket_path}: {exc}") from exc
-        self._reader = self._sock.makefile("rb")
-
+    @abstractmethod
     def call(self, op: str, **args: Any) -> Any:
-        """One request; the switch's error message becomes a ControlPlaneError."""
-        try:
-            self._sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
-            line = self._reader.readline()
-        except OSError as exc:
-            raise ControlPlaneError(f"switch control at {self.socket_path}: {op} failed: {exc}") from exc
-        if not line:
-            raise ControlPlaneError(f"switch control at {self.socket_path} closed the connection during {op}")
-        response = json.loads(line)
-        if not response["ok"]:
-            raise ERROR_KINDS.get(response.get("kind", ""), ControlPlaneError)(f"{op}: {response['error']}")
-        return response["result"]
+        """Run one op; the switch's refusal is a ControlPlaneError of the switch's kind."""
 
     def ping(self) -> None:
         self.call("ping")
@@ -141,6 +121,53 @@ class SocketControl(SwitchControl):
     def _counter_reset(self, counter: str) -> None:
         self.call("counter_reset", counter=counter)
 
+
+class SocketControl(CallControl):
+    """SwitchControl through a control socket: every primitive one round trip."""
+
+    def __init__(self, socket_path: Path, command_log: Path | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        super().__init__(command_log)
+        self.socket_path = Path(socket_path)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(str(self.socket_path))
+        except OSError as exc:
+            self._sock.close()
+            raise ControlPlaneError(f"cannot connect to the switch's control socket {self.socket_path}: {exc}") from exc
+        self._reader = self._sock.makefile("rb")
+
+    def call(self, op: str, **args: Any) -> Any:
+        """One request; the switch's error message becomes a ControlPlaneError."""
+        try:
+            self._sock.sendall(json.dumps({"op": op, "args": args}).encode() + b"\n")
+            line = self._reader.readline()
+        except OSError as exc:
+            raise ControlPlaneError(f"switch control at {self.socket_path}: {op} failed: {exc}") from exc
+        if not line:
+            raise ControlPlaneError(f"switch control at {self.socket_path} closed the connection during {op}")
+        response = json.loads(line)
+        if not response["ok"]:
+            raise ERROR_KINDS.get(response.get("kind", ""), ControlPlaneError)(f"{op}: {response['error']}")
+        return response["result"]
+
     def close(self) -> None:
         self._reader.close()
         self._sock.close()
+
+
+class InProcessControl(CallControl):
+    """SwitchControl straight into a switch's handlers in this process (a simulated switch,
+    simulation/): the same ops and checks as over a socket, without one."""
+
+    def __init__(self, handlers: Handlers, command_log: Path | None = None) -> None:
+        super().__init__(command_log)
+        self._handlers = handlers
+
+    def call(self, op: str, **args: Any) -> Any:
+        if op not in self._handlers:
+            raise ControlPlaneError(f"unknown control operation {op!r}")
+        return self._handlers[op](**args)
+
+    def close(self) -> None:
+        """Nothing to release: the switch lives as long as its simulation."""

@@ -51,6 +51,30 @@ class DataPlane(Protocol):
         learning controller), for the run to watch like its processes; empty for most."""
 
 
+Transmit = Callable[[memoryview], object]
+"""A port's transmit function: takes one frame (a view the switch reuses once it returns)."""
+
+
+class SimulatedSwitch(Protocol):
+    """A target's data plane without ports or a clock, for the simulator (simulation/): it
+    is handed each frame at the simulated time it arrives, and sends through the transmit
+    function connected to each port, so that the simulated network runs the target's own
+    code rather than a model of it."""
+
+    def connect(self, port: int, transmit: Transmit) -> None:
+        """Frames leaving ``port`` go to ``transmit``."""
+
+    def receive(self, port: int, frame: bytes) -> None:
+        """Run one frame that arrived on ``port`` through the switch, now."""
+
+    def control(self, command_log: Path | None = None) -> SwitchControl:
+        """Its control plane, in this process."""
+
+
+StartSimulatedSwitch = Callable[..., SimulatedSwitch]
+"""(*, k, max_pool_size, seed) -> a SimulatedSwitch with empty tables and registers."""
+
+
 class DataPlaneStartError(RuntimeError):
     """A target's switch exited, or never became ready, while it started: what every target's
     start raises for it (with the switch's log), so that a run fails naming the switch
@@ -154,6 +178,9 @@ class SwitchTarget:
     """(its data plane's pid, its ports' interfaces) -> while open, what its switching has
     cost in CPU so far (benchmarks/switch_throughput.py): a process's CPU time, or the eBPF
     program's run time (softirq, counted as system time)."""
+    simulated: StartSimulatedSwitch | None = None
+    """Its data plane as a ``SimulatedSwitch``, for ``run_experiment.py --simulate``; None: a
+    target the simulator cannot run (its data plane is compiled code bound to real ports)."""
     link_rates: Mapping[int, float] = field(default_factory=dict)
     """k -> the link rate (Mbit/s) at which the main job (8 workers, every method) keeps up
     on this target with margin on a 2-core machine: what a config's ``topology.link.bw_mbps:

@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("topologies", "workloads", "p4", "switches", "methods"),  # methods: the all-reduce methods' registry
     ("network",),
     ("hosts",),
+    ("simulation",),  # the hosts' and switches' own code on a simulated clock (SimPy)
     ("experiments",),  # the runner and the results it writes
     ("analysis",),  # reads the results: above what writes them
     ("labs", "benchmarks", "run_experiment", "examples"),  # examples: scripts of a user's, run by the testbed

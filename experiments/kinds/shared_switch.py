@@ -17,23 +17,28 @@ machine's busy share over each repetition (all its jobs) as the one fidelity mea
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from experiments import metrics
 from experiments.metrics import shared_switch_jobs, shared_switch_totals
-from experiments.config import Point
+from experiments.config import Experiment, Point
 from workloads.kinds import point_inputs
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
-from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
+from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, verify_results, worker_spec
+from experiments.simulated_sweep import SimulationFailed, check_simulable, simulated_network, simulation_record
+from hosts.switchml.job import SwitchMLTimeout
+from switches.targets import lookup
 from experiments.kinds.sweep import ExperimentRunner
 from methods.verification import expected_for
 from experiments.workers import REPORT_GRACE_S
@@ -53,6 +58,12 @@ def job_elements(point: Point, job: dict[str, Any]) -> int:
     return int(job.get("elements", point.workload["elements"]))
 
 
+def job_inputs(point: Point, job: dict[str, Any]) -> list[np.ndarray]:
+    """The tensors of ``job``'s ranks: the point's workload with the job's elements, seeded by its id."""
+    return point_inputs({**point.workload, "elements": job_elements(point, job), "seed": point.workload["seed"] + job["job_id"]},
+                        len(job["hosts"]))
+
+
 def point_jobs(point: Point) -> list[SharedJob]:
     hosts = point.topology.hosts
     return [SharedJob(job["job_id"], tuple(hosts[i].name for i in job["hosts"]), job["pool_size"]) for job in point.data["jobs"]]
@@ -63,7 +74,8 @@ class SharedSwitchWriter(ResultsWriter):
     its own summary.json instead of runs.csv and the per-job tables."""
 
     def add_job(self, point: Point, repetition: int, job: dict[str, Any], released_s: float, reports: list[dict[str, Any]], verdicts: list,
-                machine_busy: float) -> None:
+                machine_busy: float | None) -> None:
+        """``machine_busy`` None: not measured (a simulated run's jobs ran on no CPU)."""
         self._append(fmt.JOBS, [
             {
                 "point": point.index, "n_jobs": len(point.data["jobs"]), "repetition": repetition, "job_id": job["job_id"], "rank": rank,
@@ -72,7 +84,7 @@ class SharedSwitchWriter(ResultsWriter):
                 "ate_per_s": metrics.ate_per_s(job_elements(point, job), report["stats"]["tat_s"]),
                 "retransmissions": report["stats"]["retransmissions"], "verified": verdict.verified,
                 "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps, "k": point.protocol["k"],
-                "machine_busy_fraction": round(machine_busy, 4),
+                "machine_busy_fraction": "" if machine_busy is None else round(machine_busy, 4),
             }
             for rank, (report, verdict) in enumerate(zip(reports, verdicts))
         ])
@@ -111,11 +123,14 @@ class SharedSwitchWriter(ResultsWriter):
             "switchml_data_path": data_path_record(first),
             "max_pool_size": self.experiment.data["switch"]["max_pool_size"],
             "link_mbps": first.topology.link_mbps,
-            "max_machine_busy_fraction": float(rows["machine_busy_fraction"].max()),
-            "kept_up": bool(rows["machine_busy_fraction"].max() < MACHINE_SATURATED),
+            fmt.SIMULATED_KEY: self.simulation is not None,
+            "max_machine_busy_fraction": None if self.simulation is not None else float(rows["machine_busy_fraction"].max()),
+            "kept_up": self.simulation is not None or bool(rows["machine_busy_fraction"].max() < MACHINE_SATURATED),
             "network": self._network,
             "points": points,
         }
+        if self.simulation is not None:
+            summary[fmt.SIMULATION_KEY] = self.simulation
         (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
@@ -152,7 +167,7 @@ class SharedSwitchRunner(ExperimentRunner):
         n = len(job["hosts"])
         work = held.work / f"job{job['job_id']}"  # workers write their results beside their spec
         work.mkdir()
-        inputs = point_inputs({**point.workload, "elements": job_elements(point, job), "seed": point.workload["seed"] + job["job_id"]}, n)
+        inputs = job_inputs(point, job)
         spec = replace(worker_spec(point, METHOD).with_job(n, job["job_id"], job["pool_size"]), inputs=held.write_inputs(inputs, work))
         return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.protocol["k"])
 
@@ -195,6 +210,47 @@ class SharedSwitchRunner(ExperimentRunner):
         return released
 
 
+class SimulatedSharedSwitchRunner:
+    """SharedSwitchRunner's points on simulated networks (experiments/simulated_sweep.py):
+    the switch programmed with every job (admit_jobs), each job's workers released at its
+    ``start_s`` of simulated time, verified and recorded the same way."""
+
+    def __init__(self, experiment: Experiment, target: str, writer: SharedSwitchWriter, progress: Callable[[str], None]) -> None:
+        self.experiment = check_simulable(experiment)
+        self.target = lookup(target)
+        self.writer = writer
+        self.progress = progress
+        writer.mark_simulated(simulation_record(experiment))
+
+    def run(self) -> bool:
+        verified = True
+        for point in self.experiment.points:
+            verified &= self._run_point(point)
+        return verified
+
+    def _run_point(self, point: Point) -> bool:
+        jobs: Sequence[dict[str, Any]] = sorted(point.data["jobs"], key=lambda job: job.get("start_s", 0.0))
+        net = simulated_network(self.experiment, point, self.target, METHOD, point_jobs(point))
+        self.writer.record_network(point.index, net.describe())
+        methods.by_name(METHOD).prepare(net)
+        inputs = [job_inputs(point, job) for job in jobs]
+        expected = [expected_for(tensors, point.protocol["k"]) for tensors in inputs]
+        ok = True
+        for repetition in range(point.repetitions):
+            try:
+                outcomes = net.run_jobs([(job["hosts"], tensors, job.get("start_s", 0.0)) for job, tensors in zip(jobs, inputs)])
+            except SwitchMLTimeout as exc:
+                raise SimulationFailed(f"point {point.index} rep {repetition} (simulated): {exc}") from None
+            for job, results, want in zip(jobs, outcomes, expected):
+                verdicts = verify_results(METHOD, want, [(r.values, r.int_sum) for r in results],
+                                          f"point {point.index} rep {repetition} job {job['job_id']} (simulated)")
+                ok &= all(v.verified for v in verdicts)
+                reports = [{"stats": dataclasses.asdict(r.stats)} for r in results]
+                self.writer.add_job(point, repetition, job, job.get("start_s", 0.0), reports, verdicts, None)
+            self.progress(f"{len(jobs)} jobs rep {repetition}")
+        return ok
+
+
 KIND = ExperimentKind(
     name="shared_switch",
     applies=lambda experiment: experiment.data.get("jobs") is not None,
@@ -203,5 +259,6 @@ KIND = ExperimentKind(
     unit="repetition",
     units=lambda experiment: sum(p.repetitions for p in experiment.points),
     report=format_shared_table,
+    simulator=SimulatedSharedSwitchRunner,
 )
 """Several jobs on one switch at once, each with its own slots (the config lists ``jobs``)."""

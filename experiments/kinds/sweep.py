@@ -9,19 +9,18 @@ stopped on the way out, whether the run succeeds, fails, or is interrupted.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from experiments.config import Experiment, Point
 from workloads.kinds import point_inputs
-from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
+from experiments.harness import ExperimentKind, PointNetwork, pending_methods, point_network, verify_reports, worker_spec
 from experiments.results import ResultsWriter, format_table
+from experiments.simulated_sweep import SimulatedSweepRunner
 from methods.verification import Expected, expected_for
 from experiments.workers import REPORT_GRACE_S
 
-log = logging.getLogger(__name__)
 
 class ExperimentRunner:
     def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
@@ -34,15 +33,7 @@ class ExperimentRunner:
         """Run every point not already in the results; True when every result verified."""
         verified = True
         for point in self.experiment.points:
-            pending = []
-            for method in point.methods:
-                if self.writer.has_rows(point.index, method, point.repetitions):
-                    log.info("point %d %s: already in %s, skipped (resume)", point.index, method, self.writer.run_dir)
-                    for _ in range(point.repetitions):
-                        self.progress("skipped")
-                else:
-                    self.writer.discard(point.index, method)
-                    pending.append(method)
+            pending = pending_methods(self.writer, point, self.progress, point.methods)
             if pending:
                 verified &= self._run_point(point, pending)
         return verified
@@ -86,5 +77,6 @@ KIND = ExperimentKind(
     unit="job",
     units=lambda experiment: sum(p.repetitions * len(p.methods) for p in experiment.points),
     report=format_table,
+    simulator=SimulatedSweepRunner,
 )
 """All-reduce jobs: every point x method x repetition (the default kind)."""

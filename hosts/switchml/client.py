@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from hosts.stats import JobStats
 from hosts.switchml.core import SEQ_MASK, JobContext
 from hosts.switchml.job import AllReduceJob, AllReduceResult
 from hosts.switchml.mmsg import BatchSocket
@@ -50,6 +51,32 @@ def _set_buffer(sock: socket.socket, force_option: int, option: int, size: int) 
         sock.setsockopt(socket.SOL_SOCKET, force_option, size)
     except PermissionError:
         sock.setsockopt(socket.SOL_SOCKET, option, size)
+
+
+def prepare_tensor(tensor: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The tensor as the library sends it (1-D, contiguous) and its block exponents (None for
+    int32): what every driver of WorkerCore starts a job from (this client, the simulator's)."""
+    x = np.ascontiguousarray(tensor)
+    if x.ndim != 1:
+        raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
+    if x.dtype == np.float32:
+        return x, block_exponents(x, k)
+    if x.dtype == np.int32:
+        return x, None
+    raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
+
+
+def job_result(int_sum: np.ndarray, e_max: np.ndarray, values: np.ndarray | None, quantized: bool, n_workers: int, k: int,
+               length: int, stats: JobStats) -> AllReduceResult:
+    """A finished job's result: the switch's int32 sums of the tensor's ``length`` elements,
+    dequantized with the chunks' ``e_max`` when ``quantized`` (unless a loop dequantized as the
+    results arrived: ``values``)."""
+    int_sum = int_sum[:length]
+    if not quantized:
+        return AllReduceResult(values=int_sum, int_sum=int_sum, exponents=None, stats=stats)
+    if values is None:
+        values = dequantize(int_sum, element_scales(e_max, n_workers, k, length))
+    return AllReduceResult(values=values[:length], int_sum=int_sum, exponents=e_max, stats=stats)
 
 
 class SwitchMLClient:
@@ -129,15 +156,7 @@ class SwitchMLClient:
         Raises SwitchMLTimeout when the job has not finished within job_deadline_s.
         """
         t0 = time.perf_counter()
-        x = np.ascontiguousarray(tensor)
-        if x.ndim != 1:
-            raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
-        if x.dtype == np.float32:
-            exponents = block_exponents(x, self._pool.k)
-        elif x.dtype == np.int32:
-            exponents = None
-        else:
-            raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
+        x, exponents = prepare_tensor(tensor, self._pool.k)
         if self._native_rtt is not None:
             job: AllReduceJob | NativeJob = NativeJob(self._io, self._pool, self._ctx, self._native_rtt, x, exponents,
                                                       self._next_seq, t0, self._sock.fileno())
@@ -146,18 +165,11 @@ class SwitchMLClient:
         self._next_seq = (self._next_seq + job.total_packets) & SEQ_MASK
         if len(x):
             job.run()
-        int_sum = job.int_sum[: len(x)]
-        if exponents is None:
-            values, e_max = int_sum, None
-        elif job.values is not None:  # the native loop dequantized each chunk as it arrived
-            values, e_max = job.values[: len(x)], job.e_max
-        else:
-            e_max = job.e_max
-            values = dequantize(int_sum, element_scales(e_max, self._ctx.n_workers, self._pool.k, len(x)))
-        stats = job.stats
-        stats.tat_s = time.perf_counter() - t0
-        log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._ctx.rank, len(x), x.dtype, stats.tat_s, stats)
-        return AllReduceResult(values=values, int_sum=int_sum, exponents=e_max, stats=stats)
+        result = job_result(job.int_sum, job.e_max, job.values, exponents is not None, self._ctx.n_workers, self._pool.k,
+                            len(x), job.stats)
+        result.stats.tat_s = time.perf_counter() - t0
+        log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._ctx.rank, len(x), x.dtype, result.stats.tat_s, result.stats)
+        return result
 
     def close(self) -> None:
         self._sock.close()

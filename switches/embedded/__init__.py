@@ -10,7 +10,8 @@ Linux interfaces through AF_PACKET sockets, and is programmed through the same
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs wherever
 this repository's Python packages do, with any k and pool size, and is the only target
 with a delay line (``--link-delay-ms``), which emulates link delay where the kernel has no
-netem."""
+netem. Its pipeline is also the simulator's switch (``simulated``: run_experiment.py
+--simulate)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from switches.target import DataPlane, SwitchTarget
+from switches.target import DataPlane, SimulatedSwitch, SwitchTarget
 
 
 def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int, **options: Any) -> DataPlane:
@@ -32,6 +33,13 @@ def remove_leftovers() -> list[str]:
     from switches.embedded.launcher import remove_stale_socket_dirs
 
     return remove_stale_socket_dirs()
+
+
+def simulated(*, k: int, max_pool_size: int, seed: int | None = None) -> SimulatedSwitch:
+    """The pipeline in a simulation (simulated.py)."""
+    from switches.embedded.simulated import PipelineSwitch
+
+    return PipelineSwitch(k=k, max_pool_size=max_pool_size, seed=seed)
 
 
 def node_class() -> type:
@@ -50,5 +58,6 @@ TARGET = SwitchTarget(
     delays_frames=True,
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms", "scratch_dir"}),
     remove_leftovers=remove_leftovers,
+    simulated=simulated,
     link_rates={32: 2.5, 64: 5.0, 256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
 )

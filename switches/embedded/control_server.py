@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 1 << 20
 
 
-def _handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> dict[str, Callable[..., Any]]:
+def pipeline_handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> dict[str, Callable[..., Any]]:
+    """The control ops answered from ``pipeline``: over the control socket, and in process (a
+    simulated switch, switches/embedded/simulated.py)."""
     tm = pipeline.traffic_manager
     return {
         "ping": lambda: "pong",
@@ -54,7 +56,7 @@ def _reset_each(pipeline: SwitchMLPipeline, registers: list[str]) -> None:
 
 class ControlServer:
     def __init__(self, pipeline: SwitchMLPipeline, path: Path, selector: selectors.BaseSelector, stats: Callable[[], dict]) -> None:
-        self._handlers = _handlers(pipeline, stats)
+        self._handlers = pipeline_handlers(pipeline, stats)
         self._selector = selector
         self._path = path
         self._buffers: dict[socket.socket, bytearray] = {}

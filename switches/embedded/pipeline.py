@@ -10,7 +10,6 @@ packet, before replication, since egress never changes an ordinary packet's byte
 from __future__ import annotations
 
 import logging
-from typing import Callable
 
 from switches.control import ProgramSchema, RegisterSchema, lookup
 from switches.embedded.checksum import compute_checksum
@@ -21,10 +20,9 @@ from switches.embedded.parser import ADDRESS_HEADERS_BYTES, PacketBuffer, Switch
 from switches.embedded.registers import Counter, Register
 from switches.embedded.tables import ExactMatchTable
 from switches.embedded.traffic_manager import TrafficManager
+from switches.target import Transmit
 
 log = logging.getLogger(__name__)
-
-Transmit = Callable[[memoryview], object]
 
 
 class SwitchMLPipeline:

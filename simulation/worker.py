@@ -1,0 +1,160 @@
+"""A SwitchML worker on the simulated clock: ``WorkerCore`` under job.py's loop.
+
+``SimulatedWorker.allreduce`` is a SimPy process that does what ``AllReduceJob.run``
+(hosts/switchml/job.py) does with a socket and the wall clock, step for step: send what
+``start`` wrote; while slots wait, take every result that has arrived (at most a batch
+of ``BATCH_PER_POOL`` pools, as one recvmmsg), hand them to ``receive`` and send what it
+wrote, hold for ``hold_s``; when nothing has arrived, fire the expired timers
+(``expire``) and sleep until the next timer, a result or the deadline. The job's packets,
+timers, retransmissions and statistics are therefore the core's own.
+
+The host's network stack is an ideal NIC plus ``packet_cost_s`` of processing per packet
+received or sent (default 0): a batch of B results and the S packets they release keep
+the worker busy for (B + S) * packet_cost_s before those packets reach the link. The
+kernel's receive buffer is not modelled (a worker loses no result to an overflow).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Generator
+
+import numpy as np
+import simpy
+
+from hosts.switchml.client import BATCH_PER_POOL, job_result, prepare_tensor
+from hosts.switchml.core import SEQ_MASK, JobContext, WorkerCore
+from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
+from hosts.switchml.pool import SlotPool
+from hosts.switchml.timers import RetransmitPolicy
+from protocol.packet import SWITCHML_OFFSET, Endpoint, build_frame, payload_bytes
+from simulation.link import Link
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a SwitchMLClient is constructed with, for a worker in a simulation."""
+
+    rank: int
+    n_workers: int
+    job_id: int
+    k: int
+    pool_size: int
+    retransmit: RetransmitPolicy
+    deadline_s: float
+    packet_cost_s: float = 0.0
+
+
+def frame_header(src: Endpoint, dst: Endpoint, k: int) -> bytes:
+    """The Ethernet/IPv4/UDP headers the host's kernel puts in front of every SwitchML
+    payload of k elements from ``src`` to ``dst`` (the same for every packet: UDP checksum 0)."""
+    return build_frame(src, dst, bytes(payload_bytes(k)))[:SWITCHML_OFFSET]
+
+
+class SimulatedWorker:
+    """One host's SwitchML worker; ``allreduce`` may be run any number of times (one at a
+    time), with shadow sets and sequence numbers continuing as in SwitchMLClient."""
+
+    def __init__(self, env: simpy.Environment, setup: WorkerSetup, host: Endpoint, switch: Endpoint) -> None:
+        if setup.packet_cost_s < 0:
+            raise ValueError(f"a host's per-packet cost must be >= 0 s, got {setup.packet_cost_s}")
+        self._env = env
+        self._setup = setup
+        self._ctx = JobContext(rank=setup.rank, n_workers=setup.n_workers, job_id=setup.job_id, policy=setup.retransmit,
+                               deadline_s=setup.deadline_s)
+        self._pool = SlotPool(setup.pool_size, setup.k)
+        self._next_seq = 0
+        self._batch = BATCH_PER_POOL * setup.pool_size
+        self._tx = np.zeros(self._batch, dtype=self._pool.packets.dtype)
+        self._record_bytes = self._tx.dtype.itemsize
+        self._header = frame_header(host, switch, setup.k)
+        self._inbox: deque[bytes] = deque()
+        self._arrival: simpy.Event | None = None
+        self.uplink: Link | None = None
+        """The link towards the switch (the network connects it)."""
+
+    def deliver(self, frames: list[bytes]) -> None:
+        """Frames that reached the host (the downlink's far end): queued for the next receive."""
+        self._inbox.extend(frames)
+        arrival = self._arrival
+        if arrival is not None and not arrival.triggered:
+            arrival.succeed()
+
+    def _send(self, count: int) -> None:
+        header, send, size = self._header, self.uplink.send, self._record_bytes
+        records = self._tx[:count].tobytes()
+        for at in range(0, count * size, size):
+            send(header + records[at:at + size])
+
+    def _take(self) -> tuple[np.ndarray, np.ndarray]:
+        """Up to one batch of arrived results as records and their UDP payload lengths."""
+        inbox, size = self._inbox, self._record_bytes
+        count = min(len(inbox), self._batch)
+        payloads = [inbox.popleft()[SWITCHML_OFFSET:] for _ in range(count)]
+        lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
+        if (lengths != size).any():  # a runt or an oversized frame: the core counts it as a duplicate
+            payloads = [p[:size].ljust(size, b"\0") for p in payloads]
+        return np.frombuffer(b"".join(payloads), dtype=self._tx.dtype), lengths
+
+    def _busy(self, packets: int) -> simpy.Event | None:
+        cost = self._setup.packet_cost_s * packets
+        return self._env.timeout(cost) if cost > 0 else None
+
+    def allreduce(self, tensor: np.ndarray) -> Generator[simpy.Event, object, AllReduceResult | SwitchMLTimeout]:
+        """Sum ``tensor`` over the job's workers (a SimPy process: ``env.process(w.allreduce(x))``);
+        its value is the AllReduceResult, with the TAT in simulated seconds, or the
+        SwitchMLTimeout of a job that missed its deadline (returned, not raised: SimPy
+        rebuilds an exception that escapes a process from its args alone, which a
+        SwitchMLTimeout's are not)."""
+        env, setup = self._env, self._setup
+        t0 = env.now
+        x, exponents = prepare_tensor(tensor, setup.k)
+        core = WorkerCore(self._pool, self._ctx, x, exponents, self._next_seq, t0, self._tx)
+        self._next_seq = (self._next_seq + core.plan.total_packets) & SEQ_MASK
+        if len(x):
+            try:
+                yield from self._run(core, t0)
+            except SwitchMLTimeout as timeout:
+                return timeout
+        result = job_result(core.int_sum, core.e_max, None, exponents is not None, setup.n_workers, setup.k, len(x), core.stats)
+        result.stats.tat_s = env.now - t0
+        return result
+
+    def _run(self, core: WorkerCore, t0: float) -> Generator[simpy.Event, object, None]:
+        """job.py's AllReduceJob.run on the simulated clock."""
+        env = self._env
+        deadline = t0 + self._ctx.deadline_s
+        count = core.start(env.now)
+        if (busy := self._busy(count)) is not None:
+            yield busy
+        self._send(count)
+        while core.remaining:
+            if not self._inbox:
+                now = env.now
+                count = core.expire(now)
+                if count:
+                    if (busy := self._busy(count)) is not None:
+                        yield busy
+                    self._send(count)
+                    continue  # look again: results may have arrived while it was busy
+                if now >= deadline:
+                    raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - t0, core.missing())
+                next_timer = core.next_timer()
+                wake = deadline if next_timer is None else min(next_timer, deadline)
+                self._arrival = env.event()
+                yield self._arrival | env.timeout(max(0.0, wake - now))
+                self._arrival = None
+                continue
+            rx, lengths = self._take()
+            received = len(rx)
+            count = core.receive(rx, lengths, env.now)
+            if (busy := self._busy(received + count)) is not None:
+                yield busy
+            self._send(count)
+            now = env.now
+            if now >= deadline and core.remaining:
+                raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - t0, core.missing())
+            if (hold := core.hold_s(received)) > 0:
+                yield env.timeout(hold)
+        core.stats.timeline = core.timeline
