@@ -130,8 +130,6 @@ def place_submission(base: Path, submission: Path, track: Track, tree: Path) -> 
     onto it, nothing else of the submission (no conftest.py, sitecustomize or .pth file of
     it is ever imported). Returns what was wrong with its files, or None."""
     shutil.copytree(base, tree, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    for name in sandbox.WRITABLE_IN_TREE:
-        (tree / name).mkdir(exist_ok=True)
     problems = []
     for name in track.files:
         try:

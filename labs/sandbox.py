@@ -142,6 +142,8 @@ def run(command: list[str], *, root: Path, tree: Path, out: Path, limits: Limits
     killed: its PID namespace's first process dies, and the kernel kills every other one
     (as it does when the grader itself is killed: unshare's --kill-child).
     """
+    for name in WRITABLE_IN_TREE:  # their mount points
+        (tree / name).mkdir(exist_ok=True)
     argv = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "--",
             "sh", "-c", setup_script(root, tree, out, limits), "sandbox", *command]  # fmt: skip
     with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -291,6 +291,16 @@ def test_skeleton_command_makes_a_repository_of_its_own(tmp_path: Path, capsys) 
     assert main(["skeleton", "0", "--out", str(out)]) == 2, "refuses a folder that is not empty"
 
 
+def git_checkout(folder: Path) -> Path:
+    """``folder`` made a git checkout of one commit, as a course's private fork is (the clean
+    tree a grade builds is made from what git tracks there)."""
+    git = ["git", "-C", str(folder), "-c", "user.name=ta", "-c", "user.email=ta@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the course's fork"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    return folder
+
+
+@pytest.mark.netns  # an instructor's grade runs each submission in the sandbox: root only
 def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path: Path) -> None:
     lab = catalog.by_number(0)
     submissions = tmp_path / "submissions"
@@ -299,13 +309,15 @@ def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path:
     shutil.rmtree(submissions / "alice" / "labs" / "00-run-and-measure" / "tests")  # a student cannot drop the tests
     grades = tmp_path / "grades.csv"
     assert main(["grade-batch", "0", str(submissions), "--csv", str(grades)]) == 0
-    rows = {row["submission"]: row for row in csv.DictReader(grades.open())}
+    rows = {row["student"]: row for row in csv.DictReader(grades.open())}
     assert (rows["alice"]["score"], rows["bob"]["score"]) == ("1", "10")
     assert rows["bob"]["max"] == "10"
     report = json.loads((tmp_path / "grades" / "alice.json").read_text())
     assert report["tree"] == str(submissions / "alice") and not report["full_marks"]
+    assert report["student"] == "alice", "the batch records each student's id"
 
 
+@pytest.mark.netns
 def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     fork = tmp_path / "fork"
     copy_tree(REPO_ROOT, fork)
@@ -316,6 +328,7 @@ def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     )
     with (fork / "labs" / "00-run-and-measure" / "lab.yaml").open("a") as description:
         description.write(f'      - {{id: "{hidden}::test_bound_at_ten_megabits", points: 5, skeleton: fail}}\n')
+    git_checkout(fork)
     report = tmp_path / "grade.json"
     assert main(["grade", "0", "--tree", str(REPO_ROOT), "--tests-from", str(fork), "--report", str(report)]) == 0
     graded = json.loads(report.read_text())
@@ -324,6 +337,7 @@ def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     assert not (REPO_ROOT / hidden).exists(), "the tree graded is a copy"
 
 
+@pytest.mark.netns
 def test_a_ta_grades_the_folder_they_are_in(tmp_path: Path, monkeypatch) -> None:
     """``--tree .`` with ``--tests-from``: the copy graded is named for the submission, not
     for '.' (whose name is empty: the copy was the scratch folder itself, FileExistsError)."""
