@@ -268,15 +268,18 @@ def write_report(grade_: Grade, path: Path, student: str | None = None) -> None:
 
 
 def gradescope_results(lab: Lab, grade_: Grade) -> dict:
-    """The grade as Gradescope's autograder reads it (its ``results.json``): a score and a
-    maximum per graded test, with the test's outcome and first line as its output, every
-    test visible to the student (what the grader prints is what they may read)."""
+    """The grade as Gradescope's autograder reads it (its ``results.json``, the fields
+    labs/gradescope.schema.yaml holds): a score and a maximum per graded test, with its
+    status, and its outcome and first line as its output, every test visible to the student
+    (what the grader prints is what they may read)."""
     tests = [{"name": r.id, "number": str(i + 1), "score": r.earned, "max_score": r.points,
+              "status": "passed" if r.outcome == PASSED else "failed",
               "output": r.outcome if not r.message else f"{r.outcome}: {r.message}", "visibility": "visible"}
-             for i, r in enumerate(grade_.tests)]
+             for i, r in enumerate(grade_.tests)]  # fmt: skip
     summary = f"lab {lab.number} ({grade_.track} track): {grade_.score}/{grade_.max_score}"
-    return {"score": grade_.score, "execution_time": grade_.seconds, "visibility": "visible", "stdout_visibility": "visible",
-            "output": f"your code does not run: {grade_.problem}\n{summary}" if grade_.problem else summary, "tests": tests}
+    return {"score": grade_.score, "execution_time": grade_.seconds, "output_format": "text", "visibility": "visible",
+            "stdout_visibility": "visible", "tests": tests,
+            "output": f"your code does not run: {grade_.problem}\n{summary}" if grade_.problem else summary}  # fmt: skip
 
 
 def write_gradescope(lab: Lab, grade_: Grade, path: Path) -> None:

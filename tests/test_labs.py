@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from base.yamlschema import load_yaml
+from base.yamlschema import load_schema, load_yaml, validate
 from hosts.switchml.native import STANDS_IN_FOR
 from labs import catalog
 from labs.__main__ import main
+from labs import grade as grading
 from labs.grade import grade, junit_key, readable, score_table
 from labs.markers import MarkerError, marked_files, scan_text
 from labs.plot import known_figures
@@ -371,6 +372,24 @@ def test_a_syntax_error_in_the_students_file_is_the_reports_first_line(tmp_path:
     assert [t["name"] for t in results["tests"]] == [test.id for test in track.tests]
     assert sum(t["max_score"] for t in results["tests"]) == track.points and results["score"] == sum(t["score"] for t in results["tests"])
     assert results["output"].startswith(first) and all(t["visibility"] == "visible" for t in results["tests"])
+
+
+def test_gradescope_results_hold_only_the_fields_gradescope_documents() -> None:
+    """results.json against labs/gradescope.schema.yaml (Gradescope's specification): a
+    misspelt or unknown key would be ignored by Gradescope, and the test with it."""
+    lab = catalog.by_number(0)
+    track = lab.track(None)
+    tests = [grading.TestResult(test.id, test.points, test.points * (i % 2), "pass" if i % 2 else "fail", "" if i % 2 else "AssertionError: x", 0.1)
+             for i, test in enumerate(track.tests)]  # fmt: skip
+    graded = grading.Grade(0, "python", "tree", sum(t.earned for t in tests), track.points, 1.5, tests, 1, "methods/switchml.py:3: SyntaxError: x")
+    results = grading.gradescope_results(lab, graded)
+    validate(results, load_schema(catalog.LABS_DIR / "gradescope.schema.yaml"), "results.json")
+    assert [(t["score"], t["max_score"], t["status"]) for t in results["tests"]] == [
+        (t.earned, t.points, "passed" if t.outcome == "pass" else "failed") for t in tests]
+    assert results["score"] == graded.score and results["tests"][0]["output"] == "fail: AssertionError: x"
+    with pytest.raises(catalog.ConfigError, match="results.json: tests"):
+        validate({"tests": [{**results["tests"][0], "max_points": 3}]}, load_schema(catalog.LABS_DIR / "gradescope.schema.yaml"),
+                 "results.json")  # fmt: skip
 
 
 def test_a_handout_run_names_the_function_still_to_write_in_one_line(tmp_path: Path) -> None:
