@@ -6,7 +6,8 @@
     python -m labs grade-batch N SUBMISSIONS --csv FILE [--track ...] [--tests-from DIR]
     python -m labs plot N [--results DIR ...] [--out DIR]
 
-``grade`` exits 0 only with full marks, 1 below, 2 on bad input. Run it from the tree's root
+``grade`` exits 0 only with full marks, 1 below, 2 on bad input; SIGTERM, SIGHUP and SIGQUIT
+stop it as Ctrl-C does, removing what it made (exit 128 + the signal's number). Run it from the tree's root
 (or give --tree): the tree's code is what is graded, whichever checkout the grader is in.
 """
 
@@ -18,11 +19,13 @@ import csv
 import dataclasses
 import logging
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from base.lifetime import STOP_SIGNALS
 from base.yamlschema import ConfigError
 from labs import catalog
 from labs.grade import (DEFAULT_MEMORY_MB, Grade, SubmissionError, clean_tree, default_report, grade, limits, place_submission, score_table,
@@ -168,6 +171,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs", description="SwitchML classroom labs: skeletons, grading, plots")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -229,4 +236,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    for stop in STOP_SIGNALS[1:]:  # like Ctrl-C: the grade's sandboxes and temporary trees are removed
+        signal.signal(stop, _stopped)
     sys.exit(main())

@@ -34,6 +34,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from base.lifetime import dies_with_this_process
+
 SANDBOX_ID = 64_399
 """The user and group id the submission runs as: in Debian's range for dynamic system users,
 and checked to be no account's (``check_can_sandbox``)."""
@@ -140,14 +142,15 @@ def run(command: list[str], *, root: Path, tree: Path, out: Path, limits: Limits
     ``root`` is an empty folder of the grader's (the sandbox's root is mounted on it, seen
     only inside); ``out`` must be writable by SANDBOX_ID. At ``limits.wall_s`` the run is
     killed: its PID namespace's first process dies, and the kernel kills every other one
-    (as it does when the grader itself is killed: unshare's --kill-child).
+    (as it does when the grader itself is killed: unshare dies with it, and its
+    --kill-child takes the namespace's first process along).
     """
     for name in WRITABLE_IN_TREE:  # their mount points
         (tree / name).mkdir(exist_ok=True)
     argv = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "--",
             "sh", "-c", setup_script(root, tree, out, limits), "sandbox", *command]  # fmt: skip
     with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace", start_new_session=True) as process:  # fmt: skip
+                          errors="replace", start_new_session=True, preexec_fn=dies_with_this_process()) as process:  # fmt: skip
         try:
             output, _ = process.communicate(timeout=limits.wall_s)
             return Outcome(process.returncode, output, False)

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import socketserver
+import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,3 +266,43 @@ def test_the_sandbox_is_another_user_without_a_network(tmp_path: Path) -> None:
     assert ran.output.splitlines() == [f"outside uid {sandbox.SANDBOX_ID}", "processes 1", "checkout visible False",
                                        "tree Read-only file system", "network Network is unreachable"], ran.output  # fmt: skip
     assert not (tree / "planted.py").exists() and not list(root.iterdir()), "the sandbox leaves nothing behind"
+
+
+def _sandboxed_processes() -> list[str]:
+    """The pids of processes running as the sandbox's user."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:")).split()[1:]
+        except (OSError, StopIteration):
+            continue
+        if str(sandbox.SANDBOX_ID) in uids:
+            found.append(status.parent.name)
+    return found
+
+
+def test_a_grade_stopped_midway_leaves_no_process_and_no_temporary_tree(tmp_path: Path) -> None:
+    """SIGTERM while a submission loops in its sandbox: the grader exits 143, the sandbox's
+    processes die with it, and its clean tree and the submission's copy are removed."""
+    _require_sandbox()
+    assert not _sandboxed_processes(), "a sandbox of another grade is running"
+    _submission(tmp_path / "submissions" / "looping", "while True:\n    pass", {}, 0)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    grader = subprocess.Popen([sys.executable, "-m", "labs", "grade-batch", "0", str(tmp_path / "submissions"),
+                               "--csv", str(tmp_path / "grades.csv"), "--tests-from", str(REPO_ROOT)],
+                              cwd=REPO_ROOT, env={**os.environ, "TMPDIR": str(scratch)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _sandboxed_processes() and time.monotonic() < deadline and grader.poll() is None:
+        time.sleep(0.2)
+    assert _sandboxed_processes(), "the submission never started"
+    time.sleep(1)
+    grader.send_signal(signal.SIGTERM)
+    output, _ = grader.communicate(timeout=30)
+    assert grader.returncode == 128 + signal.SIGTERM, output
+    deadline = time.monotonic() + 5
+    while _sandboxed_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _sandboxed_processes(), "the sandbox outlived its grader"
+    assert not list(scratch.iterdir()), f"left behind: {list(scratch.iterdir())}"
