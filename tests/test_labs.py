@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -19,8 +20,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
 
+from analysis import models
+from analysis.context import EmulationContext
 from base.yamlschema import load_schema, load_yaml, validate
 from hosts.switchml.native import STANDS_IN_FOR
 from labs import catalog
@@ -28,10 +34,11 @@ from labs.__main__ import main
 from labs import grade as grading
 from labs.grade import grade, junit_key, readable, score_table
 from labs.markers import MarkerError, marked_files, scan_text
+from labs.figures import pool_model_figure
 from labs.plot import known_figures
 from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, make_skeleton, stub_text, tracked_files
 from protocol import params
-from protocol.params import REPO_ROOT
+from protocol.params import REPO_ROOT, mbps_to_bps
 from switches.bmv2.compile import CompileOptions
 from tests.conftest import require_target, require_track_machine
 
@@ -88,6 +95,12 @@ grader's default timeout is its own; the series table is checked below."""
     checked = [f"{catalog.DEFAULT_TIMEOUT_S:g} s unless lab.yaml says otherwise"]  # the grader's default, cited as it is
     checked += [f"**Time:** {lab.hours}." for lab in LABS if lab.folder == text.parent]  # lab.yaml's hours
     assert all(citation in content for citation in checked[1:]), f"{text}: its time is not lab.yaml's {checked[1:]}"
+    run_time = re.search(r"The run takes (about [^(]+?) \(its config's description says so\)", content)
+    if run_time:  # a run's time, as its config's description gives it
+        lab = next(lab for lab in LABS if lab.folder == text.parent)
+        config = REPO_ROOT / re.search(r"configs/labs/\S+\.yaml", lab.run or "")[0]
+        assert run_time[1] in load_yaml(config)["description"], f"{text}: the run takes {run_time[1]}, not what {config.name} says"
+        checked.append(run_time[0])
     for citation in checked:
         content = content.replace(citation, "")
     lines = content.splitlines()
@@ -415,3 +428,32 @@ def test_lab0s_walk_through_quotes_the_table_it_walks_through() -> None:
     quoted = re.search(r"SwitchML line stayed flat just under the dashed bound \(([\d.]+)k, ([\d.]+)k, ([\d.]+)k ATE/s", text)
     assert table and quoted, "the walk-through's table and sentence"
     assert [float(q) for q in quoted.groups()] == [round(ate / 1000, 1) for ate in table]
+
+
+def test_lab4s_sweep_samples_around_the_knee_its_question_asks_about() -> None:
+    """The knee (~37 slots) fell between the samples 32 and 64: the sweep holds it, and a
+    pool just below and just above it."""
+    config = load_yaml(REPO_ROOT / "configs" / "labs" / "lab4-pool.yaml")
+    link, k = config["topology"]["link"], config["protocol"]["k"]
+    link_bps = mbps_to_bps(link["bw_mbps"])
+    round_trip_s = models.slot_round_trip_s(link_bps, k, link["delay_ms"] / 1e3)
+    knee = models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k  # where the window reaches the line rate
+    pools = config["sweep"]["values"]
+    assert math.ceil(knee) in pools, f"knee at {knee:.1f} slots, sweep {pools}"
+    assert any(0.8 * knee <= pool < knee for pool in pools) and any(knee < pool <= 1.25 * knee for pool in pools), pools
+    assert f"knee at {math.ceil(knee)} slots" in (catalog.LABS_DIR / "README.md").read_text()
+
+
+def test_a_lab_figures_subtitle_fits_the_figure() -> None:
+    """Lab 4's subtitle (links, delay mechanism, switch, not-kept-up reasons) ran off the figure's right edge."""
+    pools = [4, 8, 16, 24, 32, 37, 44, 64]
+    table = pd.DataFrame({"pool_size": pools, "normalised_median": 0.5, "normalised_min": 0.4, "normalised_max": 0.6,
+                          "model_normalised": 0.6, "round_trip_s": 0.0212})  # fmt: skip
+    context = EmulationContext((2.5,), ("embedded",), ("lab4-pool: summary.json kept_up is false",), ("10 ms (switch_delay_line)",))
+    fig = pool_model_figure(table, context)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    subtitle = fig.axes[0].get_title(loc="left")
+    assert "(not the paper's hardware)" in subtitle
+    [text] = [child for child in fig.axes[0].get_children() if isinstance(child, Text) and child.get_text() == subtitle]
+    assert text.get_window_extent(canvas.get_renderer()).x1 <= fig.bbox.x1, "the subtitle runs off the figure's right edge"
