@@ -65,31 +65,32 @@ def time_dilation_factor(reference_link_bps: float, emulated_link_bps: float) ->
 
 
 def training_speedup(compute_s: float, comm_baseline_s: float, comm_switchml_s: float) -> float:
-    """Training-iteration speedup of SwitchML over a baseline, without compute/comm overlap.
+    """Training-iteration speedup of SwitchML over a baseline: how many times faster one
+    iteration of data-parallel training runs with SwitchML's gradient all-reduce than with
+    the baseline's, when compute and communication do not overlap.
 
-    One iteration = compute + gradient all-reduce, so its time is compute + comm and the
-    speedup is ``(compute + comm_baseline) / (compute + comm_switchml)``. All three times
-    must be on the same clock: in emulation ``compute_s`` is the real-hardware compute time
-    multiplied by the time-dilation factor D (``time_dilation_factor``), because the
-    measured communication is D times slower than on the reference links.
-    Communication-bound models (compute small) approach comm_baseline / comm_switchml;
-    compute-bound ones approach 1.
+    ``compute_s`` is an iteration's compute, ``comm_*_s`` each method's all-reduce of its
+    gradients. All three times must be on the same clock: in emulation ``compute_s`` is the
+    real-hardware compute time multiplied by the time-dilation factor D
+    (``time_dilation_factor``), because the measured communication is D times slower than
+    on the reference links.
     """
     if min(compute_s, comm_baseline_s, comm_switchml_s) < 0:
         raise ValueError("times must be non-negative")
     require_positive(total_switchml_s=compute_s + comm_switchml_s)
-    # BEGIN LAB 5: iteration time (compute + all-reduce) with the baseline over that with SwitchML
+    # BEGIN LAB 5: how many times faster one iteration (no overlap of compute and all-reduce) is with SwitchML
+    # an iteration is compute then all-reduce: (compute + comm_baseline) / (compute + comm_switchml)
     return (compute_s + comm_baseline_s) / (compute_s + comm_switchml_s)
     # END LAB 5
 
 
 def expected_training_speedup_over_ring(compute_s: float, comm_ring_s: float, n_workers: int) -> float:
-    """Training speedup over a ring if SwitchML were exactly 2(n-1)/n times faster at communicating.
-
-    Plugs ``comm_switchml = comm_ring / expected_speedup_over_ring(n)`` into
-    ``training_speedup``: the expectation a measured bar is compared with.
+    """Training speedup over a ring if SwitchML's all-reduce were exactly as much faster than
+    the ring's as the bandwidth argument says (``expected_speedup_over_ring``, for
+    ``n_workers``): the expectation a measured bar is compared with.
     """
-    # BEGIN LAB 5: training_speedup with SwitchML's all-reduce 2(n-1)/n times shorter than the ring's
+    # BEGIN LAB 5: the training speedup if SwitchML's all-reduce were expected_speedup_over_ring(n_workers) times the ring's speed
+    # SwitchML's all-reduce time is the ring's divided by expected_speedup_over_ring(n_workers)
     return training_speedup(compute_s, comm_ring_s, comm_ring_s / expected_speedup_over_ring(n_workers))
     # END LAB 5
 

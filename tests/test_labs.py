@@ -282,11 +282,28 @@ def test_a_handout_holds_only_the_answers_its_lab_keeps(lab: catalog.Lab, track:
     _assert_holds_only(tmp_path / "tree", lambda n, path: n != lab.number and lab.keeps_by_default(n, path))
 
 
+LATER_ANSWERS_HANDED_OUT = {(0, 1, "protocol/quantize.py")}
+"""(lab, later lab, file): the only later lab's answer a default handout holds (lab 0's run
+quantizes, and its check computes the exact SwitchML sum with protocol/quantize.py)."""
+
+
+def test_no_handout_holds_a_later_labs_answer() -> None:
+    """Labs 0-2 held lab 3's timers (8 of its 23 points), lab 0 lab 1's whole answer: only
+    the one exception above remains, and no lab keeps lab 3's timers."""
+    kept = {(lab.number, kept.lab, path) for lab in LABS for kept in lab.keeps for path in kept.files}
+    assert kept == LATER_ANSWERS_HANDED_OUT
+    for lab in LABS:
+        for number in range(lab.number + 1, len(LABS)):
+            for path in {path for other in LABS if other.number == number for track in other.tracks.values() for path in track.files}:
+                assert lab.keeps_by_default(number, path) == ((lab.number, number, path) in LATER_ANSWERS_HANDED_OUT)
+
+
 def test_an_instructor_chooses_which_answers_a_handout_keeps(tmp_path: Path, caplog) -> None:
     lab = catalog.by_number(2)
     assert main(["skeleton", "2", "--keep", "none", "--out", str(tmp_path / "none")]) == 0
     _assert_holds_only(tmp_path / "none", lambda n, path: False)
-    assert "stubs lab 3's hosts/switchml/timers.py, which the lab's run times every slot" in caplog.text
+    assert main(["skeleton", "0", "--keep", "none", "--out", str(tmp_path / "lab0")]) == 0
+    assert "stubs lab 1's protocol/quantize.py, which the lab's run quantizes" in caplog.text
     assert main(["skeleton", "2", "--keep", "0,4", "--out", str(tmp_path / "some")]) == 0
     _assert_holds_only(tmp_path / "some", lambda n, path: n in {0, 4})
     assert main(["skeleton", "2", "--keep", "2", "--out", str(tmp_path / "own")]) == 2, "never its own answer"
