@@ -38,6 +38,7 @@ from labs.figures import pool_model_figure
 from labs.plot import known_figures
 from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, make_skeleton, stub_text, tracked_files
 from protocol import params
+from protocol.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from switches.bmv2.compile import CompileOptions
 from tests.conftest import require_target, require_track_machine
@@ -474,3 +475,51 @@ def test_a_lab_figures_subtitle_fits_the_figure() -> None:
     assert "(not the paper's hardware)" in subtitle
     [text] = [child for child in fig.axes[0].get_children() if isinstance(child, Text) and child.get_text() == subtitle]
     assert text.get_window_extent(canvas.get_renderer()).x1 <= fig.bbox.x1, "the subtitle runs off the figure's right edge"
+
+
+INSTRUCTOR_DIR = catalog.LABS_DIR / "instructor"
+INSTRUCTOR_MARK = "INSTRUCTOR ONLY: never in a handout."
+
+
+def test_every_lab_has_an_answer_key_and_rubric() -> None:
+    for lab in LABS:
+        key = (INSTRUCTOR_DIR / f"lab{lab.number}.md").read_text()
+        assert INSTRUCTOR_MARK in key and "Rubric" in key and "## Expected figure" in key, lab.name
+        questions = re.findall(r"^(\d+)\. ", (lab.folder / "README.md").read_text().split("## Questions")[1].split("\n## ")[0], re.MULTILINE)
+        answered = re.findall(r"^(\d+)\. \*\*", key.split("## Questions")[1].split("\n## ")[0], re.MULTILINE)
+        assert answered == questions, f"{lab.name}: questions {questions}, answered {answered}"
+    assert "## The comparison: rubric" in (INSTRUCTOR_DIR / "lab5.md").read_text()
+
+
+@pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
+                         ids=[case.id for case in TRACK_CASES])  # fmt: skip
+def test_no_handout_holds_the_answer_key(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
+    """Neither the default handout nor one that keeps every other lab's answers: no file of
+    labs/instructor/, and no file that quotes it."""
+    for keep in (None, frozenset(n for n in range(len(LABS)) if n != lab.number)):
+        tree = tmp_path / f"keep-{keep is not None}"
+        make_skeleton(REPO_ROOT, tree, lab, track, keep)
+        assert not (tree / "labs" / "instructor").exists()
+        quoting = [str(path.relative_to(tree)) for path in tree.rglob("*") if path.is_file() and ".git" not in path.parts
+                   and INSTRUCTOR_MARK.encode() in path.read_bytes() and path.name != "test_labs.py"]  # fmt: skip
+        assert not quoting, f"handout files quote the answer key: {quoting}"
+
+
+def test_the_answer_keys_computed_numbers_are_the_models() -> None:
+    """What the key computes (lab 0's shares and bound, lab 4's round trip, knee, slots and
+    bytes, the model's shares per pool) is what the reference models give."""
+    lab0, lab4 = ((INSTRUCTOR_DIR / f"lab{n}.md").read_text() for n in (0, 4))
+    shares = [100 * 4 * k / frame_bytes(k) for k in (32, 256)]
+    assert f"**{shares[0]:.1f} %** at k = 32" in lab0 and f"**{shares[1]:.1f} %** at k = 256" in lab0
+    assert f"**{models.switchml_line_rate_ate(100e9, 256):.2e} elements/s**".replace("e+09", "e9") in lab0
+    link_bps, k = mbps_to_bps(2.5), 32
+    round_trip_s = models.slot_round_trip_s(link_bps, k, 0.010)
+    knee = models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k
+    assert f"**{round_trip_s * 1e3:.2f} ms**" in lab4 and f"**{knee:.1f} frames**" in lab4
+    slots = math.ceil(models.switchml_line_rate_ate(100e9, 256) * 10e-6 / 256)
+    assert f"**{slots} slots**" in lab4 and f"**{slots * 256 * 4 * 2:,} bytes" in lab4
+    row = next(line for line in lab4.splitlines() if line.startswith("| model"))
+    pools = [int(p) for p in next(line for line in lab4.splitlines() if line.startswith("| pool")).split("|")[2:-1]]
+    line_rate = models.switchml_line_rate_ate(link_bps, k)
+    expected = [models.switchml_pool_bound_ate(link_bps, k, pool, round_trip_s) / line_rate for pool in pools]
+    assert [cell.strip() for cell in row.split("|")[2:-1]] == [f"{100 * share:.3g} %" for share in expected]
