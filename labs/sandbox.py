@@ -102,7 +102,8 @@ def _bind(source: Path, target: str, *, writable: bool = False) -> str:
 def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
     """The shell script that, as root in new mount and PID namespaces, builds the sandbox's
     file system at ``root`` (an empty folder), moves into it, drops to SANDBOX_ID and runs
-    its arguments in new user, network, mount, IPC and UTS namespaces."""
+    its arguments in new user, network, mount, IPC and UTS namespaces, with the network's own
+    loopback up and its own /sys (what Mininet and ``ip netns`` read)."""
     r = shlex.quote(str(root))
     lines = ["set -eu", f"mount -t tmpfs -o mode=0755,size=16m sandbox {r}", f"cd {r}"]
     for name in SYSTEM_FOLDERS:
@@ -120,18 +121,20 @@ def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
     lines += [
         f"mkdir tmp && mount -t tmpfs -o mode=1777,size={limits.tmp_bytes} tmp tmp",
         f"mkdir run && mount -t tmpfs -o mode=0755,uid={SANDBOX_ID},gid={SANDBOX_ID},size=16m run run",
-        "mkdir var && ln -s /run var/run && ln -s /tmp var/tmp && mkdir sys proc",
+        "mkdir var && ln -s /run var/run && ln -s /tmp var/tmp && mkdir proc",
+        _bind(Path("/sys"), "sys", writable=True),  # only so that the sandbox may mount its network's own, read-write as Mininet's mnexec does
         "mount -t proc -o nosuid,nodev,noexec proc proc",
         "mkdir dev && mount -t tmpfs -o mode=0755,size=1m dev dev",
         *(f"touch dev/{name} && mount --bind /dev/{name} dev/{name}" for name in ("null", "zero", "full", "random", "urandom")),
         "mkdir dev/shm && mount -t tmpfs -o mode=1777,size=64m shm dev/shm && ln -s /proc/self/fd dev/fd",
+        "mkdir dev/pts && mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts dev/pts && ln -s pts/ptmx dev/ptmx",
         "mkdir .old && pivot_root . .old && umount -l /.old && rmdir /.old && cd /",
         f"cd {TREE}",
         "exec env -i " + " ".join(f"{key}={shlex.quote(value)}" for key, value in ENVIRONMENT.items())
         + f" prlimit --as={limits.memory_bytes} --nproc={limits.processes} --core=0 --"
         + f" setpriv --reuid={SANDBOX_ID} --regid={SANDBOX_ID} --clear-groups --no-new-privs --"
         + " unshare --user --map-root-user --net --mount --ipc --uts --"
-        + ' sh -c \'ip link set lo up && exec "$@"\' sandbox "$@"',
+        + ' sh -c \'ip link set lo up && mount -t sysfs -o nosuid,nodev,noexec sysfs /sys && exec "$@"\' sandbox "$@"',
     ]  # fmt: skip
     return "\n".join(lines)
 
