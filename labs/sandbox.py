@@ -9,7 +9,9 @@ class"). Its tests run:
   would;
 - in a mount namespace whose root is a new, empty file system holding read-only views of
   the system's folders, of the grader's Python environment and of the graded tree (a clean
-  tree: labs/grade.py's ``clean_tree``), a private ``/tmp`` and a folder for the report. The
+  tree: labs/grade.py's ``clean_tree``; its ``build/`` and ``results/`` private and empty),
+  a private ``/tmp``, ``/run`` and ``/dev/shm``, a few devices, pseudo-terminals of its own
+  and a folder for the report. The
   reference, the instructor's tests folder and every other submission are not in it; mounts
   made before the user namespace are locked, so the submission cannot unmount them;
 - in a PID namespace of its own (``/proc`` lists only its processes, so it cannot find the
