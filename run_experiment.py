@@ -284,6 +284,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from base.lifetime import DependencyFailed
     from network.emulation import NetworkError
     from network.lock import WaitInterrupted
+    from network.lock import held as held_network
     from switches.target import DataPlaneStartError
     from experiments.simulated_sweep import SimulationFailed
 
@@ -303,7 +304,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     with tqdm(total=kind.units(experiment), desc=experiment.name, unit=kind.unit, file=sys.stderr, disable=None) as bar:
         runner = make_runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
-            verified = runner.run()
+            with held_network():  # every point's network nests in it: a sweep's points follow one another
+                verified = runner.run()
         except KeyboardInterrupt as interrupt:
             for stopping in STOP_SIGNALS:  # torn down: a late one must not kill the exit itself
                 signal.signal(stopping, signal.SIG_IGN)

@@ -115,4 +115,4 @@ def annotate(fig: Figure, context: EmulationContext, title: str, notes: tuple[st
             ha="center", va="center", rotation=20, zorder=10,
         )  # fmt: skip
     for ax in fig.axes:
-        ax.set_title("\n".join(lines), fontsize=7, loc="left", color="black" if context.kept_up else "red")
+        ax.set_title("\n".join(lines), fontsize=7, loc="left", color="black" if context.kept_up else "red", wrap=True)  # at the figure's edge

@@ -65,63 +65,65 @@ def time_dilation_factor(reference_link_bps: float, emulated_link_bps: float) ->
 
 
 def training_speedup(compute_s: float, comm_baseline_s: float, comm_switchml_s: float) -> float:
-    """Training-iteration speedup of SwitchML over a baseline, without compute/comm overlap.
+    """Training-iteration speedup of SwitchML over a baseline: how many times faster one
+    iteration of data-parallel training runs with SwitchML's gradient all-reduce than with
+    the baseline's, when compute and communication do not overlap.
 
-    One iteration = compute + gradient all-reduce, so its time is compute + comm and the
-    speedup is ``(compute + comm_baseline) / (compute + comm_switchml)``. All three times
-    must be on the same clock: in emulation ``compute_s`` is the real-hardware compute time
-    multiplied by the time-dilation factor D (``time_dilation_factor``), because the
-    measured communication is D times slower than on the reference links.
-    Communication-bound models (compute small) approach comm_baseline / comm_switchml;
-    compute-bound ones approach 1.
+    ``compute_s`` is an iteration's compute, ``comm_*_s`` each method's all-reduce of its
+    gradients. All three times must be on the same clock: in emulation ``compute_s`` is the
+    real-hardware compute time multiplied by the time-dilation factor D
+    (``time_dilation_factor``), because the measured communication is D times slower than
+    on the reference links.
     """
     if min(compute_s, comm_baseline_s, comm_switchml_s) < 0:
         raise ValueError("times must be non-negative")
     require_positive(total_switchml_s=compute_s + comm_switchml_s)
-    # BEGIN LAB 5: iteration time (compute + all-reduce) with the baseline over that with SwitchML
+    # BEGIN LAB 5: how many times faster one iteration (no overlap of compute and all-reduce) is with SwitchML
+    # an iteration is compute then all-reduce: (compute + comm_baseline) / (compute + comm_switchml)
     return (compute_s + comm_baseline_s) / (compute_s + comm_switchml_s)
     # END LAB 5
 
 
 def expected_training_speedup_over_ring(compute_s: float, comm_ring_s: float, n_workers: int) -> float:
-    """Training speedup over a ring if SwitchML were exactly 2(n-1)/n times faster at communicating.
-
-    Plugs ``comm_switchml = comm_ring / expected_speedup_over_ring(n)`` into
-    ``training_speedup``: the expectation a measured bar is compared with.
+    """Training speedup over a ring if SwitchML's all-reduce were exactly as much faster than
+    the ring's as the bandwidth argument says (``expected_speedup_over_ring``, for
+    ``n_workers``): the expectation a measured bar is compared with.
     """
-    # BEGIN LAB 5: training_speedup with SwitchML's all-reduce 2(n-1)/n times shorter than the ring's
+    # BEGIN LAB 5: the training speedup if SwitchML's all-reduce were expected_speedup_over_ring(n_workers) times the ring's speed
+    # SwitchML's all-reduce time is the ring's divided by expected_speedup_over_ring(n_workers)
     return training_speedup(compute_s, comm_ring_s, comm_ring_s / expected_speedup_over_ring(n_workers))
     # END LAB 5
 
 
 def slot_round_trip_s(link_bps: float, k: int, link_delay_s: float) -> float:
-    """Round trip of one slot on an idle star: the update crosses the worker's link (one
-    frame's serialisation plus the link's delay), then the result comes back the same way.
+    """Round trip of one slot on an idle star: from the moment a worker starts sending a
+    slot's update until the slot's result has arrived, on links of ``link_bps`` with
+    ``link_delay_s`` of delay each way.
 
-    The switch's own processing time is left out (microseconds here, against milliseconds of
-    serialisation at a few Mbit/s), as are queues: this is the round trip of the first slot,
-    the shortest a pool can see.
+    The switch's own processing time is left out (microseconds here, against milliseconds
+    on the links at a few Mbit/s), as are queues: this is the round trip of the first slot,
+    the shortest a pool can see, which is what sizes the pool.
     """
     require_positive(link_bps=link_bps, k=k)
     if link_delay_s < 0:
         raise ValueError(f"link_delay_s must be non-negative, got {link_delay_s}")
-    # BEGIN LAB 4: two frame_bytes(k) serialisations at link_bps plus the link delay each way
+    # BEGIN LAB 4: the idle round trip of one slot: its update out to the switch and its result back
+    # each way a frame of frame_bytes(k) bytes serialised at link_bps, then the link's delay
     return 2 * (frame_bytes(k) * BITS_PER_BYTE / link_bps + link_delay_s)
     # END LAB 4
 
 
 def switchml_pool_bound_ate(link_bps: float, k: int, pool_size: int, round_trip_s: float) -> float:
-    """Most aggregated elements/s a pool of ``pool_size`` slots allows: the smaller of the
-    line-rate bound and one pool of k-element packets per round trip.
+    """Most aggregated elements/s a pool of ``pool_size`` slots of k elements allows, on
+    links of ``link_bps`` where a slot's round trip is ``round_trip_s``.
 
-    A worker has at most ``pool_size`` updates outstanding, and a slot is reused only when
-    its result is back, so it sends at most ``pool_size * k`` elements per round trip
-    (the window limit of any sliding-window protocol). The pool covers the link when
-    ``pool_size`` is at least the bandwidth-delay product in frames; beyond that the line
-    rate is the limit and more slots add nothing: the paper's argument that a little
-    switch memory suffices.
+    A worker has at most one update outstanding per slot and reuses a slot only when its
+    result is back: the pool is a sliding window. Past the bandwidth-delay product of the
+    links in frames more slots add nothing: the paper's argument that a little switch
+    memory suffices.
     """
     require_positive(link_bps=link_bps, k=k, pool_size=pool_size, round_trip_s=round_trip_s)
-    # BEGIN LAB 4: the window limit pool_size * k per round trip, capped by switchml_line_rate_ate
+    # BEGIN LAB 4: the most elements/s a window of pool_size slots allows on these links
+    # pool_size * k elements per round trip (the window limit), never above the line rate
     return min(switchml_line_rate_ate(link_bps, k), pool_size * k / round_trip_s)
     # END LAB 4

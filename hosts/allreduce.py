@@ -73,9 +73,12 @@ def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
 def retransmit_policy(protocol: SwitchMLParameters, link_mbps: float | None) -> RetransmitPolicy:
     """The config's timeout floor (``timeout_ms``), raised to twice the time a full pool takes
     to cross the slowest link when links are rate-limited (hosts/switchml/timers.py: under
-    loss the measured round trips fall below it just before the pool refills)."""
+    loss the measured round trips fall below it just before the pool refills); or the
+    config's fixed timeout (``fixed_timeout_ms``: loss-free links)."""
     from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 
+    if protocol.fixed_timeout_ms is not None:
+        return RetransmitPolicy.fixed_at(protocol.fixed_timeout_ms / 1000.0)
     floor_s = protocol.timeout_ms / 1000.0
     if link_mbps is not None:
         floor_s = max(floor_s, 2 * pool_drain_s(protocol.pool_size, protocol.k, mbps_to_bps(link_mbps)))

@@ -6,32 +6,35 @@
     python -m labs grade-batch N SUBMISSIONS --csv FILE [--track ...] [--tests-from DIR]
     python -m labs plot N [--results DIR ...] [--out DIR]
 
-``grade`` exits 0 only with full marks, 1 below, 2 on bad input. Run it from the tree's root
+``grade`` exits 0 only with full marks, 1 below, 2 on bad input; SIGTERM, SIGHUP and SIGQUIT
+stop it as Ctrl-C does, removing what it made (exit 128 + the signal's number). Run it from the tree's root
 (or give --tree): the tree's code is what is graded, whichever checkout the grader is in.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import dataclasses
 import logging
 import shutil
+import signal
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from base.lifetime import STOP_SIGNALS
 from base.yamlschema import ConfigError
 from labs import catalog
-from labs.grade import default_report, grade, replace_graded_files, score_table, write_gradescope, write_report
+from labs.grade import (DEFAULT_MEMORY_MB, Grade, SubmissionError, clean_tree, default_report, grade, limits, place_submission, score_table,
+                        write_gradescope, write_report)  # fmt: skip
 from labs.markers import MarkerError, Region
+from labs.sandbox import SandboxError, check_can_sandbox
 from labs.skeleton import SkeletonError, make_skeleton
 
 log = logging.getLogger("labs")
-
-COPY_IGNORED = shutil.ignore_patterns(".git", ".venv", "results", "build", "__pycache__", ".pytest_cache", ".hypothesis")
-"""What a submission's copy leaves out: none of it is graded, some of it is large."""
-
 
 def cmd_list(args: argparse.Namespace) -> int:
     for lab in catalog.all_labs():
@@ -67,6 +70,13 @@ def _by_lab(regions: list[Region]) -> str:
     return ", ".join(f"lab {n} ({', '.join(sorted(paths))})" for n, paths in sorted(files.items())) or "none"
 
 
+def _positive(value: str) -> int:
+    """--cap-s's and --memory-mb's value: a whole number above 0."""
+    if not value.isdigit() or int(value) == 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: a whole number above 0")
+    return int(value)
+
+
 def _keep(value: str) -> frozenset[int]:
     """--keep's value: lab numbers separated by commas, or 'none'."""
     if value == "none":
@@ -77,14 +87,29 @@ def _keep(value: str) -> frozenset[int]:
         raise argparse.ArgumentTypeError(f"{value!r}: lab numbers separated by commas (0,1,2) or 'none'") from None
 
 
-def _grade_copy(lab: catalog.Lab, track: catalog.Track, tree: Path, tests_from: Path | None, scratch: Path):
-    """Grade ``tree``, or with ``tests_from``, a copy of it holding those tests instead of its own."""
-    if tests_from is None:
-        return grade(lab, track, tree)
-    copy = scratch / "submission"  # not tree.name: that is '' for --tree .
-    shutil.copytree(tree, copy, ignore=COPY_IGNORED, symlinks=True)
-    replace_graded_files(copy, tests_from)
-    return dataclasses.replace(grade(lab, track, copy), tree=str(tree.resolve()))
+@contextlib.contextmanager
+def _grader(args: argparse.Namespace) -> Iterator[Callable[[Path], Grade]]:
+    """What grades one tree for ``args``: in place (a student's own tree), or with
+    ``--tests-from``, its graded files on that checkout's clean tree, in the sandbox."""
+    lab = _graded_lab(args)
+    track = lab.track(args.track)
+    if args.tests_from is None:
+        yield lambda tree: grade(lab, track, tree)
+        return
+    check_can_sandbox()
+    caps = limits(lab, track, args.cap_s, args.memory_mb)
+    with tempfile.TemporaryDirectory(prefix="labs-grade-") as scratch:
+        base = clean_tree(args.tests_from, lab, track, Path(scratch) / "clean")
+
+        def graded(submission: Path) -> Grade:
+            tree = Path(scratch) / "submission"  # not submission.name: that is '' for --tree .
+            try:
+                problem = place_submission(base, submission, track, tree)
+                return dataclasses.replace(grade(lab, track, tree, caps, problem), tree=str(submission.resolve()))
+            finally:
+                shutil.rmtree(tree, ignore_errors=True)
+
+        yield graded
 
 
 def _graded_lab(args: argparse.Namespace) -> catalog.Lab:
@@ -96,8 +121,8 @@ def _graded_lab(args: argparse.Namespace) -> catalog.Lab:
 def cmd_grade(args: argparse.Namespace) -> int:
     lab = _graded_lab(args)
     track = lab.track(args.track)
-    with tempfile.TemporaryDirectory(prefix="labs-submission-") as scratch:
-        result = _grade_copy(lab, track, args.tree, args.tests_from, Path(scratch))
+    with _grader(args) as graded:
+        result = graded(args.tree)
     report = args.report or default_report(args.tree, lab, track)
     write_report(result, report)
     print(score_table(lab, result))
@@ -109,20 +134,18 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_grade_batch(args: argparse.Namespace) -> int:
-    lab = _graded_lab(args)
-    track = lab.track(args.track)
     submissions = sorted(path for path in args.submissions.iterdir() if path.is_dir())
     if not submissions:
         raise ConfigError(f"{args.submissions}: no submission folders in it")
     reports = args.csv.with_suffix("")
     rows = []
-    for tree in submissions:
-        with tempfile.TemporaryDirectory(prefix="labs-submission-") as scratch:
-            result = _grade_copy(lab, track, tree, args.tests_from, Path(scratch))
-        write_report(result, reports / f"{tree.name}.json")
-        print(f"{tree.name}: {result.score}/{result.max_score}", flush=True)
-        rows.append({"submission": tree.name, "score": result.score, "max": result.max_score, "seconds": result.seconds,
-                     **{test.id: test.earned for test in result.tests}})  # fmt: skip
+    with _grader(args) as graded:
+        for tree in submissions:
+            result = graded(tree)
+            write_report(result, reports / f"{tree.name}.json", student=tree.name)
+            print(f"{tree.name}: {result.score}/{result.max_score}", flush=True)
+            rows.append({"student": tree.name, "score": result.score, "max": result.max_score, "seconds": result.seconds,
+                         **{test.id: test.earned for test in result.tests}})  # fmt: skip
     args.csv.parent.mkdir(parents=True, exist_ok=True)
     with args.csv.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
@@ -148,6 +171,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0 if written else 1
 
 
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs", description="SwitchML classroom labs: skeletons, grading, plots")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -161,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     def track_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--track", choices=["python", "p4"], help="python (embedded switch, default) or p4 (bmv2)")
 
+    def cap_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--cap-s", type=_positive, help="wall-clock cap on one submission's grade with --tests-from"
+                                                         " (default: lab.yaml's cap_s, else its tests' timeouts)")
+        sub.add_argument("--memory-mb", type=_positive, help="memory cap per process of a submission's grade with"
+                                                             f" --tests-from (default {DEFAULT_MEMORY_MB})")
+
     sub = lab_command("skeleton", "copy this repository with the lab's regions replaced by stubs")
     sub.add_argument("--out", type=Path, required=True, help="new or empty folder for the student's tree")
     sub.add_argument("--keep", type=_keep, help="the other labs whose answers it holds: 0,1 or none (default: earlier labs'"
@@ -170,19 +203,22 @@ def main(argv: list[str] | None = None) -> int:
 
     sub = lab_command("grade", "run the lab's graded tests in a tree, print the score, write a JSON report")
     sub.add_argument("--tree", type=Path, default=Path.cwd(), help="the tree to grade (default: the current folder)")
-    sub.add_argument("--tests-from", type=Path, help="grade a copy of the tree with this checkout's tests/ and labs/ (hidden tests)")
+    sub.add_argument("--tests-from", type=Path, help="grade as an instructor: the tree's graded files on this checkout's clean"
+                                                     " tree (hidden tests), in the sandbox (root only)")
     sub.add_argument("--report", type=Path, help="JSON report (default: TREE/results/labs/labN-TRACK.json)")
     sub.add_argument("--gradescope", type=Path, metavar="RESULTS_JSON",
                      help="also write Gradescope's results.json here (/autograder/results/results.json in its autograder)")
     track_option(sub)
+    cap_options(sub)
     sub.set_defaults(run=cmd_grade)
 
     sub = lab_command("grade-batch", "grade every submission folder in a folder, one CSV row each")
     sub.add_argument("submissions", type=Path, help="a folder with one tree per student")
     sub.add_argument("--csv", type=Path, required=True, help="the grades; JSON reports go to a folder of the same name")
     sub.add_argument("--tests-from", type=Path, default=catalog.LABS_DIR.parent,
-                     help="whose tests/ and labs/ grade the copies (default: this checkout, not the students')")  # fmt: skip
+                     help="whose clean tree and tests grade the submissions (default: this checkout, not the students')")  # fmt: skip
     track_option(sub)
+    cap_options(sub)
     sub.set_defaults(run=cmd_grade_batch)
 
     sub = lab_command("plot", "draw the lab's figures from your runs")
@@ -194,10 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
         return args.run(args)
-    except (ConfigError, SkeletonError, MarkerError, FileNotFoundError) as error:
+    except (ConfigError, SkeletonError, MarkerError, SandboxError, SubmissionError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
 
 if __name__ == "__main__":
+    for stop in STOP_SIGNALS[1:]:  # like Ctrl-C: the grade's sandboxes and temporary trees are removed
+        signal.signal(stop, _stopped)
     sys.exit(main())

@@ -55,6 +55,8 @@ class Lab:
     title: str
     hours: str
     timeout_s: float
+    cap_s: float | None
+    """Wall-clock cap on one submission's sandboxed grade (None: its tests' timeouts and slack)."""
     run: str | None
     figures: tuple[str, ...]
     plot_about: str
@@ -99,7 +101,7 @@ def load_lab(folder: Path) -> Lab:
     if not_later:
         raise ConfigError(f"{path}: keeps: lab {not_later[0]} is not a later lab (earlier labs' answers are kept anyway)")
     return Lab(data["number"], folder, data["title"], data["hours"], float(data.get("timeout_s", DEFAULT_TIMEOUT_S)),
-               data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks, keeps)  # fmt: skip
+               data.get("cap_s"), data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks, keeps)  # fmt: skip
 
 
 def all_labs(labs_dir: Path = LABS_DIR) -> list[Lab]:

@@ -112,7 +112,7 @@ def pool_model_figure(table: pd.DataFrame, context: EmulationContext) -> Figure:
     spread = np.vstack([median - table["normalised_min"], table["normalised_max"] - median])
     ax.errorbar(table["pool_size"], median, yerr=spread, marker="o", capsize=3, color=SWITCHML.colour,
                 label="SwitchML (measured)")  # fmt: skip
-    ax.plot(table["pool_size"], table["model_normalised"], "k:", marker="x", label="min(line rate, pool × k / round trip) (your model)")
+    ax.plot(table["pool_size"], table["model_normalised"], "k:", marker="x", label="window model (your switchml_pool_bound_ate)")
     ax.axhline(1.0, color="k", linestyle="--", label=LINE_RATE_LABEL)
     log_axis_at(ax, table["pool_size"], base=2)
     ax.set_xlabel("pool size (slots)")
@@ -126,7 +126,7 @@ def pool_model_figure(table: pd.DataFrame, context: EmulationContext) -> Figure:
 
 LAB4_POOL_MODEL = FigureSpec(
     "lab4_pool_model", sweeping("pool_size"), pool_model_table, pool_model_figure,
-    "# Pool size against the window model (lab 4)\n\nA pool of s slots allows s * k elements per round trip.\n",
+    "# Pool size against the window model (lab 4)\n\nThe measured share of the line-rate bound per pool size, and the model's.\n",
 )  # fmt: skip
 RUN_FIGURES = (LAB4_POOL_MODEL,)
 """Lab figures drawn from runs, rendered like the catalogue's."""

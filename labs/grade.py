@@ -3,7 +3,10 @@
 The tests run in a pytest subprocess with the tree as working directory and first on
 PYTHONPATH, so the tree's code is what is imported (and what the switch and worker
 processes the tests start import: they run from the tree too), never the checkout the
-grader itself was installed from. pytest-timeout bounds every test; pytest's JUnit XML
+grader itself was installed from. A student grades their own tree in place; an
+instructor grades a submission as hostile: only its graded files, copied onto a clean
+tree (``clean_tree``, ``place_submission``), run in the sandbox (labs/sandbox.py), under
+a cap on its time and memory. pytest-timeout bounds every test; pytest's JUnit XML
 report says what happened to each one. A test scores its points only if it passed: a
 failure, an error, a skip (say, bmv2 absent on the P4 track) or a test that did not run
 scores nothing, and the table says why in one line.
@@ -23,13 +26,14 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from labs import sandbox
 from labs.catalog import Lab, Track
+from labs.skeleton import make_skeleton
 
 PASSED = "pass"
 SLACK_S = 120.0
 """Beyond the sum of the per-test timeouts: pytest start-up, collection, fixtures' teardown."""
-GRADED_FOLDERS = ("tests", "labs")
-"""What ``--tests-from`` replaces in the tree: the graded tests, their fixtures, the grader's lab files."""
+JUNIT = "junit.xml"
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,14 @@ def readable(line: str) -> str:
     return QUALIFIED_EXCEPTION.sub(lambda m: m["name"], line)
 
 
-def read_junit(path: Path) -> dict[tuple[str, str], tuple[str, str, float]]:
-    """Per (classname, name): outcome, first message line, seconds."""
+def read_junit(report: bytes) -> dict[tuple[str, str], tuple[str, str, float]]:
+    """Per (classname, name) of pytest's JUnit XML ``report``: outcome, first message line, seconds."""
     outcomes = {}
-    for case in ElementTree.parse(path).iter("testcase"):
+    try:
+        cases = list(ElementTree.fromstring(report).iter("testcase"))
+    except ElementTree.ParseError:  # cut short: the cap killed pytest as it wrote
+        return {}
+    for case in cases:
         outcome, message = PASSED, ""
         for tag in ("failure", "error", "skipped"):
             element = case.find(tag)
@@ -101,14 +109,62 @@ def read_junit(path: Path) -> dict[tuple[str, str], tuple[str, str, float]]:
     return outcomes
 
 
-def replace_graded_files(tree: Path, source: Path) -> None:
-    """Put ``source``'s tests/ and labs/ into ``tree``: grade with the instructor's tests, not
-    the student's copy (which the student could have changed), hidden tests included."""
-    for folder in GRADED_FOLDERS:
-        if not (source / folder).is_dir():
-            raise FileNotFoundError(f"--tests-from {source}: no {folder}/ folder there")
-        shutil.rmtree(tree / folder, ignore_errors=True)
-        shutil.copytree(source / folder, tree / folder, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+class SubmissionError(ValueError):
+    """A graded file of a submission that is not graded (a link, not a file, too large)."""
+
+
+MAX_FILE_BYTES = 1 << 20
+"""A graded file larger than this is not a lab's answer."""
+
+
+def clean_tree(reference: Path, lab: Lab, track: Track, out: Path) -> Path:
+    """The tree every submission of ``lab`` is graded in: ``reference``'s handout of the
+    lab (its default skeleton: the reference minus the lab's answers, hidden tests
+    included), into which ``place_submission`` copies a submission's graded files."""
+    make_skeleton(reference, out, lab, track)
+    return out
+
+
+def place_submission(base: Path, submission: Path, track: Track, tree: Path) -> str | None:
+    """Copy the clean tree ``base`` to ``tree`` and the track's files of ``submission``
+    onto it, nothing else of the submission (no conftest.py, sitecustomize or .pth file of
+    it is ever imported). Returns what was wrong with its files, or None."""
+    shutil.copytree(base, tree, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    problems = []
+    for name in track.files:
+        try:
+            (tree / name).write_bytes(submitted_file(submission, name))
+        except SubmissionError as error:
+            problems.append(f"{error} (graded: the handout's stub)")
+    return "; ".join(problems) or None
+
+
+def submitted_file(submission: Path, name: str) -> bytes:
+    """The bytes of ``submission``'s graded file ``name``, read as the grader (root) reads
+    it: never through a link, which could point at the reference or at a file only root
+    may read."""
+    path = submission / name
+    if path.resolve() != submission.resolve() / name:
+        raise SubmissionError(f"{name} is a symbolic link or reached through one: hand in the file itself")
+    if not path.is_file():
+        raise SubmissionError(f"{name} is not in the submission")
+    data = sandbox.read_private_file(path, MAX_FILE_BYTES)
+    if data is None:
+        raise SubmissionError(f"{name} is not a regular file of at most {MAX_FILE_BYTES >> 10} KiB")
+    return data
+
+
+DEFAULT_MEMORY_MB = 4096
+"""Per process of a sandboxed grade: its address space (numpy, a switch, a worker fit)."""
+DEFAULT_PROCESSES = 512
+"""Processes and threads of a sandboxed grade at once: lab 3's run has a switch and workers."""
+
+
+def limits(lab: Lab, track: Track, cap_s: float | None = None, memory_mb: int | None = None) -> sandbox.Limits:
+    """The caps of one submission's sandboxed grade: ``cap_s`` (else lab.yaml's ``cap_s``,
+    else the sum of the tests' timeouts and SLACK_S) and ``memory_mb`` per process."""
+    wall = cap_s or lab.cap_s or lab.timeout_s * len(track.tests) + SLACK_S
+    return sandbox.Limits(wall, (memory_mb or DEFAULT_MEMORY_MB) << 20, DEFAULT_PROCESSES)
 
 
 def pytest_env(tree: Path) -> dict[str, str]:
@@ -130,27 +186,35 @@ def syntax_problem(tree: Path, files: tuple[str, ...]) -> str | None:
     return None
 
 
-def grade(lab: Lab, track: Track, tree: Path) -> Grade:
-    """Run ``track``'s graded tests in ``tree`` and score them."""
+def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = None, problem: str | None = None) -> Grade:
+    """Run ``track``'s graded tests in ``tree`` and score them: in place, or with ``limits``
+    in the sandbox (``tree`` then is a clean tree: ``clean_tree`` and ``place_submission``;
+    ``problem``, what placing it found wrong)."""
     tree = tree.resolve()
-    problem = syntax_problem(tree, track.files)
+    problem = problem or syntax_problem(tree, track.files)
     present = [test for test in track.tests if (tree / test.id.split("::")[0]).is_file()]
+    budget = lab.timeout_s * max(len(present), 1) + SLACK_S
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labs-grade-") as scratch:
-        junit = Path(scratch) / "junit.xml"
+        out = Path(scratch) / "out"
+        out.mkdir()
+        inside, where = (sandbox.TREE, sandbox.OUT) if limits else (tree, out)
         command = [
             sys.executable, "-m", "pytest", *[test.id for test in present],
-            f"--timeout={lab.timeout_s:g}", f"--junitxml={junit}",
+            f"--timeout={lab.timeout_s:g}", f"--junitxml={where / JUNIT}",
             "-p", "no:cacheprovider", "--continue-on-collection-errors", "-q", "--tb=line",
         ]  # fmt: skip
-        budget = lab.timeout_s * max(len(present), 1) + SLACK_S
-        try:
-            run = subprocess.run(command, cwd=tree, env=pytest_env(tree), capture_output=True, text=True,
-                                 timeout=budget, stdin=subprocess.DEVNULL)  # fmt: skip
-            exit_status, output = run.returncode, run.stdout + run.stderr
-        except subprocess.TimeoutExpired:
-            exit_status, output = -1, f"pytest did not finish within {budget:g} s"
-        outcomes = read_junit(junit) if junit.exists() else {}
+        if limits is None:
+            exit_status, output = _run_in_place(command, tree, budget)
+        else:
+            os.chown(out, sandbox.SANDBOX_ID, sandbox.SANDBOX_ID)
+            (Path(scratch) / "root").mkdir()
+            ran = sandbox.run(command, root=Path(scratch) / "root", tree=tree, out=out, limits=limits)
+            exit_status, output = ran.returncode, ran.output
+            if ran.timed_out:
+                exit_status, output = -1, f"the submission's tests did not finish within its {limits.wall_s:g} s cap"
+        junit = sandbox.read_private_file(out / JUNIT)
+        outcomes = read_junit(junit) if junit else {}
     why_not_run = _last_line(output) if present else "no graded test file is in the tree"
     results = []
     for test in track.tests:
@@ -161,6 +225,16 @@ def grade(lab: Lab, track: Track, tree: Path) -> Grade:
         results.append(TestResult(test.id, test.points, earned, outcome, message, round(seconds, 2)))
     return Grade(lab.number, track.name, str(tree), sum(r.earned for r in results), track.points,
                  round(time.monotonic() - started, 1), results, exit_status, problem)  # fmt: skip
+
+
+def _run_in_place(command: list[str], tree: Path, budget: float) -> tuple[int, str]:
+    """pytest in ``tree``, as the grader's user: a student grading their own tree."""
+    try:
+        run = subprocess.run(command, cwd=tree, env=pytest_env(tree), capture_output=True, text=True,
+                             timeout=budget, stdin=subprocess.DEVNULL)  # fmt: skip
+        return run.returncode, run.stdout + run.stderr
+    except subprocess.TimeoutExpired:
+        return -1, f"pytest did not finish within {budget:g} s"
 
 
 def _last_line(output: str) -> str:
@@ -184,23 +258,28 @@ def score_table(lab: Lab, grade_: Grade, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def write_report(grade_: Grade, path: Path) -> None:
-    """The grade as JSON (every test with its outcome and message) at ``path``."""
+def write_report(grade_: Grade, path: Path, student: str | None = None) -> None:
+    """The grade as JSON (every test with its outcome and message) at ``path``; in a batch,
+    with the ``student``'s id (their submission folder's name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     report = asdict(grade_)
-    path.write_text(json.dumps({"problem": report.pop("problem"), **report, "full_marks": grade_.full_marks}, indent=2) + "\n")
+    first = {"problem": report.pop("problem")} | ({"student": student} if student else {})
+    path.write_text(json.dumps({**first, **report, "full_marks": grade_.full_marks}, indent=2) + "\n")
 
 
 def gradescope_results(lab: Lab, grade_: Grade) -> dict:
-    """The grade as Gradescope's autograder reads it (its ``results.json``): a score and a
-    maximum per graded test, with the test's outcome and first line as its output, every
-    test visible to the student (what the grader prints is what they may read)."""
+    """The grade as Gradescope's autograder reads it (its ``results.json``, the fields
+    labs/gradescope.schema.yaml holds): a score and a maximum per graded test, with its
+    status, and its outcome and first line as its output, every test visible to the student
+    (what the grader prints is what they may read)."""
     tests = [{"name": r.id, "number": str(i + 1), "score": r.earned, "max_score": r.points,
+              "status": "passed" if r.outcome == PASSED else "failed",
               "output": r.outcome if not r.message else f"{r.outcome}: {r.message}", "visibility": "visible"}
-             for i, r in enumerate(grade_.tests)]
+             for i, r in enumerate(grade_.tests)]  # fmt: skip
     summary = f"lab {lab.number} ({grade_.track} track): {grade_.score}/{grade_.max_score}"
-    return {"score": grade_.score, "execution_time": grade_.seconds, "visibility": "visible", "stdout_visibility": "visible",
-            "output": f"your code does not run: {grade_.problem}\n{summary}" if grade_.problem else summary, "tests": tests}
+    return {"score": grade_.score, "execution_time": grade_.seconds, "output_format": "text", "visibility": "visible",
+            "stdout_visibility": "visible", "tests": tests,
+            "output": f"your code does not run: {grade_.problem}\n{summary}" if grade_.problem else summary}  # fmt: skip
 
 
 def write_gradescope(lab: Lab, grade_: Grade, path: Path) -> None:

@@ -29,8 +29,9 @@ from labs.markers import Region, marked_files, scan_file
 
 log = logging.getLogger(__name__)
 
-INSTRUCTOR_ONLY = ("tests/test_lab_solutions.py",)
-"""Files no handout gets: the grader-strength test keeps a correct solution of every lab."""
+INSTRUCTOR_ONLY = ("tests/test_lab_solutions.py", "labs/instructor/")
+"""What no handout gets (a path ending in / is a folder): the grader-strength test keeps a
+correct solution of every lab, labs/instructor/ the answer key, rubrics and expected figures."""
 
 
 class SkeletonError(RuntimeError):
@@ -79,12 +80,17 @@ def copy_tree(source: Path, out: Path, leave_out: tuple[str, ...] = ()) -> list[
     """Copy ``source``'s tracked files but ``leave_out`` into ``out`` (new or empty); returns them."""
     if out.exists() and any(out.iterdir()):
         raise SkeletonError(f"{out} is not empty: give a new folder for the skeleton")
-    files = [path for path in tracked_files(source) if path not in leave_out]
+    files = [path for path in tracked_files(source) if not left_out(path, leave_out)]
     for path in files:
         target = out / path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source / path, target)
     return files
+
+
+def left_out(path: str, leave_out: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``leave_out`` or in one of its folders (those ending in /)."""
+    return any(path == out or (out.endswith("/") and path.startswith(out)) for out in leave_out)
 
 
 @dataclass(frozen=True)

@@ -18,21 +18,18 @@ from protocol.worker_spec import SwitchMLParameters
 
 
 def line_rate_ate(link_bps: float, k: int) -> float:
-    """Most aggregated tensor elements per second SwitchML can reach on links of ``link_bps``.
+    """Most aggregated tensor elements per second SwitchML can reach on links of ``link_bps``
+    bit/s, with k elements per packet.
 
-    Derivation: each worker sends every chunk of k elements exactly once, in one frame of
+    Each worker sends every chunk of k elements exactly once, in one frame of
     ``frame_bytes(k)`` bytes, and receives each result once, in a frame of the same size on
-    the other direction of its full-duplex link. So a link carries at most
-    ``B / (8 * frame_bytes(k))`` packets/s each way, i.e. ``k * B / (8 * frame_bytes(k))``
-    elements/s. Written as the protocol document does, with 32 bits per int32 element::
-
-        ATE/s <= B * (4k / frame_bytes(k)) / 32
-
-    ``4k / frame_bytes(k)`` is the goodput fraction of a frame. Preamble and IFG are not
-    counted (htb shapes frame bytes).
+    the other direction of its full-duplex link: the link's rate in frames, not the number
+    of workers, is what limits it. Preamble and IFG are not counted (htb shapes frame bytes).
     """
     require_positive(link_bps=link_bps, k=k)
     # BEGIN LAB 0: elements/s on links of link_bps when each k-element update and each result crosses once in frame_bytes(k)
+    # link_bps / (8 * frame_bytes(k)) frames/s each way, k elements each; as the protocol document
+    # writes it, with 32 bits per int32 element: ATE/s <= B * (4k / frame_bytes(k)) / 32 (the goodput fraction)
     return link_bps * (ELEMENT_BYTES * k / frame_bytes(k)) / (BITS_PER_BYTE * ELEMENT_BYTES)
     # END LAB 0
 

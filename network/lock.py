@@ -12,17 +12,23 @@ the record stays: the next holder finds it (``previous``) and knows exactly what
 (network.cleanup). While the lock is held, the holder's environment carries ``HOLDER_ENV``,
 so every process it starts -- Mininet's shells, switches, workers -- can be found by that
 pid if it outlives its owner.
+
+A run holds the lock from its first point to its last (``held``): each point's network
+takes it again, from the same process, which only nests (a second flock of the same file
+from this process would wait for itself). So on a shared machine other runs wait between
+runs, not between the points of one, and a sweep's points follow one another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -58,16 +64,29 @@ class WaitInterrupted(KeyboardInterrupt):
     built nothing, and its message must not say that a network was torn down."""
 
 
+_HELD: dict[Path, NetworkLock] = {}
+"""The lock this process holds, per lock file: the one a nested acquire shares."""
+
+
 class NetworkLock:
     def __init__(self, path: Path = LOCK_PATH) -> None:
         self.path = path
         self._file: IO[str] | None = None
         self._record: HolderRecord | None = None
+        self._outer: NetworkLock | None = None
+        """The holder this acquire nests in (this process held the lock already), else None."""
         self.previous: HolderRecord | None = None
         """The record of a holder that died holding the lock (found by acquire), else None."""
 
     def acquire(self, wait: bool = True) -> bool:
-        """Take the lock (waiting for another holder if ``wait``); False if not taken."""
+        """Take the lock (waiting for another holder if ``wait``); False if not taken. If this
+        process holds it already, nest in that hold: the first nested acquire gets what a dead
+        holder left (``previous``), and what it declares goes into the holder's record."""
+        outer = _HELD.get(self.path)
+        if outer is not None:
+            self._outer = outer
+            self.previous, outer.previous = outer.previous, None
+            return True
         handle = self.path.open("a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -90,6 +109,7 @@ class NetworkLock:
         self._record = HolderRecord(pid=os.getpid())
         self._write()
         os.environ[HOLDER_ENV] = str(os.getpid())
+        _HELD[self.path] = self
         return True
 
     def holder(self) -> str:
@@ -102,6 +122,8 @@ class NetworkLock:
 
     def declare(self, interfaces: Sequence[str] = (), directories: Sequence[str] = ()) -> None:
         """Add to the record what must be removed if this process dies holding the lock."""
+        if self._outer is not None:
+            return self._outer.declare(interfaces, directories)
         assert self._record is not None, "declare() needs the lock"
         self._record.interfaces += [i for i in interfaces if i not in self._record.interfaces]
         self._record.directories += [d for d in directories if d not in self._record.directories]
@@ -109,6 +131,8 @@ class NetworkLock:
 
     def declare_commands(self, commands: Sequence[Sequence[str]]) -> None:
         """Set the commands the next holder runs if this process dies holding the lock."""
+        if self._outer is not None:
+            return self._outer.declare_commands(commands)
         assert self._record is not None, "declare_commands() needs the lock"
         self._record.commands = [list(c) for c in commands]
         self._write()
@@ -121,7 +145,15 @@ class NetworkLock:
         self._file.flush()
 
     def release(self) -> None:
+        """Give the lock up; a nested hold gives up only what it declared (its network is gone)."""
+        if self._outer is not None:
+            outer, self._outer = self._outer, None
+            if outer._record is not None:
+                outer._record = HolderRecord(pid=outer._record.pid)
+                outer._write()
+            return
         if self._file is not None:
+            _HELD.pop(self.path, None)
             os.environ.pop(HOLDER_ENV, None)
             self._file.seek(0)
             self._file.truncate()
@@ -130,3 +162,14 @@ class NetworkLock:
             self._file.close()
             self._file = None
             self._record = None
+
+
+@contextlib.contextmanager
+def held(path: Path = LOCK_PATH) -> Iterator[NetworkLock]:
+    """The lock for a whole run (every point's network nests in it), released on the way out."""
+    lock = NetworkLock(path)
+    lock.acquire()
+    try:
+        yield lock
+    finally:
+        lock.release()

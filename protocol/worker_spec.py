@@ -27,13 +27,15 @@ class SwitchMLParameters:
     data_path: str = "auto"
     """The worker's loop: native, python, or auto (hosts/switchml/native); the runner writes
     the one it resolved, so every worker of a run uses the same."""
+    fixed_timeout_ms: float | None = None
+    """A fixed retransmission timeout instead of the adaptive one (loss-free links)."""
 
     @classmethod
     def from_config(cls, protocol: Mapping[str, Any], data_path: str | None = None) -> SwitchMLParameters:
         """``data_path``: the runner's resolution of the config's choice (default: the choice)."""
         return cls(k=protocol["k"], pool_size=protocol["pool_size"], job_id=protocol["job_id"],
                    timeout_ms=protocol["timeout_ms"], backoff_every=protocol["backoff_every"],
-                   data_path=data_path or protocol.get("data_path", "auto"))
+                   data_path=data_path or protocol.get("data_path", "auto"), fixed_timeout_ms=protocol.get("fixed_timeout_ms"))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import re
 import shutil
@@ -19,18 +20,26 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
 
-from base.yamlschema import load_yaml
+from analysis import models
+from analysis.context import EmulationContext
+from base.yamlschema import load_schema, load_yaml, validate
 from hosts.switchml.native import STANDS_IN_FOR
 from labs import catalog
 from labs.__main__ import main
+from labs import grade as grading
 from labs.grade import grade, junit_key, readable, score_table
 from labs.markers import MarkerError, marked_files, scan_text
+from labs.figures import pool_model_figure
 from labs.plot import known_figures
 from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, make_skeleton, stub_text, tracked_files
 from protocol import params
-from protocol.params import REPO_ROOT
+from protocol.packet import frame_bytes
+from protocol.params import REPO_ROOT, mbps_to_bps
 from switches.bmv2.compile import CompileOptions
 from tests.conftest import require_target, require_track_machine
 
@@ -87,6 +96,12 @@ grader's default timeout is its own; the series table is checked below."""
     checked = [f"{catalog.DEFAULT_TIMEOUT_S:g} s unless lab.yaml says otherwise"]  # the grader's default, cited as it is
     checked += [f"**Time:** {lab.hours}." for lab in LABS if lab.folder == text.parent]  # lab.yaml's hours
     assert all(citation in content for citation in checked[1:]), f"{text}: its time is not lab.yaml's {checked[1:]}"
+    run_time = re.search(r"The run takes (about [^(]+?) \(its config's description says so\)", content)
+    if run_time:  # a run's time, as its config's description gives it
+        lab = next(lab for lab in LABS if lab.folder == text.parent)
+        config = REPO_ROOT / re.search(r"configs/labs/\S+\.yaml", lab.run or "")[0]
+        assert run_time[1] in load_yaml(config)["description"], f"{text}: the run takes {run_time[1]}, not what {config.name} says"
+        checked.append(run_time[0])
     for citation in checked:
         content = content.replace(citation, "")
     lines = content.splitlines()
@@ -268,11 +283,28 @@ def test_a_handout_holds_only_the_answers_its_lab_keeps(lab: catalog.Lab, track:
     _assert_holds_only(tmp_path / "tree", lambda n, path: n != lab.number and lab.keeps_by_default(n, path))
 
 
+LATER_ANSWERS_HANDED_OUT = {(0, 1, "protocol/quantize.py")}
+"""(lab, later lab, file): the only later lab's answer a default handout holds (lab 0's run
+quantizes, and its check computes the exact SwitchML sum with protocol/quantize.py)."""
+
+
+def test_no_handout_holds_a_later_labs_answer() -> None:
+    """Labs 0-2 held lab 3's timers (8 of its 23 points), lab 0 lab 1's whole answer: only
+    the one exception above remains, and no lab keeps lab 3's timers."""
+    kept = {(lab.number, kept.lab, path) for lab in LABS for kept in lab.keeps for path in kept.files}
+    assert kept == LATER_ANSWERS_HANDED_OUT
+    for lab in LABS:
+        for number in range(lab.number + 1, len(LABS)):
+            for path in {path for other in LABS if other.number == number for track in other.tracks.values() for path in track.files}:
+                assert lab.keeps_by_default(number, path) == ((lab.number, number, path) in LATER_ANSWERS_HANDED_OUT)
+
+
 def test_an_instructor_chooses_which_answers_a_handout_keeps(tmp_path: Path, caplog) -> None:
     lab = catalog.by_number(2)
     assert main(["skeleton", "2", "--keep", "none", "--out", str(tmp_path / "none")]) == 0
     _assert_holds_only(tmp_path / "none", lambda n, path: False)
-    assert "stubs lab 3's hosts/switchml/timers.py, which the lab's run times every slot" in caplog.text
+    assert main(["skeleton", "0", "--keep", "none", "--out", str(tmp_path / "lab0")]) == 0
+    assert "stubs lab 1's protocol/quantize.py, which the lab's run quantizes" in caplog.text
     assert main(["skeleton", "2", "--keep", "0,4", "--out", str(tmp_path / "some")]) == 0
     _assert_holds_only(tmp_path / "some", lambda n, path: n in {0, 4})
     assert main(["skeleton", "2", "--keep", "2", "--out", str(tmp_path / "own")]) == 2, "never its own answer"
@@ -291,6 +323,16 @@ def test_skeleton_command_makes_a_repository_of_its_own(tmp_path: Path, capsys) 
     assert main(["skeleton", "0", "--out", str(out)]) == 2, "refuses a folder that is not empty"
 
 
+def git_checkout(folder: Path) -> Path:
+    """``folder`` made a git checkout of one commit, as a course's private fork is (the clean
+    tree a grade builds is made from what git tracks there)."""
+    git = ["git", "-C", str(folder), "-c", "user.name=ta", "-c", "user.email=ta@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the course's fork"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    return folder
+
+
+@pytest.mark.netns  # an instructor's grade runs each submission in the sandbox: root only
 def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path: Path) -> None:
     lab = catalog.by_number(0)
     submissions = tmp_path / "submissions"
@@ -299,13 +341,15 @@ def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path:
     shutil.rmtree(submissions / "alice" / "labs" / "00-run-and-measure" / "tests")  # a student cannot drop the tests
     grades = tmp_path / "grades.csv"
     assert main(["grade-batch", "0", str(submissions), "--csv", str(grades)]) == 0
-    rows = {row["submission"]: row for row in csv.DictReader(grades.open())}
+    rows = {row["student"]: row for row in csv.DictReader(grades.open())}
     assert (rows["alice"]["score"], rows["bob"]["score"]) == ("1", "10")
     assert rows["bob"]["max"] == "10"
     report = json.loads((tmp_path / "grades" / "alice.json").read_text())
     assert report["tree"] == str(submissions / "alice") and not report["full_marks"]
+    assert report["student"] == "alice", "the batch records each student's id"
 
 
+@pytest.mark.netns
 def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     fork = tmp_path / "fork"
     copy_tree(REPO_ROOT, fork)
@@ -316,6 +360,7 @@ def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     )
     with (fork / "labs" / "00-run-and-measure" / "lab.yaml").open("a") as description:
         description.write(f'      - {{id: "{hidden}::test_bound_at_ten_megabits", points: 5, skeleton: fail}}\n')
+    git_checkout(fork)
     report = tmp_path / "grade.json"
     assert main(["grade", "0", "--tree", str(REPO_ROOT), "--tests-from", str(fork), "--report", str(report)]) == 0
     graded = json.loads(report.read_text())
@@ -324,6 +369,7 @@ def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     assert not (REPO_ROOT / hidden).exists(), "the tree graded is a copy"
 
 
+@pytest.mark.netns
 def test_a_ta_grades_the_folder_they_are_in(tmp_path: Path, monkeypatch) -> None:
     """``--tree .`` with ``--tests-from``: the copy graded is named for the submission, not
     for '.' (whose name is empty: the copy was the scratch folder itself, FileExistsError)."""
@@ -359,6 +405,24 @@ def test_a_syntax_error_in_the_students_file_is_the_reports_first_line(tmp_path:
     assert results["output"].startswith(first) and all(t["visibility"] == "visible" for t in results["tests"])
 
 
+def test_gradescope_results_hold_only_the_fields_gradescope_documents() -> None:
+    """results.json against labs/gradescope.schema.yaml (Gradescope's specification): a
+    misspelt or unknown key would be ignored by Gradescope, and the test with it."""
+    lab = catalog.by_number(0)
+    track = lab.track(None)
+    tests = [grading.TestResult(test.id, test.points, test.points * (i % 2), "pass" if i % 2 else "fail", "" if i % 2 else "AssertionError: x", 0.1)
+             for i, test in enumerate(track.tests)]  # fmt: skip
+    graded = grading.Grade(0, "python", "tree", sum(t.earned for t in tests), track.points, 1.5, tests, 1, "methods/switchml.py:3: SyntaxError: x")
+    results = grading.gradescope_results(lab, graded)
+    validate(results, load_schema(catalog.LABS_DIR / "gradescope.schema.yaml"), "results.json")
+    assert [(t["score"], t["max_score"], t["status"]) for t in results["tests"]] == [
+        (t.earned, t.points, "passed" if t.outcome == "pass" else "failed") for t in tests]
+    assert results["score"] == graded.score and results["tests"][0]["output"] == "fail: AssertionError: x"
+    with pytest.raises(catalog.ConfigError, match="results.json: tests"):
+        validate({"tests": [{**results["tests"][0], "max_points": 3}]}, load_schema(catalog.LABS_DIR / "gradescope.schema.yaml"),
+                 "results.json")  # fmt: skip
+
+
 def test_a_handout_run_names_the_function_still_to_write_in_one_line(tmp_path: Path) -> None:
     """Lab 0's step 1 in the student's tree ended in a raw NotImplementedError traceback (the
     config's check calls the stubbed bound)."""
@@ -382,3 +446,80 @@ def test_lab0s_walk_through_quotes_the_table_it_walks_through() -> None:
     quoted = re.search(r"SwitchML line stayed flat just under the dashed bound \(([\d.]+)k, ([\d.]+)k, ([\d.]+)k ATE/s", text)
     assert table and quoted, "the walk-through's table and sentence"
     assert [float(q) for q in quoted.groups()] == [round(ate / 1000, 1) for ate in table]
+
+
+def test_lab4s_sweep_samples_around_the_knee_its_question_asks_about() -> None:
+    """The knee (~37 slots) fell between the samples 32 and 64: the sweep holds it, and a
+    pool just below and just above it."""
+    config = load_yaml(REPO_ROOT / "configs" / "labs" / "lab4-pool.yaml")
+    link, k = config["topology"]["link"], config["protocol"]["k"]
+    link_bps = mbps_to_bps(link["bw_mbps"])
+    round_trip_s = models.slot_round_trip_s(link_bps, k, link["delay_ms"] / 1e3)
+    knee = models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k  # where the window reaches the line rate
+    pools = config["sweep"]["values"]
+    assert math.ceil(knee) in pools, f"knee at {knee:.1f} slots, sweep {pools}"
+    assert any(0.8 * knee <= pool < knee for pool in pools) and any(knee < pool <= 1.25 * knee for pool in pools), pools
+    assert f"knee at {math.ceil(knee)} slots" in (catalog.LABS_DIR / "README.md").read_text()
+
+
+def test_a_lab_figures_subtitle_fits_the_figure() -> None:
+    """Lab 4's subtitle (links, delay mechanism, switch, not-kept-up reasons) ran off the figure's right edge."""
+    pools = [4, 8, 16, 24, 32, 37, 44, 64]
+    table = pd.DataFrame({"pool_size": pools, "normalised_median": 0.5, "normalised_min": 0.4, "normalised_max": 0.6,
+                          "model_normalised": 0.6, "round_trip_s": 0.0212})  # fmt: skip
+    context = EmulationContext((2.5,), ("embedded",), ("lab4-pool: summary.json kept_up is false",), ("10 ms (switch_delay_line)",))
+    fig = pool_model_figure(table, context)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    subtitle = fig.axes[0].get_title(loc="left")
+    assert "(not the paper's hardware)" in subtitle
+    [text] = [child for child in fig.axes[0].get_children() if isinstance(child, Text) and child.get_text() == subtitle]
+    assert text.get_window_extent(canvas.get_renderer()).x1 <= fig.bbox.x1, "the subtitle runs off the figure's right edge"
+
+
+INSTRUCTOR_DIR = catalog.LABS_DIR / "instructor"
+INSTRUCTOR_MARK = "INSTRUCTOR ONLY: never in a handout."
+
+
+def test_every_lab_has_an_answer_key_and_rubric() -> None:
+    for lab in LABS:
+        key = (INSTRUCTOR_DIR / f"lab{lab.number}.md").read_text()
+        assert INSTRUCTOR_MARK in key and "Rubric" in key and "## Expected figure" in key, lab.name
+        questions = re.findall(r"^(\d+)\. ", (lab.folder / "README.md").read_text().split("## Questions")[1].split("\n## ")[0], re.MULTILINE)
+        answered = re.findall(r"^(\d+)\. \*\*", key.split("## Questions")[1].split("\n## ")[0], re.MULTILINE)
+        assert answered == questions, f"{lab.name}: questions {questions}, answered {answered}"
+    assert "## The comparison: rubric" in (INSTRUCTOR_DIR / "lab5.md").read_text()
+
+
+@pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
+                         ids=[case.id for case in TRACK_CASES])  # fmt: skip
+def test_no_handout_holds_the_answer_key(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
+    """Neither the default handout nor one that keeps every other lab's answers: no file of
+    labs/instructor/, and no file that quotes it."""
+    for keep in (None, frozenset(n for n in range(len(LABS)) if n != lab.number)):
+        tree = tmp_path / f"keep-{keep is not None}"
+        make_skeleton(REPO_ROOT, tree, lab, track, keep)
+        assert not (tree / "labs" / "instructor").exists()
+        quoting = [str(path.relative_to(tree)) for path in tree.rglob("*") if path.is_file() and ".git" not in path.parts
+                   and INSTRUCTOR_MARK.encode() in path.read_bytes() and path.name != "test_labs.py"]  # fmt: skip
+        assert not quoting, f"handout files quote the answer key: {quoting}"
+
+
+def test_the_answer_keys_computed_numbers_are_the_models() -> None:
+    """What the key computes (lab 0's shares and bound, lab 4's round trip, knee, slots and
+    bytes, the model's shares per pool) is what the reference models give."""
+    lab0, lab4 = ((INSTRUCTOR_DIR / f"lab{n}.md").read_text() for n in (0, 4))
+    shares = [100 * 4 * k / frame_bytes(k) for k in (32, 256)]
+    assert f"**{shares[0]:.1f} %** at k = 32" in lab0 and f"**{shares[1]:.1f} %** at k = 256" in lab0
+    assert f"**{models.switchml_line_rate_ate(100e9, 256):.2e} elements/s**".replace("e+09", "e9") in lab0
+    link_bps, k = mbps_to_bps(2.5), 32
+    round_trip_s = models.slot_round_trip_s(link_bps, k, 0.010)
+    knee = models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k
+    assert f"**{round_trip_s * 1e3:.2f} ms**" in lab4 and f"**{knee:.1f} frames**" in lab4
+    slots = math.ceil(models.switchml_line_rate_ate(100e9, 256) * 10e-6 / 256)
+    assert f"**{slots} slots**" in lab4 and f"**{slots * 256 * 4 * 2:,} bytes" in lab4
+    row = next(line for line in lab4.splitlines() if line.startswith("| model"))
+    pools = [int(p) for p in next(line for line in lab4.splitlines() if line.startswith("| pool")).split("|")[2:-1]]
+    line_rate = models.switchml_line_rate_ate(link_bps, k)
+    expected = [models.switchml_pool_bound_ate(link_bps, k, pool, round_trip_s) / line_rate for pool in pools]
+    assert [cell.strip() for cell in row.split("|")[2:-1]] == [f"{100 * share:.3g} %" for share in expected]

@@ -289,6 +289,36 @@ def test_a_killed_lock_holder_is_cleaned_up_after_by_the_next_one(tmp_path: Path
     assert lock_path.read_text() == ""  # released normally: nothing for the next holder to do
 
 
+TRY_LOCK = "import sys; from pathlib import Path; from network.lock import NetworkLock; sys.exit(0 if NetworkLock(Path(sys.argv[1])).acquire(wait=False) else 1)"
+
+
+def test_a_runs_hold_spans_its_points_networks(tmp_path: Path) -> None:
+    """A run holds the network from its first point to its last (lab 4's sweep interleaved
+    with other runs between points): each point's lock nests in the run's, inherits what a
+    dead holder left, writes into the run's record, and gives up only what it declared."""
+    from network.lock import NetworkLock, held
+
+    lock_path = tmp_path / "lock"
+    lock_path.write_text(json.dumps({"pid": 99999999, "interfaces": ["s9-eth1"], "directories": [], "commands": []}))
+
+    def others_can_take_it() -> bool:
+        return subprocess.run([sys.executable, "-c", TRY_LOCK, str(lock_path)], cwd=REPO_ROOT).returncode == 0
+
+    with held(lock_path) as run:
+        point = NetworkLock(lock_path)
+        assert point.acquire(wait=False), "a point of the run holding the lock does not wait for itself"
+        assert point.previous == HolderRecord(pid=99999999, interfaces=["s9-eth1"]) and run.previous is None
+        point.declare(interfaces=["h1-eth0"])
+        assert HolderRecord.parse(lock_path.read_text()) == HolderRecord(pid=os.getpid(), interfaces=["h1-eth0"])
+        point.release()
+        assert HolderRecord.parse(lock_path.read_text()) == HolderRecord(pid=os.getpid()), "the point's network is gone"
+        assert not others_can_take_it(), "between two points the run still holds the network"
+        second = NetworkLock(lock_path)
+        assert second.acquire(wait=False) and second.previous is None, "a dead holder's leftovers are removed once"
+        second.release()
+    assert lock_path.read_text() == "" and others_can_take_it()
+
+
 # -- end to end, in Mininet --------------------------------------------------------------
 
 
