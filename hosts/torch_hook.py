@@ -63,21 +63,13 @@ SPEC_ENVIRONMENT = "SWITCHML_WORKER_SPEC"
 """The worker spec a testbed launch gives a user's script (hosts/ddp_script.py)."""
 
 
-@dataclass(frozen=True)
-class BucketAllReduce:
-    """One bucket's all-reduce on this rank."""
+@dataclass(frozen=True, kw_only=True)
+class BucketAllReduce(Reduction):
+    """One bucket's all-reduce on this rank: a ``Reduction`` of its float32 gradients (a
+    copy) and its place in DDP's order; Gloo's ``values`` are the average DDP's own hook
+    returns, SwitchML's the sum before the division by the world size."""
 
     index: int
-    inputs: np.ndarray
-    """This rank's float32 gradients of the bucket (a copy)."""
-    values: np.ndarray
-    """SwitchML: the dequantized float32 sum (before the division by the world size); Gloo: the average."""
-    seconds: float
-    """From launching the bucket to its result (queueing behind earlier buckets included)."""
-    int_sum: np.ndarray | None = None
-    """SwitchML: the switch's int32 sum of every rank's quantized gradients."""
-    stats: JobStats | None = None
-    """SwitchML: the worker library's statistics of the bucket's job."""
 
 
 class HookState:
@@ -147,7 +139,7 @@ def switchml_allreduce(state: SwitchMLHookState, bucket: dist.GradBucket) -> tor
 
     def averaged(future: torch.futures.Future[Reduction]) -> torch.Tensor:
         reduction = future.value()
-        state.record(BucketAllReduce(index, reduction.inputs, reduction.values, reduction.seconds, reduction.int_sum, reduction.stats))
+        state.record(BucketAllReduce(reduction.inputs, reduction.values, reduction.seconds, reduction.int_sum, reduction.stats, index=index))
         return torch.from_numpy(reduction.values / np.float32(state.world_size))
 
     return state.switch.submit(buffer.detach().numpy()).then(averaged)
@@ -161,7 +153,7 @@ def gloo_allreduce(state: GlooHookState, bucket: dist.GradBucket) -> torch.futur
 
     def finished(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         average = future.value()
-        state.record(BucketAllReduce(index, gradients, average.detach().numpy().copy(), time.perf_counter() - started))
+        state.record(BucketAllReduce(gradients, average.detach().numpy().copy(), time.perf_counter() - started, index=index))
         return average
 
     return allreduce_hook(state.group, bucket).then(finished)
