@@ -226,6 +226,12 @@ def run_command(argv: list[str] | None) -> int:
         log.error("Mininet needs root: run with sudo (or as root)")
         return EXIT_CONFIG
 
+    return run_reported(experiment, target, args)
+
+
+def run_reported(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
+    """``run``, with a server unfit for the run (a ConfigError) and a results folder that
+    cannot be written each given its own exit status and one line, emulated or simulated."""
     from experiments.storage import storage_problem
 
     try:
@@ -265,11 +271,7 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
         return EXIT_STORAGE
     if args.dry_run:
         return EXIT_OK
-    try:
-        return run(loaded, target, args)
-    except ConfigError as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+    return run_reported(loaded, target, args)
 
 
 def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
