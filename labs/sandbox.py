@@ -114,6 +114,10 @@ def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
             lines.append(f"ln -s {shlex.quote(os.readlink(path))} {name}")
         elif path.is_dir():
             lines.append(_bind(path, name))
+    lines += [  # the private /tmp and /run first: the grader's venv may lie below one of them (a clone in /tmp)
+        f"mkdir tmp && mount -t tmpfs -o mode=1777,size={limits.tmp_bytes} tmp tmp",
+        f"mkdir run && mount -t tmpfs -o mode=0755,uid={SANDBOX_ID},gid={SANDBOX_ID},size=16m run run",
+    ]
     for prefix in sorted({Path(sys.prefix), Path(sys.base_prefix)}):  # the grader's venv and its interpreter
         if not any(prefix.is_relative_to(Path("/") / name) for name in SYSTEM_FOLDERS):
             lines.append(_bind(prefix, shlex.quote(str(prefix).lstrip("/"))))
@@ -121,9 +125,7 @@ def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
     for name in WRITABLE_IN_TREE:
         lines.append(f"mount -t tmpfs -o mode=0755,uid={SANDBOX_ID},gid={SANDBOX_ID},size=256m {name} {TREE.relative_to('/')}/{name}")
     lines += [
-        f"mkdir tmp && mount -t tmpfs -o mode=1777,size={limits.tmp_bytes} tmp tmp",
-        f"mkdir run && mount -t tmpfs -o mode=0755,uid={SANDBOX_ID},gid={SANDBOX_ID},size=16m run run",
-        "mkdir var && ln -s /run var/run && ln -s /tmp var/tmp && mkdir proc",
+        "mkdir -p var && { [ -e var/run ] || ln -s /run var/run; } && { [ -e var/tmp ] || ln -s /tmp var/tmp; } && mkdir proc",
         _bind(Path("/sys"), "sys", writable=True),  # only so that the sandbox may mount its network's own, read-write as Mininet's mnexec does
         "mount -t proc -o nosuid,nodev,noexec proc proc",
         "mkdir dev && mount -t tmpfs -o mode=0755,size=1m dev dev",
