@@ -38,7 +38,7 @@ from base.lifetime import (
 from experiments.limits import Limit
 from network.cluster import ClusterError, fetch, ship
 from protocol.params import REPO_ROOT
-from protocol.worker_spec import WorkerSpec
+from protocol.worker_spec import STACKS_SIGNAL, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ RESULT_FILES = ("result", "int_sum", "buckets", "parameters", "sums")
 from a host on another server as the report arrives): an all-reduce's result and integer
 sum (hosts/worker.py, hosts/training.py); a DDP rank's bucket gradients, parameters and
 bucket sums (hosts/torch_training.py, hosts/ddp_script.py)."""
+STACKS_WAIT_S = 1.0
+"""How long a rank that did not exit is given to write its threads' stacks to its log."""
 REPORT_GRACE_S = 10.0
 """How much longer than a worker's own deadline the runner waits for its report: the worker
 reports a missed deadline itself, with details, unless it is hung. A worker that is stopped
@@ -220,15 +222,36 @@ class WorkerGroup:
             raise
 
     def finish(self, timeout_s: float = 10.0) -> None:
-        """Tell every rank to exit and wait for clean exits."""
+        """Tell every rank to exit and wait for clean exits. A rank still running after
+        ``timeout_s`` is asked for its threads' stacks, which the failure shows."""
         self._send("exit")
+        told = time.monotonic()
         for rank, proc in enumerate(self.procs):
             try:
-                code = proc.wait(timeout=timeout_s)
+                code = proc.wait(timeout=max(0.0, told + timeout_s - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise self._failure(rank, f"did not exit within {timeout_s:.0f} s of 'exit'") from None
+                raise self._failure(rank, f"did not exit within {timeout_s:.0f} s of 'exit'; where its threads were then:",
+                                    tail=self._stacks(rank)) from None
             if code != 0:
                 raise self._failure(rank, f"exited with status {code}")
+        log.debug("%s: all %d ranks exited %.2f s after 'exit'", self.method, len(self.procs), time.monotonic() - told)
+
+    def _stacks(self, rank: int) -> list[str]:
+        """The Python stack of every thread of ``rank``, as it writes them to its log on
+        STACKS_SIGNAL (hosts/worker.py), on whichever server it runs."""
+        log_path = self._log_path(rank)
+        before = log_path.stat().st_size
+        remote = self.remote_shells.get(self.hosts[rank].name)
+        try:
+            if remote is None:
+                self.procs[rank].send_signal(STACKS_SIGNAL)
+            else:
+                remote[1](f"kill -{STACKS_SIGNAL.name.removeprefix('SIG')} {self.pids_on_servers[rank]}")
+        except (OSError, ClusterError, IndexError) as exc:
+            return [f"(no stacks: {exc})"]
+        time.sleep(STACKS_WAIT_S)  # faulthandler writes from its signal handler at once; the pipe from another server takes longer
+        dump = log_path.read_bytes()[before:].decode(errors="replace").splitlines()
+        return dump or [f"(nothing in its log within {STACKS_WAIT_S:.0f} s of {STACKS_SIGNAL.name}: it runs no Python code)"]
 
     def kill(self) -> None:
         with deferred_signals():
@@ -250,9 +273,12 @@ class WorkerGroup:
         self._dependencies.close()
         self.procs.clear()
 
-    def _failure(self, rank: int, what: str) -> WorkerFailure:
-        tail = self._log_path(rank).read_text().splitlines()[-LOG_TAIL_LINES:]
+    def _failure(self, rank: int, what: str, tail: list[str] | None = None) -> WorkerFailure:
+        """The failure of ``rank``: ``what``, then ``tail`` (default: the last lines of its log)."""
+        heading = f"  last lines of {self._log_path(rank)}:" if tail is None else f"  (in {self._log_path(rank)})"
+        if tail is None:
+            tail = self._log_path(rank).read_text().splitlines()[-LOG_TAIL_LINES:]
         host = self.hosts[rank].name
         log_text = "\n".join(f"    {line}" for line in tail) or "    (empty)"
-        return WorkerFailure(f"{self.method}: worker rank {rank} on {host}: {what}\n  last lines of {self._log_path(rank)}:\n{log_text}")
+        return WorkerFailure(f"{self.method}: worker rank {rank} on {host}: {what}\n{heading}\n{log_text}")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import logging
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ import numpy as np
 from base.plugin import resolve
 from hosts.allreduce import build
 from hosts.events import emit, emit_error, emit_ready
-from protocol.worker_spec import WorkerSpec
+from protocol.worker_spec import STACKS_SIGNAL, WorkerSpec
 
 log = logging.getLogger("hosts.worker")
 
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"%(asctime)s rank{args.rank} %(name)s %(levelname)s %(message)s")
+    # A rank that does not exit when told (a thread that holds the interpreter's exit, a hang
+    # in a library's teardown) is asked where its threads are: the runner sends STACKS_SIGNAL
+    # and shows the dump, which lands in this rank's log (experiments/workers.py, finish).
+    faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
     try:
         spec = WorkerSpec.read(args.spec)
         resolve(spec.serve)(spec, args.rank, args.spec)  # the workload's host loop (workloads/kinds/)

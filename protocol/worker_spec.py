@@ -9,9 +9,14 @@ fails as the spec is read, naming the key, not deep inside a method.
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+STACKS_SIGNAL = signal.SIGUSR1
+"""The signal on which a worker writes every thread's Python stack to its log (faulthandler):
+the runner sends it to a rank that does not exit when told, and shows where it hangs."""
 
 
 @dataclass(frozen=True)

@@ -748,6 +748,28 @@ def test_a_stopped_worker_fails_at_the_deadline_not_after_the_report_grace(tmp_p
         assert time.monotonic() - started < 2.0 + REPORT_GRACE_S / 2
 
 
+def test_a_rank_that_does_not_exit_is_shown_with_its_threads_stacks(tmp_path: Path) -> None:
+    """Issue 30's flake, 'worker rank 0 on h1: did not exit within 10 s of exit', said nothing
+    of where the rank hung. A rank whose exit waits for a thread forever (tests/data/
+    exit_held.py): the failure names the thread's function and the interpreter's exit
+    waiting for it, from the stacks the rank writes on STACKS_SIGNAL."""
+    from experiments.limits import Limit
+    from experiments.workers import WorkerFailure, WorkerGroup
+    from protocol.worker_spec import WorkerSpec
+
+    spec = WorkerSpec(method="ps", n_workers=1, switch_ipv4="127.0.0.254", link_mbps=None, protocol=None,
+                      peers=(("127.0.0.1", 47999),), job_timeout_s=2.0, connect_timeout_s=10.0,
+                      serve="tests.data.exit_held:serve").write(tmp_path / "ps.json")
+    with WorkerGroup("ps", [LoopbackHost()], spec, tmp_path) as group:
+        group.start(Limit("limits.worker_start_s", 30))
+        with pytest.raises(WorkerFailure) as failure:
+            group.finish(timeout_s=1.0)
+        assert group.procs[0].poll() is None, "the rank is still there until the group is killed"
+    message = str(failure.value)
+    assert message.startswith("ps: worker rank 0 on lo: did not exit within 1 s of 'exit'; where its threads were then:"), message
+    assert "in hold_the_exit" in message and "in _shutdown" in message, message
+
+
 @in_mininet
 @pytest.mark.parametrize("target", [pytest.param("embedded", marks=pytest.mark.embedded), pytest.param("bmv2", marks=pytest.mark.bmv2)])
 def test_a_switch_killed_while_it_starts_fails_the_run_in_one_message(tmp_path: Path, target: str) -> None:
