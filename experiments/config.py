@@ -44,7 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "repetitions": 3,
     "loss_mechanism": "auto",
     "tcp_congestion_control": "cubic",
-    "limits": {"worker_start_s": 60.0},
+    "limits": {"worker_start_s": 60.0, "worker_exit_s": 60.0},
 }
 
 

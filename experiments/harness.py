@@ -127,6 +127,7 @@ class PointNetwork:
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
+                         Limit("limits.worker_exit_s", self.point.limits["worker_exit_s"]),
                          dependencies=self.net.dependencies(),
                          remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for) as group, \
                 group.dependencies_checked():

@@ -71,11 +71,13 @@ class WorkerGroup:
     thread is to its watch: base.lifetime).
     """
 
-    def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path,
+    def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path, exit_limit: Limit,
                  dependencies: Mapping[str, Dependency] | None = None,
                  remote_shells: Mapping[str, tuple[str, Callable[[str], str]]] | None = None,
                  waited_for: Callable[[], Mapping[str, str]] | None = None) -> None:
         self.method = method
+        self.exit_limit = exit_limit
+        """How long the ranks have to exit once told (``finish``)."""
         self.remote_shells = dict(remote_shells or {})
         """Host name -> (its server, what runs a shell command there), for hosts on another
         server (a rank's /proc there says whether it is stopped)."""
@@ -221,16 +223,16 @@ class WorkerGroup:
                 raise exited from symptom
             raise
 
-    def finish(self, timeout_s: float = 10.0) -> None:
-        """Tell every rank to exit and wait for clean exits. A rank still running after
-        ``timeout_s`` is asked for its threads' stacks, which the failure shows."""
+    def finish(self) -> None:
+        """Tell every rank to exit and wait for clean exits, within ``exit_limit``. A rank
+        still running then is asked for its threads' stacks, which the failure shows."""
         self._send("exit")
         told = time.monotonic()
         for rank, proc in enumerate(self.procs):
             try:
-                code = proc.wait(timeout=max(0.0, told + timeout_s - time.monotonic()))
+                code = proc.wait(timeout=max(0.0, told + self.exit_limit.seconds - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise self._failure(rank, f"did not exit within {timeout_s:.0f} s of 'exit'; where its threads were then:",
+                raise self._failure(rank, f"did not exit once told ({self.exit_limit.describe()}); where its threads were then:",
                                     tail=self._stacks(rank)) from None
             if code != 0:
                 raise self._failure(rank, f"exited with status {code}")

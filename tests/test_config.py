@@ -345,12 +345,12 @@ def test_a_workload_given_whole_keeps_the_defaults_of_the_keys_it_does_not_name(
 
 def test_a_sweep_over_a_whole_section_keeps_its_defaults() -> None:
     [point] = load_experiment(MAIN_CONFIG, ["switch.target=embedded", "sweep={param: limits, values: [{job_timeout_s: 100}]}"]).points
-    assert point.limits == {"job_timeout_s": 100, "worker_start_s": 60.0}
+    assert point.limits == {"job_timeout_s": 100, "worker_start_s": 60.0, "worker_exit_s": 60.0}
 
 
 def test_an_override_does_not_change_the_defaults_of_later_loads() -> None:
     load_experiment(MAIN_CONFIG, ["limits.worker_start_s=17", "limits.job_timeout_s=17"])
-    assert load_experiment(MAIN_CONFIG).data["limits"] == {"worker_start_s": 60.0}
+    assert load_experiment(MAIN_CONFIG).data["limits"] == {"worker_start_s": 60.0, "worker_exit_s": 60.0}
 
 
 def _leaf_keys(schema: dict, prefix: str = "") -> dict[str, dict]:

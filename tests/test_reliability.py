@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from analysis.__main__ import main as analysis_main
+from experiments.limits import Limit
 from network.lock import LOCK_PATH, HolderRecord
 from protocol import params
 from protocol.params import REPO_ROOT
@@ -616,11 +617,11 @@ def test_an_error_while_a_switch_is_dead_is_blamed_on_the_switch(tmp_path: Path)
     switch = subprocess.Popen(["sleep", "600"])
     switch.kill()
     with pytest.raises(DependencyExited, match=rf"^switch s1 \(pid {switch.pid}\) exited with status -9$") as raised:
-        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"switch s1": switch.pid}) as group:
+        with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, EXIT_LIMIT, dependencies={"switch s1": switch.pid}) as group:
             with group.dependencies_checked():
                 raise ConnectionResetError("control socket closed")
     assert isinstance(raised.value.__cause__, ConnectionResetError)
-    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, dependencies={"switch s1": os.getpid()}) as group:
+    with WorkerGroup("switchml", [], tmp_path / "switchml.json", tmp_path, EXIT_LIMIT, dependencies={"switch s1": os.getpid()}) as group:
         with pytest.raises(ConnectionResetError), group.dependencies_checked():  # nothing died: the error stands
             raise ConnectionResetError("control socket closed")
     switch.wait()
@@ -714,6 +715,10 @@ def test_a_stopped_switch_is_named_not_a_worker(tmp_path: Path, target: str) -> 
     assert not leftovers(str(out))
 
 
+EXIT_LIMIT = Limit("limits.worker_exit_s", 10.0)
+"""How long the tests' worker groups give their ranks to exit (none of them is slow to)."""
+
+
 class LoopbackHost:
     """A host for WorkerGroup outside Mininet: the test's own namespace (Mininet's Host.popen
     is Popen inside the host's namespace)."""
@@ -728,7 +733,6 @@ def test_a_stopped_worker_fails_at_the_deadline_not_after_the_report_grace(tmp_p
     """The worker that stalls is the only one the runner waits for (a parameter server that
     had served the others): it cannot report its own timeout, so the run used to fail only
     after job_timeout_s plus the 10 s report grace (69 s for 60)."""
-    from experiments.limits import Limit
     from experiments.workers import REPORT_GRACE_S, WorkerFailure, WorkerGroup
     from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 
@@ -737,7 +741,7 @@ def test_a_stopped_worker_fails_at_the_deadline_not_after_the_report_grace(tmp_p
                       protocol=SwitchMLParameters(k=32, pool_size=64, job_id=1, timeout_ms=20, backoff_every=8),
                       peers=(("127.0.0.1", 47999),), job_timeout_s=2.0, connect_timeout_s=10.0,
                       inputs=(str(tmp_path / "input-rank0.npy"),)).write(tmp_path / "ps.json")
-    with WorkerGroup("ps", [LoopbackHost()], spec, tmp_path) as group:
+    with WorkerGroup("ps", [LoopbackHost()], spec, tmp_path, EXIT_LIMIT) as group:
         group.start(Limit("limits.worker_start_s", 30))
         [worker] = group.procs
         os.kill(worker.pid, signal.SIGSTOP)
@@ -753,20 +757,20 @@ def test_a_rank_that_does_not_exit_is_shown_with_its_threads_stacks(tmp_path: Pa
     of where the rank hung. A rank whose exit waits for a thread forever (tests/data/
     exit_held.py): the failure names the thread's function and the interpreter's exit
     waiting for it, from the stacks the rank writes on STACKS_SIGNAL."""
-    from experiments.limits import Limit
     from experiments.workers import WorkerFailure, WorkerGroup
     from protocol.worker_spec import WorkerSpec
 
     spec = WorkerSpec(method="ps", n_workers=1, switch_ipv4="127.0.0.254", link_mbps=None, protocol=None,
                       peers=(("127.0.0.1", 47999),), job_timeout_s=2.0, connect_timeout_s=10.0,
                       serve="tests.data.exit_held:serve").write(tmp_path / "ps.json")
-    with WorkerGroup("ps", [LoopbackHost()], spec, tmp_path) as group:
+    with WorkerGroup("ps", [LoopbackHost()], spec, tmp_path, Limit("limits.worker_exit_s", 1.0)) as group:
         group.start(Limit("limits.worker_start_s", 30))
         with pytest.raises(WorkerFailure) as failure:
-            group.finish(timeout_s=1.0)
+            group.finish()
         assert group.procs[0].poll() is None, "the rank is still there until the group is killed"
     message = str(failure.value)
-    assert message.startswith("ps: worker rank 0 on lo: did not exit within 1 s of 'exit'; where its threads were then:"), message
+    assert message.startswith("ps: worker rank 0 on lo: did not exit once told (limits.worker_exit_s = 1 s (raise it with --set "
+                              "limits.worker_exit_s=<seconds> if the job is only slow)); where its threads were then:"), message
     assert "in hold_the_exit" in message and "in _shutdown" in message, message
 
 
