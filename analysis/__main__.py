@@ -1,13 +1,15 @@
 """Regenerate every figure whose data is present.
 
-    python -m analysis RESULTS_DIR [RESULTS_DIR ...] [--out docs/figures]
+    python -m analysis RESULTS_DIR [RESULTS_DIR ...] [--out docs/figures] [--prefix paper_]
 
 Each RESULTS_DIR may be one run or any parent of runs (results/, results/<config>/).
 For each figure the PNG, PDF and the CSV of the numbers behind it are written to --out:
 the catalogue's figures from the runs.csv sweeps, then the figures of one run of their own
 kind (hierarchical, shared_switch) from the newest such run. Figures whose runs are
 missing from the results are logged as skipped, not failed, so one command serves
-whatever subset of the experiments has been run.
+whatever subset of the experiments has been run. ``--prefix`` goes in front of every file
+name, so that the paper-scale simulated runs' figures (``make paper-sim``: paper_ate_vs_workers.png)
+sit beside the emulated ones in docs/figures without replacing them.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def _draw(args: argparse.Namespace, results: Results | None) -> int:
             log.warning("skipped %s: %s", name, reason)
             skipped.append(name)
             continue
-        paths = save_figure(name, table, fig, args.out)
+        paths = save_figure(f"{args.prefix}{name}", table, fig, args.out)
         log.info("wrote %s", ", ".join(str(path) for path in paths))
         written.append(name)
     log.info("%d figure(s) written to %s, %d skipped%s", len(written), args.out, len(skipped),
@@ -67,6 +69,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
+    parser.add_argument("--prefix", default="", help="put in front of every figure's file name (e.g. paper_)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     matplotlib.use("Agg")
