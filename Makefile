@@ -28,11 +28,11 @@ paper: setup  ## every paper-figure experiment, then the figures
 
 paper-sim: setup  ## the paper-scale configs with --simulate, then their figures as docs/figures/paper_*
 	for config in $(PAPER_SIM_CONFIGS) paper_hierarchical; do $(PYTHON) run_experiment.py configs/$$config.yaml --simulate || exit 1; done
-	$(PYTHON) -m analysis $(PAPER_SIM_CONFIGS:%=results/%) --out docs/figures --prefix paper_
-	$(PYTHON) -m analysis results/paper_hierarchical --out docs/figures --prefix paper_hierarchical_
+	$(PYTHON) -m analysis $(PAPER_SIM_CONFIGS:%=results/%) --out docs/figures --prefix paper_ --clock simulated
+	$(PYTHON) -m analysis results/paper_hierarchical --out docs/figures --prefix paper_hierarchical_ --clock simulated
 
-figures: setup  ## redraw docs/figures from everything under results/
-	$(PYTHON) -m analysis results/ --out docs/figures
+figures: setup  ## redraw docs/figures from every emulated run under results/ (paper-sim draws the simulated ones)
+	$(PYTHON) -m analysis results/ --out docs/figures --clock emulated
 
 notebooks: setup  ## regenerate the per-figure notebooks
 	$(PYTHON) -m analysis.notebooks.build

@@ -258,9 +258,12 @@ def test_the_analysis_labels_simulated_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     simulated = emulation_context(load_results([tmp_path / "sim"]))
     assert simulated.describe().startswith("Simulation (") and simulated.kept_up
-    both = emulation_context(load_results([tmp_path / "sim", EMULATED / "tat_vs_size"]))
-    assert both.describe().startswith("Emulation and simulation")
+    mixed = load_results([tmp_path / "sim", EMULATED / "tat_vs_size"])
+    assert emulation_context(mixed).describe().startswith("Emulation and simulation")
     assert emulation_context(load_results([EMULATED / "tat_vs_size"])).describe().startswith("Emulation:")
+    assert list(mixed.on_clock(simulated=True).summary["run"]) == ["sim"], "--clock simulated keeps the simulated run only"
+    assert list(mixed.on_clock(simulated=False).summary["run"]) == ["tat_vs_size"]
+    assert set(mixed.on_clock(simulated=False).runs["run"]) == {"tat_vs_size"}
 
 
 def test_a_simulated_job_that_misses_its_deadline_fails_the_run_in_one_line(tmp_path: Path) -> None:
