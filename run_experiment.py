@@ -13,6 +13,7 @@ failed, 4 results could not be written (disk full, read-only), 130 interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -68,7 +69,7 @@ from tqdm import tqdm  # noqa: E402
 # would print each message a second time through its private handler.
 logging.setLoggerClass(logging.Logger)
 
-from experiments.config import Experiment, load_experiment  # noqa: E402
+from experiments.config import Experiment, check_emulable, load_experiment  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
@@ -198,6 +199,7 @@ def run_command(argv: list[str] | None) -> int:
         return simulate_command(experiment, args)
     requested = experiment.data["switch"]["target"]
     try:
+        check_emulable(experiment)
         # A dry run need not be root; where only root can tell which target a run gets, it
         # shows each one it might be (root_run_targets) rather than the one it can check.
         # (A run that cannot probe netem is not root, and stops at that below.)
@@ -306,7 +308,9 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     with tqdm(total=kind.units(experiment), desc=experiment.name, unit=kind.unit, file=sys.stderr, disable=None) as bar:
         runner = make_runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
-            with held_network():  # every point's network nests in it: a sweep's points follow one another
+            # Every emulated point's network nests in the lock: a sweep's points follow one another. A
+            # simulated run builds no network (no namespace, no veth), so it neither takes nor waits for it.
+            with contextlib.nullcontext() if args.simulate else held_network():
                 verified = runner.run()
         except KeyboardInterrupt as interrupt:
             for stopping in STOP_SIGNALS:  # torn down: a late one must not kill the exit itself

@@ -1,13 +1,17 @@
 """Regenerate every figure whose data is present.
 
-    python -m analysis RESULTS_DIR [RESULTS_DIR ...] [--out docs/figures]
+    python -m analysis RESULTS_DIR [RESULTS_DIR ...] [--out docs/figures] [--prefix paper_] [--clock emulated|simulated]
 
 Each RESULTS_DIR may be one run or any parent of runs (results/, results/<config>/).
 For each figure the PNG, PDF and the CSV of the numbers behind it are written to --out:
 the catalogue's figures from the runs.csv sweeps, then the figures of one run of their own
 kind (hierarchical, shared_switch) from the newest such run. Figures whose runs are
 missing from the results are logged as skipped, not failed, so one command serves
-whatever subset of the experiments has been run.
+whatever subset of the experiments has been run. ``--prefix`` goes in front of every file
+name, so that the paper-scale simulated runs' figures (``make paper-sim``: paper_ate_vs_workers.png)
+sit beside the emulated ones in docs/figures without replacing them; ``--clock`` draws the
+catalogue's figures from the emulated or the simulated runs only (``make figures``: emulated),
+so that a newer simulated run never replaces an emulated figure.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render, save_figure
+from analysis.context import EMULATED, SIMULATED
 from analysis.load import Results, ResultsFormatError, find_runs, load_results
 from analysis.tables import MissingData
 
@@ -35,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     # A shared-switch run has no runs.csv: results of only such runs have no catalogue figure.
     try:
         results = load_results(args.results) if any(find_runs(root) for root in args.results) else None
+        if results is not None and args.clock is not None:
+            results = results.on_clock(args.clock == SIMULATED)
     except (ResultsFormatError, FileNotFoundError) as problem:  # nothing to draw from: one line, not a traceback
         log.error("%s", problem)
         return 2
@@ -53,7 +60,7 @@ def _draw(args: argparse.Namespace, results: Results | None) -> int:
             log.warning("skipped %s: %s", name, reason)
             skipped.append(name)
             continue
-        paths = save_figure(name, table, fig, args.out)
+        paths = save_figure(f"{args.prefix}{name}", table, fig, args.out)
         log.info("wrote %s", ", ".join(str(path) for path in paths))
         written.append(name)
     log.info("%d figure(s) written to %s, %d skipped%s", len(written), args.out, len(skipped),
@@ -67,6 +74,8 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
+    parser.add_argument("--prefix", default="", help="put in front of every figure's file name (e.g. paper_)")
+    parser.add_argument("--clock", choices=(EMULATED, SIMULATED), help="draw the catalogue's figures from these runs only (default: all)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     matplotlib.use("Agg")

@@ -16,8 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from experiments.metrics import timed_cpu_samples
-from analysis.load import Results
-from protocol import results_format as fmt
+from analysis.load import Results, simulated_flags
 
 CPU_BUSY_LIMIT = 0.95
 """A host this busy was probably the bottleneck (fidelity.csv cpu_busy_fraction)."""
@@ -72,8 +71,7 @@ def emulation_context(results: Results) -> EmulationContext:
 
 def clocks(summary: pd.DataFrame) -> tuple[str, ...]:
     """Which clocks the runs ran on (runs older than summary.json's ``simulated`` are emulated)."""
-    flags = summary[fmt.SIMULATED_KEY].fillna(False).astype(bool) if fmt.SIMULATED_KEY in summary.columns else pd.Series([False] * len(summary))
-    return tuple(sorted({SIMULATED if flag else EMULATED for flag in flags}))
+    return tuple(sorted({SIMULATED if flag else EMULATED for flag in simulated_flags(summary)}))
 
 
 def link_delays(summary: pd.DataFrame) -> tuple[str, ...]:

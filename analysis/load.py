@@ -55,7 +55,16 @@ class Results:
 
     def only(self, run: str) -> Results:
         """The same tables restricted to one run."""
-        return Results(**{name: frame[frame["run"] == run].reset_index(drop=True) for name, frame in self._frames()})
+        return self._restricted({run})
+
+    def on_clock(self, simulated: bool) -> Results:
+        """Only the runs of one clock: the simulated ones (summary.json ``simulated``) or the
+        emulated ones, so that a paper-scale simulation never stands in for an emulated figure."""
+        flags = simulated_flags(self.summary)
+        return self._restricted(set(self.summary.loc[flags == simulated, "run"]))
+
+    def _restricted(self, runs: set[str]) -> Results:
+        return Results(**{name: frame[frame["run"].isin(runs)].reset_index(drop=True) for name, frame in self._frames()})
 
     def _frames(self) -> Iterable[tuple[str, pd.DataFrame]]:
         return (
@@ -66,6 +75,14 @@ class Results:
             ("summary", self.summary),
             ("training", self.training),
         )
+
+
+def simulated_flags(summary: pd.DataFrame) -> pd.Series:
+    """Per summary row, whether the run ran on the simulated clock (runs older than
+    summary.json's ``simulated`` are emulated)."""
+    if fmt.SIMULATED_KEY not in summary.columns:
+        return pd.Series([False] * len(summary), index=summary.index)
+    return summary[fmt.SIMULATED_KEY].fillna(False).astype(bool)
 
 
 def find_runs(path: Path) -> list[Path]:

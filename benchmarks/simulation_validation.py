@@ -10,7 +10,17 @@ SwitchML TAT of both runs goes to results/benchmarks/simulation_validation.csv
 results/benchmarks/simulation_validation/<UTC time>/. No tolerance is asserted here: the table says
 where the two differ, and the README says why.
 
+A lossy job's TAT is set by a few dozen timeouts and varies by tens of per cent between
+repetitions, so three emulated and three simulated repetitions cannot tell a model that is
+off from a draw that is. ``--seeds N`` runs each config N times on the simulated clock
+(``simulation.seed`` 1..N, every seed drawing other losses) and compares the emulated
+repetitions' mean with the distribution of all those simulated repetitions: their mean,
+standard deviation and 5th-95th percentiles, and how many standard errors of a mean of as
+many repetitions as the emulated run had the two means are apart (rows in
+simulation_validation_seeds.csv beside ``--output``).
+
     .venv/bin/python benchmarks/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
+    .venv/bin/python benchmarks/simulation_validation.py --seeds 30 /work/meas/fig/tat_inflation_vs_loss
 """
 
 from __future__ import annotations
@@ -19,10 +29,14 @@ import argparse
 import csv
 import json
 import logging
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import pandas as pd
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
@@ -38,15 +52,24 @@ COLUMNS = ("config", "emulated_run", "point", "sweep_param", "sweep_value", "emu
            "loss_mechanism", "emulated_tat_s", "simulated_tat_s", "simulated_over_emulated", "emulated_tat_s_min", "emulated_tat_s_max",
            "simulated_tat_s_min", "simulated_tat_s_max", "ranges_overlap", "emulated_retransmissions",
            "simulated_retransmissions", "simulated_verified")
+SEED_COLUMNS = ("config", "emulated_run", "point", "sweep_param", "sweep_value", "loss_mechanism", "seeds", "emulated_repetitions",
+                "emulated_tat_s_mean", "emulated_tat_s_min", "emulated_tat_s_max", "simulated_repetitions", "simulated_tat_s_mean",
+                "simulated_tat_s_sd", "simulated_tat_s_p5", "simulated_tat_s_p95", "emulated_over_simulated_mean", "within_5_percent",
+                "inside_p5_p95", "standard_errors_apart", "emulated_retransmissions_mean", "simulated_retransmissions_mean",
+                "simulated_verified")
 DROP_SIMULATOR = "switch_drop_simulator"
+VALIDATION_SHARE = 0.05
 
 
-def simulate(run: Path, out: Path) -> dict[str, Any]:
-    """``run``'s config on the simulated clock into ``out``; its summary."""
+def simulate(run: Path, out: Path, seed: int | None = None) -> dict[str, Any]:
+    """``run``'s config on the simulated clock into ``out`` (with ``simulation.seed``, if
+    given); its summary."""
     network = json.loads((run / "network.json").read_text())
     overrides = ["methods=[switchml]", f"switch.target={simulated_target(AUTO)}"]
     if any(point.get("loss_mechanism") == DROP_SIMULATOR for point in network.values()):
         overrides.append("loss_mechanism=switch")
+    if seed is not None:
+        overrides.append(f"simulation.seed={seed}")
     argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run / CONFIG_FILE), "--simulate", "--out", str(out)]
     for override in overrides:
         argv += ["--set", override]
@@ -80,6 +103,75 @@ def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def switchml_jobs(run: Path) -> pd.DataFrame:
+    """Per point and repetition of ``run``'s SwitchML jobs: the TAT (slowest rank), the
+    retransmissions (all ranks) and whether every rank verified."""
+    runs = pd.read_csv(run / "runs.csv")
+    runs = runs[runs["method"] == "switchml"]
+    return runs.groupby(["point", "repetition"], as_index=False).agg(tat_s=("tat_s", "max"), retransmissions=("retransmissions", "sum"),
+                                                                      verified=("verified", "all"))
+
+
+def compare_seeds(run: Path, out_root: Path, seeds: int) -> list[dict[str, Any]]:
+    """``run``'s emulated SwitchML repetitions against its config simulated with ``seeds`` seeds, per point."""
+    emulated = json.loads((run / SUMMARY_FILE).read_text())
+    network = json.loads((run / "network.json").read_text())
+    samples = []
+    for seed in range(1, seeds + 1):
+        out = out_root / f"{emulated['config']}-{run.name}-seed{seed}"
+        simulate(run, out, seed)
+        samples.append(switchml_jobs(out))
+    simulated = pd.concat(samples)
+    theirs = switchml_jobs(run)
+    rows = []
+    for point in emulated["points"]:
+        e = theirs[theirs["point"] == point["point"]]
+        s = simulated[simulated["point"] == point["point"]]
+        if e.empty:
+            continue
+        e_mean, s_mean, s_sd = e["tat_s"].mean(), s["tat_s"].mean(), statistics.stdev(s["tat_s"]) if len(s) > 1 else 0.0
+        p5, p95 = np.percentile(s["tat_s"], [5, 95])
+        value = point["sweep_value"]
+        rows.append({
+            "config": emulated["config"], "emulated_run": str(run), "point": point["point"], "sweep_param": point["sweep_param"] or "",
+            "sweep_value": "" if value is None else (json.dumps(value) if isinstance(value, dict) else value),
+            "loss_mechanism": network.get(str(point["point"]), {}).get("loss_mechanism", ""), "seeds": seeds,
+            "emulated_repetitions": len(e), "emulated_tat_s_mean": e_mean, "emulated_tat_s_min": e["tat_s"].min(),
+            "emulated_tat_s_max": e["tat_s"].max(), "simulated_repetitions": len(s), "simulated_tat_s_mean": s_mean,
+            "simulated_tat_s_sd": s_sd, "simulated_tat_s_p5": p5, "simulated_tat_s_p95": p95,
+            "emulated_over_simulated_mean": round(e_mean / s_mean, 4),
+            "within_5_percent": abs(e_mean / s_mean - 1) <= VALIDATION_SHARE, "inside_p5_p95": bool(p5 <= e_mean <= p95),
+            "standard_errors_apart": round((e_mean - s_mean) / (s_sd / len(e) ** 0.5), 2) if s_sd > 1e-9 * s_mean else "",
+            "emulated_retransmissions_mean": e["retransmissions"].mean(), "simulated_retransmissions_mean": s["retransmissions"].mean(),
+            "simulated_verified": bool(s["verified"].all()),
+        })
+    return rows
+
+
+def markdown_seeds(rows: list[dict[str, Any]]) -> str:
+    lines = ["| config | point | emulated mean TAT s (n, min-max) | simulated mean TAT s (n) | sd | p5-p95 | emu / sim mean | "
+             "within 5 % | inside p5-p95 | SE apart | retx emu / sim (mean) |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+    for r in rows:
+        point = f"{r['sweep_param']} = {r['sweep_value']}" if r["sweep_param"] else str(r["point"])
+        apart = "" if r["standard_errors_apart"] == "" else f"{r['standard_errors_apart']:+.2f}"
+        lines.append(f"| {r['config']} | {point[:60]} | {r['emulated_tat_s_mean']:.4g} ({r['emulated_repetitions']}, "
+                     f"{r['emulated_tat_s_min']:.4g}-{r['emulated_tat_s_max']:.4g}) | {r['simulated_tat_s_mean']:.4g} "
+                     f"({r['simulated_repetitions']}) | {r['simulated_tat_s_sd']:.3g} | {r['simulated_tat_s_p5']:.4g}-"
+                     f"{r['simulated_tat_s_p95']:.4g} | {r['emulated_over_simulated_mean']:.3f} | {'yes' if r['within_5_percent'] else 'no'} | "
+                     f"{'yes' if r['inside_p5_p95'] else 'no'} | {apart} | "
+                     f"{r['emulated_retransmissions_mean']:.0f} / {r['simulated_retransmissions_mean']:.0f} |")
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    log.info("rows in %s", path)
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| config | point | emulated (target, loop) | emulated TAT s (min-max) | simulated TAT s (min-max) | sim / emu | retx emu / sim |",
              "|---|---|---|---:|---:|---:|---:|"]
@@ -97,17 +189,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="emulated run folders (with summary.json)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_validation.csv")
+    parser.add_argument("--seeds", type=int, default=0, help="simulate each config with seeds 1..N and compare distributions")
     args = parser.parse_args(argv)
+    if args.seeds < 0:
+        parser.error(f"--seeds must be >= 0, got {args.seeds}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
-    rows = [row for run in args.runs for row in compare(run, out_root)]
-    with args.output.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    log.info("rows in %s", args.output)
-    sys.stdout.write(markdown(rows) + "\n")
+    if args.seeds:
+        rows = [row for run in args.runs for row in compare_seeds(run, out_root, args.seeds)]
+        write_csv(args.output.with_name(f"{args.output.stem}_seeds.csv"), SEED_COLUMNS, rows)
+        sys.stdout.write(markdown_seeds(rows) + "\n")
+    else:
+        rows = [row for run in args.runs for row in compare(run, out_root)]
+        write_csv(args.output, COLUMNS, rows)
+        sys.stdout.write(markdown(rows) + "\n")
     return 0 if all(r["simulated_verified"] for r in rows) else 1
 
 

@@ -72,6 +72,11 @@ MEMORY_BYTES_PER_ELEMENT = 12
 """The least memory a worker's element takes: its input and its result in the worker (4
 bytes each) and its input in the runner, which keeps every rank's to check the sum (4)."""
 
+MAX_EMULATED_HOSTS = 32
+"""The most hosts an emulated network has (one switch's workers, SWITCHML_MAX_WORKERS, and
+what one machine's Mininet carries); the topology schema allows more for --simulate, whose
+trees aggregate hierarchically (``check_emulable``)."""
+
 LINK_RATE_KEY = "topology.link.bw_mbps"
 TARGET_LINK_RATES_KEY = "switch.link_bw_mbps"
 TARGET_RATE = "target"
@@ -288,6 +293,18 @@ def available_congestion_controls() -> list[str]:
         return AVAILABLE_CONGESTION_CONTROLS.read_text().split()
     except OSError:
         return []
+
+
+def check_emulable(experiment: Experiment) -> None:
+    """Refuse, naming the point and the limit, a point with more hosts than an emulated run
+    takes (``MAX_EMULATED_HOSTS``); run_experiment.py checks it for every run but --simulate."""
+    for point in experiment.points:
+        hosts = len(point.topology.hosts)
+        if hosts > MAX_EMULATED_HOSTS:
+            where = str(experiment.source) if point.sweep_param is None else f"{experiment.source} (sweep {point.sweep_param} = {point.sweep_value!r})"
+            raise ConfigError(f"{where}: topology.workers: {hosts} hosts; an emulated run takes at most {MAX_EMULATED_HOSTS} "
+                              "(experiments/config.py, MAX_EMULATED_HOSTS); --simulate runs larger topologies (up to the topology "
+                              "schema's 512 workers)")
 
 
 def _jobs(data: Mapping[str, Any], topology: Topology) -> list[tuple[int, int]]:

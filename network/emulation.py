@@ -253,7 +253,7 @@ class EmulatedNetwork:
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         for host in self.topology.hosts:
-            own_shell(net.addHost(host.name, ip=f"{host.ipv4}/24", mac=host.mac, **self._host_class(host.name)))
+            own_shell(net.addHost(host.name, ip=f"{host.ipv4}/{self.topology.subnet.prefixlen}", mac=host.mac, **self._host_class(host.name)))
         for switch in self.topology.switches:
             own_shell(net.addSwitch(switch.name, **self._switch_class(switch.name, switch_cls), **switch_options))
         for link in self.topology.links:

@@ -10,7 +10,7 @@ import yaml
 
 from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, load_yaml
 from switches.targets import REGISTRY
-from experiments.config import CONFIG_DIR, load_experiment
+from experiments.config import CONFIG_DIR, check_emulable, load_experiment
 import methods
 from protocol.params import REPO_ROOT
 from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
@@ -46,7 +46,8 @@ def test_main_config_is_eight_workers_on_one_switch() -> None:
         ("protocol.k=0", "protocol.k: 0 is not one of [32, 64, 128, 256]"),
         ("protocol.k=48", "protocol.k: 48 is not one of [32, 64, 128, 256]"),
         ("protocol.pool_size=600", "protocol.pool_size: 600 is larger than the switch's registers"),
-        ("topology.workers=33", "topology.workers: 33 is greater than the maximum of 32"),
+        ("topology.workers=33", "topology.workers: switch s1 would aggregate 33 workers; a switch aggregates at most 32"),
+        ("topology.workers=513", "topology.workers: 513 is greater than the maximum of 512"),
         ("topology.file=no-such-topology.yaml", "topology.file: topology 'no-such-topology.yaml': no such file"),
         ("topology.link.loss=1.5", "topology.link.loss: 1.5 is greater than the maximum of 1"),
         ("topology.leaves=2", "topology.leaves: not allowed for kind star"),
@@ -131,7 +132,7 @@ def test_shipped_traces_load_within_the_bounds() -> None:
 
 
 def test_sweep_value_is_validated_like_the_base() -> None:
-    with pytest.raises(ConfigError, match=r"sweep topology.workers = 40.*topology.workers: 40 is greater than the maximum of 32"):
+    with pytest.raises(ConfigError, match=r"sweep topology.workers = 40.*topology.workers: switch s1 would aggregate 40 workers"):
         load_experiment(MAIN_CONFIG, ["sweep={param: topology.workers, values: [2, 40]}"])
 
 
@@ -272,6 +273,27 @@ def test_tree_aggregation_is_recorded_and_star_refuses_it() -> None:
     with pytest.raises(ConfigError, match="jobs sharing a switch run on one aggregating switch"):
         load_experiment(MAIN_CONFIG, ["topology.file=tree.yaml", "topology.aggregation=hierarchical", "methods=[switchml]",
                                       "jobs=[{job_id: 1, hosts: [0, 1], pool_size: 8}]"])
+
+
+def test_a_hierarchical_tree_takes_256_workers_with_a_wide_subnet() -> None:
+    """Past one switch's 32 workers (--simulate): every leaf and the spine aggregate at most
+    32, hosts and switches get addresses of their own, and a /24 too small for them is named."""
+    experiment = load_experiment(REPO_ROOT / "configs" / "paper_hierarchical.yaml")
+    topology = experiment.points[-1].topology
+    assert len(topology.hosts) == 256 and set(topology.fan_in().values()) == {16}
+    addresses = [h.ipv4 for h in topology.hosts] + [topology.aggregator_ipv4] + [topology.leaf_address(l.name)[1] for l in topology.leaves]
+    assert len(set(addresses)) == 256 + 17 and topology.hosts[-1].ipv4 == "10.0.1.0" and topology.aggregator_ipv4 == "10.0.255.254"
+    with pytest.raises(ConfigError, match=r"topology.subnet: 256 hosts and 17 switches need 273 addresses, 10.0.0.0/24 holds 254"):
+        load_experiment(REPO_ROOT / "configs" / "paper_hierarchical.yaml", ["topology.subnet=10.0.0.0/24"])
+    with pytest.raises(ConfigError, match="topology.workers: switch s2 would aggregate 33 workers"):
+        load_experiment(REPO_ROOT / "configs" / "paper_hierarchical.yaml", ["topology.leaves=2", "sweep={param: topology.workers, values: [66]}"])
+
+
+def test_an_emulated_run_takes_at_most_32_hosts_and_says_simulate_lifts_it() -> None:
+    experiment = load_experiment(REPO_ROOT / "configs" / "paper_hierarchical.yaml")
+    with pytest.raises(ConfigError, match=r"topology.workers = 64\): topology.workers: 64 hosts; an emulated run takes at most 32 .*--simulate"):
+        check_emulable(experiment)
+    check_emulable(load_experiment(MAIN_CONFIG))
 
 
 # -- issue 21, point 5: values the schema took but a run could not use, refused at load time

@@ -258,9 +258,12 @@ def test_the_analysis_labels_simulated_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     simulated = emulation_context(load_results([tmp_path / "sim"]))
     assert simulated.describe().startswith("Simulation (") and simulated.kept_up
-    both = emulation_context(load_results([tmp_path / "sim", EMULATED / "tat_vs_size"]))
-    assert both.describe().startswith("Emulation and simulation")
+    mixed = load_results([tmp_path / "sim", EMULATED / "tat_vs_size"])
+    assert emulation_context(mixed).describe().startswith("Emulation and simulation")
     assert emulation_context(load_results([EMULATED / "tat_vs_size"])).describe().startswith("Emulation:")
+    assert list(mixed.on_clock(simulated=True).summary["run"]) == ["sim"], "--clock simulated keeps the simulated run only"
+    assert list(mixed.on_clock(simulated=False).summary["run"]) == ["tat_vs_size"]
+    assert set(mixed.on_clock(simulated=False).runs["run"]) == {"tat_vs_size"}
 
 
 def test_a_simulated_job_that_misses_its_deadline_fails_the_run_in_one_line(tmp_path: Path) -> None:
@@ -305,3 +308,21 @@ def test_jobs_sharing_a_simulated_switch_each_get_their_own_slots(tmp_path: Path
                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert drawn.returncode == 0, drawn.stderr
     assert (tmp_path / "figures" / "shared_switch.png").is_file()
+
+
+SHIPPED_CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.yaml") if not p.name.endswith(".schema.yaml"))
+
+
+@pytest.mark.parametrize("config", SHIPPED_CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_with_given_tensors_simulates(config: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """--simulate takes every config in configs/ whose workload hands the workers tensors
+    (a dry run: the checks a run makes before its first frame); one that trains for real is
+    refused in one line naming the experiment kind."""
+    import run_experiment
+    from experiments.config import load_experiment
+
+    trains = load_experiment(config).points[0].workload_kind.inputs is None
+    status = run_experiment.main([str(config), "--simulate", "--dry-run"])
+    assert status == (2 if trains else 0), caplog.text
+    if trains:
+        assert "experiments have no simulator yet" in caplog.text

@@ -9,6 +9,7 @@ key (``workers``, ``link``...) before validation, which is how sweeps change the
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections import deque
 from dataclasses import dataclass
@@ -23,11 +24,13 @@ SCHEMA_PATH = TOPOLOGY_DIR / "topology.schema.yaml"
 
 AGGREGATOR_MAC = params.SWITCH_MAC
 """Virtual MAC the workers send updates to (the aggregating switch answers from it)."""
-AGGREGATOR_HOST_OCTET = 254
-"""The aggregating switch's virtual IPv4 is <subnet>.254."""
 LEAF_MAC_PREFIX = "02:53:4d:4c:01"
-"""In hierarchical aggregation leaf i (0-based) is a worker of the spine: MAC <prefix>:<i+1>,
-IPv4 <subnet>.<253 - i> (hosts have .1 up to .32)."""
+"""In hierarchical aggregation leaf i (0-based) is a worker of the spine: MAC <prefix>:<i+1>.
+
+Addresses count from the subnet's ends: host of rank r is the subnet's address r + 1, the
+aggregating switch's virtual IPv4 its last host address (.254 of a /24), leaf i the one
+i + 1 below that (.253 - i of a /24). A /24 holds 237 hosts beside 16 leaves; a larger
+(simulated) tree gives a wider ``subnet``."""
 
 DEFAULT_SUBNET = "10.0.0.0/24"
 _COMMON_KEYS = {"name", "description", "kind", "subnet"}
@@ -79,7 +82,7 @@ class Topology:
     hosts: tuple[HostSpec, ...]
     switches: tuple[SwitchSpec, ...]
     links: tuple[LinkDef, ...]
-    subnet_prefix: str
+    subnet: ipaddress.IPv4Network
     resolved: Mapping[str, Any]
     """The validated YAML after overrides, as written to a run's topology.yaml."""
     aggregation: str = "spine"
@@ -91,7 +94,7 @@ class Topology:
 
     @property
     def aggregator_ipv4(self) -> str:
-        return f"{self.subnet_prefix}.{AGGREGATOR_HOST_OCTET}"
+        return str(self.subnet.broadcast_address - 1)
 
     @property
     def aggregator_mac(self) -> str:
@@ -148,7 +151,7 @@ class Topology:
     def leaf_address(self, name: str) -> tuple[str, str]:
         """(MAC, IPv4) of a leaf as a worker of the spine (hierarchical aggregation)."""
         index = [s.name for s in self.leaves].index(name)
-        return f"{LEAF_MAC_PREFIX}:{index + 1:02x}", f"{self.subnet_prefix}.{AGGREGATOR_HOST_OCTET - 1 - index}"
+        return f"{LEAF_MAC_PREFIX}:{index + 1:02x}", str(self.subnet.broadcast_address - 2 - index)
 
     def local_hosts(self, switch: str) -> list[HostSpec]:
         """The hosts cabled to ``switch``, in rank order."""
@@ -179,19 +182,45 @@ class Topology:
             "has no hosts"
         )
 
+    def fan_in(self) -> dict[str, int]:
+        """Per aggregating switch, how many workers it sums: every host at the aggregator; in
+        hierarchical aggregation each leaf its own hosts and the spine its leaves that have hosts."""
+        if self.aggregation != "hierarchical":
+            return {self.aggregator.name: len(self.hosts)}
+        local = {leaf.name: len(self.local_hosts(leaf.name)) for leaf in self.leaves}
+        return {self.aggregator.name: sum(1 for count in local.values() if count), **{name: c for name, c in local.items() if c}}
+
+    @functools.cached_property
+    def _adjacency(self) -> dict[str, list[str]]:
+        """Every node's neighbours in the links' order, computed once: a simulated tree of 256
+        hosts asks for the paths between every switch and node (4,624 for the fabric alone),
+        which at 4.5 ms each, scanning the links at every step, took 21 s."""
+        adjacency: dict[str, list[str]] = {}
+        for link in self.links:
+            adjacency.setdefault(link.a, []).append(link.b)
+            adjacency.setdefault(link.b, []).append(link.a)
+        return adjacency
+
+    @functools.cached_property
+    def _routes(self) -> dict[str, dict[str, str | None]]:
+        """destination -> every node's next hop towards it (filled by ``next_hop``)."""
+        return {}
+
     def neighbours(self, node: str) -> list[str]:
-        return [l.b if l.a == node else l.a for l in self.links if node in (l.a, l.b)]
+        return list(self._adjacency.get(node, ()))
 
     def next_hop(self, src: str, dst: str) -> str:
         """First node after ``src`` on the (unique in a tree) shortest path to ``dst``."""
-        parents: dict[str, str | None] = {dst: None}
-        queue = deque([dst])
-        while queue:
-            node = queue.popleft()
-            for nb in self.neighbours(node):
-                if nb not in parents:
-                    parents[nb] = node
-                    queue.append(nb)
+        parents = self._routes.get(dst)
+        if parents is None:
+            parents = self._routes[dst] = {dst: None}
+            queue = deque([dst])
+            while queue:
+                node = queue.popleft()
+                for nb in self._adjacency.get(node, ()):
+                    if nb not in parents:
+                        parents[nb] = node
+                        queue.append(nb)
         hop = parents.get(src)
         if hop is None:
             raise ConfigError(f"topology {self.name}: no path from {src} to {dst}")
@@ -208,24 +237,24 @@ def _link_spec(data: Mapping[str, Any]) -> LinkSpec:
     )
 
 
-def _host(index: int, prefix: str) -> HostSpec:
-    """Host of rank ``index`` (0-based): h<index+1>, <prefix>.<index+1>, 02:00:00:00:00:<index+1>."""
+def _host(index: int, subnet: ipaddress.IPv4Network) -> HostSpec:
+    """Host of rank ``index`` (0-based): h<index+1>, the subnet's address index+1, 02:00:00:00:<index+1, 16 bits>."""
     number = index + 1
-    return HostSpec(name=f"h{number}", rank=index, ipv4=f"{prefix}.{number}", mac=f"02:00:00:00:{number >> 8:02x}:{number & 0xFF:02x}")
+    return HostSpec(name=f"h{number}", rank=index, ipv4=str(subnet.network_address + number),
+                    mac=f"02:00:00:00:{number >> 8:02x}:{number & 0xFF:02x}")
 
 
-def _expand(data: Mapping[str, Any], source: str) -> tuple[list[HostSpec], list[SwitchSpec], list[LinkDef]]:
-    prefix = data.get("subnet", DEFAULT_SUBNET).rsplit(".", 1)[0]
+def _expand(data: Mapping[str, Any], subnet: ipaddress.IPv4Network, source: str) -> tuple[list[HostSpec], list[SwitchSpec], list[LinkDef]]:
     kind = data["kind"]
     if kind == "star":
-        hosts = [_host(i, prefix) for i in range(data["workers"])]
+        hosts = [_host(i, subnet) for i in range(data["workers"])]
         link = _link_spec(data.get("link", {}))
         return hosts, [SwitchSpec("s1", True)], [LinkDef(h.name, "s1", link) for h in hosts]
     if kind == "tree":
         leaves = data["leaves"]
         if data["workers"] < leaves:
             raise ConfigError(f"{source}: workers: a tree with {leaves} leaves needs at least {leaves} workers, got {data['workers']}")
-        hosts = [_host(i, prefix) for i in range(data["workers"])]
+        hosts = [_host(i, subnet) for i in range(data["workers"])]
         link = _link_spec(data.get("link", {}))
         uplink = _link_spec(data.get("uplink", data.get("link", {})))
         switches = [SwitchSpec("s1", True)] + [SwitchSpec(f"s{i + 2}", False) for i in range(leaves)]
@@ -234,10 +263,32 @@ def _expand(data: Mapping[str, Any], source: str) -> tuple[list[HostSpec], list[
         return hosts, switches, links
     switches = [SwitchSpec(s["name"], bool(s.get("aggregate", False))) for s in data["switches"]]
     # Ranks follow the order hosts are listed in; addresses follow the ranks.
-    hosts = [_host(i, prefix) for i in range(len(data["hosts"]))]
+    hosts = [_host(i, subnet) for i in range(len(data["hosts"]))]
     hosts = [HostSpec(h["name"], spec.rank, spec.ipv4, spec.mac) for h, spec in zip(data["hosts"], hosts)]
     links = [LinkDef(l["endpoints"][0], l["endpoints"][1], _link_spec(l)) for l in data["links"]]
     return hosts, switches, links
+
+
+def _check_addresses(topology: Topology, source: str, key_prefix: str) -> None:
+    """Every host, leaf and the aggregator an address of their own in the subnet (hosts from
+    its bottom, switches from its top)."""
+    needed = len(topology.hosts) + len(topology.switches)
+    if needed > topology.subnet.num_addresses - 2:
+        raise ConfigError(f"{source}: {key_prefix}subnet: {len(topology.hosts)} hosts and {len(topology.switches)} switches need "
+                          f"{needed} addresses, {topology.subnet} holds {topology.subnet.num_addresses - 2}; give a wider subnet "
+                          "(e.g. subnet: 10.0.0.0/16)")
+
+
+def _check_fan_in(topology: Topology, source: str, key_prefix: str) -> None:
+    """No aggregating switch sums more workers than its bitmap has bits (SWITCHML_MAX_WORKERS)."""
+    key = "hosts" if topology.kind == "explicit" else "workers"
+    for switch, workers in topology.fan_in().items():
+        if workers > params.MAX_WORKERS:
+            raise ConfigError(
+                f"{source}: {key_prefix}{key}: switch {switch} would aggregate {workers} workers; a switch aggregates at most {params.MAX_WORKERS} "
+                "(SWITCHML_MAX_WORKERS, p4/include/constants.p4): spread them over a tree (kind: tree) with aggregation: "
+                f"hierarchical and at most {params.MAX_WORKERS} workers per leaf"
+            )
 
 
 def _check_graph(topology: Topology, source: str) -> None:
@@ -278,23 +329,24 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
     key_prefix = "" if context is None else "topology."
     validate(data, load_schema(SCHEMA_PATH), source, key_prefix)
     reject_keys(data, KIND_KEYS[data["kind"]], f"kind {data['kind']}", source, key_prefix)
-    if "subnet" in data:
-        try:
-            ipaddress.IPv4Network(data["subnet"])
-        except ValueError as exc:
-            raise ConfigError(f"{source}: {key_prefix}subnet: {data['subnet']!r} is not an IPv4 network ({exc})") from None
-    hosts, switches, links = _expand(data, source)
+    try:
+        subnet = ipaddress.IPv4Network(data.get("subnet", DEFAULT_SUBNET))
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {key_prefix}subnet: {data['subnet']!r} is not an IPv4 network ({exc})") from None
+    hosts, switches, links = _expand(data, subnet, source)
     topology = Topology(
         name=data.get("name", path.stem),
         kind=data["kind"],
         hosts=tuple(hosts),
         switches=tuple(switches),
         links=tuple(links),
-        subnet_prefix=data.get("subnet", DEFAULT_SUBNET).rsplit(".", 1)[0],
+        subnet=subnet,
         resolved=data,
         aggregation=data.get("aggregation", "spine"),
     )
     _check_graph(topology, source)
+    _check_addresses(topology, source, key_prefix)
+    _check_fan_in(topology, source, key_prefix)
     return topology
 
 
