@@ -196,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sub = lab_command("skeleton", "copy this repository with the lab's regions replaced by stubs")
     sub.add_argument("--out", type=Path, required=True, help="new or empty folder for the student's tree")
-    sub.add_argument("--keep", type=_keep, help="the other labs whose answers it holds: 0,1 or none (default: earlier labs'"
-                                                " and the later ones the lab's tests or run execute, lab.yaml's keeps)")  # fmt: skip
+    sub.add_argument("--keep", type=_keep, help="the other labs whose answers it holds: 0,1 or none (default: the earlier labs')")
     track_option(sub)
     sub.set_defaults(run=cmd_skeleton)
 
