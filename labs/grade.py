@@ -6,8 +6,8 @@ processes the tests start import: they run from the tree too), never the checkou
 grader itself was installed from. A student grades their own tree in place; an
 instructor grades a submission as hostile: only its graded files, copied onto a clean
 tree (``clean_tree``, ``place_submission``), run in the sandbox (labs/sandbox.py), under
-a cap on its time and on the memory of all its processes together. pytest-timeout bounds every test; pytest's JUnit XML
-report says what happened to each one. A test scores its points only if it passed: a
+a cap on its time and on the memory of all its processes together. pytest-timeout bounds
+every test; pytest's JUnit XML report says what happened to each one. A test scores its points only if it passed: a
 failure, an error, a skip (say, bmv2 absent on the P4 track) or a test that did not run
 scores nothing, and the table says why in one line.
 """

@@ -13,8 +13,9 @@ class"). Its tests run:
   a private ``/tmp``, ``/run`` and ``/dev/shm``, a few devices, pseudo-terminals of its own,
   a folder for the report, and the tools of the track's switch target where they are
   installed outside the system's folders (a prebuilt bmv2 and p4c: ``toolchain_folders``,
-  found where the grader's own PATH and PYTHONPATH find them). The reference, the instructor's tests folder and every other submission are not in it; mounts
-  made before the user namespace are locked, so the submission cannot unmount them;
+  found where the grader's own PATH and PYTHONPATH find them). The reference, the
+  instructor's tests folder and every other submission are not in it; mounts made before
+  the user namespace are locked, so the submission cannot unmount them;
 - in a PID namespace of its own (``/proc`` lists only its processes, so it cannot find the
   grader's command line, and every process of it dies with the namespace), and a network
   namespace with only a loopback (no network);
@@ -32,6 +33,7 @@ pivot_root, and iproute2's ip: all in Debian's base system.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -41,7 +43,6 @@ import signal
 import stat
 import subprocess
 import sys
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
