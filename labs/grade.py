@@ -177,8 +177,9 @@ def pytest_env(tree: Path) -> dict[str, str]:
 
 
 def syntax_problem(tree: Path, files: tuple[str, ...]) -> str | None:
-    """The first syntax error in ``files`` (of ``tree``) as 'path:line: SyntaxError: message'."""
-    for name in files:
+    """The first syntax error in the Python ones of ``files`` (of ``tree``) as 'path:line:
+    SyntaxError: message' (a P4 file's errors are p4c's to report: a test's setup line)."""
+    for name in (name for name in files if name.endswith(".py")):
         path = tree / name
         try:
             compile(path.read_bytes(), name, "exec")

@@ -430,6 +430,14 @@ def test_a_syntax_error_in_the_students_file_is_the_reports_first_line(tmp_path:
     assert results["output"].startswith(first) and all(t["visibility"] == "visible" for t in results["tests"])
 
 
+@pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
+                         ids=[case.id for case in TRACK_CASES])  # fmt: skip
+def test_the_reference_has_no_syntax_problem_in_any_track(lab: catalog.Lab, track: catalog.Track) -> None:
+    """Every p4 track's grade began 'your code does not run: p4/include/ingress.p4:6:
+    SyntaxError': the P4 file was compiled as Python."""
+    assert grading.syntax_problem(REPO_ROOT, track.files) is None
+
+
 def test_gradescope_results_hold_only_the_fields_gradescope_documents() -> None:
     """results.json against labs/gradescope.schema.yaml (Gradescope's specification): a
     misspelt or unknown key would be ignored by Gradescope, and the test with it."""
