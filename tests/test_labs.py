@@ -476,7 +476,7 @@ def test_lab0s_walk_through_quotes_the_table_it_walks_through() -> None:
     table printed above it (51.5k / 51.3k / 50.8k)."""
     text = (catalog.by_number(0).folder / "README.md").read_text()
     table = [float(ate) for ate in re.findall(r"^\s+switchml\s+\S+\s+(\S+)", text, re.MULTILINE)]
-    quoted = re.search(r"SwitchML line stayed flat just under the dashed bound \(([\d.]+)k, ([\d.]+)k, ([\d.]+)k ATE/s", text)
+    quoted = re.search(r"SwitchML line stayed flat on the dashed bound \(([\d.]+)k, ([\d.]+)k, ([\d.]+)k ATE/s", text)
     assert table and quoted, "the walk-through's table and sentence"
     assert [float(q) for q in quoted.groups()] == [round(ate / 1000, 1) for ate in table]
 
