@@ -191,13 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     def cap_options(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--cap-s", type=_positive, help="wall-clock cap on one submission's grade with --tests-from"
                                                          " (default: lab.yaml's cap_s, else its tests' timeouts)")
-        sub.add_argument("--memory-mb", type=_positive, help="memory cap per process of a submission's grade with"
-                                                             f" --tests-from (default {DEFAULT_MEMORY_MB})")
+        sub.add_argument("--memory-mb", type=_positive, help="memory cap on a submission's grade with --tests-from, all its"
+                                                             f" processes together (default {DEFAULT_MEMORY_MB})")
 
     sub = lab_command("skeleton", "copy this repository with the lab's regions replaced by stubs")
     sub.add_argument("--out", type=Path, required=True, help="new or empty folder for the student's tree")
-    sub.add_argument("--keep", type=_keep, help="the other labs whose answers it holds: 0,1 or none (default: earlier labs'"
-                                                " and the later ones the lab's tests or run execute, lab.yaml's keeps)")  # fmt: skip
+    sub.add_argument("--keep", type=_keep, help="the other labs whose answers it holds: 0,1 or none (default: the earlier labs')")
     track_option(sub)
     sub.set_defaults(run=cmd_skeleton)
 

@@ -28,15 +28,6 @@ class GradedTest:
 
 
 @dataclass(frozen=True)
-class Kept:
-    """A later lab's regions that this lab's tests or run execute: a handout keeps them."""
-
-    lab: int
-    files: tuple[str, ...]
-    why: str
-
-
-@dataclass(frozen=True)
 class Track:
     name: str
     files: tuple[str, ...]
@@ -61,17 +52,17 @@ class Lab:
     figures: tuple[str, ...]
     plot_about: str
     tracks: dict[str, Track]
-    keeps: tuple[Kept, ...]
 
     @property
     def name(self) -> str:
         return self.folder.name
 
-    def keeps_by_default(self, lab: int, path: str) -> bool:
-        """Whether this lab's handout keeps the answer of lab ``lab``'s regions in ``path``
-        unless told otherwise: every earlier lab's, and the later ones lab.yaml's ``keeps``
-        lists (this lab's tests or run execute them)."""
-        return lab < self.number or any(kept.lab == lab and path in kept.files for kept in self.keeps)
+    def keeps_by_default(self, lab: int) -> bool:
+        """Whether this lab's handout keeps lab ``lab``'s answers unless told otherwise: only
+        an earlier lab's. No lab's tests or run execute a later lab's region (labs 0-2 run with
+        a fixed timeout, not lab 3's timers; lab 0's run sums int32s, not lab 1's quantized
+        floats), so no handout gives a later lab's answer away (labs/README.md, "Handing out")."""
+        return lab < self.number
 
     def track(self, name: str | None) -> Track:
         """The track called ``name`` (None: python, or the only one)."""
@@ -96,12 +87,8 @@ def load_lab(folder: Path) -> Lab:
         )
         for name, track in data["tracks"].items()
     }
-    keeps = tuple(Kept(kept["lab"], tuple(kept["files"]), kept["why"]) for kept in data.get("keeps", []))
-    not_later = [kept.lab for kept in keeps if kept.lab <= data["number"]]
-    if not_later:
-        raise ConfigError(f"{path}: keeps: lab {not_later[0]} is not a later lab (earlier labs' answers are kept anyway)")
     return Lab(data["number"], folder, data["title"], data["hours"], float(data.get("timeout_s", DEFAULT_TIMEOUT_S)),
-               data.get("cap_s"), data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks, keeps)  # fmt: skip
+               data.get("cap_s"), data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks)  # fmt: skip
 
 
 def all_labs(labs_dir: Path = LABS_DIR) -> list[Lab]:

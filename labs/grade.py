@@ -6,8 +6,8 @@ processes the tests start import: they run from the tree too), never the checkou
 grader itself was installed from. A student grades their own tree in place; an
 instructor grades a submission as hostile: only its graded files, copied onto a clean
 tree (``clean_tree``, ``place_submission``), run in the sandbox (labs/sandbox.py), under
-a cap on its time and memory. pytest-timeout bounds every test; pytest's JUnit XML
-report says what happened to each one. A test scores its points only if it passed: a
+a cap on its time and on the memory of all its processes together. pytest-timeout bounds
+every test; pytest's JUnit XML report says what happened to each one. A test scores its points only if it passed: a
 failure, an error, a skip (say, bmv2 absent on the P4 track) or a test that did not run
 scores nothing, and the table says why in one line.
 """
@@ -29,6 +29,8 @@ from pathlib import Path
 from labs import sandbox
 from labs.catalog import Lab, Track
 from labs.skeleton import make_skeleton
+from switches.target import Toolchain
+from switches.targets import REGISTRY
 
 PASSED = "pass"
 SLACK_S = 120.0
@@ -155,14 +157,15 @@ def submitted_file(submission: Path, name: str) -> bytes:
 
 
 DEFAULT_MEMORY_MB = 4096
-"""Per process of a sandboxed grade: its address space (numpy, a switch, a worker fit)."""
+"""A sandboxed grade's memory, all its processes together (lab 3's Mininet network, switch
+and workers fit), and each one's address space."""
 DEFAULT_PROCESSES = 512
 """Processes and threads of a sandboxed grade at once: lab 3's run has a switch and workers."""
 
 
 def limits(lab: Lab, track: Track, cap_s: float | None = None, memory_mb: int | None = None) -> sandbox.Limits:
     """The caps of one submission's sandboxed grade: ``cap_s`` (else lab.yaml's ``cap_s``,
-    else the sum of the tests' timeouts and SLACK_S) and ``memory_mb`` per process."""
+    else the sum of the tests' timeouts and SLACK_S) and ``memory_mb``."""
     wall = cap_s or lab.cap_s or lab.timeout_s * len(track.tests) + SLACK_S
     return sandbox.Limits(wall, (memory_mb or DEFAULT_MEMORY_MB) << 20, DEFAULT_PROCESSES)
 
@@ -174,8 +177,9 @@ def pytest_env(tree: Path) -> dict[str, str]:
 
 
 def syntax_problem(tree: Path, files: tuple[str, ...]) -> str | None:
-    """The first syntax error in ``files`` (of ``tree``) as 'path:line: SyntaxError: message'."""
-    for name in files:
+    """The first syntax error in the Python ones of ``files`` (of ``tree``) as 'path:line:
+    SyntaxError: message' (a P4 file's errors are p4c's to report: a test's setup line)."""
+    for name in (name for name in files if name.endswith(".py")):
         path = tree / name
         try:
             compile(path.read_bytes(), name, "exec")
@@ -209,10 +213,14 @@ def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = No
         else:
             os.chown(out, sandbox.SANDBOX_ID, sandbox.SANDBOX_ID)
             (Path(scratch) / "root").mkdir()
-            ran = sandbox.run(command, root=Path(scratch) / "root", tree=tree, out=out, limits=limits)
+            ran = sandbox.run(command, root=Path(scratch) / "root", tree=tree, out=out, limits=limits, toolchain=track_toolchain(track))
             exit_status, output = ran.returncode, ran.output
             if ran.timed_out:
                 exit_status, output = -1, f"the submission's tests did not finish within its {limits.wall_s:g} s cap"
+            elif ran.oom_kills:  # the report's first line, and the last one of the output: what a test that did not run says
+                capped = (f"the submission's processes together reached its {limits.memory_bytes >> 20} MB memory cap:"
+                          f" the kernel killed {ran.oom_kills} of them")  # fmt: skip
+                problem, output = "; ".join(filter(None, [capped, problem])), f"{output}\n{capped}"
         junit = sandbox.read_private_file(out / JUNIT)
         outcomes = read_junit(junit) if junit else {}
     why_not_run = _last_line(output) if present else "no graded test file is in the tree"
@@ -225,6 +233,15 @@ def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = No
         results.append(TestResult(test.id, test.points, earned, outcome, message, round(seconds, 2)))
     return Grade(lab.number, track.name, str(tree), sum(r.earned for r in results), track.points,
                  round(time.monotonic() - started, 1), results, exit_status, problem)  # fmt: skip
+
+
+def track_toolchain(track: Track) -> Toolchain:
+    """Where this machine has the tools of the switch targets ``track`` needs (lab.yaml's
+    ``needs`` naming a target: bmv2 for a p4 track), for its sandbox to hold them."""
+    found = [REGISTRY[need].toolchain() for need in track.needs if need in REGISTRY]
+    return Toolchain(tuple(dict.fromkeys(folder for tools in found for folder in tools.executables)),
+                     tuple(dict.fromkeys(folder for tools in found for folder in tools.python)),
+                     {name: value for tools in found for name, value in tools.variables.items()})  # fmt: skip
 
 
 def _run_in_place(command: list[str], tree: Path, budget: float) -> tuple[int, str]:

@@ -10,15 +10,21 @@ class"). Its tests run:
 - in a mount namespace whose root is a new, empty file system holding read-only views of
   the system's folders, of the grader's Python environment and of the graded tree (a clean
   tree: labs/grade.py's ``clean_tree``; its ``build/`` and ``results/`` private and empty),
-  a private ``/tmp``, ``/run`` and ``/dev/shm``, a few devices, pseudo-terminals of its own
-  and a folder for the report. The
-  reference, the instructor's tests folder and every other submission are not in it; mounts
-  made before the user namespace are locked, so the submission cannot unmount them;
+  a private ``/tmp``, ``/run`` and ``/dev/shm``, a few devices, pseudo-terminals of its own,
+  a folder for the report, and the tools of the track's switch target where they are
+  installed outside the system's folders (a prebuilt bmv2 and p4c: ``toolchain_folders``,
+  found where the grader's own PATH and PYTHONPATH find them). The reference, the
+  instructor's tests folder and every other submission are not in it; mounts made before
+  the user namespace are locked, so the submission cannot unmount them;
 - in a PID namespace of its own (``/proc`` lists only its processes, so it cannot find the
   grader's command line, and every process of it dies with the namespace), and a network
   namespace with only a loopback (no network);
-- under a wall-clock cap (the whole run is killed at ``wall_s``), a cap on each process's
-  memory (its address space, RLIMIT_AS) and on the number of its processes (RLIMIT_NPROC).
+- under a wall-clock cap (the whole run is killed at ``wall_s``), a cap on the memory of
+  all its processes together (a memory cgroup of its own, base/cgroup.py: a submission that
+  forks gets no more between its processes than one would), the same cap on each process's
+  address space (RLIMIT_AS: one process asking for more fails at once with a MemoryError,
+  where the cgroup's OOM killer would end it; and the only cap where no cgroup can be made,
+  which the grader logs once) and a cap on the number of its processes (RLIMIT_NPROC).
 
 It needs root (namespaces, another user), util-linux's unshare, setpriv, prlimit and
 pivot_root, and iproute2's ip: all in Debian's base system.
@@ -26,6 +32,10 @@ pivot_root, and iproute2's ip: all in Debian's base system.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
+import logging
 import os
 import pwd
 import shlex
@@ -33,10 +43,15 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from base.cgroup import CgroupError, MemoryCgroup, memory_cgroup
 from base.lifetime import dies_with_this_process
+from switches.target import Toolchain
+
+log = logging.getLogger(__name__)
 
 SANDBOX_ID = 64_399
 """The user and group id the submission runs as: in Debian's range for dynamic system users,
@@ -47,10 +62,12 @@ WRITABLE_IN_TREE = ("build", "results")
 """The tree's folders the tests write into (compiled programs, run folders): private, empty."""
 SYSTEM_FOLDERS = ("usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 """Read-only in the sandbox: the interpreter, its libraries and the tools the tests start."""
-ENVIRONMENT = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp",
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENVIRONMENT = {"PATH": SYSTEM_PATH, "HOME": "/tmp", "TMPDIR": "/tmp",
                "LANG": "C.UTF-8", "PYTHONPATH": str(TREE), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "MPLBACKEND": "Agg"}  # fmt: skip
-"""The tests' whole environment: nothing of the grader's (which may hold what a student should not read)."""
+"""The tests' whole environment: nothing of the grader's (which may hold what a student should
+not read), but where the track's switch target's tools are (``environment``)."""
 
 
 class SandboxError(RuntimeError):
@@ -62,7 +79,7 @@ class Limits:
     wall_s: float
     """The whole run of one submission, start-up to the last test."""
     memory_bytes: int
-    """Per process: its address space."""
+    """All its processes together (a memory cgroup), and each one's address space."""
     processes: int
     """Processes and threads of the sandbox's user at once."""
     tmp_bytes: int = 512 << 20
@@ -74,6 +91,8 @@ class Outcome:
     returncode: int
     output: str
     timed_out: bool
+    oom_kills: int = 0
+    """Processes the kernel killed for reaching the memory cap of all of them together."""
 
 
 def check_can_sandbox() -> None:
@@ -101,7 +120,29 @@ def _bind(source: Path, target: str, *, writable: bool = False) -> str:
     return f"mkdir -p {target} && mount --rbind{mode} {shlex.quote(str(source))} {target}"
 
 
-def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
+def toolchain_folders(toolchain: Toolchain) -> list[Path]:
+    """What of ``toolchain`` the sandbox binds (read-only, at the same path): the install
+    prefix of each of its executables' folders (a ``bin``'s parent: programs find their
+    libraries and data beside it, ``../lib``, ``../share``), its Python folders and the
+    folders its variables name; none the sandbox holds anyway (the system's folders, the
+    grader's venv), none inside another."""
+    found = [folder.parent if folder.name == "bin" else folder for folder in toolchain.executables]
+    found += [*toolchain.python, *(Path(part) for value in toolchain.variables.values() for part in value.split(":") if part)]
+    held = [Path("/") / name for name in SYSTEM_FOLDERS] + [Path(sys.prefix), Path(sys.base_prefix)]
+    folders = sorted({folder.resolve() for folder in found if folder.is_absolute() and folder.is_dir()})
+    folders = [folder for folder in folders if not any(folder.is_relative_to(other) for other in held)]
+    return [folder for folder in folders if not any(folder != other and folder.is_relative_to(other) for other in folders)]
+
+
+def environment(toolchain: Toolchain) -> dict[str, str]:
+    """ENVIRONMENT with ``toolchain``'s executables first on PATH, its Python folders after
+    the tree on PYTHONPATH and its variables."""
+    return {**ENVIRONMENT, **toolchain.variables,
+            "PATH": ":".join([*map(str, toolchain.executables), SYSTEM_PATH]),
+            "PYTHONPATH": ":".join([str(TREE), *map(str, toolchain.python)])}  # fmt: skip
+
+
+def setup_script(root: Path, tree: Path, out: Path, limits: Limits, toolchain: Toolchain = Toolchain()) -> str:
     """The shell script that, as root in new mount and PID namespaces, builds the sandbox's
     file system at ``root`` (an empty folder), moves into it, drops to SANDBOX_ID and runs
     its arguments in new user, network, mount, IPC and UTS namespaces, with the network's own
@@ -121,6 +162,7 @@ def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
     for prefix in sorted({Path(sys.prefix), Path(sys.base_prefix)}):  # the grader's venv and its interpreter
         if not any(prefix.is_relative_to(Path("/") / name) for name in SYSTEM_FOLDERS):
             lines.append(_bind(prefix, shlex.quote(str(prefix).lstrip("/"))))
+    lines += [_bind(folder, shlex.quote(str(folder).lstrip("/"))) for folder in toolchain_folders(toolchain)]
     lines += [_bind(tree, str(TREE).lstrip("/")), _bind(out, str(OUT).lstrip("/"), writable=True)]
     for name in WRITABLE_IN_TREE:
         lines.append(f"mount -t tmpfs -o mode=0755,uid={SANDBOX_ID},gid={SANDBOX_ID},size=256m {name} {TREE.relative_to('/')}/{name}")
@@ -134,7 +176,7 @@ def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
         "mkdir dev/pts && mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts dev/pts && ln -s pts/ptmx dev/ptmx",
         "mkdir .old && pivot_root . .old && umount -l /.old && rmdir /.old && cd /",
         f"cd {TREE}",
-        "exec env -i " + " ".join(f"{key}={shlex.quote(value)}" for key, value in ENVIRONMENT.items())
+        "exec env -i " + " ".join(f"{key}={shlex.quote(value)}" for key, value in environment(toolchain).items())
         + f" prlimit --as={limits.memory_bytes} --nproc={limits.processes} --core=0 --"
         + f" setpriv --reuid={SANDBOX_ID} --regid={SANDBOX_ID} --clear-groups --no-new-privs --"
         + " unshare --user --map-root-user --net --mount --ipc --uts --"
@@ -143,23 +185,56 @@ def setup_script(root: Path, tree: Path, out: Path, limits: Limits) -> str:
     return "\n".join(lines)
 
 
-def run(command: list[str], *, root: Path, tree: Path, out: Path, limits: Limits) -> Outcome:
-    """Run ``command`` (its paths as the sandbox sees them: TREE, OUT) in the sandbox.
+def run(command: list[str], *, root: Path, tree: Path, out: Path, limits: Limits, toolchain: Toolchain = Toolchain()) -> Outcome:
+    """Run ``command`` (its paths as the sandbox sees them: TREE, OUT) in the sandbox, with
+    ``toolchain`` (a switch target's tools, installed outside the system's folders) in it.
 
     ``root`` is an empty folder of the grader's (the sandbox's root is mounted on it, seen
     only inside); ``out`` must be writable by SANDBOX_ID. At ``limits.wall_s`` the run is
     killed: its PID namespace's first process dies, and the kernel kills every other one
     (as it does when the grader itself is killed: unshare dies with it, and its
-    --kill-child takes the namespace's first process along).
+    --kill-child takes the namespace's first process along). Its memory cgroup is removed
+    after it, also when the grader is interrupted.
     """
     for name in WRITABLE_IN_TREE:  # their mount points
         (tree / name).mkdir(exist_ok=True)
     argv = ["unshare", "--mount", "--pid", "--fork", "--kill-child", "--propagation", "private", "--",
-            "sh", "-c", setup_script(root, tree, out, limits), "sandbox", *command]  # fmt: skip
-    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace", start_new_session=True, preexec_fn=dies_with_this_process()) as process:  # fmt: skip
+            "sh", "-c", setup_script(root, tree, out, limits, toolchain), "sandbox", *command]  # fmt: skip
+    with contextlib.ExitStack() as stack:
         try:
-            output, _ = process.communicate(timeout=limits.wall_s)
+            cgroup: MemoryCgroup | None = stack.enter_context(memory_cgroup(limits.memory_bytes, "labs-sandbox"))
+        except CgroupError as error:
+            _no_cgroup(str(error), limits.memory_bytes)
+            cgroup = None
+        outcome = _run(argv, limits.wall_s, _joining(cgroup))
+        return outcome if cgroup is None else dataclasses.replace(outcome, oom_kills=cgroup.oom_kills())
+
+
+@functools.cache
+def _no_cgroup(reason: str, memory_bytes: int) -> None:
+    """Say once (per reason) that the cap is per process only."""
+    log.warning("no memory cgroup for the sandbox (%s): each process of a submission is capped at %d MB of address space,"
+                " not all of them together", reason, memory_bytes >> 20)  # fmt: skip
+
+
+def _joining(cgroup: MemoryCgroup | None) -> Callable[[], None]:
+    """The sandbox's ``preexec_fn``: die with the grader, and enter ``cgroup`` before exec
+    (so that every process of the sandbox is in it)."""
+    dies = dies_with_this_process()
+
+    def preexec() -> None:
+        dies()
+        if cgroup is not None:
+            cgroup.join()
+
+    return preexec
+
+
+def _run(argv: list[str], wall_s: float, preexec: Callable[[], None]) -> Outcome:
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", start_new_session=True, preexec_fn=preexec) as process:  # fmt: skip
+        try:
+            output, _ = process.communicate(timeout=wall_s)
             return Outcome(process.returncode, output, False)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)

@@ -4,9 +4,9 @@ The copy holds what git tracks (plus new, not ignored files, so an instructor's 
 lab works too), never ``.venv``, results, build output or the instructor-only solutions
 (INSTRUCTOR_ONLY). Inside each region of the lab, in every track's files, the reference code
 is replaced by a stub that fails at once and says what to write, and so is every other lab's
-region the handout does not keep (by default it keeps earlier labs' answers and the later
-ones lab.yaml's ``keeps`` lists; labs/README.md, "Handing out"). The marker lines stay, so
-the student sees where the answer goes:
+region the handout does not keep (by default it keeps earlier labs' answers only, so no
+handout holds a later lab's; labs/README.md, "Handing out"). The marker lines stay, so the
+student sees where the answer goes:
 
 - Python: ``raise NotImplementedError("Lab n: <hint>")`` at the marker's indentation. A
   switch or worker that reaches it dies at once with that message (in its log), so a test
@@ -110,7 +110,7 @@ def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozens
 
     Stubs the lab's regions in every file (a python handout must not hold the P4 answer)
     and every other lab's region it does not keep: with ``keep``, those of the labs in it;
-    without, ``lab.keeps_by_default``.
+    without, the earlier labs' (``lab.keeps_by_default``).
     """
     if keep is not None and lab.number in keep:
         raise SkeletonError(f"lab {lab.number}'s skeleton cannot keep lab {lab.number}'s answer: it is what the student writes")
@@ -122,7 +122,7 @@ def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozens
     def kept(region: Region) -> bool:
         if region.lab == lab.number:
             return False
-        return region.lab in keep if keep is not None else lab.keeps_by_default(region.lab, region.path)
+        return region.lab in keep if keep is not None else lab.keeps_by_default(region.lab)
 
     stubbed: list[Region] = []
     held: list[Region] = []
@@ -140,11 +140,10 @@ def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozens
     if not student:
         raise SkeletonError(f"no BEGIN LAB {lab.number} region in {', '.join(track.files)}")
     _commit(out, f"lab {lab.number} skeleton")
-    for needed in lab.keeps:
-        dropped = sorted({region.path for region in stubbed if region.lab == needed.lab and region.path in needed.files})
-        if dropped:
-            log.warning("lab %d's handout stubs lab %d's %s, which %s: those fail until the student writes them too",
-                        lab.number, needed.lab, ", ".join(dropped), needed.why)  # fmt: skip
+    earlier = sorted({(region.lab, region.path) for region in stubbed if lab.keeps_by_default(region.lab)})
+    if earlier:  # --keep left out an answer the default keeps
+        log.warning("lab %d's handout stubs the earlier %s: what of lab %d builds on them fails until the student writes them too",
+                    lab.number, ", ".join(f"lab {n}'s {path}" for n, path in earlier), lab.number)  # fmt: skip
     return Handout(student, stubbed, held)
 
 

@@ -129,6 +129,26 @@ def nothing_missing() -> list[str]:
 
 
 @dataclass(frozen=True)
+class Toolchain:
+    """Where this machine's copy of a target's tools was found (the folders of its
+    executables, of its Python modules, the environment variables they read): what a process
+    that sees only the system's folders and the Python environment, with an environment of
+    its own (the labs' sandbox, labs/sandbox.py), must be given to run them."""
+
+    executables: tuple[Path, ...] = ()
+    """Folders its executables were found in on PATH."""
+    python: tuple[Path, ...] = ()
+    """Folders its Python modules were imported from (sys.path entries: PYTHONPATH's)."""
+    variables: Mapping[str, str] = field(default_factory=dict)
+    """Environment variables its tools read, as this process has them."""
+
+
+def no_toolchain() -> Toolchain:
+    """The ``toolchain`` of a target whose tools are the project's own code."""
+    return Toolchain()
+
+
+@dataclass(frozen=True)
 class SwitchTarget:
     """One switch target: what it needs, how it runs, what it supports."""
 
@@ -178,6 +198,8 @@ class SwitchTarget:
     """(its data plane's pid, its ports' interfaces) -> while open, what its switching has
     cost in CPU so far (benchmarks/switch_throughput.py): a process's CPU time, or the eBPF
     program's run time (softirq, counted as system time)."""
+    toolchain: Callable[[], Toolchain] = no_toolchain
+    """Where its tools were found on this machine (``Toolchain``)."""
     simulated: StartSimulatedSwitch | None = None
     """Its data plane as a ``SimulatedSwitch``, for ``run_experiment.py --simulate``; None: a
     target the simulator cannot run (its data plane is compiled code bound to real ports)."""

@@ -11,6 +11,7 @@ too and expects the attack to win there: the attack is real, the sandbox is what
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -28,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from analysis import models
+from base.cgroup import CgroupError, find_parent
 from labs import catalog, sandbox
 from labs.__main__ import main
 from labs.grade import grade
@@ -35,6 +37,8 @@ from labs.markers import scan_file
 from labs.sandbox import SandboxError, check_can_sandbox
 from labs.skeleton import copy_tree, fill_regions, make_skeleton
 from protocol.params import REPO_ROOT
+from switches.target import Toolchain
+from tests.conftest import require_target
 from tests.test_labs import git_checkout
 
 pytestmark = pytest.mark.netns  # the sandbox: namespaces and another user, root only
@@ -42,7 +46,7 @@ pytestmark = pytest.mark.netns  # the sandbox: namespaces and another user, root
 LAB = catalog.by_number(0)
 TRACK = LAB.track(None)
 ANSWER_FILE = "methods/switchml.py"
-HANDOUT_SCORE, CAP_S, MEMORY_MB = 1, 20, 1024
+HANDOUT_SCORE, CAP_S, MEMORY_MB = 1, 40, 1024
 
 FORCE_PASS = """\
 import pytest
@@ -97,6 +101,38 @@ for folder in folders:
 raise NotImplementedError("planted")
 """
 
+FORKS, SHARE_MB = 5, 256
+"""The forking attack: 5 children of 256 MB each, each below the per-process cap (1024 MB
+of address space with pytest's own), 1.25 GB together, above the sandbox's 1024 MB. Its
+five graded tests took 4-5 s each on a busy 2-core machine (the kernel reclaims what it
+can before it kills): CAP_S leaves it room."""
+
+FORKING = f"""
+import os
+release_read, release_write = os.pipe()  # the children keep their memory until all have answered
+answers = []
+for _ in range({FORKS}):
+    read, write = os.pipe()
+    if os.fork() == 0:  # a child: its share of the work, in memory of its own
+        try:
+            os.close(read)
+            os.close(release_write)
+            share = b"x" * ({SHARE_MB} << 20)
+            os.write(write, repr(k * link_bps / (8 * frame_bytes(k)) + share.count(b"y")).encode())
+            os.read(release_read, 1)
+        finally:
+            os._exit(0)
+    os.close(write)
+    answers.append(read)
+shares = [os.read(read, 64) for read in answers]
+os.close(release_write)
+for _ in answers:
+    os.wait()
+if not all(shares):
+    raise RuntimeError("a share of the work was lost")
+return float(shares[0])
+"""
+
 
 @dataclass(frozen=True)
 class Attack:
@@ -119,6 +155,7 @@ ATTACKS = [
     Attack("planting", PLANTING, {}, False),
     Attack("infinite-loop", "while True:\n    pass", {}, False),
     Attack("memory", f"hog = b'x' * ({2 * MEMORY_MB} << 20)\n{CORRECT}", {}, False),
+    Attack("forking", FORKING, {}, True),
 ]
 
 
@@ -143,6 +180,14 @@ def _require_sandbox() -> None:
         check_can_sandbox()
     except SandboxError as error:
         pytest.skip(str(error))
+
+
+def _require_memory_cgroup() -> None:
+    """Where no cgroup can be made, the caps are per process and the forking attack wins."""
+    try:
+        find_parent()
+    except CgroupError as error:
+        pytest.skip(f"no memory cgroup can be made here, the sandbox caps each process only: {error}")
 
 
 def _submission(tree: Path, answer: str, files: dict[str, str], port: int) -> Path:
@@ -197,6 +242,8 @@ def test_an_attack_loses_its_points_and_leaves_the_next_grade_unchanged(
     number: int, batch: Batch, helper_port: int, tmp_path: Path
 ) -> None:
     attack = ATTACKS[number]
+    if attack.name == "forking":
+        _require_memory_cgroup()
     attacker, after = batch.rows[f"{number:02d}a-{attack.name}"], batch.rows[f"{number:02d}b-after-{attack.name}"]
     assert int(attacker["score"]) <= HANDOUT_SCORE, f"{attack.name} scored {attacker['score']}/10 in the sandbox"
     assert int(after["score"]) == HANDOUT_SCORE, f"the handout graded after {attack.name} scored {after['score']}/10"
@@ -222,6 +269,18 @@ def test_the_cap_ends_an_infinite_loop_and_the_memory_cap_fails_its_test(batch: 
     number = next(i for i, attack in enumerate(ATTACKS) if attack.name == "memory")
     memory = json.loads((batch.reports / f"{number:02d}a-memory.json").read_text())
     assert any("MemoryError" in test["message"] for test in memory["tests"]), memory["tests"]
+
+
+def test_the_memory_cap_holds_for_all_processes_together_and_its_cgroup_is_removed(batch: Batch) -> None:
+    """The forking attack's children each stayed below the per-process cap: the cgroup's
+    cap on all of them together ended them, the report's first line says so, and no
+    cgroup of the sandbox's is left."""
+    _require_memory_cgroup()
+    number = next(i for i, attack in enumerate(ATTACKS) if attack.name == "forking")
+    forking = json.loads((batch.reports / f"{number:02d}a-forking.json").read_text())
+    assert (forking["problem"] or "").startswith(f"the submission's processes together reached its {MEMORY_MB} MB memory cap"), forking
+    parent, _ = find_parent()
+    assert not list(parent.glob("labs-sandbox-*")), "a sandbox's cgroup was left behind"
 
 
 def test_a_graded_file_that_is_a_link_is_not_followed(tmp_path: Path, capsys) -> None:
@@ -268,6 +327,62 @@ def test_the_sandbox_is_another_user_without_a_network(tmp_path: Path) -> None:
     assert not (tree / "planted.py").exists() and not list(root.iterdir()), "the sandbox leaves nothing behind"
 
 
+def test_where_no_cgroup_can_be_made_the_sandbox_says_so_once_and_caps_each_process(tmp_path: Path, monkeypatch, caplog) -> None:
+    """The fallback: RLIMIT_AS per process, and one log line saying that it is the only cap."""
+    _require_sandbox()
+
+    def no_cgroup(limit_bytes: int, prefix: str) -> None:
+        raise CgroupError("none in this test")
+
+    monkeypatch.setattr(sandbox, "memory_cgroup", no_cgroup)
+    sandbox._no_cgroup.cache_clear()
+    tree, out, root = tmp_path / "tree", tmp_path / "out", tmp_path / "root"
+    for folder in (tree, out, root):
+        folder.mkdir()
+    for _ in range(2):
+        ran = sandbox.run([sys.executable, "-c", f"b'x' * ({2 * MEMORY_MB} << 20)"], root=root, tree=tree, out=out,
+                          limits=sandbox.Limits(30, MEMORY_MB << 20, 64))  # fmt: skip
+        assert "MemoryError" in ran.output and ran.oom_kills == 0, ran.output
+    said = [record.getMessage() for record in caplog.records if "no memory cgroup" in record.getMessage()]
+    assert said == [f"no memory cgroup for the sandbox (none in this test): each process of a submission is capped at {MEMORY_MB} MB"
+                    " of address space, not all of them together"], said  # fmt: skip
+
+
+def test_a_toolchain_outside_the_system_folders_is_in_the_sandbox_and_nothing_beside_it(tmp_path: Path) -> None:
+    """A switch target's tools installed in a folder of their own (a prebuilt bmv2 and p4c,
+    found on the grader's PATH and PYTHONPATH) are bound read-only where they are, their
+    programs find what lies beside their bin/ (../lib), and the folder's neighbours stay out."""
+    _require_sandbox()
+    prefix = tmp_path / "toolchain"
+    for folder in ("bin", "lib", "python/fake_runtime"):
+        (prefix / folder).mkdir(parents=True)
+    (prefix / "bin" / "fake-switch").write_text('#!/bin/sh\ncat "$(dirname "$0")/../lib/data"\n')
+    (prefix / "bin" / "fake-switch").chmod(0o755)
+    (prefix / "lib" / "data").write_text("found beside its bin\n")
+    (prefix / "python" / "fake_runtime" / "__init__.py").write_text("NAME = 'fake runtime'\n")
+    (tmp_path / "neighbour").write_text("not the sandbox's\n")
+    toolchain = Toolchain((prefix / "bin",), (prefix / "python",), {"FAKE_INCLUDE_PATH": str(prefix / "lib")})
+    assert sandbox.toolchain_folders(toolchain) == [prefix]
+    probe = textwrap.dedent(f"""
+        import os, subprocess, fake_runtime
+        print(subprocess.run(["fake-switch"], capture_output=True, text=True).stdout.strip())
+        print(fake_runtime.NAME, os.environ["FAKE_INCLUDE_PATH"] == {str(prefix / "lib")!r})
+        print("neighbour visible", os.path.exists({str(tmp_path / "neighbour")!r}))
+        try:
+            open({str(prefix / "planted")!r}, "w")
+        except OSError as error:
+            print("toolchain", error.strerror)
+    """)
+    tree, out, root = tmp_path / "tree", tmp_path / "out", tmp_path / "root"
+    for folder in (tree, out, root):
+        folder.mkdir()
+    ran = sandbox.run([sys.executable, "-c", probe], root=root, tree=tree, out=out,
+                      limits=sandbox.Limits(30, MEMORY_MB << 20, 64), toolchain=toolchain)  # fmt: skip
+    assert ran.returncode == 0 and not ran.timed_out, ran.output
+    assert ran.output.splitlines() == ["found beside its bin", "fake runtime True", "neighbour visible False",
+                                       "toolchain Read-only file system"], ran.output  # fmt: skip
+
+
 def _sandboxed_processes() -> list[str]:
     """The pids of processes running as the sandbox's user."""
     found = []
@@ -283,7 +398,8 @@ def _sandboxed_processes() -> list[str]:
 
 def test_a_grade_stopped_midway_leaves_no_process_and_no_temporary_tree(tmp_path: Path) -> None:
     """SIGTERM while a submission loops in its sandbox: the grader exits 143, the sandbox's
-    processes die with it, and its clean tree and the submission's copy are removed."""
+    processes die with it, and its clean tree, the submission's copy and its memory cgroup
+    are removed."""
     _require_sandbox()
     assert not _sandboxed_processes(), "a sandbox of another grade is running"
     _submission(tmp_path / "submissions" / "looping", "while True:\n    pass", {}, 0)
@@ -306,17 +422,27 @@ def test_a_grade_stopped_midway_leaves_no_process_and_no_temporary_tree(tmp_path
         time.sleep(0.1)
     assert not _sandboxed_processes(), "the sandbox outlived its grader"
     assert not list(scratch.iterdir()), f"left behind: {list(scratch.iterdir())}"
+    with contextlib.suppress(CgroupError):
+        assert not list(find_parent()[0].glob("labs-sandbox-*")), "the sandbox's memory cgroup outlived its grader"
 
 
-@pytest.mark.parametrize("number", [pytest.param(2, id="lab2"), pytest.param(3, id="lab3", marks=[pytest.mark.mininet, pytest.mark.slow])])
-def test_the_labs_that_make_networks_get_full_marks_in_the_sandbox(number: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("number", "track"), [
+    pytest.param(2, "python", id="lab2"),
+    pytest.param(3, "python", id="lab3", marks=[pytest.mark.mininet, pytest.mark.slow]),
+    pytest.param(2, "p4", id="lab2-p4", marks=[pytest.mark.bmv2]),
+    pytest.param(3, "p4", id="lab3-p4", marks=[pytest.mark.bmv2]),
+])  # fmt: skip
+def test_the_labs_that_make_networks_get_full_marks_in_the_sandbox(number: int, track: str, tmp_path: Path) -> None:
     """Lab 2's packet tests make network namespaces, lab 3's end-to-end test a Mininet
     network: as root of its own user namespace (with its own /sys and pseudo-terminals) the
-    sandbox runs both, so the reference still gets full marks there."""
+    sandbox runs both, so the reference still gets full marks there. The p4 track's run
+    bmv2 and p4c, which the sandbox holds where the grader's environment finds them."""
     _require_sandbox()
+    if track == "p4":
+        require_target("bmv2")
     copy_tree(REPO_ROOT, tmp_path / "submissions" / "reference")
     grades = tmp_path / "grades.csv"
-    assert main(["grade-batch", str(number), str(tmp_path / "submissions"), "--csv", str(grades)]) == 0
+    assert main(["grade-batch", str(number), str(tmp_path / "submissions"), "--csv", str(grades), "--track", track]) == 0
     [row] = csv.DictReader(grades.open())
     report = json.loads((tmp_path / "grades" / "reference.json").read_text())
     assert row["score"] == row["max"], [(t["id"], t["message"]) for t in report["tests"] if t["outcome"] != "pass"]

@@ -33,10 +33,10 @@ from labs import catalog
 from labs.__main__ import main
 from labs import grade as grading
 from labs.grade import grade, junit_key, readable, score_table
-from labs.markers import MarkerError, marked_files, scan_text
+from labs.markers import MarkerError, marked_files, scan_file, scan_text
 from labs.figures import pool_model_figure
 from labs.plot import known_figures
-from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, make_skeleton, stub_text, tracked_files
+from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, fill_regions, make_skeleton, stub_text, tracked_files
 from protocol import params
 from protocol.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
@@ -123,10 +123,8 @@ def test_the_guide_says_what_each_default_handout_holds() -> None:
             if row.startswith("| ") and row.split("|")[1].strip().isdigit()}  # fmt: skip
     for lab in LABS:
         row = rows[str(lab.number)]
-        for kept in lab.keeps:
-            assert all(f"lab {kept.lab} (`{path}`" in row for path in kept.files), row
-        earlier = ("lab " if lab.number == 1 else "labs ") + ", ".join(map(str, range(lab.number)))
-        assert lab.number == 0 or row.split("|")[2].strip().startswith(earlier), f"holds the answers of {earlier}: {row}"
+        earlier = ("none" if lab.number == 0 else "lab 0" if lab.number == 1 else "labs " + ", ".join(map(str, range(lab.number))))
+        assert row.split("|")[2].strip() == earlier, f"holds the answers of {earlier}: {row}"
 
 
 def test_lab_2_gives_the_p4c_command_the_grader_runs() -> None:
@@ -277,38 +275,65 @@ def _assert_holds_only(tree: Path, held: Callable[[int, str], bool]) -> None:
 @pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
                          ids=[case.id for case in TRACK_CASES])  # fmt: skip
 def test_a_handout_holds_only_the_answers_its_lab_keeps(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
-    """By default a lab's handout holds earlier labs' answers and the later ones lab.yaml's
-    keeps lists, none of its own (in either track's files) and no other."""
+    """By default a lab's handout holds earlier labs' answers, none of its own (in either
+    track's files) and no later lab's."""
     make_skeleton(REPO_ROOT, tmp_path / "tree", lab, track)
-    _assert_holds_only(tmp_path / "tree", lambda n, path: n != lab.number and lab.keeps_by_default(n, path))
+    _assert_holds_only(tmp_path / "tree", lambda n, path: n < lab.number)
 
 
-LATER_ANSWERS_HANDED_OUT = {(0, 1, "protocol/quantize.py")}
-"""(lab, later lab, file): the only later lab's answer a default handout holds (lab 0's run
-quantizes, and its check computes the exact SwitchML sum with protocol/quantize.py)."""
+@pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
+                         ids=[case.id for case in TRACK_CASES])  # fmt: skip
+def test_no_handout_holds_a_later_labs_region(lab: catalog.Lab, track: catalog.Track, tmp_path: Path) -> None:
+    """Lab 0's handout held lab 1's whole quantization and labs 0-2 lab 3's timers: every
+    region of a later lab, in every file of the handout, is now a stub (the reference's
+    text of the region appears nowhere in the handout either)."""
+    make_skeleton(REPO_ROOT, tmp_path / "tree", lab, track)
+    reference, handout = _region_bodies(REPO_ROOT), _region_bodies(tmp_path / "tree")
+    later = {key: body for key, body in reference.items() if key[1] > lab.number}
+    assert later or lab.number == len(LABS) - 1, "the regions of the later labs"
+    held = [f"{path}: lab {n}'s region {ordinal}" for (path, n, ordinal), body in later.items() if handout[(path, n, ordinal)] == body]
+    assert not held, f"lab {lab.number}'s handout holds {held}"
+    for (path, n, ordinal), body in later.items():
+        text = (tmp_path / "tree" / path).read_text()
+        assert "\n".join(body) not in text, f"{path}: lab {n}'s answer (region {ordinal}) is in the file outside its markers"
 
 
-def test_no_handout_holds_a_later_labs_answer() -> None:
-    """Labs 0-2 held lab 3's timers (8 of its 23 points), lab 0 lab 1's whole answer: only
-    the one exception above remains, and no lab keeps lab 3's timers."""
-    kept = {(lab.number, kept.lab, path) for lab in LABS for kept in lab.keeps for path in kept.files}
-    assert kept == LATER_ANSWERS_HANDED_OUT
-    for lab in LABS:
-        for number in range(lab.number + 1, len(LABS)):
-            for path in {path for other in LABS if other.number == number for track in other.tracks.values() for path in track.files}:
-                assert lab.keeps_by_default(number, path) == ((lab.number, number, path) in LATER_ANSWERS_HANDED_OUT)
+def test_lab0s_run_verifies_in_its_handout_without_lab_1s_quantization(tmp_path: Path) -> None:
+    """Lab 0's handout held lab 1's answer because its run quantized floats and its check
+    computed the exact SwitchML sum with them. The run all-reduces int32s now: simulated (the
+    simulator's switch is the embedded one, so lab 2's aggregation is kept; lab 1's
+    quantization and lab 3's timers are stubs), with the bound written in, it verifies."""
+    tree = tmp_path / "lab0"
+    lab = catalog.by_number(0)
+    make_skeleton(REPO_ROOT, tree, lab, lab.track(None), keep=frozenset({2}))
+    assert "raise NotImplementedError('Lab 1: " in (tree / "protocol" / "quantize.py").read_text()
+    bound = "methods/switchml.py"
+    [region] = [region for region in scan_file(tree, bound) if region.lab == 0]
+    (tree / bound).write_text(fill_regions((tree / bound).read_text(), {region: [f"{region.indent}return k * link_bps / (8 * frame_bytes(k))"]}))
+    done = subprocess.run([sys.executable, "run_experiment.py", "configs/labs/lab0-workers.yaml", "--simulate", "--out", str(tmp_path / "run"),
+                           "--set", "sweep.values=[2, 8]"], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "verified: true" in done.stdout, done.stdout[-3000:]
 
 
-def test_an_instructor_chooses_which_answers_a_handout_keeps(tmp_path: Path, caplog) -> None:
-    lab = catalog.by_number(2)
-    assert main(["skeleton", "2", "--keep", "none", "--out", str(tmp_path / "none")]) == 0
+@pytest.mark.parametrize("lab", LABS, ids=lambda lab: f"lab{lab.number}")
+def test_an_instructor_hands_out_a_lab_with_no_other_labs_answer(lab: catalog.Lab, tmp_path: Path, caplog) -> None:
+    """``--keep none`` for every lab: the handout holds no other lab's answer (in any track's
+    files), and the command warns, naming them, when that stubs earlier labs' answers."""
+    assert main(["skeleton", str(lab.number), "--keep", "none", "--out", str(tmp_path / "none")]) == 0
     _assert_holds_only(tmp_path / "none", lambda n, path: False)
-    assert main(["skeleton", "0", "--keep", "none", "--out", str(tmp_path / "lab0")]) == 0
-    assert "stubs lab 1's protocol/quantize.py, which the lab's run quantizes" in caplog.text
+    earlier = [f"lab {region.lab}'s {path}" for path, regions in marked_files(REPO_ROOT, tracked_files(REPO_ROOT)).items()
+               for region in regions if region.lab < lab.number]  # fmt: skip
+    assert all(name in caplog.text for name in earlier) and (("stubs the earlier" in caplog.text) == bool(earlier)), caplog.text
+
+
+def test_an_instructor_chooses_which_answers_a_handout_keeps(tmp_path: Path) -> None:
+    lab = catalog.by_number(2)
     assert main(["skeleton", "2", "--keep", "0,4", "--out", str(tmp_path / "some")]) == 0
     _assert_holds_only(tmp_path / "some", lambda n, path: n in {0, 4})
     assert main(["skeleton", "2", "--keep", "2", "--out", str(tmp_path / "own")]) == 2, "never its own answer"
-    assert lab.keeps_by_default(1, "protocol/quantize.py") and not lab.keeps_by_default(3, "switches/embedded/ingress.py")
+    assert lab.keeps_by_default(1) and not lab.keeps_by_default(3)
 
 
 # ---- the command line -------------------------------------------------------------------
@@ -405,6 +430,14 @@ def test_a_syntax_error_in_the_students_file_is_the_reports_first_line(tmp_path:
     assert results["output"].startswith(first) and all(t["visibility"] == "visible" for t in results["tests"])
 
 
+@pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
+                         ids=[case.id for case in TRACK_CASES])  # fmt: skip
+def test_the_reference_has_no_syntax_problem_in_any_track(lab: catalog.Lab, track: catalog.Track) -> None:
+    """Every p4 track's grade began 'your code does not run: p4/include/ingress.p4:6:
+    SyntaxError': the P4 file was compiled as Python."""
+    assert grading.syntax_problem(REPO_ROOT, track.files) is None
+
+
 def test_gradescope_results_hold_only_the_fields_gradescope_documents() -> None:
     """results.json against labs/gradescope.schema.yaml (Gradescope's specification): a
     misspelt or unknown key would be ignored by Gradescope, and the test with it."""
@@ -443,7 +476,7 @@ def test_lab0s_walk_through_quotes_the_table_it_walks_through() -> None:
     table printed above it (51.5k / 51.3k / 50.8k)."""
     text = (catalog.by_number(0).folder / "README.md").read_text()
     table = [float(ate) for ate in re.findall(r"^\s+switchml\s+\S+\s+(\S+)", text, re.MULTILINE)]
-    quoted = re.search(r"SwitchML line stayed flat just under the dashed bound \(([\d.]+)k, ([\d.]+)k, ([\d.]+)k ATE/s", text)
+    quoted = re.search(r"SwitchML line stayed flat on the dashed bound \(([\d.]+)k, ([\d.]+)k, ([\d.]+)k ATE/s", text)
     assert table and quoted, "the walk-through's table and sentence"
     assert [float(q) for q in quoted.groups()] == [round(ate / 1000, 1) for ate in table]
 

@@ -99,7 +99,9 @@ class JobArrays:
     """The exponent field of every packet p: chunk p's block exponent while p < n_chunks (the
     lookahead round), EXPONENT_MIN after; 0 throughout an int32 job."""
     scales: np.ndarray
-    """scale_for of every int8 exponent (index e - EXPONENT_MIN), looked up per chunk."""
+    """scale_for of every int8 exponent (index e - EXPONENT_MIN), looked up per chunk; zeros
+    in an int32 job, which sends its values unscaled (and so needs no quantization code:
+    lab 0's run, whose handout holds no lab 1 answer)."""
     e_max: np.ndarray
     """Per chunk, the exponent the lookahead round's result carried."""
     int_sum: np.ndarray
@@ -116,8 +118,9 @@ class JobArrays:
         packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if quantized else 0, dtype=np.int8)
         if block_exponents is not None:
             packet_exponents[: plan.n_chunks] = block_exponents
+        exponents = np.arange(EXPONENT_MIN, EXPONENT_MAX + 1)
         return cls(plan=plan, quantized=quantized, chunks=chunks, packet_exponents=packet_exponents,
-                   scales=scale_for(np.arange(EXPONENT_MIN, EXPONENT_MAX + 1), n_workers),
+                   scales=scale_for(exponents, n_workers) if quantized else np.zeros(len(exponents)),
                    e_max=np.full(plan.n_chunks, EXPONENT_MIN, dtype=np.int8),
                    int_sum=np.zeros(plan.n_chunks * pool.k, dtype=np.int32),
                    outstanding=np.full(plan.n_slots, -1, dtype=np.int64))

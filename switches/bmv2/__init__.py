@@ -7,12 +7,13 @@ is installed (most machines lack it: the Vagrant VM has it)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
 from protocol import params
-from switches.target import DataPlane, PortQueueLimit, SwitchTarget
+from switches.target import DataPlane, PortQueueLimit, SwitchTarget, Toolchain
 
 EXECUTABLES = ("simple_switch", "p4c")
 PYTHON_MODULES = {
@@ -21,6 +22,9 @@ PYTHON_MODULES = {
     "thrift": "the Thrift Python library (python3-thrift)",
 }
 """Importable module -> how to name it when it is missing."""
+COMPILER_VARIABLES = ("P4C_16_INCLUDE_PATH",)
+"""What p4c reads of its environment: where its P4 includes (core.p4, v1model.p4) are, when it
+is installed somewhere else than it was built for (a prebuilt copy)."""
 
 
 def detect() -> list[str]:
@@ -28,6 +32,23 @@ def detect() -> list[str]:
     missing = [name for name in EXECUTABLES if shutil.which(name) is None]
     missing += [label for module, label in PYTHON_MODULES.items() if importlib.util.find_spec(module) is None]
     return missing
+
+
+def toolchain() -> Toolchain:
+    """Where simple_switch and p4c were found on PATH, the PYTHONPATH folders the Python modules
+    bmv2 needs were imported from (those the interpreter finds by itself it finds anywhere),
+    and p4c's variables."""
+    executables = dict.fromkeys(Path(found).resolve().parent for name in EXECUTABLES if (found := shutil.which(name)))
+    pythonpath = {Path(entry).resolve() for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry}
+    python = {}
+    for module in PYTHON_MODULES:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin:  # a package's origin is its __init__.py: its sys.path entry is two up
+            origin = Path(spec.origin).resolve()
+            folder = origin.parent.parent if spec.submodule_search_locations else origin.parent
+            if folder in pythonpath:
+                python[folder] = None
+    return Toolchain(tuple(executables), tuple(python), {name: os.environ[name] for name in COMPILER_VARIABLES if name in os.environ})
 
 
 SEND_BUFFER_SYSCTL = Path("/proc/sys/net/core/wmem_default")
@@ -77,6 +98,7 @@ TARGET = SwitchTarget(
     data_plane=data_plane,
     describe_build=lambda: shutil.which("simple_switch") or "simple_switch",
     detect=detect,
+    toolchain=toolchain,
     unavailable=(
         "needs {problems}, which this machine lacks. The Vagrant VM provides all of them: run `vagrant up` in the "
         "repository and use the testbed inside it (see README, 'Switch targets'), or choose --switch embedded."
