@@ -277,9 +277,11 @@ class WorkerGroup:
 
     def _failure(self, rank: int, what: str, tail: list[str] | None = None) -> WorkerFailure:
         """The failure of ``rank``: ``what``, then ``tail`` (default: the last lines of its log)."""
-        heading = f"  last lines of {self._log_path(rank)}:" if tail is None else f"  (in {self._log_path(rank)})"
+        log_path = self._log_path(rank)
         if tail is None:
-            tail = self._log_path(rank).read_text().splitlines()[-LOG_TAIL_LINES:]
+            heading, tail = f"  last lines of {log_path}:", log_path.read_text().splitlines()[-LOG_TAIL_LINES:]
+        else:
+            heading = f"  (in {log_path})"
         host = self.hosts[rank].name
         log_text = "\n".join(f"    {line}" for line in tail) or "    (empty)"
         return WorkerFailure(f"{self.method}: worker rank {rank} on {host}: {what}\n{heading}\n{log_text}")

@@ -297,6 +297,16 @@ def test_a_graded_file_that_is_a_link_is_not_followed(tmp_path: Path, capsys) ->
     assert capsys.readouterr().out.startswith(f"your code does not run: {ANSWER_FILE} is a symbolic link")
 
 
+def _sandboxed(tmp_path: Path, code: str, toolchain: Toolchain = Toolchain()) -> sandbox.Outcome:
+    """Python ``code`` run in the sandbox under the tests' caps, with its tree, report folder and
+    root in ``tmp_path`` (tree/, out/, root/)."""
+    tree, out, root = tmp_path / "tree", tmp_path / "out", tmp_path / "root"
+    for folder in (tree, out, root):
+        folder.mkdir(exist_ok=True)
+    return sandbox.run([sys.executable, "-c", code], root=root, tree=tree, out=out,
+                       limits=sandbox.Limits(30, MEMORY_MB << 20, 64), toolchain=toolchain)  # fmt: skip
+
+
 def test_the_sandbox_is_another_user_without_a_network(tmp_path: Path) -> None:
     """What the submission's code sees, asked from inside: a user that is root only in its
     own namespace, no route off the loopback, only its own processes, a read-only tree and
@@ -316,15 +326,11 @@ def test_the_sandbox_is_another_user_without_a_network(tmp_path: Path) -> None:
         except OSError as error:
             print("network", error.strerror)
     """)
-    tree, out, root = tmp_path / "tree", tmp_path / "out", tmp_path / "root"
-    for folder in (tree, out, root):
-        folder.mkdir()
-    ran = sandbox.run([sys.executable, "-c", probe], root=root, tree=tree, out=out,
-                      limits=sandbox.Limits(30, MEMORY_MB << 20, 64))  # fmt: skip
+    ran = _sandboxed(tmp_path, probe)
     assert ran.returncode == 0 and not ran.timed_out, ran.output
     assert ran.output.splitlines() == [f"outside uid {sandbox.SANDBOX_ID}", "processes 1", "checkout visible False",
                                        "tree Read-only file system", "network Network is unreachable"], ran.output  # fmt: skip
-    assert not (tree / "planted.py").exists() and not list(root.iterdir()), "the sandbox leaves nothing behind"
+    assert not (tmp_path / "tree" / "planted.py").exists() and not list((tmp_path / "root").iterdir()), "the sandbox leaves nothing behind"
 
 
 def test_where_no_cgroup_can_be_made_the_sandbox_says_so_once_and_caps_each_process(tmp_path: Path, monkeypatch, caplog) -> None:
@@ -336,12 +342,8 @@ def test_where_no_cgroup_can_be_made_the_sandbox_says_so_once_and_caps_each_proc
 
     monkeypatch.setattr(sandbox, "memory_cgroup", no_cgroup)
     sandbox._no_cgroup.cache_clear()
-    tree, out, root = tmp_path / "tree", tmp_path / "out", tmp_path / "root"
-    for folder in (tree, out, root):
-        folder.mkdir()
     for _ in range(2):
-        ran = sandbox.run([sys.executable, "-c", f"b'x' * ({2 * MEMORY_MB} << 20)"], root=root, tree=tree, out=out,
-                          limits=sandbox.Limits(30, MEMORY_MB << 20, 64))  # fmt: skip
+        ran = _sandboxed(tmp_path, f"b'x' * ({2 * MEMORY_MB} << 20)")
         assert "MemoryError" in ran.output and ran.oom_kills == 0, ran.output
     said = [record.getMessage() for record in caplog.records if "no memory cgroup" in record.getMessage()]
     assert said == [f"no memory cgroup for the sandbox (none in this test): each process of a submission is capped at {MEMORY_MB} MB"
@@ -373,11 +375,7 @@ def test_a_toolchain_outside_the_system_folders_is_in_the_sandbox_and_nothing_be
         except OSError as error:
             print("toolchain", error.strerror)
     """)
-    tree, out, root = tmp_path / "tree", tmp_path / "out", tmp_path / "root"
-    for folder in (tree, out, root):
-        folder.mkdir()
-    ran = sandbox.run([sys.executable, "-c", probe], root=root, tree=tree, out=out,
-                      limits=sandbox.Limits(30, MEMORY_MB << 20, 64), toolchain=toolchain)  # fmt: skip
+    ran = _sandboxed(tmp_path, probe, toolchain=toolchain)
     assert ran.returncode == 0 and not ran.timed_out, ran.output
     assert ran.output.splitlines() == ["found beside its bin", "fake runtime True", "neighbour visible False",
                                        "toolchain Read-only file system"], ran.output  # fmt: skip
