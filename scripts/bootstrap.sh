@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="test,notebooks"
+extras="test,notebooks,docs"
 cluster_packages=()
 for option in "$@"; do
   case "$option" in

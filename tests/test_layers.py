@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("simulation",),  # the hosts' and switches' own code on a simulated clock (SimPy)
     ("experiments",),  # the runner and the results it writes
     ("analysis",),  # reads the results: above what writes them
-    ("labs", "benchmarks", "run_experiment", "examples"),  # examples: scripts of a user's, run by the testbed
+    ("labs", "benchmarks", "run_experiment", "examples", "docs"),  # examples: scripts of a user's, run by the testbed; docs: the site's build hooks
     ("tests",),
 )
 """Lowest first. A package imports only packages of lower layers (its own excepted)."""
