@@ -118,7 +118,7 @@ def annotate(fig: Figure, context: EmulationContext, title: str, notes: tuple[st
             0.5, 0.5, NOT_KEPT_UP, color="red", alpha=0.35, fontsize=26, fontweight="bold",
             ha="center", va="center", rotation=20, zorder=10,
         )  # fmt: skip
-    for ax in fig.axes:
+    for ax in fig.axes[:1]:  # the top panel: stacked panels share it, and repeating it would crowd them
         width_pt = fig.get_figwidth() * ax.get_position().width * 72
         chars = max(40, int(width_pt / (SUBTITLE_FONTSIZE * CHAR_WIDTH_EM)))
         text = "\n".join(textwrap.fill(line, chars) for line in lines)

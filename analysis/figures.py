@@ -40,7 +40,7 @@ def ate_vs_workers(table: pd.DataFrame, context: EmulationContext, normalised: b
     ax.plot(bounds["n_workers"], line_rate, "k--", label=LINE_RATE_LABEL)
     ax.plot(bounds["n_workers"], bounds[ring], "k:", label=RING_BOUND_LABEL)
     if not normalised:
-        paper.draw_ate_vs_workers(ax, context)
+        paper.draw_ate_vs_workers(ax, context, bounds["n_workers"])
     log_axis_at(ax, bounds["n_workers"], base=2)
     ax.set_xlabel("number of workers")
     ax.set_ylabel("ATE/s ÷ SwitchML line-rate bound" if normalised else "ATE/s (aggregated elements / s)")

@@ -9,6 +9,8 @@ absolute rates that have nothing in common.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from matplotlib.axes import Axes
 
 from analysis.context import EmulationContext
@@ -29,10 +31,13 @@ def at_paper_rate(context: EmulationContext) -> bool:
     return context.link_mbps == (LINK_MBPS,)
 
 
-def draw_ate_vs_workers(ax: Axes, context: EmulationContext) -> None:
-    """The paper's ATE/s at 4, 8 and 16 workers, as grey crosses, on a 100 Gbit/s figure."""
-    if not at_paper_rate(context):
+def draw_ate_vs_workers(ax: Axes, context: EmulationContext, measured: Iterable[int]) -> None:
+    """The paper's ATE/s at 4, 8 and 16 workers, as grey crosses, on a 100 Gbit/s figure,
+    at those of its worker counts within the ``measured`` range (none on a figure of
+    64-256 workers on a tree: the paper has no number there)."""
+    measured = sorted(measured)
+    workers = [n for n in sorted(NCCL_RING_ATE_PER_S) if measured and measured[0] <= n <= measured[-1]]
+    if not at_paper_rate(context) or not workers:
         return
-    workers = sorted(NCCL_RING_ATE_PER_S)
     ax.plot(workers, [SWITCHML_ATE_PER_S] * len(workers), marker="x", label="paper: SwitchML (~2.8e9, Tofino)", **STYLE)
     ax.plot(workers, [NCCL_RING_ATE_PER_S[n] for n in workers], marker="+", label="paper: NCCL ring", **STYLE)
