@@ -1,4 +1,4 @@
-# Shortcuts for the commands in README.md. Run as root (Mininet); each target first runs
+# Shortcuts for the commands in README.md and docs/getting-started.md. Run as root (Mininet); each target first runs
 # scripts/bootstrap.sh, which installs what is missing and does nothing the second time.
 PYTHON := .venv/bin/python
 PAPER_CONFIGS := ate_vs_workers_16 tat_vs_size tat_inflation_vs_loss loss_timeline pool_size_sensitivity training_speedup training_convergence

@@ -17,6 +17,7 @@ so that a newer simulated run never replaces an emulated figure.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -25,9 +26,12 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render, save_figure
+from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render_with_context, save_figure
+from analysis.redraw import catalogued, of_run
 from analysis.context import EMULATED, SIMULATED
 from analysis.load import Results, ResultsFormatError, find_runs, load_results
+from analysis.run_figure import RunFigure
+from protocol import results_format as fmt
 from analysis.tables import MissingData
 
 log = logging.getLogger("analysis")
@@ -51,16 +55,16 @@ def main(argv: list[str] | None = None) -> int:
 def _draw(args: argparse.Namespace, results: Results | None) -> int:
     """Every figure whose data ``results`` (or a run of its own kind) has."""
     drawers = [(spec.name, lambda spec=spec: _render_catalogued(spec, results, args.results)) for spec in FIGURES]
-    drawers += [(figure.name, lambda figure=figure: figure.draw(figure.find(args.results))) for figure in RUN_FIGURES]
+    drawers += [(figure.name, lambda figure=figure: _render_run_figure(figure, args.results)) for figure in RUN_FIGURES]
     written, skipped = [], []
     for name, draw in drawers:
         try:
-            table, fig = draw()
+            table, fig, drawn_by = draw()
         except MissingData as reason:
             log.warning("skipped %s: %s", name, reason)
             skipped.append(name)
             continue
-        paths = save_figure(f"{args.prefix}{name}", table, fig, args.out)
+        paths = save_figure(f"{args.prefix}{name}", table, fig, args.out, drawn_by)
         log.info("wrote %s", ", ".join(str(path) for path in paths))
         written.append(name)
     log.info("%d figure(s) written to %s, %d skipped%s", len(written), args.out, len(skipped),
@@ -82,10 +86,17 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _render_catalogued(spec: FigureSpec, results: Results | None, roots: list[Path]) -> tuple[pd.DataFrame, Figure]:
+def _render_catalogued(spec: FigureSpec, results: Results | None, roots: list[Path]) -> tuple[pd.DataFrame, Figure, dict]:
     if results is None:
         raise MissingData(f"no runs.csv under {', '.join(map(str, roots))}")
-    return render(spec, results)
+    table, fig, context = render_with_context(spec, results)
+    return table, fig, catalogued(spec.name, context)
+
+
+def _render_run_figure(figure: RunFigure, roots: list[Path]) -> tuple[pd.DataFrame, Figure, dict]:
+    run = figure.find(roots)
+    table, fig = figure.draw(run)
+    return table, fig, of_run(figure, json.loads((run / fmt.SUMMARY_FILE).read_text()))
 
 
 if __name__ == "__main__":

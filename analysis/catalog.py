@@ -11,6 +11,7 @@ supersedes the older one and mixing runs would mix link rates.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from matplotlib.figure import Figure
 
 from analysis import figures, hierarchical, shared_switch, tables
 from analysis.aggregate import runs_sweeping, runs_training, runs_with_lossy_switchml
-from analysis.context import emulation_context
+from analysis.context import EmulationContext, emulation_context
 from analysis.load import Results
 from analysis.run_figure import RunFigure
 from analysis.tables import MissingData
@@ -118,15 +119,17 @@ window on every loss.
     ),
     FigureSpec(
         "loss_timeline", LOSSY_SWITCHML, tables.loss_timeline_table, figures.loss_timeline,
-        """# Packets sent per 10 ms under loss
+        """# Packets sent per bin under loss
 
 **Metric.** For one SwitchML job at the run's highest loss rate (the newest run with a
 lossy SwitchML job: configs/loss_timeline.yaml, or a loss sweep), the number of packets
-each worker sent in each 10 ms bin (timeline.csv).
+each worker sent in each bin (timeline.csv): 10 ms, as in the paper, or finer for a job
+that lasts only a few of them (a simulated job at 100 Gbit/s), merged into wider bins
+when a long job would have more than 200.
 
-**Model.** The dashed line is the most frames one worker's link can carry in 10 ms,
-`B * 0.01 / (8 * frame_bytes(k))`. Self-clocked sending sits near it; a dip is a slot
-waiting for its retransmission timeout.
+**Model.** The dashed line is the most frames one worker's link can carry in one bin of
+t seconds, `B * t / (8 * frame_bytes(k))`. Self-clocked sending sits near it; a dip is a
+slot waiting for its retransmission timeout.
 """,
     ),
     FigureSpec(
@@ -245,9 +248,16 @@ def select_run(results: Results, source: RunSource) -> Results:
 
 def render(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure]:
     """The table and figure ``spec`` draws from ``results``; raises MissingData if it cannot."""
+    table, fig, _ = render_with_context(spec, results)
+    return table, fig
+
+
+def render_with_context(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure, EmulationContext]:
+    """``render``, and the context the figure states, which ``save_figure`` keeps beside it."""
     run = select_run(results, spec.source)
     table = spec.table(run)
-    return table, spec.draw(table, emulation_context(run))
+    context = emulation_context(run)
+    return table, spec.draw(table, context), context
 
 
 def save(spec: FigureSpec, table: pd.DataFrame, fig: Figure, out_dir: Path) -> list[Path]:
@@ -255,11 +265,16 @@ def save(spec: FigureSpec, table: pd.DataFrame, fig: Figure, out_dir: Path) -> l
     return save_figure(spec.name, table, fig, out_dir)
 
 
-def save_figure(name: str, table: pd.DataFrame, fig: Figure, out_dir: Path) -> list[Path]:
-    """``save`` for any figure called ``name`` (the labs' figures too)."""
+def save_figure(name: str, table: pd.DataFrame, fig: Figure, out_dir: Path, drawn_by: dict | None = None) -> list[Path]:
+    """``save`` for any figure called ``name`` (the labs' figures too). ``drawn_by`` (which
+    drawing, and the context or summary keys it read) goes into <name>.json, from which
+    ``python -m analysis.redraw`` draws the figure again out of its CSV, without the runs."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.{suffix}" for suffix in ("png", "pdf", "csv")]
     fig.savefig(paths[0], dpi=150)
     fig.savefig(paths[1])
     table.to_csv(paths[2], index=False)
+    if drawn_by is not None:
+        paths.append(out_dir / f"{name}.json")
+        paths[-1].write_text(json.dumps(drawn_by, indent=1, allow_nan=True) + "\n")
     return paths

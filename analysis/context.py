@@ -10,6 +10,7 @@ it on a figure and stamps a figure whose run did not keep up.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 import pandas as pd
@@ -27,6 +28,11 @@ Only the upper side is checked: the runner measures achieved_mbps during the job
 and a job that does not saturate its link (a small tensor, a stalled ring) legitimately
 stays below the configured rate. Falling behind shows up as CPU saturation instead."""
 NOT_KEPT_UP = "EMULATION DID NOT KEEP UP"
+SUBTITLE_FONTSIZE = 7
+CHAR_WIDTH_EM = 0.55
+"""A generous average glyph width of the subtitle's font, in ems: the subtitle is wrapped to
+the axes' width with it, since matplotlib's own ``wrap=True`` wraps at the figure's edge,
+which a left-aligned axes title under constrained layout runs past."""
 EMULATED, SIMULATED = "emulated", "simulated"
 
 
@@ -112,5 +118,8 @@ def annotate(fig: Figure, context: EmulationContext, title: str, notes: tuple[st
             0.5, 0.5, NOT_KEPT_UP, color="red", alpha=0.35, fontsize=26, fontweight="bold",
             ha="center", va="center", rotation=20, zorder=10,
         )  # fmt: skip
-    for ax in fig.axes:
-        ax.set_title("\n".join(lines), fontsize=7, loc="left", color="black" if context.kept_up else "red", wrap=True)  # at the figure's edge
+    for ax in fig.axes[:1]:  # the top panel: stacked panels share it, and repeating it would crowd them
+        width_pt = fig.get_figwidth() * ax.get_position().width * 72
+        chars = max(40, int(width_pt / (SUBTITLE_FONTSIZE * CHAR_WIDTH_EM)))
+        text = "\n".join(textwrap.fill(line, chars) for line in lines)
+        ax.set_title(text, fontsize=SUBTITLE_FONTSIZE, loc="left", color="black" if context.kept_up else "red")

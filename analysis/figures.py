@@ -2,8 +2,9 @@
 
 Figures are built with the object-oriented ``matplotlib.figure.Figure`` API (no pyplot
 state), so they render with the Agg backend from the command line and inline in notebooks
-alike. Measured series are medians over repetitions with min-max error bars; analytic
-models are dashed/dotted lines without markers so the two can never be confused.
+alike. Measured series are medians over repetitions with min-max error bars, which each
+legend says; analytic models are dashed/dotted lines without markers so the two can never be
+confused; the paper's own numbers, where it states them, are grey crosses (analysis/paper.py).
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.context import EmulationContext, annotate
+from analysis import paper
+from analysis.tables import TIMELINE_BIN_MS
 import methods
 
 METHOD_LABELS = {method.name: method.label for method in methods.REGISTRY}
 METHOD_COLORS = {method.name: method.colour for method in methods.REGISTRY}
 LINE_RATE_LABEL = "SwitchML line-rate bound (model)"
+SPEEDUP_SPREAD_NOTE = "error bars: best baseline run with worst SwitchML run, and the reverse"
 RING_BOUND_LABEL = "ring = sharded-PS bound (model)"
 
 
@@ -35,11 +39,13 @@ def ate_vs_workers(table: pd.DataFrame, context: EmulationContext, normalised: b
     line_rate = np.ones(len(bounds)) if normalised else bounds["line_rate_bound_ate_per_s"]
     ax.plot(bounds["n_workers"], line_rate, "k--", label=LINE_RATE_LABEL)
     ax.plot(bounds["n_workers"], bounds[ring], "k:", label=RING_BOUND_LABEL)
+    if not normalised:
+        paper.draw_ate_vs_workers(ax, context, bounds["n_workers"])
     log_axis_at(ax, bounds["n_workers"], base=2)
     ax.set_xlabel("number of workers")
     ax.set_ylabel("ATE/s ÷ SwitchML line-rate bound" if normalised else "ATE/s (aggregated elements / s)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    legend(ax, table)
     title = "Aggregation throughput vs workers" + (" (normalised to line rate)" if normalised else "")
     annotate(fig, context, title)
     return fig
@@ -56,7 +62,7 @@ def tat_vs_size(table: pd.DataFrame, context: EmulationContext) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("tensor size (elements)")
     ax.set_ylabel("TAT (s)")
-    ax.legend(fontsize=8)
+    legend(ax, table)
     annotate(fig, context, f"Aggregation time vs tensor size ({_workers(table)})")
     return fig
 
@@ -70,14 +76,14 @@ def tat_inflation_vs_loss(table: pd.DataFrame, context: EmulationContext) -> Fig
     log_axis_at(ax, lossy["loss_percent"], base=10)
     ax.set_xlabel("loss rate per link (%)")
     ax.set_ylabel("TAT(loss) / TAT(0)")
-    ax.legend(fontsize=8)
+    legend(ax, lossy)
     mechanisms = ", ".join(sorted(set(lossy["loss_mechanism"])))
     annotate(fig, context, f"TAT inflation under loss ({mechanisms}, {_workers(table)})")
     return fig
 
 
 def loss_timeline(table: pd.DataFrame, context: EmulationContext) -> Figure:
-    """Packets each worker sent per 10 ms during one SwitchML job under loss.
+    """Packets each worker sent per bin (10 ms, finer for a short job) during one SwitchML job under loss.
 
     Flat stretches at the line-rate level are self-clocked sending; dips are workers waiting
     for a retransmission timeout on a lost update or result.
@@ -87,7 +93,8 @@ def loss_timeline(table: pd.DataFrame, context: EmulationContext) -> Figure:
         ax.step(rows["t_ms"], rows["packets_sent"], where="post", label=f"worker {rank}", linewidth=1)
     ax.axhline(table["line_rate_packets_per_bin"].iloc[0], color="k", linestyle="--", label=LINE_RATE_LABEL)
     ax.set_xlabel("time since job start (ms)")
-    ax.set_ylabel("packets sent per 10 ms")
+    bin_ms = table["bin_ms"].iloc[0] if "bin_ms" in table else TIMELINE_BIN_MS  # a table from before the column: 10 ms
+    ax.set_ylabel(f"packets sent per {bin_ms:g} ms")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, ncol=2)
     annotate(fig, context, f"SwitchML send timeline at {table['loss'].iloc[0]:.2%} loss per link")
@@ -104,7 +111,7 @@ def pool_size_sensitivity(table: pd.DataFrame, context: EmulationContext) -> Fig
     ax.set_xlabel("pool size (slots)")
     ax.set_ylabel("ATE/s (aggregated elements / s)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    legend(ax, table)
     annotate(fig, context, f"Pool size sensitivity ({_workers(table)})")
     return fig
 
@@ -127,11 +134,11 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
         if expected.any():
             ax.plot(x[expected], rows.loc[expected, "expected_speedup"], "kD", label="over ring, 2(n-1)/n model")
     ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_xticks(range(len(workloads)), workloads, rotation=90)  # upright labels of any length never overlap
     ax.set_xlabel("model (gradient trace)")
     ax.set_ylabel("training speedup of SwitchML")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, title=SPEEDUP_SPREAD_NOTE, title_fontsize=7)
     first = table.iloc[0]
     dilation = (
         f"Time dilation: compute ×{first['dilation']:g} (workload.time_dilation); "
@@ -141,7 +148,7 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
         f"Size scale: gradients and compute ×{first['size_scale']:g} (workload.size_scale), "
         "speedup preserved (comm linear in size)"
     )
-    annotate(fig, context, f"Training speedup ({_workers(table)})", notes=(dilation, scale))
+    annotate(fig, context, f"Training speedup ({_workers(table)})", notes=(dilation, scale, paper.TRAINING_SPEEDUP))
     return fig
 
 
@@ -158,6 +165,22 @@ def _plot_methods(ax: Axes, table: pd.DataFrame, x: str, value: str) -> None:
             rows[x], rows[f"{value}_median"], yerr=_spread(rows, value), marker="o", capsize=3,
             color=METHOD_COLORS[method], label=METHOD_LABELS[method],
         )  # fmt: skip
+
+
+def legend(ax: Axes, table: pd.DataFrame) -> None:
+    """The axes' legend, titled with what its error bars span."""
+    ax.legend(fontsize=8, title=spread_note(table), title_fontsize=7)
+
+
+def spread_note(table: pd.DataFrame) -> str:
+    """What the error bars of a median-over-repetitions figure span, with the repetitions' count."""
+    counts = sorted(set(int(n) for n in table["repetitions"])) if "repetitions" in table else []
+    if not counts:
+        return "median; error bars: min to max of the repetitions"
+    if counts == [1]:
+        return "one repetition per point: no error bars"
+    reps = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"median of {reps} repetitions; error bars: min to max"
 
 
 def _method_order(present: pd.Series) -> list[str]:

@@ -101,10 +101,12 @@ def draw(table: pd.DataFrame, summary: dict) -> Figure:
     lossy = table[table["uplink_loss"] > 0]
     rates = sorted(clean["uplink_mbps"].unique(), reverse=True)
     _grouped_bars(ate, clean, "ate_per_s", rates, spread=True)
-    ate.axhline(clean["line_rate_bound_ate_per_s"].iloc[0], color="k", linestyle="--", linewidth=1, label="line-rate bound (model)")
+    bound = clean["line_rate_bound_ate_per_s"].iloc[0]
+    ate.axhline(bound, color="k", linestyle="--", linewidth=1, label="host links' line-rate bound (model)")
+    ate.set_ylim(0, 1.6 * max(bound, clean["ate_per_s_max"].max()))  # the bound inside the axes, the legend above the bars
     ate.set_ylabel("ATE/s (aggregated elements / s)")
     ate.set_title("throughput, no loss", fontsize=9)
-    ate.legend(fontsize=7)
+    ate.legend(fontsize=7, loc="upper center", title="median; error bars: min to max\nover the repetitions", title_fontsize=6)
     _grouped_bars(load, clean, "spine_bytes_per_element", rates)
     load.set_ylabel("bytes through the spine's ports per element")
     load.set_title("spine load (its uplinks), no loss", fontsize=9)
@@ -127,4 +129,4 @@ def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     return table, draw(table, json.loads((run / fmt.SUMMARY_FILE).read_text()))
 
 
-FIGURE = RunFigure(NAME, newest_run, figure)
+FIGURE = RunFigure(NAME, newest_run, figure, draw, ("workers", "switch_target", "link_mbps", "kept_up"))

@@ -22,6 +22,8 @@ from protocol import results_format as fmt
 
 Draw = Callable[[Path], tuple[pd.DataFrame, Figure]]
 """A run directory -> the figure's numbers and the figure."""
+Redraw = Callable[[pd.DataFrame, dict], Figure]
+"""The figure's numbers (its saved CSV) and the summary.json keys it reads -> the figure."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class RunFigure:
     name: str
     find: Callable[[list[Path]], Path]
     draw: Draw
+    redraw: Redraw
+    summary_keys: tuple[str, ...]
+    """What ``redraw`` reads of the run's summary.json, saved beside the figure (analysis/redraw.py)."""
 
 
 def newest_run(roots: list[Path], wanted: Callable[[dict, Path], bool], what: str) -> Path:

@@ -85,7 +85,7 @@ def draw(throughput: pd.DataFrame, slots: pd.DataFrame, summary: dict) -> Figure
     left.set_xticks(range(len(counts)), [str(n) for n in counts])
     left.set_xlabel("jobs sharing the switch")
     left.set_ylabel("ATE/s (aggregated elements / s)")
-    left.legend(fontsize=7, ncol=2)
+    left.legend(fontsize=7, ncol=2, title="median; error bars: min to max over the repetitions", title_fontsize=6)
     left.set_title("per job: its elements / its TAT; total: all elements / makespan", fontsize=8, loc="left")
     sets = list(dict.fromkeys(slots["job_set"]))
     for y, label in enumerate(sets):
@@ -94,7 +94,7 @@ def draw(throughput: pd.DataFrame, slots: pd.DataFrame, summary: dict) -> Figure
             right.barh(y, row["pool_size"], left=row["slot_base"], color=colour, edgecolor="white", alpha=0.8 if row["admitted"] else 0.4)
             right.text(row["slot_base"] + row["pool_size"] / 2, y, str(row["job_id"]), ha="center", va="center", fontsize=7)
         if not slots[slots["job_set"] == label]["admitted"].all():
-            right.text(0, y + 0.42, "admission refused (AdmissionError)", color="tab:red", fontsize=7)
+            right.text(0, y + 0.43, "admission refused (AdmissionError)", color="tab:red", fontsize=7, va="bottom")
     max_pool = int(slots["max_pool_size"].iloc[0])
     right.axvline(max_pool, color="k", linestyle="--", linewidth=1)
     right.set_yticks(range(len(sets)), sets, fontsize=8)
@@ -118,4 +118,12 @@ def figure(run: Path) -> tuple[pd.DataFrame, Figure]:
     return pd.concat([throughput.assign(table="throughput"), slots.assign(table="slots")], ignore_index=True), fig
 
 
-FIGURE = RunFigure(NAME, newest_run, figure)
+def redraw(table: pd.DataFrame, summary: dict) -> Figure:
+    """The figure from its saved numbers (``figure``'s table: throughput rows, then slot rows)."""
+    throughput = table[table["table"] == "throughput"].astype({"n_jobs": int})
+    slots = table[table["table"] == "slots"].astype({"job_id": int, "slot_base": int, "pool_size": int, "admitted": bool})
+    return draw(throughput, slots, summary)
+
+
+FIGURE = RunFigure(NAME, newest_run, figure, redraw,
+                   ("switch_target", "link_mbps", "kept_up", "max_machine_busy_fraction", "points", "simulated"))

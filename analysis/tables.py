@@ -18,8 +18,14 @@ from methods.ring import RING
 from protocol.packet import frame_bytes
 from protocol.params import mbps_to_bps
 
-TIMELINE_BIN_S = 0.010
-"""timeline.csv bins packets per 10 ms (docs/results-format.md)."""
+TIMELINE_BIN_MS = 10.0
+"""timeline.csv's bin in runs that predate its ``bin_ms`` column (docs/results-format.md)."""
+MIN_TIMELINE_BINS = 20
+"""Fewer bins than this over a job show no shape; the recorder makes short jobs' bins finer
+(hosts/stats.py, timeline_bin_for)."""
+MAX_TIMELINE_BINS = 200
+"""More than this, and a timeline is merged into wider bins (a 1-2-5 multiple of its own)."""
+MERGE_STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 REFERENCE_LINK_BPS = 100e9
 """Link rate of the paper's testbed; the training figure dilates compute times to it."""
 SWITCHML = methods.SWITCHML.name
@@ -90,13 +96,26 @@ def loss_timeline_table(results: Results) -> pd.DataFrame:
     ]
     if selected.empty:
         raise MissingData(f"timeline.csv has no rows for point {job['point']} of {job['run']}")
-    table = selected[["rank", "t_ms", "packets_sent"]].sort_values(["rank", "t_ms"]).reset_index(drop=True)
+    recorded = float(selected["bin_ms"].iloc[0]) if "bin_ms" in selected and selected["bin_ms"].notna().all() else TIMELINE_BIN_MS
+    table = merged_bins(selected[["rank", "t_ms", "packets_sent"]], recorded)
     table = table.assign(
         point=job["point"], repetition=job["repetition"], loss=job["loss"], loss_mechanism=job["loss_mechanism"]
     )
-    link_bytes_per_bin = mbps_to_bps(job["link_mbps"]) * TIMELINE_BIN_S / models.BITS_PER_BYTE
+    link_bytes_per_bin = mbps_to_bps(job["link_mbps"]) * table["bin_ms"].iloc[0] / 1000 / models.BITS_PER_BYTE
     table["line_rate_packets_per_bin"] = link_bytes_per_bin / frame_bytes(int(job["k"]))
     return table
+
+
+def merged_bins(timeline: pd.DataFrame, bin_ms: float) -> pd.DataFrame:
+    """``timeline`` (rank, t_ms, packets_sent in bins of ``bin_ms``) in bins wide enough that
+    the job has at most MAX_TIMELINE_BINS: the recorded bins merged by the smallest factor
+    of MERGE_STEPS that does it; with a ``bin_ms`` column."""
+    span = timeline["t_ms"].max() + bin_ms
+    factor = next((step for step in MERGE_STEPS if span / (bin_ms * step) <= MAX_TIMELINE_BINS), MERGE_STEPS[-1])
+    width = bin_ms * factor
+    merged = timeline.assign(t_ms=(timeline["t_ms"] // width * width).round(6))
+    table = merged.groupby(["rank", "t_ms"], as_index=False)["packets_sent"].sum()
+    return table.sort_values(["rank", "t_ms"]).reset_index(drop=True).assign(bin_ms=width)
 
 
 def training_speedup_table(results: Results, reference_link_bps: float = REFERENCE_LINK_BPS) -> pd.DataFrame:

@@ -64,7 +64,8 @@ def experiment_schema() -> dict[str, Any]:
                 {"if": {"required": ["kind"], "properties": {"kind": {"const": kind.name}}}, "then": {"required": list(kind.required)}})
     switch = schema["properties"]["switch"]["properties"]
     switch["target"]["enum"] = [AUTO, *sorted(REGISTRY)]
-    switch["link_bw_mbps"]["properties"] = {name: {"type": "number", "exclusiveMinimum": 0} for name in REGISTRY}
+    switch["link_bw_mbps"]["properties"] = {
+        name: {"type": "number", "exclusiveMinimum": 0, "description": f"the link rate in Mbit/s when the {name} target runs"} for name in REGISTRY}
     return schema
 
 

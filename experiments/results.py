@@ -157,8 +157,10 @@ class ResultsWriter:
         self._append(fmt.RUNS, rows)
         self._append(fmt.TIMELINE, [
             {"point": point.index, "method": method, "repetition": repetition, "rank": rank,
-             "t_ms": round(i * TIMELINE_BIN_S * 1000), "packets_sent": count}
-            for rank, report in enumerate(reports) for i, count in enumerate(report["stats"]["timeline"])
+             "t_ms": round(i * bin_ms, 6), "packets_sent": count, "bin_ms": bin_ms}
+            for rank, report in enumerate(reports)
+            for bin_ms in [round(report["stats"].get("timeline_bin_s", TIMELINE_BIN_S) * 1000, 6)]
+            for i, count in enumerate(report["stats"]["timeline"])
         ])
         if measured is None:
             return

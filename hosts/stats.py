@@ -11,6 +11,28 @@ from dataclasses import dataclass, field, fields
 
 TIMELINE_BIN_S = 0.010
 """Width of one timeline bin: the paper plots packets sent per 10 ms."""
+TIMELINE_MIN_BINS = 20
+"""A job shorter than this many 10 ms bins (a simulated job at 100 Gbit/s takes about a
+millisecond) gets finer bins: ``timeline_bin_for``."""
+BIN_STEPS = (1, 2, 5)
+"""Bin widths are one of these times a power of ten, so that the axis reads plainly."""
+
+
+def timeline_bin_for(expected_s: float) -> float:
+    """The send timeline's bin for a job expected to take ``expected_s`` at line rate: the
+    paper's 10 ms, or the widest 1-2-5 step of at least 1 µs that splits the job into
+    TIMELINE_MIN_BINS bins. (A job that loses packets takes longer: more bins, not fewer.)"""
+    target = expected_s / TIMELINE_MIN_BINS
+    if target >= TIMELINE_BIN_S:
+        return TIMELINE_BIN_S
+    decade = 1e-6
+    best = decade
+    while decade <= TIMELINE_BIN_S:
+        for step in BIN_STEPS:
+            if step * decade <= target:
+                best = step * decade
+        decade *= 10
+    return best
 
 
 @dataclass
@@ -21,7 +43,7 @@ class JobStats:
     available. Byte counts are what the method hands to / receives from its sockets
     (UDP payloads for SwitchML), so methods with different transports compare on
     application bytes. ``timeline[i]`` counts packets sent in [i, i+1) * TIMELINE_BIN_S
-    after the start of the job.
+    after the start of the job, ``timeline_bin_s`` wide.
     """
 
     tat_s: float = 0.0
@@ -33,29 +55,32 @@ class JobStats:
     bytes_sent: int = 0
     bytes_received: int = 0
     timeline: list[int] = field(default_factory=list)
+    timeline_bin_s: float = TIMELINE_BIN_S
 
 
 def added(total: JobStats, more: JobStats) -> JobStats:
     """Two jobs' statistics as one (a DDP step's buckets, a script's all-reduces): counts
-    and times added, timelines back to back."""
-    return JobStats(**{f.name: getattr(total, f.name) + getattr(more, f.name) for f in fields(JobStats)})
+    and times added, timelines back to back (in the first one's bins)."""
+    return JobStats(**{f.name: getattr(total, f.name) if f.name == "timeline_bin_s" else getattr(total, f.name) + getattr(more, f.name)
+                       for f in fields(JobStats)})
 
 
 class SendTimeline:
-    """Counts packets sent per TIMELINE_BIN_S bin, growing as the job runs.
+    """Counts packets sent per ``bin_s`` bin (TIMELINE_BIN_S unless given), growing as the job runs.
 
-    Kept outside JobStats so the hot path touches one list and two floats, not a dataclass.
+    Kept outside JobStats so the hot path touches one list and three floats, not a dataclass.
     """
 
-    __slots__ = ("_t0", "_bins")
+    __slots__ = ("_t0", "_bins", "_bin_s")
 
-    def __init__(self, t0: float) -> None:
+    def __init__(self, t0: float, bin_s: float = TIMELINE_BIN_S) -> None:
         self._t0 = t0
         self._bins: list[int] = []
+        self._bin_s = bin_s
 
     def record(self, now: float, packets: int = 1) -> None:
         """Add ``packets`` sent at time ``now`` (same clock as t0, e.g. time.perf_counter)."""
-        index = int((now - self._t0) / TIMELINE_BIN_S)
+        index = int((now - self._t0) / self._bin_s)
         bins = self._bins
         if index >= len(bins):
             bins.extend([0] * (index + 1 - len(bins)))

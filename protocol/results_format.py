@@ -52,7 +52,8 @@ SWITCH_FRAMES = Table("switch_frames.csv", (
     "point", "method", "repetition", "switch", "port_rx_frames", "pipeline_in_frames", "input_lost",
     "pipeline_out_frames", "port_tx_frames", "queue_drops", "output_lost",
 ))  # fmt: skip
-TIMELINE = Table("timeline.csv", ("point", "method", "repetition", "rank", "t_ms", "packets_sent"))
+TIMELINE = Table("timeline.csv", ("point", "method", "repetition", "rank", "t_ms", "packets_sent", "bin_ms"), optional=("bin_ms",))
+"""``bin_ms``: the bin's width (10, or finer for a short simulated job); older runs lack it: 10."""
 FIDELITY = Table(
     "fidelity.csv",
     ("point", "method", "repetition", "host", "cpu_busy_fraction", "configured_mbps", "achieved_mbps",

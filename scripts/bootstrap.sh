@@ -6,13 +6,13 @@
 # virtualenv (.venv) with the Python dependencies from pyproject.toml. The venv sees the
 # system site-packages because Mininet's Python package comes from Debian's mininet.
 # With --torch also PyTorch (the optional extra `torch`, ~5.5 GB, for the gloo method).
-# With --cluster also openssh-server, which every server of a cluster run needs (README,
-# "Past one machine") and the cluster tests' second server runs; not by default, because
+# Always the `docs` extra (mkdocs-material), so the tests can build the documentation site.
+# With --cluster also openssh-server, which every server of a cluster run needs (docs/cluster.md) and the cluster tests' second server runs; not by default, because
 # installing it would put an sshd on every machine that only runs the testbed on its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="test,notebooks"
+extras="test,notebooks,docs"
 cluster_packages=()
 for option in "$@"; do
   case "$option" in

@@ -93,6 +93,11 @@ class Link:
         self.queue_drops = 0
         self.lost = 0
 
+    @property
+    def seconds_per_byte(self) -> float:
+        """Serialization time of one byte at the link's rate."""
+        return self._seconds_per_byte
+
     def send(self, frame: bytes) -> None:
         now = self._env.now
         departures = self._departures

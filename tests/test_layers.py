@@ -1,6 +1,6 @@
 """The import graph: packages stack in layers, and no module imports itself round a cycle.
 
-The folders follow the data (README, "How the pieces fit"), and a package may import only
+The folders follow the data (docs/architecture.md, "How the pieces fit"), and a package may import only
 packages of a lower layer: a switch target never reaches into the emulated network, the
 hosts never into the runner, the analysis never into the code that writes the results it
 reads. Every import counts, also one inside a function or under ``TYPE_CHECKING``: a lazy
@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("simulation",),  # the hosts' and switches' own code on a simulated clock (SimPy)
     ("experiments",),  # the runner and the results it writes
     ("analysis",),  # reads the results: above what writes them
-    ("labs", "benchmarks", "run_experiment", "examples"),  # examples: scripts of a user's, run by the testbed
+    ("labs", "benchmarks", "run_experiment", "examples", "docs"),  # examples: scripts of a user's, run by the testbed; docs: the site's build hooks
     ("tests",),
 )
 """Lowest first. A package imports only packages of lower layers (its own excepted)."""

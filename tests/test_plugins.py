@@ -1,4 +1,4 @@
-"""Each of the four plug-in kinds is its own record plus one registry line (README, "to add").
+"""Each of the four plug-in kinds is its own record plus one registry line (docs/architecture.md, "to add").
 
 Every test registers a toy plug-in in a temporary copy of its registry and shows that what
 reads the registries (the config schema and checks, the runner's dispatch, the worker spec,

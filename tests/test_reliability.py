@@ -771,7 +771,7 @@ def exit_held_group(tmp_path: Path, exit_s: float) -> "WorkerGroup":
 
 def test_a_rank_slow_to_exit_is_waited_for_until_the_exit_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 30's flake: ranks that loaded PyTorch took longer than the fixed 10 s the runner
-    gave them to exit (their interpreters' teardown, README "Your own DDP script"). A rank
+    gave them to exit (their interpreters' teardown, docs/pytorch.md, "Your own DDP script"). A rank
     that takes 1.5 s passes with 3 s to exit, and fails with 0.5 s."""
     from experiments.workers import WorkerFailure
 

@@ -18,6 +18,7 @@ import pytest
 import simpy
 
 from experiments.config import CONFIG_DIR
+from hosts.stats import TIMELINE_BIN_S, TIMELINE_MIN_BINS, timeline_bin_for
 from hosts.switchml.job import SwitchMLTimeout
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 import methods as methods_registry
@@ -326,3 +327,24 @@ def test_every_shipped_config_with_given_tensors_simulates(config: Path, caplog:
     assert status == (2 if trains else 0), caplog.text
     if trains:
         assert "experiments have no simulator yet" in caplog.text
+
+
+@pytest.mark.parametrize("mbps", [10.0, 100_000.0])
+def test_the_send_timeline_has_bins_to_show_a_short_job(mbps: float) -> None:
+    """A job of a millisecond at 100 Gbit/s in 10 ms bins is one bin: its timeline is drawn in
+    bins that split it into at least TIMELINE_MIN_BINS; a job of seconds keeps the paper's 10 ms."""
+    results = network(4, mbps).allreduce(inputs(4, 262_144))
+    for result in results:
+        stats = result.stats
+        assert 0.8 * stats.tat_s <= len(stats.timeline) * stats.timeline_bin_s <= stats.tat_s + stats.timeline_bin_s  # sending spans the job
+        assert len(stats.timeline) >= TIMELINE_MIN_BINS
+        assert stats.timeline_bin_s == (TIMELINE_BIN_S if mbps == 10.0 else pytest.approx(2e-6))  # 88 µs of frames / 20: 4.4 µs
+        assert sum(stats.timeline) == stats.packets_sent
+
+
+def test_timeline_bins_are_1_2_5_steps_of_a_twentieth_of_the_job() -> None:
+    assert timeline_bin_for(10.0) == TIMELINE_BIN_S
+    assert timeline_bin_for(0.2) == TIMELINE_BIN_S
+    assert timeline_bin_for(0.1) == pytest.approx(0.005)
+    assert timeline_bin_for(1.42e-3) == pytest.approx(50e-6)
+    assert timeline_bin_for(1e-9) == pytest.approx(1e-6)

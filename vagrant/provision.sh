@@ -55,7 +55,7 @@ if [[ ! -x "${VENV}/bin/python" ]]; then
 	"${PYTHON}" -m venv --system-site-packages --prompt "${VENV_PROMPT}" "${VENV}"
 fi
 "${VENV}/bin/python" -m pip install --upgrade pip
-"${VENV}/bin/python" -m pip install -e "${REPO_DIR}[test]"
+"${VENV}/bin/python" -m pip install -e "${REPO_DIR}[test,docs]"
 
 say "bmv2 Thrift bindings for ${PYTHON}"
 if ! "${VENV}/bin/python" -c 'import bm_runtime, sswitch_runtime, bmpy_utils' 2>/dev/null; then

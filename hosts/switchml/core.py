@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hosts.stats import JobStats, SendTimeline
+from hosts.stats import TIMELINE_BIN_S, JobStats, SendTimeline
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
 from protocol import params
@@ -132,11 +132,12 @@ class WorkerCore:
     ``tx`` is the caller's buffer of outgoing records (payload_dtype(k), room for at least
     two pools). ``start``, ``receive`` and ``expire`` each write packets to ``tx[:count]``
     and return ``count``; the caller sends them. ``next_timer`` says when ``expire`` is
-    due, ``remaining`` how many slots still wait for their last result.
+    due, ``remaining`` how many slots still wait for their last result. ``timeline_bin_s``
+    is the send timeline's bin (the simulated clock's jobs are short: hosts/stats.py).
     """
 
     def __init__(self, pool: SlotPool, ctx: JobContext, tensor: np.ndarray, block_exponents: np.ndarray | None,
-                 seq_base: int, t0: float, tx: np.ndarray) -> None:
+                 seq_base: int, t0: float, tx: np.ndarray, timeline_bin_s: float = TIMELINE_BIN_S) -> None:
         self._pool = pool
         self._ctx = ctx
         arrays = JobArrays.make(tensor, block_exponents, pool, ctx.n_workers)
@@ -149,8 +150,8 @@ class WorkerCore:
         self.seq_base = seq_base
         self._sums = self.int_sum.reshape(plan.n_chunks, pool.k)
         self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
-        self._timeline = SendTimeline(t0)
-        self.stats = JobStats()
+        self._timeline = SendTimeline(t0, timeline_bin_s)
+        self.stats = JobStats(timeline_bin_s=timeline_bin_s)
         self.unsent = plan.total_packets
         """Packets not sent yet (retransmissions aside)."""
         self.remaining = plan.n_slots

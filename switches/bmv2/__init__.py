@@ -101,7 +101,7 @@ TARGET = SwitchTarget(
     toolchain=toolchain,
     unavailable=(
         "needs {problems}, which this machine lacks. The Vagrant VM provides all of them: run `vagrant up` in the "
-        "repository and use the testbed inside it (see README, 'Switch targets'), or choose --switch embedded."
+        "repository and use the testbed inside it (see docs/targets.md), or choose --switch embedded."
     ),
     program="P4 program",
     k_choices=params.K_CHOICES,

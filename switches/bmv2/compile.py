@@ -100,7 +100,7 @@ def compile_p4(options: CompileOptions, build_root: Path = BUILD_ROOT) -> Path:
     if (output_dir / json_name).exists():
         log.debug("p4c: using cached %s", output_dir / json_name)
     elif shutil.which(options.p4c) is None:
-        raise P4CompileError(f"p4c not found ({options.p4c!r} is not on PATH); see README, 'Switch targets'")
+        raise P4CompileError(f"p4c not found ({options.p4c!r} is not on PATH); see docs/targets.md")
 
     def run_p4c(staging: Path) -> None:
         log.info("building the P4 program for k = %d, pool %d (first use; cached in %s)", options.k, options.max_pool_size, output_dir)

@@ -21,7 +21,8 @@ def inputs(workload: Mapping[str, Any], n_workers: int) -> list[np.ndarray]:
 
 SYNTHETIC = Workload(
     name="synthetic",
-    properties={"elements": {"type": "integer", "minimum": 1, "maximum": 1000000000}},
+    properties={"elements": {"type": "integer", "minimum": 1, "maximum": 1000000000,
+                           "description": "synthetic only: the tensor's elements, random with workload.seed"}},
     required=("elements",),
     describe=describe,
     inputs=inputs,
