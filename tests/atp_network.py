@@ -54,6 +54,33 @@ class Faults:
         return delays
 
 
+def worker_endpoint(app_id: int, worker: int) -> Endpoint:
+    return Endpoint(f"02:00:00:00:{app_id:02x}:{worker:02x}", f"10.{app_id}.0.{worker + 1}", params.WORKER_UDP_PORT)
+
+
+def ps_endpoint(app_id: int) -> Endpoint:
+    return Endpoint(f"02:00:00:00:{app_id:02x}:fe", f"10.{app_id}.0.200", params.PS_UDP_PORT)
+
+
+def result_group(app_id: int) -> int:
+    return params.FLOOD_MCAST_GRP + 1 + app_id
+
+
+def program_job(pipeline: ATPPipeline, app_id: int, worker_ports: list[int], ps_port: int) -> None:
+    """What a control plane installs for a job: its senders, its result group, its workers' addresses."""
+    ingress, egress, tm = pipeline.ingress, pipeline.egress, pipeline.traffic_manager
+    group = result_group(app_id)
+    tm.mc_mgrp_create(group)
+    for w, port in enumerate(worker_ports):
+        address = worker_endpoint(app_id, w)
+        ingress.sender_table.add("set_worker", [port, address.ipv4], [app_id, w, len(worker_ports), ps_port])
+        egress.worker_addr_table.add("set_worker_addr", [app_id, w],
+                                     [int.from_bytes(mac_to_bytes(address.mac), "big"),
+                                      int.from_bytes(ipv4_to_bytes(address.ipv4), "big"), address.udp_port])
+        tm.mc_node_associate(group, tm.mc_node_create(w, [port]))
+    ingress.sender_table.add("set_ps", [ps_port, ps_endpoint(app_id).ipv4], [app_id, group])
+
+
 @dataclass
 class Job:
     app_id: int
@@ -63,11 +90,11 @@ class Job:
     ps_port: int
 
     def endpoint(self, worker: int) -> Endpoint:
-        return Endpoint(f"02:00:00:00:{self.app_id:02x}:{worker:02x}", f"10.{self.app_id}.0.{worker + 1}", params.WORKER_UDP_PORT)
+        return worker_endpoint(self.app_id, worker)
 
     @property
     def ps_endpoint(self) -> Endpoint:
-        return Endpoint(f"02:00:00:00:{self.app_id:02x}:fe", f"10.{self.app_id}.0.200", params.PS_UDP_PORT)
+        return ps_endpoint(self.app_id)
 
 
 @dataclass
@@ -104,21 +131,8 @@ class ATPNetwork:
         for w, port in enumerate(job.worker_ports):
             self._port_owner[port] = (job, w)
         self._port_owner[job.ps_port] = (job, None)
-        self._program(job)
+        program_job(self.pipeline, app_id, job.worker_ports, job.ps_port)
         return job
-
-    def _program(self, job: Job) -> None:
-        ingress, egress, tm = self.pipeline.ingress, self.pipeline.egress, self.pipeline.traffic_manager
-        group = params.FLOOD_MCAST_GRP + 1 + job.app_id
-        tm.mc_mgrp_create(group)
-        for w, port in enumerate(job.worker_ports):
-            address = job.endpoint(w)
-            ingress.sender_table.add("set_worker", [port, address.ipv4], [job.app_id, w, len(job.workers), job.ps_port])
-            egress.worker_addr_table.add("set_worker_addr", [job.app_id, w],
-                                         [int.from_bytes(mac_to_bytes(address.mac), "big"),
-                                          int.from_bytes(ipv4_to_bytes(address.ipv4), "big"), address.udp_port])
-            tm.mc_node_associate(group, tm.mc_node_create(w, [port]))
-        ingress.sender_table.add("set_ps", [job.ps_port, job.ps_endpoint.ipv4], [job.app_id, group])
 
     # -- running --------------------------------------------------------------------------
 

@@ -85,8 +85,8 @@ class ATPIngress:
         # 1. Not ATP: L2 forwarding.
         if hdr is None:
             counter.count(EV["EV_FORWARDED"], length)
-            action, (port, *_) = self.l2_table.lookup((int.from_bytes(frame[:6], "big"),))
-            return (TO_PORT, port) if action == "l2_forward" else (TO_GROUP, params.FLOOD_MCAST_GRP)
+            action, action_params = self.l2_table.lookup((int.from_bytes(frame[:6], "big"),))
+            return (TO_PORT, action_params[0]) if action == "l2_forward" else (TO_GROUP, params.FLOOD_MCAST_GRP)
         # 2. Malformed: wrong length, aggregator index beyond the pool.
         if hdr is PARSER_ERROR or hdr[UDP_LENGTH] != self.udp_length or hdr[ATP_AGTR] >= self.pool_size:
             counter.count(EV["EV_DROP_MALFORMED"], length)
