@@ -16,6 +16,7 @@ from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.parameter_server import ParameterServerCore
 from hosts.atp.worker import WorkerConfig, WorkerCore
 from protocol.atp import params
+from protocol.params import REPO_ROOT
 from protocol.atp.packet import ATP_OFFSET, ATPHeader, decode_payload, encode_payload
 from protocol.packet import IPV4_OFFSET, Endpoint, build_frame, ipv4_checksum
 from switches.embedded.atp.pipeline import ATPPipeline
@@ -328,3 +329,30 @@ def test_the_ps_sends_a_stored_result_again_byte_for_byte() -> None:
     resend = encode_payload(ATPHeader(0b001, N, params.FLAG_RESEND, 1, 1, 5, params.NO_INDEX), vals(2))
     assert ps.receive(resend) == [first] and ps.receive(resend) == [first]
     assert np.array_equal(decode_payload(first, K)[1], vals(1)) and ps.stats.results_repeated == 2
+
+
+def test_every_table_register_and_counter_is_named_in_docs_dataplane_atp() -> None:
+    """The names the P4 and eBPF programs will mirror are written down where they will read them."""
+    doc = (REPO_ROOT / "docs" / "dataplane-atp.md").read_text()
+    schema = ATPPipeline(K, POOL).schema()
+    names = {*schema.tables, *schema.counters, *(n for n in schema.registers if ".value_" not in n), *params.INGRESS_EVENTS,
+             *params.EGRESS_EVENTS}
+    missing = sorted(name for name in names if f"`{name.rpartition('.')[2]}`" not in doc)
+    assert not missing, f"not in docs/dataplane-atp.md: {missing}"
+    for table in (schema.tables[name] for name in schema.tables):
+        for action, fields in table.actions.items():
+            assert f"{action}(" in doc, action
+            for field in fields:
+                assert f"bit<{field.bits}> {field.name}" in doc, (action, field)
+
+
+def test_the_scapy_layer_and_the_hot_path_read_the_same_bytes() -> None:
+    from scapy.layers.l2 import Ether
+
+    from protocol.atp.scapy_layer import ATP
+
+    port, frame = update(2, 1, 77, 9, vals(5), params.FLAG_RESEND | params.FLAG_ECN)
+    layer = Ether(frame)[ATP]
+    header, values = decode(frame)
+    assert (layer.bitmap, layer.fan_in, int(layer.flags), layer.app_id, layer.seq, layer.agtr, layer.new_agtr) == tuple(header)
+    assert layer.values == values.tolist() and bytes(Ether(frame)) == frame

@@ -7,16 +7,15 @@ the same code. The traffic manager and the tables are the SwitchML pipeline's ow
 
 from __future__ import annotations
 
-from switches.control import ProgramSchema, RegisterSchema, lookup
 from switches.embedded.atp.egress import ATPEgress, QueueDepth, no_queue
 from switches.embedded.atp.ingress import RESULT_TO_GROUP, TO_GROUP, TO_PORT, ATPIngress
 from switches.embedded.atp.parser import ATPParser
-from switches.embedded.registers import Counter, Register
-from switches.embedded.tables import ExactMatchTable
+from switches.embedded.program import ProgramView
+from switches.embedded.registers import Register
 from switches.embedded.traffic_manager import TrafficManager
 
 
-class ATPPipeline:
+class ATPPipeline(ProgramView):
     """ATP's switch program and state, for ``k`` values per packet and ``pool_size`` aggregators."""
 
     def __init__(self, k: int, pool_size: int, queue_depth: QueueDepth = no_queue) -> None:
@@ -27,23 +26,6 @@ class ATPPipeline:
         self._tables = {t.name: t for t in (*self.ingress.tables(), self.egress.worker_addr_table)}
         self._registers: dict[str, Register] = {r.name: r for r in (*self.ingress.registers(), *self.egress.registers())}
         self._counters = {c.name: c for c in (self.ingress.event_counter, self.egress.egress_counter)}
-
-    def table(self, name: str) -> ExactMatchTable:
-        return lookup(self._tables, name, "table")
-
-    def register(self, name: str) -> Register:
-        return lookup(self._registers, name, "register")
-
-    def counter(self, name: str) -> Counter:
-        return lookup(self._counters, name, "counter")
-
-    def schema(self) -> ProgramSchema:
-        """Every table, register (bit<32> cells) and counter, as the control plane checks them."""
-        return ProgramSchema(
-            tables={name: table.schema() for name, table in self._tables.items()},
-            registers={name: RegisterSchema(register.size, 32) for name, register in self._registers.items()},
-            counters={name: len(counter.packets) for name, counter in self._counters.items()},
-        )
 
     def process(self, in_port: int, frame: bytes) -> list[tuple[int, bytes]]:
         """The copies of ``frame``, received on ``in_port``, that leave, as (port, bytes)."""
