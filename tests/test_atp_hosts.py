@@ -212,3 +212,29 @@ def test_values_beyond_the_jobs_bound_are_refused_before_sending() -> None:
         check_within(np.array([0.5, 2.0, -3.0], np.float32), 1)
     with pytest.raises(ValueError, match="not finite"):
         quantize_tensor(np.array([np.nan], np.float32), 0, 2)
+
+
+def test_aimd_halves_once_per_marked_window_and_adds_one_packet_per_clean_window() -> None:
+    core = worker(packets=64, positions=8)
+    sent = len(core.start(0.0))
+    assert sent == 8 and core.window == 8
+    seq = 100
+    core.receive(ack(seq, params.FLAG_ECN), 0.001)  # the first window's results: one marked
+    for seq in range(101, 108):
+        core.receive(ack(seq), 0.001)
+    assert core.stats.cwnd == [4.0], "halved once for the window, not once per mark"
+    for seq in range(108, 112):  # the next window (4 packets), unmarked
+        core.receive(ack(seq), 0.002)
+    assert core.stats.cwnd == [4.0, 5.0] and core.window == 5
+    assert core.stats.window_halvings == 1
+
+
+def test_the_in_memory_network_is_deterministic() -> None:
+    """Two runs with the same seeds leave the same counters and results: what a future
+    byte-for-byte comparison of targets will rely on."""
+    def run() -> tuple:
+        net = ATPNetwork(K, 8, Faults(7, loss=0.05, duplicate=0.05, reorder=0.2))
+        jobs = [run_job(net, app_id, tensors(app_id, 3, 200)) for app_id in (1, 2)]
+        net.run()
+        return (net.now, net.pipeline.ingress.event_counter.read(), [core.stats for job in jobs for core in job.workers])
+    assert run() == run()
