@@ -238,3 +238,12 @@ def test_the_in_memory_network_is_deterministic() -> None:
         net.run()
         return (net.now, net.pipeline.ingress.event_counter.read(), [core.stats for job in jobs for core in job.workers])
     assert run() == run()
+
+
+def test_a_worker_refuses_what_it_cannot_send_exactly() -> None:
+    with pytest.raises(TypeError, match="int32 values"):
+        WorkerCore(WorkerConfig(1, 0, 2, K), AggregatorMap(1, 4, 64), np.zeros(4, np.float32), 1, 0.0)
+    with pytest.raises(ValueError, match="leave ATP's 1..2\\^32-1"):
+        WorkerCore(WorkerConfig(1, 0, 2, K), AggregatorMap(1, 4, 64), np.zeros(4 * K, np.int32), 2**32 - 2, 0.0)
+    with pytest.raises(ValueError, match="worker 2 of 2"):
+        WorkerConfig(1, 2, 2, K)

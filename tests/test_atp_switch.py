@@ -1,4 +1,4 @@
-"""ATP's embedded pipeline against the behaviour cases of atp-protocol.md, one test each.
+"""ATP's embedded pipeline against the 13 behaviour cases of atp-protocol.md (numbered in comments).
 
 Frames are crafted with protocol/atp/packet.py and fed to the sans-IO pipeline; where a case
 spans the hosts (a collision's new index, a lost result, ECN halving the window), the PS and
@@ -102,7 +102,7 @@ def test_the_next_sequence_on_a_freed_aggregator_claims_it_and_overwrites_the_ol
     assert "EV_COLLISION_TO_PS" not in events(switch)
 
 
-# 3
+# 3a
 def test_another_job_on_a_taken_aggregator_is_tagged_and_goes_to_its_own_ps(switch: ATPPipeline) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
     port, frame = update(2, 0, 1, 5, vals(2))
@@ -113,7 +113,7 @@ def test_another_job_on_a_taken_aggregator_is_tagged_and_goes_to_its_own_ps(swit
     assert np.array_equal(switch.ingress.values.rows[5], vals(1)), "the other job's values never enter"
 
 
-# 4
+# 3b
 def test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_names(switch: ATPPipeline) -> None:
     cores = [WorkerCore(WorkerConfig(2, w, N, K), AggregatorMap(2, 2, POOL), vals(10 + w), 1, 0.0) for w in range(N)]
     taken = AggregatorMap(2, 2, POOL).index(0)
@@ -138,7 +138,7 @@ def test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_
     assert owner(switch, taken) == (1, 1), "job 2's result freed nothing of job 1's"
 
 
-# 5
+# 4
 def test_a_duplicate_before_completion_is_dropped_and_counted_once(switch: ATPPipeline) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
     assert switch.process(*update(1, 0, 1, 5, vals(1))) == []
@@ -147,7 +147,7 @@ def test_a_duplicate_before_completion_is_dropped_and_counted_once(switch: ATPPi
     assert events(switch)["EV_DUPLICATE_DROPPED"] == 1
 
 
-# 6
+# 5
 def test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums(switch: ATPPipeline) -> None:
     [(_, first)] = complete(switch, 1, 1, 5, (1, 2, 3))
     [(port, again)] = switch.process(*update(1, 1, 1, 5, vals(2)))
@@ -155,7 +155,7 @@ def test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums(
     assert events(switch)["EV_DUPLICATE_TO_PS"] == 1
 
 
-# 7
+# 6
 def test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator(switch: ATPPipeline) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
     [(port, frame)] = switch.process(*update(1, 2, 1, 5, vals(3), params.FLAG_RESEND))
@@ -169,7 +169,7 @@ def test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator(swi
     assert events(switch)["EV_RESEND_FLUSHED"] == 1
 
 
-# 8
+# 7
 @pytest.mark.parametrize("app_id, seq", [(2, 1), (1, 2)], ids=["another job", "another sequence"])
 def test_a_resend_on_someone_elses_aggregator_passes_through_untagged(switch: ATPPipeline, app_id: int, seq: int) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
@@ -180,7 +180,7 @@ def test_a_resend_on_someone_elses_aggregator_passes_through_untagged(switch: AT
     assert events(switch)["EV_RESEND_PASSED"] == 1
 
 
-# 9
+# 8
 def test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result() -> None:
     lost: list[bytes] = []
 
@@ -203,7 +203,7 @@ def test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result(
     assert counted["EV_RESULT_NOT_OWNER"] >= 1, "the repeated result finds the aggregator already freed"
 
 
-# 10
+# 9
 def test_the_ps_discards_a_part_whose_bits_it_already_has() -> None:
     ps = ParameterServerCore(1, N, K, POOL)
 
@@ -218,7 +218,7 @@ def test_the_ps_discards_a_part_whose_bits_it_already_has() -> None:
     assert ps.stats.discarded == 1 and ps.stats.sequences_from_parts == 1
 
 
-# 11
+# 10
 def test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers(switch: ATPPipeline) -> None:
     switch.process(*update(1, 0, 5, 5, vals(1)))
     assert len(switch.process(*result(1, 4, 5, vals(9)))) == N
@@ -226,7 +226,7 @@ def test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reach
     assert events(switch)["EV_RESULT_NOT_OWNER"] == 1
 
 
-# 12
+# 11
 def test_ecn_on_one_contribution_reaches_every_worker_and_halves_its_window(switch: ATPPipeline) -> None:
     positions = 4
     cores = [WorkerCore(WorkerConfig(1, w, N, K), AggregatorMap(1, positions, POOL), vals(w), 1, 0.0) for w in range(N)]
@@ -261,7 +261,7 @@ def test_egress_marks_ecn_from_the_queue_it_is_given() -> None:
     assert switch.egress.egress_counter.packets == [2, 1]
 
 
-# 13
+# 12
 def test_overflow_packets_pass_through_to_the_ps_untouched(switch: ATPPipeline) -> None:
     port, frame = update(1, 0, 1, 5, vals(1), params.FLAG_OVERFLOW)
     assert switch.process(port, frame) == [(3, frame)]
@@ -269,7 +269,7 @@ def test_overflow_packets_pass_through_to_the_ps_untouched(switch: ATPPipeline) 
     assert events(switch) == {"EV_OVERFLOW_TO_PS": 1}
 
 
-# 14
+# 13
 def test_other_traffic_is_forwarded_by_l2(switch: ATPPipeline) -> None:
     tm = switch.traffic_manager
     tm.mc_mgrp_create(params.FLOOD_MCAST_GRP)

@@ -25,6 +25,7 @@ import numpy as np
 from hosts.atp.aggregators import AggregatorMap
 from protocol.atp import params
 from protocol.atp.packet import SEQ_LIMIT, ATPHeader, decode_payload, encode_payload
+from protocol.packet import MAX_K
 
 DEFAULT_RESEND_TIMEOUT_S = 0.005
 DEFAULT_STALL_S = 20.0
@@ -52,6 +53,10 @@ class WorkerConfig:
             raise ValueError(f"ATP worker {self.worker_id} of {self.n_workers}: need 0 <= id < n <= {params.MAX_WORKERS}")
         if not 0 <= self.app_id <= 0xFFFF:
             raise ValueError(f"ATP app_id must be 0..65535, got {self.app_id}")
+        if not 1 <= self.k <= MAX_K:
+            raise ValueError(f"ATP packets carry 1..{MAX_K} values, got k = {self.k}")
+        if not 0 < self.resend_timeout_s < self.stall_s:
+            raise ValueError(f"need 0 < resend timeout ({self.resend_timeout_s} s) < stall limit ({self.stall_s} s)")
 
 
 @dataclass
@@ -75,6 +80,8 @@ class WorkerCore:
     """One worker's all-reduce of ``values`` (int32) as sequences seq_base .. seq_base + P - 1."""
 
     def __init__(self, config: WorkerConfig, aggregators: AggregatorMap, values: np.ndarray, seq_base: int, now: float) -> None:
+        if values.dtype != np.int32:
+            raise TypeError(f"ATP workers send int32 values (protocol/atp/quantize.py makes them), not {values.dtype}")
         k = config.k
         self.config = config
         self._map = aggregators
