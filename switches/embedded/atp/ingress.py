@@ -87,8 +87,10 @@ class ATPIngress:
             counter.count(EV["EV_FORWARDED"], length)
             action, action_params = self.l2_table.lookup((int.from_bytes(frame[:6], "big"),))
             return (TO_PORT, action_params[0]) if action == "l2_forward" else (TO_GROUP, params.FLOOD_MCAST_GRP)
-        # 2. Malformed: wrong length, aggregator index beyond the pool.
-        if hdr is PARSER_ERROR or hdr[UDP_LENGTH] != self.udp_length or hdr[ATP_AGTR] >= self.pool_size:
+        # 2. Malformed: wrong length, aggregator index beyond the pool, or sequence 0 (which
+        # would claim an aggregator and leave it looking free to every other job).
+        if (hdr is PARSER_ERROR or hdr[UDP_LENGTH] != self.udp_length or hdr[ATP_AGTR] >= self.pool_size
+                or hdr[ATP_SEQ] == 0):
             counter.count(EV["EV_DROP_MALFORMED"], length)
             return DROP
         # 3. sender_table: who sent it comes from (ingress port, source IPv4), never the packet.
