@@ -201,10 +201,10 @@ def confine_script(limits: Limits, toolchain: Toolchain, marker: str, *, proc: b
     """What runs as root in the built sandbox, as the first process of its PID namespace:
     mount its /proc and the sysfs the submission's own /sys needs beside it (root's
     alone), give the writable folders to SANDBOX_ID and copy the grader's inputs into OUT;
-    run its arguments as SANDBOX_ID in new user, network, mount, PID, IPC and UTS
-    namespaces, with their own loopback up, /proc and /sys, under the per-process caps; once
-    they are all dead, copy OUT's files and folders to the grader's folder and print, after
-    ``marker``, the folders they filled."""
+    say after ``marker`` that it is built; run its arguments as SANDBOX_ID in new user,
+    network, mount, PID, IPC and UTS namespaces, with their own loopback up, /proc and /sys,
+    under the per-process caps; once they are all dead, copy OUT's files and folders to the
+    grader's folder and say after ``marker`` which folders they filled."""
     q = shlex.quote
     writable = " ".join(q(str(path)) for path in limits.writable())
     owned = " ".join(q(str(path)) for path in [Path("/run"), *(TREE / name for name in WRITABLE_IN_TREE), OUT])
@@ -216,6 +216,7 @@ def confine_script(limits: Limits, toolchain: Toolchain, marker: str, *, proc: b
         f"mount -t sysfs sysfs {GRADER}/sys",
         f"chown {SANDBOX_ID}:{SANDBOX_ID} {owned}",
         f"cp -R {report}/. {OUT}/",
+        f"echo {q(marker)} started",
         "set +e",
         f"(cd {TREE} && exec env -i {variables}"
         f" prlimit --as={limits.memory_bytes} --nproc={limits.processes} --core=0 --"
@@ -226,7 +227,7 @@ def confine_script(limits: Limits, toolchain: Toolchain, marker: str, *, proc: b
         "kill -KILL -1 2>/dev/null",  # none is left (its PID namespace died with its first process): in case
         f"find {OUT} -mindepth 1 ! -type f ! -type d -delete",  # no link, pipe or device reaches the grader
         f"cp -R {OUT}/. {report}/",
-        f"for folder in {writable}; do [ \"$(stat -f -c %a \"$folder\")\" -gt 0 ] || echo {q(marker)} \"$folder\"; done",
+        f"for folder in {writable}; do [ \"$(stat -f -c %a \"$folder\")\" -gt 0 ] || echo {q(marker)} full \"$folder\"; done",
         'exit "$status"',
     ])  # fmt: skip
 
@@ -315,9 +316,9 @@ def run(command: list[str], *, root: Path, tree: Path, out: Path, limits: Limits
     """
     for name in WRITABLE_IN_TREE:  # their mount points
         (tree / name).mkdir(exist_ok=True)
-    marker = f"sandbox-{secrets.token_hex(16)}-full"
-    """The line the sandbox's last step says a full folder with: the submission, dead by
-    then and never shown the script, cannot print it."""
+    marker = f"sandbox-{secrets.token_hex(16)}"
+    """What the sandbox's own lines start with (it is built; a folder is full): the
+    submission, never shown the script, cannot print them."""
     bwrap = find_bwrap()
     if bwrap is not None:
         argv = bwrap_command(bwrap, tree, out, limits, toolchain, marker)
@@ -330,8 +331,12 @@ def run(command: list[str], *, root: Path, tree: Path, out: Path, limits: Limits
             _no_cgroup(controller, reason, limits)
         returncode, output, total, timed_out = _run([*argv, *command], limits, _joining(group))
         lines = [line.partition(f"{marker} ") for line in output.split("\n")]  # the submission's last line may lack its end
-        full = tuple(folder for _, said, folder in lines if said)
-        output = "\n".join(before for before, said, _ in lines if before or not said)
+        said = [what for _, mark, what in lines if mark]
+        output = "\n".join(before for before, mark, _ in lines if before or not mark)
+        if "started" not in said and not timed_out:
+            last = output.strip().splitlines()[-1] if output.strip() else "it printed nothing"
+            raise SandboxError(f"the sandbox could not be built (exit status {returncode}): {last}")
+        full = tuple(what.removeprefix("full ") for what in said if what.startswith("full "))
         return _outcome(returncode, output, timed_out, total, full, group, limits)
 
 

@@ -99,7 +99,25 @@ def test_the_sandbox_holds_nothing_of_the_machine_it_could_write_or_unmount(buil
     lines = ran.output.splitlines()
     assert lines[0] == f"root {expected}", ran.output
     assert lines[1:3] == ["umount /sys ok []", "grader's folder refused"], ran.output
-    assert lines[3:] == [f"remount {target} refused" for target in READ_ONLY] + [f"umount {target} refused" for target in READ_ONLY + WRITABLE]
+    remounts, umounts = lines[3 : 3 + len(READ_ONLY)], lines[3 + len(READ_ONLY) :]
+    assert remounts == [f"remount {target} refused" for target in READ_ONLY], ran.output
+    assert umounts == [f"umount {target} refused" for target in READ_ONLY + WRITABLE], ran.output
+
+
+def test_a_sandbox_that_cannot_be_built_is_the_graders_error_not_a_zero(tmp_path: Path, monkeypatch) -> None:
+    """Where bubblewrap (or unshare) refuses (a container without the capabilities it
+    needs), no submission runs: a SandboxError, which stops the grade with its line, rather
+    than a class of zeros."""
+    try:
+        check_can_sandbox()
+    except SandboxError as error:
+        pytest.skip(str(error))
+    refusing = tmp_path / "bwrap"
+    refusing.write_text("#!/bin/sh\necho 'bwrap: Creating new namespace failed: Operation not permitted' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: str(refusing))
+    with pytest.raises(SandboxError, match=r"could not be built \(exit status 1\): bwrap: Creating new namespace failed"):
+        _sandboxed(tmp_path, "print('never')", LIMITS)
 
 
 def _submission(tree: Path, answer: str) -> Path:
@@ -155,7 +173,7 @@ def test_a_submission_leaves_nothing_for_the_next_to_read(builder: str, tmp_path
     _submission(submissions / "3-handout", "raise NotImplementedError")
     grades = tmp_path / "grades.csv"
     try:
-        assert main(["grade-batch", "0", str(submissions), "--csv", str(grades), "--tests-from", str(fork), "--cap-s", "120"]) == 0
+        assert main(["grade-batch", "0", str(submissions), "--csv", str(grades), "--tests-from", str(fork)]) == 0
         rows = {row["student"]: row for row in csv.DictReader(grades.open())}
     finally:
         left = [place / PLANTED for place in HOST_PLACES if os.path.lexists(place / PLANTED)]
@@ -309,14 +327,16 @@ def test_a_flooding_or_filling_submission_loses_its_points_and_its_report_says_w
         while True:
             pass
     """
-    for name, answer in [("flooding", flooding), ("filling", filling), ("spinning", spinning), ("handout", "raise NotImplementedError")]:
+    attacks = {"flooding": flooding, "filling": filling, "spinning": spinning, "handout": "raise NotImplementedError"}
+    for name, answer in attacks.items():
         _submission(submissions / name, answer)
     grades = tmp_path / "grades.csv"
-    assert main(["grade-batch", "0", str(submissions), "--csv", str(grades), "--tests-from", str(REPO_ROOT), "--cap-s", "40"]) == 0
+    assert main(["grade-batch", "0", str(submissions), "--csv", str(grades), "--cap-s", "40"]) == 0
     rows = {row["student"]: row for row in csv.DictReader(grades.open())}
     reports = {name: json.loads((tmp_path / "grades" / f"{name}.json").read_text()) for name in rows}
     for name in ("flooding", "filling", "spinning"):
         assert int(rows[name]["score"]) <= int(rows["handout"]["score"]), (name, rows[name])
-    assert "MB: the grader kept its first and last 512 KiB" in (reports["flooding"]["problem"] or ""), reports["flooding"]["problem"]
-    assert "the submission filled /tmp (512 MB), /grade/out (64 MB)" in (reports["filling"]["problem"] or ""), reports["filling"]
+    problems = {name: report["problem"] or "" for name, report in reports.items()}
+    assert "MB: the grader kept its first and last 512 KiB" in problems["flooding"], problems
+    assert "the submission filled /tmp (512 MB), /grade/out (64 MB)" in problems["filling"], problems
     assert "did not finish within its 40 s cap" in reports["spinning"]["tests"][0]["message"], reports["spinning"]["tests"][0]
