@@ -157,9 +157,24 @@ def _on_path(tool: str) -> str | None:
     return shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/bin:/bin")
 
 
+BWRAP_OPTIONS = ("--size", "--perms", "--as-pid-1", "--die-with-parent")
+"""The options of bubblewrap the sandbox uses: a bwrap too old to have one of them is not used."""
+
+
 def find_bwrap() -> str | None:
-    """bubblewrap's bwrap, where it is installed (Debian's package bubblewrap)."""
-    return _on_path("bwrap")
+    """bubblewrap's bwrap, where it is installed (Debian's package bubblewrap) and new
+    enough (BWRAP_OPTIONS)."""
+    bwrap = _on_path("bwrap")
+    return bwrap if bwrap is not None and _bwrap_can(bwrap) else None
+
+
+@functools.cache
+def _bwrap_can(bwrap: str) -> bool:
+    done = subprocess.run([bwrap, "--help"], capture_output=True, text=True, check=False)
+    lacking = [option for option in BWRAP_OPTIONS if option not in done.stdout + done.stderr]
+    if lacking:
+        log.warning("%s lacks %s (bubblewrap too old): the sandbox is built without it", bwrap, ", ".join(lacking))
+    return not lacking
 
 
 def toolchain_folders(toolchain: Toolchain) -> list[Path]:
