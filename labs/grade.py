@@ -217,10 +217,8 @@ def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = No
             exit_status, output = ran.returncode, ran.output
             if ran.timed_out:
                 exit_status, output = -1, f"the submission's tests did not finish within its {limits.wall_s:g} s cap"
-            elif ran.oom_kills:  # the report's first line, and the last one of the output: what a test that did not run says
-                capped = (f"the submission's processes together reached its {limits.memory_bytes >> 20} MB memory cap:"
-                          f" the kernel killed {ran.oom_kills} of them")  # fmt: skip
-                problem, output = "; ".join(filter(None, [capped, problem])), f"{output}\n{capped}"
+            elif ran.capped:  # the report's first line, and the last one of the output: what a test that did not run says
+                problem, output = "; ".join(filter(None, [ran.capped, problem])), f"{output}\n{ran.capped}"
         junit = sandbox.read_private_file(out / JUNIT)
         outcomes = read_junit(junit) if junit else {}
     why_not_run = _last_line(output) if present else "no graded test file is in the tree"

@@ -2,7 +2,8 @@
 # Install what the testbed needs on a fresh Debian/Ubuntu machine; safe to run again.
 # Run as root (Mininet needs it): Debian packages for Mininet and tc/ethtool, the eBPF
 # switch target's compiler and tools (clang, llvm, libbpf-dev, bpftool; clang also builds the
-# native worker data path, hosts/switchml/native, on first use), and a
+# native worker data path, hosts/switchml/native, on first use), bubblewrap (the grader's
+# sandbox, labs/sandbox.py), and a
 # virtualenv (.venv) with the Python dependencies from pyproject.toml. The venv sees the
 # system site-packages because Mininet's Python package comes from Debian's mininet.
 # With --torch also PyTorch (the optional extra `torch`, ~5.5 GB, for the gloo method).
@@ -28,7 +29,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 packages=(mininet bridge-utils iputils-ping iproute2 ethtool procps python3 python3-venv python3-pip shellcheck
-          clang llvm libbpf-dev bpftool "${cluster_packages[@]}")
+          clang llvm libbpf-dev bpftool bubblewrap "${cluster_packages[@]}")
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

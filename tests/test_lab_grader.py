@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from analysis import models
-from base.cgroup import CgroupError, find_parent
+from base.cgroup import CappedGroup, CgroupError, find_parent
 from labs import catalog, sandbox
 from labs.__main__ import main
 from labs.grade import grade
@@ -337,10 +337,11 @@ def test_where_no_cgroup_can_be_made_the_sandbox_says_so_once_and_caps_each_proc
     """The fallback: RLIMIT_AS per process, and one log line saying that it is the only cap."""
     _require_sandbox()
 
-    def no_cgroup(limit_bytes: int, prefix: str) -> None:
-        raise CgroupError("none in this test")
+    @contextlib.contextmanager
+    def no_cgroup(prefix: str, **caps: float) -> Iterator[CappedGroup]:
+        yield CappedGroup((), dict.fromkeys(["memory", "cpu"], "none in this test"))
 
-    monkeypatch.setattr(sandbox, "memory_cgroup", no_cgroup)
+    monkeypatch.setattr(sandbox, "capped_group", no_cgroup)
     sandbox._no_cgroup.cache_clear()
     for _ in range(2):
         ran = _sandboxed(tmp_path, f"b'x' * ({2 * MEMORY_MB} << 20)")
