@@ -69,16 +69,19 @@ from tqdm import tqdm  # noqa: E402
 # would print each message a second time through its private handler.
 logging.setLoggerClass(logging.Logger)
 
-from experiments.config import Experiment, check_emulable, load_experiment  # noqa: E402
+from experiments.config import Experiment, check_emulable, load_experiment, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
-from protocol.params import REPO_ROOT  # noqa: E402
+from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
+from switchml_testbed.release import program, version_line  # noqa: E402
 
 log = logging.getLogger("run_experiment")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    prog = program("run_experiment.py")
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=version_line(prog))
     parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml; - reads it from standard input")
     parser.add_argument("--switch", choices=TARGETS, help="switch target (overrides switch.target)")
     where = parser.add_mutually_exclusive_group()
@@ -189,6 +192,7 @@ def run_command(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
     try:
+        args.config = shipped_or_given(args.config)
         text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
         experiment = load_experiment(args.config, overrides, text)
     except ConfigError as exc:
@@ -242,7 +246,7 @@ def run_reported(experiment: Experiment, target: str, args: argparse.Namespace) 
         log.error("%s", exc)
         return EXIT_CONFIG
     except Exception as exc:
-        results = args.resume or args.out or REPO_ROOT / "results" / experiment.name
+        results = args.resume or args.out or RESULTS_DIR / experiment.name
         problem = storage_problem(exc, results)
         if problem is None:
             raise
@@ -299,7 +303,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     elif args.out:
         run_dir = claim_out_dir(args.out)
     else:
-        run_dir = new_run_dir(REPO_ROOT / "results" / experiment.name, utc_stamp())
+        run_dir = new_run_dir(RESULTS_DIR / experiment.name, utc_stamp())
     kind = kind_of(experiment)
     make_runner = kind.simulator if args.simulate else kind.runner
     assert make_runner is not None, "simulate_command checked that the kind has a simulator"

@@ -29,6 +29,7 @@ from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render, save_figu
 from analysis.context import EMULATED, SIMULATED
 from analysis.load import Results, ResultsFormatError, find_runs, load_results
 from analysis.tables import MissingData
+from switchml_testbed.release import program, version_line
 
 log = logging.getLogger("analysis")
 
@@ -71,7 +72,9 @@ def _draw(args: argparse.Namespace, results: Results | None) -> int:
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     """The result folders and --out, parsed, with logging to stderr and matplotlib's
     file-only backend set up."""
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    prog = program("python -m analysis")
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=version_line(prog))
     parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
     parser.add_argument("--out", type=Path, default=Path("docs/figures"), help="output directory")
     parser.add_argument("--prefix", default="", help="put in front of every figure's file name (e.g. paper_)")
