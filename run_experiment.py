@@ -62,9 +62,14 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import mininet.log  # noqa: E402,F401  (before any of our loggers exist: see below)
 from tqdm import tqdm  # noqa: E402
 
+try:
+    import mininet.log  # noqa: F401  (before any of our loggers exist: see below)
+except ModuleNotFoundError:  # an install for the simulated clock only (docs/install.md); an emulated run says so
+    MININET = False
+else:
+    MININET = True
 # mininet.log makes its own logger class the default, so every logger created after it
 # would print each message a second time through its private handler.
 logging.setLoggerClass(logging.Logger)
@@ -230,6 +235,10 @@ def run_command(argv: list[str] | None) -> int:
     [(target, experiment)] = runs
     if os.geteuid() != 0:
         log.error("Mininet needs root: run with sudo (or as root)")
+        return EXIT_CONFIG
+    if not MININET:
+        log.error("Mininet is not installed, and an emulated run needs it: run scripts/bootstrap.sh as root, or apt install "
+                  "mininet and make the venv see the system's packages (docs/install.md); --simulate runs without it")
         return EXIT_CONFIG
 
     return run_reported(experiment, target, args)
