@@ -299,12 +299,16 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from protocol.results_format import resume_command
     from experiments.workers import WorkerFailure
     from base.lifetime import DependencyFailed
-    from network.emulation import NetworkError
     from network.lock import WaitInterrupted
     from network.lock import held as held_network
     from switches.target import DataPlaneStartError
     from experiments.simulated_sweep import SimulationFailed
 
+    told_failures: tuple[type[Exception], ...] = (WorkerFailure, DependencyFailed, DataPlaneStartError, SimulationFailed)
+    if not args.simulate:  # Mininet's network (a simulated run needs no Mininet installed)
+        from network.emulation import NetworkError
+
+        told_failures += (NetworkError,)
     exit_if_stopped_before_start()  # the run's own imports are done; nothing is written yet
     if args.resume:
         check_resumable(args.resume, experiment, simulated=args.simulate)
@@ -336,7 +340,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         except Exception as exc:
             if isinstance(exc, ConfigError) or storage_problem(exc, run_dir) is not None:  # a server unfit for the run: one line, exit 2
                 raise
-            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError, SimulationFailed)):  # says what failed; no traceback needed
+            if isinstance(exc, told_failures):  # says what failed; no traceback needed
                 log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)
             else:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)
