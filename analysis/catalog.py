@@ -245,7 +245,11 @@ def select_run(results: Results, source: RunSource) -> Results:
 
 def render(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure]:
     """The table and figure ``spec`` draws from ``results``; raises MissingData if it cannot."""
-    run = select_run(results, spec.source)
+    return render_run(spec, select_run(results, spec.source))
+
+
+def render_run(spec: FigureSpec, run: Results) -> tuple[pd.DataFrame, Figure]:
+    """``render`` from the run ``select_run`` chose."""
     table = spec.table(run)
     return table, spec.draw(table, emulation_context(run))
 
