@@ -15,8 +15,11 @@ their .pth files (so the checkout's own editable install stays out of it), and b
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -115,3 +118,50 @@ def test_install_gives_commands_that_work_from_any_folder(how: str, clone: tuple
     assert installed_top_level(python) == ours, f"not ours: {installed_top_level(python) - ours}"
     editable = how.endswith("-e .")  # its package stays in the clone, found by setuptools' finder
     assert ("switchml_testbed" in ours) != editable and f"switchml_testbed-{__version__}.dist-info" in ours
+
+
+NOBODY = 65534
+"""The user a root test runs bootstrap.sh --user as (a test run by another user runs it as itself)."""
+
+
+def as_user(argv: list[str]) -> list[str]:
+    """``argv`` run without root: as nobody when the tests run as root."""
+    return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv] if os.geteuid() == 0 else argv
+
+
+@pytest.fixture
+def user_clone(clone: tuple[Path, str]) -> Iterator[Path]:
+    """A copy of the clone that a user without root owns, in a folder that user can reach
+    (pytest's own temporary folders are its user's alone), with a .venv that borrows this
+    Python's packages (bootstrap.sh keeps a .venv it finds)."""
+    where = Path(tempfile.mkdtemp(prefix="switchml-user-install-"))
+    try:
+        where.chmod(0o755)
+        root = where / "switchml-testbed"
+        shutil.copytree(clone[0], root, symlinks=True)
+        python = fresh_venv(root / ".venv")
+        assert python.exists()
+        (where / "home").mkdir()
+        if os.geteuid() == 0:
+            for path in [where, *where.rglob("*")]:
+                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        yield root
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def test_bootstrap_user_installs_the_simulated_clock_and_the_analysis_without_root(user_clone: Path) -> None:
+    """docs/install.md's non-root install: bootstrap.sh --user, then a simulated run and its
+    figure; without --user, bootstrap.sh says that it needs root and names --user."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHON"))}
+    env |= {"HOME": str(user_clone.parent / "home"), "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}  # offline
+    if os.geteuid() == 0:
+        refused = run(as_user(["./scripts/bootstrap.sh"]), user_clone, env)
+        assert refused.returncode == 1 and "without root, bootstrap.sh --user" in refused.stderr
+    installed = run(as_user(["./scripts/bootstrap.sh", "--user"]), user_clone, env)
+    assert installed.returncode == 0 and ".venv is ready for the simulated clock" in installed.stderr, installed.stderr
+    python = str(user_clone / ".venv" / "bin" / "python")
+    checked(as_user([python, "run_experiment.py", "configs/tat_vs_size.yaml", "--simulate", "--set", "repetitions=1",
+                     "--out", "results/sim"]), user_clone, env)
+    checked(as_user([python, "-m", "analysis", "results/sim", "--out", "figures"]), user_clone, env)
+    assert (user_clone / "figures" / "tat_vs_size.png").stat().st_size > 0
