@@ -317,6 +317,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         run_dir = claim_out_dir(args.out)
     else:
         run_dir = new_run_dir(RESULTS_DIR / experiment.name, utc_stamp())
+    run_dir = run_dir.absolute()  # the switch and worker processes run in the tree's folder, not necessarily this one
     kind = kind_of(experiment)
     make_runner = kind.simulator if args.simulate else kind.runner
     assert make_runner is not None, "simulate_command checked that the kind has a simulator"
