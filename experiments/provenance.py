@@ -14,20 +14,18 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import shutil
-import subprocess
 import sys
 from typing import Any
 
 from base.optional import torch_unavailable
+from base.tool_version import first_line
 from experiments.config import Experiment
 from hosts.switchml.native import compiler
 import methods
+from switches.targets import REGISTRY
 from switchml_testbed import __version__
 from switchml_testbed.release import commit
 from workloads.kinds import workload_of
-
-TOOL_TIMEOUT_S = 10.0
 
 
 def at_start() -> dict[str, Any]:
@@ -41,19 +39,6 @@ def at_start() -> dict[str, Any]:
         "command": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
         "cwd": os.getcwd(),
     }
-
-
-def first_line(argv: list[str]) -> str | None:
-    """The first non-empty line ``argv`` prints (a tool's ``--version``); None when the tool is
-    missing or fails."""
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    return lines[0] if done.returncode == 0 and lines else None
 
 
 def package_version(name: str) -> str | None:
@@ -76,11 +61,7 @@ def tool_versions(experiment: Experiment, target: str, simulated: bool) -> dict[
     tools: dict[str, str | None] = {}
     if not simulated:
         tools["mininet"] = package_version("mininet")
-        if target == "bmv2":
-            tools["simple_switch"] = first_line(["simple_switch", "--version"])
-            tools["p4c"] = first_line(["p4c", "--version"])
-        if target == "ebpf":
-            tools["clang"] = first_line(["clang", "--version"])
+        tools |= REGISTRY[target].tool_versions()
         cc = compiler()
         if cc is not None and any(p.data_path.name == "native" for p in experiment.points):
             tools[f"native worker compiler ({cc})"] = first_line([cc, "--version"])

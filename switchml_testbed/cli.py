@@ -35,3 +35,18 @@ def analysis() -> None:
 def labs() -> None:
     """``switchml-labs list|skeleton|grade|...``: python -m labs."""
     _run_in_tree("labs")
+
+
+COMMANDS = {"run": run, "analysis": analysis, "labs": labs}
+
+
+def main() -> None:
+    """``python -m switchml_testbed run|analysis|labs ARGS``: the same commands for a Python
+    whose scripts folder is not on the PATH (``python -m labs`` works only in the tree's root)."""
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(f"usage: python -m switchml_testbed {{{','.join(COMMANDS)}}} [ARGS ...] (e.g. python -m switchml_testbed labs list)",
+              file=sys.stderr)
+        sys.exit(2)
+    command = sys.argv.pop(1)
+    sys.argv[0] = f"switchml-{command}"
+    COMMANDS[command]()

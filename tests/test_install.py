@@ -83,7 +83,8 @@ def installed_top_level(python: Path) -> set[str]:
 
 def check_commands(venv: Path, commit: str, elsewhere: Path) -> None:
     """The three commands from a folder that is not the tree: --version with the commit,
-    the main config's dry run (the README's first command), the labs' list."""
+    the main config's dry run (the README's first command), the labs' list (also as
+    ``python -m switchml_testbed labs``)."""
     env = {**os.environ, "XDG_CACHE_HOME": str(elsewhere / "cache")}
     env.pop("PYTHONPATH", None)
     for command in ("switchml-run", "switchml-analysis", "switchml-labs"):
@@ -94,6 +95,7 @@ def check_commands(venv: Path, commit: str, elsewhere: Path) -> None:
     simulated = checked([str(venv / "bin" / "switchml-run"), "configs/8workers.yaml", "--dry-run", "--simulate"], elsewhere, env)
     assert "simulated:" in simulated
     assert "labs/00-run-and-measure/" in checked([str(venv / "bin" / "switchml-labs"), "list"], elsewhere, env)
+    assert "labs/00-run-and-measure/" in checked([str(venv / "bin" / "python"), "-m", "switchml_testbed", "labs", "list"], elsewhere, env)
     for generic in GENERIC:  # importable only inside the commands' own processes
         imported = run([str(venv / "bin" / "python"), "-c", f"import {generic}"], elsewhere, env)
         assert f"No module named '{generic}'" in imported.stderr, f"import {generic} found something: {imported.stderr}"

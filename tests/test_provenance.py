@@ -17,7 +17,8 @@ import pytest
 
 from analysis.__main__ import main as analysis_main
 from experiments.config import CONFIG_DIR, load_experiment
-from experiments.provenance import first_line, tool_versions
+from base.tool_version import first_line
+from experiments.provenance import tool_versions
 from protocol import results_format as fmt
 from protocol.params import REPO_ROOT
 from switchml_testbed import __version__
@@ -64,13 +65,22 @@ def test_a_simulated_runs_summary_records_its_provenance(tmp_path: Path) -> None
     assert (summary["link_mbps"], summary["link_mbps_source"]) == (7.5, summary[fmt.PROVENANCE_KEY]["link_rate"]["source"])
 
 
+@pytest.mark.parametrize(("target", "its_tools"), [("bmv2", {"simple_switch", "p4c"}), ("ebpf", {"clang"}), ("embedded", set())])
+def test_an_emulated_run_records_mininet_and_its_targets_tools(target: str, its_tools: set[str]) -> None:
+    experiment = load_experiment(CONFIG_DIR / "8workers.yaml", [f"switch.target={target}", "protocol.data_path=python"])
+    tools = tool_versions(experiment, target, simulated=False)
+    assert set(tools) == {"mininet", *its_tools}  # the Python data path: no worker compiler
+    for tool in its_tools:
+        assert tools[tool] == first_line([tool, "--version"])  # None where the tool is absent
+    assert tool_versions(experiment, target, simulated=True) == {}
+
+
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang is not installed")
-def test_an_emulated_ebpf_run_records_mininet_and_clang() -> None:
-    experiment = load_experiment(CONFIG_DIR / "8workers.yaml", ["switch.target=ebpf", "protocol.data_path=python"])
-    tools = tool_versions(experiment, "ebpf", simulated=False)
-    assert set(tools) == {"mininet", "clang"}  # the Python data path: no worker compiler
-    assert tools["clang"] == first_line(["clang", "--version"]) and "clang" in tools["clang"]
-    assert tool_versions(experiment, "ebpf", simulated=True) == {}
+def test_the_native_data_paths_compiler_is_recorded() -> None:
+    experiment = load_experiment(CONFIG_DIR / "8workers.yaml", ["switch.target=embedded", "protocol.data_path=native"])
+    tools = tool_versions(experiment, "embedded", simulated=False)
+    [(name, version)] = [(name, version) for name, version in tools.items() if name.startswith("native worker compiler")]
+    assert version is not None and version == first_line([name.split("(")[1].rstrip(")"), "--version"])
 
 
 def test_a_ddp_config_records_torch() -> None:
