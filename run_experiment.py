@@ -82,6 +82,9 @@ from switchml_testbed.release import program, version_line  # noqa: E402
 
 log = logging.getLogger("run_experiment")
 
+NO_MININET = ("Mininet is not installed, and an emulated run needs it: run scripts/bootstrap.sh as root, or apt install mininet "
+              "and make the venv see the system's packages (docs/install.md); --simulate runs without it")
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     prog = program("run_experiment.py")
@@ -218,6 +221,8 @@ def run_command(argv: list[str] | None) -> int:
         runs = [(target, experiment if target == requested else experiment.with_target(target))
                 for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
         if not args.dry_run:  # the servers of a cluster are asked which worker loop they run (a dry run connects nowhere)
+            if not MININET:
+                raise ConfigError(NO_MININET)
             from experiments.data_path import on_every_server
 
             runs = [(target, on_every_server(loaded)) for target, loaded in runs]
@@ -235,10 +240,6 @@ def run_command(argv: list[str] | None) -> int:
     [(target, experiment)] = runs
     if os.geteuid() != 0:
         log.error("Mininet needs root: run with sudo (or as root)")
-        return EXIT_CONFIG
-    if not MININET:
-        log.error("Mininet is not installed, and an emulated run needs it: run scripts/bootstrap.sh as root, or apt install "
-                  "mininet and make the venv see the system's packages (docs/install.md); --simulate runs without it")
         return EXIT_CONFIG
 
     return run_reported(experiment, target, args)
