@@ -35,7 +35,8 @@ def commit_stamp() -> str | None:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", "-C", str(SOURCE), *args], capture_output=True, text=True, check=False)
+            done = subprocess.run(["git", "-c", f"safe.directory={SOURCE}", "-C", str(SOURCE), *args],  # sudo pip in a user's clone
+                                  capture_output=True, text=True, check=False)
         except OSError:
             return None
         return done.stdout.strip() if done.returncode == 0 else None

@@ -46,8 +46,11 @@ class Commit:
 
 
 def _git(root: Path, *args: str) -> str | None:
+    """git's output in ``root``; None if git fails. ``safe.directory``: root running in a
+    user's clone (sudo) is the common case, which git otherwise refuses as dubious ownership."""
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(["git", "-c", f"safe.directory={root}", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):  # no git installed, or a hung file system
         return None
     return done.stdout if done.returncode == 0 else None

@@ -152,7 +152,7 @@ def user_clone(clone: tuple[Path, str]) -> Iterator[Path]:
         shutil.rmtree(where, ignore_errors=True)
 
 
-def test_bootstrap_user_installs_the_simulated_clock_and_the_analysis_without_root(user_clone: Path) -> None:
+def test_bootstrap_user_installs_the_simulated_clock_and_the_analysis_without_root(user_clone: Path, clone: tuple[Path, str]) -> None:
     """docs/install.md's non-root install: bootstrap.sh --user, then a simulated run and its
     figure; without --user, bootstrap.sh says that it needs root and names --user."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "PYTHON"))}
@@ -160,6 +160,8 @@ def test_bootstrap_user_installs_the_simulated_clock_and_the_analysis_without_ro
     if os.geteuid() == 0:
         refused = run(as_user(["./scripts/bootstrap.sh"]), user_clone, env)
         assert refused.returncode == 1 and "without root, bootstrap.sh --user" in refused.stderr
+        # root in another user's clone (sudo): git's dubious-ownership refusal must not lose the commit
+        assert f"(git {clone[1][:12]})" in checked([sys.executable, "run_experiment.py", "--version"], user_clone)
     installed = run(as_user(["./scripts/bootstrap.sh", "--user"]), user_clone, env)
     assert installed.returncode == 0 and ".venv is ready for the simulated clock" in installed.stderr, installed.stderr
     python = str(user_clone / ".venv" / "bin" / "python")
