@@ -78,7 +78,7 @@ from experiments.config import Experiment, check_emulable, load_experiment, ship
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
-from switchml_testbed.release import program, version_line  # noqa: E402
+from switchml_testbed.release import add_version_option, program  # noqa: E402
 
 log = logging.getLogger("run_experiment")
 
@@ -87,9 +87,9 @@ NO_MININET = ("Mininet is not installed, and an emulated run needs it: run scrip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    prog = program("run_experiment.py")
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=version_line(prog))
+    parser = argparse.ArgumentParser(prog=program("run_experiment.py"), description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version_option(parser)
     parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml; - reads it from standard input")
     parser.add_argument("--switch", choices=TARGETS, help="switch target (overrides switch.target)")
     where = parser.add_mutually_exclusive_group()

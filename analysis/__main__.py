@@ -37,7 +37,7 @@ from analysis.context import EMULATED, SIMULATED
 from analysis.load import Results, ResultsFormatError, find_runs, load_results
 from analysis.provenance import Drawn, mixing
 from analysis.tables import MissingData
-from switchml_testbed.release import program, version_line
+from switchml_testbed.release import add_version_option, program
 
 log = logging.getLogger("analysis")
 
@@ -116,9 +116,8 @@ def _draw(args: argparse.Namespace, planned: list[Plan], skipped: list[str]) -> 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
     """The result folders and the options, parsed, with logging to stderr and matplotlib's
     file-only backend set up."""
-    prog = program("python -m analysis")
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=version_line(prog))
+    parser = argparse.ArgumentParser(prog=program("python -m analysis"), description=__doc__.splitlines()[0])
+    add_version_option(parser)
     parser.add_argument("results", nargs="+", type=Path, help="run directories or parents of runs")
     parser.add_argument("--out", type=Path, required=True,
                         help="folder for the figures (PNG, PDF, CSV), e.g. figures/; docs/figures holds the reference figures")

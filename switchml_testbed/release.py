@@ -9,6 +9,7 @@ and carries the commit of the checkout it was built from (BUILD_INFO, written by
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -78,6 +79,19 @@ def version_line(program: str) -> str:
     """The ``--version`` line: ``switchml-run 0.2.0 (git 1a2b3c4d5e6f, dirty)``."""
     where = commit()
     return f"{program} {__version__} ({where if where else 'no git commit known'})"
+
+
+class _PrintVersion(argparse.Action):
+    """``--version``: asks git only when given (every run builds the parser)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: str | None = None) -> None:
+        print(version_line(parser.prog))
+        parser.exit()
+
+
+def add_version_option(parser: argparse.ArgumentParser) -> None:
+    """Give a command ``--version`` (``version_line``)."""
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, help="print the version and the git commit, then exit")
 
 
 def program(module_form: str) -> str:
