@@ -9,9 +9,8 @@ commands find the tree in the checkout.
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -19,33 +18,24 @@ from setuptools.command.build_py import build_py
 from setuptools.command.sdist import sdist
 
 SOURCE = Path(__file__).resolve().parent
+sys.path.insert(0, str(SOURCE))  # this checkout's switchml_testbed, to read its commit as the commands do
+from switchml_testbed.release import BUILD_INFO as STAMP_NAME, commit  # noqa: E402
+
 TREE = ("analysis", "base", "configs", "examples", "experiments", "hosts", "labs", "methods", "network", "p4", "protocol",
         "simulation", "switches", "topologies", "workloads", "run_experiment.py")
 """The checkout's folders (and the one script) that the commands run or read; MANIFEST.in
 lists the same for a source archive."""
 LEFT_OUT = ("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
-BUILD_INFO = Path("switchml_testbed") / "build_info.json"
+BUILD_INFO = Path("switchml_testbed") / STAMP_NAME
 
 
 def commit_stamp() -> str | None:
-    """build_info.json's text for the checkout's commit; the source archive's own stamp
-    when built from one; None outside git."""
+    """build_info.json's text: the checkout's commit (release.commit), or the source
+    archive's own stamp when built from one; None outside git."""
     if (SOURCE / BUILD_INFO).is_file():
         return (SOURCE / BUILD_INFO).read_text()
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-c", f"safe.directory={SOURCE}", "-C", str(SOURCE), *args],  # sudo pip in a user's clone
-                                  capture_output=True, text=True, check=False)
-        except OSError:
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    sha = git("rev-parse", "HEAD") if (SOURCE / ".git").exists() else None
-    if sha is None:
-        return None
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
-    return json.dumps({"commit": sha, "dirty": dirty}) + "\n"
+    at = commit()
+    return None if at is None else at.stamp()
 
 
 class BuildTree(build_py):

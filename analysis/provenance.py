@@ -3,8 +3,8 @@
 ``python -m analysis`` prints one line per figure naming its run, the commit and version
 that ran it, its clock, target, link rate and kernel (summary.json's ``provenance``,
 experiments/provenance.py). Figures meant to be read together must come from the same code
-and the same clock: it refuses a set whose runs span several commits (or a dirty and a
-clean tree of one commit: another code) unless told ``--mixed-commits``, and one that
+and the same clock: it refuses a set whose runs span several commits (or one commit both
+clean and dirty, or with different uncommitted changes) unless told ``--mixed-commits``, and one that
 mixes emulated and simulated runs unless told ``--mixed-clocks`` (or given ``--clock``).
 Runs older than provenance (before 0.2.0) count as one unknown commit.
 """
@@ -46,7 +46,10 @@ class Drawn:
         sha = self.provenance.get("commit")
         if not sha:
             return UNKNOWN
-        return f"{sha[:12]}{' (dirty)' if self.provenance.get('dirty') else ''}"
+        if not self.provenance.get("dirty"):
+            return sha[:12]
+        changes = self.provenance.get("changes")
+        return f"{sha[:12]} (dirty{f', changes {changes}' if changes else ''})"
 
     def line(self) -> str:
         """``figure: run, commit, version, clock, target, rate (its source), kernel, tools, command``."""

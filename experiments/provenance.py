@@ -36,6 +36,7 @@ def at_start() -> dict[str, Any]:
         "version": __version__,
         "commit": at.sha if at else None,
         "dirty": at.dirty if at else None,
+        "changes": at.changes if at else None,
         "command": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
         "cwd": os.getcwd(),
     }

@@ -10,10 +10,11 @@ and carries the commit of the checkout it was built from (BUILD_INFO, written by
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from switchml_testbed import __version__
@@ -41,6 +42,13 @@ class Commit:
 
     sha: str
     dirty: bool
+    changes: str | None = None
+    """A digest of those differences (``git diff HEAD``), so that two dirty trees of one
+    commit tell apart; None for a clean tree."""
+
+    def stamp(self) -> str:
+        """build_info.json's text: what an installed copy's ``commit`` reads."""
+        return json.dumps(asdict(self)) + "\n"
 
     def __str__(self) -> str:
         return f"git {self.sha[:12]}{', dirty' if self.dirty else ''}"
@@ -66,13 +74,13 @@ def commit() -> Commit | None:
             sha = _git(root, "rev-parse", "HEAD")
             status = _git(root, "status", "--porcelain", "--untracked-files=no")
             if sha and status is not None:
-                return Commit(sha.strip(), bool(status.strip()))
+                changes = _git(root, "diff", "HEAD") if status.strip() else None
+                return Commit(sha.strip(), bool(status.strip()), changes and hashlib.sha256(changes.encode()).hexdigest()[:12])
         return None
     stamp = PACKAGE_DIR / BUILD_INFO
     if not stamp.is_file():
         return None
-    built = json.loads(stamp.read_text())
-    return Commit(built["commit"], built["dirty"]) if built.get("commit") else None
+    return Commit(**json.loads(stamp.read_text()))
 
 
 def version_line(program: str) -> str:

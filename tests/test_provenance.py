@@ -35,6 +35,7 @@ def test_the_commit_is_the_checkouts() -> None:
     at = commit()
     assert at is not None and at.sha == git("rev-parse", "HEAD")
     assert at.dirty == bool(git("status", "--porcelain", "--untracked-files=no"))
+    assert (at.changes is None) == (not at.dirty)
 
 
 @pytest.mark.parametrize("command", [["run_experiment.py"], ["-m", "analysis"], ["-m", "labs"]])
@@ -57,7 +58,7 @@ def test_a_simulated_runs_summary_records_its_provenance(tmp_path: Path) -> None
     at = commit()
     assert at is not None
     assert summary[fmt.PROVENANCE_KEY] == {
-        "version": __version__, "commit": at.sha, "dirty": at.dirty, "command": ["run_experiment.py", *argv[1:]],
+        "version": __version__, "commit": at.sha, "dirty": at.dirty, "changes": at.changes, "command": ["run_experiment.py", *argv[1:]],
         "cwd": str(tmp_path), "kernel": platform.release(), "python": platform.python_version(), "clock": "simulated",
         "switch_target": "embedded", "tools": {},  # a simulated run uses no Mininet, no compiler
         "link_rate": {"mbps": 7.5, "source": "SwitchTarget.link_rates of embedded at k = 256"},
@@ -110,8 +111,9 @@ def edit_summary(run: Path, **fields: object) -> None:
     (run / fmt.SUMMARY_FILE).write_text(json.dumps(summary | fields))
 
 
-def stamp(run: Path, sha: str, dirty: bool = False) -> None:
-    edit_summary(run, provenance={"version": __version__, "commit": sha, "dirty": dirty, "command": ["run_experiment.py", "x.yaml"],
+def stamp(run: Path, sha: str, dirty: bool = False, changes: str | None = None) -> None:
+    edit_summary(run, provenance={"version": __version__, "commit": sha, "dirty": dirty, "changes": changes,
+                                  "command": ["run_experiment.py", "x.yaml"],
                                   "kernel": "6.1.0", "switch_target": "ebpf", "tools": {"mininet": "2.3.0"},
                                   "link_rate": {"mbps": 10.0, "source": "switch.link_bw_mbps"}})
 
@@ -134,10 +136,14 @@ def test_the_analysis_prints_each_drawn_runs_provenance(tmp_path: Path, caplog: 
                for line in lines)
 
 
-@pytest.mark.parametrize("second", [{"sha": "b" * 40}, {"sha": "a" * 40, "dirty": True}], ids=["other commit", "dirty tree"])
-def test_the_analysis_refuses_runs_of_different_code(second: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("first", "second"), [
+    ({"sha": "a" * 40}, {"sha": "b" * 40}),
+    ({"sha": "a" * 40}, {"sha": "a" * 40, "dirty": True, "changes": "c" * 12}),
+    ({"sha": "a" * 40, "dirty": True, "changes": "c" * 12}, {"sha": "a" * 40, "dirty": True, "changes": "d" * 12}),
+], ids=["other commit", "dirty tree", "other changes"])
+def test_the_analysis_refuses_runs_of_different_code(first: dict, second: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     runs = fixture_copy(tmp_path)
-    stamp(runs[0], "a" * 40)
+    stamp(runs[0], **first)
     for run in runs[1:]:
         stamp(run, **second)
     assert analysis_main([str(tmp_path / "results"), "--out", str(tmp_path / "figures")]) == 2
