@@ -29,7 +29,7 @@ from workloads.kinds import workload_of
 
 
 def at_start() -> dict[str, Any]:
-    """What can change while a run goes on, taken when it starts: the commit and dirty flag
+    """What can change while a run goes on, taken when it starts: the commit, dirty flag and changes
     of the tree that runs, and the command line that started it."""
     at = commit()
     return {

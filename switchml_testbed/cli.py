@@ -4,7 +4,7 @@ Each is exactly ``python run_experiment.py``, ``python -m analysis`` or ``python
 run in the testbed's tree, from whichever folder it is called: it puts the tree first on
 ``sys.path`` of its own process (never of the user's Python: site-packages keeps one
 name, switchml_testbed) and runs the script or the module as ``__main__``. The commands'
-own parsers give ``--version`` (release.version_line).
+own parsers give ``--version`` (release.add_version_option).
 """
 
 from __future__ import annotations
