@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 import yaml
 
-from experiments import metrics
+from experiments import metrics, provenance
 from experiments.metrics import timed_cpu_samples
 from experiments.config import Experiment, Point
 from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
@@ -66,6 +66,8 @@ class ResultsWriter:
         """Inputs and workers' results of the point running; the runner makes and removes it."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.started = datetime.now(timezone.utc)
+        self.started_from = provenance.at_start()
+        """The commit and command line as the run started (summary.json's ``provenance``)."""
         (run_dir / fmt.CONFIG_FILE).write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
         (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
         self._network: dict[int, dict[str, Any]] = {}
@@ -185,6 +187,11 @@ class ResultsWriter:
 
     # -- the summary -----------------------------------------------------------------------
 
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Write summary.json: ``summary`` with the run's ``provenance`` (experiments/provenance.py)."""
+        summary[fmt.PROVENANCE_KEY] = provenance.record(self.started_from, self.experiment, self.target, self.simulation is not None)
+        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+
     def finalize(self, verified: bool) -> dict[str, Any]:
         runs = pd.read_csv(self.run_dir / fmt.RUNS.file)
         fidelity = pd.read_csv(self.run_dir / fmt.FIDELITY.file)
@@ -260,7 +267,7 @@ class ResultsWriter:
         }
         if self.simulation is not None:
             summary[fmt.SIMULATION_KEY] = self.simulation
-        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+        self.write_summary(summary)
         return summary
 
 

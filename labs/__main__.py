@@ -33,6 +33,7 @@ from labs.grade import (DEFAULT_MEMORY_MB, Grade, SubmissionError, clean_tree, d
 from labs.markers import MarkerError, Region
 from labs.sandbox import SandboxError, check_can_sandbox
 from labs.skeleton import SkeletonError, make_skeleton
+from switchml_testbed.release import add_version_option, program
 
 log = logging.getLogger("labs")
 
@@ -176,7 +177,8 @@ def _stopped(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labs", description="SwitchML classroom labs: skeletons, grading, plots")
+    parser = argparse.ArgumentParser(prog=program("python -m labs"), description="SwitchML classroom labs: skeletons, grading, plots")
+    add_version_option(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="the labs, their time and points").set_defaults(run=cmd_list)
 

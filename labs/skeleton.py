@@ -48,7 +48,8 @@ def tracked_files(root: Path) -> list[str]:
     except FileNotFoundError:
         raise SkeletonError("git is not installed: the skeleton is a copy of what git tracks") from None
     except subprocess.CalledProcessError as error:
-        raise SkeletonError(f"{root} is not a git checkout: {error.stderr.strip()}") from None
+        raise SkeletonError(f"{root} is not a git checkout ({error.stderr.strip()}); an installed testbed is not one: clone "
+                            "the repository and run python -m labs in the clone (docs/install.md)") from None
     return sorted({path for path in listing.stdout.split("\0") if path and (root / path).is_file()})
 
 

@@ -86,6 +86,9 @@ SIMULATED_KEY = "simulated"
 """summary.json: true for a run on the simulated clock (run_experiment.py --simulate), false
 for an emulated one; runs written before the key existed lack it (emulated: ``is_simulated``)."""
 SIMULATION_KEY = "simulation"
+PROVENANCE_KEY = "provenance"
+"""summary.json: the code (version, commit, dirty), the machine (kernel), the tools and the
+link rate a run used, and its command line; runs written before 0.2.0 lack it."""
 """summary.json of a simulated run: the simulator's models and parameters."""
 
 

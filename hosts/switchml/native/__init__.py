@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("worker.c")
 LIBRARY = "libswitchml_worker.so"
-BUILD_ROOT = params.REPO_ROOT / "build" / "native"
+BUILD_ROOT = params.BUILD_DIR / "native"
 COMPILERS = ("cc", "clang", "gcc")
 STANDS_IN_FOR = ("hosts/switchml/core.py", "hosts/switchml/job.py", "hosts/switchml/timers.py", "protocol/quantize.py")
 """The Python code whose work the native loop does in C (quantize.py: ``quantize``; the block
