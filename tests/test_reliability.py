@@ -976,7 +976,7 @@ def test_forged_icmp_errors_from_a_neighbour_host_are_losses_the_job_recovers_fr
                                  capture_output=True, text=True, check=True).stdout.split()[3].split("/")[0]
         subprocess.run(["nsenter", "-t", str(h2), "-n", sys.executable, "-m", "tests.icmp_errors",
                         f"{address}:{params.WORKER_UDP_PORT}", f"{params.SWITCH_IPV4}:{params.UDP_PORT_BASE}",
-                        "--rounds", "4", "--gap-s", "0.05"], check=True, cwd=REPO_ROOT)
+                        "--rounds", "4", "--gap-s", "0.05"], cwd=REPO_ROOT)  # fails once the run is gone: its exit says why
 
     code, output = disturb_mid_run(out, [*STALL_JOB, "limits.job_timeout_s=30", "methods=[switchml]", "repetitions=1",
                                          f"protocol.data_path={data_path}"], "", forge)
