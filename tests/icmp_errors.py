@@ -61,21 +61,28 @@ def _checksum(data: bytes) -> int:
     return ~total & 0xFFFF
 
 
-def forge(error: IcmpError, source: tuple[str, int], destination: tuple[str, int]) -> bytes:
-    """The ICMP message (header and quote) about a UDP datagram ``source`` -> ``destination``."""
-    quoted_ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + 8 + QUOTED_PAYLOAD_BYTES, 0, 0x4000, 64, socket.IPPROTO_UDP, 0,
+def forge(error: IcmpError, source: tuple[str, int], destination: tuple[str, int], tcp_seq: int | None = None) -> bytes:
+    """The ICMP message (header and quote) about a UDP datagram ``source`` -> ``destination``,
+    or a TCP segment with sequence number ``tcp_seq``."""
+    protocol = socket.IPPROTO_UDP if tcp_seq is None else socket.IPPROTO_TCP
+    quoted_ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + 8 + QUOTED_PAYLOAD_BYTES, 0, 0x4000, 64, protocol, 0,
                             socket.inet_aton(source[0]), socket.inet_aton(destination[0]))
     quoted_ip = quoted_ip[:10] + struct.pack("!H", _checksum(quoted_ip)) + quoted_ip[12:]
-    quoted_udp = struct.pack("!HHHH", source[1], destination[1], 8 + QUOTED_PAYLOAD_BYTES, 0)
+    if tcp_seq is None:
+        quoted = struct.pack("!HHHH", source[1], destination[1], 8 + QUOTED_PAYLOAD_BYTES, 0)
+    else:
+        quoted = struct.pack("!HHI", source[1], destination[1], tcp_seq)
     rest = struct.pack("!HH", 0, FORGED_MTU) if (error.type, error.code) == (3, 4) else bytes(4)
-    message = struct.pack("!BBH", error.type, error.code, 0) + rest + quoted_ip + quoted_udp
+    message = struct.pack("!BBH", error.type, error.code, 0) + rest + quoted_ip + quoted
     return message[:2] + struct.pack("!H", _checksum(message)) + message[4:]
 
 
-def inject(error: IcmpError, source: tuple[str, int], destination: tuple[str, int], to: str | None = None) -> None:
-    """Send ``error`` about the flow ``source`` -> ``destination`` to ``to`` (default: the flow's source host)."""
+def inject(error: IcmpError, source: tuple[str, int], destination: tuple[str, int], to: str | None = None,
+           tcp_seq: int | None = None) -> None:
+    """Send ``error`` about the flow ``source`` -> ``destination`` (UDP, or TCP at ``tcp_seq``)
+    to ``to`` (default: the flow's source host)."""
     with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP) as raw:
-        raw.sendto(forge(error, source, destination), (to or source[0], 0))
+        raw.sendto(forge(error, source, destination, tcp_seq), (to or source[0], 0))
 
 
 def _endpoint(text: str) -> tuple[str, int]:

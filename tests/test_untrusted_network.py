@@ -179,6 +179,46 @@ def test_a_datagram_that_never_fits_fails_the_job_at_its_deadline_naming_emsgsiz
     assert "no result after" in done.stdout and "with EMSGSIZE (Message too long)" in done.stdout, done.stdout
 
 
+TCP_REPAIR, TCP_REPAIR_QUEUE, TCP_QUEUE_SEQ, TCP_SEND_QUEUE = 19, 20, 21, 2
+"""<linux/tcp.h>: repair mode reads a connection's next sequence number (CAP_NET_ADMIN)."""
+
+
+def next_sequence_number(sock: socket.socket) -> int:
+    sock.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 1)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE)
+        return int.from_bytes(sock.getsockopt(socket.IPPROTO_TCP, TCP_QUEUE_SEQ, 4), sys.byteorder)
+    finally:
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 0)
+
+
+@root
+def test_the_baselines_tcp_connections_survive_every_icmp_error() -> None:
+    """The ring's and the parameter server's sockets (hosts/tcp_mesh.py) are TCP. An ICMP
+    error whose quoted sequence number is outside the connection's window is dropped (blind
+    forgery: OutOfWindowIcmps), and one inside it is only a "soft" error on an established
+    connection (RFC 1122 4.2.3.9; reported only if the connection times out anyway, or with
+    IP_RECVERR, which they do not set): every one leaves the connection carrying data."""
+    from hosts.tcp_mesh import tune
+
+    with socket.socket() as listener, socket.socket() as client:
+        listener.bind((SWITCH_ADDRESS, 0))
+        listener.listen()
+        tune(client)
+        client.connect(listener.getsockname())
+        server, _ = listener.accept()
+        with server:
+            for error in ICMP_ERRORS:
+                for seq in (0, next_sequence_number(client)):
+                    inject(error, client.getsockname(), listener.getsockname(), tcp_seq=seq)
+                    time.sleep(0.005)
+                    client.sendall(b"x" * 100_000)
+                    received = 0
+                    while received < 100_000:
+                        received += len(server.recv(1 << 20))
+                    assert client.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0, (error, seq)
+
+
 # ---- results no correct switch sends -------------------------------------------------------
 
 
