@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
-from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout
+from hosts.switchml import RetransmitPolicy, SwitchMLClient
 from hosts.switchml.mmsg import ICMP_ERRNOS, BatchSocket, errno_counts
 from protocol import params
 from protocol.packet import EXPONENT_MIN, SWITCHML_HEADER, payload_dtype
