@@ -4,9 +4,9 @@
 with the same constructor and results: the plan, the padded chunks, the exponents of the
 lead round and the scale table are prepared exactly as ``WorkerCore`` prepares them; the
 arrays are handed to worker.c's ``sml_run`` in ``struct sml_job`` (mirrored here field
-for field), which runs the whole send/receive loop. A signal interrupts the loop: the
-call returns, Python runs the handler (which may raise, e.g. the runner's SIGTERM), and
-the loop resumes where it stopped.
+for field), which runs the whole send/receive loop. A signal interrupts the loop, and the
+loop returns every SIGNAL_CHECK_S anyway: the call returns, Python runs any pending
+handler (which may raise, e.g. the runner's SIGTERM), and the loop resumes where it stopped.
 """
 
 from __future__ import annotations
