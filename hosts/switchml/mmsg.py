@@ -56,10 +56,11 @@ REPORTED_ERRNOS = (*ICMP_ERRNOS, errno.ENETDOWN)
 error for an earlier one (ICMP_ERRNOS), or no route while the host's link is down
 (``ip link set h3-eth0 down``: ENETUNREACH or ENETDOWN on every send until it is up again)."""
 SEND_LOST_ERRNOS = (errno.EAGAIN, errno.ENOBUFS, *REPORTED_ERRNOS)
-"""A datagram the kernel refuses with these is lost like one dropped on the wire: the
-sender's retransmission timer recovers it, once the link carries it again; a link that
-stays down, or a datagram that never fits the path (EMSGSIZE on every send), fails the
-job at its deadline, where the refusals are counted and named (``refusals``)."""
+"""A datagram the kernel refuses with these (twice, for REPORTED_ERRNOS: ``send``) is lost
+like one dropped on the wire: the sender's retransmission timer recovers it, once the link
+carries it again; a link that stays down, or a datagram that never fits the path (EMSGSIZE
+on every send), fails the job at its deadline, where the refusals are counted and named
+(``refusals``)."""
 
 
 def errno_counts(refusals: Counter[int]) -> dict[str, int]:
@@ -115,20 +116,31 @@ class BatchSocket:
 
     def send(self, count: int) -> int:
         """Send ``tx[:count]`` in as few calls as the kernel allows; returns how many it
-        refused (SEND_LOST_ERRNOS: lost, as if dropped on the wire). Other errors raise."""
-        fd, sent, refused = self._sock.fileno(), 0, 0
+        refused (SEND_LOST_ERRNOS: lost, as if dropped on the wire). Other errors raise.
+
+        An error of REPORTED_ERRNOS may concern an earlier datagram (an ICMP error the socket
+        held): the datagram in hand was not sent, and the error is consumed, so that datagram
+        is tried once more before it counts as lost. ``refusals`` counts each refused
+        datagram once, with the errno of its first refusal."""
+        fd, sent, refused, retrying = self._sock.fileno(), 0, 0, False
         while sent + refused < count:
             done = _sendmmsg(fd, self._tx_address + (sent + refused) * self._message_size, count - sent - refused, 0)
             if done >= 0:
                 sent += done
+                retrying = False
                 continue
             code = ctypes.get_errno()
             if code == errno.EINTR:
                 continue
             if code not in SEND_LOST_ERRNOS:
                 raise OSError(code, f"sendmmsg: {os.strerror(code)}")
+            if not retrying:
+                self.refusals[code] += 1
+                if code in REPORTED_ERRNOS:
+                    retrying = True
+                    continue
+            retrying = False
             refused += 1
-            self.refusals[code] += 1
         return refused
 
     def receive(self) -> int:

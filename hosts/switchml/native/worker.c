@@ -512,14 +512,17 @@ static int fail(struct sml_job *job, int call, int code)
 }
 
 /* BatchSocket.send: tx[:count] in as few calls as the kernel allows; a datagram refused
- * with a "lost" errno is skipped and counted. Returns 0, or -1 with errno set. */
+ * with a "lost" errno is counted and skipped, after one more try where the errno may be an
+ * earlier datagram's (a "reported" one: an ICMP error). Returns 0, or -1 with errno set. */
 static int send_batch(struct sml_job *job, struct mmsghdr *table, int64_t count)
 {
     int64_t done = 0;
+    int retrying = 0;
     while (done < count) {
         int n = sendmmsg(job->fd, table + done, (unsigned)(count - done), 0);
         if (n >= 0) {
             done += n;
+            retrying = 0;
             continue;
         }
         if (errno == EINTR)
@@ -527,7 +530,14 @@ static int send_batch(struct sml_job *job, struct mmsghdr *table, int64_t count)
         int i = errno_index(job->lost_errnos, job->n_lost_errnos, errno);
         if (i < 0)
             return -1;
-        job->refusals[i]++;
+        if (!retrying) {
+            job->refusals[i]++;
+            if (errno_index(job->reported_errnos, job->n_reported_errnos, errno) >= 0) {
+                retrying = 1;
+                continue;
+            }
+        }
+        retrying = 0;
         done++;
     }
     return 0;
