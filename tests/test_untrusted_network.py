@@ -64,9 +64,9 @@ def test_every_icmp_errno_the_kernel_gives_a_udp_socket_is_a_loss() -> None:
 @pytest.mark.parametrize("error", ICMP_ERRORS, ids=lambda e: e.name.replace(" ", "-"))
 @pytest.mark.parametrize("call", ["send", "receive"])
 def test_an_icmp_error_costs_no_datagram_and_is_counted(error, call: str) -> None:
-    """Each error refuses the next send or receive of the batch socket once: the datagram
-    it concerns is lost on the wire, but the refused send is tried again, so no other is.
-    It is counted under its errno, and the socket works on."""
+    """Each error refuses the next send or receive of the batch socket once. The refused
+    send is tried again, so the error costs no datagram (a real one's datagram was lost on
+    the wire, and its timer resends it); it is counted under its errno; the socket works on."""
     dtype = payload_dtype(K)
     switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     worker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -120,8 +120,8 @@ class InjectingFakeSwitch(FakeSwitch):
 @pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_a_job_under_forged_icmp_errors_completes_exactly_counting_them(data_path: str) -> None:
     """Every kind of ICMP error, three times each, at both workers during a float32 job: it
-    ended the job with OSError (ENOPROTOOPT, EMSGSIZE, EHOSTDOWN, ENONET, EPROTO); now each
-    is a lost datagram that the timers resend, and the job's stats count them by errno."""
+    ended the job with OSError (ENOPROTOOPT, EMSGSIZE, EHOSTDOWN, ENONET, EPROTO); now the
+    job goes on and its stats count them by errno."""
     tensors = make_tensors(np.float32, 60000, seed=44)[:N]
     with InjectingFakeSwitch(N, K) as switch:
         clients = make_clients(switch, data_path, QUICK)
