@@ -963,8 +963,8 @@ def test_a_stop_says_how_the_process_was_stopped() -> None:
 def test_forged_icmp_errors_from_a_neighbour_host_are_losses_the_job_recovers_from(tmp_path: Path, data_path: str) -> None:
     """h2 forges every kind of ICMP error about rank 0's flow to the switch (h1 -> the switch's
     address), as anyone on the network can: it ended the run with exit 3 in 0.86 s (OSError
-    ENOPROTOOPT, EMSGSIZE, ...), on both data paths. Each is now a lost datagram, resent:
-    the job verifies, and rank 0's row of runs.csv counts them by errno."""
+    ENOPROTOOPT, EMSGSIZE, ...), on both data paths. Now the job goes on and verifies, and
+    rank 0's row of runs.csv counts them by errno."""
     from protocol.results_format import errnos_of
     from tests.icmp_errors import ICMP_ERRORS
 

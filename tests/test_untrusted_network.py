@@ -2,8 +2,9 @@
 
 Anyone who can reach a worker can forge what its socket receives: ICMP errors about its flow
 (tests/icmp_errors.py), and results from the switch's address and port (UDP has no sequence
-number). None of it may end a job, hang it or change its sums: an ICMP error is one lost
-datagram, counted (``JobStats.socket_errors``); a result no correct switch sends is refused,
+number). None of it may end a job, hang it or change its sums: an ICMP error is counted
+(``JobStats.socket_errors``) and costs at most the datagram it concerns, which the timers
+resend; a result no correct switch sends is refused,
 counted (``duplicates``, or ``rejected_results`` for an exponent below the worker's own).
 Also here: the worker's socket ignores a forged path MTU, a send that can never fit ends at
 the deadline naming its errno, a signal handler runs promptly during a flooded job, and the
