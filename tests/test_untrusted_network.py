@@ -4,8 +4,8 @@ Anyone who can reach a worker can forge what its socket receives: ICMP errors ab
 (tests/icmp_errors.py), and results from the switch's address and port (UDP has no sequence
 number). None of it may end a job, hang it or change its sums: an ICMP error is counted
 (``JobStats.socket_errors``) and costs at most the datagram it concerns, which the timers
-resend; a result no correct switch sends is refused,
-counted (``duplicates``, or ``rejected_results`` for an exponent below the worker's own).
+resend; a result no correct switch sends is refused and counted (``duplicates``, or
+``rejected_results`` for an exponent below the worker's own).
 Also here: the worker's socket ignores a forged path MTU, a send that can never fit ends at
 the deadline naming its errno, a signal handler runs promptly during a flooded job, and the
 hostile switch runs against worker.c built with AddressSanitizer and UBSan.
