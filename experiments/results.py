@@ -155,6 +155,8 @@ class ResultsWriter:
                 "verified": verdict.verified, "max_abs_error": verdict.max_abs_error,
                 "compute_s": workload.compute_s, "workload": workload.name,
                 "bytes_sent": stats["bytes_sent"], "bytes_received": stats["bytes_received"],
+                "socket_errors": sum(stats["socket_errors"].values()), "socket_errnos": fmt.errnos_text(stats["socket_errors"]),
+                "rejected_results": stats["rejected_results"],
             })
         self._append(fmt.RUNS, rows)
         self._append(fmt.TIMELINE, [
@@ -193,11 +195,13 @@ class ResultsWriter:
         (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
 
     def finalize(self, verified: bool) -> dict[str, Any]:
-        runs = pd.read_csv(self.run_dir / fmt.RUNS.file)
+        runs = pd.read_csv(self.run_dir / fmt.RUNS.file, dtype={"socket_errnos": str}, keep_default_na=False,
+                           na_values={column: [""] for column in fmt.RUNS.columns if column != "socket_errnos"})
         fidelity = pd.read_csv(self.run_dir / fmt.FIDELITY.file)
         jobs = runs.groupby(["point", "method", "repetition"], as_index=False).agg(
             tat_s=("tat_s", "max"), elements=("elements", "first"), verified=("verified", "all"),
             retransmissions=("retransmissions", "sum"), k=("k", "first"), link_mbps=("link_mbps", "first"),
+            socket_errors=("socket_errors", "sum"), rejected_results=("rejected_results", "sum"),
         )
         jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
         cpu = timed_cpu_samples(fidelity, runs)
@@ -219,6 +223,9 @@ class ResultsWriter:
                     "tat_s_max": float(group["tat_s"].max()),
                     "retransmissions": int(group["retransmissions"].sum()),
                     "verified": bool(group["verified"].all()),
+                    "socket_errors": int(group["socket_errors"].sum()),
+                    "socket_errnos": socket_errnos(runs[(runs["point"] == point.index) & (runs["method"] == method)]),
+                    "rejected_results": int(group["rejected_results"].sum()),
                 } | retransmission_causes(group, resends if registered.sum_bits is not None else {})
                 rate = point.topology.link_mbps
                 if registered.pace is not None and rate is not None:
@@ -283,6 +290,15 @@ rank's (docs/dataplane.md): a resend the worker made although nothing was lost."
 RESEND_OF_COMPLETE_SLOT = "EV_RESULT_UNICAST"
 """The switch's count of resends to a slot already complete, which it answers with the
 result again: the result was lost on its way, or crossed the resend."""
+
+
+def socket_errnos(runs: pd.DataFrame) -> dict[str, int]:
+    """The errno names of ``runs``' socket errors, each with its count over the rows."""
+    total: dict[str, int] = {}
+    for text in runs["socket_errnos"]:
+        for name, n in fmt.errnos_of(text).items():
+            total[name] = total.get(name, 0) + n
+    return dict(sorted(total.items()))
 
 
 def resend_counts(counters: pd.DataFrame) -> dict[tuple[int, str, int], tuple[int, int]]:
