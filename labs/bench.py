@@ -16,7 +16,7 @@ import numpy as np
 from protocol import params
 from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
 from switches.embedded.drop_simulator import DropSimulator
-from switches.embedded.ingress import SwitchMLIngress
+from switches.embedded.ingress import DROP, SwitchMLIngress
 from switches.embedded.parser import SWITCHML_EXPONENT, SWITCHML_MSG_TYPE, PacketBuffer, SwitchMLParser
 
 K = 4
@@ -87,3 +87,31 @@ class IngressBench:
 
     def cell(self, register: str, slot: int, shadow_set: int) -> int:
         return getattr(self.ingress, register).cells[shadow_set * POOL + slot]
+
+
+REGISTERS = ("bitmap", "count", "exponent", "seq")
+"""The per-slot registers a scenario reports, with the slot's values."""
+
+
+def scenario(steps: list[dict], n: int = 2, leaf: bool = False) -> dict:
+    """What the ingress does with ``steps`` (each a ``send``'s keyword arguments, ``rank``
+    included, or ``{"from_above": {...}}`` with ``result_from_above``'s), on a new bench of
+    ``n`` workers: each step's decision and, where it sends a frame, the frame; then every
+    register cell of the slots the steps touched and the event counter's packets and bytes.
+    An instructor's grade calls it with the submission's ingress (labs/harness.py) and
+    compares what it returns with what the reference's gives: every effect the tests look
+    at, none of their verdicts."""
+    bench = IngressBench(n=n, leaf=leaf)
+    decisions = []
+    touched = set()
+    for step in steps:
+        above = step.get("from_above")
+        decision = bench.result_from_above(**above) if above is not None else bench.send(**step)
+        touched.add(((above or step)["slot"], (above or step)["shadow_set"]))
+        decisions.append({"decision": list(decision), "frame": None if decision == DROP else list(bench.result())})
+    cells = {f"{slot}/{shadow_set}": {**{name: bench.cell(name, slot, shadow_set) for name in REGISTERS},
+                                      "values": bench.ingress.values.rows[shadow_set * POOL + slot].tolist()}
+             for slot, shadow_set in sorted(touched)}  # fmt: skip
+    counter = bench.ingress.event_counter
+    events = {name: [counter.packets[i], counter.bytes[i]] for i, name in enumerate(params.EVENT_COUNTER_CELLS) if counter.packets[i]}
+    return {"steps": decisions, "cells": cells, "events": events}
