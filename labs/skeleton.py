@@ -103,10 +103,23 @@ def _extract_commit(source: Path, out: Path, leave_out: tuple[str, ...]) -> list
     except subprocess.CalledProcessError as error:
         raise SkeletonError(f"{source} is not a git checkout with a commit: {error.stderr.decode(errors='replace').strip()}") from None
     out.mkdir(parents=True, exist_ok=True)
+    files = []
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        members = [member for member in tar.getmembers() if not left_out(member.name, leave_out)]
-        tar.extractall(out, members, filter="data")
-    return sorted(member.name for member in members if member.isfile())
+        for member in tar:
+            if left_out(member.name, leave_out) or Path(member.name).is_absolute() or ".." in Path(member.name).parts:
+                continue
+            target = out / member.name
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif member.issym():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(member.linkname)
+            elif member.isfile():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+                target.chmod(member.mode & 0o755)
+                files.append(member.name)
+    return sorted(files)
 
 
 def left_out(path: str, leave_out: tuple[str, ...]) -> bool:
