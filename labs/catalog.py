@@ -22,10 +22,11 @@ VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 """Gradescope's: shown to the student at once, never, after the due date, once published."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Call:
     """One call an instructor's grade makes with the submission's code (labs/harness.py):
-    a function of the tree by its dotted name, with JSON arguments."""
+    a function of the tree by its dotted name, with JSON arguments (equal only to itself:
+    its arguments are lists and mappings)."""
 
     function: str
     args: tuple = ()

@@ -256,13 +256,18 @@ def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = No
     if recorded:
         assert limits is not None and expected is not None
         calls = record.numbered(recorded)
-        computed = record.compute(tree, calls, limits, track_toolchain(track))
-        exit_status, output, capped = _sandbox_outcome(computed.outcome, limits)
-        problem = "; ".join(filter(None, [capped, problem])) or None
-        why_not_run = _last_line(output, "the harness wrote no output")
-        for test in recorded:
-            outcome, message = record.verdict(test, calls, expected, computed, why_not_run)
-            outcomes[test] = (outcome, message, 0.0)
+        for seen in (True, False):  # apart: what the student reads never comes from a run that saw a hidden test's inputs
+            group = [numbered for numbered in calls if (numbered[1].visibility == "visible") == seen]
+            if not group:
+                continue
+            computed = record.compute(tree, group, limits, track_toolchain(track))
+            status, output, capped = _sandbox_outcome(computed.outcome, limits)
+            exit_status = exit_status or status
+            problem = "; ".join(dict.fromkeys(filter(None, [capped, problem]))) or None
+            why_not_run = _last_line(output, "the harness wrote no output")
+            for test in dict.fromkeys(test for _, test, _ in group):
+                outcome, message = record.verdict(test, group, expected, computed, why_not_run)
+                outcomes[test] = (outcome, message, 0.0)
     if present:
         status, junit, output, capped = _pytest(lab, present, tree, limits, track_toolchain(track))
         exit_status = exit_status or status
