@@ -26,6 +26,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from labs.catalog import Lab, Track
 from labs.markers import Region, marked_files, scan_file
 
@@ -150,6 +152,32 @@ def unseen_test_files(lab: Lab) -> tuple[str, ...]:
     return tuple(sorted(unseen))
 
 
+def without_unseen_tests(text: str) -> str:
+    """A lab.yaml's ``text`` without the entries of its tests the student must not see:
+    their name, points and calls (inputs) stay in the fork. The lines of each such entry
+    go, found from where YAML's parser says the entry starts and ends; the rest (comments
+    included) stays as written."""
+    root = yaml.compose(text)
+    lines = text.splitlines(keepends=True)
+    cut: set[int] = set()
+    for _, track in _items(_value(root, "tracks")):
+        for entry in getattr(_value(track, "tests"), "value", []):
+            visibility = _value(entry, "visibility")
+            if visibility is not None and visibility.value != "visible":
+                end = entry.end_mark  # a block mapping ends where the next entry (or what follows) begins
+                ends_on_its_line = end.line < len(lines) and lines[end.line][: end.column].strip()
+                cut.update(range(entry.start_mark.line, end.line + (1 if ends_on_its_line else 0)))
+    return "".join(line for number, line in enumerate(lines) if number not in cut)
+
+
+def _items(node: yaml.Node | None) -> list[tuple[yaml.Node, yaml.Node]]:
+    return node.value if isinstance(node, yaml.MappingNode) else []
+
+
+def _value(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    return next((value for name, value in _items(node) if name.value == key), None)
+
+
 def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozenset[int] | None = None,
                   committed: bool = False) -> Handout:  # fmt: skip
     """Write ``lab``'s skeleton of ``source`` for ``track`` into ``out`` (with ``committed``,
@@ -162,6 +190,9 @@ def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozens
     if keep is not None and lab.number in keep:
         raise SkeletonError(f"lab {lab.number}'s skeleton cannot keep lab {lab.number}'s answer: it is what the student writes")
     copied = copy_tree(source, out, INSTRUCTOR_ONLY + unseen_test_files(lab), committed)
+    for path in copied:
+        if path.startswith("labs/") and path.endswith("/lab.yaml"):
+            (out / path).write_text(without_unseen_tests((out / path).read_text()))
     missing = sorted(set(track.files) - set(copied))
     if missing:
         raise SkeletonError(f"lab {lab.number}'s files are not in {source}: {', '.join(missing)}")
