@@ -4,6 +4,7 @@
     python -m labs skeleton N --out DIR [--track python|p4] [--keep LABS]
     python -m labs grade N [--tree DIR] [--track ...] [--tests-from DIR] [--report FILE]
     python -m labs grade-batch N SUBMISSIONS --csv FILE [--track ...] [--tests-from DIR]
+    python -m labs gradescope N --out ZIP [--track ...] [--tests-from DIR]
     python -m labs plot N [--results DIR ...] [--out DIR]
 
 ``grade`` exits 0 only with full marks, 1 below, 2 on bad input; SIGTERM, SIGHUP and SIGQUIT
@@ -26,6 +27,7 @@ from base.lifetime import STOP_SIGNALS
 from base.yamlschema import ConfigError
 from labs import catalog
 from labs import gradebook
+from labs.bundle import make_bundle
 from labs.grade import (DEFAULT_MEMORY_MB, Grade, SubmissionError, clean_tree, default_report, expected_outputs, failed_grade, grade,
                         limits, place_submission, reference_tree, score_table, write_gradescope, write_report)  # fmt: skip
 from labs.markers import MarkerError, Region
@@ -128,7 +130,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     lab = _graded_lab(args)
     track = lab.track(args.track)
     with _grader(args) as graded:
-        result = graded(args.tree)
+        result = _grade_one(graded, lab, track, args.tree)
     report = args.report or default_report(args.tree, lab, track)
     write_report(result, report)
     print(score_table(lab, result))
@@ -168,6 +170,15 @@ def _grade_one(graded: Callable[[Path], Grade], lab: catalog.Lab, track: catalog
     except Exception as error:  # noqa: BLE001 -- any failure of one submission is its 0, with the reason
         log.exception("grading %s failed", shown(tree.name))
         return failed_grade(lab, track, tree, f"the grader could not grade this submission: {type(error).__name__}: {error}")
+
+
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    lab = _graded_lab(args)
+    track = lab.track(args.track)
+    names = make_bundle(args.tests_from, lab, track, args.out)
+    print(f"{args.out}: Gradescope's autograder for lab {lab.number} ({track.name} track), {len(names)} files of"
+          f" {args.tests_from}'s last commit with setup.sh and run_autograder; upload it as the assignment's autograder")  # fmt: skip
+    return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -236,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     track_option(sub)
     cap_options(sub)
     sub.set_defaults(run=cmd_grade_batch)
+
+    sub = lab_command("gradescope", "make the autograder zip a course uploads to Gradescope for this lab")
+    sub.add_argument("--out", type=Path, required=True, help="the zip to write")
+    sub.add_argument("--tests-from", type=Path, default=catalog.LABS_DIR.parent,
+                     help="the course's fork whose last commit the autograder holds (default: this checkout)")
+    track_option(sub)
+    sub.set_defaults(run=cmd_gradescope)
 
     sub = lab_command("plot", "draw the lab's figures from your runs")
     sub.add_argument("--results", type=Path, nargs="+", default=[], help="your run folders (or their parents)")

@@ -183,12 +183,15 @@ def place_submission(base: Path, submission: Path, track: Track, tree: Path) -> 
 
 
 def submitted_file(submission: Path, name: str) -> bytes:
-    """The bytes of ``submission``'s graded file ``name``, read as the grader (root) reads
-    it: never through a link, which could point at the reference or at a file only root
-    may read."""
+    """The bytes of ``submission``'s graded file ``name`` (at its path in the repository,
+    or, where it is not there, alone at the submission's root), read as the grader (root)
+    reads it: never through a link, which could point at the reference or at a file only
+    root may read."""
     path = submission / name
+    if not os.path.lexists(path) and os.path.lexists(submission / Path(name).name):
+        path = submission / Path(name).name  # the file alone, uploaded without its folders (Gradescope's drag and drop)
     try:
-        linked = path.resolve() != submission.resolve() / name
+        linked = path.resolve() != submission.resolve() / path.relative_to(submission)
     except (OSError, RuntimeError):  # a loop of links, a path too long
         linked = True
     if linked:

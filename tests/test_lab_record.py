@@ -296,3 +296,37 @@ def test_a_crash_of_the_grader_on_one_submission_is_its_zero_with_the_reason(tmp
     assert rows["b-correct"]["score"] == "10"
     assert math.isfinite(float(rows["b-correct"]["seconds"]))
     assert os.path.isfile(tmp_path / "grades" / "a-breaks-the-grader.json")
+
+
+def test_the_gradescope_bundle_grades_a_submission_as_gradescope_runs_it(fork: Path, tmp_path: Path) -> None:
+    """The zip a course uploads, unpacked where Gradescope unpacks it (here under a folder
+    standing for /autograder), made a checkout as its setup.sh does, and its
+    run_autograder's command run on a submission of the graded file alone (a drag and
+    drop upload): results.json holds the grade, the hidden test hidden; the zip holds the
+    fork's last commit and nothing the instructor did not commit."""
+    import shlex
+    import subprocess
+    import zipfile
+
+    autograder = tmp_path / "autograder"
+    assert main(["gradescope", "0", "--out", str(tmp_path / "lab0.zip"), "--tests-from", str(fork)]) == 0
+    with zipfile.ZipFile(tmp_path / "lab0.zip") as bundle:
+        names = bundle.namelist()
+        assert {"setup.sh", "run_autograder", HIDDEN_FILE} <= set(names)
+        assert not set(PRIVATE) & set(names)
+        assert all(bundle.getinfo(script).external_attr >> 16 & 0o111 for script in ("setup.sh", "run_autograder"))
+        bundle.extractall(autograder / "source")
+    source = autograder / "source"
+    assert UNCOMMITTED not in (source / "labs" / "00-run-and-measure" / "README.md").read_text()
+    setup = (source / "setup.sh").read_text()
+    assert "git init" in setup and "./scripts/bootstrap.sh" in setup
+    git_checkout(source)
+    (source / ".venv").symlink_to(REPO_ROOT / ".venv")  # what bootstrap.sh makes
+    (autograder / "submission").mkdir()
+    (autograder / "submission" / "switchml.py").write_text((_submission(tmp_path / "student", CORRECT) / ANSWER_FILE).read_text())
+    script = (source / "run_autograder").read_text().replace("/autograder", str(autograder))
+    command = shlex.split(next(line for line in script.replace("\\\n", " ").splitlines() if "labs grade" in line))
+    done = subprocess.run(command, cwd=source, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads((autograder / "results" / "results.json").read_text())
+    assert results["score"] == 15 and results["tests"][-1]["visibility"] == "hidden"
