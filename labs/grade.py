@@ -387,6 +387,12 @@ def score_table(lab: Lab, grade_: Grade, width: int = 100) -> str:
         lines.append(f"  {r.id:<{name_width}}  {r.earned:>2}/{r.points:<3}  {r.outcome:<7}  {message}".rstrip())
     percent = 100 * grade_.score / grade_.max_score
     lines.append(f"score: {grade_.score}/{grade_.max_score} ({percent:.0f} %) in {grade_.seconds:g} s")
+    inside = [r for r in grade_.tests if r.verdict == "pytest"]
+    python = any(name.endswith(".py") for name in lab.track(grade_.track).files)
+    if inside and python and any(r.verdict == "grader" for r in grade_.tests):
+        lines.append(f"note: {sum(r.points for r in inside)} of these {grade_.max_score} points are pytest's verdicts, made in the"
+                     f" sandbox where the submission's code runs ({len(inside)} tests without calls): not of record"
+                     " (labs/README.md, \"The grade of record\")")  # fmt: skip
     return "\n".join(lines)
 
 
