@@ -119,7 +119,7 @@ def test_every_call_of_every_lab_gives_the_reference_an_output_and_the_skeleton_
                 continue
             reference = record.compute(REPO_ROOT, calls, None, Toolchain())
             assert {id_ for id_, _, _ in calls} <= set(reference.outputs), reference.outcome.output[-2000:]
-            for id_, test, call in calls:
+            for id_, _, call in calls:
                 raised = reference.outputs[id_].get("raises")
                 assert raised in (None, "ValueError"), f"lab {lab.number}: {record.call_text(call)} raised {raised} with the reference"
             skeleton = tmp_path / f"{lab.number}-{track.name}"
@@ -216,7 +216,7 @@ def test_a_correct_answer_gets_the_hidden_tests_points(fork: Path, tmp_path: Pat
     assert json.loads(report.read_text())["score"] == 15
 
 
-DEEP_AND_LARGE = f"""
+DEEP_AND_LARGE = """
 import os
 for folder in ("/grade/out", "/tmp"):
     try:
