@@ -259,11 +259,16 @@ def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = No
     if recorded:
         assert limits is not None and expected is not None
         calls = record.numbered(recorded)
+        timed_out = None
         for seen in (True, False):  # apart: what the student reads never comes from a run that saw a hidden test's inputs
             group = [numbered for numbered in calls if (numbered[1].visibility == "visible") == seen]
             if not group:
                 continue
+            if timed_out:  # one run out of time is the submission's whole time: no second cap's worth
+                outcomes.update({test: ("not run", timed_out, 0.0) for _, test, _ in group})
+                continue
             computed = record.compute(tree, group, limits, track_toolchain(track))
+            timed_out = _sandbox_outcome(computed.outcome, limits)[1] if computed.outcome.timed_out else None
             status, output, capped = _sandbox_outcome(computed.outcome, limits)
             exit_status = exit_status or status
             problem = "; ".join(dict.fromkeys(filter(None, [capped, problem]))) or None
