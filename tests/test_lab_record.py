@@ -266,6 +266,8 @@ def test_one_failing_submission_is_its_own_zero_and_the_class_is_graded(tmp_path
     assert "too deeply nested or too long" in rows["03-expression"]["problem"] or int(rows["03-expression"]["score"]) <= 1
     assert all(int(row["score"]) <= 1 for name, row in rows.items() if name not in ("04-deep", "06-correct")), rows
     assert not list(scratch.iterdir()), f"left behind: {[path.name for path in scratch.iterdir()]}"
+    escaping = next((tmp_path / "grades").glob("05-*.json")).read_text()
+    assert "\x1b" not in json.loads(escaping)["tests"][0]["message"] and "\\x1b[32m12/12" in escaping
     canvas = list(csv.reader((tmp_path / "grades-canvas.csv").open()))
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Lab 0"] and len(canvas) == 7
     moodle = list(csv.DictReader((tmp_path / "grades-moodle.csv").open()))
