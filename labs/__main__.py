@@ -113,7 +113,7 @@ def _grader(args: argparse.Namespace) -> Iterator[Callable[[Path], Grade]]:
             tree = scratch / "submission"  # not submission.name: that is '' for --tree .
             try:
                 problem = place_submission(base, submission, track, tree)
-                return dataclasses.replace(grade(lab, track, tree, caps, problem, expected), tree=str(submission.resolve()))
+                return dataclasses.replace(grade(lab, track, tree, caps, problem, expected, base), tree=str(submission.resolve()))
             finally:
                 remove(tree)
 

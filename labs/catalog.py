@@ -55,6 +55,10 @@ class GradedTest:
     """One of VISIBILITIES: when the student may see this test's name, result and message."""
     rel: float = 1e-9
     """Relative tolerance of a float output against the reference's."""
+    uses: tuple[str, ...] | None = None
+    """The track's files this test runs (None: all). In an instructor's grade of a test
+    without calls, the others are the handout's: where none of the submission's Python
+    files is left, pytest's verdict is made where no code of the submission runs."""
 
     @property
     def file(self) -> str:
@@ -117,11 +121,15 @@ def load_lab(folder: Path) -> Lab:
             name,
             tuple(track["files"]),
             tuple(GradedTest(t["id"], t["points"], t["skeleton"], tuple(map(Call.from_yaml, t.get("calls", []))),
-                             t.get("visibility", "visible"), float(t.get("rel", 1e-9))) for t in track["tests"]),  # fmt: skip
+                             t.get("visibility", "visible"), float(t.get("rel", 1e-9)),
+                             tuple(t["uses"]) if "uses" in t else None) for t in track["tests"]),  # fmt: skip
             tuple(track.get("needs", [])),
         )
         for name, track in data["tracks"].items()
     }
+    strays = [(test.id, name) for track in tracks.values() for test in track.tests for name in test.uses or () if name not in track.files]
+    if strays:
+        raise ConfigError(f"{path}: {strays[0][0]} uses {strays[0][1]}, which is not one of its track's files")
     unseen = [test.id for track in tracks.values() for test in track.tests if test.visibility != "visible" and not test.calls]
     if unseen:
         raise ConfigError(f"{path}: {unseen[0]} is not visible but has no calls: its file would have to enter the sandbox")

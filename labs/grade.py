@@ -20,6 +20,7 @@ test that did not run scores nothing, and the table says why in one line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -60,8 +62,9 @@ class TestResult:
     visibility: str = "visible"
     """lab.yaml's: when the student may see this test (``student_view``)."""
     verdict: str = "pytest"
-    """Who decided it: 'grader' (outputs compared outside the sandbox) or 'pytest' (in the
-    tree's own process: a student's grade in place, or a test without calls)."""
+    """Who decided it: 'grader' (outputs compared outside the sandbox), 'sandbox' (pytest,
+    in a sandbox holding no Python file of the submission) or 'pytest' (in a process the
+    submission's code runs in: a student's grade in place, or a test without calls)."""
 
 
 @dataclass(frozen=True)
@@ -243,11 +246,13 @@ def syntax_problem(tree: Path, files: tuple[str, ...]) -> str | None:
 
 
 def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = None, problem: str | None = None,
-          expected: dict[str, object] | None = None) -> Grade:  # fmt: skip
+          expected: dict[str, object] | None = None, base: Path | None = None) -> Grade:  # fmt: skip
     """Run ``track``'s graded tests in ``tree`` and score them: in place (pytest's verdicts),
     or with ``limits`` in the sandbox (``tree`` then is a clean tree: ``clean_tree`` and
     ``place_submission``; ``problem``, what placing it found wrong), the tests with calls
-    decided against ``expected``, the reference's outputs (``expected_outputs``)."""
+    decided against ``expected``, the reference's outputs (``expected_outputs``), the
+    others by pytest, one session per set of files they use (lab.yaml's ``uses``), the
+    track's other files the clean tree ``base``'s."""
     tree = tree.resolve()
     problem = problem or syntax_problem(tree, track.files)
     started = time.monotonic()
@@ -276,20 +281,50 @@ def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = No
             for test in dict.fromkeys(test for _, test, _ in group):
                 outcome, message = record.verdict(test, group, expected, computed, why_not_run)
                 outcomes[test] = (outcome, message, 0.0)
-    if present:
-        status, junit, output, capped = _pytest(lab, present, tree, limits, track_toolchain(track))
+    unmixed: set[GradedTest] = set()
+    for uses, tests in _sessions(present, track, limits is not None and base is not None).items():
+        with _handout_files(tree, base, [name for name in track.files if name not in uses]):
+            status, junit, output, capped = _pytest(lab, tests, tree, limits, track_toolchain(track))
         exit_status = exit_status or status
-        problem = "; ".join(filter(None, [capped, problem])) or None
-        for test in present:
+        problem = "; ".join(dict.fromkeys(filter(None, [capped, problem]))) or None
+        if limits is not None and not any(name.endswith(".py") for name in uses):
+            unmixed.update(tests)
+        for test in tests:
             outcomes[test] = junit.get(junit_key(test.id), ("not run", _last_line(output, "pytest printed nothing"), 0.0))
     results = []
     for test in track.tests:
         outcome, message, seconds = outcomes.get(test, ("not run", f"{test.file} is not in the tree", 0.0))
         earned = test.points if outcome == PASSED else 0
-        results.append(TestResult(test.id, test.points, earned, outcome, message, round(seconds, 2), test.visibility,
-                                  "grader" if test in recorded else "pytest"))  # fmt: skip
+        verdict = "grader" if test in recorded else "sandbox" if test in unmixed else "pytest"
+        results.append(TestResult(test.id, test.points, earned, outcome, message, round(seconds, 2), test.visibility, verdict))
     return Grade(lab.number, track.name, str(tree), sum(r.earned for r in results), track.points,
                  round(time.monotonic() - started, 1), results, exit_status, problem)  # fmt: skip
+
+
+def _sessions(tests: list[GradedTest], track: Track, apart: bool) -> dict[tuple[str, ...], list[GradedTest]]:
+    """``tests`` by the track's files each uses: one pytest session each, ``apart`` (else one for all)."""
+    sessions: dict[tuple[str, ...], list[GradedTest]] = {}
+    for test in tests:
+        uses = test.uses if apart and test.uses is not None else track.files
+        sessions.setdefault(tuple(sorted(uses)), []).append(test)
+    return sessions
+
+
+@contextlib.contextmanager
+def _handout_files(tree: Path, base: Path | None, names: list[str]) -> Iterator[None]:
+    """``tree`` with its files ``names`` as the clean tree ``base`` has them (the handout's
+    stubs), the submission's put back afterwards."""
+    if base is None or not names:
+        yield
+        return
+    kept = {name: (tree / name).read_bytes() for name in names}
+    try:
+        for name in names:
+            (tree / name).write_bytes((base / name).read_bytes())
+        yield
+    finally:
+        for name, data in kept.items():
+            (tree / name).write_bytes(data)
 
 
 def failed_grade(lab: Lab, track: Track, tree: Path, problem: str) -> Grade:
@@ -393,8 +428,7 @@ def score_table(lab: Lab, grade_: Grade, width: int = 100) -> str:
     percent = 100 * grade_.score / grade_.max_score
     lines.append(f"score: {grade_.score}/{grade_.max_score} ({percent:.0f} %) in {grade_.seconds:g} s")
     inside = [r for r in grade_.tests if r.verdict == "pytest"]
-    python = any(name.endswith(".py") for name in lab.track(grade_.track).files)
-    if inside and python and any(r.verdict == "grader" for r in grade_.tests):
+    if inside and any(r.verdict != "pytest" for r in grade_.tests):
         lines.append(f"note: {sum(r.points for r in inside)} of these {grade_.max_score} points are pytest's verdicts, made in the"
                      f" sandbox where the submission's code runs ({len(inside)} tests without calls): not of record"
                      " (labs/README.md, \"The grade of record\")")  # fmt: skip

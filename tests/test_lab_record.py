@@ -332,3 +332,33 @@ def test_the_gradescope_bundle_grades_a_submission_as_gradescope_runs_it(fork: P
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((autograder / "results" / "results.json").read_text())
     assert results["score"] == 15 and results["tests"][-1]["visibility"] == "hidden"
+
+
+def test_a_pytest_verdict_is_made_where_no_python_file_of_the_submission_runs_or_is_flagged(tmp_path: Path) -> None:
+    """Lab 3's tests without calls, graded as an instructor does, on a submission whose
+    timers.py registers the pass-everything hook at import: the test that uses none of the
+    submission's files (lab.yaml's ``uses: []``) runs in a session with the handout's
+    files only, so its verdict is of record; the one that runs timers.py is forged (it
+    passes, with the handout's stub) and the table says that its points are not of record."""
+    _require_sandbox()
+    from dataclasses import replace
+
+    from labs.grade import clean_tree, grade, limits, place_submission, score_table
+    from tests.test_lab_grader import GC_HOOK
+
+    lab = catalog.by_number(3)
+    track = lab.track("python")
+    picked = tuple(test for test in track.tests if "udp_checksum_zero" in test.id or "loss_is_recovered" in test.id)
+    track = replace(track, tests=picked)
+    base = clean_tree(REPO_ROOT, lab, track, tmp_path / "clean")
+    submission = tmp_path / "student"
+    make_skeleton(REPO_ROOT, submission, lab, track)
+    with (submission / "hosts" / "switchml" / "timers.py").open("a") as timers:
+        timers.write(GC_HOOK)
+    tree = tmp_path / "graded"
+    problem = place_submission(base, submission, track, tree)
+    result = grade(lab, track, tree, limits(lab, track, 300), problem, {}, base)
+    verdicts = {test.id.split("::")[1]: (test.verdict, test.outcome) for test in result.tests}
+    assert verdicts == {"test_loss_is_recovered_exactly[python-float32]": ("pytest", "pass"),
+                        "test_socket_sends_udp_checksum_zero[python]": ("sandbox", "pass")}, score_table(lab, result)  # fmt: skip
+    assert score_table(lab, result).splitlines()[-1].startswith("note: 2 of these 3 points are pytest's verdicts"), score_table(lab, result)
