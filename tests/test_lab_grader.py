@@ -11,6 +11,7 @@ and that one packed with zlib and base85): they win wherever pytest's verdict is
 grade, and score nothing of record, where the grader compares outputs outside. Where an attack is one a grade in
 place (the student's own ``labs grade``, no sandbox) falls for, the test grades it in place
 too and expects the attack to win there: the attack is real, the sandbox is what stops it.
+The four forgeries are also graded on labs 2 and 3, both tracks (``forged_batch``).
 """
 
 from __future__ import annotations
