@@ -113,6 +113,22 @@ def groups_on(backend: str) -> Iterator[None]:
         dist.init_process_group = distributed_c10d.init_process_group = original
 
 
+def run_script(script: str) -> None:
+    """Run ``script`` as ``python script`` would (``sys.argv`` already its own).
+
+    A script that ends with ``sys.exit(0)`` or ``sys.exit()`` (the ``sys.exit(main())``
+    idiom) has finished: its SystemExit is a successful return here, not an exit of the
+    rank before its report. Any other status fails the rank, naming it as a shell would see it."""
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exited:
+        if exited.code is None or exited.code == 0:
+            return
+        if isinstance(exited.code, int):
+            raise RuntimeError(f"{script} called sys.exit({exited.code}): exit status {exited.code}") from None
+        raise RuntimeError(f"{script} called sys.exit({exited.code!r}): exit status 1") from None
+
+
 def world_group(script: Path) -> SwitchMLProcessGroup:
     """The first process group the script built, which all-reduced through the method."""
     if not GROUPS:
@@ -146,7 +162,7 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     sys.argv = [str(script), *arguments]
     try:
         with output_to_log(), groups_on(backend):
-            runpy.run_path(str(script), run_name="__main__")
+            run_script(script)
         script_s = time.perf_counter() - started
         group = world_group(Path(script))
         records, kept = group.records, group.records.kept()
