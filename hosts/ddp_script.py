@@ -30,7 +30,6 @@ runner verifies them as the torch kind verifies every step
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import functools
@@ -52,7 +51,7 @@ from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.switchml import SwitchMLClient
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_backend import GROUPS, SWITCHML, SwitchMLProcessGroup, close_groups, register
+from hosts.torch_backend import GROUPS, SWITCHML, SwitchMLProcessGroup, close_groups, fallback_counts, register
 from hosts.torch_hook import SPEC_ENVIRONMENT
 from hosts.training import ARRAYS_RANK, steps
 import methods
@@ -171,7 +170,7 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
             stats = dataclasses.replace(records.stats)
         else:
             stats = tcp.stats(records.seconds)
-        fallbacks = sum((g.fallbacks for g in GROUPS), start=collections.Counter())
+        fallbacks = fallback_counts(GROUPS)
     finally:
         if dist.is_initialized():  # a script that did not destroy its group: not left to the interpreter's exit
             dist.destroy_process_group()
