@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.kinds.torch_training import verify_torch_step
 from base import optional
+from protocol.params import REPO_ROOT
 from protocol.quantize import expected_sum
 from tests.conftest import require_torch
 from tests.experiment_runs import NETWORK_WAIT_S, experiment_argv, leftovers
@@ -63,6 +65,33 @@ def test_a_ddp_script_must_exist_and_needs_pytorch(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(optional.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"workload.kind: ddp_script needs PyTorch"):
         load_experiment(SCRIPT_CONFIG, ["methods=[switchml]"])
+
+
+WITHOUT_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = ['run_experiment.py', *sys.argv[1:]]; "
+                 "runpy.run_path('run_experiment.py', run_name='__main__')")
+"""run_experiment.py with PyTorch hidden: its import fails and importlib.util.find_spec finds none."""
+
+
+def run_without_torch(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+
+
+def test_a_ddp_config_dry_runs_without_pytorch_and_says_a_run_needs_it() -> None:
+    """Issue 40, point 6: planning a DDP script's run needs no 5.5 GB install; the plan says
+    what a run would need, and the run itself is refused in one line."""
+    planned = run_without_torch(str(SCRIPT_CONFIG), "--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "point 0: 8 workers (star)" in planned.stdout and "(ddp_script)" in planned.stdout
+    needs = [line for line in planned.stdout.splitlines() if line.startswith("a run needs what this machine lacks: ")]
+    assert [line.split(": ", 2)[2] for line in needs] == ["methods: gloo needs PyTorch, which is not installed: " + optional.TORCH_INSTALL,
+                                                          "workload.kind: ddp_script needs PyTorch, which is not installed: " + optional.TORCH_INSTALL]
+    refused = run_without_torch(str(SCRIPT_CONFIG))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().endswith(f"{SCRIPT_CONFIG}: methods: gloo needs PyTorch, which is not installed: {optional.TORCH_INSTALL}")
+    # a torch training's plan counts its model's parameters, which takes PyTorch: refused in one line, dry run or not
+    cnn = run_without_torch(str(CONFIG), "--dry-run")
+    assert cnn.returncode == 2 and len(cnn.stderr.strip().splitlines()) == 1 and "needs PyTorch, which is not installed" in cnn.stderr
 
 
 def step_reports(tmp_path: Path, method: str, inputs: list[list[np.ndarray]], sums: dict[str, np.ndarray],
