@@ -11,8 +11,10 @@ spec, which ``hosts.torch_hook.testbed_hook`` reads).
 
 The method decides where the script's collectives go, with no line of the script changed:
 the testbed's backends are registered with torch (hosts/torch_backend.py), and while the
-script runs, its ``init_process_group`` asking for Gloo (or for no backend, or for
-switchml) builds the method's backend instead (its record's ``torch_backend``): for
+script runs, its ``init_process_group`` asking for Gloo (or for no backend, for switchml,
+or for NCCL on a host without CUDA) builds the method's backend instead (its record's
+``torch_backend``; hosts/ddp_shapes.py also brings a script's own MASTER_ADDR and the
+tutorial's ``mp.spawn`` to the testbed's rendezvous): for
 ``switchml``, a process group whose float32/int32 SUM all-reduces (DDP's gradient buckets
 among them) go through the switch and everything else through Gloo; for ``gloo``, Gloo
 itself, its float32 and int32 sums recorded. A script may still register ``testbed_hook()`` as its
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import runpy
@@ -44,14 +45,14 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
-from torch.distributed import distributed_c10d
 
 from hosts.allreduce import switchml_client
+from hosts.ddp_shapes import Rendezvous, script_shapes
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.switchml import SwitchMLClient
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_backend import GROUPS, SWITCHML, SwitchMLProcessGroup, close_groups, fallback_counts, register
+from hosts.torch_backend import GROUPS, SwitchMLProcessGroup, close_groups, fallback_counts, register
 from hosts.torch_hook import SPEC_ENVIRONMENT
 from hosts.training import ARRAYS_RANK, steps
 import methods
@@ -59,10 +60,6 @@ from protocol.worker_spec import WorkerSpec
 from workloads.training import array_digest
 
 log = logging.getLogger(__name__)
-
-ASKED_FOR_GLOO = {None, "gloo", "cpu:gloo", SWITCHML}
-"""The backends a script's ``init_process_group`` may ask for that the method's replaces:
-Gloo (what a CPU script asks for, or gets by asking for none) and the switch's."""
 
 def script_environment(spec: WorkerSpec, rank: int, spec_path: Path) -> dict[str, str]:
     """What torchrun gives a rank (each emulated host is one node of one rank: LOCAL_RANK 0
@@ -90,26 +87,6 @@ def output_to_log() -> Iterator[None]:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
-
-
-@contextlib.contextmanager
-def groups_on(backend: str) -> Iterator[None]:
-    """While the script runs, its ``init_process_group`` asking for Gloo builds ``backend``'s
-    group instead (other backends, e.g. nccl, are left to fail as they would)."""
-    original = distributed_c10d.init_process_group
-
-    @functools.wraps(original)
-    def init_process_group(*args: Any, **kwargs: Any) -> None:
-        asked = args[0] if args else kwargs.pop("backend", None)
-        chosen = backend if (asked if asked is None else str(asked).lower()) in ASKED_FOR_GLOO else asked
-        log.info("the script's init_process_group(%r) builds a %s process group (the run's method)", asked, chosen)
-        original(chosen, *args[1:], **kwargs)
-
-    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
-    try:
-        yield
-    finally:
-        dist.init_process_group = distributed_c10d.init_process_group = original
 
 
 def run_script(script: str) -> None:
@@ -152,7 +129,8 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
         return switchml_client(spec, rank)
 
     register(client)
-    os.environ.update(script_environment(spec, rank, spec_path))
+    environment = script_environment(spec, rank, spec_path)
+    os.environ.update(environment)
     emit_ready()
     released = steps(sys.stdin)
     next(released)
@@ -160,7 +138,8 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     started = time.perf_counter()
     sys.argv = [str(script), *arguments]
     try:
-        with output_to_log(), groups_on(backend):
+        meet = Rendezvous(rank, spec.n_workers, environment["MASTER_ADDR"], environment["MASTER_PORT"])
+        with output_to_log(), script_shapes(backend, meet):
             run_script(script)
         script_s = time.perf_counter() - started
         group = world_group(Path(script))
