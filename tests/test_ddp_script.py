@@ -121,3 +121,56 @@ def test_the_tutorials_mp_spawn_and_own_rendezvous_meet_the_testbeds() -> None:
     assert report["join"].startswith("torch.multiprocessing.spawn(join=False): the testbed runs this host's rank")
     assert report["rank"].startswith("init_process_group(rank=1, world_size=2) on the testbed's rank 0 of 1: each emulated host is one rank")
     assert report["restored"]
+
+
+TUTORIAL = Path(__file__).parent / "data" / "ddp_tutorial_spawn.py"
+BIND_PORT = 48801
+
+
+def tutorial_rank(rank: int, switch_port: int, store_port: int, queue) -> None:
+    """One host's rank of tests/data/ddp_tutorial_spawn.py, as hosts/ddp_script.py runs it,
+    on the switchml backend over the fake switch."""
+    import os
+    import sys
+
+    from hosts.ddp_script import run_script
+    from hosts.ddp_shapes import Rendezvous, script_shapes
+    from hosts.switchml import SwitchMLClient
+    from hosts.torch_backend import GROUPS, close_groups, fallback_counts, register
+    from tests.test_switchml_client import JOB, LOSSLESS
+
+    def client(group_rank: int, size: int) -> SwitchMLClient:
+        return SwitchMLClient(group_rank, size, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
+                              bind_port=BIND_PORT + group_rank, k=32, pool_size=8, retransmit=LOSSLESS, job_deadline_s=600)
+
+    register(client)
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store_port))
+    sys.argv = [str(TUTORIAL)]
+    with script_shapes("switchml", Rendezvous(rank, 2, "127.0.0.1", str(store_port))):
+        run_script(str(TUTORIAL))
+    queue.put((rank, {"calls": GROUPS[0].records.calls, "fallbacks": dict(fallback_counts(GROUPS))}))
+    close_groups()
+
+
+def test_gradscaler_skips_an_overflowed_step_on_every_rank_through_the_switch() -> None:
+    """Issue 44, point 5, as mixed precision meets it: rank 0's loss overflows at one step;
+    DDP's bucket holding its inf and NaN gradients reaches every rank as the IEEE sum (Gloo's),
+    so every rank's GradScaler skips the step and halves its scale, and the parameters stay
+    equal (the script raises otherwise); the other steps' buckets cross the switch."""
+    require_torch()
+    import multiprocessing as mp
+
+    from tests.test_switchml_client import FakeSwitch
+    from tests.test_torch_hook import collect
+
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    with FakeSwitch(2, 32) as switch:
+        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(2)}
+        procs = [context.Process(target=tutorial_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(2)]
+        for proc in procs:
+            proc.start()
+        reports = collect(procs, queue)
+    for rank in range(2):
+        assert reports[rank]["fallbacks"]["allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)"] == 1
+        assert reports[rank]["calls"] >= 3, "the other steps' buckets went through the switch"
