@@ -156,7 +156,7 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
         close_groups()
     out_dir = spec_path.parent
     event: dict[str, Any] = {"event": "done", "repetition": 1, "stats": dataclasses.asdict(stats), "elements": records.elements,
-                             "all_reduces": records.calls, "fallbacks": dict(fallbacks), "script_s": script_s,
+                             "all_reduces": records.calls, "fallbacks": dict(fallbacks), "flushed": records.flushed, "script_s": script_s,
                              "compute_s": max(0.0, script_s - stats.tat_s), "digests": {},
                              "buckets": str(out_dir / f"{spec.method}-rank{rank}-inputs.npz")}
     np.savez(event["buckets"], *[r.inputs for r in kept])

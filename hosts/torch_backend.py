@@ -50,6 +50,7 @@ import torch.distributed as dist
 
 from hosts.stats import JobStats, added
 from hosts.switchml import SwitchMLClient, UnsummableTensor
+from protocol.quantize import flushed_to_zero
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,9 @@ class Records:
         self.unsummable = 0
         """Sums the switch could not carry (an inf, a NaN, |x| > 2^126 on some rank), which
         took Gloo's IEEE sum instead: neither counted in ``calls`` nor kept."""
+        self.flushed = 0
+        """This rank's nonzero float32 inputs that block floating point quantized to 0, over
+        every sum through the switch (protocol/quantize.py, ``flushed_to_zero``)."""
         self.calls = 0
         self.elements = 0
         self.seconds = 0.0
@@ -280,6 +284,8 @@ class SwitchQueue:
             self.records.unsummable += 1
             return Reduction(array, self._ieee(array), time.perf_counter() - submitted)
         reduction = Reduction(inputs, result.values, time.perf_counter() - submitted, result.int_sum, result.stats)
+        if result.exponents is not None:
+            self.records.flushed += flushed_to_zero(inputs, result.exponents, self.client.n_workers, self.client.k)
         self.records.fill(pending, reduction)
         return reduction
 

@@ -179,6 +179,24 @@ def quantize(
     # END LAB 1
 
 
+FLUSH_ROWS = 4096
+"""Blocks ``flushed_to_zero`` quantizes at once: its float64 work stays a few MiB for any tensor."""
+
+
+def flushed_to_zero(x: np.ndarray, exponents: np.ndarray, n_workers: int, k: int, bits: int = PROTOCOL_BITS) -> int:
+    """How many nonzero elements of one worker's float32 ``x`` quantize to 0 at their blocks'
+    exponents (the maximum over the workers, ``exponents``): their contribution to the sum is
+    lost. An element is flushed when |x| * f <= 1/2, i.e. when it is about 2^32 / n times
+    smaller than 2^e_max (docs/pytorch.md); the same arithmetic as ``quantize``, block by block."""
+    flushed = 0
+    for start in range(0, len(exponents), FLUSH_ROWS):
+        blocks = exponents[start:start + FLUSH_ROWS]
+        part = x[start * k:(start + len(blocks)) * k]
+        scales = element_scales(blocks, n_workers, k, len(part), bits)
+        flushed += np.count_nonzero(quantize(part, scales) == 0) - np.count_nonzero(part == 0)
+    return int(flushed)
+
+
 def dequantize(int_sum: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """float32(float64(sum) / scale).
 

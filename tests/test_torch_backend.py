@@ -245,6 +245,12 @@ def joined(rank: int, store_port: int, clients) -> None:
                             timeout=timedelta(seconds=60))
 
 
+def flush_example(rank: int) -> np.ndarray:
+    """Issue 44's example of block floating point: beside 1e20, the block's other elements are
+    flushed to 0 (docs/pytorch.md)."""
+    return np.array([1e-20, 1e20, -3.5, 0, 123456.789], dtype=np.float32) * np.float32(rank + 1)
+
+
 NON_FINITE = {0: (3, np.inf), 1: (700, np.nan), 2: (3, 1.0)}
 """rank -> (index, value) written into its tensor: an inf, a NaN elsewhere, a finite value beside the inf."""
 
@@ -272,7 +278,11 @@ def non_finite_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queu
             work.wait()
         after = torch.from_numpy(float_input(rank, 2))
         dist.all_reduce(after)
+        flushed_before = GROUPS[0].records.flushed
+        example = torch.from_numpy(flush_example(rank))
+        dist.all_reduce(example)
         queue.put((rank, {"poisoned": poisoned.numpy().copy(), "behind": behind.numpy().copy(), "after": after.numpy().copy(),
+                          "example": example.numpy().copy(), "flushed": GROUPS[0].records.flushed - flushed_before,
                           "calls": GROUPS[0].records.calls, "fallbacks": dict(fallback_counts(GROUPS))}))
     finally:
         dist.destroy_process_group()
@@ -304,7 +314,9 @@ def test_an_inf_or_nan_on_one_rank_gives_every_rank_the_ieee_sum() -> None:
         for name, index in (("behind", 1), ("after", 2)):
             want = expected_sum([float_input(r, index) for r in range(N)], K, N)
             assert np.array_equal(reports[rank][name], want.values), f"{name} on rank {rank}"
-        assert reports[rank]["calls"] == 2
+        assert reports[rank]["calls"] == 3
+        assert reports[rank]["example"][[0, 2, 3, 4]].tolist() == [0.0] * 4 and reports[rank]["example"][1] > 5e20
+        assert reports[rank]["flushed"] == 3, "1e-20, -3.5 and 123456.789 times rank + 1: flushed beside 1e20"
         assert reports[rank]["fallbacks"] == {"allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)": 1}
 
 

@@ -245,3 +245,31 @@ def test_a_ddp_script_with_unused_parameters_runs_and_exits_on_both_methods(tmp_
     steps, used_map, gradients = 20, 4, 2 * (16 * 4 + 4)  # the map: one int32 per parameter tensor
     assert (runs["elements"] == steps * (used_map + gradients)).all(), "every step: the used-parameter map and the gradients"
     assert not leftovers(str(out))
+
+
+@pytest.mark.torch
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_the_ddp_tutorials_shape_with_an_overflowed_step_runs_unmodified_through_the_switch(tmp_path: Path) -> None:
+    """Issues 40 (point 6) and 44 (points 5 and 6) on the hosts: tests/data/ddp_tutorial_spawn.py,
+    the tutorial as published (mp.spawn, MASTER_ADDR localhost, "nccl", sys.exit(main())),
+    on 2 hosts through the switch. Each host plays its rank's spawned process, the ranks meet
+    at the testbed's rendezvous, the step whose gradients hold rank 0's inf reaches both as
+    the IEEE sum so both GradScalers skip it (the script checks), and the run is verified."""
+    require_torch()
+    if os.geteuid() != 0:
+        pytest.skip("Mininet tests need root")
+    out = tmp_path / "run"
+    argv = experiment_argv(out, "topology.workers=2", "workload.script=tests/data/ddp_tutorial_spawn.py", "methods=[switchml]",
+                           "limits.job_timeout_s=300", config=SCRIPT_CONFIG)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 400, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 2 and runs["verified"].all() and (runs["packets_sent"] > 0).all()
+    for rank in range(2):
+        log_text = (out / "logs" / "point0" / f"switchml-rank{rank}.log").read_text()
+        assert f"this host runs rank {rank}'s, demo_basic({rank}, ...)" in log_text
+        assert "would meet only this host's ranks" in log_text and "builds a switchml process group" in log_text
+        assert f"rank {rank}: scales [65536.0, 65536.0, 32768.0, 32768.0]; parameters agree: True" in log_text
+    assert "allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum): 1" in done.stdout + done.stderr
+    assert not leftovers(str(out))

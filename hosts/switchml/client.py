@@ -158,6 +158,15 @@ class SwitchMLClient:
         log.debug("rank %d: bound %s, switch %s:%d, k=%d, pool=%d", rank, self._sock.getsockname(), switch_ipv4, switch_port, k, pool_size)
 
     @property
+    def n_workers(self) -> int:
+        return self._ctx.n_workers
+
+    @property
+    def k(self) -> int:
+        """Elements per packet: the block of block floating point."""
+        return self._pool.k
+
+    @property
     def address(self) -> tuple[str, int]:
         """Local (IPv4, UDP port) the results must be sent to."""
         return self._sock.getsockname()
