@@ -158,19 +158,9 @@ def test_gradscaler_skips_an_overflowed_step_on_every_rank_through_the_switch() 
     so every rank's GradScaler skips the step and halves its scale, and the parameters stay
     equal (the script raises otherwise); the other steps' buckets cross the switch."""
     require_torch()
-    import multiprocessing as mp
+    from tests.test_torch_hook import run_ranks
 
-    from tests.test_switchml_client import FakeSwitch
-    from tests.test_torch_hook import collect
-
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    with FakeSwitch(2, 32) as switch:
-        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(2)}
-        procs = [context.Process(target=tutorial_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(2)]
-        for proc in procs:
-            proc.start()
-        reports = collect(procs, queue)
+    reports = run_ranks(tutorial_rank, 2, 32, BIND_PORT)
     for rank in range(2):
         assert reports[rank]["fallbacks"]["allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)"] == 1
         assert reports[rank]["calls"] >= 3, "the other steps' buckets went through the switch"

@@ -22,8 +22,8 @@ import pytest
 
 from protocol.quantize import expected_sum
 from tests.conftest import require_torch
-from tests.test_switchml_client import JOB, LOSSLESS, FakeSwitch
-from tests.test_torch_hook import collect
+from tests.test_switchml_client import JOB, LOSSLESS
+from tests.test_torch_hook import collect, run_ranks
 
 pytestmark = [pytest.mark.torch]
 
@@ -117,14 +117,7 @@ def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) 
 
 def test_the_switchml_backend_sums_on_the_switch_and_falls_back_to_gloo_for_the_rest() -> None:
     require_torch()
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    with FakeSwitch(N, K) as switch:
-        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(N)}
-        procs = [context.Process(target=backend_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(N)]
-        for proc in procs:
-            proc.start()
-        reports = collect(procs, queue)
+    reports = run_ranks(backend_rank, N, K, BIND_PORT)
     assert {reports[rank]["backend"] for rank in range(N)} == {"switchml"}
     for index in range(len(SIZES)):
         want = expected_sum([float_input(rank, index) for rank in range(N)], K, N)
@@ -295,14 +288,7 @@ def test_an_inf_or_nan_on_one_rank_gives_every_rank_the_ieee_sum() -> None:
     rank 0's inf met finite values, NaN where rank 1's NaN is, the rest the float sum. The
     all-reduces queued behind it and after it go through the switch, exact."""
     require_torch()
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    with FakeSwitch(N, K) as switch:
-        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(N)}
-        procs = [context.Process(target=non_finite_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(N)]
-        for proc in procs:
-            proc.start()
-        reports = collect(procs, queue)
+    reports = run_ranks(non_finite_rank, N, K, BIND_PORT)
     inputs = [non_finite_input(rank) for rank in range(N)]
     with np.errstate(invalid="ignore"):
         ieee = np.sum(np.stack(inputs).astype(np.float64), axis=0).astype(np.float32)
@@ -371,14 +357,7 @@ def test_a_failed_all_reduce_on_one_rank_raises_on_every_rank() -> None:
     the switch for its packets with an hour's deadline, raise an error naming rank 0 and its
     cause (the failure board), and so do later calls on every rank; every rank exits."""
     require_torch()
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    with FakeSwitch(N, K) as switch:
-        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(N)}
-        procs = [context.Process(target=failing_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(N)]
-        for proc in procs:
-            proc.start()
-        reports = collect(procs, queue, timeout_s=120.0)
+    reports = run_ranks(failing_rank, N, K, BIND_PORT, timeout_s=120.0)
     want = expected_sum([float_input(rank, 0) for rank in range(N)], K, N)
     for rank in range(N):
         assert np.array_equal(reports[rank]["first"], want.values)
