@@ -139,6 +139,11 @@ class Records:
             if reduction.stats is not None:
                 self.stats = added(self.stats, reduction.stats)
 
+    def spent(self, stats: JobStats) -> None:
+        """A switch job that summed nothing usable (an unsummable tensor's) still used the network."""
+        with self._lock:
+            self.stats = added(self.stats, stats)
+
     def kept(self) -> list[Reduction]:
         """The most recent reductions, oldest call first (only those that completed)."""
         with self._lock:
@@ -282,6 +287,7 @@ class SwitchQueue:
                 raise
             log.warning("%s: all-reduced by Gloo for the IEEE sum", unsummable)
             self.records.unsummable += 1
+            self.records.spent(unsummable.stats)
             return Reduction(array, self._ieee(array), time.perf_counter() - submitted)
         reduction = Reduction(inputs, result.values, time.perf_counter() - submitted, result.int_sum, result.stats)
         if result.exponents is not None:
