@@ -71,11 +71,15 @@ class UnsummableTensor(ValueError):
     ``blocks`` are the chunks whose exponent said so; ``stats`` the job's statistics."""
 
     def __init__(self, blocks: np.ndarray, stats: JobStats) -> None:
+        super().__init__(blocks, stats)  # its args rebuild it (SimPy rebuilds what escapes a process from them)
         self.blocks = blocks
         self.stats = stats
+
+    def __str__(self) -> str:
+        blocks = self.blocks
         shown = ", ".join(map(str, blocks[:8].tolist())) + (f" and {len(blocks) - 8} more" if len(blocks) > 8 else "")
-        super().__init__(f"the switch cannot sum block(s) {shown}: a rank's block held an inf, a NaN or |x| > 2^126, "
-                         "beyond block floating point's int8 exponent")
+        return (f"the switch cannot sum block(s) {shown}: a rank's block held an inf, a NaN or |x| > 2^126, "
+                "beyond block floating point's int8 exponent")
 
 
 @dataclass
