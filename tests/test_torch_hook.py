@@ -90,7 +90,8 @@ def collect(procs: list, queue: mp.Queue, timeout_s: float = 180.0) -> dict[int,
 def run_ranks(target, n: int, k: int, bind_port: int, timeout_s: float = 180.0) -> dict[int, list]:
     """Every rank's report of ``target(rank, switch_port, store_port, queue)`` in ``n`` spawned
     processes over one fake switch: rank r's client binds 127.0.0.1:bind_port + r, and the
-    process group's store listens at bind_port + 10."""
+    process group's store listens at bind_port + 10. Ranks still running when it fails (a
+    hang the test caught) are killed, so the failure does not hold up the session."""
     context = mp.get_context("spawn")
     queue = context.Queue()
     with FakeSwitch(n, k) as switch:
@@ -98,7 +99,12 @@ def run_ranks(target, n: int, k: int, bind_port: int, timeout_s: float = 180.0) 
         procs = [context.Process(target=target, args=(rank, switch.port, bind_port + 10, queue)) for rank in range(n)]
         for proc in procs:
             proc.start()
-        return collect(procs, queue, timeout_s)
+        try:
+            return collect(procs, queue, timeout_s)
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
 
 
 def test_ddp_hook_reduces_every_bucket_through_the_switch_and_averages() -> None:
