@@ -212,6 +212,8 @@ def run_command(argv: list[str] | None) -> int:
             from experiments.data_path import on_every_server
 
             runs = [(target, on_every_server(loaded)) for target, loaded in runs]
+        else:
+            check_destination(args, [loaded for _, loaded in runs])
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
@@ -229,6 +231,25 @@ def run_command(argv: list[str] | None) -> int:
         return EXIT_CONFIG
 
     return run_reported(experiment, target, args)
+
+
+def check_destination(args: argparse.Namespace, candidates: list[Experiment]) -> None:
+    """For --dry-run: ConfigError where the run would refuse its results folder, without
+    creating it: an --out it cannot claim, or a --resume folder that is no unfinished run of
+    this config on this clock (of one of ``candidates``, the configs 'auto' might run)."""
+    from experiments.run_dir import check_out_dir, check_resumable
+
+    if args.out is not None:
+        check_out_dir(args.out)
+    if args.resume is None:
+        return
+    refusals = []
+    for experiment in candidates:
+        try:
+            return check_resumable(args.resume, experiment, simulated=args.simulate)
+        except ConfigError as exc:
+            refusals.append(exc)
+    raise refusals[0]
 
 
 def run_reported(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
@@ -266,6 +287,8 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
             raise SimulationUnsupported(f"--simulate: {kind.name} experiments have no simulator yet (experiments/kinds/: "
                                         "ExperimentKind.simulator)")
         loaded = check_simulable(loaded)
+        if args.dry_run:
+            check_destination(args, [loaded])
     except (SimulationUnsupported, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
@@ -316,9 +339,9 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
             for stopping in STOP_SIGNALS:  # torn down: a late one must not kill the exit itself
                 signal.signal(stopping, signal.SIG_IGN)
             if isinstance(interrupt, WaitInterrupted):  # no network of this point was built
-                log.error("%s; results so far in %s (continue with %s)", interrupt, run_dir, resume_command(run_dir))
+                log.error("%s; results so far in %s (continue with %s)", interrupt, run_dir, resume_command(run_dir, args.simulate))
             else:
-                log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
+                log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir, args.simulate))
             return EXIT_INTERRUPTED
         except Exception as exc:
             if isinstance(exc, ConfigError) or storage_problem(exc, run_dir) is not None:  # a server unfit for the run: one line, exit 2

@@ -59,6 +59,16 @@ reports a missed deadline itself, with details, unless it is hung. A worker that
 (SIGSTOP) cannot report anything: the run fails at the deadline itself, naming it."""
 
 
+def log_tail(log_path: Path) -> list[str]:
+    """The last LOG_TAIL_LINES lines of a rank's log. Its bytes are the rank's own (a script's
+    print of binary data, a library's message in another encoding): those that are not UTF-8
+    are shown escaped (``\\xff``), so that the report still names the rank and its error."""
+    try:
+        return log_path.read_bytes().decode(errors="backslashreplace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError as exc:
+        return [f"(cannot read it: {exc.strerror})"]
+
+
 class WorkerFailure(RuntimeError):
     """A worker exited, reported an error, or did not answer in time."""
 
@@ -279,7 +289,7 @@ class WorkerGroup:
         """The failure of ``rank``: ``what``, then ``tail`` (default: the last lines of its log)."""
         log_path = self._log_path(rank)
         if tail is None:
-            heading, tail = f"  last lines of {log_path}:", log_path.read_text().splitlines()[-LOG_TAIL_LINES:]
+            heading, tail = f"  last lines of {log_path}:", log_tail(log_path)
         else:
             heading = f"  (in {log_path})"
         host = self.hosts[rank].name

@@ -1,0 +1,151 @@
+"""Bad input and fault drills of issues 40 and 44: each mistake gets exit status 2 and one
+line naming it, and a run that fails names its culprit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from base.yamlschema import MAX_YAML_DEPTH, ConfigError, parse_yaml
+from experiments.config import load_experiment
+from experiments.limits import Limit
+from protocol.params import REPO_ROOT
+
+MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
+LONG_NAME = "a" * 300
+"""A folder name longer than any Linux file system takes (NAME_MAX, 255 bytes)."""
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), *args], input=stdin,
+                          capture_output=True, text=True, timeout=120, stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def errors(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The lines the command logged as errors, and any traceback's."""
+    return [line for line in done.stderr.splitlines() if " ERROR " in line or line.startswith(("Traceback", "  File"))]
+
+
+def refused(done: subprocess.CompletedProcess[str], message: str) -> None:
+    """Exit status 2 and one error line that holds ``message``."""
+    assert done.returncode == 2, done.stderr
+    [line] = errors(done)
+    assert message in line, line
+
+
+# --- YAML a user wrote: configs, --set values, topologies, traces, lab.yaml --------------------------------------
+
+
+@pytest.mark.parametrize("where", ["config", "--set", "trace"])
+def test_a_control_character_is_refused_in_one_line(tmp_path: Path, where: str) -> None:
+    """It gave a yaml.reader.ReaderError traceback and exit 1: parse_yaml built the loader,
+    whose reader checks the first characters, outside its try."""
+    config, extra = tmp_path / "config.yaml", []
+    text = MAIN_CONFIG.read_text()
+    if where == "config":
+        config.write_text("description: \x1b[31mred\n" + text)
+    elif where == "--set":
+        config.write_text(text)
+        extra = ["--set", "description=\x01"]
+    else:
+        trace = tmp_path / "trace.yaml"
+        trace.write_text("model: \x07\n")
+        config.write_text(text.replace("kind: synthetic", f"kind: trace\n  model: {trace}").replace("  elements:", "  # elements:"))
+    done = run(str(config), "--dry-run", *extra)
+    refused(done, "is not allowed in YAML (a control character?)")
+
+
+def test_deep_nesting_is_refused_in_one_line(tmp_path: Path) -> None:
+    """3,000 levels gave a RecursionError (3,000 lines of traceback): PyYAML composes by recursion."""
+    config = tmp_path / "deep.yaml"
+    config.write_text(MAIN_CONFIG.read_text() + "description: " + "[" * 3000 + "]" * 3000 + "\n")
+    refused(run(str(config), "--dry-run"), f"deep.yaml: not valid YAML: nested deeper than {MAX_YAML_DEPTH} levels")
+    chain = "".join(f"a{i}: &a{i} [*a{i - 1}]\n" if i else "a0: &a0 [1]\n" for i in range(2 * MAX_YAML_DEPTH))
+    with pytest.raises(ConfigError, match=f"x: its aliases nest deeper than {MAX_YAML_DEPTH} levels"):
+        parse_yaml(chain, "x")
+
+
+def test_a_duplicate_key_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    """YAML keeps the last of two equal keys silently: a sweep of 'repetitions: 10' then,
+    further down, 'repetitions: 1' ran once."""
+    config = tmp_path / "twice.yaml"
+    config.write_text(MAIN_CONFIG.read_text() + "repetitions: 7\n")
+    lines = config.read_text().splitlines()
+    first = next(i for i, line in enumerate(lines, 1) if line.startswith("repetitions:"))
+    refused(run(str(config), "--dry-run"),
+            f"twice.yaml: key 'repetitions' appears twice in one mapping (lines {first} and {len(lines)}); YAML keeps only the last")
+    with pytest.raises(ConfigError, match=r"key 'k' appears twice in one mapping \(lines 1 and 1\)"):
+        parse_yaml("{k: 1, k: 2}", "--set x")
+    # A merge key is no duplicate: overriding what it merges is what it is for.
+    assert parse_yaml("base: &b {k: 1, j: 2}\nuse:\n  <<: *b\n  k: 3\n", "x")["use"] == {"k": 3, "j": 2}
+
+
+def test_a_duplicate_key_in_a_topology_or_a_lab_catalog_is_refused(tmp_path: Path) -> None:
+    from labs.catalog import load_lab
+    from topologies.model import load_topology
+
+    topology = tmp_path / "star.yaml"
+    topology.write_text((REPO_ROOT / "topologies" / "star.yaml").read_text() + "workers: 3\n")
+    with pytest.raises(ConfigError, match="star.yaml: key 'workers' appears twice"):
+        load_topology(topology)
+    lab = tmp_path / "lab.yaml"  # load_lab reads folder/lab.yaml
+    lab.write_text("title: one\ntitle: two\n")
+    with pytest.raises(ConfigError, match=r"lab.yaml: key 'title' appears twice in one mapping \(lines 1 and 2\)"):
+        load_lab(tmp_path)
+
+
+# --- names and folders --------------------------------------------------------------------------------------------
+
+
+def test_a_name_longer_than_a_file_system_takes_is_refused_at_the_dry_run() -> None:
+    """It passed the dry run, and the run failed with four chained OSError tracebacks."""
+    refused(run(str(MAIN_CONFIG), "--dry-run", "--set", f"name={LONG_NAME}"), "name: ")
+    refused(run(str(MAIN_CONFIG), "--dry-run", "--simulate", "--set", f"name={LONG_NAME}"), "is too long")
+
+
+@pytest.mark.parametrize("simulate", [[], ["--simulate"]], ids=["emulated", "simulated"])
+def test_the_dry_run_checks_out_and_resume(tmp_path: Path, simulate: list[str]) -> None:
+    """--dry-run checked neither: it said all was well for a folder the run then refused."""
+    dry = [str(MAIN_CONFIG), "--dry-run", *simulate]
+    refused(run(*dry, "--out", str(tmp_path / LONG_NAME)), "is 300 bytes long; a file system takes at most 255")
+    (tmp_path / "file").write_text("")
+    refused(run(*dry, "--out", str(tmp_path / "file" / "run")), "is a file, not a folder")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "runs.csv").write_text("")
+    refused(run(*dry, "--out", str(tmp_path / "used")), "folder is not empty")
+    refused(run(*dry, "--resume", str(tmp_path / "none")), "no such folder")
+    refused(run(*dry, "--resume", str(tmp_path / "used")), "not a run folder (it has no config.yaml)")
+    refused(run(*dry, "--resume", str(tmp_path / LONG_NAME)), "is 300 bytes long")
+    assert run(*dry, "--out", str(tmp_path / "new" / "run")).returncode == 0
+    assert not (tmp_path / "new").exists(), "a dry run creates nothing"
+
+
+# --- a failing rank's report ----------------------------------------------------------------------------------------
+
+
+class LoopbackHost:
+    """A host for WorkerGroup outside Mininet: the test's own namespace."""
+
+    name = "lo"
+
+    def popen(self, argv: list[str], **options: object) -> subprocess.Popen:
+        return subprocess.Popen(argv, **options)
+
+
+def test_a_rank_log_that_is_not_utf8_is_quoted_in_the_failure(tmp_path: Path) -> None:
+    """The report crashed with UnicodeDecodeError (read_text), losing the rank and its error."""
+    from experiments.workers import WorkerFailure, WorkerGroup
+    from protocol.worker_spec import WorkerSpec
+
+    spec = WorkerSpec(method="ps", n_workers=1, switch_ipv4="127.0.0.254", link_mbps=None, protocol=None,
+                      peers=(("127.0.0.1", 47999),), job_timeout_s=2.0, connect_timeout_s=10.0,
+                      serve="tests.data.undecodable_log:serve").write(tmp_path / "ps.json")
+    with WorkerGroup("ps", [LoopbackHost()], spec, tmp_path, Limit("limits.worker_exit_s", 10)) as group:
+        with pytest.raises(WorkerFailure) as failure:
+            group.start(Limit("limits.worker_start_s", 30))
+    message = str(failure.value)
+    assert message.startswith("ps: worker rank 0 on lo: "), message
+    assert r"d\xe9j\xe0 vu \xff\xfe" in message and "the script's own error" in message, message
