@@ -101,27 +101,29 @@ def load_yaml(path: Path) -> Any:
     return parse_yaml(read_yaml_text(path), str(path))
 
 
-def read_yaml_text(path: Path) -> str:
+def read_yaml_text(path: Path, kind: str = "YAML") -> str:
     """A YAML file's text, read once: a file, a pipe (``<(generate-config)``, whose second
     read would find it empty) or ``-`` for standard input; a missing, unreadable, binary or
-    oversized one becomes a ConfigError naming it."""
+    oversized one becomes a ConfigError naming it. A UTF-8 byte order mark (what "CSV UTF-8"
+    and some Windows editors write first) is dropped. ``kind`` names the format in the
+    messages (a dnn_benchmark CSV trace is read here too, under the same bound)."""
     try:
         if path == STDIN:
             text = sys.stdin.read(MAX_YAML_BYTES + 1)
         else:
             size = path.stat().st_size
             if size > MAX_YAML_BYTES:
-                raise ConfigError(f"{path}: {size:,} bytes; a YAML file here may have at most {MAX_YAML_BYTES:,}")
+                raise ConfigError(f"{path}: {size:,} bytes; a {kind} file here may have at most {MAX_YAML_BYTES:,}")
             text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a YAML file") from None
+        raise ConfigError(f"{path}: is a directory, not a {kind} file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a text (YAML) file: byte {exc.start} is not UTF-8") from None
-    return text
+        raise ConfigError(f"{path}: not a text ({kind}) file: byte {exc.start} is not UTF-8") from None
+    return text.removeprefix("\ufeff")
 
 
 MAX_YAML_DEPTH = 100

@@ -149,3 +149,44 @@ def test_a_rank_log_that_is_not_utf8_is_quoted_in_the_failure(tmp_path: Path) ->
     message = str(failure.value)
     assert message.startswith("ps: worker rank 0 on lo: "), message
     assert r"d\xe9j\xe0 vu \xff\xfe" in message and "the script's own error" in message, message
+
+
+# --- dnn_benchmark CSV traces ---------------------------------------------------------------------------------------
+
+
+def test_a_csv_trace_is_bounded_and_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """10^7 rows were still parsing after 300 s at 2.6 GB; Excel's "CSV UTF-8" (a BOM first) was refused."""
+    from base.yamlschema import MAX_YAML_BYTES
+    from workloads.trace import TraceError, load_trace
+
+    rows = "layer_index,numel,forward_pass_ns,backward_pass_ns\n0,1000,50,100\n1,2000,60,120\n"
+    excel = tmp_path / "excel.csv"
+    excel.write_bytes(b"\xef\xbb\xbf" + rows.replace("\n", "\r\n").encode())
+    trace = load_trace(excel)
+    assert [t.count for t in trace.tensors] == [1000, 2000]
+    huge = tmp_path / "huge.csv"
+    with huge.open("w") as f:
+        f.write(rows)
+        f.writelines(f"{i},1,1,1\n" for i in range(2, MAX_YAML_BYTES // 8))
+    with pytest.raises(TraceError, match=rf"huge.csv: [0-9,]+ bytes; a CSV file here may have at most {MAX_YAML_BYTES:,}"):
+        load_trace(huge)
+
+
+# --- resuming -------------------------------------------------------------------------------------------------------
+
+
+def test_the_resume_command_of_a_simulated_run_keeps_simulate(tmp_path: Path) -> None:
+    """An interrupted --simulate run printed a command without --simulate, which --resume refuses
+    (the run ran on the simulated clock). The analysis, which has only the folder, reads the
+    clock from network.json."""
+    import json
+    import shlex
+
+    from protocol.results_format import resume_command
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    assert "--simulate" not in shlex.split(resume_command(run_dir))
+    (run_dir / "network.json").write_text(json.dumps({"0": {"simulated": True}}))
+    assert shlex.split(resume_command(run_dir))[-1] == "--simulate"
+    assert "--simulate" not in shlex.split(resume_command(run_dir, simulated=False))
