@@ -190,3 +190,33 @@ def test_the_resume_command_of_a_simulated_run_keeps_simulate(tmp_path: Path) ->
     (run_dir / "network.json").write_text(json.dumps({"0": {"simulated": True}}))
     assert shlex.split(resume_command(run_dir))[-1] == "--simulate"
     assert "--simulate" not in shlex.split(resume_command(run_dir, simulated=False))
+
+
+# --- make paper -----------------------------------------------------------------------------------------------------
+
+
+def make_variable(name: str) -> set[str]:
+    """The words of a Makefile variable (``NAME := a b \\`` continued on the next lines)."""
+    text = (REPO_ROOT / "Makefile").read_text().replace("\\\n", " ")
+    [line] = [line for line in text.splitlines() if line.startswith(f"{name} :=")]
+    return set(line.split(":=", 1)[1].split())
+
+
+def test_make_paper_runs_every_figure_config_or_says_why_not() -> None:
+    """It skipped hierarchical.yaml and shared_switch.yaml, while the README said it ran every
+    figure's config."""
+    shipped = {p.stem for p in (REPO_ROOT / "configs").glob("*.yaml") if not p.name.endswith(".schema.yaml")}
+    paper, left_out, simulated = make_variable("PAPER_CONFIGS"), make_variable("NOT_IN_PAPER"), make_variable("PAPER_SIM_CONFIGS")
+    assert {"hierarchical", "shared_switch"} <= paper
+    assert not paper & left_out
+    assert paper | left_out | {name for name in shipped if name.startswith("paper_")} == shipped
+    assert simulated <= shipped
+
+
+@pytest.mark.parametrize("config", sorted((REPO_ROOT / "configs").glob("paper_*.yaml")), ids=lambda p: p.stem)
+def test_a_paper_scale_config_is_refused_without_simulate(config: Path) -> None:
+    """They passed --dry-run without --simulate and planned a doomed 100 Gbit/s emulated run."""
+    done = run(str(config), "--dry-run")
+    refused(done, f"{config.name}")
+    assert errors(done)[0].endswith("--simulate") or "hosts; an emulated run takes at most 32" in errors(done)[0], done.stderr
+    assert run(str(config), "--dry-run", "--simulate").returncode == 0
