@@ -485,9 +485,30 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), tex
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     if data.get("cluster", {}).get("ssh_config") is not None:  # relative to the config, recorded absolute
         data["cluster"]["ssh_config"] = str((path.parent / data["cluster"]["ssh_config"]).resolve())
+    resolve_workload_files(data, path)
     if data.get("sweep") is not None:
         _check_sweep(data["sweep"], overridden, path)
     return _expand(data, path, frozenset(overridden))
+
+
+TRACE_FILE_SUFFIXES = (".yaml", ".yml", ".csv")
+"""A ``workload.model`` ending in one of these is a file; without, a shipped trace's name."""
+
+
+def resolve_workload_files(data: dict[str, Any], config: Path) -> None:
+    """``workload.script`` and a ``workload.model`` file, found as ``topology.file`` is: next to
+    the config first, then in the current folder; recorded absolute (config.yaml then resumes
+    from anywhere). A file found nowhere is left as written, for its check to name."""
+    workload = data.get("workload")
+    if not isinstance(workload, dict):
+        return
+    for key in ("script", "model"):
+        value = workload.get(key)
+        if not isinstance(value, str) or (key == "model" and not value.endswith(TRACE_FILE_SUFFIXES)) or Path(value).is_absolute():
+            continue
+        found = next((candidate for candidate in (config.parent / value, Path(value)) if candidate.is_file()), None)
+        if found is not None:
+            workload[key] = str(found.resolve())
 
 
 def _expand(data: dict[str, Any], path: Path, overridden: frozenset[str]) -> Experiment:
@@ -502,6 +523,7 @@ def _expand(data: dict[str, Any], path: Path, overridden: frozenset[str]) -> Exp
         for index, value in enumerate(sweep["values"]):
             point_data = copy.deepcopy(data)
             set_dotted(point_data, sweep["param"], copy.deepcopy(value), f"{path}: sweep.param")
+            resolve_workload_files(point_data, path)  # a sweep over workload.model or workload.script
             # Again: a sweep value that is a whole section (workload, limits) replaced the defaults in it.
             points.append(_resolve_point(with_defaults(point_data), path, index, sweep["param"], value, link_rate_source))
     return Experiment(name=data["name"], source=path, data=data, points=tuple(points), link_rate_source=link_rate_source,

@@ -220,3 +220,33 @@ def test_a_paper_scale_config_is_refused_without_simulate(config: Path) -> None:
     refused(done, f"{config.name}")
     assert errors(done)[0].endswith("--simulate") or "hosts; an emulated run takes at most 32" in errors(done)[0], done.stderr
     assert run(str(config), "--dry-run", "--simulate").returncode == 0
+
+
+# --- paths in a config ----------------------------------------------------------------------------------------------
+
+
+def test_workload_files_are_found_next_to_the_config_like_the_topology(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """topology.file was relative to the config, workload.model and workload.script to the
+    current folder: a config with its trace beside it worked from one folder only."""
+    import yaml
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "mine.csv").write_text("layer_index,numel,forward_pass_ns,backward_pass_ns\n0,1000,50,100\n")
+    (folder / "mine.yaml").write_text("topology: {file: star.yaml, workers: 2}\nmethods: [switchml]\n"
+                                      "workload: {kind: trace, model: mine.csv}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    experiment = load_experiment(folder / "mine.yaml")
+    assert experiment.data["workload"]["model"] == str(folder / "mine.csv")
+    # The shipped DDP config finds its script from any folder, and a --set path typed at the shell still counts from here.
+    ddp = yaml.safe_load((REPO_ROOT / "configs" / "ddp_script.yaml").read_text())
+    from experiments.config import resolve_workload_files
+
+    resolve_workload_files(ddp, REPO_ROOT / "configs" / "ddp_script.yaml")
+    assert ddp["workload"]["script"] == str(REPO_ROOT / "examples" / "ddp_digits.py")
+    monkeypatch.chdir(REPO_ROOT)
+    typed = {"workload": {"script": "examples/ddp_tutorial.py"}}
+    resolve_workload_files(typed, REPO_ROOT / "configs" / "ddp_script.yaml")
+    assert typed["workload"]["script"] == str(REPO_ROOT / "examples" / "ddp_tutorial.py")
