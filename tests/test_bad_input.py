@@ -250,3 +250,17 @@ def test_workload_files_are_found_next_to_the_config_like_the_topology(tmp_path:
     typed = {"workload": {"script": "examples/ddp_tutorial.py"}}
     resolve_workload_files(typed, REPO_ROOT / "configs" / "ddp_script.yaml")
     assert typed["workload"]["script"] == str(REPO_ROOT / "examples" / "ddp_tutorial.py")
+
+
+# --- loss: a probability ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("topology.link.loss=1", "topology.link.loss: 1 would lose every packet: loss is a probability, not a percentage; for 1 % write 0.01"),
+    ("topology.link.loss=5", "for 5 % write 0.05"),
+    ("topology={file: tree.yaml, workers: 4, leaves: 2, uplink: {loss: 1}}", "topology.uplink.loss: 1 would lose every packet"),
+])
+def test_a_percentage_typed_as_a_loss_probability_is_refused(override: str, message: str) -> None:
+    """--set topology.link.loss=1 (meant as 1 %, as the docs and figures speak) passed, and lost every packet."""
+    refused(run(str(MAIN_CONFIG), "--dry-run", "--set", override), message)
+    assert load_experiment(MAIN_CONFIG, ["topology.link.loss=0.01"]).points[0].topology.links[0].spec.loss == 0.01

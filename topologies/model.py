@@ -327,6 +327,7 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
     data = deep_merge(data, dict(overrides or {}))
     source = str(path) if context is None else f"{context}: topology ({path.name})"
     key_prefix = "" if context is None else "topology."
+    _check_loss_unit(data, source, key_prefix)
     validate(data, load_schema(SCHEMA_PATH), source, key_prefix)
     reject_keys(data, KIND_KEYS[data["kind"]], f"kind {data['kind']}", source, key_prefix)
     try:
@@ -348,6 +349,19 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
     _check_addresses(topology, source, key_prefix)
     _check_fan_in(topology, source, key_prefix)
     return topology
+
+
+def _check_loss_unit(data: Mapping[str, Any], source: str, key_prefix: str) -> None:
+    """A loss is a probability; figures and the docs speak of percent. A loss of 1 or more
+    loses every packet (no all-reduce ends): it is a percentage typed as a probability, and
+    is refused saying so, before the schema's bare 'greater than the maximum'."""
+    sections = [(f"{key_prefix}{name}", data.get(name)) for name in ("link", "uplink")]
+    sections += [(f"{key_prefix}links[{i}]", link) for i, link in enumerate(data.get("links") or [])]
+    for where, section in sections:
+        loss = section.get("loss") if isinstance(section, Mapping) else None
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool) and loss >= 1:
+            raise ConfigError(f"{source}: {where}.loss: {loss:g} would lose every packet: loss is a probability, not a percentage; "
+                              f"for {loss:g} % write {loss / 100:g}")
 
 
 def find_topology(name: str, relative_to: Path | None = None) -> Path:
