@@ -23,9 +23,11 @@ import traceback
 # Running as a script from anywhere: make the repository's packages importable.
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
+from base.cli import EXIT_BAD_INPUT, setup_logging, user_error  # noqa: E402
 from base.lifetime import STOP_SIGNALS  # noqa: E402
 
-EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_UNWRITTEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
+EXIT_OK, EXIT_NOT_VERIFIED, EXIT_FAILED, EXIT_STORAGE, EXIT_UNWRITTEN, EXIT_INTERRUPTED = 0, 1, 3, 4, 5, 130
+EXIT_CONFIG = EXIT_BAD_INPUT
 
 
 STOPPED_BEFORE_START: list[int] = []
@@ -186,14 +188,13 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(argv: list[str] | None) -> int:
     exit_if_stopped_before_start()  # the imports are done
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(args.verbose)
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
     try:
         text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
         experiment = load_experiment(args.config, overrides, text)
     except ConfigError as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
 
     if args.simulate:
         return simulate_command(experiment, args)
@@ -215,8 +216,7 @@ def run_command(argv: list[str] | None) -> int:
         else:
             check_destination(args, [loaded for _, loaded in runs])
     except (TargetUnavailableError, ConfigError) as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
     if len(runs) > 1 and not emit(f"switch target {requested}: a root run takes the first of {', '.join(t for t, _ in runs)} "
                                   "that this machine takes; only root can find out which, so this dry run shows each:"):
         return EXIT_STORAGE
@@ -227,8 +227,7 @@ def run_command(argv: list[str] | None) -> int:
         return EXIT_OK
     [(target, experiment)] = runs
     if os.geteuid() != 0:
-        log.error("Mininet needs root: run with sudo (or as root)")
-        return EXIT_CONFIG
+        return user_error(log, "Mininet needs root: run with sudo (or as root)")
 
     return run_reported(experiment, target, args)
 
@@ -260,8 +259,7 @@ def run_reported(experiment: Experiment, target: str, args: argparse.Namespace) 
     try:
         return run(experiment, target, args)
     except ConfigError as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
     except Exception as exc:
         results = args.resume or args.out or REPO_ROOT / "results" / experiment.name
         problem = storage_problem(exc, results)
@@ -290,8 +288,7 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
         if args.dry_run:
             check_destination(args, [loaded])
     except (SimulationUnsupported, ConfigError) as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
     if not emit(f"{describe(loaded, target)}\n  simulated: {target}'s own data plane and the SwitchML worker's core on a simulated clock"):
         return EXIT_STORAGE
     if args.dry_run:

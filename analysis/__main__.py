@@ -25,6 +25,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from base.cli import setup_logging, user_error
 from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render, save_figure
 from analysis.context import EMULATED, SIMULATED
 from analysis.load import Results, ResultsFormatError, find_runs, load_results
@@ -43,8 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if results is not None and args.clock is not None:
             results = results.on_clock(args.clock == SIMULATED)
     except (ResultsFormatError, FileNotFoundError) as problem:  # nothing to draw from: one line, not a traceback
-        log.error("%s", problem)
-        return 2
+        return user_error(log, problem)
     return _draw(args, results)
 
 
@@ -77,7 +77,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prefix", default="", help="put in front of every figure's file name (e.g. paper_)")
     parser.add_argument("--clock", choices=(EMULATED, SIMULATED), help="draw the catalogue's figures from these runs only (default: all)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    setup_logging()
     matplotlib.use("Agg")
     return args
 

@@ -264,3 +264,25 @@ def test_a_percentage_typed_as_a_loss_probability_is_refused(override: str, mess
     """--set topology.link.loss=1 (meant as 1 %, as the docs and figures speak) passed, and lost every packet."""
     refused(run(str(MAIN_CONFIG), "--dry-run", "--set", override), message)
     assert load_experiment(MAIN_CONFIG, ["topology.link.loss=0.01"]).points[0].topology.links[0].spec.loss == 0.01
+
+
+# --- one format for a user's mistake ----------------------------------------------------------------------------------
+
+
+def test_the_three_commands_report_a_mistake_in_one_format(tmp_path: Path) -> None:
+    """run_experiment.py logged '<time> run_experiment ERROR ...', python -m analysis 'ERROR ...'
+    and python -m labs 'error: ...': three formats from the tools a user meets first."""
+    import re
+
+    (tmp_path / "stopped").mkdir()
+    (tmp_path / "stopped" / "runs.csv").write_text("")  # a run without its summary.json: none to draw
+    commands = {
+        "run_experiment": [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(tmp_path / "none.yaml"), "--dry-run"],
+        "analysis": [sys.executable, "-m", "analysis", str(tmp_path / "stopped"), "--out", str(tmp_path / "figures")],
+        "labs": [sys.executable, "-m", "labs", "plot", "0", "--results", str(tmp_path / "none"), "--out", str(tmp_path / "figures")],
+    }
+    for tool, argv in commands.items():
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, timeout=120)
+        assert done.returncode == 2, (tool, done.stderr)
+        [line] = [line for line in done.stderr.splitlines() if " ERROR " in line or "error" in line.lower()]
+        assert re.fullmatch(rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} {tool} ERROR \S.*", line), (tool, line)
