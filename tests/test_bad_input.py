@@ -286,3 +286,46 @@ def test_the_three_commands_report_a_mistake_in_one_format(tmp_path: Path) -> No
         assert done.returncode == 2, (tool, done.stderr)
         [line] = [line for line in done.stderr.splitlines() if " ERROR " in line or "error" in line.lower()]
         assert re.fullmatch(rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}} {tool} ERROR \S.*", line), (tool, line)
+
+
+# --- memory ------------------------------------------------------------------------------------------------------------
+
+
+def test_the_memory_check_reads_the_memory_cgroup_limit(tmp_path: Path) -> None:
+    """16 workers x 16 Mi elements in a 3 GB memory cgroup (as in a container) passed the check,
+    which read the machine's physical memory, and were OOM-killed 6.8 s later with no line."""
+    from base.cgroup import CgroupError, memory_cgroup, memory_limit
+
+    limit = 3 << 30
+    dry = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run", "--switch", "embedded", "--set", "topology.workers=16"]
+    try:
+        with memory_cgroup(limit, "h3-test-memory") as cgroup:
+            done = [subprocess.run([*dry, "--set", f"workload.elements={elements}"], capture_output=True, text=True, timeout=120,
+                                   stdin=subprocess.DEVNULL, preexec_fn=cgroup.join) for elements in (16 << 20, 6 << 20)]
+    except CgroupError as reason:
+        pytest.skip(f"no memory cgroup can be made here: {reason}")
+    limited = f"the limit of memory cgroup {cgroup.path} (memory.limit_in_bytes) is {limit / 1e9:.1f} GB"
+    if cgroup.version == 2:
+        limited = limited.replace("memory.limit_in_bytes", "memory.max")
+    refused(done[0], f"16,777,216 elements x 16 workers need about 6.5 GB of memory even on the simulated clock, which needs the least "
+                     f"(24 bytes per element and worker and 0.07 GB besides); {limited}")
+    refused(done[1], f"6,291,456 elements x 16 workers need about 3.4 GB of memory in an emulated run (31 bytes per element and "
+                     f"worker and 0.24 GB besides); {limited}")
+    # Outside it (on a machine with the memory), the same dry runs pass.
+    if memory_limit()[0] > 9e9:
+        assert subprocess.run([*dry, "--set", f"workload.elements={16 << 20}"], capture_output=True, timeout=120).returncode == 0
+
+
+def test_the_memory_model_is_within_20_percent_of_the_measured_peaks() -> None:
+    """The check counted 12 bytes per element and worker; runs peaked at 23-26 (issue 44).
+    The peaks measured for docs/memory.md (benchmarks/memory_peak.py: a memory cgroup's
+    max_usage_in_bytes, float32, this machine): the model must stay within 20 % of each."""
+    from experiments.config import EMULATED_MEMORY, SIMULATED_MEMORY
+
+    measured = [  # (model, elements, workers, peak bytes)
+        (EMULATED_MEMORY, 1 << 20, 8, 492_462_080), (EMULATED_MEMORY, 4 << 20, 8, 1_259_937_792),
+        (SIMULATED_MEMORY, 1 << 16, 32, 120_262_656), (SIMULATED_MEMORY, 1 << 18, 32, 272_334_848),
+        (SIMULATED_MEMORY, 1 << 20, 32, 884_092_928), (SIMULATED_MEMORY, 4 << 20, 32, 3_331_313_664),
+    ]
+    for model, elements, workers, peak in measured:
+        assert abs(model.needed([(elements, workers)]) - peak) <= 0.2 * peak, (model.clock, elements, workers)
