@@ -7,7 +7,7 @@ Each run is run_experiment.py in a memory cgroup of its own (base/cgroup.py), wh
 Mininet's shells, the switch and every rank. Two sizes per clock give the bytes per element
 and worker (the slope) and the base. Run as root:
 
-    .venv/bin/python benchmarks/memory_peak.py
+    .venv/bin/python benchmarks/memory_peak.py --target embedded
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from base.cgroup import memory_cgroup, memory_limit  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
+from switches.targets import AUTO, TARGETS  # noqa: E402
 
 RUNS = {  # clock -> (workers, the run's own options), at each of ELEMENTS
-    "emulated": (8, ["--switch", "embedded", "--set", "topology.link.bw_mbps=null"]),
+    "emulated": (8, ["--set", "topology.link.bw_mbps=null"]),
     "simulated": (32, ["--simulate"]),
 }
 ELEMENTS = (1 << 20, 4 << 20)
@@ -41,9 +42,12 @@ def peak_bytes(workers: int, elements: int, options: list[str]) -> int:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=TARGETS, default=AUTO, help="the emulated runs' switch target")
+    target = parser.parse_args().target
     print("clock      workers  elements   peak bytes     per element and worker")
     for clock, (workers, options) in RUNS.items():
+        options = [*options, "--switch", target] if clock == "emulated" else options
         peaks = [peak_bytes(workers, elements, options) for elements in ELEMENTS]
         for elements, peak in zip(ELEMENTS, peaks):
             print(f"{clock:<10} {workers:>7}  {elements:>8}  {peak:>13,}  {peak / (elements * workers):.1f}")

@@ -180,14 +180,27 @@ class WorkerGroup:
                         self._raise_if_stopped(sorted(set(range(len(self.procs))) - set(reports) - {rank}), timed_out)
                         raise WorkerFailure(f"{self.method}: {timed_out}; worker log {self._log_path(rank)}")
                     if report["event"] == "error":
-                        # The worker's OSError as the cause, so that a full disk is told apart (experiments/storage.py).
-                        cause = OSError(report["errno"], os.strerror(report["errno"]), report["filename"]) if "errno" in report else None
-                        raise self._failure(rank, report["message"]) from cause
+                        raise self._reported_failure(rank, report)
                     if report["event"] != event:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
                     fetch(self.hosts[rank], [Path(report[key]) for key in RESULT_FILES if key in report])
                     reports[rank] = report
         return [reports[r] for r in range(len(self.procs))]
+
+    def _reported_failure(self, rank: int, report: Mapping[str, Any]) -> WorkerFailure:
+        """The failure a rank reported. Its OSError is the failure's cause, so that a full or
+        read-only disk here is told apart (experiments/storage.py) -- unless the rank runs on
+        another server of a cluster: then its disk is that server's, and the failure names it
+        (the results folder here is not the one that refused)."""
+        server = getattr(self.hosts[rank], "server", None)
+        if "errno" not in report:
+            return self._failure(rank, report["message"])
+        if server is not None:
+            return self._failure(rank, f"{report['message']} (a file system of server {server}, where this rank runs, "
+                                       f"not this machine's)")
+        failure = self._failure(rank, report["message"])
+        failure.__cause__ = OSError(report["errno"], os.strerror(report["errno"]), report["filename"])
+        return failure
 
     def _raise_if_stopped(self, ranks: Sequence[int], symptom: str) -> None:
         """Fail naming a stopped worker among ``ranks`` or a stopped dependency, if there is

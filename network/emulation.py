@@ -242,7 +242,7 @@ class EmulatedNetwork:
         if self.cluster_spec is not None:
             cluster = Cluster.start(self.cluster_spec, self.topology, self._scratch / "ssh")
             try:
-                preflight(cluster, self.target, [switch.name for switch in self.topology.switches])
+                preflight(cluster, self.target, [switch.name for switch in self.topology.switches], writes=[self.log_dir, self._scratch])
             except BaseException:
                 cluster.close()  # nothing was started there
                 raise
