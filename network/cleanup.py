@@ -28,7 +28,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -68,10 +67,10 @@ def remove_folder(directory: Path) -> str | None:
     return str(first) if first is not None else "still there"
 
 
-def remove_folders(directories: list[str], where: str = "") -> tuple[list[str], list[str]]:
+def remove_folders(directories: list[str], record: bool = True) -> tuple[list[str], list[str]]:
     """``remove_folder`` on each of ``directories`` that exists: the folders removed, and those
-    that stay, each logged and written down in LEFTOVERS_RECORD (``where``: the server's name
-    in the record, when not this machine's)."""
+    that stay, each logged and (``record``) written down in LEFTOVERS_RECORD. On a cluster's
+    other server the controlling machine writes it down, from the cleanup's words there."""
     removed, left = [], []
     for directory in map(Path, directories):
         if not directory.exists():
@@ -82,7 +81,8 @@ def remove_folders(directories: list[str], where: str = "") -> tuple[list[str], 
         else:
             left.append(f"folder {directory}")
             log.error("could not remove folder %s: %s", directory, failure)
-            record_leftover(f"{where}folder {directory} ({failure}); remove it with rm -rf {shlex.quote(str(directory))}")
+            if record:
+                record_leftover(f"folder {directory} ({failure}); remove it with rm -rf {shlex.quote(str(directory))}")
     return removed, left
 
 
@@ -137,7 +137,7 @@ def clean_for_holder(holder: int, directories: list[str]) -> tuple[list[str], bo
     removed = [f"process {pid}" for pid in kill_marked_processes({holder})]
     testbed = [name for name in root_interfaces() if TESTBED_INTERFACE.match(name)]
     removed += [f"interface {name}" for name in delete_interfaces(testbed)]
-    folders, left = remove_folders(directories, where=f"server {socket.gethostname()}: ")
+    folders, left = remove_folders(directories, record=False)
     return removed + folders, not left
 
 

@@ -329,3 +329,23 @@ def test_the_memory_model_is_within_20_percent_of_the_measured_peaks() -> None:
     ]
     for model, elements, workers, peak in measured:
         assert abs(model.needed([(elements, workers)]) - peak) <= 0.2 * peak, (model.clock, elements, workers)
+
+
+# --- cleanup ------------------------------------------------------------------------------------------------------------
+
+
+def test_a_server_out_of_reach_at_teardown_is_named_with_why_and_written_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """ssh -q to a server out of reach says nothing and exits 255: the teardown logged
+    'cleanup failed: ' with nothing after the colon, and nothing recorded what stayed there."""
+    import network.cleanup as cleanup
+
+    monkeypatch.setattr(cleanup, "LEFTOVERS_RECORD", tmp_path / "leftovers.log")
+    argv = ["sh", "-c", "exit 255", "10.233.0.99", "cd /srv && python -m network.cleanup --holder 1"]
+    assert cleanup.run_remote_cleanup("srv9", argv) is None
+    [message] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert message == f"server srv9: cleanup failed: not reachable over ssh (ssh exited with status 255) (written down in {tmp_path / 'leftovers.log'})"
+    [line] = (tmp_path / "leftovers.log").read_text().splitlines()
+    assert "server srv9: what a run left there was not removed (not reachable over ssh" in line and "network.cleanup --holder 1" in line
+    assert cleanup.run_remote_cleanup("srv9", ["sh", "-c", "echo 'network.cleanup INFO removed folder /x' >&2"]) == \
+        "network.cleanup INFO removed folder /x"
