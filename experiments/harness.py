@@ -28,13 +28,14 @@ from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
 import numpy as np
 
 from experiments.config import Experiment, Point
-from experiments.job_meter import JobMeter
+from experiments.job_meter import JobMeasurement, JobMeter
 from experiments.results import ResultsWriter
 from methods.verification import Expected, Verdict
 from experiments.limits import Limit
 from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
 from network.emulation import EmulatedNetwork
+from network.evidence import aggregation_evidence
 from protocol.worker_spec import WorkerSpec
 from switches import programming
 from switches.fabric import SharedJob
@@ -129,10 +130,24 @@ class PointNetwork:
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
                          Limit("limits.worker_exit_s", self.point.limits["worker_exit_s"]),
                          dependencies=self.net.dependencies(),
-                         remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for) as group, \
+                         remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for,
+                         switch_problems=self.net.switch_problems) as group, \
                 group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
             yield group
+
+    def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]]) -> None:
+        """After a SwitchML job whose sums came back wrong, log what the aggregating switch's
+        counters show of why (network/evidence.py: ``aggregation_evidence``), where one switch
+        aggregated one job; the verifier only says the sums are wrong."""
+        net = self.net
+        if method != methods.SWITCHML.name or net.fabric is None or net.fabric.hierarchical or net.jobs.shared or not reports:
+            return
+        switch = net.fabric.aggregator.name
+        stats = reports[0]["stats"]
+        found = aggregation_evidence(measured.counters.get(switch, {}), switch, len(reports), stats["packets_sent"] - stats["retransmissions"])
+        if found is not None:
+            log.error("the likely cause: %s", found)
 
     def meter(self, group: WorkerGroup) -> JobMeter:
         """A meter over the switches and ``group``'s workers (by host name)."""

@@ -84,13 +84,18 @@ class WorkerGroup:
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path, exit_limit: Limit,
                  dependencies: Mapping[str, Dependency] | None = None,
                  remote_shells: Mapping[str, tuple[str, Callable[[str], str]]] | None = None,
-                 waited_for: Callable[[], Mapping[str, str]] | None = None) -> None:
+                 waited_for: Callable[[], Mapping[str, str]] | None = None,
+                 switch_problems: Callable[[], Sequence[str]] | None = None) -> None:
         self.method = method
         self.exit_limit = exit_limit
         """How long the ranks have to exit once told (``finish``)."""
         self.remote_shells = dict(remote_shells or {})
         """Host name -> (its server, what runs a shell command there), for hosts on another
         server (a rank's /proc there says whether it is stopped)."""
+        self._switch_problems = switch_problems
+        """What is wrong with a running switch (EmulatedNetwork.switch_problems), asked at a
+        deadline before ``waited_for``: a switch detached from its ports freezes its slots,
+        which then seem to wait for a rank."""
         self._waited_for = waited_for
         """Host name -> what the network shows the others wait for it (EmulatedNetwork.waited_for),
         asked when a deadline passes with no process stopped."""
@@ -205,8 +210,9 @@ class WorkerGroup:
     def _raise_if_stopped(self, ranks: Sequence[int], symptom: str) -> None:
         """Fail naming a stopped worker among ``ranks`` or a stopped dependency, if there is
         one: it made no progress, so it is why the deadline passed (``symptom``). Else fail
-        naming the rank the network shows the others waited for, if it shows one (its link
-        down, the switch's slots waiting for its updates)."""
+        naming a switch the network shows is broken though running (its eBPF program
+        detached from a port), else the rank the network shows the others waited for, if it
+        shows one (its link down, the switch's slots waiting for its updates)."""
         for rank in ranks:
             pid, where, state = self._rank_state(rank)
             if state in STOPPED_STATES:
@@ -214,6 +220,9 @@ class WorkerGroup:
         cause = self._dependencies.stopped()
         if cause is not None:
             raise DependencyStopped(f"{cause}; meanwhile {self.method}: {symptom}")
+        problems = self._switch_problems() if self._switch_problems is not None else []
+        if problems:
+            raise WorkerFailure(f"{'; '.join(problems)}; meanwhile {self.method}: {symptom}")
         found = self._waited_for() if self._waited_for is not None else {}
         for rank, host in enumerate(self.hosts):
             if host.name in found:

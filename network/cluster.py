@@ -390,6 +390,10 @@ class RemoteDataPlane:
     def control(self, command_log: Path | None = None) -> SwitchControl:
         return SocketControl(self.local_socket, command_log=command_log)
 
+    def problems(self) -> list[str]:
+        """None beyond its process's death, which the run watches (DataPlane.problems)."""
+        return []
+
     @property
     def threads(self) -> Mapping[str, ThreadWatch]:
         """None here: the switch's own threads (bmv2's learning controller) run beside it on

@@ -473,6 +473,13 @@ class EmulatedNetwork:
                 found.setdefault(self.topology.hosts[rank].name, []).append(what)
         return {host: "; ".join(what) for host, what in found.items()}
 
+    def switch_problems(self) -> list[str]:
+        """What is wrong with a running switch that no process's death shows (its eBPF
+        program detached from a port: ``DataPlane.problems``); asked at a deadline that passed,
+        before a rank is blamed from the switch's frozen slots."""
+        assert self.net is not None
+        return [f"switch {switch.name}: {problem}" for switch in self.net.switches for problem in switch.data_plane_problems()]
+
     # -- access ------------------------------------------------------------------------
 
     def host(self, name: str) -> Host:
