@@ -136,18 +136,25 @@ class PointNetwork:
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
             yield group
 
-    def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]]) -> None:
-        """After a SwitchML job whose sums came back wrong, log what the aggregating switch's
-        counters show of why (network/evidence.py: ``aggregation_evidence``), where one switch
-        aggregated one job; the verifier only says the sums are wrong."""
+    def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]],
+                           verdicts: Sequence[Verdict]) -> None:
+        """After a SwitchML job whose sums came back wrong, log what points at the switch,
+        where one switch aggregated one job (the verifier only says the sums are wrong): its
+        counters (network/evidence.py: ``aggregation_evidence``), and every rank holding the
+        same wrong integer sum -- what the switch multicast, not what a worker made of it."""
         net = self.net
         if method != methods.SWITCHML.name or net.fabric is None or net.fabric.hierarchical or net.jobs.shared or not reports:
             return
         switch = net.fabric.aggregator.name
         stats = reports[0]["stats"]
-        found = aggregation_evidence(measured.counters.get(switch, {}), switch, len(reports), stats["packets_sent"] - stats["retransmissions"])
-        if found is not None:
-            log.error("the likely cause: %s", found)
+        found = [aggregation_evidence(measured.counters.get(switch, {}), switch, len(reports), stats["packets_sent"] - stats["retransmissions"])]
+        details = {verdict.detail for verdict in verdicts}
+        if not any(verdict.verified for verdict in verdicts) and len(details) == 1 and details.pop().startswith("integer sum: "):
+            found.append(f"every rank got the same wrong integer sum ({verdicts[0].detail.removeprefix('integer sum: ')}): switch {switch} "
+                         "multicast a wrong aggregate; its registers changed under the job (reset or written from outside it, e.g. "
+                         "through bmv2's Thrift CLI) or its program is wrong")
+        if any(found):
+            log.error("the likely cause: %s", "; ".join(f for f in found if f))
 
     def meter(self, group: WorkerGroup) -> JobMeter:
         """A meter over the switches and ``group``'s workers (by host name)."""
