@@ -151,8 +151,8 @@ class PointNetwork:
         details = {verdict.detail for verdict in verdicts}
         if not any(verdict.verified for verdict in verdicts) and len(details) == 1 and details.pop().startswith("integer sum: "):
             found.append(f"every rank got the same wrong integer sum ({verdicts[0].detail.removeprefix('integer sum: ')}): switch {switch} "
-                         "multicast a wrong aggregate; its registers changed under the job (reset or written from outside it, e.g. "
-                         "through bmv2's Thrift CLI) or its program is wrong")
+                         "multicast a wrong aggregate; its registers changed under the job (reset or written from outside it, as through "
+                         "its control-plane CLI) or its program is wrong")
         if any(found):
             log.error("the likely cause: %s", "; ".join(f for f in found if f))
 

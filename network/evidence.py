@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from switches.control import SwitchControl
 from switches.programming import BITMAP_REGISTER, COUNT_REGISTER
@@ -82,4 +82,4 @@ def aggregation_evidence(counters: Mapping[str, int], switch: str, n_workers: in
         return None
     return (f"switch {switch} aggregated {consumed:,} updates and multicast {multicast:,} results for a job of {rounds:,} slot rounds "
             f"x {n_workers} workers, which takes {(n_workers - 1) * rounds:,} and {rounds:,}: its aggregation state changed under the "
-            "job (its registers reset or written from outside it, e.g. bmv2's Thrift CLI register_reset, or the switch restarted)")
+            "job (its registers reset or written from outside it, as through its control-plane CLI, or the switch restarted)")

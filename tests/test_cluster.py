@@ -370,7 +370,7 @@ def test_a_server_disk_turning_read_only_mid_job_is_named_and_what_stays_is_writ
             code, output, out = _disturbed(tmp_path, cluster_server, remount)
         assert code == 3, output[-3000:]
         assert re.search(rf"switchml: worker rank [23] on h[34]: .*Read-only file system.* \(a file system of server {second.NAME}, "
-                         "where this rank runs, not this machine's\)", output), output[-3000:]
+                         r"where this rank runs, not this machine's\)", output), output[-3000:]
         assert re.search(rf"server {second.NAME}: cleanup failed: .*could not remove folder {out}\S*: Read-only file system", output), \
             output[-3000:]
         assert f"removed folder {out}" not in output

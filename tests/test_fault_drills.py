@@ -55,7 +55,7 @@ def test_the_switch_counters_name_a_reset_of_its_registers() -> None:
     found = aggregation_evidence(again, "s1", 4, 690)
     assert found == ("switch s1 aggregated 2,077 updates and multicast 690 results for a job of 690 slot rounds x 4 workers, which takes "
                      "2,070 and 690: its aggregation state changed under the job (its registers reset or written from outside it, "
-                     "e.g. bmv2's Thrift CLI register_reset, or the switch restarted)")
+                     "as through its control-plane CLI, or the switch restarted)")
     assert aggregation_evidence({**fine, "EV_RESULT_MULTICAST": 600}, "s1", 4, 690) is not None
 
 
