@@ -17,6 +17,10 @@ namespace, processes marked with the pid of a dead holder, networks' temporary f
 (``SwitchTarget.remove_leftovers``: the embedded switch's socket folders whose switch no
 longer answers, the eBPF switch's pins of a loader killed while loading). It refuses while
 a run holds the network.
+
+What a cleanup cannot remove (a folder on a read-only file system, a server out of reach) it
+names in one line and writes down, dated, with the command that removes it, in
+``LEFTOVERS_RECORD``; the command says when that file lists something.
 """
 
 from __future__ import annotations
@@ -130,10 +134,10 @@ def remove_leftovers(record: HolderRecord) -> list[str]:
 
 
 def clean_for_holder(holder: int, directories: list[str]) -> tuple[list[str], bool]:
-    """On a cluster's other server: what the run ``holder`` of the controlling machine left
-    here -- processes marked with its pid, testbed interfaces in this root namespace, the
-    folders its files were copied into (No lock: the run holds it on its own machine.) --
-    and whether all of it went."""
+    """On a cluster's other server: remove what the run ``holder`` of the controlling machine
+    left here -- processes marked with its pid, testbed interfaces in this root namespace, the
+    folders its files were copied into; what was removed, and whether all of it went. (No
+    lock: the run holds it on its own machine.)"""
     removed = [f"process {pid}" for pid in kill_marked_processes({holder})]
     testbed = [name for name in root_interfaces() if TESTBED_INTERFACE.match(name)]
     removed += [f"interface {name}" for name in delete_interfaces(testbed)]
@@ -238,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     for item in removed:
         log.info("removed %s", item)
     log.info("nothing left behind" if not removed else f"removed {len(removed)} leftover(s)")
+    if LEFTOVERS_RECORD.is_file() and LEFTOVERS_RECORD.stat().st_size:
+        log.warning("%s lists what earlier cleanups could not remove, each with the command that does", LEFTOVERS_RECORD)
     return 0
 
 
