@@ -312,16 +312,17 @@ def available_congestion_controls() -> list[str]:
 
 def check_emulable(experiment: Experiment) -> None:
     """Refuse, naming the point and the limit, a point with more hosts than an emulated run
-    takes (``MAX_EMULATED_HOSTS``), or a config written for the simulated clock only (``clock:
-    simulated``); run_experiment.py checks it for every run but --simulate."""
+    takes (``MAX_EMULATED_HOSTS``) or tensors it has no memory for (``EMULATED_MEMORY``), or a
+    config written for the simulated clock only (``clock: simulated``); run_experiment.py
+    checks it for every run but --simulate."""
     for point in experiment.points:
         hosts = len(point.topology.hosts)
+        where = _point_label(experiment.source, point)
         if hosts > MAX_EMULATED_HOSTS:
-            raise ConfigError(f"{_point_label(experiment.source, point)}: topology.workers: {hosts} hosts; an emulated run takes at most {MAX_EMULATED_HOSTS} "
+            raise ConfigError(f"{where}: topology.workers: {hosts} hosts; an emulated run takes at most {MAX_EMULATED_HOSTS} "
                               "(experiments/config.py, MAX_EMULATED_HOSTS); --simulate runs larger topologies (up to the topology "
                               "schema's 512 workers)")
-    for point in experiment.points:
-        check_memory(_jobs(point.data, point.topology), EMULATED_MEMORY, _point_label(experiment.source, point))
+        check_memory(_jobs(point.data, point.topology), EMULATED_MEMORY, where)
     if experiment.data.get("clock") == "simulated":
         raise ConfigError(f"{experiment.source}: clock: simulated: this config is written for the simulated clock (its links are faster "
                           "than emulation carries); run it with --simulate")
