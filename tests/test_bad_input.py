@@ -349,3 +349,32 @@ def test_a_server_out_of_reach_at_teardown_is_named_with_why_and_written_down(tm
     assert "server srv9: what a run left there was not removed (not reachable over ssh" in line and "network.cleanup --holder 1" in line
     assert cleanup.run_remote_cleanup("srv9", ["sh", "-c", "echo 'network.cleanup INFO removed folder /x' >&2"]) == \
         "network.cleanup INFO removed folder /x"
+
+
+def test_an_interrupted_simulated_run_prints_a_resume_command_with_simulate(tmp_path: Path) -> None:
+    """It printed 'run_experiment.py .../config.yaml --resume ...' without --simulate, which
+    --resume then refused: the run ran on the simulated clock."""
+    import shlex
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    runner = subprocess.Popen([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--simulate", "--out", str(out),
+                               "--set", "workload.elements=4194304", "--set", "repetitions=20"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "config.yaml").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)  # into the first repetition
+        runner.send_signal(signal.SIGINT)
+        _, stderr = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 130, stderr[-2000:]
+    [line] = [line for line in stderr.splitlines() if " ERROR " in line]
+    command = shlex.split(line.split("(continue with ", 1)[1].rstrip(")"))
+    assert command == ["run_experiment.py", str(out / "config.yaml"), "--resume", str(out), "--simulate"], line
+    resumed = run(str(out / "config.yaml"), "--resume", str(out), "--simulate", "--dry-run")
+    assert resumed.returncode == 0, resumed.stderr
