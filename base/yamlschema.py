@@ -195,16 +195,18 @@ def _refuse_duplicate_keys(loader: yaml.SafeLoader, root: yaml.Node, source: str
         stack.extend(_children(node))
         if not isinstance(node, yaml.MappingNode):
             continue
-        lines: dict[Any, int] = {}
+        marks: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
                 continue
             key = loader.construct_object(key_node)
-            line = key_node.start_mark.line + 1
-            if key in lines:
-                raise ConfigError(f"{source}: key {key!r} appears twice in one mapping (lines {lines[key]} and {line}); "
-                                  "YAML keeps only the last: remove one")
-            lines[key] = line
+            mark = key_node.start_mark
+            if key in marks:
+                first = marks[key]
+                where = (f"lines {first.line + 1} and {mark.line + 1}" if first.line != mark.line
+                         else f"line {mark.line + 1}, columns {first.column + 1} and {mark.column + 1}")
+                raise ConfigError(f"{source}: key {key!r} appears twice in one mapping ({where}); YAML keeps only the last: remove one")
+            marks[key] = mark
 
 
 def _measure(root: yaml.Node) -> tuple[int, int]:

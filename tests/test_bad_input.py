@@ -77,7 +77,7 @@ def test_a_duplicate_key_is_refused_naming_both_lines(tmp_path: Path) -> None:
     first = next(i for i, line in enumerate(lines, 1) if line.startswith("repetitions:"))
     refused(run(str(config), "--dry-run"),
             f"twice.yaml: key 'repetitions' appears twice in one mapping (lines {first} and {len(lines)}); YAML keeps only the last")
-    with pytest.raises(ConfigError, match=r"key 'k' appears twice in one mapping \(lines 1 and 1\)"):
+    with pytest.raises(ConfigError, match=r"key 'k' appears twice in one mapping \(line 1, columns 2 and 8\)"):
         parse_yaml("{k: 1, k: 2}", "--set x")
     # A merge key is no duplicate: overriding what it merges is what it is for.
     assert parse_yaml("base: &b {k: 1, j: 2}\nuse:\n  <<: *b\n  k: 3\n", "x")["use"] == {"k": 3, "j": 2}
