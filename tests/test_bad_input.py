@@ -3,16 +3,30 @@ line naming it, and a run that fails names its culprit."""
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from base.yamlschema import MAX_YAML_DEPTH, ConfigError, parse_yaml
-from experiments.config import load_experiment
+import network.cleanup as cleanup
+from base.cgroup import CgroupError, memory_cgroup, memory_limit
+from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_DEPTH, ConfigError, parse_yaml
+from experiments.config import EMULATED_MEMORY, SIMULATED_MEMORY, load_experiment, resolve_workload_files
 from experiments.limits import Limit
+from experiments.workers import WorkerFailure, WorkerGroup
+from labs.catalog import load_lab
 from protocol.params import REPO_ROOT
+from protocol.results_format import resume_command
+from protocol.worker_spec import WorkerSpec
+from topologies.model import load_topology
+from workloads.trace import TraceError, load_trace
 
 MAIN_CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 LONG_NAME = "a" * 300
@@ -84,8 +98,6 @@ def test_a_duplicate_key_is_refused_naming_both_lines(tmp_path: Path) -> None:
 
 
 def test_a_duplicate_key_in_a_topology_or_a_lab_catalog_is_refused(tmp_path: Path) -> None:
-    from labs.catalog import load_lab
-    from topologies.model import load_topology
 
     topology = tmp_path / "star.yaml"
     topology.write_text((REPO_ROOT / "topologies" / "star.yaml").read_text() + "workers: 3\n")
@@ -128,7 +140,6 @@ def test_the_dry_run_checks_out_and_resume(tmp_path: Path, simulate: list[str]) 
 
 class LoopbackHost:
     """A host for WorkerGroup outside Mininet: the test's own namespace."""
-
     name = "lo"
 
     def popen(self, argv: list[str], **options: object) -> subprocess.Popen:
@@ -137,9 +148,6 @@ class LoopbackHost:
 
 def test_a_rank_log_that_is_not_utf8_is_quoted_in_the_failure(tmp_path: Path) -> None:
     """The report crashed with UnicodeDecodeError (read_text), losing the rank and its error."""
-    from experiments.workers import WorkerFailure, WorkerGroup
-    from protocol.worker_spec import WorkerSpec
-
     spec = WorkerSpec(method="ps", n_workers=1, switch_ipv4="127.0.0.254", link_mbps=None, protocol=None,
                       peers=(("127.0.0.1", 47999),), job_timeout_s=2.0, connect_timeout_s=10.0,
                       serve="tests.data.undecodable_log:serve").write(tmp_path / "ps.json")
@@ -156,9 +164,6 @@ def test_a_rank_log_that_is_not_utf8_is_quoted_in_the_failure(tmp_path: Path) ->
 
 def test_a_csv_trace_is_bounded_and_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
     """10^7 rows were still parsing after 300 s at 2.6 GB; Excel's "CSV UTF-8" (a BOM first) was refused."""
-    from base.yamlschema import MAX_YAML_BYTES
-    from workloads.trace import TraceError, load_trace
-
     rows = "layer_index,numel,forward_pass_ns,backward_pass_ns\n0,1000,50,100\n1,2000,60,120\n"
     excel = tmp_path / "excel.csv"
     excel.write_bytes(b"\xef\xbb\xbf" + rows.replace("\n", "\r\n").encode())
@@ -179,10 +184,7 @@ def test_the_resume_command_of_a_simulated_run_keeps_simulate(tmp_path: Path) ->
     """An interrupted --simulate run printed a command without --simulate, which --resume refuses
     (the run ran on the simulated clock). The analysis, which has only the folder, reads the
     clock from network.json."""
-    import json
-    import shlex
 
-    from protocol.results_format import resume_command
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -228,8 +230,6 @@ def test_a_paper_scale_config_is_refused_without_simulate(config: Path) -> None:
 def test_workload_files_are_found_next_to_the_config_like_the_topology(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """topology.file was relative to the config, workload.model and workload.script to the
     current folder: a config with its trace beside it worked from one folder only."""
-    import yaml
-
     folder = tmp_path / "study"
     folder.mkdir()
     (folder / "mine.csv").write_text("layer_index,numel,forward_pass_ns,backward_pass_ns\n0,1000,50,100\n")
@@ -242,7 +242,6 @@ def test_workload_files_are_found_next_to_the_config_like_the_topology(tmp_path:
     assert experiment.data["workload"]["model"] == str(folder / "mine.csv")
     # The shipped DDP config finds its script from any folder, and a --set path typed at the shell still counts from here.
     ddp = yaml.safe_load((REPO_ROOT / "configs" / "ddp_script.yaml").read_text())
-    from experiments.config import resolve_workload_files
 
     resolve_workload_files(ddp, REPO_ROOT / "configs" / "ddp_script.yaml")
     assert ddp["workload"]["script"] == str(REPO_ROOT / "examples" / "ddp_digits.py")
@@ -272,8 +271,6 @@ def test_a_percentage_typed_as_a_loss_probability_is_refused(override: str, mess
 def test_the_three_commands_report_a_mistake_in_one_format(tmp_path: Path) -> None:
     """run_experiment.py logged '<time> run_experiment ERROR ...', python -m analysis 'ERROR ...'
     and python -m labs 'error: ...': three formats from the tools a user meets first."""
-    import re
-
     (tmp_path / "stopped").mkdir()
     (tmp_path / "stopped" / "runs.csv").write_text("")  # a run without its summary.json: none to draw
     commands = {
@@ -294,8 +291,6 @@ def test_the_three_commands_report_a_mistake_in_one_format(tmp_path: Path) -> No
 def test_the_memory_check_reads_the_memory_cgroup_limit(tmp_path: Path) -> None:
     """16 workers x 16 Mi elements in a 3 GB memory cgroup (as in a container) passed the check,
     which read the machine's physical memory, and were OOM-killed 6.8 s later with no line."""
-    from base.cgroup import CgroupError, memory_cgroup, memory_limit
-
     limit = 3 << 30
     dry = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run", "--switch", "embedded", "--set", "topology.workers=16"]
     try:
@@ -320,8 +315,6 @@ def test_the_memory_model_is_within_20_percent_of_the_measured_peaks() -> None:
     """The check counted 12 bytes per element and worker; runs peaked at 23-26 (issue 44).
     The peaks measured for docs/memory.md (benchmarks/memory_peak.py: a memory cgroup's
     max_usage_in_bytes, float32, this machine): the model must stay within 20 % of each."""
-    from experiments.config import EMULATED_MEMORY, SIMULATED_MEMORY
-
     measured = [  # (model, elements, workers, peak bytes)
         (EMULATED_MEMORY, 1 << 20, 8, 492_462_080), (EMULATED_MEMORY, 4 << 20, 8, 1_259_937_792),
         (SIMULATED_MEMORY, 1 << 16, 32, 120_262_656), (SIMULATED_MEMORY, 1 << 18, 32, 272_334_848),
@@ -338,8 +331,6 @@ def test_a_server_out_of_reach_at_teardown_is_named_with_why_and_written_down(tm
                                                                               caplog: pytest.LogCaptureFixture) -> None:
     """ssh -q to a server out of reach says nothing and exits 255: the teardown logged
     'cleanup failed: ' with nothing after the colon, and nothing recorded what stayed there."""
-    import network.cleanup as cleanup
-
     monkeypatch.setattr(cleanup, "LEFTOVERS_RECORD", tmp_path / "leftovers.log")
     argv = ["sh", "-c", "exit 255", "10.233.0.99", "cd /srv && python -m network.cleanup --holder 1"]
     assert cleanup.run_remote_cleanup("srv9", argv) is None
@@ -354,10 +345,6 @@ def test_a_server_out_of_reach_at_teardown_is_named_with_why_and_written_down(tm
 def test_an_interrupted_simulated_run_prints_a_resume_command_with_simulate(tmp_path: Path) -> None:
     """It printed 'run_experiment.py .../config.yaml --resume ...' without --simulate, which
     --resume then refused: the run ran on the simulated clock."""
-    import shlex
-    import signal
-    import time
-
     out = tmp_path / "run"
     runner = subprocess.Popen([sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--simulate", "--out", str(out),
                                "--set", "workload.elements=4194304", "--set", "repetitions=20"],
