@@ -33,9 +33,9 @@ LONG_NAME = "a" * 300
 """A folder name longer than any Linux file system takes (NAME_MAX, 255 bytes)."""
 
 
-def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), *args], input=stdin,
-                          capture_output=True, text=True, timeout=120, stdin=None if stdin is not None else subprocess.DEVNULL)
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO_ROOT / "run_experiment.py"), *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
 
 
 def errors(done: subprocess.CompletedProcess[str]) -> list[str]:
