@@ -307,6 +307,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from experiments.workers import WorkerFailure
     from base.lifetime import DependencyFailed
     from network.emulation import NetworkError
+    from network.cluster import ClusterError
     from network.lock import WaitInterrupted
     from network.lock import held as held_network
     from switches.target import DataPlaneStartError
@@ -343,7 +344,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         except Exception as exc:
             if isinstance(exc, ConfigError) or storage_problem(exc, run_dir) is not None:  # a server unfit for the run: one line, exit 2
                 raise
-            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError, SimulationFailed)):  # says what failed; no traceback needed
+            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError, SimulationFailed, ClusterError)):
+                # says what failed (a server: "server srv2: copying ... there failed: ..."); no traceback needed
                 log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)
             else:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)
