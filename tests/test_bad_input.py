@@ -255,14 +255,22 @@ def test_workload_files_are_found_next_to_the_config_like_the_topology(tmp_path:
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("topology.link.loss=1", "topology.link.loss: 1 would lose every packet: loss is a probability, not a percentage; for 1 % write 0.01"),
-    ("topology.link.loss=5", "for 5 % write 0.05"),
+    ("topology.link.loss=1", 'topology.link.loss: 1 would lose every packet: a number is a probability, not a percentage; for 1 % write "1%" or 0.01'),
+    ("topology.link.loss=5", 'for 5 % write "5%" or 0.05'),
+    ("topology.link.loss=100%", "topology.link.loss: 100% would lose every packet; give less than 100 %"),
+    ("topology.link.loss=1 percent", "topology.link.loss: '1 percent' does not match"),
     ("topology={file: tree.yaml, workers: 4, leaves: 2, uplink: {loss: 1}}", "topology.uplink.loss: 1 would lose every packet"),
 ])
 def test_a_percentage_typed_as_a_loss_probability_is_refused(override: str, message: str) -> None:
     """--set topology.link.loss=1 (meant as 1 %, as the docs and figures speak) passed, and lost every packet."""
     refused(run(str(MAIN_CONFIG), "--dry-run", "--set", override), message)
-    assert load_experiment(MAIN_CONFIG, ["topology.link.loss=0.01"]).points[0].topology.links[0].spec.loss == 0.01
+
+
+@pytest.mark.parametrize("loss", ["1%", "1 %", "0.01"])
+def test_a_loss_is_a_percentage_with_its_unit_or_a_probability(loss: str) -> None:
+    """The unit is in the value: "1%" (as the shipped configs write it) and 0.01 are one loss."""
+    [link_loss] = {link.spec.loss for link in load_experiment(MAIN_CONFIG, [f"topology.link.loss={loss}"]).points[0].topology.links}
+    assert link_loss == pytest.approx(0.01)
 
 
 # --- one format for a user's mistake ----------------------------------------------------------------------------------

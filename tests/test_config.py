@@ -49,7 +49,7 @@ def test_main_config_is_eight_workers_on_one_switch() -> None:
         ("topology.workers=33", "topology.workers: switch s1 would aggregate 33 workers; a switch aggregates at most 32"),
         ("topology.workers=513", "topology.workers: 513 is greater than the maximum of 512"),
         ("topology.file=no-such-topology.yaml", "topology.file: topology 'no-such-topology.yaml': no such file"),
-        ("topology.link.loss=1.5", "topology.link.loss: 1.5 would lose every packet: loss is a probability, not a percentage; for 1.5 % write 0.015"),
+        ("topology.link.loss=1.5", 'topology.link.loss: 1.5 would lose every packet: a number is a probability, not a percentage; for 1.5 % write "1.5%" or 0.015'),
         ("topology.leaves=2", "topology.leaves: not allowed for kind star"),
         ("protocol.colour=blue", "protocol: unknown key(s) 'colour'"),
         ("methods=[switchml, allgather]", "methods[1]: 'allgather' is not one of"),
