@@ -130,6 +130,16 @@ def test_every_call_of_every_lab_gives_the_reference_an_output_and_the_skeleton_
                 assert (outcome == "pass") == (test.skeleton == "pass"), f"lab {lab.number} {test.id}: {outcome} {message}"
 
 
+def test_every_point_of_the_shipped_labs_is_of_record() -> None:
+    """Each graded test has calls (the grader decides it) or runs in a pytest session that
+    holds none of the submission's Python (lab.yaml's ``uses``): a test that does neither
+    is pytest's verdict from a process the submission's code can forge."""
+    forgeable = [f"lab {lab.number} {track.name}: {test.id}" for lab in catalog.all_labs() for track in lab.tracks.values()
+                 for test in track.tests
+                 if not test.calls and any(name.endswith(".py") for name in (track.files if test.uses is None else test.uses))]  # fmt: skip
+    assert not forgeable, forgeable
+
+
 # ---- graded as the instructor does ----------------------------------------------------------------
 
 
