@@ -1,5 +1,6 @@
 """One SwitchMLIngress in the test process, fed update frames, for the labs' switch tests;
-and scripted runs of it and of the worker's timers, for the grade of record.
+and scripted runs of it, of the worker's timers and of a lossy all-reduce on the simulated
+clock, for the grade of record.
 
 The behaviour cases of tests/test_switch_behaviour.py send real packets through a switch
 process in network namespaces: right for grading, but when the student's code raises, the
@@ -7,10 +8,11 @@ switch process dies and the test only sees missing results. These cases call the
 control directly, so a student sees the exception (``NotImplementedError: Lab 2: ...``) or
 the wrong register value in the failure's first line, and need no root.
 
-``scenario``, ``timers_scenario``, ``round_trip_timeouts`` and ``timeout_floor`` are what
-an instructor's grade calls (labs 2 and 3's ``calls`` in lab.yaml, labs/harness.py): each
-plays a script through the student's code and returns every effect the tests look at,
-never a verdict; the grader compares it with what the reference's code returns.
+``scenario``, ``timers_scenario``, ``round_trip_timeouts``, ``timeout_floor`` and
+``lossy_allreduce`` are what an instructor's grade calls (labs 2 and 3's ``calls`` in
+lab.yaml, labs/harness.py): each plays a script through the student's code and returns
+every effect the tests look at, never a verdict; the grader compares it with what the
+reference's code returns.
 """
 
 from __future__ import annotations
