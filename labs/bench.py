@@ -162,10 +162,10 @@ def timeout_floor(k: int, pool_size: int, timeout_ms: float, link_mbps: float | 
 def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mbps: float = 2.5, delay_ms: float = 0.0,
                     pool_size: int = 64, timeout_ms: float = 20.0, backoff_every: int = 100, results_lost: bool = True) -> dict:  # fmt: skip
     """One SwitchML all-reduce of ``workers`` seeded float32 tensors of ``elements`` on the
-    simulated clock (simulation/): a star of links of ``link_mbps`` and ``delay_ms`` that each lose ``loss``
-    of their frames (seeded: the same frames whatever the code), the embedded switch's
-    pipeline (the tree's ingress) and the workers' loop with the tree's timers, the
-    timeout floor from the tree's ``pool_drain_s`` as in a run (hosts/allreduce.py).
+    simulated clock (simulation/): a star of links of ``link_mbps`` and ``delay_ms`` that
+    each lose ``loss`` of their frames (seeded: the same frames whatever the code), the
+    embedded switch's pipeline (the tree's ingress) and the workers' loop with the tree's
+    timers, the timeout floor from the tree's ``pool_drain_s`` as in a run (hosts/allreduce.py).
     Without ``results_lost``, only updates are lost, by the switch's drop simulator at its
     ingress: with one worker, no update then reaches a slot twice unless the worker's timer
     fired before its result was due, so the switch's retransmission branch (lab 3's, which

@@ -58,6 +58,16 @@ def test_an_output_is_the_value_the_buffer_or_the_exception_never_a_verdict() ->
     assert encode(float("nan")) == {"float": "nan"}, "strict JSON has no NaN"
 
 
+def test_a_call_that_never_returns_is_its_own_timeout_and_the_next_call_runs(monkeypatch) -> None:
+    """A timer of 0 s resends forever at one simulated instant: that call's output is a
+    CallTimeout, which code that catches every Exception cannot swallow, and the run goes on."""
+    from labs import harness
+
+    monkeypatch.setattr(harness, "CALL_TIMEOUT_S", 0.5)
+    assert output("time.sleep", [60], {}) == {"raises": "CallTimeout", "message": "did not return within 0.5 s"}
+    assert output("math.sqrt", [4.0], {}) == {"returned": 2.0}
+
+
 def test_outputs_equal_the_references_within_the_tests_tolerance_and_an_exception_by_its_type() -> None:
     assert record.difference(54644.80874316939, 54644.8087431694, 1e-9) is None
     assert "is 1.0, the reference's 54644.8" in record.difference(54644.8, 1.0, 1e-9)
