@@ -122,9 +122,15 @@ def run_probe(target: str, workers: int, k: int, data_path: str, link_mbps: floa
     out.parent.mkdir(parents=True, exist_ok=True)
     log_path = out.with_name(out.name + ".log")
     with log_path.open("w") as output:
-        done = subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=PROBE_TIMEOUT_S)
+        run = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            status = run.wait(timeout=PROBE_TIMEOUT_S)
+        except BaseException:  # interrupted or too long: the run tears its network down on SIGTERM (never SIGKILL it)
+            run.terminate()
+            run.wait()
+            raise
     if not (out / "summary.json").is_file():  # 1 (not verified) still wrote its tables
-        raise RuntimeError(f"probe {target} {workers} workers k={k} {link_mbps:g} Mbit/s failed (exit {done.returncode}); see {log_path}")
+        raise RuntimeError(f"probe {target} {workers} workers k={k} {link_mbps:g} Mbit/s failed (exit {status}); see {log_path}")
     return out
 
 

@@ -245,7 +245,7 @@ def apply_target_link_rate(data: dict[str, Any], overridden: set[str], source: s
         set_dotted(data, LINK_RATE_KEY, calibrated.rate.mbps, LINK_RATE_KEY)
         return calibrated.rate.source()
     rate = REGISTRY[target].link_mbps(k)
-    why_not = f" ({calibrated.why_not})" if calibrated.why_not else ""
+    why_not = f"; {calibrated.why_not}" if calibrated.why_not else ""
     if rate is None:
         measured = ", ".join(f"k = {key}" for key in sorted(REGISTRY[target].link_rates)) or "no k"
         raise ConfigError(f"{source}: {LINK_RATE_KEY}: {TARGET_RATE}: the {target} target has a measured link rate for {measured}, not "

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from base.yamlschema import ConfigError, load_schema, load_yaml, validate
+from base.yamlschema import load_schema, load_yaml, validate
 from protocol.params import RESULTS_DIR
 
 FILE_VARIABLE = "SWITCHML_CALIBRATION"
