@@ -29,7 +29,7 @@ WORKERS_CONFIG = CONFIG_DIR / "ate_vs_workers.yaml"  # a sweep over 2, 4 and 8 w
 def entry(target: str = "embedded", k: int = 256, workers: int = 8, rate: float | None = 9.3, data_path: str = "auto") -> dict[str, Any]:
     return {"target": target, "k": k, "workers": workers, "data_path": data_path,
             "capacity_mbps": None if rate is None else round(rate / (1 - measure.MARGIN), 2), "rate_mbps": rate,
-            "mode": "quick", "measured_utc": "20261206T070000Z", "load_before": [1.5, 1.2, 1.0],
+            "mode": "quick", "measured_utc": "2026-12-06T07:00:00+00:00", "load_before": [1.5, 1.2, 1.0],
             "probes": [{"link_mbps": 12.4, "attempt": 1, "keeps_up": True, "share_of_bound": 0.97, "kept_up": True, "verified": True}]}
 
 
@@ -42,7 +42,7 @@ def calibration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def written(path: Path, *entries: dict[str, Any]) -> Path:
-    record.write(path, record.merged(None, entries, measure.MARGIN, "20261206T070500Z"))
+    record.write(path, record.merged(None, entries, measure.MARGIN, "2026-12-06T07:05:00+00:00"))
     return path
 
 
@@ -103,7 +103,7 @@ def test_bw_mbps_target_runs_at_the_calibrated_rate_and_says_where_it_came_from(
     written(calibration, entry(workers=8, rate=9.3), entry(workers=4, rate=12.0))
     calibrated = load_experiment(MAIN_CONFIG, ["switch.target=embedded"])
     assert {p.topology.link_mbps for p in calibrated.points} == {9.3}
-    assert calibrated.link_rate_source.startswith(f"calibration {calibration} (embedded at k = 256 for 8 workers")
+    assert calibrated.link_rate_source.startswith(f"calibration {calibration}: embedded at k = 256 for 8 workers")
     # a sweep over 2, 4 and 8 workers runs every point at the rate its most workers keep up with
     swept = load_experiment(WORKERS_CONFIG, ["switch.target=embedded"])
     assert {p.topology.link_mbps for p in swept.points} == {9.3}
@@ -149,7 +149,7 @@ def run_experiment(*args: str, env_file: Path) -> subprocess.CompletedProcess[st
 def test_the_header_names_the_calibration_and_a_dry_calibration_its_plan(calibration: Path) -> None:
     written(calibration, entry())
     header = run_experiment(str(MAIN_CONFIG), "--switch", "embedded", "--dry-run", env_file=calibration)
-    assert header.returncode == 0 and f"9.3 Mbit/s links (from calibration {calibration}" in header.stdout, header.stderr
+    assert header.returncode == 0 and f"9.3 Mbit/s links (from calibration {calibration}: embedded at k = 256 for 8 workers" in header.stdout, header.stderr
     plan = run_experiment("--calibrate", "quick", "--switch", "embedded", "--dry-run", env_file=calibration)
     assert plan.returncode == 0, plan.stderr
     assert f"into {calibration}: 1 searches" in plan.stdout and "embedded, k = 256, 8 workers (from 9.3 Mbit/s)" not in plan.stdout
@@ -168,7 +168,7 @@ def test_summary_json_records_the_calibrated_rate(calibration: Path, tmp_path: P
                           "--set", "repetitions=1", "--out", str(out), env_file=calibration)
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / fmt.SUMMARY_FILE).read_text())
-    assert summary["link_mbps"] == 9.3 and summary["link_mbps_source"].startswith(f"calibration {calibration} (embedded at k = 256")
+    assert summary["link_mbps"] == 9.3 and summary["link_mbps_source"].startswith(f"calibration {calibration}: embedded at k = 256")
     assert summary[fmt.PROVENANCE_KEY]["link_rate"] == {"mbps": 9.3, "source": summary["link_mbps_source"]}
 
 

@@ -24,7 +24,6 @@ from typing import Callable, Iterable
 from experiments.calibration import record
 from experiments.capacity import Probe, Prober, ProbeSettings, most_probes, search
 from experiments.config import Experiment
-from experiments.results import utc_stamp
 from protocol import params
 from switches.targets import AUTO, REGISTRY
 
@@ -117,7 +116,7 @@ def measure(search_: Search, mode: Mode, runs_dir: Path, on_probe: Callable[[Pro
             on_start: Callable[[str], None]) -> dict[str, object]:
     """One search, as the file's entry."""
     load_before = [round(load, 2) for load in os.getloadavg()]
-    measured_utc = utc_stamp()
+    measured_utc = record.now_utc()
     prober = Prober(search_.target, search_.workers, search_.k, search_.data_path, mode.settings,
                     runs_dir / f"{search_.target}-{search_.workers}w-k{search_.k}", on_probe,
                     lambda what: on_start(f"{search_.target} k={search_.k} {search_.workers}w: {what}"),
@@ -135,5 +134,5 @@ def calibrate(searches: list[Search], mode: Mode, path: Path, runs_dir: Path, on
     for search_ in searches:
         entry = measure(search_, mode, runs_dir, on_probe, on_start)
         existing = record.read(path) if path.is_file() else None
-        record.write(path, record.merged(existing, [entry], MARGIN, utc_stamp()))
+        record.write(path, record.merged(existing, [entry], MARGIN, record.now_utc()))
         on_entry(entry)

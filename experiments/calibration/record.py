@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -63,6 +64,11 @@ def this_machine() -> dict[str, Any]:
             "memory_gb": round(memory / 1e9, 1)}
 
 
+def now_utc() -> str:
+    """The time the file records (ISO 8601, to the second)."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
 def same_machine(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> bool:
     return all(recorded.get(key) == here.get(key) for key in ("host", "cpus", "cpu_model"))
 
@@ -81,8 +87,8 @@ class CalibratedRate:
     def source(self) -> str:
         """How the run's header and summary.json name it (``link_mbps_source``)."""
         e = self.entry
-        return (f"{SOURCE_PREFIX} {self.path} ({e['target']} at k = {e['k']} for {e['workers']} workers, data_path {e['data_path']}, "
-                f"{e['mode']}, measured {e['measured_utc']})")
+        return (f"{SOURCE_PREFIX} {self.path}: {e['target']} at k = {e['k']} for {e['workers']} workers, data_path {e['data_path']}, "
+                f"{e['mode']}, measured {e['measured_utc']}")
 
 
 def read(path: Path) -> dict[str, Any]:
