@@ -70,11 +70,12 @@ class Search:
 
 def targets_of(experiment: Experiment) -> list[str]:
     """The config's target, or for ``auto`` every target this machine runs (``auto`` may pick
-    any of them, for instance the embedded switch where links need a delay line)."""
+    any of them, for instance the embedded switch where links need a delay line); a dry run
+    that is not root also lists those only root can tell it runs."""
     asked = experiment.data["switch"]["target"]
     if asked != AUTO:
         return [asked]
-    return [name for name, target in REGISTRY.items() if not target.missing()]
+    return [name for name, target in REGISTRY.items() if not (problems := target.missing()) or target.undecided(problems)]
 
 
 def plan(experiment: Experiment, mode: Mode, targets: Iterable[str]) -> list[Search]:

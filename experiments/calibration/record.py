@@ -44,7 +44,7 @@ def calibration_file() -> Path | None:
     """The calibration file this process reads and writes (None: none, ``SWITCHML_CALIBRATION`` empty)."""
     named = os.environ.get(FILE_VARIABLE)
     if named is None:
-        return DEFAULT_FILE
+        return DEFAULT_FILE.absolute()  # an installed testbed's results/ is the working folder's
     return Path(named).absolute() if named else None
 
 
