@@ -190,3 +190,22 @@ def test_a_tiny_calibration_writes_an_entry_the_next_run_uses(calibration: Path)
     if measured["rate_mbps"] is not None:
         assert load_experiment(MAIN_CONFIG, ["switch.target=embedded", "topology.workers=2"]).points[0].topology.link_mbps == \
             measured["rate_mbps"]
+
+
+def test_each_search_is_written_as_it_ends(calibration: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupted calibration keeps the searches that ended: the file is merged after each."""
+    searches = [measure.Search("embedded", 256, workers, "auto", 7.5) for workers in (2, 4, 8)]
+
+    def measured(search: measure.Search, *args: object) -> dict[str, Any]:
+        if search.workers == 8:
+            raise KeyboardInterrupt
+        return entry(workers=search.workers, rate=float(search.workers))
+
+    monkeypatch.setattr(measure, "measure", measured)
+    written(calibration, entry(target="ebpf", workers=8, rate=10.0))
+    ended: list[dict[str, object]] = []
+    with pytest.raises(KeyboardInterrupt):
+        measure.calibrate(searches, measure.MODES["quick"], calibration, tmp_path, print, print, ended.append)
+    assert [(e["target"], e["workers"], e["rate_mbps"]) for e in record.read(calibration)["rates"]] == [
+        ("ebpf", 8, 10.0), ("embedded", 2, 2.0), ("embedded", 4, 4.0)]
+    assert [e["workers"] for e in ended] == [2, 4]
