@@ -68,6 +68,7 @@ if __name__ == "__main__":  # first, so that a Ctrl-C during the imports below i
 import argparse  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 from tqdm import tqdm  # noqa: E402
 
@@ -82,7 +83,7 @@ else:
 logging.setLoggerClass(logging.Logger)
 
 from experiments.calibration.measure import MODES  # noqa: E402
-from experiments.capacity import CONFIG as PROBED_CONFIG  # noqa: E402
+from experiments.capacity import CONFIG as PROBED_CONFIG, Probe  # noqa: E402
 from experiments.config import Experiment, check_emulable, load_experiment, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
@@ -371,25 +372,28 @@ def calibrate_command(experiment: Experiment, args: argparse.Namespace) -> int:
                     "it keeps up with when quiet", load, cores)
     stop_on_first_signal()
     runs_dir = path.with_suffix("") / utc_stamp()
-    measured: list[dict[str, object]] = []
+    measured: list[dict[str, Any]] = []
     with tqdm(total=runs, desc=f"calibration ({mode.name})", unit="probe", file=sys.stderr, disable=None) as bar:
-        def probed(probe: object) -> None:
+        def probed(probe: Probe) -> None:
             bar.update(1)
-            log.debug("%s", probe)
+            log.info("%s", probe.describe())
 
         try:
             measure.calibrate(searches, mode, path, runs_dir, probed, bar.set_postfix_str, measured.append)
         except KeyboardInterrupt:
             log.error("interrupted; %d of %d searches were written to %s; probes in %s", len(measured), len(searches), path, runs_dir)
             return EXIT_INTERRUPTED
-        except RuntimeError as exc:  # a probe that wrote no results: its log says why
+        except RuntimeError as exc:  # a probe that wrote no results or hung: its log says why
             log.error("%s; %d of %d searches were written to %s", exc, len(measured), len(searches), path)
             return EXIT_FAILED
+        except OSError as exc:
+            log.error("cannot write the calibration to %s: %s", path, exc.strerror or exc)
+            return EXIT_STORAGE
         bar.total = bar.n  # the searches ended before the most they could take
     rows = [f"  {e['target']}, k = {e['k']}, {e['workers']} workers: "
             + (f"kept up at up to {e['capacity_mbps']:g} Mbit/s, rate {e['rate_mbps']:g} Mbit/s" if e["rate_mbps"] is not None
                else "kept up at none of the rates tried")
-            + f" ({len(e['probes'])} probes, load average {e['load_before'][0]:g} at the start)" for e in measured]  # type: ignore[arg-type]
+            + f" ({len(e['probes'])} probes, load average {e['load_before'][0]:g} at the start)" for e in measured]
     if not emit("\n".join([f"calibrated (margin {measure.MARGIN:.0%}); written to {path}, probes in {runs_dir}:", *rows])):
         return EXIT_STORAGE
     return EXIT_OK

@@ -132,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         def tabled(probe: Probe) -> None:
             append_row(args.output, probe)
             bar.update(1)
-            log.info("k = %d, %g Mbit/s attempt %d: %.1f %% of the bound, kept_up %s%s, machine %.0f %% busy (load %.1f before)",
-                     probe.k, probe.link_mbps, probe.attempt, 100 * probe.share_of_bound, probe.kept_up,
-                     f" ({probe.not_kept_up_because})" if probe.not_kept_up_because else "", 100 * probe.machine_busy,
-                     probe.load_before)
+            log.info("%s", probe.describe())
 
         prober = Prober(args.target, args.workers, args.k, args.data_path, settings, runs_dir, tabled, bar.set_postfix_str)
         if args.rates:

@@ -95,6 +95,13 @@ class Probe:
     def keeps_up(self) -> bool:
         return self.kept_up and self.verified and self.share_of_bound >= KEEPS_UP_SHARE
 
+    def describe(self) -> str:
+        """One log line: the rate, the verdict and why, and how busy the machine was."""
+        why = f" ({self.not_kept_up_because})" if self.not_kept_up_because else ""
+        return (f"{self.target}, {self.workers} workers, k = {self.k}, {self.link_mbps:g} Mbit/s attempt {self.attempt}: "
+                f"{100 * self.share_of_bound:.1f} % of the bound, kept_up {self.kept_up}{why}, machine {100 * self.machine_busy:.0f} % "
+                f"busy (load {self.load_before:.1f} before)")
+
 
 def probe_elements(link_mbps: float, seconds: float, at_least_packets: int, k: int) -> int:
     """A tensor of ``seconds`` of line-rate data at ``link_mbps`` in whole packets of k, and
@@ -125,9 +132,12 @@ def run_probe(target: str, workers: int, k: int, data_path: str, link_mbps: floa
         run = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             status = run.wait(timeout=PROBE_TIMEOUT_S)
-        except BaseException:  # interrupted or too long: the run tears its network down on SIGTERM (never SIGKILL it)
+        except BaseException as exc:  # interrupted or too long: the run tears its network down on SIGTERM (never SIGKILL it)
             run.terminate()
             run.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise RuntimeError(f"probe {target} {workers} workers k={k} {link_mbps:g} Mbit/s took more than {PROBE_TIMEOUT_S} s "
+                                   f"and was stopped; see {log_path}") from None
             raise
     if not (out / "summary.json").is_file():  # 1 (not verified) still wrote its tables
         raise RuntimeError(f"probe {target} {workers} workers k={k} {link_mbps:g} Mbit/s failed (exit {status}); see {log_path}")
