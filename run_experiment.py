@@ -84,7 +84,7 @@ logging.setLoggerClass(logging.Logger)
 
 from experiments.calibration.measure import MODES  # noqa: E402
 from experiments.capacity import CONFIG as PROBED_CONFIG, Probe  # noqa: E402
-from experiments.config import Experiment, check_emulable, load_experiment, shipped_or_given  # noqa: E402
+from experiments.config import TARGET_RATE_SOURCES, Experiment, check_emulable, load_experiment, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
@@ -355,8 +355,12 @@ def calibrate_command(experiment: Experiment, args: argparse.Namespace) -> int:
     except (TargetUnavailableError, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
+    if not experiment.link_rate_source.startswith(TARGET_RATE_SOURCES):
+        log.warning("%s runs at a rate of its own (%s) and will not use the calibration; configs with topology.link.bw_mbps: "
+                    "target will", experiment.source, experiment.link_rate_source)
     runs = measure.most_runs(searches, mode)
-    lines = [f"calibration ({mode.name}) of {experiment.source} into {path}: {len(searches)} searches, at most {runs} probe runs "
+    lines = [f"calibration ({mode.name}) of {experiment.source} into {path}: {len(searches)} search{'es' * (len(searches) != 1)}, "
+             f"at most {runs} probe runs "
              f"(each a run of {mode.settings.repetitions} x {mode.settings.seconds:g} s of line-rate data, after Mininet starts)"]
     lines += [f"  {search}" for search in searches]
     if not emit("\n".join(lines)):

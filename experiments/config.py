@@ -112,6 +112,9 @@ TARGET_RATE = "target"
 TARGET_RATE_SOURCE = "shipped SwitchTarget.link_rates of"
 """How the header and summary name a rate that came from the target's descriptor (a
 calibrated one starts with CALIBRATED_RATE_SOURCE)."""
+TARGET_RATE_SOURCES = (TARGET_RATE_SOURCE, CALIBRATED_RATE_SOURCE, f"{LINK_RATE_KEY}: {TARGET_RATE}")
+"""How every rate of ``topology.link.bw_mbps: target`` is named: shipped, calibrated, or
+the target's once ``auto`` has chosen it."""
 
 
 @dataclass(frozen=True)

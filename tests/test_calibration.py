@@ -152,8 +152,11 @@ def test_the_header_names_the_calibration_and_a_dry_calibration_its_plan(calibra
     assert header.returncode == 0 and f"9.3 Mbit/s links (from calibration {calibration}: embedded at k = 256 for 8 workers" in header.stdout, header.stderr
     plan = run_experiment("--calibrate", "quick", "--switch", "embedded", "--dry-run", env_file=calibration)
     assert plan.returncode == 0, plan.stderr
-    assert f"into {calibration}: 1 searches" in plan.stdout and "embedded, k = 256, 8 workers (from 9.3 Mbit/s)" not in plan.stdout
+    assert f"into {calibration}: 1 search, at most" in plan.stdout and "embedded, k = 256, 8 workers (from 9.3 Mbit/s)" not in plan.stdout
     assert "embedded, k = 256, 8 workers (from 7.5 Mbit/s)" in plan.stdout  # a search starts from the shipped rate
+    own_rate = run_experiment(str(CONFIG_DIR / "ate_vs_workers_16.yaml"), "--calibrate", "quick", "--switch", "embedded", "--dry-run",
+                              env_file=calibration)
+    assert own_rate.returncode == 0 and "runs at a rate of its own (topology.link.bw_mbps) and will not use the calibration" in own_rate.stderr
     clash = run_experiment("--calibrate", "quick", "--simulate", env_file=calibration)
     assert clash.returncode == 2 and "--simulate does not apply" in clash.stderr
     calibration.write_text("format: 2\n")
