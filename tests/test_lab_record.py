@@ -110,9 +110,9 @@ def test_a_report_is_strict_json(tmp_path: Path) -> None:
     json.loads((tmp_path / "r.json").read_text(), parse_constant=lambda name: pytest.fail(f"{name} in the report"))
 
 
-def test_a_lab_that_does_not_exist_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+def test_a_lab_that_does_not_exist_is_refused_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert main(["skeleton", "0", "--out", str(tmp_path / "h"), "--keep", "7"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == ["error: --keep 7: no such lab; there are labs 0, 1, 2, 3, 4, 5"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["--keep 7: no such lab; there are labs 0, 1, 2, 3, 4, 5"]
 
 
 def test_every_call_of_every_lab_gives_the_reference_an_output_and_the_skeleton_its_expected_verdicts(tmp_path: Path) -> None:
