@@ -33,7 +33,7 @@ from simulation.network import JobSetup, SimulatedNetwork, SimulationUnsupported
 from simulation.worker import WorkerSetup
 from switches.fabric import SharedJob
 from switches.target import SwitchTarget
-from switches.targets import AUTO, REGISTRY, lookup
+from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
 from workloads.kinds import point_inputs
 
 log = logging.getLogger(__name__)
@@ -49,16 +49,19 @@ class SimulationFailed(RuntimeError):
     """A simulated job did not finish (a SwitchML worker's deadline passed): the message says which slots waited."""
 
 
-def simulated_target(requested: str) -> str:
-    """The switch target a simulation runs: the one asked for if it has a simulated data
-    plane, for ``auto`` the first that has one; SimulationUnsupported otherwise."""
-    able = [target.name for target in REGISTRY.values() if target.simulated is not None]
-    if requested == AUTO and able:
-        return able[0]
-    if requested != AUTO and lookup(requested).simulated is not None:
+def simulated_target(requested: str, needs_delay_line: bool | None = False) -> str:
+    """The switch target whose network a simulation of a config simulates: the one an
+    emulated run of it takes on this machine (``auto`` resolved as run_experiment.py
+    resolves it, so ``bw_mbps: target`` is that target's rate), or the one asked for, which
+    need not be able to run here (the simulated switch needs nothing from the kernel). Its
+    data plane is simulated by ``simulated_data_plane`` (switches/targets.py)."""
+    if requested != AUTO:
+        lookup(requested)
         return requested
-    raise SimulationUnsupported(f"--simulate: switch target {requested} has no simulated data plane; "
-                                f"targets that have one: {', '.join(able) or 'none'}")
+    candidates = root_run_targets(AUTO, needs_delay_line)
+    if len(candidates) > 1:
+        log.info("--simulate: simulating %s's network, the first of %s that a root run could take", candidates[0], ", ".join(candidates))
+    return candidates[0]
 
 
 def check_simulable(experiment: Experiment) -> Experiment:
@@ -82,7 +85,8 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
     return {
         "engine": "simpy",
         "clock": "simulated seconds (tat_s, timeline t_ms)",
-        "switch": "the target's own data plane (SwitchTarget.simulated), processing every frame at its arrival",
+        "switch": "the target's data-plane contract (docs/dataplane.md) as its own simulated data plane or, for a target without "
+                  "one, the first target's that has one (network.json: data_plane), processing every frame at its arrival",
         "worker": SIMULATED_DATA_PATH.reason,
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
                 "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
@@ -131,7 +135,8 @@ def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget
             setups[index[name]] = WorkerSetup(rank, len(job.hosts), job.job_id, parameters.k, job.pool_size, policy, deadline_s, cost_s)
     setup = JobSetup(parameters.k, parameters.pool_size, experiment.data["switch"]["max_pool_size"], parameters.job_id, setups.get,
                      tuple(shared))
-    return SimulatedNetwork(topology, target, setup, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"])
+    return SimulatedNetwork(topology, target, setup, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"],
+                            simulated_data_plane(target.name))
 
 
 class SimulatedSweepRunner:

@@ -69,12 +69,15 @@ def ignore(frames: list[bytes]) -> None:
 
 
 class SimulatedNetwork:
-    """``topology`` with ``target``'s simulated switches, programmed for ``job``."""
+    """``topology`` with switches of ``target``'s data-plane contract, programmed for ``job``:
+    ``data_plane``'s simulated switches (``target``'s own if it has them: the targets share
+    one contract, docs/dataplane.md, so one target's simulated pipeline stands for another's)."""
 
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
-                 link_burst_bytes: float = 0.0) -> None:
-        if target.simulated is None:
-            raise SimulationUnsupported(f"switch target {target.name} has no simulated data plane (SwitchTarget.simulated)")
+                 link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None) -> None:
+        data_plane = data_plane or target
+        if data_plane.simulated is None:
+            raise SimulationUnsupported(f"switch target {data_plane.name} has no simulated data plane (SwitchTarget.simulated)")
         unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
         if unshaped:
             raise SimulationUnsupported(f"links without a rate cannot be simulated: {', '.join(unshaped)} (give bw_mbps)")
@@ -82,10 +85,11 @@ class SimulatedNetwork:
         self.topology = topology
         self._k = job.k
         self._target = target.name
+        self._data_plane = data_plane.name
         self.loss_mechanism = loss_mechanism_of(topology, loss_mechanism)
         rng = random.Random(seed)
         self.switches: dict[str, SimulatedSwitch] = {
-            s.name: target.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32)) for s in topology.switches
+            s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32)) for s in topology.switches
         }
         self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
         """switch -> neighbour -> the switch's port to it."""
@@ -189,6 +193,8 @@ class SimulatedNetwork:
         return {
             "simulated": True,
             "target": self._target,
+            "data_plane": self._target if self._data_plane == self._target else
+            f"{self._data_plane}'s simulated pipeline, standing for {self._target}'s (one data-plane contract: docs/dataplane.md)",
             "loss_mechanism": self.loss_mechanism,
             "delay_mechanism": "none" if delays == {0.0} else "simulated_link_delay",
             "aggregation": self.topology.aggregation,
