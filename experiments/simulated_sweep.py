@@ -25,13 +25,16 @@ from experiments.job_meter import JobMeasurement
 from experiments.results import ResultsWriter
 from hosts.allreduce import retransmit_policy
 from hosts.switchml.job import SwitchMLTimeout
-from hosts.switchml.native import DataPath
+from hosts.switchml.native import DataPath, NativeUnavailable
 from methods.verification import expected_for
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import SwitchMLParameters
-from simulation.network import JobSetup, SimulatedNetwork, SimulationUnsupported
+from simulation.native import library as native_simulator
+from simulation.native.star import star_problem
+from simulation.network import DROP_SIMULATOR, NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
 from simulation.worker import WorkerSetup
 from switches.fabric import SharedJob
+from switches.embedded import TARGET as EMBEDDED
 from switches.target import SwitchTarget
 from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
 from workloads.kinds import point_inputs
@@ -40,7 +43,9 @@ log = logging.getLogger(__name__)
 
 BASELINE_MODELS = "baseline_models"
 """summary.json ``simulation`` key: point -> method -> its model (``baseline_model``)."""
-SIMULATED_DATA_PATH = DataPath("python", "hosts/switchml/core.py on the simulated clock (simulation/worker.py)")
+SIMULATED_DATA_PATH = DataPath("python", "hosts/switchml/core.py on the simulated clock (simulation/worker.py, on SimPy)")
+NATIVE_SIMULATED_DATA_PATH = DataPath("native", "hosts/switchml/native/worker.c on the simulated clock (simulation/native/star.c's "
+                                                "event loop: the same events as on SimPy, in C)")
 DEFAULT_SEED = 1
 US = 1e-6
 
@@ -76,7 +81,32 @@ def check_simulable(experiment: Experiment) -> Experiment:
                                         "only beside it; add switchml to methods")
         if point.workload_kind.inputs is None:
             raise SimulationUnsupported(f"{where}: --simulate needs a workload with given tensors, not {point.workload['kind']}")
-    return experiment.with_data_paths({point.index: SIMULATED_DATA_PATH for point in experiment.points})
+    return experiment.with_data_paths({point.index: simulated_data_path(experiment, point) for point in experiment.points})
+
+
+def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
+    """Which worker core simulates ``point``: worker.c on star.c's loop where the config's
+    ``protocol.data_path`` allows it (``auto``: where it builds) and the network is a star
+    that loop runs (simulation/native/star.py, ``star_problem``), else core.py on SimPy,
+    with the reason."""
+    choice = point.protocol["data_path"]
+    if choice == "python":
+        return replace(SIMULATED_DATA_PATH, reason=f"{SIMULATED_DATA_PATH.reason}: protocol.data_path: python")
+    topology = point.topology
+    plane = simulated_data_plane(experiment.data["switch"]["target"])
+    problem = star_problem(len(topology.switches), len(topology.hosts), len(topology.hosts), len(point.data.get("jobs") or ()),
+                           loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
+                           float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)), plane is EMBEDDED)
+    try:
+        native_simulator()
+    except NativeUnavailable as exc:
+        problem = problem or str(exc)
+    if problem is None:
+        return NATIVE_SIMULATED_DATA_PATH
+    if choice == "native":
+        raise SimulationUnsupported(f"{experiment.source}: point {point.index}: protocol.data_path: native: the native core is "
+                                    f"simulated for a star of one job with loss on its links only; this one has {problem}")
+    return replace(SIMULATED_DATA_PATH, reason=f"{SIMULATED_DATA_PATH.reason}: the native core's loop does not take {problem}")
 
 
 def simulation_record(experiment: Experiment) -> dict[str, Any]:
@@ -87,7 +117,7 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
         "clock": "simulated seconds (tat_s, timeline t_ms)",
         "switch": "the target's data-plane contract (docs/dataplane.md) as its own simulated data plane or, for a target without "
                   "one, the first target's that has one (network.json: data_plane), processing every frame at its arrival",
-        "worker": SIMULATED_DATA_PATH.reason,
+        "worker": "per point, summary.json's switchml_data_path: worker.c on star.c's loop, or core.py on SimPy",
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
                 "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
@@ -135,8 +165,9 @@ def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget
             setups[index[name]] = WorkerSetup(rank, len(job.hosts), job.job_id, parameters.k, job.pool_size, policy, deadline_s, cost_s)
     setup = JobSetup(parameters.k, parameters.pool_size, experiment.data["switch"]["max_pool_size"], parameters.job_id, setups.get,
                      tuple(shared))
+    core = NATIVE_CORE if point.data_path.name == NATIVE_SIMULATED_DATA_PATH.name and not shared else PYTHON_CORE
     return SimulatedNetwork(topology, target, setup, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"],
-                            simulated_data_plane(target.name))
+                            simulated_data_plane(target.name), core)
 
 
 class SimulatedSweepRunner:
