@@ -54,7 +54,25 @@ struct sim_link {
     double *departures; /* ring of queue_packets */
     uint32_t *mt;       /* MT_N words: random.Random.getstate() */
     int64_t frames, bytes, queue_drops, lost;
+    /* Optional (NULL: off), for the differential test: every frame handed to the link, its
+     * time and what became of it (TRACE_*), up to trace_capacity frames of frame_bytes. */
+    double *trace_time;
+    uint8_t *trace_frames;
+    int8_t *trace_outcome;
+    int64_t trace_len, trace_capacity;
 };
+
+enum { TRACE_SENT = 0, TRACE_QUEUE_DROP = 1, TRACE_LOST = 2 };
+
+static void trace(struct sim_link *link, double now, const uint8_t *frame, int32_t length, int32_t frame_bytes, int outcome)
+{
+    if (!link->trace_time || link->trace_len >= link->trace_capacity)
+        return;
+    int64_t i = link->trace_len++;
+    link->trace_time[i] = now;
+    memcpy(link->trace_frames + i * frame_bytes, frame, (size_t)length);
+    link->trace_outcome[i] = (int8_t)outcome;
+}
 
 /* The switch: the embedded pipeline's registers and counters (in place), the worker table's
  * entry of each port, the job's multicast group and the egress's result headers. */
@@ -311,6 +329,7 @@ static int link_send(struct sim *sim, struct sim_link *links, int32_t l, int32_t
         link->dep_count--;
     }
     if (link->dep_count >= link->queue_packets) {
+        trace(link, now, frame_at(sim, frame), sim->frame_len[frame], sim->frame_bytes, TRACE_QUEUE_DROP);
         link->queue_drops++;
         free_frame(sim, frame);
         return 0;
@@ -335,10 +354,12 @@ static int link_send(struct sim *sim, struct sim_link *links, int32_t l, int32_t
     link->frames++;
     link->bytes += sim->frame_len[frame];
     if (link->loss != 0.0 && random_random(link) < link->loss) {
+        trace(link, now, frame_at(sim, frame), sim->frame_len[frame], sim->frame_bytes, TRACE_LOST);
         link->lost++;
         free_frame(sim, frame);
         return 0;
     }
+    trace(link, now, frame_at(sim, frame), sim->frame_len[frame], sim->frame_bytes, TRACE_SENT);
     return arrivals_add(sim, finish + link->delay_s, l, frame);
 }
 

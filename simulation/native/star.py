@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -30,6 +31,8 @@ from switches.embedded.simulated import PipelineSwitch
 _p, _i32, _i64, _f64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
 TO_SWITCH, TO_WORKER, TO_NOBODY = range(3)
 SIM_DONE, SIM_NO_MEMORY, SIM_OFF_PATH = range(3)
+TRACE_SENT, TRACE_QUEUE_DROP, TRACE_LOST = range(3)
+"""What became of a traced frame (``LinkTrace``)."""
 MT_WORDS = 624
 
 
@@ -39,7 +42,8 @@ class _Link(ctypes.Structure):
     _fields_ = [*[(name, _f64) for name in ("seconds_per_byte", "delay_s", "burst", "tokens", "free_at", "loss")],
                 *[(name, _i32) for name in ("queue_packets", "to_kind", "to_index", "dep_head", "dep_count", "mt_index")],
                 ("departures", _p), ("mt", _p),
-                *[(name, _i64) for name in ("frames", "bytes", "queue_drops", "lost")]]  # fmt: skip
+                *[(name, _i64) for name in ("frames", "bytes", "queue_drops", "lost")],
+                ("trace_time", _p), ("trace_frames", _p), ("trace_outcome", _p), ("trace_len", _i64), ("trace_capacity", _i64)]  # fmt: skip
 
 
 class _Switch(ctypes.Structure):
@@ -86,6 +90,18 @@ def star_problem(n_switches: int, hosts_in_job: int, n_hosts: int, shared_jobs: 
     return ", ".join(found) or None
 
 
+@dataclass
+class LinkTrace:
+    """Every frame a link was handed, in order: (simulated time, frame bytes, TRACE_*)."""
+
+    capacity: int
+    frame_bytes: int
+    frames: list[tuple[float, bytes, int]] = field(default_factory=list)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return np.zeros(self.capacity), np.zeros((self.capacity, self.frame_bytes), dtype=np.uint8), np.zeros(self.capacity, dtype=np.int8)
+
+
 def _address(array: np.ndarray) -> int:
     return array.ctypes.data
 
@@ -114,6 +130,8 @@ class NativeStar:
             raise MemoryError("star.c: no memory for the simulation's state")
         self._sim = ctypes.c_void_p(sim)
         self._finalizer = weakref.finalize(self, self._lib.sim_destroy, self._sim)
+        self.traces: list[LinkTrace] | None = None
+        """One per link (in ``links``' order) to record what each is handed; None: not recorded."""
 
     @property
     def now(self) -> float:
@@ -147,14 +165,19 @@ class NativeStar:
     def _export_links(self) -> tuple[ctypes.Array, list[tuple[np.ndarray, np.ndarray]]]:
         links = (_Link * len(self._links))()
         keep = []
-        for c, link, (kind, index) in zip(links, self._links, self._destinations):
+        traces = self.traces or [None] * len(self._links)
+        for c, link, (kind, index), traced in zip(links, self._links, self._destinations, traces):
             seconds_per_byte, delay_s, queue_packets, loss, burst = link.model
             free_at, tokens, departures = link.queue
             ring = np.zeros(queue_packets)
             ring[: len(departures)] = departures
             version, state, gauss = link.rng.getstate()
             mt = np.array(state[:MT_WORDS], dtype=np.uint32)
-            keep.append((ring, mt, version, gauss))
+            recorded = traced.arrays() if traced is not None else None
+            if recorded is not None:
+                c.trace_time, c.trace_frames, c.trace_outcome = (_address(a) for a in recorded)
+                c.trace_capacity = traced.capacity
+            keep.append((ring, mt, version, gauss, traced, recorded))
             c.seconds_per_byte, c.delay_s, c.burst, c.tokens, c.free_at, c.loss = seconds_per_byte, delay_s, burst, tokens, free_at, loss
             c.queue_packets, c.to_kind, c.to_index, c.dep_head, c.dep_count = queue_packets, kind, index, 0, len(departures)
             c.mt_index, c.departures, c.mt = state[MT_WORDS], _address(ring), _address(mt)
@@ -166,7 +189,10 @@ class NativeStar:
         return [float(ring[(c.dep_head + i) % c.queue_packets]) for i in range(c.dep_count)]
 
     def _import_links(self, links: ctypes.Array, keep: list) -> None:
-        for c, link, (ring, mt, version, gauss) in zip(links, self._links, keep):
+        for c, link, (ring, mt, version, gauss, traced, recorded) in zip(links, self._links, keep):
+            if traced is not None:
+                times, frames, outcomes = recorded
+                traced.frames += [(float(times[i]), frames[i].tobytes(), int(outcomes[i])) for i in range(c.trace_len)]
             link.set_queue(c.free_at, c.tokens, self._ring(c, ring))
             link.rng.setstate((version, (*mt.tolist(), c.mt_index), gauss))
             link.frames, link.bytes, link.queue_drops, link.lost = c.frames, c.bytes, c.queue_drops, c.lost
