@@ -30,11 +30,10 @@ from methods.verification import expected_for
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import SwitchMLParameters
 from simulation.native import library as native_simulator
-from simulation.native.star import star_problem
+from simulation.native.star import has_aggregation_path, star_problem
 from simulation.network import DROP_SIMULATOR, NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
 from simulation.worker import WorkerSetup
 from switches.fabric import SharedJob
-from switches.embedded import TARGET as EMBEDDED
 from switches.target import SwitchTarget
 from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
 from workloads.kinds import point_inputs
@@ -96,7 +95,8 @@ def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
     plane = simulated_data_plane(experiment.data["switch"]["target"])
     problem = star_problem(len(topology.switches), len(topology.hosts), len(topology.hosts), len(point.data.get("jobs") or ()),
                            loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
-                           float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)), plane is EMBEDDED)
+                           float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)),
+                           has_aggregation_path(plane.simulated(k=point.protocol["k"], max_pool_size=point.protocol["pool_size"], seed=0)))
     try:
         native_simulator()
     except NativeUnavailable as exc:

@@ -26,11 +26,10 @@ from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
 from simulation.link import Arrivals, Deliver, Link
-from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, star_problem
+from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
 from simulation.worker import SimulatedWorker, WorkerSetup
 from switches import programming
 from switches.control import SwitchControl
-from switches.embedded.simulated import PipelineSwitch
 from switches.fabric import Jobs, SharedJob, program_fabric
 from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import Topology
@@ -138,7 +137,7 @@ class SimulatedNetwork:
         if core == NATIVE_CORE:
             problem = star_problem(len(self.switches), len(self.workers), len(topology.hosts), len(job.shared),
                                    self.loss_mechanism == DROP_SIMULATOR, max((s.packet_cost_s for s in setups if s is not None), default=0.0),
-                                   all(isinstance(switch, PipelineSwitch) for switch in self.switches.values()))
+                                   all(has_aggregation_path(switch) for switch in self.switches.values()))
             if problem is not None:
                 raise SimulationUnsupported(f"the native core runs a star of one job with loss on its links (simulation/native); "
                                             f"this network has {problem}")

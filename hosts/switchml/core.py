@@ -94,7 +94,8 @@ class JobArrays:
     plan: JobPlan
     quantized: bool
     chunks: np.ndarray
-    """The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows."""
+    """The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows:
+    a view of the tensor when it is whole chunks (both cores only read it)."""
     packet_exponents: np.ndarray
     """The exponent field of every packet p: chunk p's block exponent while p < n_chunks (the
     lookahead round), EXPONENT_MIN after; 0 throughout an int32 job."""
@@ -113,8 +114,11 @@ class JobArrays:
     def make(cls, tensor: np.ndarray, block_exponents: np.ndarray | None, pool: SlotPool, n_workers: int) -> JobArrays:
         quantized = block_exponents is not None
         plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, quantized)
-        chunks = np.zeros((plan.n_chunks, pool.k), dtype=tensor.dtype)
-        chunks.reshape(-1)[: len(tensor)] = tensor
+        if len(tensor) == plan.n_chunks * pool.k and tensor.flags.c_contiguous:
+            chunks = tensor.reshape(plan.n_chunks, pool.k)  # whole chunks already: a view, never written
+        else:
+            chunks = np.zeros((plan.n_chunks, pool.k), dtype=tensor.dtype)
+            chunks.reshape(-1)[: len(tensor)] = tensor
         packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if quantized else 0, dtype=np.int8)
         if block_exponents is not None:
             packet_exponents[: plan.n_chunks] = block_exponents

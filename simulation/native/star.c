@@ -127,7 +127,7 @@ struct sim {
     int64_t heap_len, heap_cap;
     uint8_t *frames;          /* frame_bytes each */
     int32_t *frame_len, *free_frames;
-    int32_t n_frames, n_free, frame_bytes;
+    int32_t n_frames, n_free, frame_bytes, frames_capacity;
     struct entry *entries;
     int32_t n_entries, entries_cap, free_entry;
     struct bucket *buckets;
@@ -136,7 +136,6 @@ struct sim {
     int32_t chain_mask;
     int32_t n_workers, running, finished, stop;
     struct worker_state *workers;
-    uint8_t *work;            /* the switch's packet buffer */
 };
 
 /* ---- random.Random: MT19937 and random() ---------------------------------------------- */
@@ -222,25 +221,36 @@ static struct event pop_event(struct sim *sim)
 
 /* ---- frames ------------------------------------------------------------------------------ */
 
+/* Room for ``count`` more frames without moving the pool (a frame being processed stays put). */
+static int reserve_frames(struct sim *sim, int32_t count)
+{
+    if (sim->n_free + (sim->frames_capacity - sim->n_frames) >= count)
+        return 0;
+    int32_t cap = sim->frames_capacity ? 2 * sim->frames_capacity : 4096;
+    while (sim->n_free + (cap - sim->n_frames) < count)
+        cap *= 2;
+    uint8_t *frames = realloc(sim->frames, (size_t)cap * (size_t)sim->frame_bytes);
+    if (!frames)
+        return -1;
+    sim->frames = frames;
+    int32_t *lengths = realloc(sim->frame_len, (size_t)cap * sizeof *lengths);
+    if (!lengths)
+        return -1;
+    sim->frame_len = lengths;
+    int32_t *free_frames = realloc(sim->free_frames, (size_t)cap * sizeof *free_frames);
+    if (!free_frames)
+        return -1;
+    sim->free_frames = free_frames;
+    sim->frames_capacity = cap;
+    return 0;
+}
+
 static int32_t new_frame(struct sim *sim)
 {
+    if (reserve_frames(sim, 1))
+        return -1;
     if (sim->n_free)
         return sim->free_frames[--sim->n_free];
-    if (sim->n_frames % 1024 == 0) {
-        int32_t cap = sim->n_frames + 1024;
-        uint8_t *frames = realloc(sim->frames, (size_t)cap * (size_t)sim->frame_bytes);
-        if (!frames)
-            return -1;
-        sim->frames = frames;
-        int32_t *lengths = realloc(sim->frame_len, (size_t)cap * sizeof *lengths);
-        if (!lengths)
-            return -1;
-        sim->frame_len = lengths;
-        int32_t *free_frames = realloc(sim->free_frames, (size_t)cap * sizeof *free_frames);
-        if (!free_frames)
-            return -1;
-        sim->free_frames = free_frames;
-    }
     return sim->n_frames++;
 }
 
@@ -372,18 +382,19 @@ static void count_event(int64_t *packets, int64_t *bytes, int index, int64_t len
 }
 
 /* _emit_result + _emit: the result in ``work`` with the rank's headers, out of ``port``. */
-static int emit_result(struct sim *sim, struct sim_link *links, const struct sim_switch *sw, int32_t in_port, int32_t rank, int32_t port)
+static int emit_result(struct sim *sim, struct sim_link *links, const struct sim_switch *sw, uint8_t *work, int32_t in_port, int32_t rank,
+                       int32_t port)
 {
     if (rank < 0 || rank >= sw->max_rank || !sw->result_ok[in_port * sw->max_rank + rank])
         return 0; /* rank_addr_table miss -> drop */
-    memcpy(sim->work, sw->result_headers + ((size_t)in_port * (size_t)sw->max_rank + (size_t)rank) * ADDRESS_BYTES, ADDRESS_BYTES);
+    memcpy(work, sw->result_headers + ((size_t)in_port * (size_t)sw->max_rank + (size_t)rank) * ADDRESS_BYTES, ADDRESS_BYTES);
     count_event(sw->egress_packets, sw->egress_bytes, EGV_SENT, sw->frame_bytes); /* egress.admit: no drop simulator */
     if (port < 1 || port > sw->n_ports || sw->out_link[port] < 0)
         return 0;
     int32_t frame = new_frame(sim);
     if (frame < 0)
         return -1;
-    memcpy(frame_at(sim, frame), sim->work, (size_t)sw->frame_bytes);
+    memcpy(frame_at(sim, frame), work, (size_t)sw->frame_bytes);
     sim->frame_len[frame] = sw->frame_bytes;
     return link_send(sim, links, sw->out_link[port], frame);
 }
@@ -398,6 +409,8 @@ static void write_result(uint8_t *work, const int32_t *row, int32_t k, int32_t e
     work[ADDRESS_BYTES + F_EXPONENT] = (uint8_t)(exponent & 0xFF);
 }
 
+static int switch_process(struct sim *sim, struct sim_link *links, const struct sim_switch *sw, int32_t port, uint8_t *work, int32_t length);
+
 /* Steps 3-6 of SwitchMLIngress.apply for a frame from a worker, then the traffic manager and
  * egress. Returns 0, -1 (no memory) or 1 (a frame this path does not take). */
 static int switch_receive(struct sim *sim, struct sim_link *links, const struct sim_switch *sw, int32_t port, int32_t frame)
@@ -407,9 +420,16 @@ static int switch_receive(struct sim *sim, struct sim_link *links, const struct 
     if (port < 1 || port > sw->n_ports || length != sw->frame_bytes
         || memcmp(in, sw->in_headers + (size_t)port * ADDRESS_BYTES, ADDRESS_BYTES) != 0)
         return 1;
-    uint8_t *work = sim->work;
-    memcpy(work, in, (size_t)length);
+    if (reserve_frames(sim, sw->n_replicas))
+        return -1;
+    uint8_t *work = frame_at(sim, frame); /* the pipeline's packet buffer: the frame itself, which copies do not move */
+    int status = switch_process(sim, links, sw, port, work, length);
     free_frame(sim, frame);
+    return status;
+}
+
+static int switch_process(struct sim *sim, struct sim_link *links, const struct sim_switch *sw, int32_t port, uint8_t *work, int32_t length)
+{
     const uint8_t *h = work + ADDRESS_BYTES;
     uint32_t msg_type = h[F_MSG_TYPE], shadow_set = h[F_SHADOW_SET], slot = get_be16(h + F_SLOT);
     /* 3. Malformed (a result from a worker port has no uplink: _from_above drops it as malformed). */
@@ -477,7 +497,7 @@ static int switch_receive(struct sim *sim, struct sim_link *links, const struct 
             if (sw->mcast_grp[port] < 0)
                 return 0; /* an unknown group replicates to nothing */
             for (int32_t r = 0; r < sw->n_replicas; r++)
-                if (emit_result(sim, links, sw, port, sw->replica_rid[r], sw->replica_port[r]))
+                if (emit_result(sim, links, sw, work, port, sw->replica_rid[r], sw->replica_port[r]))
                     return -1;
             return 0;
         }
@@ -487,7 +507,7 @@ static int switch_receive(struct sim *sim, struct sim_link *links, const struct 
     if (sw->count[idx] == (uint32_t)num_workers) { /* the worker lost the result */
         write_result(work, row, sw->k, sw->exponent[idx]);
         count_event(sw->event_packets, sw->event_bytes, EV_RESULT_UNICAST, length);
-        return emit_result(sim, links, sw, port, rank, port);
+        return emit_result(sim, links, sw, work, port, rank, port);
     }
     count_event(sw->event_packets, sw->event_bytes, EV_RETX_IGNORED, length);
     return 0;
@@ -628,11 +648,9 @@ struct sim *sim_create(int32_t n_workers, int32_t frame_bytes)
     sim->chain_mask = (1 << 14) - 1;
     sim->chains = malloc((size_t)(sim->chain_mask + 1) * sizeof *sim->chains);
     sim->workers = calloc((size_t)n_workers, sizeof *sim->workers);
-    sim->work = malloc((size_t)frame_bytes);
-    if (!sim->chains || !sim->workers || !sim->work) {
+    if (!sim->chains || !sim->workers) {
         free(sim->chains);
         free(sim->workers);
-        free(sim->work);
         free(sim);
         return NULL;
     }
@@ -657,7 +675,6 @@ void sim_destroy(struct sim *sim)
     free(sim->entries);
     free(sim->buckets);
     free(sim->chains);
-    free(sim->work);
     free(sim);
 }
 

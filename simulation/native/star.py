@@ -25,8 +25,7 @@ from protocol import params
 from protocol.packet import SWITCHML_OFFSET, frame_bytes
 from simulation.link import Link
 from simulation.worker import SimulatedWorker
-from switches.embedded.parser import IPV4_SRC_ADDR, UDP_LENGTH, SwitchMLParser
-from switches.embedded.simulated import PipelineSwitch
+from switches.target import SimulatedSwitch
 
 _p, _i32, _i64, _f64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
 TO_SWITCH, TO_WORKER, TO_NOBODY = range(3)
@@ -80,10 +79,16 @@ def declare_star(lib: ctypes.CDLL) -> None:
         raise NativeUnavailable(f"star.c rewrites {lib.sim_address_bytes()} bytes of headers, the protocol has {SWITCHML_OFFSET}")
 
 
+def has_aggregation_path(switch: object) -> bool:
+    """Whether a simulated switch hands star.c its aggregation path (the embedded pipeline's
+    ``aggregation_path`` and ``take_back``)."""
+    return callable(getattr(switch, "aggregation_path", None)) and callable(getattr(switch, "take_back", None))
+
+
 def star_problem(n_switches: int, hosts_in_job: int, n_hosts: int, shared_jobs: int, drop_simulator: bool, packet_cost_s: float,
-                 pipeline: bool) -> str | None:
+                 aggregation_path: bool) -> str | None:
     """Why star.c cannot run a network of this shape (None: it can)."""
-    problems = [(n_switches != 1, f"{n_switches} switches"), (not pipeline, "a switch that is not the embedded pipeline"),
+    problems = [(n_switches != 1, f"{n_switches} switches"), (not aggregation_path, "a switch with no aggregation path for star.c"),
                 (shared_jobs > 0, "several jobs on one switch"), (hosts_in_job != n_hosts, "hosts that run no worker"),
                 (drop_simulator, "loss by the switches' drop simulator"), (packet_cost_s > 0, "a host cost per packet")]
     found = [what for wrong, what in problems if wrong]
@@ -111,12 +116,14 @@ class NativeStar:
     loop; ``links`` every link direction, ``destinations`` where each delivers: (TO_SWITCH,
     port), (TO_WORKER, index) or (TO_NOBODY, 0)."""
 
-    def __init__(self, switch: PipelineSwitch, ports: dict[int, int], links: Sequence[Link], destinations: Sequence[tuple[int, int]],
+    def __init__(self, switch: SimulatedSwitch, ports: dict[int, int], links: Sequence[Link], destinations: Sequence[tuple[int, int]],
                  workers: Sequence[SimulatedWorker], uplinks: Sequence[int], k: int) -> None:
         from simulation.native import library
 
         self._lib = library()
-        self._pipeline = switch.pipeline
+        self._switch = switch
+        self._worker_ports = [destinations[uplink][1] for uplink in uplinks]
+        """The switch port of each worker."""
         self._links = list(links)
         self._destinations = list(destinations)
         self._workers = list(workers)
@@ -200,79 +207,20 @@ class NativeStar:
     # -- the switch -----------------------------------------------------------------------
 
     def _export_switch(self) -> tuple[_Switch, dict[str, np.ndarray]]:
-        """The pipeline's state and tables as struct sim_switch, checked to be what star.c's
-        path implements (SwitchMLIngress steps 3-6 without uplink, drop simulators off)."""
-        pipeline = self._pipeline
-        ingress, egress = pipeline.ingress, pipeline.egress
-        if ingress.ingress_drop_threshold.cells[0] or egress.egress_drop_threshold.cells[0]:
-            raise RuntimeError("star.c runs no drop simulator; this switch has one programmed")
-        if ingress.uplink_table.entries:
-            raise RuntimeError("star.c runs a star; this switch has an uplink (uplink_table)")
-        if not ingress.values.matrix.flags.c_contiguous or ingress.values.matrix.dtype != np.int32:
-            raise RuntimeError("the pipeline's value registers are not one int32 matrix")
-        n_ports = max(self._port_links)
-        arrays = {name: np.zeros(n_ports + 1, dtype=np.int32) for name in
-                  ("out_link", "set_worker", "rank", "job_id", "num_workers", "mcast_grp", "slot_base", "pool_size")}
-        arrays["out_link"][:] = -1
-        in_headers = np.zeros((n_ports + 1, SWITCHML_OFFSET), dtype=np.uint8)
-        parser = SwitchMLParser(self._k)
-        groups = set()
+        """The switch's aggregation path (``PipelineSwitch.aggregation_path``) as struct sim_switch."""
+        arrays = self._switch.aggregation_path({port: worker.header for port, worker in zip(self._worker_ports, self._workers)})
+        n_ports = len(arrays["rank"]) - 1
+        if max(self._port_links) > n_ports:
+            raise RuntimeError(f"star.c runs a star: port {max(self._port_links)} of the switch has no worker")
+        out_link = np.full(n_ports + 1, -1, dtype=np.int32)
         for port, link in self._port_links.items():
-            arrays["out_link"][port] = link
-        for worker, uplink in zip(self._workers, self._uplinks.tolist()):
-            kind, port = self._destinations[uplink]
-            frame = bytearray(worker.header + bytes(frame_bytes(self._k) - SWITCHML_OFFSET))
-            hdr = parser.parse(frame, len(frame))
-            if kind != TO_SWITCH or not hdr or hdr[UDP_LENGTH] != ingress.udp_length:
-                raise RuntimeError(f"worker on port {port}: its frames are not SwitchML updates to this switch")
-            in_headers[port] = np.frombuffer(worker.header, dtype=np.uint8)
-            action, action_params = ingress.worker_table.entries.get((port, hdr[IPV4_SRC_ADDR]), ingress.worker_table.default)
-            if action == "set_worker":
-                arrays["set_worker"][port] = 1
-                for name, value in zip(("rank", "job_id", "num_workers", "mcast_grp", "slot_base", "pool_size"), action_params):
-                    arrays[name][port] = value
-                groups.add(action_params[3])
-            elif action != "drop_unknown_sender":
-                raise RuntimeError(f"star.c: port {port}'s worker_table action {action} is not on its path")
-        if len(groups) > 1:
-            raise RuntimeError(f"star.c runs one job's multicast group; the worker table names {sorted(groups)}")
-        replicas = pipeline.traffic_manager.replicas(groups.pop()) if groups else ()
-        if not replicas:
-            arrays["mcast_grp"][:] = -1
-        max_rank = max([rid + 1 for rid, _ in replicas] + [int(arrays["rank"].max()) + 1])
-        result_headers = np.zeros((n_ports + 1, max_rank, SWITCHML_OFFSET), dtype=np.uint8)
-        result_ok = np.zeros((n_ports + 1, max_rank), dtype=np.uint8)
-        for port in range(1, n_ports + 1):
-            if not arrays["set_worker"][port]:
-                continue
-            for rank in range(max_rank):
-                headers = egress.result_headers(in_headers[port].tobytes(), int(arrays["job_id"][port]), rank)
-                if headers is not None:
-                    result_headers[port, rank] = np.frombuffer(headers, dtype=np.uint8)
-                    result_ok[port, rank] = 1
-        arrays.update(
-            in_headers=in_headers, result_headers=result_headers, result_ok=result_ok,
-            replica_rid=np.array([rid for rid, _ in replicas], dtype=np.int32),
-            replica_port=np.array([port for _, port in replicas], dtype=np.int32),
-            bitmap=np.array(ingress.bitmap.cells, dtype=np.uint32), count=np.array(ingress.count.cells, dtype=np.uint32),
-            seq=np.array(ingress.seq.cells, dtype=np.uint32), exponent=np.array(ingress.exponent.cells, dtype=np.int32),
-            event_packets=np.array(ingress.event_counter.packets, dtype=np.int64),
-            event_bytes=np.array(ingress.event_counter.bytes, dtype=np.int64),
-            egress_packets=np.array(egress.egress_counter.packets, dtype=np.int64),
-            egress_bytes=np.array(egress.egress_counter.bytes, dtype=np.int64),
-        )  # fmt: skip
-        switch = _Switch(k=self._k, max_pool_size=ingress.max_pool_size, frame_bytes=frame_bytes(self._k), n_ports=n_ports,
-                         values=_address(ingress.values.matrix), n_replicas=len(replicas), max_rank=max_rank,
-                         **{name: _address(array) for name, array in arrays.items()})
+            out_link[port] = link
+        arrays["out_link"] = out_link
+        scalars = {name: int(arrays.pop(name)) for name in ("k", "max_pool_size", "frame_bytes", "n_replicas", "max_rank")}
+        if scalars["k"] != self._k or scalars["frame_bytes"] != frame_bytes(self._k):
+            raise RuntimeError(f"the switch aggregates k = {scalars['k']}, its workers send k = {self._k}")
+        switch = _Switch(n_ports=n_ports, **scalars, **{name: _address(array) for name, array in arrays.items()})
         return switch, arrays
 
     def _import_switch(self, arrays: dict[str, np.ndarray]) -> None:
-        ingress, egress = self._pipeline.ingress, self._pipeline.egress
-        ingress.bitmap.cells[:] = arrays["bitmap"].tolist()
-        ingress.count.cells[:] = arrays["count"].tolist()
-        ingress.seq.cells[:] = arrays["seq"].tolist()
-        ingress.exponent.cells[:] = arrays["exponent"].tolist()
-        ingress.event_counter.packets[:] = arrays["event_packets"].tolist()
-        ingress.event_counter.bytes[:] = arrays["event_bytes"].tolist()
-        egress.egress_counter.packets[:] = arrays["egress_packets"].tolist()
-        egress.egress_counter.bytes[:] = arrays["egress_bytes"].tolist()
+        self._switch.take_back(arrays)
