@@ -26,7 +26,7 @@ import numpy as np
 
 from hosts.stats import JobStats
 from hosts.switchml.core import JobContext, WorkerCore
-from hosts.switchml.mmsg import BatchSocket
+from hosts.switchml.mmsg import BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,27 @@ class SwitchMLTimeout(TimeoutError):
             f"SwitchML job {job_id} rank {rank}: no result after {elapsed_s:.3f} s for "
             f"{len(missing)} slot(s): {shown}{more}{refused}"
         )
+
+
+class UnsummableTensor(ValueError):
+    """A float32 all-reduce whose lookahead round carried ``UNSUMMABLE_EXPONENT``
+    (protocol/quantize.py) for some blocks: a rank's block held an inf, a NaN or an element
+    beyond 2^126, which block floating point cannot carry. Every rank of the job raises it at
+    the same call, after a complete job (the switch's registers and the shadow sets stay in
+    step), so all take the same other route (hosts/torch_backend.py: Gloo's IEEE sum).
+
+    ``blocks`` are the chunks whose exponent said so; ``stats`` the job's statistics."""
+
+    def __init__(self, blocks: np.ndarray, stats: JobStats) -> None:
+        super().__init__(blocks, stats)  # its args rebuild it (SimPy rebuilds what escapes a process from them)
+        self.blocks = blocks
+        self.stats = stats
+
+    def __str__(self) -> str:
+        blocks = self.blocks
+        shown = ", ".join(map(str, blocks[:8].tolist())) + (f" and {len(blocks) - 8} more" if len(blocks) > 8 else "")
+        return (f"the switch cannot sum block(s) {shown}: a rank's block held an inf, a NaN or |x| > 2^126, "
+                "beyond block floating point's int8 exponent")
 
 
 @dataclass
@@ -136,6 +157,7 @@ class AllReduceJob:
             if (hold := core.hold_s(count)) > 0:
                 time.sleep(hold)
         core.stats.timeline = core.timeline
+        core.stats.socket_errors = errno_counts(self._io.refusals - self._refusals_before)
 
     def _timeout_error(self, now: float) -> SwitchMLTimeout:
         return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, self.core.missing(),
