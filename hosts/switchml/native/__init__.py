@@ -65,7 +65,7 @@ def compile_command(cc: str, output: Path, source: Path = SOURCE) -> list[str]:
 
     No -ffast-math and no contraction into fused multiply-adds: the quantized values must
     be numpy's, bit for bit."""
-    return [cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-ffp-contract=off",
+    return [cc, "-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno",
             "-I", str(params.CONSTANTS_P4.parent), "-I", str(SOURCE.parent), str(source), "-o", str(output), "-lm"]
 
 
@@ -76,7 +76,7 @@ def build(cc: str | None = None, build_root: Path = BUILD_ROOT, source: Path = S
     if cc is None:
         raise NativeUnavailable(f"no C compiler ($CC, or one of {', '.join(COMPILERS)} on the PATH; scripts/bootstrap.sh installs clang)")
     sources = dict.fromkeys((source, SOURCE, params.CONSTANTS_P4))
-    output_dir = build_root / source_hash([(path.name, path) for path in sources], cc)
+    output_dir = build_root / source_hash([(path.name, path) for path in sources], " ".join(compile_command(cc, Path(library), source)))
 
     def run_compiler(staging: Path) -> None:
         command = compile_command(cc, staging / library, source)
