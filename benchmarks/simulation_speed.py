@@ -6,7 +6,8 @@ overrides, built exactly as ``run_experiment.py --simulate`` builds it
 its share of SwitchML's pace (methods/switchml.py), frames handled per wall second and per
 second of the process's CPU time (on a loaded machine the two part). One row
 per case goes to results/benchmarks/simulation_speed.csv (``--output``); ``--profile``
-prints where the time of the first case goes (cProfile, top 25 by own time). No timing is
+prints where the time of the first case goes (cProfile, top 25 by own time). Each case runs
+``--repeat`` times (default 3), each on a fresh network, one row each. No timing is
 asserted: the target (8 workers, 100 Gbit/s, 4 MiB in <= 10 s) is read off the table
 (benchmarks/README.md, "Simulation speed").
 
@@ -46,7 +47,7 @@ log = logging.getLogger("simulation_speed")
 MIB_ELEMENTS = 262_144
 """float32 elements in one MiB."""
 PAPER_MBPS = 100_000.0
-COLUMNS = ("workers", "link_mbps", "elements", "dtype", "tensor_mib", "core", "wall_s", "cpu_s", "setup_s", "simulated_tat_s",
+COLUMNS = ("repetition", "workers", "link_mbps", "elements", "dtype", "tensor_mib", "core", "wall_s", "cpu_s", "setup_s", "simulated_tat_s",
            "share_of_pace", "frames", "frames_per_wall_s", "frames_per_cpu_s", "retransmissions", "verified")
 
 
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--large", action="store_true", help="also 32 workers with 100 MiB (minutes)")
     parser.add_argument("--profile", action="store_true", help="cProfile the first case")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each case (a fresh network each; the first also pays "
+                        "for the process's first allocations)")
     parser.add_argument("--data-path", choices=("auto", "native", "python"), default="auto",
                         help="protocol.data_path: native is worker.c on simulation/native/star.c's loop, python core.py on SimPy")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_speed.csv")
@@ -121,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     rows = []
     for i, case in enumerate(CASES + (LARGE if args.large else ())):
-        row = run_case(case, profile=args.profile and i == 0, data_path=args.data_path)
-        log.info("%s", "  ".join(f"{key}={value}" for key, value in row.items()))
-        rows.append(row)
+        for repetition in range(1 if case in LARGE else args.repeat):
+            row = {"repetition": repetition, **run_case(case, profile=args.profile and i == 0 and repetition == 0, data_path=args.data_path)}
+            log.info("%s", "  ".join(f"{key}={value}" for key, value in row.items()))
+            rows.append(row)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     with args.output.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)

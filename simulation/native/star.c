@@ -268,6 +268,19 @@ static uint32_t at_hash(double at)
     return (uint32_t)(bits >> 32);
 }
 
+/* ``items`` (``used`` of ``*capacity`` elements of ``size`` bytes) with room for one more:
+ * itself, or reallocated to twice the capacity (``first`` at first); NULL: no memory. */
+static void *with_room(void *items, int32_t used, int32_t *capacity, size_t size, int32_t first)
+{
+    if (used < *capacity)
+        return items;
+    int32_t grown_capacity = *capacity ? 2 * *capacity : first;
+    void *grown = realloc(items, (size_t)grown_capacity * size);
+    if (grown)
+        *capacity = grown_capacity;
+    return grown;
+}
+
 static int arrivals_add(struct sim *sim, double at, int32_t link, int32_t frame)
 {
     int32_t *chain = &sim->chains[at_hash(at) & (uint32_t)sim->chain_mask];
@@ -279,14 +292,10 @@ static int arrivals_add(struct sim *sim, double at, int32_t link, int32_t frame)
             b = sim->free_bucket;
             sim->free_bucket = sim->buckets[b].chain;
         } else {
-            if (sim->n_buckets == sim->buckets_cap) {
-                int32_t cap = sim->buckets_cap ? 2 * sim->buckets_cap : 1024;
-                struct bucket *grown = realloc(sim->buckets, (size_t)cap * sizeof *grown);
-                if (!grown)
-                    return -1;
-                sim->buckets = grown;
-                sim->buckets_cap = cap;
-            }
+            struct bucket *buckets = with_room(sim->buckets, sim->n_buckets, &sim->buckets_cap, sizeof *buckets, 1024);
+            if (!buckets)
+                return -1;
+            sim->buckets = buckets;
             b = sim->n_buckets++;
         }
         sim->buckets[b] = (struct bucket){.at = at, .head = -1, .tail = -1, .chain = *chain};
@@ -299,14 +308,10 @@ static int arrivals_add(struct sim *sim, double at, int32_t link, int32_t frame)
         e = sim->free_entry;
         sim->free_entry = sim->entries[e].next;
     } else {
-        if (sim->n_entries == sim->entries_cap) {
-            int32_t cap = sim->entries_cap ? 2 * sim->entries_cap : 4096;
-            struct entry *grown = realloc(sim->entries, (size_t)cap * sizeof *grown);
-            if (!grown)
-                return -1;
-            sim->entries = grown;
-            sim->entries_cap = cap;
-        }
+        struct entry *entries = with_room(sim->entries, sim->n_entries, &sim->entries_cap, sizeof *entries, 4096);
+        if (!entries)
+            return -1;
+        sim->entries = entries;
         e = sim->n_entries++;
     }
     sim->entries[e] = (struct entry){.link = link, .frame = frame, .next = -1};
