@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from hosts.switchml.job import SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 from protocol.params import mbps_to_bps
@@ -123,7 +124,7 @@ def test_a_missed_deadline_is_the_same_timeout_on_both() -> None:
     outcomes = []
     for core in (PYTHON_CORE, NATIVE_CORE):
         net = network(core, 4, 100_000.0, loss=0.9, deadline_s=0.003)
-        with pytest.raises(Exception) as raised:
+        with pytest.raises(SwitchMLTimeout) as raised:
             net.allreduce(inputs(4, 4096, "int32", 1))
         outcomes.append((type(raised.value), raised.value.args, net.now))
     assert outcomes[0] == outcomes[1]

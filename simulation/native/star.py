@@ -153,19 +153,20 @@ class NativeStar:
         links, keep_links = self._export_links()
         switch, keep_switch = self._export_switch()
         try:
-            status = self._lib.sim_run(self._sim, links, ctypes.byref(switch), jobs, _address(self._uplinks), _address(self._headers))
+            try:
+                status = self._lib.sim_run(self._sim, links, ctypes.byref(switch), jobs, _address(self._uplinks), _address(self._headers))
+            finally:
+                self._import_links(links, keep_links)
+                self._import_switch(keep_switch)
+            if status == SIM_NO_MEMORY:
+                raise MemoryError("star.c ran out of memory")
+            if status == SIM_OFF_PATH:
+                raise RuntimeError("star.c: the switch received a frame its path does not take (not from a worker of the star)")
+            return [worker.native_result(job, self._lib.sim_worker_status(self._sim, index), self._lib.sim_worker_end(self._sim, index))
+                    for index, (worker, job) in enumerate(zip(self._workers, prepared))]
         finally:
-            self._import_links(links, keep_links)
-            self._import_switch(keep_switch)
-        if status == SIM_NO_MEMORY:
-            raise MemoryError("star.c ran out of memory")
-        if status == SIM_OFF_PATH:
-            raise RuntimeError("star.c: the switch received a frame its path does not take (not from a worker of the star)")
-        results = []
-        for index, (worker, job) in enumerate(zip(self._workers, prepared)):
-            results.append(worker.native_result(job, self._lib.sim_worker_status(self._sim, index), self._lib.sim_worker_end(self._sim, index)))
-            self._lib.sml_release(ctypes.byref(job.job))
-        return results
+            for job in prepared:  # the send timelines worker.c allocated
+                self._lib.sml_release(ctypes.byref(job.job))
 
     # -- the links ------------------------------------------------------------------------
 
