@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from experiments.config import CONFIG_DIR, load_experiment
+from experiments.config import CONFIG_DIR, TARGET_RATE_SOURCE, load_experiment
 from base.tool_version import first_line
 from experiments.provenance import tool_versions
 from experiments.simulated_sweep import simulated_target
@@ -68,7 +68,7 @@ def test_a_simulated_runs_summary_records_its_provenance(tmp_path: Path) -> None
         "version": __version__, "commit": at.sha, "dirty": at.dirty, "changes": at.changes, "command": ["run_experiment.py", *argv[1:]],
         "cwd": str(tmp_path), "kernel": platform.release(), "python": platform.python_version(), "clock": "simulated",
         "switch_target": target, "tools": tools,
-        "link_rate": {"mbps": rate, "source": f"SwitchTarget.link_rates of {target} at k = 256"},
+        "link_rate": {"mbps": rate, "source": f"{TARGET_RATE_SOURCE} {target} at k = 256"},
     }
     assert (summary["link_mbps"], summary["link_mbps_source"]) == (rate, summary[fmt.PROVENANCE_KEY]["link_rate"]["source"])
 
