@@ -63,9 +63,9 @@ def tool_versions(experiment: Experiment, target: str, simulated: bool) -> dict[
     if not simulated:
         tools["mininet"] = package_version("mininet")
         tools |= REGISTRY[target].tool_versions()
-        cc = compiler()
-        if cc is not None and any(p.data_path.name == "native" for p in experiment.points):
-            tools[f"native worker compiler ({cc})"] = first_line([cc, "--version"])
+    cc = compiler()
+    if cc is not None and any(p.data_path.name == "native" for p in experiment.points):  # worker.c, or star.c that includes it
+        tools[f"native worker compiler ({cc})"] = first_line([cc, "--version"])
     if uses_torch(experiment):
         tools["torch"] = package_version("torch")
     return tools
