@@ -180,7 +180,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     from hosts.allreduce import retransmit_policy
     from methods.verification import expected_for, integer_sum
     from protocol.worker_spec import SwitchMLParameters
-    from simulation.network import JobSetup, SimulatedNetwork
+    from simulation.network import PYTHON_CORE, JobSetup, SimulatedNetwork
     from simulation.worker import WorkerSetup
     from switches import programming
     from switches.targets import REGISTRY
@@ -192,7 +192,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     protocol = SwitchMLParameters(k=k, pool_size=pool_size, job_id=1, timeout_ms=timeout_ms, backoff_every=backoff_every)
     policy = retransmit_policy(protocol, link_mbps)
     job = JobSetup(k, pool_size, params.MAX_POOL_SIZE, 1, lambda rank: WorkerSetup(rank, workers, 1, k, pool_size, policy, 60.0))
-    network = SimulatedNetwork(topology, REGISTRY["embedded"], job, "auto", seed=seed)
+    network = SimulatedNetwork(topology, REGISTRY["embedded"], job, "auto", seed=seed, core=PYTHON_CORE)  # the tree's timers: not C's
     network.reset_aggregation()
     if not results_lost:
         programming.set_drop_probability(network.controls["s1"], loss, 0.0)
