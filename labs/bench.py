@@ -1,5 +1,6 @@
 """One SwitchMLIngress in the test process, fed update frames, for the labs' switch tests;
-and scripted runs of it and of the worker's timers, for the grade of record.
+and scripted runs of it, of the worker's timers and of a lossy all-reduce on the simulated
+clock, for the grade of record.
 
 The behaviour cases of tests/test_switch_behaviour.py send real packets through a switch
 process in network namespaces: right for grading, but when the student's code raises, the
@@ -7,10 +8,11 @@ switch process dies and the test only sees missing results. These cases call the
 control directly, so a student sees the exception (``NotImplementedError: Lab 2: ...``) or
 the wrong register value in the failure's first line, and need no root.
 
-``scenario``, ``timers_scenario``, ``round_trip_timeouts`` and ``timeout_floor`` are what
-an instructor's grade calls (labs 2 and 3's ``calls`` in lab.yaml, labs/harness.py): each
-plays a script through the student's code and returns every effect the tests look at,
-never a verdict; the grader compares it with what the reference's code returns.
+``scenario``, ``timers_scenario``, ``round_trip_timeouts``, ``timeout_floor`` and
+``lossy_allreduce`` are what an instructor's grade calls (labs 2 and 3's ``calls`` in
+lab.yaml, labs/harness.py): each plays a script through the student's code and returns
+every effect the tests look at, never a verdict; the grader compares it with what the
+reference's code returns.
 """
 
 from __future__ import annotations
@@ -155,3 +157,52 @@ def timeout_floor(k: int, pool_size: int, timeout_ms: float, link_mbps: float | 
     from protocol.worker_spec import SwitchMLParameters
 
     return retransmit_policy(SwitchMLParameters(k=k, pool_size=pool_size, job_id=0, timeout_ms=timeout_ms, backoff_every=100), link_mbps).min_s
+
+
+def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mbps: float = 2.5, delay_ms: float = 0.0,
+                    pool_size: int = 64, timeout_ms: float = 20.0, backoff_every: int = 100, results_lost: bool = True) -> dict:  # fmt: skip
+    """One SwitchML all-reduce of ``workers`` seeded float32 tensors of ``elements`` on the
+    simulated clock (simulation/): a star of links of ``link_mbps`` and ``delay_ms`` that
+    each lose ``loss`` of their frames (seeded: the same frames whatever the code), the
+    embedded switch's pipeline (the tree's ingress) and the workers' loop with the tree's
+    timers, the timeout floor from the tree's ``pool_drain_s`` as in a run (hosts/allreduce.py).
+    Without ``results_lost``, only updates are lost, by the switch's drop simulator at its
+    ingress: with one worker, no update then reaches a slot twice unless the worker's timer
+    fired before its result was due, so the switch's retransmission branch (lab 3's, which
+    the P4 track writes in P4 only) is never needed when the timers are right.
+
+    Returns, per worker, whether its sum is the exact one, its packets sent, timeouts,
+    retransmissions, duplicates and TAT in simulated seconds; and the switch's event
+    counts. Every resend a worker's timers choose, and every answer the switch gives it,
+    moves these numbers: an instructor's grade compares them with the reference's, so a
+    submission is credited only if its switch and timers recover each loss as the
+    reference's do (the exact sums alone can be computed without recovering any)."""
+    from hosts.allreduce import retransmit_policy
+    from methods.verification import expected_for, integer_sum
+    from protocol.worker_spec import SwitchMLParameters
+    from simulation.network import PYTHON_CORE, JobSetup, SimulatedNetwork
+    from simulation.worker import WorkerSetup
+    from switches import programming
+    from switches.targets import REGISTRY
+    from topologies.model import TOPOLOGY_DIR, load_topology
+
+    k = 32
+    link = {"bw_mbps": link_mbps, "delay_ms": delay_ms, "loss": loss if results_lost else 0.0, "queue_packets": 200}
+    topology = load_topology(TOPOLOGY_DIR / "star.yaml", {"workers": workers, "link": link})
+    protocol = SwitchMLParameters(k=k, pool_size=pool_size, job_id=1, timeout_ms=timeout_ms, backoff_every=backoff_every)
+    policy = retransmit_policy(protocol, link_mbps)
+    job = JobSetup(k, pool_size, params.MAX_POOL_SIZE, 1, lambda rank: WorkerSetup(rank, workers, 1, k, pool_size, policy, 60.0))
+    network = SimulatedNetwork(topology, REGISTRY["embedded"], job, "auto", seed=seed, core=PYTHON_CORE)  # the tree's timers: not C's
+    network.reset_aggregation()
+    if not results_lost:
+        programming.set_drop_probability(network.controls["s1"], loss, 0.0)
+    rng = np.random.default_rng(seed)
+    tensors = [rng.standard_normal(elements).astype(np.float32) for _ in range(workers)]
+    expected = expected_for(tensors, k)
+    results = network.allreduce(tensors)
+    return {
+        "workers": [{"exact": integer_sum(expected, r.values, r.int_sum).verified, "packets_sent": r.stats.packets_sent,
+                     "timeouts": r.stats.timeouts, "retransmissions": r.stats.retransmissions,
+                     "duplicates": r.stats.duplicates, "tat_s": r.stats.tat_s} for r in results],
+        "switch": network.event_counters(),
+    }  # fmt: skip

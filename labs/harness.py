@@ -19,6 +19,7 @@ import enum
 import importlib
 import json
 import math
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,19 @@ import numpy as np
 
 MAX_TEXT = 200
 """Characters of a string or a repr kept in an output."""
+CALL_TIMEOUT_S = 30.0
+"""A call that has not returned by then raises CallTimeout: its output, so that code that
+never returns (a timer of 0 s resending forever at one simulated instant) costs its own
+calls only, not the whole run's cap. The reference's slowest call takes about a second."""
+
+
+class CallTimeout(BaseException):
+    """A call ran past CALL_TIMEOUT_S (a BaseException: no ``except Exception`` of the code
+    under test takes it)."""
+
+
+def _time_up(signum: int, frame: object) -> None:
+    raise CallTimeout(f"did not return within {CALL_TIMEOUT_S:g} s")
 
 
 def decode(value: Any) -> Any:
@@ -88,10 +102,14 @@ def output(function: str, args: list[Any], kwargs: dict[str, Any]) -> dict[str, 
     values = [decode(arg) for arg in args]
     named = {key: decode(arg) for key, arg in kwargs.items()}
     arrays = [value for value in [*values, *named.values()] if isinstance(value, np.ndarray)]
+    signal.signal(signal.SIGALRM, _time_up)
+    signal.setitimer(signal.ITIMER_REAL, CALL_TIMEOUT_S)
     try:
         returned = resolve(function)(*values, **named)
-    except Exception as error:  # noqa: BLE001 -- what the student's code raised is its output
+    except (Exception, CallTimeout) as error:  # noqa: BLE001 -- what the student's code raised is its output
         return {"raises": type(error).__name__, "message": str(error)[:MAX_TEXT]}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
     same = next((i for i, array in enumerate(arrays) if returned is array), None)
     result: dict[str, Any] = {"returned": {"argument": same} if same is not None else encode(returned)}
     if arrays:

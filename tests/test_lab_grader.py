@@ -11,6 +11,7 @@ and that one packed with zlib and base85): they win wherever pytest's verdict is
 grade, and score nothing of record, where the grader compares outputs outside. Where an attack is one a grade in
 place (the student's own ``labs grade``, no sandbox) falls for, the test grades it in place
 too and expects the attack to win there: the attack is real, the sandbox is what stops it.
+The four forgeries are also graded on labs 2 and 3, both tracks (``forged_batch``).
 """
 
 from __future__ import annotations
@@ -520,3 +521,59 @@ def test_an_instructors_grade_without_root_says_why_in_one_line(tmp_path: Path) 
     assert done.returncode == 2 and line.endswith(
         " labs ERROR grading a submission runs it in a sandbox (namespaces, another user): run the grader as root"), done.stderr
     assert not (tmp_path / "grade.json").exists()
+
+
+FORGERIES = {"gc-hook": GC_HOOK, "atexit-junit": ATEXIT, "import-exit": IMPORT_EXIT, "packed": PACKED}
+"""The four verdict forgeries, each appended to every Python file a track grades."""
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param((2, "python"), id="lab2"),
+    pytest.param((3, "python"), id="lab3"),
+    pytest.param((2, "p4"), id="lab2-p4", marks=[pytest.mark.bmv2]),
+    pytest.param((3, "p4"), id="lab3-p4", marks=[pytest.mark.bmv2]),
+])  # fmt: skip
+def forged_batch(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[catalog.Track, dict[str, dict[str, str]]]:
+    """Labs 2 and 3, each track: the handout and the four forgeries of it, graded as one
+    batch from a private fork. A track that grades no Python file (lab 2's p4: the P4
+    program) gets each forgery as a conftest.py and a sitecustomize.py beside its program,
+    which the grader never copies."""
+    _require_sandbox()
+    number, name = request.param
+    if name == "p4":
+        require_target("bmv2")
+    lab = catalog.by_number(number)
+    track = lab.track(name)
+    root = tmp_path_factory.mktemp(f"lab{number}-{name}")
+    fork = root / "private-fork"
+    copy_tree(REPO_ROOT, fork)
+    git_checkout(fork)
+    submissions = root / "submissions"
+    make_skeleton(REPO_ROOT, submissions / "handout", lab, track)
+    python = [file for file in track.files if file.endswith(".py")]
+    for attack, prelude in FORGERIES.items():
+        tree = submissions / attack
+        make_skeleton(REPO_ROOT, tree, lab, track)
+        for file in python:
+            with (tree / file).open("a") as graded:
+                graded.write(prelude)
+        if not python:
+            for file in ("conftest.py", "sitecustomize.py"):
+                (tree / file).write_text(prelude)
+    grades = root / "grades.csv"
+    assert main(["grade-batch", str(number), str(submissions), "--track", name, "--csv", str(grades), "--tests-from", str(fork)]) == 0
+    return track, {row["student"]: row for row in csv.DictReader(grades.open())}
+
+
+@pytest.mark.parametrize("attack", FORGERIES)
+def test_a_forged_verdict_scores_what_the_handout_earns_on_labs_2_and_3(
+    attack: str, forged_batch: tuple[catalog.Track, dict[str, dict[str, str]]]
+) -> None:
+    """On every track of the labs that make networks, the handout earns exactly the points
+    of the tests lab.yaml says its skeleton passes, and a forgery earns no more: every test
+    that runs the submission's Python is decided by the grader from outputs, and every
+    pytest session that decides one holds none of its Python (lab.yaml's ``uses``)."""
+    track, rows = forged_batch
+    handout = sum(test.points for test in track.tests if test.skeleton == "pass")
+    assert int(rows["handout"]["score"]) == handout, rows["handout"]
+    assert int(rows[attack]["score"]) <= handout, f"{attack} scored {rows[attack]['score']}/{track.points}: {rows[attack]}"

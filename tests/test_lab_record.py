@@ -58,6 +58,16 @@ def test_an_output_is_the_value_the_buffer_or_the_exception_never_a_verdict() ->
     assert encode(float("nan")) == {"float": "nan"}, "strict JSON has no NaN"
 
 
+def test_a_call_that_never_returns_is_its_own_timeout_and_the_next_call_runs(monkeypatch) -> None:
+    """A timer of 0 s resends forever at one simulated instant: that call's output is a
+    CallTimeout, which code that catches every Exception cannot swallow, and the run goes on."""
+    from labs import harness
+
+    monkeypatch.setattr(harness, "CALL_TIMEOUT_S", 0.5)
+    assert output("time.sleep", [60], {}) == {"raises": "CallTimeout", "message": "did not return within 0.5 s"}
+    assert output("math.sqrt", [4.0], {}) == {"returned": 2.0}
+
+
 def test_outputs_equal_the_references_within_the_tests_tolerance_and_an_exception_by_its_type() -> None:
     assert record.difference(54644.80874316939, 54644.8087431694, 1e-9) is None
     assert "is 1.0, the reference's 54644.8" in record.difference(54644.8, 1.0, 1e-9)
@@ -100,9 +110,9 @@ def test_a_report_is_strict_json(tmp_path: Path) -> None:
     json.loads((tmp_path / "r.json").read_text(), parse_constant=lambda name: pytest.fail(f"{name} in the report"))
 
 
-def test_a_lab_that_does_not_exist_is_refused_in_one_line(tmp_path: Path, capsys) -> None:
+def test_a_lab_that_does_not_exist_is_refused_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     assert main(["skeleton", "0", "--out", str(tmp_path / "h"), "--keep", "7"]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == ["error: --keep 7: no such lab; there are labs 0, 1, 2, 3, 4, 5"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["--keep 7: no such lab; there are labs 0, 1, 2, 3, 4, 5"]
 
 
 def test_every_call_of_every_lab_gives_the_reference_an_output_and_the_skeleton_its_expected_verdicts(tmp_path: Path) -> None:
@@ -128,6 +138,16 @@ def test_every_call_of_every_lab_gives_the_reference_an_output_and_the_skeleton_
             for test in dict.fromkeys(test for _, test, _ in calls):
                 outcome, message = record.verdict(test, calls, reference.outputs, handout, "")
                 assert (outcome == "pass") == (test.skeleton == "pass"), f"lab {lab.number} {test.id}: {outcome} {message}"
+
+
+def test_every_point_of_the_shipped_labs_is_of_record() -> None:
+    """Each graded test has calls (the grader decides it) or runs in a pytest session that
+    holds none of the submission's Python (lab.yaml's ``uses``): a test that does neither
+    is pytest's verdict from a process the submission's code can forge."""
+    forgeable = [f"lab {lab.number} {track.name}: {test.id}" for lab in catalog.all_labs() for track in lab.tracks.values()
+                 for test in track.tests
+                 if not test.calls and any(name.endswith(".py") for name in (track.files if test.uses is None else test.uses))]  # fmt: skip
+    assert not forgeable, forgeable
 
 
 # ---- graded as the instructor does ----------------------------------------------------------------
@@ -334,31 +354,35 @@ def test_the_gradescope_bundle_grades_a_submission_as_gradescope_runs_it(fork: P
     assert results["score"] == 15 and results["tests"][-1]["visibility"] == "hidden"
 
 
-def test_a_pytest_verdict_is_made_where_no_python_file_of_the_submission_runs_or_is_flagged(tmp_path: Path) -> None:
-    """Lab 3's tests without calls, graded as an instructor does, on a submission whose
-    timers.py registers the pass-everything hook at import: the test that uses none of the
-    submission's files (lab.yaml's ``uses: []``) runs in a session with the handout's
-    files only, so its verdict is of record; the one that runs timers.py is forged (it
-    passes, with the handout's stub) and the table says that its points are not of record."""
+def test_lab_3s_lossy_runs_are_decided_by_the_grader_and_a_pytest_verdict_only_without_the_submissions_python(tmp_path: Path) -> None:
+    """Lab 3 graded as an instructor does, on a submission whose timers.py registers the
+    pass-everything hook at import: its lossy all-reduce and its end-to-end run are
+    decided by the grader from the simulated lossy run's sends and events, which the
+    hook cannot touch (they fail: the timers are the handout's stubs); the test that uses
+    none of the submission's files (lab.yaml's ``uses: []``) runs in a session with the
+    handout's files only, so pytest's verdict there is of record; no point is flagged."""
     _require_sandbox()
     from dataclasses import replace
 
-    from labs.grade import clean_tree, grade, limits, place_submission, score_table
+    from labs.grade import clean_tree, expected_outputs, grade, limits, place_submission, reference_tree, score_table
     from tests.test_lab_grader import GC_HOOK
 
     lab = catalog.by_number(3)
     track = lab.track("python")
-    picked = tuple(test for test in track.tests if "udp_checksum_zero" in test.id or "loss_is_recovered" in test.id)
+    picked = tuple(test for test in track.tests if any(name in test.id for name in ("udp_checksum_zero", "loss_is_recovered", "e2e")))
     track = replace(track, tests=picked)
+    caps = limits(lab, track, 300)
     base = clean_tree(REPO_ROOT, lab, track, tmp_path / "clean")
+    expected = expected_outputs(lab, track, reference_tree(REPO_ROOT, base, track, tmp_path / "reference"), caps)
     submission = tmp_path / "student"
     make_skeleton(REPO_ROOT, submission, lab, track)
     with (submission / "hosts" / "switchml" / "timers.py").open("a") as timers:
         timers.write(GC_HOOK)
     tree = tmp_path / "graded"
     problem = place_submission(base, submission, track, tree)
-    result = grade(lab, track, tree, limits(lab, track, 300), problem, {}, base)
-    verdicts = {test.id.split("::")[1]: (test.verdict, test.outcome) for test in result.tests}
-    assert verdicts == {"test_loss_is_recovered_exactly[python-float32]": ("pytest", "pass"),
-                        "test_socket_sends_udp_checksum_zero[python]": ("sandbox", "pass")}, score_table(lab, result)  # fmt: skip
-    assert score_table(lab, result).splitlines()[-1].startswith("note: 2 of these 3 points are pytest's verdicts"), score_table(lab, result)
+    result = grade(lab, track, tree, caps, problem, expected, base)
+    verdicts = {test.id.split("::")[1]: (test.verdict, test.outcome == "pass") for test in result.tests}
+    assert verdicts == {"test_loss_is_recovered_exactly[python-float32]": ("grader", False),
+                        "test_one_percent_loss_verifies_bit_for_bit": ("grader", False),
+                        "test_socket_sends_udp_checksum_zero[python]": ("sandbox", True)}, score_table(lab, result)  # fmt: skip
+    assert result.score == 1 and "note:" not in score_table(lab, result), score_table(lab, result)
