@@ -71,6 +71,7 @@ logging.setLoggerClass(logging.Logger)
 
 from experiments.config import Experiment, check_emulable, load_experiment  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
+from methods import aggregations_of  # noqa: E402
 from protocol.params import REPO_ROOT  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
 
@@ -99,9 +100,10 @@ def describe(experiment: Experiment, target: str) -> str:
     rate_text = f"{rates[0]:g} Mbit/s links" if rates else "unshaped links"
     lines = [f"experiment {experiment.name} ({experiment.source}), switch target: {target}, "
              f"{rate_text} (from {experiment.link_rate_source})"]
-    if any("switchml" in p.methods for p in experiment.points):
-        paths = sorted({p.data_path.reason for p in experiment.points})
-        lines.append(f"  SwitchML worker: {'; '.join(paths)}")
+    for protocol in aggregations_of([m for p in experiment.points for m in p.methods]):
+        if protocol.data_path is not None:
+            paths = sorted({p.data_path.reason for p in experiment.points if protocol in aggregations_of(p.methods)})
+            lines.append(f"  {protocol.label} worker: {'; '.join(paths)}")
     for p in experiment.points:
         sweep = f" {p.sweep_param}={p.sweep_value!r}" if p.sweep_param else ""
         info = p.workload_info
@@ -269,7 +271,8 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
     except (SimulationUnsupported, ConfigError) as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
-    if not emit(f"{describe(loaded, target)}\n  simulated: {target}'s own data plane and the SwitchML worker's core on a simulated clock"):
+    workers = " and ".join(f"the {protocol.label} worker's core" for protocol in aggregations_of([m for p in loaded.points for m in p.methods]))
+    if not emit(f"{describe(loaded, target)}\n  simulated: {target}'s own data plane{f' and {workers}' if workers else ''} on a simulated clock"):
         return EXIT_STORAGE
     if args.dry_run:
         return EXIT_OK

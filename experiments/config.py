@@ -21,9 +21,9 @@ from typing import Any, Mapping
 
 from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.limits import Limit, fastest_allreduce_s, job_limit
-from hosts.switchml.native import DataPath, NativeUnavailable, resolve as resolve_data_path
-from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
+from base.plugin import resolve
 import methods
+from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from network.cluster_config import ClusterSpec
 from protocol import params
 from switches.programming import AdmissionError, partition_slots
@@ -38,8 +38,8 @@ SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
 
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": params.DEFAULT_K, "pool_size": params.DEFAULT_POOL_SIZE, "timeout_ms": 20.0,
-                 "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1, "data_path": "auto"},
+    "protocol": {"k": params.DEFAULT_K, "pool_size": params.DEFAULT_POOL_SIZE, "job_id": 1,
+                 **{key: value for protocol in methods.AGGREGATIONS for key, value in protocol.defaults.items()}},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
@@ -55,6 +55,7 @@ def experiment_schema() -> dict[str, Any]:
     method, a target or a workload is all it takes for configs to name it."""
     schema = load_schema(SCHEMA_PATH)
     schema["properties"]["methods"]["items"]["enum"] = [method.name for method in methods.REGISTRY]
+    schema["properties"]["protocol"]["properties"]["k"]["enum"] = sorted({k for protocol in methods.AGGREGATIONS for k in protocol.k_choices})
     workload = schema["properties"]["workload"]
     workload["properties"]["kind"]["enum"] = list(workloads.kinds.names())
     for kind in workloads.kinds.REGISTRY:
@@ -108,10 +109,10 @@ class Point:
 
     @property
     def data_path(self) -> DataPath:
-        """Which implementation of the SwitchML worker's loop runs (``protocol.data_path``,
-        ``auto`` resolved here, once per process: hosts/switchml/native), unless the
-        servers of its cluster chose (``chosen_data_path``)."""
-        return self.chosen_data_path or resolve_data_path(self.protocol["data_path"])
+        """Which implementation of its in-network worker's loop runs (``protocol.data_path``,
+        ``auto`` resolved by the protocol's record, once per process), unless the servers of
+        its cluster chose (``chosen_data_path``)."""
+        return self.chosen_data_path or resolve_data_path(self.methods, self.protocol["data_path"])
 
     @property
     def methods(self) -> list[str]:
@@ -280,9 +281,24 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
     if data.get("jobs") is not None and topology.aggregation == "hierarchical":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
     try:
-        resolve_data_path(protocol["data_path"])  # built here (cached), so a run never starts on a path it lacks
-    except NativeUnavailable as exc:
-        raise ConfigError(f"{source}: protocol.data_path: native: {exc}; 'auto' runs the Python worker where it is") from None
+        resolve_data_path(data["methods"], protocol["data_path"])  # built here (cached), so a run never starts on a path it lacks
+    except DataPathUnavailable as exc:
+        raise ConfigError(f"{source}: protocol.data_path: {protocol['data_path']}: {exc}; 'auto' runs the Python worker where it is") from None
+
+
+def data_path_protocol(method_names: list[str] | tuple[str, ...]) -> Aggregation:
+    """The protocol whose worker loop ``protocol.data_path`` chooses: the first in-network
+    method's that has a choice; a point with none records the first registered protocol's
+    (what results have always recorded for it)."""
+    return next((protocol for protocol in methods.aggregations_of(method_names) if protocol.data_path is not None),
+                next(protocol for protocol in methods.AGGREGATIONS if protocol.data_path is not None))
+
+
+def resolve_data_path(method_names: list[str] | tuple[str, ...], choice: str) -> DataPath:
+    """``choice`` resolved by the protocol of ``method_names`` that has a data path (``data_path_protocol``)."""
+    reference = data_path_protocol(method_names).data_path
+    assert reference is not None
+    return resolve(reference)(choice)
 
 
 AVAILABLE_CONGESTION_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")

@@ -41,8 +41,8 @@ Ask = Callable[[str], DataPath | None]
 
 
 def runs_a_data_path(point: Point) -> bool:
-    """Whether some method of ``point`` hands its workers the data path (SwitchML's spec section)."""
-    return any(methods.by_name(m).spec_section(point.protocol, "python") is not None for m in point.methods)
+    """Whether some method of ``point`` runs a protocol whose worker has a choice of data path."""
+    return any(protocol.data_path is not None for protocol in methods.aggregations_of(point.methods))
 
 
 def servers_with_workers(point: Point) -> list[str]:

@@ -35,8 +35,7 @@ from experiments.limits import Limit
 from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
 from network.emulation import EmulatedNetwork
-from protocol.worker_spec import WorkerSpec
-from switches import programming
+from protocol.worker_spec import WorkerSpec, job_section
 from switches.fabric import SharedJob
 
 log = logging.getLogger(__name__)
@@ -53,12 +52,22 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         n_workers=len(topology.hosts),
         switch_ipv4=topology.aggregator_ipv4,
         link_mbps=topology.link_mbps,
-        protocol=methods.by_name(method).spec_section(point.protocol, point.data_path.name),
+        protocol=job_parameters(point, method),
         peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
         job_timeout_s=point.job_limit(method).seconds,
         connect_timeout_s=point.limits["worker_start_s"],
         serve=point.workload_kind.host,
     )
+
+
+def job_parameters(point: Point, method: str) -> dict[str, Any] | None:
+    """The switch job's parameters of ``method`` at ``point``, as its protocol's record gives
+    them (methods/aggregation.py; the data path resolved only for a method that has one),
+    for its workers' spec; None for a method with no switch job."""
+    registered = methods.by_name(method)
+    if registered.aggregation is None:
+        return None
+    return job_section(registered.job_parameters(point.protocol, point.data_path.name))
 
 
 class KindRunner(Protocol):
@@ -112,12 +121,7 @@ class PointNetwork:
 
     def prepare(self, method: str) -> None:
         """What ``method``'s record says the network needs before its first job here."""
-        methods.by_name(method).prepare(self)
-
-    def reset_aggregation(self) -> None:
-        """Every aggregating switch's registers to zero (SwitchML's ``prepare``)."""
-        for control in self.net.aggregating_controls:
-            programming.reset_aggregation_state(control, self.point.protocol["k"])
+        methods.by_name(method).prepare(self.net, self.point.protocol)
 
     @contextlib.contextmanager
     def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> Iterator[WorkerGroup]:

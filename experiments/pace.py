@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from experiments.config import Point
-from methods.method import Pace, PaceModel
+from methods.aggregation import Pace, PaceModel
 from protocol.params import mbps_to_bps
 
 PACE_SHARE = 0.9

@@ -97,9 +97,9 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
 
 
 def simulated_here(method: str, point: Point) -> bool:
-    """Whether the simulator runs ``method``'s own code: a method that joins a SwitchML job
-    (its record gives its workers a protocol section); the others are given by their model."""
-    return methods.by_name(method).spec_section(point.protocol, SIMULATED_DATA_PATH.name) is not None
+    """Whether the simulator runs ``method``'s own code: an in-network method (its record
+    names its protocol); the others are given by their model."""
+    return methods.by_name(method).aggregation is not None
 
 
 def baseline_model(point: Point, method: str, efficiency: float) -> dict[str, float | str]:
@@ -166,7 +166,7 @@ class SimulatedSweepRunner:
         self.writer.record_network(point.index, net.describe())
         inputs = point_inputs(point.workload, len(point.topology.hosts))
         expected = expected_for(inputs, point.protocol["k"])
-        methods.by_name(method).prepare(net)
+        methods.by_name(method).prepare(net, point.protocol)
         ok = True
         for repetition in range(point.repetitions):
             started, began = net.env.now, time.perf_counter()

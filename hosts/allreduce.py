@@ -54,9 +54,9 @@ def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
     """Rank ``rank``'s SwitchML client for the spec's job: the method's, and the DDP hook's (hosts/torch_hook.py)."""
     from hosts.switchml.client import SwitchMLClient
 
-    proto = spec.protocol
-    if proto is None:
-        raise ValueError(f"method {spec.method}'s spec has no protocol section (its record's spec_section): no SwitchML job to join")
+    if spec.protocol is None:
+        raise ValueError(f"method {spec.method}'s spec has no protocol section (its record names no aggregation): no SwitchML job to join")
+    proto = methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
     return SwitchMLClient(
         rank=rank,
         n_workers=spec.n_workers,

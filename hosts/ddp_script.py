@@ -52,7 +52,7 @@ from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.switchml import SwitchMLClient
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_backend import GROUPS, SWITCHML, SwitchMLProcessGroup, close_groups, register
+from hosts.torch_backend import GROUPS, SWITCH_BACKENDS, SwitchMLProcessGroup, close_groups, register
 from hosts.torch_hook import SPEC_ENVIRONMENT
 from hosts.training import ARRAYS_RANK, steps
 import methods
@@ -61,9 +61,9 @@ from workloads.training import array_digest
 
 log = logging.getLogger(__name__)
 
-ASKED_FOR_GLOO = {None, "gloo", "cpu:gloo", SWITCHML}
+ASKED_FOR_GLOO = {None, "gloo", "cpu:gloo", *SWITCH_BACKENDS}
 """The backends a script's ``init_process_group`` may ask for that the method's replaces:
-Gloo (what a CPU script asks for, or gets by asking for none) and the switch's."""
+Gloo (what a CPU script asks for, or gets by asking for none) and the switch's backends."""
 
 def script_environment(spec: WorkerSpec, rank: int, spec_path: Path) -> dict[str, str]:
     """What torchrun gives a rank (each emulated host is one node of one rank: LOCAL_RANK 0

@@ -232,7 +232,7 @@ class SimulatedSharedSwitchRunner:
         jobs: Sequence[dict[str, Any]] = sorted(point.data["jobs"], key=lambda job: job.get("start_s", 0.0))
         net = simulated_network(self.experiment, point, self.target, METHOD, point_jobs(point))
         self.writer.record_network(point.index, net.describe())
-        methods.by_name(METHOD).prepare(net)
+        methods.by_name(METHOD).prepare(net, point.protocol)
         inputs = [job_inputs(point, job) for job in jobs]
         expected = [expected_for(tensors, point.protocol["k"]) for tensors in inputs]
         ok = True

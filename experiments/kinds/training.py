@@ -215,7 +215,8 @@ class ReplayCheck:
 
 def sum_bits(method: str) -> int | None:
     """The width of a method's sums in the tables' ``bits`` column (SwitchML's 32; none for float sums)."""
-    return methods.by_name(method).sum_bits
+    protocol = methods.by_name(method).aggregation
+    return None if protocol is None else protocol.sum_bits
 
 
 NO_TIMING = {"allreduce_s": "", "compute_s": "", "step_s": "", "emulated_time_s": "", "bytes_sent": "", "verified": "", "bytes_received": ""}

@@ -27,10 +27,10 @@ import logging
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from base.build_cache import build_once, source_hash
+from methods.aggregation import DataPath, DataPathUnavailable
 from protocol import params
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ DATA_PATHS = ("auto", "native", "python")
 """The config's ``protocol.data_path``: ``auto`` is native where it builds, else Python."""
 
 
-class NativeUnavailable(RuntimeError):
+class NativeUnavailable(DataPathUnavailable):
     """The native data path cannot be built or loaded here; the message says why."""
 
 
@@ -103,15 +103,6 @@ def library() -> ctypes.CDLL:
         raise NativeUnavailable(f"{path} does not load: {exc}") from exc
     declare(lib)
     return lib
-
-
-@dataclass(frozen=True)
-class DataPath:
-    """Which worker implementation runs, and the one line that says why."""
-
-    name: str
-    """``native`` or ``python``."""
-    reason: str
 
 
 @functools.cache
