@@ -52,6 +52,7 @@ from tqdm import tqdm  # noqa: E402
 from analysis.models import switchml_line_rate_ate  # noqa: E402
 from experiments.config import load_experiment  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
+from protocol import results_format as fmt  # noqa: E402
 from protocol.results_format import MACHINE  # noqa: E402
 from protocol import params  # noqa: E402
 from switches.targets import REGISTRY  # noqa: E402
@@ -77,7 +78,7 @@ class Probe:
     workers: int
     k: int
     data_path: str
-    """The SwitchML worker's loop that ran (native or python: summary.json's switchml_data_path)."""
+    """The in-network worker's loop that ran (native or python: summary.json's data_path)."""
     link_mbps: float
     attempt: int
     elements: int
@@ -173,7 +174,7 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
 
     k = int(runs["k"].iloc[0])
     return Probe(
-        target=summary["switch_target"], workers=summary["workers"], k=k, data_path=summary["switchml_data_path"]["used"],
+        target=summary["switch_target"], workers=summary["workers"], k=k, data_path=fmt.data_path_of(summary)["used"],
         link_mbps=summary["link_mbps"], attempt=attempt,
         elements=int(runs["elements"].iloc[0]), repetitions=int(runs["repetition"].nunique()),
         ate_per_s=round(switchml["ate_per_s"]),

@@ -20,7 +20,7 @@ import yaml
 
 from experiments import metrics
 from experiments.metrics import timed_cpu_samples
-from experiments.config import Experiment, Point
+from experiments.config import Experiment, Point, data_path_protocol
 from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
 from methods.verification import Verdict
 from hosts.stats import TIMELINE_BIN_S
@@ -51,9 +51,10 @@ def utc_stamp(at: float | None = None) -> str:
 
 
 def data_path_record(point: Point) -> dict[str, str]:
-    """summary.json's ``switchml_data_path``: what the config asked for, what ran, and why
-    (``auto`` falls back to Python where the native loop does not build)."""
-    return {"requested": point.protocol["data_path"], "used": point.data_path.name, "reason": point.data_path.reason}
+    """summary.json's ``data_path``: whose worker loop, what the config asked for, what ran, and
+    why (``auto`` falls back to Python where the native loop does not build)."""
+    return {"protocol": data_path_protocol(point.methods).name, "requested": point.protocol["data_path"],
+            "used": point.data_path.name, "reason": point.data_path.reason}
 
 
 class ResultsWriter:
@@ -228,7 +229,7 @@ class ResultsWriter:
                             paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
                 methods[method] = entry
             points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value,
-                           "switchml_data_path": point.data_path.name, "methods": methods})
+                           fmt.DATA_PATH_KEY: point.data_path.name, "methods": methods})
         paced_jobs = pd.concat(paced, ignore_index=True) if paced else pd.DataFrame()
         first = self.experiment.points[0]
         summary = {
@@ -238,7 +239,7 @@ class ResultsWriter:
             "verified": bool(verified and runs["verified"].all()),
             "switch_target": self.target,
             fmt.SIMULATED_KEY: self.simulation is not None,
-            "switchml_data_path": data_path_record(first),
+            fmt.DATA_PATH_KEY: data_path_record(first),
             "workers": len(first.topology.hosts),
             "link_mbps": first.topology.link_mbps,
             "link_mbps_source": self.experiment.link_rate_source,

@@ -37,7 +37,6 @@ from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, verify_results, worker_spec
 from experiments.simulated_sweep import SimulationFailed, check_simulable, simulated_network, simulation_record
-from hosts.switchml.job import SwitchMLTimeout
 from switches.targets import lookup
 from experiments.kinds.sweep import ExperimentRunner
 from methods.verification import expected_for
@@ -120,7 +119,7 @@ class SharedSwitchWriter(ResultsWriter):
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and rows["verified"].all()),
             "switch_target": self.target,
-            "switchml_data_path": data_path_record(first),
+            fmt.DATA_PATH_KEY: data_path_record(first),
             "max_pool_size": self.experiment.data["switch"]["max_pool_size"],
             "link_mbps": first.topology.link_mbps,
             fmt.SIMULATED_KEY: self.simulation is not None,
@@ -239,7 +238,7 @@ class SimulatedSharedSwitchRunner:
         for repetition in range(point.repetitions):
             try:
                 outcomes = net.run_jobs([(job["hosts"], tensors, job.get("start_s", 0.0)) for job, tensors in zip(jobs, inputs)])
-            except SwitchMLTimeout as exc:
+            except TimeoutError as exc:  # the protocol's job missed its deadline (hosts/switchml/job.py: SwitchMLTimeout)
                 raise SimulationFailed(f"point {point.index} rep {repetition} (simulated): {exc}") from None
             for job, results, want in zip(jobs, outcomes, expected):
                 verdicts = verify_results(METHOD, want, [(r.values, r.int_sum) for r in results],
