@@ -1,14 +1,22 @@
-# Shortcuts for the commands in README.md and docs/getting-started.md. Run as root (Mininet); each target first runs
-# scripts/bootstrap.sh, which installs what is missing and does nothing the second time.
+# Shortcuts for the commands in README.md and docs/getting-started.md. Each target first runs
+# scripts/bootstrap.sh, which installs what is missing and does nothing the second time: as
+# root (Mininet) for the emulated runs and the tests; with --user, no root, for the simulated
+# clock and the analysis (paper-sim, figures; docs/install.md).
 PYTHON := .venv/bin/python
+# Where make figures and make paper-sim draw: figures/ (ignored by git), so that neither
+# replaces the reference figures unasked. Maintainers redraw those with FIGURES=docs/figures.
+FIGURES ?= figures
 PAPER_CONFIGS := ate_vs_workers_16 tat_vs_size tat_inflation_vs_loss loss_timeline pool_size_sensitivity training_speedup training_convergence
 # The paper's figures at the paper's scale (100 Gbit/s, 1 us links, 1 ms timeout) on the simulated clock: no root, no Mininet.
 PAPER_SIM_CONFIGS := paper_ate_vs_workers paper_tat_vs_size paper_pool_size_sensitivity paper_tat_inflation_vs_loss
 
-.PHONY: setup run test test-fast bench paper paper-sim figures notebooks
+.PHONY: setup setup-user run test test-fast bench paper paper-sim figures notebooks
 
-setup:
+setup:  ## as root: the Debian packages, .venv and the eBPF object
 	./scripts/bootstrap.sh
+
+setup-user:  ## without root: .venv alone (the simulated clock and the analysis)
+	./scripts/bootstrap.sh --user
 
 run: setup  ## the main job: configs/8workers.yaml
 	$(PYTHON) run_experiment.py configs/8workers.yaml
@@ -26,13 +34,13 @@ paper: setup  ## every paper-figure experiment, then the figures
 	for config in $(PAPER_CONFIGS); do $(PYTHON) run_experiment.py configs/$$config.yaml || exit 1; done
 	$(MAKE) figures
 
-paper-sim: setup  ## the paper-scale configs with --simulate, then their figures as docs/figures/paper_*
+paper-sim: setup-user  ## the paper-scale configs with --simulate, then their figures as $(FIGURES)/paper_*
 	for config in $(PAPER_SIM_CONFIGS) paper_hierarchical; do $(PYTHON) run_experiment.py configs/$$config.yaml --simulate || exit 1; done
-	$(PYTHON) -m analysis $(PAPER_SIM_CONFIGS:%=results/%) --out docs/figures --prefix paper_ --clock simulated
-	$(PYTHON) -m analysis results/paper_hierarchical --out docs/figures --prefix paper_hierarchical_ --clock simulated
+	$(PYTHON) -m analysis $(PAPER_SIM_CONFIGS:%=results/%) --out $(FIGURES) --prefix paper_ --clock simulated
+	$(PYTHON) -m analysis results/paper_hierarchical --out $(FIGURES) --prefix paper_hierarchical_ --clock simulated
 
-figures: setup  ## redraw docs/figures from every emulated run under results/ (paper-sim draws the simulated ones)
-	$(PYTHON) -m analysis results/ --out docs/figures --clock emulated
+figures: setup-user  ## draw $(FIGURES) from every emulated run under results/ (paper-sim draws the simulated ones)
+	$(PYTHON) -m analysis results/ --out $(FIGURES) --clock emulated
 
 notebooks: setup  ## regenerate the per-figure notebooks
 	$(PYTHON) -m analysis.notebooks.build

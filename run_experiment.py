@@ -62,24 +62,35 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import mininet.log  # noqa: E402,F401  (before any of our loggers exist: see below)
 from tqdm import tqdm  # noqa: E402
 
+try:
+    import mininet.log  # noqa: F401  (before any of our loggers exist: see below)
+except ModuleNotFoundError:  # an install for the simulated clock only (docs/install.md); an emulated run says so
+    MININET = False
+else:
+    MININET = True
 # mininet.log makes its own logger class the default, so every logger created after it
 # would print each message a second time through its private handler.
 logging.setLoggerClass(logging.Logger)
 
-from experiments.config import Experiment, check_emulable, load_experiment  # noqa: E402
+from experiments.config import Experiment, check_emulable, load_experiment, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from methods import aggregations_of  # noqa: E402
-from protocol.params import REPO_ROOT  # noqa: E402
+from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
+from switchml_testbed.release import add_version_option, program  # noqa: E402
 
 log = logging.getLogger("run_experiment")
 
+NO_MININET = ("Mininet is not installed, and an emulated run needs it: run scripts/bootstrap.sh as root, or apt install mininet "
+              "and make the venv see the system's packages (docs/install.md); --simulate runs without it")
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=program("run_experiment.py"), description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_version_option(parser)
     parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml; - reads it from standard input")
     parser.add_argument("--switch", choices=TARGETS, help="switch target (overrides switch.target)")
     where = parser.add_mutually_exclusive_group()
@@ -191,6 +202,7 @@ def run_command(argv: list[str] | None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
     try:
+        args.config = shipped_or_given(args.config)
         text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
         experiment = load_experiment(args.config, overrides, text)
     except ConfigError as exc:
@@ -211,6 +223,8 @@ def run_command(argv: list[str] | None) -> int:
         runs = [(target, experiment if target == requested else experiment.with_target(target))
                 for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
         if not args.dry_run:  # the servers of a cluster are asked which worker loop they run (a dry run connects nowhere)
+            if not MININET:
+                raise ConfigError(NO_MININET)
             from experiments.data_path import on_every_server
 
             runs = [(target, on_every_server(loaded)) for target, loaded in runs]
@@ -244,7 +258,7 @@ def run_reported(experiment: Experiment, target: str, args: argparse.Namespace) 
         log.error("%s", exc)
         return EXIT_CONFIG
     except Exception as exc:
-        results = args.resume or args.out or REPO_ROOT / "results" / experiment.name
+        results = args.resume or args.out or RESULTS_DIR / experiment.name
         problem = storage_problem(exc, results)
         if problem is None:
             raise
@@ -289,12 +303,16 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from protocol.results_format import resume_command
     from experiments.workers import WorkerFailure
     from base.lifetime import DependencyFailed
-    from network.emulation import NetworkError
     from network.lock import WaitInterrupted
     from network.lock import held as held_network
     from switches.target import DataPlaneStartError
     from experiments.simulated_sweep import SimulationFailed
 
+    told_failures: tuple[type[Exception], ...] = (WorkerFailure, DependencyFailed, DataPlaneStartError, SimulationFailed)
+    if not args.simulate:  # Mininet's network (a simulated run needs no Mininet installed)
+        from network.emulation import NetworkError
+
+        told_failures += (NetworkError,)
     exit_if_stopped_before_start()  # the run's own imports are done; nothing is written yet
     if args.resume:
         check_resumable(args.resume, experiment, simulated=args.simulate)
@@ -302,7 +320,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     elif args.out:
         run_dir = claim_out_dir(args.out)
     else:
-        run_dir = new_run_dir(REPO_ROOT / "results" / experiment.name, utc_stamp())
+        run_dir = new_run_dir(RESULTS_DIR / experiment.name, utc_stamp())
+    run_dir = run_dir.absolute()  # the switch and worker processes run in the tree's folder, not necessarily this one
     kind = kind_of(experiment)
     make_runner = kind.simulator if args.simulate else kind.runner
     assert make_runner is not None, "simulate_command checked that the kind has a simulator"
@@ -326,7 +345,7 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         except Exception as exc:
             if isinstance(exc, ConfigError) or storage_problem(exc, run_dir) is not None:  # a server unfit for the run: one line, exit 2
                 raise
-            if isinstance(exc, (WorkerFailure, DependencyFailed, NetworkError, DataPlaneStartError, SimulationFailed)):  # says what failed; no traceback needed
+            if isinstance(exc, told_failures):  # says what failed; no traceback needed
                 log.error("run failed (network torn down; logs in %s): %s", writer.log_dir, exc)
             else:
                 log.exception("run failed; network torn down; logs in %s", writer.log_dir)

@@ -248,13 +248,13 @@ def select_run(results: Results, source: RunSource) -> Results:
 
 def render(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure]:
     """The table and figure ``spec`` draws from ``results``; raises MissingData if it cannot."""
-    table, fig, _ = render_with_context(spec, results)
+    table, fig, _ = render_run(spec, select_run(results, spec.source))
     return table, fig
 
 
-def render_with_context(spec: FigureSpec, results: Results) -> tuple[pd.DataFrame, Figure, EmulationContext]:
-    """``render``, and the context the figure states, which ``save_figure`` keeps beside it."""
-    run = select_run(results, spec.source)
+def render_run(spec: FigureSpec, run: Results) -> tuple[pd.DataFrame, Figure, EmulationContext]:
+    """``render`` from the run ``select_run`` chose, and the context the figure states,
+    which ``save_figure`` keeps beside it."""
     table = spec.table(run)
     context = emulation_context(run)
     return table, spec.draw(table, context), context

@@ -33,13 +33,13 @@ MODES = ("spine", "hierarchical")
 COLORS = {"spine": "tab:orange", "hierarchical": "tab:blue"}
 
 
-def newest_run(roots: list[Path]) -> Path:
+def newest_run(roots: list[Path], simulated: bool | None = None) -> Path:
     """The run started last whose points compare aggregation modes."""
     def compares_modes(summary: dict, run: Path) -> bool:
         modes = {point.get("aggregation") for point in summary.get("network", {}).values()}
         return set(MODES) <= modes and (run / fmt.RUNS.file).is_file()
 
-    return newest_run_of(roots, compares_modes, "run comparing aggregation modes (spine and hierarchical)")
+    return newest_run_of(roots, compares_modes, "run comparing aggregation modes (spine and hierarchical)", simulated)
 
 
 def point_settings(run: Path) -> pd.DataFrame:

@@ -31,22 +31,25 @@ class RunFigure:
     """A figure of one run: its file name, how its run is found under the result folders, how it is drawn."""
 
     name: str
-    find: Callable[[list[Path]], Path]
+    find: Callable[[list[Path], bool | None], Path]
+    """The result folders, and the clock (simulated or not; None: either) -> the run to draw."""
     draw: Draw
     redraw: Redraw
     summary_keys: tuple[str, ...]
     """What ``redraw`` reads of the run's summary.json, saved beside the figure (analysis/redraw.py)."""
 
 
-def newest_run(roots: list[Path], wanted: Callable[[dict, Path], bool], what: str) -> Path:
+def newest_run(roots: list[Path], wanted: Callable[[dict, Path], bool], what: str, simulated: bool | None = None) -> Path:
     """The run under ``roots`` started last (summary.json ``started_utc``) that ``wanted``
-    (its summary, its folder) accepts; MissingData naming ``what`` if none."""
+    (its summary, its folder) accepts, on the simulated clock or not (``simulated``; None:
+    either); MissingData naming ``what`` if none."""
     runs = []
     for root in roots:
         for summary_path in Path(root).rglob(fmt.SUMMARY_FILE):
             summary = json.loads(summary_path.read_text())
-            if wanted(summary, summary_path.parent):
+            if wanted(summary, summary_path.parent) and simulated in (None, fmt.is_simulated(summary)):
                 runs.append((summary["started_utc"], summary_path.parent))
     if not runs:
-        raise MissingData(f"no {what} under {', '.join(map(str, roots))}")
+        clock = "" if simulated is None else ("simulated " if simulated else "emulated ")
+        raise MissingData(f"no {clock}{what} under {', '.join(map(str, roots))}")
     return max(runs)[1]

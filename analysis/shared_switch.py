@@ -29,10 +29,10 @@ OVERSUBSCRIPTION_FACTOR = 2
 """The refused example: the largest measured set of jobs with every pool this much larger."""
 
 
-def newest_run(roots: list[Path]) -> Path:
+def newest_run(roots: list[Path], simulated: bool | None = None) -> Path:
     """The shared-switch run (summary kind shared_switch, with jobs.csv) started last."""
     return newest_run_of(roots, lambda summary, run: summary.get("kind") == fmt.SHARED_SWITCH_KIND and (run / fmt.JOBS.file).is_file(),
-                         "shared-switch run (jobs.csv + summary.json)")
+                         "shared-switch run (jobs.csv + summary.json)", simulated)
 
 
 def throughput_table(rows: pd.DataFrame) -> pd.DataFrame:

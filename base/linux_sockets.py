@@ -25,6 +25,10 @@ TP_STATUS_VLAN_TPID_VALID = 0x40
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 MSG_DONTWAIT = 0x40
+IP_MTU_DISCOVER = 10
+IP_PMTUDISC_PROBE = 3
+"""Set DF, but send at the interface's MTU whatever path MTU an ICMP "fragmentation needed"
+claimed (<linux/in.h>; how a SwitchML worker's socket uses it: hosts/switchml/README.md)."""
 
 
 class IoVec(ctypes.Structure):

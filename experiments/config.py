@@ -36,6 +36,17 @@ from workloads.workload import Workload, WorkloadInfo
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SCHEMA_PATH = CONFIG_DIR / "experiment.schema.yaml"
 
+
+def shipped_or_given(path: Path) -> Path:
+    """``path`` itself when it exists, is standard input or is absolute; otherwise, if the
+    testbed's tree has a file at that relative path (``configs/8workers.yaml``), that one:
+    the documented commands then work from any folder, also with an installed testbed,
+    whose configs live in site-packages. A file of the user's always wins over the shipped one."""
+    if path == STDIN or path.is_absolute() or path.exists():
+        return path
+    shipped = CONFIG_DIR.parent / path
+    return shipped if shipped.is_file() else path
+
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
     "protocol": {"k": params.DEFAULT_K, "pool_size": params.DEFAULT_POOL_SIZE, "job_id": 1,

@@ -23,7 +23,7 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -34,9 +34,11 @@ from methods.verification import Expected, Verdict
 from experiments.limits import Limit
 from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
-from network.emulation import EmulatedNetwork
 from protocol.worker_spec import WorkerSpec, job_section
 from switches.fabric import SharedJob
+
+if TYPE_CHECKING:  # Mininet's; imported where a network is built, so that --simulate runs without Mininet installed
+    from network.emulation import EmulatedNetwork
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +154,8 @@ class PointNetwork:
 def point_network(experiment: Experiment, point: Point, target: str, writer: ResultsWriter,
                   jobs: Sequence[SharedJob] = ()) -> Iterator[PointNetwork]:
     """Build ``point``'s network, record it in the results, hold it with its work folder."""
+    from network.emulation import EmulatedNetwork
+
     log_dir = writer.log_dir / f"point{point.index}"
     protocol = point.protocol
     with EmulatedNetwork(

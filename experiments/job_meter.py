@@ -13,13 +13,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 
 from protocol.results_format import MACHINE
 from network.cluster_config import LOCAL
-from network.emulation import EmulatedNetwork
 from network.port_counters import SETTLE_S, PortCounters, account_switch, parse_ports, read_ports, read_ports_script
 from switches import programming
+
+if TYPE_CHECKING:  # Mininet's, which --simulate runs without
+    from network.emulation import EmulatedNetwork
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 import yaml
 
-from experiments import metrics
+from experiments import metrics, provenance
 from experiments.metrics import timed_cpu_samples
 from experiments.config import Experiment, Point, data_path_protocol
 from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
@@ -67,6 +67,8 @@ class ResultsWriter:
         """Inputs and workers' results of the point running; the runner makes and removes it."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.started = datetime.now(timezone.utc)
+        self.started_from = provenance.at_start()
+        """The commit and command line as the run started (summary.json's ``provenance``)."""
         (run_dir / fmt.CONFIG_FILE).write_text(yaml.safe_dump(dict(experiment.data), sort_keys=False))
         (run_dir / "topology.yaml").write_text(yaml.safe_dump(dict(experiment.points[0].topology.resolved), sort_keys=False))
         self._network: dict[int, dict[str, Any]] = {}
@@ -154,6 +156,8 @@ class ResultsWriter:
                 "verified": verdict.verified, "max_abs_error": verdict.max_abs_error,
                 "compute_s": workload.compute_s, "workload": workload.name,
                 "bytes_sent": stats["bytes_sent"], "bytes_received": stats["bytes_received"],
+                "socket_errors": sum(stats["socket_errors"].values()), "socket_errnos": fmt.errnos_text(stats["socket_errors"]),
+                "rejected_results": stats["rejected_results"],
             })
         self._append(fmt.RUNS, rows)
         self._append(fmt.TIMELINE, [
@@ -186,12 +190,19 @@ class ResultsWriter:
 
     # -- the summary -----------------------------------------------------------------------
 
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Write summary.json: ``summary`` with the run's ``provenance`` (experiments/provenance.py)."""
+        summary[fmt.PROVENANCE_KEY] = provenance.record(self.started_from, self.experiment, self.target, self.simulation is not None)
+        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+
     def finalize(self, verified: bool) -> dict[str, Any]:
-        runs = pd.read_csv(self.run_dir / fmt.RUNS.file)
+        runs = pd.read_csv(self.run_dir / fmt.RUNS.file, dtype={"socket_errnos": str}, keep_default_na=False,
+                           na_values={column: [""] for column in fmt.RUNS.columns if column != "socket_errnos"})
         fidelity = pd.read_csv(self.run_dir / fmt.FIDELITY.file)
         jobs = runs.groupby(["point", "method", "repetition"], as_index=False).agg(
             tat_s=("tat_s", "max"), elements=("elements", "first"), verified=("verified", "all"),
             retransmissions=("retransmissions", "sum"), k=("k", "first"), link_mbps=("link_mbps", "first"),
+            socket_errors=("socket_errors", "sum"), rejected_results=("rejected_results", "sum"),
         )
         jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
         cpu = timed_cpu_samples(fidelity, runs)
@@ -213,6 +224,9 @@ class ResultsWriter:
                     "tat_s_max": float(group["tat_s"].max()),
                     "retransmissions": int(group["retransmissions"].sum()),
                     "verified": bool(group["verified"].all()),
+                    "socket_errors": int(group["socket_errors"].sum()),
+                    "socket_errnos": socket_errnos(runs[(runs["point"] == point.index) & (runs["method"] == method)]),
+                    "rejected_results": int(group["rejected_results"].sum()),
                 } | retransmission_causes(group, resends if registered.aggregation is not None else {})
                 rate = point.topology.link_mbps
                 pace = None if registered.aggregation is None else registered.aggregation.pace
@@ -262,7 +276,7 @@ class ResultsWriter:
         }
         if self.simulation is not None:
             summary[fmt.SIMULATION_KEY] = self.simulation
-        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+        self.write_summary(summary)
         return summary
 
 
@@ -278,6 +292,15 @@ rank's (docs/dataplane.md): a resend the worker made although nothing was lost."
 RESEND_OF_COMPLETE_SLOT = "EV_RESULT_UNICAST"
 """The switch's count of resends to a slot already complete, which it answers with the
 result again: the result was lost on its way, or crossed the resend."""
+
+
+def socket_errnos(runs: pd.DataFrame) -> dict[str, int]:
+    """The errno names of ``runs``' socket errors, each with its count over the rows."""
+    total: dict[str, int] = {}
+    for text in runs["socket_errnos"]:
+        for name, n in fmt.errnos_of(text).items():
+            total[name] = total.get(name, 0) + n
+    return dict(sorted(total.items()))
 
 
 def resend_counts(counters: pd.DataFrame) -> dict[tuple[int, str, int], tuple[int, int]]:

@@ -27,18 +27,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
-
-from mininet.node import Host
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from base.lifetime import (
     EXIT_NOTICE_S, STOPPED_STATES, Dependencies, Dependency, DependencyStopped, deferred_signals, dies_with_this_process, exited_error,
     process_state, stat_state, stopped_evidence,
 )
 from experiments.limits import Limit
-from network.cluster import ClusterError, fetch, ship
 from protocol.params import REPO_ROOT
 from protocol.worker_spec import STACKS_SIGNAL, WorkerSpec
+
+if TYPE_CHECKING:  # Mininet's, which --simulate runs without
+    from mininet.node import Host
+# network.cluster (built on Mininet's classes) is imported in the methods that use it, for the same reason.
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class WorkerGroup:
         return self.log_dir / f"{self.spec_path.stem}-rank{rank}.log"
 
     def start(self, limit: Limit) -> None:
+        from network.cluster import ship
+
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
         spec = WorkerSpec.read(self.spec_path)
         for rank, host in enumerate(self.hosts):
@@ -138,6 +141,8 @@ class WorkerGroup:
     def collect(self, event: str, limit: Limit, grace_s: float = 0.0) -> list[dict[str, Any]]:
         """Wait up to ``limit`` (+ ``grace_s``) for one ``event`` report from every rank; fail
         fast on any error or exit, of a worker or of a dependency."""
+        from network.cluster import fetch
+
         reports: dict[int, dict[str, Any]] = {}
         timeout_s = limit.seconds + grace_s
         limit_at = time.monotonic() + limit.seconds
@@ -200,6 +205,8 @@ class WorkerGroup:
         """``rank``'s pid, where it runs (for messages) and its state in /proc/PID/stat (None:
         gone, or unknown): read on its server for a host on another one, by its pid there
         (known once it was ready)."""
+        from network.cluster import ClusterError
+
         remote = self.remote_shells.get(self.hosts[rank].name)
         if remote is None or rank >= len(self.pids_on_servers):
             pid = self.procs[rank].pid
@@ -241,6 +248,8 @@ class WorkerGroup:
     def _stacks(self, rank: int) -> list[str]:
         """The Python stack of every thread of ``rank``, as it writes them to its log on
         STACKS_SIGNAL (hosts/worker.py), on whichever server it runs."""
+        from network.cluster import ClusterError
+
         log_path = self._log_path(rank)
         before = log_path.stat().st_size
         remote = self.remote_shells.get(self.hosts[rank].name)

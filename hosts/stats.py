@@ -8,6 +8,7 @@ so the runner writes one row per worker into runs.csv and timeline.csv
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 TIMELINE_BIN_S = 0.010
 """Width of one timeline bin: the paper plots packets sent per 10 ms."""
@@ -56,13 +57,26 @@ class JobStats:
     bytes_received: int = 0
     timeline: list[int] = field(default_factory=list)
     timeline_bin_s: float = TIMELINE_BIN_S
+    socket_errors: dict[str, int] = field(default_factory=dict)
+    """errno name -> datagrams the kernel refused to send, or reported lost, with it: ICMP
+    errors (forged or real) and a link that is down (hosts/switchml/mmsg.py,
+    SEND_LOST_ERRNOS). Each was a loss the timers recovered; empty for TCP methods."""
+    rejected_results: int = 0
+    """Results refused because no correct switch sends them (SwitchML: a block exponent
+    below this worker's own); like a loss, the timer resends and the switch answers again."""
 
 
 def added(total: JobStats, more: JobStats) -> JobStats:
     """Two jobs' statistics as one (a DDP step's buckets, a script's all-reduces): counts
     and times added, timelines back to back (in the first one's bins)."""
-    return JobStats(**{f.name: getattr(total, f.name) if f.name == "timeline_bin_s" else getattr(total, f.name) + getattr(more, f.name)
+    return JobStats(**{f.name: getattr(total, f.name) if f.name == "timeline_bin_s" else _added(getattr(total, f.name), getattr(more, f.name))
                        for f in fields(JobStats)})
+
+
+def _added(a: Any, b: Any) -> Any:
+    if isinstance(a, dict):
+        return {key: a.get(key, 0) + b.get(key, 0) for key in sorted(a.keys() | b.keys())}
+    return a + b
 
 
 class SendTimeline:

@@ -4,6 +4,7 @@
     python -m labs skeleton N --out DIR [--track python|p4] [--keep LABS]
     python -m labs grade N [--tree DIR] [--track ...] [--tests-from DIR] [--report FILE]
     python -m labs grade-batch N SUBMISSIONS --csv FILE [--track ...] [--tests-from DIR]
+    python -m labs gradescope N --out ZIP [--track ...] [--tests-from DIR]
     python -m labs plot N [--results DIR ...] [--out DIR]
 
 ``grade`` exits 0 only with full marks, 1 below, 2 on bad input; SIGTERM, SIGHUP and SIGQUIT
@@ -15,24 +16,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import dataclasses
 import logging
-import shutil
 import signal
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from base.lifetime import STOP_SIGNALS
 from base.yamlschema import ConfigError
 from labs import catalog
-from labs.grade import (DEFAULT_MEMORY_MB, Grade, SubmissionError, clean_tree, default_report, grade, limits, place_submission, score_table,
-                        write_gradescope, write_report)  # fmt: skip
+from labs import gradebook
+from labs.bundle import make_bundle
+from labs.grade import (DEFAULT_MEMORY_MB, Grade, SubmissionError, clean_tree, default_report, expected_outputs, failed_grade, grade,
+                        limits, place_submission, reference_tree, score_table, write_gradescope, write_report)  # fmt: skip
 from labs.markers import MarkerError, Region
 from labs.sandbox import SandboxError, check_can_sandbox
+from labs.scratch import remove, scratch_folder
 from labs.skeleton import SkeletonError, make_skeleton
+from labs.text import shown
+from switchml_testbed.release import add_version_option, program
 
 log = logging.getLogger("labs")
 
@@ -47,6 +50,10 @@ def cmd_skeleton(args: argparse.Namespace) -> int:
     lab = catalog.by_number(args.lab)
     track = lab.track(args.track)
     source = catalog.LABS_DIR.parent
+    numbers = [other.number for other in catalog.all_labs()]
+    unknown = sorted((args.keep or frozenset()) - set(numbers))
+    if unknown:
+        raise SkeletonError(f"--keep {','.join(map(str, unknown))}: no such lab; there are labs {', '.join(map(str, numbers))}")
     handout = make_skeleton(source, args.out, lab, track, args.keep)
     venv = source / ".venv"
     if venv.is_dir() and not (args.out / ".venv").exists():
@@ -90,7 +97,8 @@ def _keep(value: str) -> frozenset[int]:
 @contextlib.contextmanager
 def _grader(args: argparse.Namespace) -> Iterator[Callable[[Path], Grade]]:
     """What grades one tree for ``args``: in place (a student's own tree), or with
-    ``--tests-from``, its graded files on that checkout's clean tree, in the sandbox."""
+    ``--tests-from``, its graded files on that checkout's clean tree, in the sandbox, its
+    outputs compared with those the reference's code gives (computed once, first)."""
     lab = _graded_lab(args)
     track = lab.track(args.track)
     if args.tests_from is None:
@@ -98,16 +106,17 @@ def _grader(args: argparse.Namespace) -> Iterator[Callable[[Path], Grade]]:
         return
     check_can_sandbox()
     caps = limits(lab, track, args.cap_s, args.memory_mb)
-    with tempfile.TemporaryDirectory(prefix="labs-grade-") as scratch:
-        base = clean_tree(args.tests_from, lab, track, Path(scratch) / "clean")
+    with scratch_folder("labs-grade-") as scratch:
+        base = clean_tree(args.tests_from, lab, track, scratch / "clean")
+        expected = expected_outputs(lab, track, reference_tree(args.tests_from, base, track, scratch / "reference"), caps)
 
         def graded(submission: Path) -> Grade:
-            tree = Path(scratch) / "submission"  # not submission.name: that is '' for --tree .
+            tree = scratch / "submission"  # not submission.name: that is '' for --tree .
             try:
                 problem = place_submission(base, submission, track, tree)
-                return dataclasses.replace(grade(lab, track, tree, caps, problem), tree=str(submission.resolve()))
+                return dataclasses.replace(grade(lab, track, tree, caps, problem, expected, base), tree=str(submission.resolve()))
             finally:
-                shutil.rmtree(tree, ignore_errors=True)
+                remove(tree)
 
         yield graded
 
@@ -122,7 +131,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     lab = _graded_lab(args)
     track = lab.track(args.track)
     with _grader(args) as graded:
-        result = graded(args.tree)
+        result = _grade_one(graded, lab, track, args.tree)
     report = args.report or default_report(args.tree, lab, track)
     write_report(result, report)
     print(score_table(lab, result))
@@ -137,21 +146,39 @@ def cmd_grade_batch(args: argparse.Namespace) -> int:
     submissions = sorted(path for path in args.submissions.iterdir() if path.is_dir())
     if not submissions:
         raise ConfigError(f"{args.submissions}: no submission folders in it")
+    lab = _graded_lab(args)
+    track = lab.track(args.track)
     reports = args.csv.with_suffix("")
-    rows = []
-    with _grader(args) as graded:
-        for tree in submissions:
-            result = graded(tree)
-            write_report(result, reports / f"{tree.name}.json", student=tree.name)
-            print(f"{tree.name}: {result.score}/{result.max_score}", flush=True)
-            rows.append({"student": tree.name, "score": result.score, "max": result.max_score, "seconds": result.seconds,
-                         **{test.id: test.earned for test in result.tests}})  # fmt: skip
     args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with args.csv.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"{len(rows)} submission(s) graded: {args.csv}; one JSON report each in {reports}/")
+    with _grader(args) as graded, gradebook.Writers(args.csv, lab, track, args.lms) as books:
+        for tree in submissions:
+            student = shown(tree.name)
+            result = _grade_one(graded, lab, track, tree)
+            write_report(result, reports / f"{tree.name}.json", student=student)
+            books.write(student, result)
+            print(f"{student}: {result.score}/{result.max_score}" + (f" ({shown(result.problem)})" if result.problem else ""), flush=True)
+    print(f"{len(submissions)} submission(s) graded: {', '.join(map(str, books.paths))}; one JSON report each in {reports}/")
+    return 0
+
+
+def _grade_one(graded: Callable[[Path], Grade], lab: catalog.Lab, track: catalog.Track, tree: Path) -> Grade:
+    """``tree``'s grade, or, when grading it fails in any way (the grader's fault or the
+    submission's), a 0 that says why: one submission never stops the class's grading."""
+    try:
+        return graded(tree)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as error:  # noqa: BLE001 -- any failure of one submission is its 0, with the reason
+        log.exception("grading %s failed", shown(tree.name))
+        return failed_grade(lab, track, tree, f"the grader could not grade this submission: {type(error).__name__}: {error}")
+
+
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    lab = _graded_lab(args)
+    track = lab.track(args.track)
+    names = make_bundle(args.tests_from, lab, track, args.out)
+    print(f"{args.out}: Gradescope's autograder for lab {lab.number} ({track.name} track), {len(names)} files of"
+          f" {args.tests_from}'s last commit with setup.sh and run_autograder; upload it as the assignment's autograder")  # fmt: skip
     return 0
 
 
@@ -176,7 +203,8 @@ def _stopped(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labs", description="SwitchML classroom labs: skeletons, grading, plots")
+    parser = argparse.ArgumentParser(prog=program("python -m labs"), description="SwitchML classroom labs: skeletons, grading, plots")
+    add_version_option(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="the labs, their time and points").set_defaults(run=cmd_list)
 
@@ -216,9 +244,18 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_argument("--csv", type=Path, required=True, help="the grades; JSON reports go to a folder of the same name")
     sub.add_argument("--tests-from", type=Path, default=catalog.LABS_DIR.parent,
                      help="whose clean tree and tests grade the submissions (default: this checkout, not the students')")  # fmt: skip
+    sub.add_argument("--lms", choices=sorted(gradebook.LMS), action="append", default=[],
+                     help="also write the gradebook import of this LMS beside the CSV (repeat for both)")
     track_option(sub)
     cap_options(sub)
     sub.set_defaults(run=cmd_grade_batch)
+
+    sub = lab_command("gradescope", "make the autograder zip a course uploads to Gradescope for this lab")
+    sub.add_argument("--out", type=Path, required=True, help="the zip to write")
+    sub.add_argument("--tests-from", type=Path, default=catalog.LABS_DIR.parent,
+                     help="the course's fork whose last commit the autograder holds (default: this checkout)")
+    track_option(sub)
+    sub.set_defaults(run=cmd_gradescope)
 
     sub = lab_command("plot", "draw the lab's figures from your runs")
     sub.add_argument("--results", type=Path, nargs="+", default=[], help="your run folders (or their parents)")

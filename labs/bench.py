@@ -1,10 +1,16 @@
-"""One SwitchMLIngress in the test process, fed update frames, for the labs' switch tests.
+"""One SwitchMLIngress in the test process, fed update frames, for the labs' switch tests;
+and scripted runs of it and of the worker's timers, for the grade of record.
 
 The behaviour cases of tests/test_switch_behaviour.py send real packets through a switch
 process in network namespaces: right for grading, but when the student's code raises, the
 switch process dies and the test only sees missing results. These cases call the ingress
 control directly, so a student sees the exception (``NotImplementedError: Lab 2: ...``) or
 the wrong register value in the failure's first line, and need no root.
+
+``scenario``, ``timers_scenario``, ``round_trip_timeouts`` and ``timeout_floor`` are what
+an instructor's grade calls (labs 2 and 3's ``calls`` in lab.yaml, labs/harness.py): each
+plays a script through the student's code and returns every effect the tests look at,
+never a verdict; the grader compares it with what the reference's code returns.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import numpy as np
 from protocol import params
 from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
 from switches.embedded.drop_simulator import DropSimulator
-from switches.embedded.ingress import SwitchMLIngress
+from switches.embedded.ingress import DROP, SwitchMLIngress
+from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
 from switches.embedded.parser import SWITCHML_EXPONENT, SWITCHML_MSG_TYPE, PacketBuffer, SwitchMLParser
 
 K = 4
@@ -87,3 +94,64 @@ class IngressBench:
 
     def cell(self, register: str, slot: int, shadow_set: int) -> int:
         return getattr(self.ingress, register).cells[shadow_set * POOL + slot]
+
+
+REGISTERS = ("bitmap", "count", "exponent", "seq")
+"""The per-slot registers a scenario reports, with the slot's values."""
+
+
+def scenario(steps: list[dict], n: int = 2, leaf: bool = False) -> dict:
+    """What the ingress does with ``steps`` (each a ``send``'s keyword arguments, ``rank``
+    included, or ``{"from_above": {...}}`` with ``result_from_above``'s), on a new bench of
+    ``n`` workers: each step's decision and, where it sends a frame, the frame; then every
+    register cell of the slots the steps touched and the event counter's packets and bytes.
+    An instructor's grade calls it with the submission's ingress (labs/harness.py) and
+    compares what it returns with what the reference's gives: every effect the tests look
+    at, none of their verdicts."""
+    bench = IngressBench(n=n, leaf=leaf)
+    decisions = []
+    touched = set()
+    for step in steps:
+        above = step.get("from_above")
+        decision = bench.result_from_above(**above) if above is not None else bench.send(**step)
+        touched.add(((above or step)["slot"], (above or step)["shadow_set"]))
+        decisions.append({"decision": list(decision), "frame": None if decision == DROP else list(bench.result())})
+    cells = {f"{slot}/{shadow_set}": {**{name: bench.cell(name, slot, shadow_set) for name in REGISTERS},
+                                      "values": bench.ingress.values.rows[shadow_set * POOL + slot].tolist()}
+             for slot, shadow_set in sorted(touched)}  # fmt: skip
+    counter = bench.ingress.event_counter
+    events = {name: [counter.packets[i], counter.bytes[i]] for i, name in enumerate(params.EVENT_COUNTER_CELLS) if counter.packets[i]}
+    return {"steps": decisions, "cells": cells, "events": events}
+
+
+def timers_scenario(n_slots: int, policy: dict, steps: list[list]) -> list:
+    """What a worker's SlotTimers of ``n_slots`` slots and RetransmitPolicy(**``policy``)
+    answer to ``steps``, each ``[method, argument, ...]`` of ``arm``, ``answered``,
+    ``disarm``, ``pop_expired`` or ``next_deadline`` (a list of slots is a batch); at the
+    end, each slot's timeouts and the round trips' median."""
+    timers = SlotTimers(n_slots, RetransmitPolicy(**policy))
+    answers: list = []
+    for method, *args in steps:
+        args = [np.asarray(arg) if isinstance(arg, list) else arg for arg in args]
+        answer = getattr(timers, method)(*args)
+        answers.append([array.tolist() for array in answer] if method == "pop_expired" else answer)
+    return [answers, timers.timeouts_per_slot.tolist(), timers.rtt.median]
+
+
+def round_trip_timeouts(samples: list[list], floor_s: float, first_s: float) -> list:
+    """The timeout a RoundTripEstimator gives after each ``[round trip, times]`` of ``samples``."""
+    rtt = RoundTripEstimator()
+    timeouts = []
+    for value, times in samples:
+        for _ in range(times):
+            rtt.sample(value)
+        timeouts.append(rtt.timeout(floor_s, first_s))
+    return timeouts
+
+
+def timeout_floor(k: int, pool_size: int, timeout_ms: float, link_mbps: float | None) -> float:
+    """A worker's timeout floor for these protocol settings (hosts/allreduce.py)."""
+    from hosts.allreduce import retransmit_policy
+    from protocol.worker_spec import SwitchMLParameters
+
+    return retransmit_policy(SwitchMLParameters(k=k, pool_size=pool_size, job_id=0, timeout_ms=timeout_ms, backoff_every=100), link_mbps).min_s

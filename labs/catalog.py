@@ -18,6 +18,28 @@ SCHEMA = LABS_DIR / "lab.schema.yaml"
 DEFAULT_TIMEOUT_S = 60.0
 
 
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+"""Gradescope's: shown to the student at once, never, after the due date, once published."""
+
+
+@dataclass(frozen=True, eq=False)
+class Call:
+    """One call an instructor's grade makes with the submission's code (labs/harness.py):
+    a function of the tree by its dotted name, with JSON arguments (equal only to itself:
+    its arguments are lists and mappings)."""
+
+    function: str
+    args: tuple = ()
+    kwargs: tuple[tuple[str, object], ...] = ()
+
+    @classmethod
+    def from_yaml(cls, data: list | dict) -> Call:
+        """``[function, arg, ...]`` or ``{function: ..., args: [...], kwargs: {...}}``."""
+        if isinstance(data, list):
+            return cls(data[0], tuple(data[1:]))
+        return cls(data["function"], tuple(data.get("args", [])), tuple(data.get("kwargs", {}).items()))
+
+
 @dataclass(frozen=True)
 class GradedTest:
     id: str
@@ -25,6 +47,22 @@ class GradedTest:
     points: int
     skeleton: str
     """'fail' or 'pass': what the untouched skeleton does in this test."""
+    calls: tuple[Call, ...] = ()
+    """What an instructor's grade computes with the submission's code for this test; it
+    passes when every output equals the reference's (labs/record.py). None: the test's own
+    verdict, from pytest in the sandbox, is graded (a track whose files are not Python)."""
+    visibility: str = "visible"
+    """One of VISIBILITIES: when the student may see this test's name, result and message."""
+    rel: float = 1e-9
+    """Relative tolerance of a float output against the reference's."""
+    uses: tuple[str, ...] | None = None
+    """The track's files this test runs (None: all). In an instructor's grade of a test
+    without calls, the others are the handout's: where none of the submission's Python
+    files is left, pytest's verdict is made where no code of the submission runs."""
+
+    @property
+    def file(self) -> str:
+        return self.id.split("::")[0]
 
 
 @dataclass(frozen=True)
@@ -82,11 +120,19 @@ def load_lab(folder: Path) -> Lab:
         name: Track(
             name,
             tuple(track["files"]),
-            tuple(GradedTest(t["id"], t["points"], t["skeleton"]) for t in track["tests"]),
+            tuple(GradedTest(t["id"], t["points"], t["skeleton"], tuple(map(Call.from_yaml, t.get("calls", []))),
+                             t.get("visibility", "visible"), float(t.get("rel", 1e-9)),
+                             tuple(t["uses"]) if "uses" in t else None) for t in track["tests"]),  # fmt: skip
             tuple(track.get("needs", [])),
         )
         for name, track in data["tracks"].items()
     }
+    strays = [(test.id, name) for track in tracks.values() for test in track.tests for name in test.uses or () if name not in track.files]
+    if strays:
+        raise ConfigError(f"{path}: {strays[0][0]} uses {strays[0][1]}, which is not one of its track's files")
+    unseen = [test.id for track in tracks.values() for test in track.tests if test.visibility != "visible" and not test.calls]
+    if unseen:
+        raise ConfigError(f"{path}: {unseen[0]} is not visible but has no calls: its file would have to enter the sandbox")
     return Lab(data["number"], folder, data["title"], data["hours"], float(data.get("timeout_s", DEFAULT_TIMEOUT_S)),
                data.get("cap_s"), data.get("run"), tuple(data["plot"]["figures"]), data["plot"]["about"], tracks)  # fmt: skip
 

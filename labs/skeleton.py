@@ -1,8 +1,9 @@
 """A student's tree for one lab: a copy of the repository with that lab's regions stubbed.
 
 The copy holds what git tracks (plus new, not ignored files, so an instructor's uncommitted
-lab works too), never ``.venv``, results, build output or the instructor-only solutions
-(INSTRUCTOR_ONLY). Inside each region of the lab, in every track's files, the reference code
+lab works too; the clean tree a submission is graded in holds only what the fork's last
+commit holds), never ``.venv``, results, build output, the instructor-only solutions
+(INSTRUCTOR_ONLY) or the file of a test the student must not see (lab.yaml's visibility). Inside each region of the lab, in every track's files, the reference code
 is replaced by a stub that fails at once and says what to write, and so is every other lab's
 region the handout does not keep (by default it keeps earlier labs' answers only, so no
 handout holds a later lab's; labs/README.md, "Handing out"). The marker lines stay, so the
@@ -17,12 +18,15 @@ student sees where the answer goes:
 
 from __future__ import annotations
 
+import io
 import logging
 import shutil
 import subprocess
+import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from dataclasses import dataclass
+import yaml
 
 from labs.catalog import Lab, Track
 from labs.markers import Region, marked_files, scan_file
@@ -48,7 +52,8 @@ def tracked_files(root: Path) -> list[str]:
     except FileNotFoundError:
         raise SkeletonError("git is not installed: the skeleton is a copy of what git tracks") from None
     except subprocess.CalledProcessError as error:
-        raise SkeletonError(f"{root} is not a git checkout: {error.stderr.strip()}") from None
+        raise SkeletonError(f"{root} is not a git checkout ({error.stderr.strip()}); an installed testbed is not one: clone "
+                            "the repository and run python -m labs in the clone (docs/install.md)") from None
     return sorted({path for path in listing.stdout.split("\0") if path and (root / path).is_file()})
 
 
@@ -76,16 +81,48 @@ def fill_regions(text: str, bodies: dict[Region, list[str]]) -> str:
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
-def copy_tree(source: Path, out: Path, leave_out: tuple[str, ...] = ()) -> list[str]:
-    """Copy ``source``'s tracked files but ``leave_out`` into ``out`` (new or empty); returns them."""
+def copy_tree(source: Path, out: Path, leave_out: tuple[str, ...] = (), committed: bool = False) -> list[str]:
+    """Copy ``source``'s tracked files but ``leave_out`` into ``out`` (new or empty); returns
+    them. With ``committed``, its last commit's files as committed (``git archive``): no
+    file the instructor has not committed, nor an uncommitted change."""
     if out.exists() and any(out.iterdir()):
         raise SkeletonError(f"{out} is not empty: give a new folder for the skeleton")
+    if committed:
+        return _extract_commit(source, out, leave_out)
     files = [path for path in tracked_files(source) if not left_out(path, leave_out)]
     for path in files:
         target = out / path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source / path, target)
     return files
+
+
+def _extract_commit(source: Path, out: Path, leave_out: tuple[str, ...]) -> list[str]:
+    """``source``'s HEAD but ``leave_out`` into ``out``; its regular files."""
+    try:
+        archive = subprocess.run(["git", "-C", str(source), "archive", "--format=tar", "HEAD"], capture_output=True, check=True).stdout
+    except FileNotFoundError:
+        raise SkeletonError("git is not installed: the clean tree is a copy of what git tracks") from None
+    except subprocess.CalledProcessError as error:
+        raise SkeletonError(f"{source} is not a git checkout with a commit: {error.stderr.decode(errors='replace').strip()}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar:
+            if left_out(member.name, leave_out) or Path(member.name).is_absolute() or ".." in Path(member.name).parts:
+                continue
+            target = out / member.name
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif member.issym():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(member.linkname)
+            elif member.isfile():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+                target.chmod(member.mode & 0o755)
+                files.append(member.name)
+    return sorted(files)
 
 
 def left_out(path: str, leave_out: tuple[str, ...]) -> bool:
@@ -105,8 +142,47 @@ class Handout:
     """Other labs' regions whose answer the handout holds."""
 
 
-def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozenset[int] | None = None) -> Handout:
-    """Write ``lab``'s skeleton of ``source`` for ``track`` into ``out``.
+def unseen_test_files(lab: Lab) -> tuple[str, ...]:
+    """The files of ``lab``'s tests the student must not see (not ``visible``), in any track;
+    a visible test in one of them is an error (its file would be left out with them)."""
+    tests = [test for track in lab.tracks.values() for test in track.tests]
+    unseen = {test.file for test in tests if test.visibility != "visible"}
+    shared = sorted(test.id for test in tests if test.visibility == "visible" and test.file in unseen)
+    if shared:
+        raise SkeletonError(f"lab {lab.number}: the visible test {shared[0]} shares its file with a test the student must not see")
+    return tuple(sorted(unseen))
+
+
+def without_unseen_tests(text: str) -> str:
+    """A lab.yaml's ``text`` without the entries of its tests the student must not see:
+    their name, points and calls (inputs) stay in the fork. The lines of each such entry
+    go, found from where YAML's parser says the entry starts and ends; the rest (comments
+    included) stays as written."""
+    root = yaml.compose(text)
+    lines = text.splitlines(keepends=True)
+    cut: set[int] = set()
+    for _, track in _items(_value(root, "tracks")):
+        for entry in getattr(_value(track, "tests"), "value", []):
+            visibility = _value(entry, "visibility")
+            if visibility is not None and visibility.value != "visible":
+                end = entry.end_mark  # a block mapping ends where the next entry (or what follows) begins
+                ends_on_its_line = end.line < len(lines) and lines[end.line][: end.column].strip()
+                cut.update(range(entry.start_mark.line, end.line + (1 if ends_on_its_line else 0)))
+    return "".join(line for number, line in enumerate(lines) if number not in cut)
+
+
+def _items(node: yaml.Node | None) -> list[tuple[yaml.Node, yaml.Node]]:
+    return node.value if isinstance(node, yaml.MappingNode) else []
+
+
+def _value(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    return next((value for name, value in _items(node) if name.value == key), None)
+
+
+def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozenset[int] | None = None,
+                  committed: bool = False) -> Handout:  # fmt: skip
+    """Write ``lab``'s skeleton of ``source`` for ``track`` into ``out`` (with ``committed``,
+    of ``source``'s last commit only: the clean tree of an instructor's grade).
 
     Stubs the lab's regions in every file (a python handout must not hold the P4 answer)
     and every other lab's region it does not keep: with ``keep``, those of the labs in it;
@@ -114,7 +190,10 @@ def make_skeleton(source: Path, out: Path, lab: Lab, track: Track, keep: frozens
     """
     if keep is not None and lab.number in keep:
         raise SkeletonError(f"lab {lab.number}'s skeleton cannot keep lab {lab.number}'s answer: it is what the student writes")
-    copied = copy_tree(source, out, INSTRUCTOR_ONLY)
+    copied = copy_tree(source, out, INSTRUCTOR_ONLY + unseen_test_files(lab), committed)
+    for path in copied:
+        if path.startswith("labs/") and path.endswith("/lab.yaml"):
+            (out / path).write_text(without_unseen_tests((out / path).read_text()))
     missing = sorted(set(track.files) - set(copied))
     if missing:
         raise SkeletonError(f"lab {lab.number}'s files are not in {source}: {', '.join(missing)}")

@@ -54,6 +54,7 @@ from base.lifetime import ThreadWatch, dies_with_this_process
 from base.yamlschema import ConfigError
 from network.lock import HOLDER_ENV
 from protocol.params import REPO_ROOT
+from switchml_testbed import release
 from switches.control import ControlPlaneError, SwitchControl
 from switches.remote_control import SocketControl
 from network.cluster_config import LOCAL, ClusterSpec, Server
@@ -480,7 +481,11 @@ def preflight(cluster: Cluster, switch_target: str, switches: Sequence[str]) -> 
     ``switches`` is placed, what ``switch_target`` needs there (its ``detect``, run on that
     server: bmv2's simple_switch and p4c, the eBPF switch's clang, bpftool and kernel).
     The first problem raises ServerUnavailableError, one line naming the server."""
-    commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    here = release.commit() if release.is_checkout() else None
+    if here is None:
+        raise ServerUnavailableError(f"a cluster run needs every server to check out this tree's commit, and {REPO_ROOT} is not a git "
+                                     "checkout (an installed testbed is not one): run it from a clone (docs/install.md)")
+    commit = here.sha
     hosting = {cluster.server_of(switch) for switch in switches}
     for name, server in cluster.servers.items():
         try:

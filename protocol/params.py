@@ -9,13 +9,25 @@ conversion of link rates from the Mbit/s they are written in to the bit/s the mo
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping, TypeVar
 
+from switchml_testbed import __version__
+from switchml_testbed.release import is_checkout
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+"""The testbed's tree: a checkout, or its copy inside site-packages/switchml_testbed."""
 P4_DIR = REPO_ROOT / "p4"
+BUILD_DIR = (REPO_ROOT / "build" if is_checkout()
+             else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "switchml-testbed" / __version__)
+"""Where compiled programs are cached: the checkout's build/, or the user's cache folder for
+an installed tree (site-packages is not ours to write into, and may not be writable)."""
+RESULTS_DIR = REPO_ROOT / "results" if is_checkout() else Path("results")
+"""Where a run's folder goes unless --out names one: the checkout's results/, or results/ in
+the current folder for an installed tree."""
 CONSTANTS_P4 = P4_DIR / "include" / "constants.p4"
 
 _DEFINE = re.compile(r"^\s*#define\s+([A-Z][A-Z0-9_]*)\s+(0[xX][0-9a-fA-F]+|\d+)\b", re.M)

@@ -47,7 +47,18 @@ RUNS = Table("runs.csv", (
     "tensor_bytes", "k", "pool_size", "link_mbps", "loss", "loss_mechanism", "tat_s", "ate_per_s",
     "algbw_bytes_per_s", "busbw_bytes_per_s", "packets_sent", "packets_received", "retransmissions", "timeouts",
     "duplicates", "verified", "max_abs_error", "compute_s", "workload", "bytes_sent", "bytes_received",
-), optional=("bytes_sent", "bytes_received"))  # fmt: skip
+    "socket_errors", "socket_errnos", "rejected_results",
+), optional=("bytes_sent", "bytes_received", "socket_errors", "socket_errnos", "rejected_results"))  # fmt: skip
+def errnos_text(counts: dict[str, int]) -> str:
+    """runs.csv's ``socket_errnos``: ``ECONNREFUSED=3 EMSGSIZE=1`` (errno names in order; empty for none)."""
+    return " ".join(f"{name}={n}" for name, n in sorted(counts.items()) if n)
+
+
+def errnos_of(text: str) -> dict[str, int]:
+    """``socket_errnos`` back into errno name -> count (errnos_text's inverse)."""
+    return {name: int(n) for name, n in (item.split("=") for item in text.split())}
+
+
 SWITCH_COUNTERS = Table("switch_counters.csv", ("point", "method", "repetition", "switch", "counter", "value"))
 SWITCH_FRAMES = Table("switch_frames.csv", (
     "point", "method", "repetition", "switch", "port_rx_frames", "pipeline_in_frames", "input_lost",
@@ -87,6 +98,9 @@ SIMULATED_KEY = "simulated"
 """summary.json: true for a run on the simulated clock (run_experiment.py --simulate), false
 for an emulated one; runs written before the key existed lack it (emulated: ``is_simulated``)."""
 SIMULATION_KEY = "simulation"
+PROVENANCE_KEY = "provenance"
+"""summary.json: the code (version, commit, dirty), the machine (kernel), the tools and the
+link rate a run used, and its command line; runs written before 0.2.0 lack it."""
 """summary.json of a simulated run: the simulator's models and parameters."""
 
 
@@ -110,7 +124,7 @@ def data_path_of(record: dict) -> Any:
 
 SHARED_SWITCH_KIND = "shared_switch"
 """summary.json ``kind`` of a shared-switch run (other runs have no ``kind``)."""
-TEXT_COLUMNS = ("sweep_param", "sweep_value", "method", "workload", "host", "switch")
+TEXT_COLUMNS = ("sweep_param", "sweep_value", "method", "workload", "host", "switch", "socket_errnos")
 """Columns that are text even when every value looks numeric or is empty."""
 
 

@@ -200,6 +200,10 @@ class SwitchTarget:
     program's run time (softirq, counted as system time)."""
     toolchain: Callable[[], Toolchain] = no_toolchain
     """Where its tools were found on this machine (``Toolchain``)."""
+    tool_versions: Callable[[], Mapping[str, str | None]] = dict
+    """Tool name -> its version (base.tool_version.first_line; None: unknown) for the tools
+    its data plane is built and run with: a run's provenance records them. Empty for a
+    target that is the project's own code."""
     simulated: StartSimulatedSwitch | None = None
     """Its data plane as a ``SimulatedSwitch``, for ``run_experiment.py --simulate``; None: a
     target the simulator cannot run (its data plane is compiled code bound to real ports)."""

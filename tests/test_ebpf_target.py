@@ -209,6 +209,36 @@ def test_start_removes_pins_of_a_dead_owner(bed: Testbed) -> None:
 
 @pytest.mark.netns
 @pytest.mark.ebpf
+def test_the_bpf_filesystem_and_the_pins_are_roots_alone(bed: Testbed, tmp_path: Path, monkeypatch) -> None:
+    """A BPF filesystem the switch mounts is mode 0700 (the kernel's default, 1777, let a
+    graded submission leave a file there that the next one read), and while it loads, its
+    pin directories and pins are writable by root only."""
+    mount_point = tmp_path / "bpffs"
+    mount_point.mkdir()
+    datapath.ensure_bpffs(mount_point)
+    try:
+        assert mount_point.stat().st_mode & 0o777 == datapath.PRIVATE  # and the sticky bit, which the kernel sets
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+    seen: dict[str, int] = {}
+    real_run = datapath.run
+
+    def run_and_look(command: list[str]) -> subprocess.CompletedProcess:
+        if command[:3] == ["tc", "filter", "add"] and not seen:  # loaded and pinned, not yet unpinned
+            seen.update({str(path): path.lstat().st_mode & 0o7777 for path in [datapath.PIN_ROOT, *datapath.PIN_ROOT.rglob("*")]})
+        return real_run(command)
+
+    monkeypatch.setattr(datapath, "run", run_and_look)
+    switch = datapath.EbpfDataPlane(bed.switch_ports, k=K, name="private", max_pool_size=POOL)
+    switch.start()
+    switch.stop()
+    assert seen[str(datapath.PIN_ROOT)] == datapath.PRIVATE, seen
+    assert any(name.endswith(datapath.PROGRAM) for name in seen), f"no pinned program seen: {seen}"
+    assert {name: f"{mode:o}" for name, mode in seen.items() if mode & 0o077} == {}, "pins others may read or write"
+
+
+@pytest.mark.netns
+@pytest.mark.ebpf
 def test_two_instances_keep_their_own_state(tmp_path: Path) -> None:
     """Two switches at once (two test beds): separate maps, so one's tables never show in the other."""
     if os.geteuid() != 0:

@@ -6,6 +6,7 @@ chosen TAT and CPU shares, and reads the verdict from its finalize(), as a run w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from experiments.config import CONFIG_DIR, load_experiment
 from experiments.job_meter import CLOCK_TICKS, CpuSplit, JobMeasurement, machine_cpu
 from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S
 from experiments.results import ResultsWriter, format_table, kept_up_warning
+from hosts.stats import JobStats
 from protocol import results_format as fmt
 from protocol.results_format import MACHINE
 from methods.verification import Verdict
@@ -36,8 +38,7 @@ def finalize_one_job(tmp_path, overrides: list[str], share_of_line_rate: float) 
     elements = point.workload_info.elements
     tat_s = elements / (share_of_line_rate * switchml_line_rate_ate(rate_mbps * 1e6, point.protocol["k"]))
     n = len(point.topology.hosts)
-    stats = {"tat_s": tat_s, "packets_sent": 1, "packets_received": 1, "retransmissions": 0, "timeouts": 0,
-             "duplicates": 0, "bytes_sent": 1, "bytes_received": 1, "timeline": [1]}
+    stats = dataclasses.asdict(JobStats(tat_s=tat_s, packets_sent=1, packets_received=1, bytes_sent=1, bytes_received=1, timeline=[1]))
     frames = {"port_rx_frames": 1000, "pipeline_in_frames": 1000, "input_lost": 0, "pipeline_out_frames": 1000,
               "port_tx_frames": 1000, "queue_drops": 0, "output_lost": 0}
     measured = JobMeasurement(

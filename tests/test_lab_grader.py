@@ -1,16 +1,21 @@
-"""An instructor's grade treats every submission as hostile (labs/sandbox.py, labs/grade.py).
+"""An instructor's grade treats every submission as hostile (labs/sandbox.py, labs/grade.py, labs/record.py).
 
 One batch of lab 0 submissions is graded the way a course grades them (``grade-batch`` with
 ``--tests-from`` a private fork): each attack a student tried on the old grader, each
 followed by an untouched handout (1 point of 10: the test its stub does not reach), and a
 correct solution last (10 of 10). Every attack must score no more than the handout, and
-the submission graded after it must keep its grade. Where an attack is one a grade in
+the submission graded after it must keep its grade. Four of them forge the verdict from
+inside the process that runs the student's code (a pytest hook found through ``gc``, an
+``atexit`` rewrite of the JUnit report, the report written at import and ``os._exit(0)``,
+and that one packed with zlib and base85): they win wherever pytest's verdict is the
+grade, and score nothing of record, where the grader compares outputs outside. Where an attack is one a grade in
 place (the student's own ``labs grade``, no sandbox) falls for, the test grades it in place
 too and expects the attack to win there: the attack is real, the sandbox is what stops it.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import csv
 import json
@@ -22,6 +27,7 @@ import sys
 import textwrap
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from analysis import models
-from base.cgroup import CgroupError, find_parent
+from base.cgroup import CappedGroup, CgroupError, find_parent
 from labs import catalog, sandbox
 from labs.__main__ import main
 from labs.grade import grade
@@ -143,7 +149,56 @@ class Attack:
     """More files at the submission's root."""
     wins_in_place: bool
     """Whether a grade in place falls for it (full marks): the control."""
+    prelude: str = ""
+    """Lines the graded file runs when it is imported (at its end)."""
 
+
+GC_HOOK = """
+import gc as _gc
+try:
+    import pytest as _pytest
+
+    class _PassEverything:
+        @_pytest.hookimpl(hookwrapper=True)
+        def pytest_runtest_makereport(self, item, call):
+            report = (yield).get_result()
+            report.outcome, report.longrepr = "passed", None
+
+    for _config in [found for found in _gc.get_objects() if type(found).__name__ == "Config" and hasattr(found, "pluginmanager")]:
+        _config.pluginmanager.register(_PassEverything(), "pass-everything")
+except Exception:
+    pass
+"""
+"""A pytest plugin registered from the graded file, pytest's config found through ``gc``."""
+
+FORGE_JUNIT = """
+import atexit as _atexit, os as _os, sys as _sys
+
+
+def _forge():
+    ids = [arg for arg in _sys.argv if "::" in arg]
+    cases = "".join('<testcase classname="%s" name="%s" time="0.1"/>' % (
+        ".".join([i.split("::")[0][:-3].replace("/", "."), *i.split("::")[1:-1]]), i.split("::")[-1]) for i in ids)
+    report = '<?xml version="1.0"?><testsuites><testsuite name="pytest">%s</testsuite></testsuites>' % cases
+    paths = [arg.split("=", 1)[1] for arg in _sys.argv if arg.startswith("--junitxml=")]
+    paths += [_os.path.join("/grade/out", name) for name in (_os.listdir("/grade/out") if _os.path.isdir("/grade/out") else [])]
+    for path in paths:
+        try:
+            with open(path, "w") as out:
+                out.write(report)
+        except OSError:
+            pass
+"""
+"""A JUnit XML report in which every test named on the command line passed, written over
+the report pytest was told to write and over every file in the sandbox's report folder."""
+
+ATEXIT = FORGE_JUNIT + "_atexit.register(_forge)\n"
+IMPORT_EXIT = FORGE_JUNIT + "_forge()\n_os._exit(0)\n"
+PACKED = "import zlib, base64\nexec(zlib.decompress(base64.b85decode({!r})))\n".format(
+    base64.b85encode(zlib.compress(IMPORT_EXIT.encode())).decode())
+"""IMPORT_EXIT with none of the words a reader would search the submissions for."""
+
+STUB = "raise NotImplementedError"
 
 ATTACKS = [
     Attack("conftest", "raise NotImplementedError", {"conftest.py": FORCE_PASS}, True),
@@ -156,6 +211,10 @@ ATTACKS = [
     Attack("infinite-loop", "while True:\n    pass", {}, False),
     Attack("memory", f"hog = b'x' * ({2 * MEMORY_MB} << 20)\n{CORRECT}", {}, False),
     Attack("forking", FORKING, {}, True),
+    Attack("gc-hook", STUB, {}, True, GC_HOOK),
+    Attack("atexit-junit", STUB, {}, True, ATEXIT),
+    Attack("import-exit", STUB, {}, True, IMPORT_EXIT),
+    Attack("packed", STUB, {}, True, PACKED),
 ]
 
 
@@ -190,12 +249,13 @@ def _require_memory_cgroup() -> None:
         pytest.skip(f"no memory cgroup can be made here, the sandbox caps each process only: {error}")
 
 
-def _submission(tree: Path, answer: str, files: dict[str, str], port: int) -> Path:
-    """Lab 0's handout at ``tree`` with ``answer`` in its region and ``files`` at its root."""
+def _submission(tree: Path, answer: str, files: dict[str, str], port: int, prelude: str = "") -> Path:
+    """Lab 0's handout at ``tree`` with ``answer`` in its region, ``prelude`` at the end of
+    its graded file and ``files`` at its root."""
     make_skeleton(REPO_ROOT, tree, LAB, TRACK)
     [region] = [region for region in scan_file(tree, ANSWER_FILE) if region.lab == LAB.number]
     lines = [f"{region.indent}{line}" for line in textwrap.dedent(answer.replace("PORT", str(port))).strip("\n").splitlines()]
-    (tree / ANSWER_FILE).write_text(fill_regions((tree / ANSWER_FILE).read_text(), {region: lines}))
+    (tree / ANSWER_FILE).write_text(fill_regions((tree / ANSWER_FILE).read_text(), {region: lines}) + prelude)
     for name, text in files.items():
         (tree / name).write_text(text)
     return tree
@@ -226,7 +286,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory, helper_port: int) -> Batch:
     git_checkout(fork)
     submissions = root / "submissions"
     for number, attack in enumerate(ATTACKS):
-        _submission(submissions / f"{number:02d}a-{attack.name}", attack.answer, attack.files, helper_port)
+        _submission(submissions / f"{number:02d}a-{attack.name}", attack.answer, attack.files, helper_port, attack.prelude)
         _submission(submissions / f"{number:02d}b-after-{attack.name}", "raise NotImplementedError", {}, helper_port)
     _submission(submissions / "99-correct", CORRECT, {}, helper_port)
     fork_before, submissions_before = _listing(fork), _listing(submissions)
@@ -249,7 +309,7 @@ def test_an_attack_loses_its_points_and_leaves_the_next_grade_unchanged(
     assert int(after["score"]) == HANDOUT_SCORE, f"the handout graded after {attack.name} scored {after['score']}/10"
     assert batch.rows["99-correct"]["score"] == "10", "a correct solution keeps full marks in the sandbox"
     if attack.wins_in_place:
-        tree = _submission(tmp_path / "in-place", attack.answer, attack.files, helper_port)
+        tree = _submission(tmp_path / "in-place", attack.answer, attack.files, helper_port, attack.prelude)
         assert grade(LAB, TRACK, tree).full_marks, f"control: graded in place, {attack.name} should have won"
 
 
@@ -337,10 +397,11 @@ def test_where_no_cgroup_can_be_made_the_sandbox_says_so_once_and_caps_each_proc
     """The fallback: RLIMIT_AS per process, and one log line saying that it is the only cap."""
     _require_sandbox()
 
-    def no_cgroup(limit_bytes: int, prefix: str) -> None:
-        raise CgroupError("none in this test")
+    @contextlib.contextmanager
+    def no_cgroup(prefix: str, **caps: float) -> Iterator[CappedGroup]:
+        yield CappedGroup((), dict.fromkeys(["memory", "cpu"], "none in this test"))
 
-    monkeypatch.setattr(sandbox, "memory_cgroup", no_cgroup)
+    monkeypatch.setattr(sandbox, "capped_group", no_cgroup)
     sandbox._no_cgroup.cache_clear()
     for _ in range(2):
         ran = _sandboxed(tmp_path, f"b'x' * ({2 * MEMORY_MB} << 20)")

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from labs import catalog
+from labs import catalog, record
 from labs.grade import grade, score_table
 from labs.markers import scan_file
 from labs.skeleton import fill_regions, make_skeleton
 from protocol.params import REPO_ROOT
+from switches.target import Toolchain
 from tests.conftest import require_track_machine
 
 
@@ -280,3 +281,34 @@ def test_the_grader_scores_a_solution_by_what_is_wrong_with_it(attempt: Attempt,
         return
     assert not result.full_marks, f"{attempt.name} got full marks:\n{table}"
     assert any(attempt.says in test.message for test in result.tests if test.outcome != "pass"), table
+
+
+@pytest.fixture(scope="module")
+def reference_outputs() -> Iterator[dict[tuple[int, str], dict]]:
+    """The reference's outputs of each track's calls (labs/record.py), made when first asked for."""
+
+    class Outputs(dict):
+        def __missing__(self, key: tuple[int, str]) -> dict:
+            track = catalog.by_number(key[0]).track(key[1])
+            self[key] = record.compute(REPO_ROOT, record.numbered(track.tests), None, Toolchain()).outputs
+            return self[key]
+
+    yield Outputs()
+
+
+@pytest.mark.parametrize("attempt", [pytest.param(attempt, id=_case(attempt).id) for attempt in ATTEMPTS])
+def test_the_grade_of_record_scores_a_solution_as_its_tests_do(attempt: Attempt, skeletons, reference_outputs) -> None:
+    """An instructor's grade decides a test with calls from their outputs (labs/record.py),
+    not from its assertions: the calls must catch every wrong solution its tests catch,
+    and pass every correct one. Run here without the sandbox (it changes who runs the
+    code, not what the outputs are)."""
+    track = catalog.by_number(attempt.lab).track(attempt.track)
+    graded = [test for test in track.tests if test.calls and (not attempt.tests or any(part in test.id for part in attempt.tests))]
+    if not graded:
+        pytest.skip(f"{attempt.name}: the tests it is graded on have no calls (pytest's verdict, in the sandbox)")
+    calls = [numbered for numbered in record.numbered(track.tests) if numbered[1] in graded]
+    with _written(attempt, skeletons[(attempt.lab, attempt.track)]):
+        computed = record.compute(skeletons[(attempt.lab, attempt.track)], calls, None, Toolchain())
+    verdicts = {test.id: record.verdict(test, calls, reference_outputs[(attempt.lab, attempt.track)], computed, "") for test in graded}
+    failed = {id_: message for id_, (outcome, message) in verdicts.items() if outcome != "pass"}
+    assert bool(failed) == bool(attempt.says), f"{attempt.name}: {failed or 'full marks'}"

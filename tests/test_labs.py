@@ -384,7 +384,8 @@ def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
         "    assert round(models.switchml_line_rate_ate(10e6, 32)) == 218579\n"
     )
     with (fork / "labs" / "00-run-and-measure" / "lab.yaml").open("a") as description:
-        description.write(f'      - {{id: "{hidden}::test_bound_at_ten_megabits", points: 5, skeleton: fail}}\n')
+        description.write(f'      - {{id: "{hidden}::test_bound_at_ten_megabits", points: 5, skeleton: fail, visibility: hidden,\n'
+                          "         calls: [[analysis.models.switchml_line_rate_ate, 10.0e+6, 32]]}\n")
     git_checkout(fork)
     report = tmp_path / "grade.json"
     assert main(["grade", "0", "--tree", str(REPO_ROOT), "--tests-from", str(fork), "--report", str(report)]) == 0

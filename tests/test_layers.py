@@ -18,7 +18,8 @@ from protocol.params import REPO_ROOT
 from switches.targets import PACKAGES, REGISTRY
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("base",),  # the ground floor: YAML + schema, process lifetime, Linux sockets, namespaces
+    ("base", "switchml_testbed"),  # the ground floor: YAML + schema, process lifetime, Linux sockets, namespaces;
+    # the release (version, commit; switchml_testbed/cli.py runs the commands by name, importing none of them)
     ("protocol",),  # contracts both sides of a boundary share: wire format, job plan
     ("topologies", "workloads", "p4", "switches", "methods"),  # methods: the all-reduce methods' registry
     ("network",),
@@ -26,13 +27,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("simulation",),  # the hosts' and switches' own code on a simulated clock (SimPy)
     ("experiments",),  # the runner and the results it writes
     ("analysis",),  # reads the results: above what writes them
-    ("labs", "benchmarks", "run_experiment", "examples", "docs"),  # examples: scripts of a user's, run by the testbed; docs: the site's build hooks
+    ("labs", "benchmarks", "run_experiment", "examples", "docs", "setup"),  # examples: scripts of a user's, run by the testbed; docs: the site's build hooks; setup: the wheel's build
     ("tests",),
 )
 """Lowest first. A package imports only packages of lower layers (its own excepted)."""
 
 LAYER_OF = {package: level for level, packages in enumerate(LAYERS) for package in packages}
-SKIPPED_DIRS = {".venv", ".git", "results", "node_modules", "__pycache__"}
+SKIPPED_DIRS = {".venv", ".git", "results", "build", "node_modules", "__pycache__"}
 
 
 def python_files() -> list[Path]:

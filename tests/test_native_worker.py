@@ -16,7 +16,9 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +29,15 @@ import pytest
 
 from hosts.switchml import SwitchMLClient
 from hosts.switchml.native import NativeUnavailable, build, library, resolve
-from hosts.switchml.native.job import NativeRoundTrip, _Job
-from protocol.packet import payload_bytes
+from hosts.switchml import core
+from hosts.switchml.core import JobContext
+from hosts.switchml.job import AllReduceJob
+from hosts.switchml.mmsg import BatchSocket
+from hosts.switchml.native.job import STRUCTS, NativeJob, NativeRoundTrip, _Job, declare, layout_differences
+from hosts.switchml.pool import SlotPool
+from protocol.packet import payload_bytes, payload_dtype
 from protocol.params import REPO_ROOT
-from protocol.quantize import expected_sum
+from protocol.quantize import block_exponents, expected_sum
 from tests.conftest import require_target
 from tests.experiment_runs import experiment_argv, leftovers
 from tests.test_switchml_client import JOB, LOSSLESS, LOSSY, N, POOL, FakeSwitch, make_clients, make_tensors, run_allreduce
@@ -156,10 +163,52 @@ def test_back_to_back_native_jobs_carry_the_round_trip_estimate() -> None:
             client.close()
 
 
-def test_the_library_and_python_lay_out_the_shared_structs_alike() -> None:
+def test_the_library_and_python_lay_out_the_shared_structs_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Field by field: two swapped fields of one size keep the struct's size, so only the
+    offsets show them (such a mirror is refused at load)."""
     lib = library()
     assert lib.sml_job_size() == ctypes.sizeof(_Job)
     assert lib.sml_rtt_size() == ctypes.sizeof(NativeRoundTrip)
+    assert layout_differences(lib) == []
+    fields = list(_Job._fields_)
+    fields[0], fields[1] = fields[1], fields[0]  # fd and k, both int32
+    swapped = type("_Job", (ctypes.Structure,), {"_fields_": fields})
+    assert ctypes.sizeof(swapped) == ctypes.sizeof(_Job)
+    monkeypatch.setitem(STRUCTS, "sml_job", swapped)
+    assert layout_differences(lib)[:2] == ["sml_job.k is at offset 4 in worker.c and at 0 in Python",
+                                           "sml_job.fd is at offset 0 in worker.c and at 4 in Python"]
+    with pytest.raises(NativeUnavailable, match="lay out the shared structs differently: sml_job.k is at offset 4"):
+        declare(lib)
+
+
+def start_job(data_path: str, io: BatchSocket, pool: SlotPool, tensor: np.ndarray) -> None:
+    """A job of ``tensor`` on ``data_path``'s class, built over ``io`` and ``pool`` but not run."""
+    ctx = JobContext(rank=0, n_workers=1, job_id=JOB, policy=LOSSLESS, deadline_s=1.0)
+    exponents = block_exponents(tensor, pool.k)
+    if data_path == "native":
+        NativeJob(io, pool, ctx, NativeRoundTrip(), tensor, exponents, 0, 0.0, io._sock.fileno())
+    else:
+        AllReduceJob(io, select.poll(), pool, ctx, tensor, exponents, 0, 0.0)
+
+
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_both_data_paths_refuse_buffers_a_job_would_overrun(data_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NativeJob took a batch buffer too small for two pools, and records of another k:
+    worker.c then wrote past them (ASan: heap overflows). Both paths refuse them alike, and a
+    job with more packets than worker.c's int32 counts (2^31 chunks at k = 1: an 8 GiB
+    tensor, which "succeeded" with zeros) is refused too."""
+    tensor = np.ones(64 * K, dtype=np.float32)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        pool = SlotPool(POOL, K)
+        with pytest.raises(ValueError, match=f"the send buffer holds {POOL} records, a batch may need {2 * POOL}"):
+            start_job(data_path, BatchSocket(sock, pool.packets.dtype, POOL), pool, tensor)
+        with pytest.raises(ValueError, match=r"records of 269 bytes, the pool's packets \(4 elements\) are 29"):
+            start_job(data_path, BatchSocket(sock, payload_dtype(64), 2 * POOL), pool, tensor)
+        monkeypatch.setattr(core, "MAX_JOB_PACKETS", 64)
+        with pytest.raises(ValueError, match="a tensor of 256 elements takes 68 packets at k = 4, more than the 64 of one all-reduce"):
+            start_job(data_path, BatchSocket(sock, pool.packets.dtype, 2 * POOL), pool, tensor)
+        start_job(data_path, BatchSocket(sock, pool.packets.dtype, 2 * POOL), pool, tensor[:60 * K])
 
 
 def test_where_nothing_builds_it_auto_runs_the_python_worker_and_says_why(tmp_path: Path) -> None:

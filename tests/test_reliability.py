@@ -953,3 +953,39 @@ def test_a_stop_says_how_the_process_was_stopped() -> None:
     assert "state t in /proc/41/stat, held by a tracer" in stopped_evidence(41, "t")
     assert stat_state("4242 (python3 (a) b) t 1 2 3") == "t" and stat_state("") is None
     assert process_state(os.getpid()) == "R" and process_state(2**22 + 1) is None
+
+
+# -- issue 44: forged ICMP errors from a neighbour host ----------------------------------------
+
+
+@in_mininet
+@pytest.mark.parametrize("data_path", ["python", "native"])
+def test_forged_icmp_errors_from_a_neighbour_host_are_losses_the_job_recovers_from(tmp_path: Path, data_path: str) -> None:
+    """h2 forges every kind of ICMP error about rank 0's flow to the switch (h1 -> the switch's
+    address), as anyone on the network can: it ended the run with exit 3 in 0.86 s (OSError
+    ENOPROTOOPT, EMSGSIZE, ...), on both data paths. Now the job goes on and verifies, and
+    rank 0's row of runs.csv counts them by errno."""
+    from protocol.results_format import errnos_of
+    from tests.icmp_errors import ICMP_ERRORS
+
+    out = tmp_path / "run"
+
+    def forge(runner: subprocess.Popen, worker: int) -> None:
+        h1, h2 = shell_of(runner.pid, "h1"), shell_of(runner.pid, "h2")
+        address = subprocess.run(["nsenter", "-t", str(h1), "-n", "ip", "-4", "-o", "addr", "show", "dev", "h1-eth0"],
+                                 capture_output=True, text=True, check=True).stdout.split()[3].split("/")[0]
+        subprocess.run(["nsenter", "-t", str(h2), "-n", sys.executable, "-m", "tests.icmp_errors",
+                        f"{address}:{params.WORKER_UDP_PORT}", f"{params.SWITCH_IPV4}:{params.UDP_PORT_BASE}",
+                        "--rounds", "4", "--gap-s", "0.05"], cwd=REPO_ROOT)  # fails once the run is gone: its exit says why
+
+    code, output = disturb_mid_run(out, [*STALL_JOB, "limits.job_timeout_s=30", "methods=[switchml]", "repetitions=1",
+                                         f"protocol.data_path={data_path}"], "", forge)
+    assert code == 0, output
+    runs = pd.read_csv(out / "runs.csv", dtype={"socket_errnos": str}, keep_default_na=False)
+    assert runs["verified"].all(), runs
+    counted = errnos_of(runs.loc[runs["rank"] == 0, "socket_errnos"].item())
+    assert set(counted) == {error.errno_name for error in ICMP_ERRORS}, counted
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["methods"]["switchml"]["socket_errors"] == sum(counted.values())
+    assert summary["points"][0]["data_path"] == data_path
+    assert not leftovers(str(out))

@@ -37,11 +37,12 @@ LOSSY = RetransmitPolicy(min_s=0.005, backoff_every=4, max_s=0.05, first_s=0.005
 class FakeSwitch:
     """docs/dataplane.md's aggregation step for one job, with optional loss and duplicates."""
 
-    def __init__(self, n: int, k: int, drop: float = 0.0, duplicate_results: bool = False, seed: int = 1) -> None:
+    def __init__(self, n: int, k: int, drop: float = 0.0, duplicate_results: bool = False, seed: int = 1,
+                 address: str = "127.0.0.1") -> None:
         self.n, self.k, self.drop, self.duplicate_results = n, k, drop, duplicate_results
         self.rng = np.random.default_rng(seed)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((address, 0))
         self.sock.settimeout(0.02)
         self.ranks: dict[tuple[str, int], int] = {}
         self.value = np.zeros((2, params.MAX_POOL_SIZE, k), dtype=np.int32)
@@ -55,6 +56,10 @@ class FakeSwitch:
     @property
     def port(self) -> int:
         return self.sock.getsockname()[1]
+
+    @property
+    def address(self) -> str:
+        return self.sock.getsockname()[0]
 
     def __enter__(self) -> "FakeSwitch":
         self._thread.start()
@@ -124,7 +129,7 @@ def make_clients(switch: FakeSwitch, data_path: str, policy: RetransmitPolicy = 
     """One client per rank of the fake's job; ``data_paths`` gives each rank its own (a mixed job)."""
     clients = [
         SwitchMLClient(
-            rank, switch.n, JOB, "127.0.0.1", switch_port=switch.port, bind_ipv4="127.0.0.1", bind_port=0,
+            rank, switch.n, JOB, switch.address, switch_port=switch.port, bind_ipv4="127.0.0.1", bind_port=0,
             k=switch.k, pool_size=POOL, retransmit=policy, job_deadline_s=deadline,
             data_path=data_paths[rank] if data_paths else data_path,
         )

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import replace
@@ -130,7 +129,7 @@ class SharedSwitchWriter(ResultsWriter):
         }
         if self.simulation is not None:
             summary[fmt.SIMULATION_KEY] = self.simulation
-        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+        self.write_summary(summary)
         return summary
 
 

@@ -85,7 +85,7 @@ class TrainingResultsWriter(ResultsWriter):
             summary["max_machine_busy_fraction"] = round(float(machine.max()), 3)
         summary["verified"] = bool(summary["verified"] and table.loc[table["source"] == "network", "verified"].all())
         summary["training"] = json.loads(table.to_json(orient="records"))
-        (self.run_dir / fmt.SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
+        self.write_summary(summary)
         return summary
 
 

@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
 from hosts.stats import JobStats
 from hosts.switchml.core import SEQ_MASK, JobContext
 from hosts.switchml.job import AllReduceJob, AllReduceResult
@@ -119,6 +120,7 @@ class SwitchMLClient:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self._sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+            self._sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE)  # a forged path MTU: mmsg.ICMP_ERRNOS
             _set_buffer(self._sock, SO_RCVBUFFORCE, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
             _set_buffer(self._sock, SO_SNDBUFFORCE, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
             self._sock.bind((bind_ipv4, bind_port))

@@ -86,6 +86,23 @@ def missing_slots(outstanding: np.ndarray, shadow_set: np.ndarray, seq_base: int
             for slot, p in enumerate(outstanding.tolist()) if p >= 0}
 
 
+MAX_JOB_PACKETS = 2**31 - 1
+"""The most packets one all-reduce may have: worker.c numbers them in int32 (and the seq
+field's 32 bits must tell every packet of a job apart). With k = 256 that is 5.5e11
+elements; a larger tensor is refused, to be split into several all-reduces."""
+
+
+def check_send_buffer(plan: JobPlan, pool: SlotPool, tx: np.ndarray) -> None:
+    """Refuse a send buffer a job would write past: its records must be the pool's packets,
+    and a batch may need two pools' worth (the next packets and the resends). worker.c writes
+    into it unchecked, so both data paths check it here, before the job starts."""
+    if tx.dtype != pool.packets.dtype:
+        raise ValueError(f"the send buffer holds records of {tx.dtype.itemsize} bytes, the pool's packets "
+                         f"({pool.k} elements) are {pool.packets.dtype.itemsize}")
+    if len(tx) < 2 * plan.n_slots:
+        raise ValueError(f"the send buffer holds {len(tx)} records, a batch may need {2 * plan.n_slots}")
+
+
 @dataclass(frozen=True)
 class JobArrays:
     """The arrays one all-reduce reads and fills, as both data paths lay them out (the
@@ -113,6 +130,9 @@ class JobArrays:
     def make(cls, tensor: np.ndarray, block_exponents: np.ndarray | None, pool: SlotPool, n_workers: int) -> JobArrays:
         quantized = block_exponents is not None
         plan = JobPlan.make(len(tensor), pool.k, pool.pool_size, quantized)
+        if plan.total_packets > MAX_JOB_PACKETS:
+            raise ValueError(f"a tensor of {len(tensor):,} elements takes {plan.total_packets:,} packets at k = {pool.k}, "
+                             f"more than the {MAX_JOB_PACKETS:,} of one all-reduce (MAX_JOB_PACKETS): split it")
         chunks = np.zeros((plan.n_chunks, pool.k), dtype=tensor.dtype)
         chunks.reshape(-1)[: len(tensor)] = tensor
         packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if quantized else 0, dtype=np.int8)
@@ -143,8 +163,7 @@ class WorkerCore:
         arrays = JobArrays.make(tensor, block_exponents, pool, ctx.n_workers)
         self._quantized = arrays.quantized
         self.plan = plan = arrays.plan
-        if len(tx) < 2 * plan.n_slots:
-            raise ValueError(f"the send buffer holds {len(tx)} records, a batch may need {2 * plan.n_slots}")
+        check_send_buffer(plan, pool, tx)
         self.chunks, self.packet_exponents, self.scales = arrays.chunks, arrays.packet_exponents, arrays.scales
         self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
         self.seq_base = seq_base
@@ -258,8 +277,9 @@ class WorkerCore:
         stats, plan = self.stats, self.plan
         stats.packets_received += count
         stats.bytes_received += int(lengths.sum())
+        rejected = stats.rejected_results
         index, slots, packets = self._accept(rx, lengths)
-        stats.duplicates += count - len(index)
+        stats.duplicates += count - len(index) - (stats.rejected_results - rejected)
         sending = 0
         if len(index):
             self._file_results(rx, index, slots, packets)
@@ -288,7 +308,13 @@ class WorkerCore:
 
     def _accept(self, rx: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Of ``rx``: the indices of the results this job is waiting for (one per slot, the
-        first if a result arrived twice), their slots and packet indices."""
+        first if a result arrived twice), their slots and packet indices.
+
+        A result whose exponent is below the one this worker sent with the packet is refused
+        and counted (``rejected_results``): the switch returns the largest of the workers'
+        exponents, this one's included, and a smaller one would scale the next round's
+        values past the int32 range (wrong sums on every worker). It is a loss: the timer
+        resends. Packets after the lookahead round carry EXPONENT_MIN, so only it is checked."""
         prefix = rx.view(self._prefix)["prefix"]
         candidate = (prefix & RESULT_PREFIX_MASK) == self._expected_prefix
         candidate &= lengths == self._record_bytes
@@ -300,6 +326,11 @@ class WorkerCore:
         waited = (self.outstanding[slots] == packets) & (self._pool.shadow_set[slots] == rx["shadow_set"][index])
         if not waited.all():
             index, slots, packets = index[waited], slots[waited], packets[waited]
+        if self._quantized and len(index):
+            possible = rx["exponent"][index] >= self.packet_exponents[packets]
+            if not possible.all():
+                self.stats.rejected_results += int(len(index) - possible.sum())
+                index, slots, packets = index[possible], slots[possible], packets[possible]
         if len(slots) > 1 and np.bincount(slots).max() > 1:  # a result that arrived twice in one batch
             _, first = np.unique(slots, return_index=True)
             first.sort()

@@ -26,7 +26,7 @@ import numpy as np
 
 from hosts.stats import JobStats
 from hosts.switchml.core import JobContext, WorkerCore
-from hosts.switchml.mmsg import BatchSocket
+from hosts.switchml.mmsg import BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,7 @@ class AllReduceJob:
             if (hold := core.hold_s(count)) > 0:
                 time.sleep(hold)
         core.stats.timeline = core.timeline
+        core.stats.socket_errors = errno_counts(self._io.refusals - self._refusals_before)
 
     def _timeout_error(self, now: float) -> SwitchMLTimeout:
         return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, self.core.missing(),

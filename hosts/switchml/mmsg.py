@@ -41,14 +41,32 @@ _recvmmsg = libc.recvmmsg
 _recvmmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
 _recvmmsg.restype = ctypes.c_int
 
-REPORTED_ERRNOS = (errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN)
+ICMP_ERRNOS = (errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENOPROTOOPT, errno.EMSGSIZE,
+               errno.EOPNOTSUPP, errno.EHOSTDOWN, errno.ENONET, errno.EPROTO)
+"""Every errno Linux derives from an ICMP error that quotes a UDP socket's flow
+(net/ipv4/icmp.c's icmp_err_convert and udp.c's __udp4_lib_err): destination unreachable
+codes 0-15 (ENETUNREACH, EHOSTUNREACH, ENOPROTOOPT, ECONNREFUSED, EMSGSIZE for "fragmentation
+needed", EOPNOTSUPP for "source route failed", EHOSTDOWN, ENONET), time exceeded
+(EHOSTUNREACH) and parameter problem (EPROTO). A connected socket takes the hard ones as its
+pending error without IP_RECVERR, every one with it; the next send or receive returns it,
+whichever datagram it is about. UDP has no sequence number, so anyone who reaches the host
+can forge one: each is one lost datagram, never the end of a job."""
+REPORTED_ERRNOS = (*ICMP_ERRNOS, errno.ENETDOWN)
 """Errors the kernel reports on a send or a receive for a datagram that is lost: an ICMP
-error for an earlier one (port or host unreachable), or no route while the host's link is
-down (``ip link set h3-eth0 down``: ENETUNREACH on every send until it is up again)."""
+error for an earlier one (ICMP_ERRNOS), or no route while the host's link is down
+(``ip link set h3-eth0 down``: ENETUNREACH or ENETDOWN on every send until it is up again)."""
 SEND_LOST_ERRNOS = (errno.EAGAIN, errno.ENOBUFS, *REPORTED_ERRNOS)
-"""A datagram the kernel refuses with these is lost like one dropped on the wire: the
-sender's retransmission timer recovers it, once the link carries it again; a link that
-stays down fails the job at its deadline, where the refusals are counted (``refusals``)."""
+"""A datagram the kernel refuses with these (twice, for REPORTED_ERRNOS: ``send``) is lost
+like one dropped on the wire: the sender's retransmission timer recovers it, once the link
+carries it again; a link that stays down, or a datagram that never fits the path (EMSGSIZE
+on every send), fails the job at its deadline, where the refusals are counted and named
+(``refusals``)."""
+
+
+def errno_counts(refusals: Counter[int]) -> dict[str, int]:
+    """``refusals`` by errno name (``{"ECONNREFUSED": 3}``): how JobStats.socket_errors
+    and the results name them."""
+    return {errno.errorcode.get(code, str(code)): n for code, n in sorted(refusals.items()) if n}
 
 
 def _message_table(buffers: np.ndarray, stride: int, length: int) -> tuple[ctypes.Array, ctypes.Array]:
@@ -98,20 +116,31 @@ class BatchSocket:
 
     def send(self, count: int) -> int:
         """Send ``tx[:count]`` in as few calls as the kernel allows; returns how many it
-        refused (SEND_LOST_ERRNOS: lost, as if dropped on the wire). Other errors raise."""
-        fd, sent, refused = self._sock.fileno(), 0, 0
+        refused (SEND_LOST_ERRNOS: lost, as if dropped on the wire). Other errors raise.
+
+        An error of REPORTED_ERRNOS may concern an earlier datagram (an ICMP error the socket
+        held): the datagram in hand was not sent, and the error is consumed, so that datagram
+        is tried once more before it counts as lost. ``refusals`` counts each refused
+        datagram once, with the errno of its first refusal."""
+        fd, sent, refused, retrying = self._sock.fileno(), 0, 0, False
         while sent + refused < count:
             done = _sendmmsg(fd, self._tx_address + (sent + refused) * self._message_size, count - sent - refused, 0)
             if done >= 0:
                 sent += done
+                retrying = False
                 continue
             code = ctypes.get_errno()
             if code == errno.EINTR:
                 continue
             if code not in SEND_LOST_ERRNOS:
                 raise OSError(code, f"sendmmsg: {os.strerror(code)}")
+            if not retrying:
+                self.refusals[code] += 1
+                if code in REPORTED_ERRNOS:
+                    retrying = True
+                    continue
+            retrying = False
             refused += 1
-            self.refusals[code] += 1
         return refused
 
     def receive(self) -> int:

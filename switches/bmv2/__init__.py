@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
+from base.tool_version import first_line
 from protocol import params
 from switches.target import DataPlane, PortQueueLimit, SwitchTarget, Toolchain
 
@@ -97,6 +98,7 @@ TARGET = SwitchTarget(
     node_class=node_class,
     data_plane=data_plane,
     describe_build=lambda: shutil.which("simple_switch") or "simple_switch",
+    tool_versions=lambda: {"simple_switch": first_line(["simple_switch", "--version"]), "p4c": first_line(["p4c", "--version"])},
     detect=detect,
     toolchain=toolchain,
     unavailable=(

@@ -28,7 +28,7 @@ P4_DIR = params.P4_DIR
 P4_MAIN = P4_DIR / "switchml.p4"
 P4_INCLUDE = P4_DIR / "include"
 GENERATOR = P4_DIR / "gen_elements.py"
-BUILD_ROOT = params.REPO_ROOT / "build" / "p4"
+BUILD_ROOT = params.BUILD_DIR / "p4"
 
 MAX_SLOT_LIMIT = 0xFFFF
 """switchml_h.slot is 16 bits wide, and the P4 program compares it with the pool size."""

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
+from base.tool_version import first_line
 from protocol import params
 from switches.target import CpuReader, DataPlane, SwitchTarget
 
@@ -71,6 +72,7 @@ TARGET = SwitchTarget(
     node_class=node_class,
     data_plane=data_plane,
     describe_build=lambda: f"switchml.bpf.c, kernel {os.uname().release}",
+    tool_versions=lambda: {"clang": first_line(["clang", "--version"])},
     detect=detect,
     problems_joiner="; ",
     unavailable="needs {problems}, which this machine lacks or refuses. scripts/bootstrap.sh installs the tools; or choose --switch embedded.",

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 SOURCE = EBPF_DIR / "switchml.bpf.c"
 SOURCES = (SOURCE, SWITCHML_H, params.CONSTANTS_P4)
 OBJECT = "switchml.bpf.o"
-BUILD_ROOT = params.REPO_ROOT / "build" / "ebpf"
+BUILD_ROOT = params.BUILD_DIR / "ebpf"
 MAX_SLOT_LIMIT = 0xFFFF
 """switchml_h.slot is 16 bits wide."""
 

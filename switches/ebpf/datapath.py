@@ -14,10 +14,15 @@ ports are deleted (the testbed deletes its veths, Mininet its links), and the ke
 the program and maps with the last filter. A kill between loading and unpinning (a few
 hundred milliseconds) would leave a pin directory: its name starts with the owner's pid,
 and the next start removes every directory whose owner is gone.
+
+The pins are root's alone: the BPF filesystem this module mounts has mode 0700 (the
+kernel's default, 1777, lets every user of the machine leave files there, which outlive
+every process until a reboot), the pin directories are 0700 and bpftool pins 0600.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -39,6 +44,8 @@ log = logging.getLogger(__name__)
 
 BPFFS = Path("/sys/fs/bpf")
 PIN_ROOT = BPFFS / "switchml"
+PRIVATE = 0o700
+"""The mode of the BPF filesystem this module mounts and of its pin directories."""
 PROGRAM = "switchml_ingress"
 """The program's function name in switchml.bpf.c (bpftool pins it under that name)."""
 FILTER_PREF = 1
@@ -59,12 +66,31 @@ def run(command: list[str]) -> subprocess.CompletedProcess:
     return result
 
 
-def ensure_bpffs() -> None:
-    """Mount the BPF filesystem at /sys/fs/bpf if nothing is mounted there (as tc would)."""
-    mounted = any(line.split()[1:3] == [str(BPFFS), "bpf"] for line in Path("/proc/mounts").read_text().splitlines())
+def ensure_bpffs(at: Path = BPFFS) -> None:
+    """Mount the BPF filesystem at ``at`` if nothing is mounted there (as tc would), root's
+    alone (mode PRIVATE); say so once if the one mounted there is writable by every user."""
+    mounted = any(line.split()[1:3] == [str(at), "bpf"] for line in Path("/proc/mounts").read_text().splitlines())
     if not mounted:
-        log.info("mounting the BPF filesystem at %s", BPFFS)
-        run(["mount", "-t", "bpf", "bpf", str(BPFFS)])
+        log.info("mounting the BPF filesystem at %s", at)
+        run(["mount", "-t", "bpf", "-o", f"mode={PRIVATE:o}", "bpf", str(at)])
+    elif at.stat().st_mode & 0o002:
+        _world_writable(at)
+
+
+@functools.cache
+def _world_writable(at: Path) -> None:
+    log.warning("the BPF filesystem at %s is writable by every user (mode %o): any process of this machine can leave"
+                " files there that outlive it (`chmod %o %s` closes that); the switch's pins stay in %s, mode %o",
+                at, at.stat().st_mode & 0o7777, PRIVATE, at, PIN_ROOT, PRIVATE)  # fmt: skip
+
+
+def make_pin_dir(name: str) -> Path:
+    """A new directory for one instance's pins, in PIN_ROOT, both root's alone."""
+    PIN_ROOT.mkdir(mode=PRIVATE, exist_ok=True)
+    PIN_ROOT.chmod(PRIVATE)  # made by an older version, or by hand
+    pin_dir = PIN_ROOT / name
+    pin_dir.mkdir(mode=PRIVATE)
+    return pin_dir
 
 
 def remove_orphaned_pins() -> list[Path]:
@@ -126,7 +152,7 @@ class EbpfDataPlane:
         remove_orphaned_pins()
         pin_dir = PIN_ROOT / f"{os.getpid()}-{self.name}-{next(_instances)}"
         try:
-            pin_dir.mkdir(parents=True)
+            make_pin_dir(pin_dir.name)
             run(["bpftool", "prog", "loadall", str(obj), str(pin_dir / "prog"), "pinmaps", str(pin_dir / "maps")])
             self.map_ids = self._wire_ports(pin_dir / "prog" / PROGRAM, pin_dir / "maps")
             for ifname in self.ports.values():

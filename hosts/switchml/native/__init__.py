@@ -10,7 +10,8 @@ Why ctypes, not a CPython extension or cffi: the library is called once per all-
 so the cost of a call does not matter, and ctypes needs nothing beyond the C compiler
 that scripts/bootstrap.sh installs for the eBPF switch (an extension needs Python's
 headers, cffi a package). The struct the two sides share is declared in worker.c and
-mirrored in job.py; the library reports its size, and a mismatch is refused at load.
+mirrored in job.py; the library reports its size and every field's offset, and a mismatch is
+refused at load.
 
 The library is built like the eBPF object: once per distinct source and compiler, cached
 under ``build/native/<hash>/`` (base/build_cache.py), with ``$CC``, else the first of
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("worker.c")
 LIBRARY = "libswitchml_worker.so"
-BUILD_ROOT = params.REPO_ROOT / "build" / "native"
+BUILD_ROOT = params.BUILD_DIR / "native"
 COMPILERS = ("cc", "clang", "gcc")
 STANDS_IN_FOR = ("hosts/switchml/core.py", "hosts/switchml/job.py", "hosts/switchml/timers.py", "protocol/quantize.py")
 """The Python code whose work the native loop does in C (quantize.py: ``quantize``; the block

@@ -4,28 +4,34 @@
 with the same constructor and results: the plan, the padded chunks, the exponents of the
 lead round and the scale table are prepared exactly as ``WorkerCore`` prepares them; the
 arrays are handed to worker.c's ``sml_run`` in ``struct sml_job`` (mirrored here field
-for field), which runs the whole send/receive loop. A signal interrupts the loop: the
-call returns, Python runs the handler (which may raise, e.g. the runner's SIGTERM), and
-the loop resumes where it stopped.
+for field), which runs the whole send/receive loop. A signal interrupts the loop, and the
+loop returns every SIGNAL_CHECK_S anyway: the call returns, Python runs any pending
+handler (which may raise, e.g. the runner's SIGTERM), and the loop resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+from collections import Counter
 import os
 import time
 
 import numpy as np
 
 from hosts.stats import TIMELINE_BIN_S, JobStats
-from hosts.switchml.core import JobArrays, JobContext, missing_slots
+from hosts.switchml.core import JobArrays, JobContext, check_send_buffer, missing_slots
 from hosts.switchml.job import SwitchMLTimeout
-from hosts.switchml.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket
+from hosts.switchml.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RoundTripEstimator
 
-MAX_ERRNOS = 8
+MAX_ERRNOS = 16
+SIGNAL_CHECK_S = 0.010
+"""worker.c's loop returns to Python at least this often (``signal_check_s``), so that a
+signal handler runs within about this long even while every call of the loop finds work
+(a flood, a busy job): a signal during a non-blocking call only marks it pending. A return
+and the next call cost microseconds."""
 SML_DONE, SML_TIMED_OUT, SML_INTERRUPTED, SML_FAILED = range(4)
 FAILED_CALLS = {1: "sendmmsg", 2: "recvmmsg", 3: "ppoll", 4: "malloc"}
 
@@ -49,7 +55,7 @@ class _Policy(ctypes.Structure):
 
 class _Stats(ctypes.Structure):
     _fields_ = [(name, _i64) for name in ("packets_sent", "packets_received", "retransmissions", "timeouts",
-                                          "duplicates", "bytes_sent", "bytes_received")]
+                                          "duplicates", "bytes_sent", "bytes_received", "rejected_results")]
 
 
 class _Job(ctypes.Structure):
@@ -59,7 +65,7 @@ class _Job(ctypes.Structure):
         *[(name, _i32) for name in ("fd", "k", "n_slots", "n_chunks", "lead", "total_packets", "quantized", "capacity",
                                     "record_bytes", "rx_stride")],
         ("job_id", _u32), ("seq_base", _u32),
-        ("t0", _f64), ("deadline_s", _f64), ("timeline_bin_s", _f64),
+        ("t0", _f64), ("deadline_s", _f64), ("timeline_bin_s", _f64), ("signal_check_s", _f64),
         ("policy", _Policy),
         *[(name, _p) for name in ("chunks", "packet_exponents", "scales", "e_max", "sums", "values", "shadow_set", "pool_packets",
                                   "outstanding", "tx", "rx", "rx_lengths")],
@@ -75,18 +81,42 @@ class _Job(ctypes.Structure):
     ]  # fmt: skip
 
 
+STRUCTS = {"sml_job": _Job, "sml_rtt": NativeRoundTrip, "sml_policy": _Policy, "sml_stats": _Stats}
+"""worker.c's name of each struct mirrored here."""
+
+
+def layout_differences(lib: ctypes.CDLL) -> list[str]:
+    """Where worker.c and these mirrors disagree: a size, a field's offset, a field only one
+    side has (empty when they agree)."""
+    differences = []
+    for struct, size in ((_Job, lib.sml_job_size()), (NativeRoundTrip, lib.sml_rtt_size())):
+        if ctypes.sizeof(struct) != size:
+            differences.append(f"struct {struct.__name__} is {size} bytes in worker.c and {ctypes.sizeof(struct)} in Python")
+    names = [(c_name, name, getattr(struct, name).offset) for c_name, struct in STRUCTS.items() for name, *_ in struct._fields_]
+    for c_name, name, offset in names:
+        if (c_offset := lib.sml_field_offset(f"{c_name}.{name}".encode())) != offset:
+            where = "missing" if c_offset < 0 else f"at offset {c_offset}"
+            differences.append(f"{c_name}.{name} is {where} in worker.c and at {offset} in Python")
+    if lib.sml_field_count() != len(names):
+        differences.append(f"worker.c lists {lib.sml_field_count()} fields of these structs, Python {len(names)}")
+    return differences
+
+
 def declare(lib: ctypes.CDLL) -> None:
     """Give the library's functions their signatures and check that both sides lay the
-    structs out alike (a compiler or platform that disagrees is refused, not trusted)."""
+    structs out alike, field by field (a compiler or platform that disagrees is refused,
+    not trusted)."""
     from hosts.switchml.native import NativeUnavailable
 
-    lib.sml_job_size.restype = lib.sml_rtt_size.restype = _i64
+    lib.sml_job_size.restype = lib.sml_rtt_size.restype = lib.sml_field_count.restype = _i64
+    lib.sml_field_offset.argtypes = [ctypes.c_char_p]
+    lib.sml_field_offset.restype = _i64
     lib.sml_run.argtypes = lib.sml_release.argtypes = [ctypes.POINTER(_Job)]
     lib.sml_run.restype = ctypes.c_int
     lib.sml_release.restype = None
-    for struct, size in ((_Job, lib.sml_job_size()), (NativeRoundTrip, lib.sml_rtt_size())):
-        if ctypes.sizeof(struct) != size:
-            raise NativeUnavailable(f"struct {struct.__name__} is {size} bytes in worker.c and {ctypes.sizeof(struct)} in Python")
+    if differences := layout_differences(lib):
+        raise NativeUnavailable(f"worker.c and hosts/switchml/native/job.py lay out the shared structs differently: {differences[0]}"
+                                + (f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""))
 
 
 def _address(array: np.ndarray) -> int:
@@ -109,6 +139,9 @@ class NativeJob:
         self._pool = pool
         arrays = JobArrays.make(tensor, block_exponents, pool, ctx.n_workers)
         self._plan = plan = arrays.plan
+        check_send_buffer(plan, pool, io.tx)
+        if io.rx.dtype != io.tx.dtype or len(io.rx) != len(io.tx) or io.rx.strides[0] < io.rx.dtype.itemsize:
+            raise ValueError("the receive buffers must be as many as the send buffer's records, each at least one record")
         quantized, k = arrays.quantized, pool.k
         self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
         self.values: np.ndarray | None = np.zeros(plan.n_chunks * k, dtype=np.float32) if quantized else None
@@ -124,6 +157,7 @@ class NativeJob:
             fd=sock_fd, k=k, n_slots=n, n_chunks=plan.n_chunks, lead=plan.lead, total_packets=plan.total_packets,
             quantized=int(quantized), capacity=io.capacity, record_bytes=io.tx.dtype.itemsize, rx_stride=io.rx.strides[0],
             job_id=ctx.job_id, seq_base=seq_base, t0=t0, deadline_s=ctx.deadline_s, timeline_bin_s=TIMELINE_BIN_S,
+            signal_check_s=SIGNAL_CHECK_S,
             policy=_Policy(policy.min_s, policy.max_s, policy.first_s, policy.backoff_every),
             chunks=_address(arrays.chunks), packet_exponents=_address(arrays.packet_exponents), scales=_address(arrays.scales),
             e_max=_address(self.e_max), sums=_address(self.int_sum),
@@ -167,7 +201,7 @@ class NativeJob:
         for name, _ in _Stats._fields_:
             setattr(stats, name, getattr(job.stats, name))
         stats.timeline = job.timeline[: job.timeline_len] if job.timeline_len else []
-        for code, n in zip(SEND_LOST_ERRNOS, job.refusals):
-            if n:
-                self._io.refusals[code] += n
+        refusals = Counter({code: n for code, n in zip(SEND_LOST_ERRNOS, job.refusals) if n})
+        self._io.refusals.update(refusals)
+        stats.socket_errors = errno_counts(refusals)
         self._lib.sml_release(ctypes.byref(job))

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@
 #define HOLD_SHARE 0.75         /* core.HOLD_SHARE */
 #define HOLD_BELOW_SHARE 0.9    /* core.HOLD_BELOW_SHARE */
 #define HOLD_MAX_S 0.010        /* core.HOLD_MAX_S */
-#define MAX_ERRNOS 8
+#define MAX_ERRNOS 16
 
 /* Offsets of switchml_h's fields in a payload (protocol.packet.payload_dtype). */
 enum { F_MSG_TYPE = 0, F_SHADOW_SET = 1, F_JOB_ID = 2, F_SLOT = 4, F_NUM_ELEMENTS = 6, F_EXPONENT = 8, F_SEQ = 9 };
@@ -66,9 +67,10 @@ struct sml_policy {
     int64_t backoff_every;
 };
 
-/* JobStats, without tat_s and the timeline (Python has those). */
+/* JobStats, without tat_s, the timeline and socket_errors (Python has those; refusals below). */
 struct sml_stats {
     int64_t packets_sent, packets_received, retransmissions, timeouts, duplicates, bytes_sent, bytes_received;
+    int64_t rejected_results;
 };
 
 struct sml_job {
@@ -77,6 +79,7 @@ struct sml_job {
     int32_t record_bytes, rx_stride;
     uint32_t job_id, seq_base;
     double t0, deadline_s, timeline_bin_s;
+    double signal_check_s;          /* sml_run returns at least this often, so Python runs signal handlers */
     struct sml_policy policy;
     const void *chunks;             /* float32 or int32, n_chunks x k */
     const int8_t *packet_exponents; /* total_packets */
@@ -112,6 +115,43 @@ struct sml_job {
 
 int64_t sml_job_size(void) { return (int64_t)sizeof(struct sml_job); }
 int64_t sml_rtt_size(void) { return (int64_t)sizeof(struct sml_rtt); }
+
+/* Every field's offset by "struct.field", for job.py's layout check (two swapped fields of
+ * one size keep the struct's size: only the offsets tell). */
+#define FIELD(type, name) {#type "." #name, offsetof(struct type, name)}
+static const struct {
+    const char *name;
+    size_t offset;
+} FIELDS[] = {
+    FIELD(sml_rtt, ring), FIELD(sml_rtt, count), FIELD(sml_rtt, shortest), FIELD(sml_rtt, median), FIELD(sml_rtt, median_valid),
+    FIELD(sml_policy, min_s), FIELD(sml_policy, max_s), FIELD(sml_policy, first_s), FIELD(sml_policy, backoff_every),
+    FIELD(sml_stats, packets_sent), FIELD(sml_stats, packets_received), FIELD(sml_stats, retransmissions),
+    FIELD(sml_stats, timeouts), FIELD(sml_stats, duplicates), FIELD(sml_stats, bytes_sent), FIELD(sml_stats, bytes_received),
+    FIELD(sml_stats, rejected_results),
+    FIELD(sml_job, fd), FIELD(sml_job, k), FIELD(sml_job, n_slots), FIELD(sml_job, n_chunks), FIELD(sml_job, lead),
+    FIELD(sml_job, total_packets), FIELD(sml_job, quantized), FIELD(sml_job, capacity), FIELD(sml_job, record_bytes),
+    FIELD(sml_job, rx_stride), FIELD(sml_job, job_id), FIELD(sml_job, seq_base), FIELD(sml_job, t0), FIELD(sml_job, deadline_s),
+    FIELD(sml_job, timeline_bin_s), FIELD(sml_job, signal_check_s), FIELD(sml_job, policy), FIELD(sml_job, chunks),
+    FIELD(sml_job, packet_exponents), FIELD(sml_job, scales), FIELD(sml_job, e_max), FIELD(sml_job, sums), FIELD(sml_job, values),
+    FIELD(sml_job, shadow_set), FIELD(sml_job, pool_packets), FIELD(sml_job, outstanding), FIELD(sml_job, tx), FIELD(sml_job, rx),
+    FIELD(sml_job, rx_lengths), FIELD(sml_job, rtt), FIELD(sml_job, deadline), FIELD(sml_job, backoff), FIELD(sml_job, sent_at),
+    FIELD(sml_job, token), FIELD(sml_job, timeouts_per_slot), FIELD(sml_job, resent), FIELD(sml_job, lost_errnos),
+    FIELD(sml_job, n_lost_errnos), FIELD(sml_job, reported_errnos), FIELD(sml_job, n_reported_errnos), FIELD(sml_job, refusals),
+    FIELD(sml_job, started), FIELD(sml_job, unsent), FIELD(sml_job, remaining), FIELD(sml_job, since_timer_check),
+    FIELD(sml_job, answered), FIELD(sml_job, stats), FIELD(sml_job, timeline), FIELD(sml_job, timeline_len),
+    FIELD(sml_job, timeline_capacity), FIELD(sml_job, failed_call), FIELD(sml_job, failed_errno),
+};
+
+int64_t sml_field_count(void) { return (int64_t)(sizeof FIELDS / sizeof FIELDS[0]); }
+
+/* The offset of field "struct.field" (e.g. "sml_job.fd"), -1 for a name this file lacks. */
+int64_t sml_field_offset(const char *name)
+{
+    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++)
+        if (strcmp(FIELDS[i].name, name) == 0)
+            return (int64_t)FIELDS[i].offset;
+    return -1;
+}
 
 void sml_release(struct sml_job *job)
 {
@@ -354,7 +394,8 @@ struct scratch {
 };
 
 /* core._accept: the datagrams of rx[:count] this job waits for, one per slot (the first
- * if a result arrived twice), checked against the state before the batch. */
+ * if a result arrived twice), checked against the state before the batch; a result whose
+ * exponent is below the one this worker sent is refused and counted (rejected_results). */
 static int64_t accept_results(struct sml_job *job, int64_t count, int64_t batch, struct scratch *s)
 {
     int64_t accepted = 0;
@@ -367,7 +408,13 @@ static int64_t accept_results(struct sml_job *job, int64_t count, int64_t batch,
         if (slot >= job->n_slots)
             continue;
         int64_t packet = (int64_t)((get_be32(record + F_SEQ) - job->seq_base) & SEQ_MASK);
-        if (job->outstanding[slot] != packet || job->shadow_set[slot] != record[F_SHADOW_SET] || s->taken[slot] == batch)
+        if (job->outstanding[slot] != packet || job->shadow_set[slot] != record[F_SHADOW_SET])
+            continue;
+        if (job->quantized && (int8_t)record[F_EXPONENT] < job->packet_exponents[packet]) {
+            job->stats.rejected_results++; /* below this worker's own exponent: no correct switch sends it */
+            continue;
+        }
+        if (s->taken[slot] == batch)
             continue;
         s->taken[slot] = batch;
         s->index[accepted] = i;
@@ -409,8 +456,9 @@ static int64_t receive(struct sml_job *job, int64_t count, double now, int64_t b
     job->stats.packets_received += count;
     for (int64_t i = 0; i < count; i++)
         job->stats.bytes_received += job->rx_lengths[i];
+    int64_t rejected = job->stats.rejected_results;
     int64_t accepted = accept_results(job, count, batch, s);
-    job->stats.duplicates += count - accepted;
+    job->stats.duplicates += count - accepted - (job->stats.rejected_results - rejected);
     int64_t sending = 0;
     if (accepted) {
         file_results(job, accepted, s);
@@ -464,14 +512,17 @@ static int fail(struct sml_job *job, int call, int code)
 }
 
 /* BatchSocket.send: tx[:count] in as few calls as the kernel allows; a datagram refused
- * with a "lost" errno is skipped and counted. Returns 0, or -1 with errno set. */
+ * with a "lost" errno is counted and skipped, after one more try where the errno may be an
+ * earlier datagram's (a "reported" one: an ICMP error). Returns 0, or -1 with errno set. */
 static int send_batch(struct sml_job *job, struct mmsghdr *table, int64_t count)
 {
     int64_t done = 0;
+    int retrying = 0;
     while (done < count) {
         int n = sendmmsg(job->fd, table + done, (unsigned)(count - done), 0);
         if (n >= 0) {
             done += n;
+            retrying = 0;
             continue;
         }
         if (errno == EINTR)
@@ -479,7 +530,14 @@ static int send_batch(struct sml_job *job, struct mmsghdr *table, int64_t count)
         int i = errno_index(job->lost_errnos, job->n_lost_errnos, errno);
         if (i < 0)
             return -1;
-        job->refusals[i]++;
+        if (!retrying) {
+            job->refusals[i]++;
+            if (errno_index(job->reported_errnos, job->n_reported_errnos, errno) >= 0) {
+                retrying = 1;
+                continue;
+            }
+        }
+        retrying = 0;
         done++;
     }
     return 0;
@@ -530,6 +588,9 @@ static struct timespec span(double seconds)
 static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx_table, struct scratch *s)
 {
     double deadline = job->t0 + job->deadline_s;
+    /* A signal that arrives during a non-blocking call only marks CPython's handler pending;
+     * returning at this bound runs it (Ctrl-C under a flood), whatever the loop is doing. */
+    double return_at = clock_now() + job->signal_check_s;
     int64_t count;
     if (!job->started) {
         if ((count = start(job, clock_now(), s->slots)) < 0)
@@ -551,8 +612,12 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
                 return fail(job, CALL_SENDMMSG, errno);
             if (now >= deadline)
                 return SML_TIMED_OUT;
+            if (now >= return_at)
+                return SML_INTERRUPTED;
             double next_timer = timers_next_deadline(job);
             double wake = next_timer < deadline ? next_timer : deadline;
+            if (return_at < wake)
+                wake = return_at;
             struct pollfd pfd = {.fd = job->fd, .events = POLLIN};
             struct timespec wait = span(wake - now);
             if (ppoll(&pfd, 1, &wait, NULL) < 0) {
@@ -569,6 +634,8 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
             return fail(job, CALL_SENDMMSG, errno);
         if (now >= deadline && job->remaining)
             return SML_TIMED_OUT;
+        if (now >= return_at && job->remaining)
+            return SML_INTERRUPTED;
         double hold = hold_s(job, received);
         if (hold > 0) {
             struct timespec wait = span(hold);
@@ -580,8 +647,8 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
 }
 
 /* Run the job until it is done (SML_DONE), its deadline passes (SML_TIMED_OUT), a signal
- * arrives (SML_INTERRUPTED: call again) or a call fails (SML_FAILED: failed_call and
- * failed_errno say which). */
+ * arrives or signal_check_s passed (SML_INTERRUPTED: Python runs any pending handler and
+ * calls again) or a call fails (SML_FAILED: failed_call and failed_errno say which). */
 int sml_run(struct sml_job *job)
 {
     int64_t capacity = job->capacity, slots = job->n_slots;
