@@ -173,6 +173,9 @@ class SwitchTarget:
     """Why ``auto`` passed it over (its log line)."""
     program: str = "program"
     """How a refused k names what is built per k ("P4 program")."""
+    protocols: frozenset[str] = frozenset()
+    """The in-network aggregation protocols it has a data plane for (``methods.AGGREGATIONS``'
+    names); a config whose methods run another one on it is refused as it loads."""
     k_choices: tuple[int, ...] | None = None
     """The k (elements per packet) it builds its program for, each on first use; None: any
     k a packet can carry (the embedded switch)."""

@@ -106,6 +106,7 @@ TARGET = SwitchTarget(
         "repository and use the testbed inside it (see docs/targets.md), or choose --switch embedded."
     ),
     program="P4 program",
+    protocols=frozenset({"switchml"}),
     k_choices=params.K_CHOICES,
     max_pool_size=params.MAX_POOL_SIZE,
     port_queue_limit=port_queue_limit,

@@ -78,6 +78,7 @@ TARGET = SwitchTarget(
     unavailable="needs {problems}, which this machine lacks or refuses. scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
     passed_over="{name}: {problems}",
     program="eBPF program",
+    protocols=frozenset({"switchml"}),
     k_choices=params.K_CHOICES,
     root_to_tell=NEEDS_ROOT,
     link_rates={32: 3.5, 64: 8.0, 128: 10.0, 256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from base.plugin import resolve
 from switches.target import DataPlane, SimulatedSwitch, SwitchTarget
 
 
@@ -35,11 +36,18 @@ def remove_leftovers() -> list[str]:
     return remove_stale_socket_dirs()
 
 
-def simulated(*, k: int, max_pool_size: int, seed: int | None = None) -> SimulatedSwitch:
-    """The pipeline in a simulation (simulated.py)."""
+PIPELINES: dict[str, str] = {
+    "switchml": "switches.embedded.pipeline:SwitchMLPipeline",
+}
+"""Protocol -> "module:attribute" of its pipeline class, ``cls(k, max_pool_size, seed)``: the
+in-network aggregation protocols this target runs, one line each."""
+
+
+def simulated(*, k: int, max_pool_size: int, seed: int | None = None, protocol: str = "switchml") -> SimulatedSwitch:
+    """``protocol``'s pipeline in a simulation (simulated.py)."""
     from switches.embedded.simulated import PipelineSwitch
 
-    return PipelineSwitch(k=k, max_pool_size=max_pool_size, seed=seed)
+    return PipelineSwitch(resolve(PIPELINES[protocol])(k, max_pool_size, seed))
 
 
 def node_class() -> type:
@@ -56,6 +64,7 @@ TARGET = SwitchTarget(
     data_plane=data_plane,
     describe_build=lambda: f"python {sys.version.split()[0]}",
     delays_frames=True,
+    protocols=frozenset(PIPELINES),
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms", "scratch_dir"}),
     remove_leftovers=remove_leftovers,
     simulated=simulated,
