@@ -36,18 +36,16 @@ def remove_leftovers() -> list[str]:
     return remove_stale_socket_dirs()
 
 
-PIPELINES: dict[str, str] = {
-    "switchml": "switches.embedded.pipeline:SwitchMLPipeline",
+SIMULATED_PROGRAMS: dict[str, str] = {
+    "switchml": "switches.embedded.simulated:PipelineSwitch",
 }
-"""Protocol -> "module:attribute" of its pipeline class, ``cls(k, max_pool_size, seed)``: the
-in-network aggregation protocols this target runs, one line each."""
+"""Protocol -> "module:attribute" of its program as a ``SimulatedSwitch``, ``cls(*, k,
+max_pool_size, seed)``: the in-network aggregation protocols this target runs, one line each."""
 
 
 def simulated(*, k: int, max_pool_size: int, seed: int | None = None, protocol: str = "switchml") -> SimulatedSwitch:
-    """``protocol``'s pipeline in a simulation (simulated.py)."""
-    from switches.embedded.simulated import PipelineSwitch
-
-    return PipelineSwitch(resolve(PIPELINES[protocol])(k, max_pool_size, seed))
+    """``protocol``'s program in a simulation (simulated.py: SwitchML's pipeline)."""
+    return resolve(SIMULATED_PROGRAMS[protocol])(k=k, max_pool_size=max_pool_size, seed=seed)
 
 
 def node_class() -> type:
@@ -64,7 +62,7 @@ TARGET = SwitchTarget(
     data_plane=data_plane,
     describe_build=lambda: f"python {sys.version.split()[0]}",
     delays_frames=True,
-    protocols=frozenset(PIPELINES),
+    protocols=frozenset(SIMULATED_PROGRAMS),
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms", "scratch_dir"}),
     remove_leftovers=remove_leftovers,
     simulated=simulated,

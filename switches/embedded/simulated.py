@@ -21,9 +21,8 @@ from switches.target import Transmit
 class PipelineSwitch:
     """One embedded switch in a simulation."""
 
-    def __init__(self, pipeline: SwitchMLPipeline) -> None:
-        """``pipeline``: a protocol's pipeline (switches/embedded/__init__.py, ``PIPELINES``)."""
-        self.pipeline = pipeline
+    def __init__(self, *, k: int, max_pool_size: int, seed: int | None = None) -> None:
+        self.pipeline = SwitchMLPipeline(k, max_pool_size, seed)
         self._frame = self.pipeline.packet.frame
         self._process = self.pipeline.process
 
