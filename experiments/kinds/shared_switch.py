@@ -41,7 +41,6 @@ from experiments.kinds.sweep import ExperimentRunner
 from methods.verification import expected_for
 from experiments.workers import REPORT_GRACE_S
 import methods
-from methods.switchml import line_rate_ate as switchml_line_rate_ate
 from switches.fabric import SharedJob
 from protocol import results_format as fmt
 from protocol.params import mbps_to_bps
@@ -108,7 +107,8 @@ class SharedSwitchWriter(ResultsWriter):
                 },
                 "total_ate_per_s": float(totals["total_ate_per_s"].median()),
                 "makespan_s": float(totals["makespan_s"].median()),
-                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else switchml_line_rate_ate(mbps_to_bps(rate), int(per_point["k"].iloc[0])),
+                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else methods.by_name(METHOD).bound(
+                    mbps_to_bps(rate), len(self.experiment.points[int(point_index)].topology.hosts), int(per_point["k"].iloc[0])),
             })
         first = self.experiment.points[0]
         summary = {
