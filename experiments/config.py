@@ -394,7 +394,7 @@ def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> Non
     """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
     and pools the control plane admits together (the same check it makes on the switch)."""
     if data["methods"] != [methods.SWITCHML.name] or "elements" not in workload_of(data["workload"]).properties:
-        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [switchml] on a workload whose jobs give their own "
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [{methods.SWITCHML.name}] on a workload whose jobs give their own "
                           f"elements (synthetic)")
     seen: dict[int, int] = {}
     for job in data["jobs"]:

@@ -397,7 +397,7 @@ def kept_up_warning(summary: dict[str, Any]) -> str:
                        f"frames in, {worst['output_lost']} counted as sent; switch_lost_frames, switch_frames.csv)")
     if summary["paced_by_emulator"]:
         worst = min(summary["paced_by_emulator"], key=lambda r: r["share_of_pace"])
-        reasons.append(f"{len(summary['paced_by_emulator'])} SwitchML job(s) ran slower than {PACE_SHARE:.0%} of the pace "
+        reasons.append(f"{len(summary['paced_by_emulator'])} in-network job(s) ran slower than {PACE_SHARE:.0%} of the pace "
                        f"their links allow (worst: {worst['share_of_pace']:.1%}; paced_by_emulator)")
     if summary.get("saturated_trainings"):
         reasons.append(f"{len(summary['saturated_trainings'])} training(s) saturated a process or the machine (saturated_trainings)")

@@ -23,7 +23,7 @@ from experiments.config import Experiment, Point
 from experiments.harness import pending_methods, verify_results
 from experiments.job_meter import JobMeasurement
 from experiments.results import ResultsWriter
-from hosts.allreduce import retransmit_policy
+from hosts.switchml.method import retransmit_policy
 from methods.aggregation import DataPath
 from methods.verification import expected_for
 from protocol.params import mbps_to_bps

@@ -47,7 +47,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from hosts.allreduce import switchml_client
+from hosts.switchml.method import switchml_client
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.switchml import SwitchMLClient
