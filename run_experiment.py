@@ -204,7 +204,7 @@ def run_command(argv: list[str] | None) -> int:
     try:
         args.config = shipped_or_given(args.config)
         text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
-        experiment = load_experiment(args.config, overrides, text)
+        experiment = load_experiment(args.config, overrides, text, dry_run=args.dry_run)
     except ConfigError as exc:
         log.error("%s", exc)
         return EXIT_CONFIG
@@ -238,7 +238,8 @@ def run_command(argv: list[str] | None) -> int:
         return EXIT_STORAGE
     exit_if_stopped_before_start()  # the config loaded, the target chosen
     if args.dry_run:
-        return EXIT_OK
+        lacking = "".join(f"\na run needs what this machine lacks: {line}" for line in experiment.unavailable)
+        return EXIT_OK if not lacking or emit(lacking.lstrip("\n")) else EXIT_STORAGE
     [(target, experiment)] = runs
     if os.geteuid() != 0:
         log.error("Mininet needs root: run with sudo (or as root)")

@@ -171,6 +171,8 @@ class Experiment:
     """``data`` before the target's link rate was applied, for ``with_target``."""
     overridden: frozenset[str] = frozenset()
     """The keys ``--set`` gave (they win over the target's rate)."""
+    unavailable: tuple[str, ...] = ()
+    """What this machine lacks to run it (``unavailable_here``): empty unless loaded for a dry run."""
 
     def with_target(self, target: str) -> Experiment:
         """The same config run on ``target`` (what ``auto`` chose): its link rate and its
@@ -459,17 +461,15 @@ def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: 
     return Point(index=index, sweep_param=sweep_param, sweep_value=sweep_value, data=data, topology=topology)
 
 
-def require_available_methods(data: Mapping[str, Any], path: Path) -> None:
-    """Refuse a config naming a method or workload this machine cannot run (gloo, or a
-    torch training, without PyTorch): as the config loads, in one line, rather than after
-    the network is built, on eight hosts."""
-    for name in data["methods"]:
-        reason = methods.by_name(name).unavailable()
-        if reason is not None:
-            raise ConfigError(f"{path}: methods: {name} {reason}")
-    reason = workload_of(data["workload"]).unavailable()
-    if reason is not None:
-        raise ConfigError(f"{path}: workload.kind: {data['workload']['kind']} {reason}")
+def unavailable_here(data: Mapping[str, Any], path: Path) -> tuple[str, ...]:
+    """What this machine lacks to run the config's methods and workload (gloo, or a torch
+    training, without PyTorch), one line each naming how to get it: a run is refused with the
+    first as the config loads, rather than after the network is built, on eight hosts."""
+    lines = [f"{path}: methods: {name} {reason}" for name in data["methods"]
+             if (reason := methods.by_name(name).unavailable()) is not None]
+    if (reason := workload_of(data["workload"]).unavailable()) is not None:
+        lines.append(f"{path}: workload.kind: {data['workload']['kind']} {reason}")
+    return tuple(lines)
 
 
 def _check_sweep(sweep: Mapping[str, Any], overridden: set[str], source: Path) -> None:
@@ -493,11 +493,14 @@ def _check_sweep(sweep: Mapping[str, Any], overridden: set[str], source: Path) -
         seen.append(value)
 
 
-def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), text: str | None = None) -> Experiment:
+def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), text: str | None = None, *,
+                    dry_run: bool = False) -> Experiment:
     """Read a config, apply defaults and ``--set`` overrides, and expand its sweep into points.
 
     ``text``: the config's text, read already (``read_yaml_text``: a pipe or standard input
-    can be read only once), with ``path`` naming it."""
+    can be read only once), with ``path`` naming it. A config that needs what this machine
+    lacks (PyTorch) is refused, unless for a ``dry_run``: planning a run needs no PyTorch, and
+    the experiment's ``unavailable`` then says what a run would need."""
     raw = parse_yaml(text, str(path)) if text is not None else load_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: an experiment config must be a mapping")
@@ -509,14 +512,17 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), tex
     data = with_defaults(raw)  # under the overrides: a --set of a whole section keeps the others' defaults
     data.setdefault("name", "stdin" if path == STDIN else path.stem)
     validate(data, experiment_schema(), str(path))
-    require_available_methods(data, path)
+    unavailable = unavailable_here(data, path)
+    workload = workload_of(data["workload"])
+    if unavailable and not (dry_run and (workload.unavailable() is None or workload.plans_without_it)):
+        raise ConfigError(unavailable[0])
     if data["name"] in (".", ".."):
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     if data.get("cluster", {}).get("ssh_config") is not None:  # relative to the config, recorded absolute
         data["cluster"]["ssh_config"] = str((path.parent / data["cluster"]["ssh_config"]).resolve())
     if data.get("sweep") is not None:
         _check_sweep(data["sweep"], overridden, path)
-    return _expand(data, path, frozenset(overridden))
+    return replace(_expand(data, path, frozenset(overridden)), unavailable=unavailable)
 
 
 def _expand(data: dict[str, Any], path: Path, overridden: frozenset[str]) -> Experiment:

@@ -11,8 +11,10 @@ spec, which ``hosts.torch_hook.testbed_hook`` reads).
 
 The method decides where the script's collectives go, with no line of the script changed:
 the testbed's backends are registered with torch (hosts/torch_backend.py), and while the
-script runs, its ``init_process_group`` asking for Gloo (or for no backend, or for
-switchml) builds the method's backend instead (its record's ``torch_backend``): for
+script runs, its ``init_process_group`` asking for Gloo (or for no backend, for switchml,
+or for NCCL on a host without CUDA) builds the method's backend instead (its record's
+``torch_backend``; hosts/ddp_shapes.py also brings a script's own MASTER_ADDR and the
+tutorial's ``mp.spawn`` to the testbed's rendezvous): for
 ``switchml``, a process group whose float32/int32 SUM all-reduces (DDP's gradient buckets
 among them) go through the switch and everything else through Gloo; for ``gloo``, Gloo
 itself, its float32 and int32 sums recorded. A script may still register ``testbed_hook()`` as its
@@ -30,10 +32,8 @@ runner verifies them as the torch kind verifies every step
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import runpy
@@ -45,14 +45,14 @@ from typing import Any
 
 import numpy as np
 import torch.distributed as dist
-from torch.distributed import distributed_c10d
 
 from hosts.switchml.method import switchml_client
+from hosts.ddp_shapes import Rendezvous, script_shapes
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.switchml import SwitchMLClient
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_backend import GROUPS, SWITCH_BACKENDS, SwitchMLProcessGroup, close_groups, register
+from hosts.torch_backend import GROUPS, SwitchMLProcessGroup, close_groups, fallback_counts, register
 from hosts.torch_hook import SPEC_ENVIRONMENT
 from hosts.training import ARRAYS_RANK, steps
 import methods
@@ -60,10 +60,6 @@ from protocol.worker_spec import WorkerSpec
 from workloads.training import array_digest
 
 log = logging.getLogger(__name__)
-
-ASKED_FOR_GLOO = {None, "gloo", "cpu:gloo", *SWITCH_BACKENDS}
-"""The backends a script's ``init_process_group`` may ask for that the method's replaces:
-Gloo (what a CPU script asks for, or gets by asking for none) and the switch's backends."""
 
 def script_environment(spec: WorkerSpec, rank: int, spec_path: Path) -> dict[str, str]:
     """What torchrun gives a rank (each emulated host is one node of one rank: LOCAL_RANK 0
@@ -93,24 +89,20 @@ def output_to_log() -> Iterator[None]:
         os.close(saved)
 
 
-@contextlib.contextmanager
-def groups_on(backend: str) -> Iterator[None]:
-    """While the script runs, its ``init_process_group`` asking for Gloo builds ``backend``'s
-    group instead (other backends, e.g. nccl, are left to fail as they would)."""
-    original = distributed_c10d.init_process_group
+def run_script(script: str) -> None:
+    """Run ``script`` as ``python script`` would (``sys.argv`` already its own).
 
-    @functools.wraps(original)
-    def init_process_group(*args: Any, **kwargs: Any) -> None:
-        asked = args[0] if args else kwargs.pop("backend", None)
-        chosen = backend if (asked if asked is None else str(asked).lower()) in ASKED_FOR_GLOO else asked
-        log.info("the script's init_process_group(%r) builds a %s process group (the run's method)", asked, chosen)
-        original(chosen, *args[1:], **kwargs)
-
-    dist.init_process_group = distributed_c10d.init_process_group = init_process_group
+    A script that ends with ``sys.exit(0)`` or ``sys.exit()`` (the ``sys.exit(main())``
+    idiom) has finished: its SystemExit is a successful return here, not an exit of the
+    rank before its report. Any other status fails the rank, naming it as a shell would see it."""
     try:
-        yield
-    finally:
-        dist.init_process_group = distributed_c10d.init_process_group = original
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exited:
+        if exited.code is None or exited.code == 0:
+            return
+        if isinstance(exited.code, int):
+            raise RuntimeError(f"{script} called sys.exit({exited.code}): exit status {exited.code}") from None
+        raise RuntimeError(f"{script} called sys.exit({exited.code!r}): exit status 1") from None
 
 
 def world_group(script: Path) -> SwitchMLProcessGroup:
@@ -137,7 +129,8 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
         return switchml_client(spec, rank)
 
     register(client)
-    os.environ.update(script_environment(spec, rank, spec_path))
+    environment = script_environment(spec, rank, spec_path)
+    os.environ.update(environment)
     emit_ready()
     released = steps(sys.stdin)
     next(released)
@@ -145,8 +138,9 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     started = time.perf_counter()
     sys.argv = [str(script), *arguments]
     try:
-        with output_to_log(), groups_on(backend):
-            runpy.run_path(str(script), run_name="__main__")
+        meet = Rendezvous(rank, spec.n_workers, environment["MASTER_ADDR"], environment["MASTER_PORT"])
+        with output_to_log(), script_shapes(backend, meet):
+            run_script(script)
         script_s = time.perf_counter() - started
         group = world_group(Path(script))
         records, kept = group.records, group.records.kept()
@@ -155,14 +149,14 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
             stats = dataclasses.replace(records.stats)
         else:
             stats = tcp.stats(records.seconds)
-        fallbacks = sum((g.fallbacks for g in GROUPS), start=collections.Counter())
+        fallbacks = fallback_counts(GROUPS)
     finally:
         if dist.is_initialized():  # a script that did not destroy its group: not left to the interpreter's exit
             dist.destroy_process_group()
         close_groups()
     out_dir = spec_path.parent
     event: dict[str, Any] = {"event": "done", "repetition": 1, "stats": dataclasses.asdict(stats), "elements": records.elements,
-                             "all_reduces": records.calls, "fallbacks": dict(fallbacks), "script_s": script_s,
+                             "all_reduces": records.calls, "fallbacks": dict(fallbacks), "flushed": records.flushed, "script_s": script_s,
                              "compute_s": max(0.0, script_s - stats.tat_s), "digests": {},
                              "buckets": str(out_dir / f"{spec.method}-rank{rank}-inputs.npz")}
     np.savez(event["buckets"], *[r.inputs for r in kept])

@@ -50,7 +50,8 @@ import torch.distributed as dist
 
 from hosts.stats import JobStats, added
 import methods
-from hosts.switchml import SwitchMLClient
+from hosts.switchml import SwitchMLClient, UnsummableTensor
+from protocol.quantize import flushed_to_zero
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,10 @@ one). Every rank makes the same calls with the same sizes, so every rank keeps t
 
 ClientFactory = Callable[[int, int], SwitchMLClient]
 """(rank, world size) -> this rank's client of the switch."""
+WATCH_INTERVAL_S = 0.25
+"""While an all-reduce through the switch is pending, how often a rank looks for another
+rank's failure in the process group's store (``FailureBoard``): the bound on how late a
+rank learns that the job it waits in will never complete."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,12 @@ class Records:
     recent kept (``RECORDED_BYTES``)."""
 
     def __init__(self) -> None:
+        self.unsummable = 0
+        """Sums the switch could not carry (an inf, a NaN, |x| > 2^126 on some rank), which
+        took Gloo's IEEE sum instead: neither counted in ``calls`` nor kept."""
+        self.flushed = 0
+        """This rank's nonzero float32 inputs that block floating point quantized to 0, over
+        every sum through the switch (protocol/quantize.py, ``flushed_to_zero``)."""
         self.calls = 0
         self.elements = 0
         self.seconds = 0.0
@@ -130,10 +141,70 @@ class Records:
             if reduction.stats is not None:
                 self.stats = added(self.stats, reduction.stats)
 
+    def spent(self, stats: JobStats) -> None:
+        """A switch job that summed nothing usable (an unsummable tensor's) still used the network."""
+        with self._lock:
+            self.stats = added(self.stats, stats)
+
     def kept(self) -> list[Reduction]:
         """The most recent reductions, oldest call first (only those that completed)."""
         with self._lock:
             return [pending.reduction for pending in self._kept if pending.reduction is not None]
+
+
+class AllReduceFailed(RuntimeError):
+    """A rank's all-reduce through the switch failed, so this rank's pending and later ones
+    through the switch fail too: the ranks' calls no longer pair up in the switch, and a rank
+    that waited there would wait for its job's deadline."""
+
+
+class IeeeSums:
+    """Gloo's IEEE float sum of a tensor the switch cannot carry (``UnsummableTensor``: an inf,
+    a NaN, |x| > 2^126 on some rank), on a Gloo group of its own, built when first needed.
+
+    Its own group, because these calls come from the switch queue's thread: on the process
+    group's Gloo group they would interleave with the script's own Gloo calls in an order
+    that differs from rank to rank. Every rank needs it at the same call of its queue (the
+    lookahead round told them all), so they build it and sum in step."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
+        self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
+        self._gloo: dist.ProcessGroupGloo | None = None
+
+    def __call__(self, array: np.ndarray) -> np.ndarray:
+        if self._gloo is None:
+            self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("switchml-ieee/", self._store), self._rank, self._size, self._timeout)
+        summed = torch.from_numpy(array.copy())
+        self._gloo.allreduce([summed]).wait()
+        return summed.numpy()
+
+
+class FailureBoard:
+    """Where a rank whose all-reduce through the switch failed says so, and the others look:
+    one key of the process group's store (rank 0's TCPStore in a script's env:// rendezvous).
+    The first failure posted stays."""
+
+    KEY = "failed"
+
+    def __init__(self, store: dist.Store, rank: int) -> None:
+        self._store = dist.PrefixStore("switchml-failure/", store)
+        self._rank = rank
+
+    def post(self, error: BaseException) -> None:
+        try:
+            self._store.compare_set(self.KEY, "", f"rank {self._rank}: {error}")
+        except Exception as unreachable:  # the failure is raised here anyway; the others learn it from their deadline
+            log.error("could not tell the other ranks of this failure: %s", unreachable)
+
+    def posted(self) -> str | None:
+        """Another rank's failure (``rank R: why``), or None; a store that no longer answers
+        (rank 0, which serves it, is gone) is a failure too."""
+        try:
+            if not self._store.check([self.KEY]):
+                return None
+            return self._store.get(self.KEY).decode(errors="replace")
+        except Exception as unreachable:
+            return f"the process group's store does not answer ({unreachable})"
 
 
 class SwitchQueue:
@@ -142,40 +213,130 @@ class SwitchQueue:
     The order is the callers': DDP launches its buckets in index order on every rank
     (hosts/torch_hook.py), and torch's own collectives are issued in program order. The
     thread is a daemon only as a last resort: ``close`` ends it and the client.
+
+    A tensor the switch cannot carry reaches every rank as ``UnsummableTensor`` at the same
+    call, and takes ``ieee`` (Gloo's IEEE sum, as PyTorch promises for a SUM: GradScaler
+    sees the inf on every rank); without ``ieee`` that error is the call's result on every
+    rank. Any other failure fails this call and every later one on this rank, and is posted
+    on the ``board``, where the other ranks' watchers find it within ``WATCH_INTERVAL_S`` and
+    fail their pending calls: no rank waits in the switch for one that has stopped.
     """
 
-    def __init__(self, client: SwitchMLClient) -> None:
+    def __init__(self, client: SwitchMLClient, ieee: Callable[[np.ndarray], np.ndarray] | None = None,
+                 board: FailureBoard | None = None) -> None:
         self.client = client
         self.records = Records()
+        self._ieee = ieee
+        self._board = board
+        self._failure: AllReduceFailed | None = None
+        self._pending: set[torch.futures.Future[Reduction]] = set()
+        self._changed = threading.Condition()
+        """Guards ``_pending``, ``_failure`` and ``_closing``; the watcher waits on it for work."""
+        self._closing = False
         self._jobs: queue.Queue[tuple[np.ndarray, Pending, float, torch.futures.Future[Reduction]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name="switchml-queue", daemon=True)
         self._thread.start()
+        self._watcher = threading.Thread(target=self._watch, name="switchml-watch", daemon=True) if board else None
+        if self._watcher is not None:
+            self._watcher.start()
 
     def submit(self, array: np.ndarray) -> torch.futures.Future[Reduction]:
         """The future of ``array``'s all-reduce: its input and sum over the ranks (``array`` is
         read when its turn comes: the caller keeps it unchanged until the future completes)."""
         future: torch.futures.Future[Reduction] = torch.futures.Future()
+        with self._changed:
+            failure = self._failure
+            if failure is None:
+                self._pending.add(future)
+                self._changed.notify_all()
+        if failure is not None:
+            future.set_exception(failure)
+            return future
         self._jobs.put((array, self.records.reserve(array.nbytes), time.perf_counter(), future))
         return future
+
+    def _claim(self, future: torch.futures.Future[Reduction]) -> bool:
+        """Whether this thread completes ``future`` (a watcher may have failed it already)."""
+        with self._changed:
+            if future in self._pending:
+                self._pending.discard(future)
+                return True
+            return False
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
             array, pending, submitted, future = job
+            if self._failure is not None:
+                continue  # failed with the rest when the failure came
             try:
-                inputs = array.copy()
-                result = self.client.allreduce(inputs)
-            except Exception as error:  # the caller's wait() raises it
+                reduction = self._allreduce(array, pending, submitted)
+            except Exception as error:
                 log.error("SwitchML all-reduce of %d %s elements failed: %s", array.size, array.dtype, error)
-                future.set_exception(error)
+                failure = AllReduceFailed(f"this rank's SwitchML all-reduce of {array.size} {array.dtype} elements failed: {error}")
+                self._fail(failure, error)
+                if self._board is not None and not isinstance(error, UnsummableTensor):  # every rank raises that one itself
+                    self._board.post(error)
                 continue
-            reduction = Reduction(inputs, result.values, time.perf_counter() - submitted, result.int_sum, result.stats)
-            self.records.fill(pending, reduction)
-            future.set_result(reduction)
+            if self._claim(future):
+                future.set_result(reduction)
+
+    def _allreduce(self, array: np.ndarray, pending: Pending, submitted: float) -> Reduction:
+        inputs = array.copy()
+        try:
+            result = self.client.allreduce(inputs)
+        except UnsummableTensor as unsummable:
+            if self._ieee is None:
+                raise
+            log.warning("%s: all-reduced by Gloo for the IEEE sum", unsummable)
+            self.records.unsummable += 1
+            self.records.spent(unsummable.stats)
+            return Reduction(array, self._ieee(array), time.perf_counter() - submitted)
+        reduction = Reduction(inputs, result.values, time.perf_counter() - submitted, result.int_sum, result.stats)
+        if result.exponents is not None:
+            self.records.flushed += flushed_to_zero(inputs, result.exponents, self.client.n_workers, self.client.k)
+        self.records.fill(pending, reduction)
+        return reduction
+
+    def _fail(self, failure: AllReduceFailed, cause: BaseException | None = None) -> None:
+        """Fail every pending call with ``failure`` (its cause: this rank's own error), and every later one."""
+        failure.__cause__ = cause
+        with self._changed:
+            if self._failure is None:
+                self._failure = failure
+            failed, self._pending = self._pending, set()
+            self._changed.notify_all()
+        for future in failed:
+            future.set_exception(self._failure)
+
+    def _watch(self) -> None:
+        """While calls are pending, look for another rank's failure on the board."""
+        assert self._board is not None
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._closing or self._failure is not None or self._pending)
+                if self._closing or self._failure is not None:
+                    return
+            if (posted := self._board.posted()) is not None:
+                log.error("another rank's all-reduce failed (%s): failing this rank's pending ones", posted)
+                self._fail(AllReduceFailed(f"SwitchML all-reduce failed on {posted}"))
+                return
+            with self._changed:
+                self._changed.wait_for(lambda: self._closing or self._failure is not None, WATCH_INTERVAL_S)
 
     def close(self) -> None:
-        """Finish what was submitted, then end the thread and the client."""
+        """Finish what was submitted, then end the threads and the client. After a failure, a
+        job left waiting in the switch for a rank that stopped is not waited for: its thread
+        (a daemon) ends with the process, and so does the client's socket it still uses."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        if self._watcher is not None:
+            self._watcher.join(WATCH_INTERVAL_S)  # a daemon: not held up by a store that stopped answering
         self._jobs.put(None)
-        self._thread.join()
+        self._thread.join(None if self._failure is None else WATCH_INTERVAL_S)
+        if self._thread.is_alive():
+            log.warning("a SwitchML all-reduce still waits in the switch after the failure: left to end with the process")
+            return
         self.client.close()
 
 
@@ -286,6 +447,19 @@ def op_name(op: dist.ReduceOp) -> str:
     return str(op)
 
 
+UNSUMMABLE = "allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)"
+"""How the report counts the sums the switch could not carry, beside the group's fallbacks."""
+
+
+def fallback_counts(groups: list[SwitchMLProcessGroup]) -> Counter[str]:
+    """The calls every group handed to Gloo, and the sums the switch could not carry (``UNSUMMABLE``)."""
+    counts = sum((group.fallbacks for group in groups), start=Counter())
+    unsummable = sum(group.switch.records.unsummable for group in groups if group.switch is not None)
+    if unsummable:
+        counts[UNSUMMABLE] = unsummable
+    return counts
+
+
 GROUPS: list[SwitchMLProcessGroup] = []
 """Every group the backends built in this process, first the world's (for the report)."""
 
@@ -297,7 +471,9 @@ def register(clients: ClientFactory) -> None:
 
     def create(name: str) -> Callable[[dist.Store, int, int, timedelta], SwitchMLProcessGroup]:
         def creator(store: dist.Store, rank: int, size: int, timeout: timedelta) -> SwitchMLProcessGroup:
-            switch = SwitchQueue(clients(rank, size)) if name in SWITCH_BACKENDS and not GROUPS else None
+            switch = None
+            if name in SWITCH_BACKENDS and not GROUPS:
+                switch = SwitchQueue(clients(rank, size), IeeeSums(store, rank, size, timeout), FailureBoard(store, rank))
             group = SwitchMLProcessGroup(name, store, rank, size, timeout, switch)
             GROUPS.append(group)
             log.info("rank %d of %d: a %s process group%s", rank, size, name, "" if switch or name not in SWITCH_BACKENDS else " (all on Gloo: not the first group)")

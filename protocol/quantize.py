@@ -52,6 +52,14 @@ VALUE_LIMIT = 2.0**EXPONENT_MAX
 ZERO_BLOCK_EXPONENT = EXPONENT_MIN
 """Exponent of an all-zero block: the smallest, so it never raises another worker's max."""
 
+UNSUMMABLE_EXPONENT = EXPONENT_MAX
+"""The block exponent a worker sends in the lookahead round for a block the switch cannot
+sum: one that holds an inf or a NaN, or an element whose own exponent would be this one
+(|x| > 2^126), which no finite block then uses. It is the largest exponent, so the switch's
+maximum carries it to every worker of the job: all learn at the same call that the tensor
+needs another route, and none waits for a rank that could not send it
+(hosts/switchml/client.py, ``UnsummableTensor``)."""
+
 PRODUCT_ERROR = 2.0**-22
 """Bound on |fl(x * f) - x * f|: float64 rounds to 2^-53 relative and |x * f| <= 2^31."""
 
@@ -169,6 +177,24 @@ def quantize(
     np.copyto(out, work, casting="unsafe")
     return out
     # END LAB 1
+
+
+FLUSH_ROWS = 4096
+"""Blocks ``flushed_to_zero`` quantizes at once: its float64 work stays a few MiB for any tensor."""
+
+
+def flushed_to_zero(x: np.ndarray, exponents: np.ndarray, n_workers: int, k: int, bits: int = PROTOCOL_BITS) -> int:
+    """How many nonzero elements of one worker's float32 ``x`` quantize to 0 at their blocks'
+    exponents (the maximum over the workers, ``exponents``): their contribution to the sum is
+    lost. An element is flushed when |x| * f <= 1/2, i.e. when it is about 2^32 / n times
+    smaller than 2^e_max (docs/pytorch.md); the same arithmetic as ``quantize``, block by block."""
+    flushed = 0
+    for start in range(0, len(exponents), FLUSH_ROWS):
+        blocks = exponents[start:start + FLUSH_ROWS]
+        part = x[start * k:(start + len(blocks)) * k]
+        scales = element_scales(blocks, n_workers, k, len(part), bits)
+        flushed += np.count_nonzero(quantize(part, scales) == 0) - np.count_nonzero(part == 0)
+    return int(flushed)
 
 
 def dequantize(int_sum: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -150,9 +150,9 @@ def test_the_graph_sees_known_imports() -> None:
     assert "hosts.switchml.native.job" in GRAPH["hosts.switchml.native"]  # imported inside a function
 
 
-TORCH_MODULES = {"workloads.torch_cnn", "hosts.torch_backend", "hosts.torch_hook", "hosts.torch_training", "hosts.ddp_script",
+TORCH_MODULES = {"workloads.torch_cnn", "hosts.torch_backend", "hosts.torch_hook", "hosts.torch_training", "hosts.ddp_script", "hosts.ddp_shapes",
                  "experiments.kinds.torch_replay", "examples.ddp_digits", "examples.ddp_tutorial",
-                 "tests.data.ddp_unused_parameters"}
+                 "tests.data.ddp_unused_parameters", "tests.data.ddp_tutorial_spawn"}
 """The modules that import PyTorch (the optional extra) as they load: only the torch
 workloads' own, which the others import inside the functions that need them."""
 

@@ -171,3 +171,28 @@ def test_too_few_bits_for_the_workers_are_rejected() -> None:
         quantized_limit(8, 4)
     with pytest.raises(ValueError, match="bits must be 2..32"):
         quantized_limit(2, 33)
+
+
+def test_flushed_to_zero_counts_the_nonzero_elements_that_quantize_to_0() -> None:
+    """Issue 44's example over 4 workers: beside 1e20 in the block, 1e-20, -3.5 and 123456.789
+    (times the rank + 1) are more than 2^31 / 4 times smaller, and each worker loses all three;
+    the sum comes back [0, 1e21, 0, 0, 0]. Across blocks the count is per block's exponent."""
+    from protocol.quantize import flushed_to_zero
+
+    xs = [np.array([1e-20, 1e20, -3.5, 0, 123456.789], dtype=np.float32) * np.float32(r + 1) for r in range(4)]
+    want = expected_sum(xs, 256, 4)
+    assert want.values[[0, 2, 3, 4]].tolist() == [0.0] * 4 and want.values[1] == np.float32(1e21)
+    assert [flushed_to_zero(x, want.exponents, 4, 256) for x in xs] == [3, 3, 3, 3]
+    split = [flushed_to_zero(x, expected_sum(xs, 2, 4).exponents, 4, 2) for x in xs]  # blocks [1e-20, 1e20], [-3.5, 0], [123456.789]
+    assert split == [1, 1, 1, 1]
+
+
+def test_flushed_to_zero_counts_a_tensor_of_many_rows_as_one() -> None:
+    from protocol.quantize import FLUSH_ROWS, element_scales, flushed_to_zero
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(2 * FLUSH_ROWS * 2 + 3) * 10.0 ** rng.integers(-12, 12, 2 * FLUSH_ROWS * 2 + 3)).astype(np.float32)
+    x[::7] = 0
+    exponents = expected_sum([x, x[::-1].copy()], 2, 2).exponents
+    whole = np.count_nonzero(quantize(x, element_scales(exponents, 2, 2, len(x))) == 0) - np.count_nonzero(x == 0)
+    assert whole > 0 and flushed_to_zero(x, exponents, 2, 2) == whole

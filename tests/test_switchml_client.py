@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout
+from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout, UnsummableTensor
 from hosts.switchml.core import HOLD_MAX_S, HOLD_SHARE, hold_time
 from hosts.switchml.timers import RoundTripEstimator, SlotTimers, pool_drain_s
 from hosts.switchml.method import retransmit_policy
@@ -258,13 +258,41 @@ def test_switch_that_never_answers_raises_naming_missing_slots(data_path: str) -
     assert "slot 0 (seq 0, set 0), slot 1 (seq 1, set 0), slot 2 (seq 2, set 0)" in str(caught.value)
 
 
+def test_a_block_no_exponent_carries_reaches_every_rank_as_unsummable_and_the_job_stays_in_step(data_path: str) -> None:
+    """An inf on one rank, a NaN on another, |x| > 2^126 on a third: each rank sends its bad
+    block as zeros under the reserved exponent, the round's maximum carries it to all, and every
+    rank raises UnsummableTensor for the same blocks after a complete job (no rank waits for
+    one that could not send); the next all-reduce is exact, and a block at 2^126 still sums."""
+    with FakeSwitch(N, K) as switch:
+        clients = make_clients(switch, data_path)
+        tensors = make_tensors(np.float32, 9 * K + 5, seed=4)
+        tensors[0][2 * K + 3], tensors[1][5 * K], tensors[2][10 * K] = np.inf, np.nan, np.float32(1.5 * 2.0**126)
+        tensors[1][K] = -np.float32(2.0**126)  # its exponent is 126: summable
+        outcomes = run_allreduce_outcomes(clients, tensors)
+        assert all(isinstance(outcome, UnsummableTensor) for outcome in outcomes), outcomes
+        assert {tuple(outcome.blocks.tolist()) for outcome in outcomes} == {(2, 5, 10)}
+        assert "block(s) 2, 5, 10: a rank's block held an inf, a NaN or |x| > 2^126" in str(outcomes[0])
+        assert all(outcome.stats.packets_sent == 11 + POOL for outcome in outcomes)  # 11 blocks of k, a lookahead round
+        after = make_tensors(np.float32, 9 * K + 5, seed=5)
+        after[1][K] = -np.float32(2.0**126)
+        check_exact(run_allreduce(clients, after), after)
+
+
+def run_allreduce_outcomes(clients: list[SwitchMLClient], tensors: list[np.ndarray]) -> list:
+    """Each rank's result, or the exception it raised."""
+    def outcome(client: SwitchMLClient, tensor: np.ndarray) -> object:
+        try:
+            return client.allreduce(tensor)
+        except Exception as error:
+            return error
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        return list(pool.map(outcome, clients, tensors))
+
+
 def test_bad_tensors_are_rejected_before_sending(data_path: str) -> None:
     with FakeSwitch(1, K) as switch:
         (client,) = make_clients(switch, data_path)
-        bad = np.ones(10, dtype=np.float32)
-        bad[6] = np.inf
-        with pytest.raises(ValueError, match="element 6 = inf: not finite"):
-            client.allreduce(bad)
         with pytest.raises(TypeError, match="float64"):
             client.allreduce(np.ones(3))
         with pytest.raises(ValueError, match="1-D"):

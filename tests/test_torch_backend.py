@@ -22,8 +22,8 @@ import pytest
 
 from protocol.quantize import expected_sum
 from tests.conftest import require_torch
-from tests.test_switchml_client import JOB, LOSSLESS, FakeSwitch
-from tests.test_torch_hook import collect
+from tests.test_switchml_client import JOB, LOSSLESS
+from tests.test_torch_hook import collect, run_ranks
 
 pytestmark = [pytest.mark.torch]
 
@@ -117,14 +117,7 @@ def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) 
 
 def test_the_switchml_backend_sums_on_the_switch_and_falls_back_to_gloo_for_the_rest() -> None:
     require_torch()
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    with FakeSwitch(N, K) as switch:
-        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(N)}
-        procs = [context.Process(target=backend_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(N)]
-        for proc in procs:
-            proc.start()
-        reports = collect(procs, queue)
+    reports = run_ranks(backend_rank, N, K, BIND_PORT)
     assert {reports[rank]["backend"] for rank in range(N)} == {"switchml"}
     for index in range(len(SIZES)):
         want = expected_sum([float_input(rank, index) for rank in range(N)], K, N)
@@ -223,3 +216,153 @@ def test_records_keep_the_order_of_the_calls_not_of_their_completions() -> None:
     records.fill(big, Reduction(np.zeros(1, np.float32), np.zeros(1, np.float32), 1.0))
     assert [r.seconds for r in records.kept()] == [1.0], "only the most recent RECORDED_BYTES are kept, at least one call"
     assert records.calls == 3
+
+
+def make_client(rank: int, size: int, switch_port: int, deadline_s: float = 20.0):
+    from hosts.switchml import SwitchMLClient
+
+    return SwitchMLClient(rank, size, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
+                          bind_port=BIND_PORT + rank, k=K, pool_size=POOL, retransmit=LOSSLESS, job_deadline_s=deadline_s)
+
+
+def joined(rank: int, store_port: int, clients) -> None:
+    """``init_process_group("switchml")`` with the testbed's backends registered over ``clients``."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from hosts.torch_backend import register
+
+    register(clients)
+    dist.init_process_group("switchml", init_method=f"tcp://127.0.0.1:{store_port}", rank=rank, world_size=N,
+                            timeout=timedelta(seconds=60))
+
+
+def flush_example(rank: int) -> np.ndarray:
+    """Issue 44's example of block floating point: beside 1e20, the block's other elements are
+    flushed to 0 (docs/pytorch.md)."""
+    return np.array([1e-20, 1e20, -3.5, 0, 123456.789], dtype=np.float32) * np.float32(rank + 1)
+
+
+NON_FINITE = {0: (3, np.inf), 1: (700, np.nan), 2: (3, 1.0)}
+"""rank -> (index, value) written into its tensor: an inf, a NaN elsewhere, a finite value beside the inf."""
+
+
+def non_finite_input(rank: int) -> np.ndarray:
+    tensor = float_input(rank, 0)
+    index, value = NON_FINITE[rank]
+    tensor[index] = value
+    return tensor
+
+
+def non_finite_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -> None:
+    """An all-reduce holding an inf on rank 0 and a NaN on rank 1, with one queued behind it
+    (async), then a sum through the switch again."""
+    import torch
+    import torch.distributed as dist
+
+    from hosts.torch_backend import GROUPS, close_groups, fallback_counts
+
+    joined(rank, store_port, lambda group_rank, size: make_client(group_rank, size, switch_port))
+    try:
+        poisoned, behind = torch.from_numpy(non_finite_input(rank)), torch.from_numpy(float_input(rank, 1))
+        works = [dist.all_reduce(poisoned, async_op=True), dist.all_reduce(behind, async_op=True)]
+        for work in reversed(works):
+            work.wait()
+        after = torch.from_numpy(float_input(rank, 2))
+        dist.all_reduce(after)
+        flushed_before = GROUPS[0].records.flushed
+        example = torch.from_numpy(flush_example(rank))
+        dist.all_reduce(example)
+        queue.put((rank, {"poisoned": poisoned.numpy().copy(), "behind": behind.numpy().copy(), "after": after.numpy().copy(),
+                          "example": example.numpy().copy(), "flushed": GROUPS[0].records.flushed - flushed_before,
+                          "calls": GROUPS[0].records.calls, "fallbacks": dict(fallback_counts(GROUPS))}))
+    finally:
+        dist.destroy_process_group()
+        close_groups()
+
+
+def test_an_inf_or_nan_on_one_rank_gives_every_rank_the_ieee_sum() -> None:
+    """Issue 44, point 5: the inf no longer stops rank 0 while the others wait in the switch.
+    Every rank learns from the lookahead round, and every rank gets Gloo's IEEE sum: inf where
+    rank 0's inf met finite values, NaN where rank 1's NaN is, the rest the float sum. The
+    all-reduces queued behind it and after it go through the switch, exact."""
+    require_torch()
+    reports = run_ranks(non_finite_rank, N, K, BIND_PORT)
+    inputs = [non_finite_input(rank) for rank in range(N)]
+    with np.errstate(invalid="ignore"):
+        ieee = np.sum(np.stack(inputs).astype(np.float64), axis=0).astype(np.float32)
+    assert np.isposinf(ieee[3]) and np.isnan(ieee[700]) and np.isfinite(np.delete(ieee, [3, 700])).all()
+    for rank in range(N):
+        got = reports[rank]["poisoned"]
+        np.testing.assert_allclose(got, ieee, rtol=1e-6, atol=1e-6)  # inf and NaN where IEEE puts them
+        assert np.array_equal(got, reports[0]["poisoned"], equal_nan=True), "every rank the same sum"
+        for name, index in (("behind", 1), ("after", 2)):
+            want = expected_sum([float_input(r, index) for r in range(N)], K, N)
+            assert np.array_equal(reports[rank][name], want.values), f"{name} on rank {rank}"
+        assert reports[rank]["calls"] == 3
+        assert reports[rank]["example"][[0, 2, 3, 4]].tolist() == [0.0] * 4 and reports[rank]["example"][1] > 5e20
+        assert reports[rank]["flushed"] == 3, "1e-20, -3.5 and 123456.789 times rank + 1: flushed beside 1e20"
+        assert reports[rank]["fallbacks"] == {"allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)": 1}
+
+
+FAILING_CALL = 2
+"""Rank 0's second all-reduce through the switch fails before it sends a packet."""
+
+
+def failing_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -> None:
+    """Rank 0's client raises on its second call; every rank's clients wait an hour for a
+    result, so only the failure board can end the others' waits before the test's own limit."""
+    import torch
+    import torch.distributed as dist
+
+    from hosts.switchml import SwitchMLClient
+    from hosts.torch_backend import close_groups
+
+    class Failing(SwitchMLClient):
+        calls = 0
+
+        def allreduce(self, tensor: np.ndarray):
+            self.calls += 1
+            if self.calls == FAILING_CALL:
+                raise OSError("injected: the interface went away")
+            return super().allreduce(tensor)
+
+    def client(group_rank: int, size: int) -> SwitchMLClient:
+        made = make_client(group_rank, size, switch_port, deadline_s=3600.0)
+        if group_rank == 0:
+            made.__class__ = Failing
+        return made
+
+    joined(rank, store_port, client)
+    report: dict = {}
+    try:
+        first = torch.from_numpy(float_input(rank, 0))
+        dist.all_reduce(first)
+        report["first"] = first.numpy().copy()
+        for name in ("second", "third"):  # the failing call, then one after it
+            try:
+                dist.all_reduce(torch.from_numpy(float_input(rank, 1)))
+                report[name] = "returned"
+            except Exception as error:  # torch may wrap the backend's exception
+                report[name] = f"{type(error).__name__}: {error}"
+        queue.put((rank, report))
+    finally:
+        dist.destroy_process_group()
+        close_groups()
+
+
+def test_a_failed_all_reduce_on_one_rank_raises_on_every_rank() -> None:
+    """Issue 44, point 5: rank 0's all-reduce fails before it sends; the others, waiting in
+    the switch for its packets with an hour's deadline, raise an error naming rank 0 and its
+    cause (the failure board), and so do later calls on every rank; every rank exits."""
+    require_torch()
+    reports = run_ranks(failing_rank, N, K, BIND_PORT, timeout_s=120.0)
+    want = expected_sum([float_input(rank, 0) for rank in range(N)], K, N)
+    for rank in range(N):
+        assert np.array_equal(reports[rank]["first"], want.values)
+        for name in ("second", "third"):
+            said = reports[rank][name]
+            assert "AllReduceFailed" in said or "injected" in said, (rank, name, said)
+            assert "injected: the interface went away" in said, (rank, name, said)
+            assert rank == 0 or "on rank 0: injected" in said, (rank, name, said)

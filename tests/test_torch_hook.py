@@ -87,18 +87,31 @@ def collect(procs: list, queue: mp.Queue, timeout_s: float = 180.0) -> dict[int,
     return reports
 
 
+def run_ranks(target, n: int, k: int, bind_port: int, timeout_s: float = 180.0) -> dict[int, list]:
+    """Every rank's report of ``target(rank, switch_port, store_port, queue)`` in ``n`` spawned
+    processes over one fake switch: rank r's client binds 127.0.0.1:bind_port + r, and the
+    process group's store listens at bind_port + 10. Ranks still running when it fails (a
+    hang the test caught) are killed, so the failure does not hold up the session."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    with FakeSwitch(n, k) as switch:
+        switch.ranks = {("127.0.0.1", bind_port + rank): rank for rank in range(n)}
+        procs = [context.Process(target=target, args=(rank, switch.port, bind_port + 10, queue)) for rank in range(n)]
+        for proc in procs:
+            proc.start()
+        try:
+            return collect(procs, queue, timeout_s)
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+
+
 def test_ddp_hook_reduces_every_bucket_through_the_switch_and_averages() -> None:
     """Every step: the buckets in index order, each switch sum the exact integer sum of the
     ranks' quantized inputs, DDP's gradient that sum over N, and every rank's parameters equal."""
     require_torch()
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    with FakeSwitch(N, K) as switch:
-        switch.ranks = {("127.0.0.1", BIND_PORT + rank): rank for rank in range(N)}
-        procs = [context.Process(target=hooked_rank, args=(rank, switch.port, BIND_PORT + 10, queue)) for rank in range(N)]
-        for proc in procs:
-            proc.start()
-        reports = collect(procs, queue)
+    reports = run_ranks(hooked_rank, N, K, BIND_PORT)
     for rank in range(N):
         assert np.array_equal(reports[rank][0][1], reports[0][0][1]), "DDP did not start every rank from rank 0's parameters"
     for step in range(1, STEPS + 1):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.kinds.torch_training import verify_torch_step
 from base import optional
+from protocol.params import REPO_ROOT
 from protocol.quantize import expected_sum
 from tests.conftest import require_torch
 from tests.experiment_runs import NETWORK_WAIT_S, experiment_argv, leftovers
@@ -63,6 +65,33 @@ def test_a_ddp_script_must_exist_and_needs_pytorch(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(optional.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"workload.kind: ddp_script needs PyTorch"):
         load_experiment(SCRIPT_CONFIG, ["methods=[switchml]"])
+
+
+WITHOUT_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = ['run_experiment.py', *sys.argv[1:]]; "
+                 "runpy.run_path('run_experiment.py', run_name='__main__')")
+"""run_experiment.py with PyTorch hidden: its import fails and importlib.util.find_spec finds none."""
+
+
+def run_without_torch(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_TORCH, *argv], capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
+
+
+def test_a_ddp_config_dry_runs_without_pytorch_and_says_a_run_needs_it() -> None:
+    """Issue 40, point 6: planning a DDP script's run needs no 5.5 GB install; the plan says
+    what a run would need, and the run itself is refused in one line."""
+    planned = run_without_torch(str(SCRIPT_CONFIG), "--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "point 0: 8 workers (star)" in planned.stdout and "(ddp_script)" in planned.stdout
+    needs = [line for line in planned.stdout.splitlines() if line.startswith("a run needs what this machine lacks: ")]
+    assert [line.split(": ", 2)[2] for line in needs] == ["methods: gloo needs PyTorch, which is not installed: " + optional.TORCH_INSTALL,
+                                                          "workload.kind: ddp_script needs PyTorch, which is not installed: " + optional.TORCH_INSTALL]
+    refused = run_without_torch(str(SCRIPT_CONFIG))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().endswith(f"{SCRIPT_CONFIG}: methods: gloo needs PyTorch, which is not installed: {optional.TORCH_INSTALL}")
+    # a torch training's plan counts its model's parameters, which takes PyTorch: refused in one line, dry run or not
+    cnn = run_without_torch(str(CONFIG), "--dry-run")
+    assert cnn.returncode == 2 and len(cnn.stderr.strip().splitlines()) == 1 and "needs PyTorch, which is not installed" in cnn.stderr
 
 
 def step_reports(tmp_path: Path, method: str, inputs: list[list[np.ndarray]], sums: dict[str, np.ndarray],
@@ -215,4 +244,32 @@ def test_a_ddp_script_with_unused_parameters_runs_and_exits_on_both_methods(tmp_
     assert len(runs) == 6 and runs["verified"].all()
     steps, used_map, gradients = 20, 4, 2 * (16 * 4 + 4)  # the map: one int32 per parameter tensor
     assert (runs["elements"] == steps * (used_map + gradients)).all(), "every step: the used-parameter map and the gradients"
+    assert not leftovers(str(out))
+
+
+@pytest.mark.torch
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_the_ddp_tutorials_shape_with_an_overflowed_step_runs_unmodified_through_the_switch(tmp_path: Path) -> None:
+    """Issues 40 (point 6) and 44 (points 5 and 6) on the hosts: tests/data/ddp_tutorial_spawn.py,
+    the tutorial as published (mp.spawn, MASTER_ADDR localhost, "nccl", sys.exit(main())),
+    on 2 hosts through the switch. Each host plays its rank's spawned process, the ranks meet
+    at the testbed's rendezvous, the step whose gradients hold rank 0's inf reaches both as
+    the IEEE sum so both GradScalers skip it (the script checks), and the run is verified."""
+    require_torch()
+    if os.geteuid() != 0:
+        pytest.skip("Mininet tests need root")
+    out = tmp_path / "run"
+    argv = experiment_argv(out, "topology.workers=2", "workload.script=tests/data/ddp_tutorial_spawn.py", "methods=[switchml]",
+                           "limits.job_timeout_s=300", config=SCRIPT_CONFIG)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 400, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 2 and runs["verified"].all() and (runs["packets_sent"] > 0).all()
+    for rank in range(2):
+        log_text = (out / "logs" / "point0" / f"switchml-rank{rank}.log").read_text()
+        assert f"this host runs rank {rank}'s, demo_basic({rank}, ...)" in log_text
+        assert "would meet only this host's ranks" in log_text and "builds a switchml process group" in log_text
+        assert f"rank {rank}: scales [65536.0, 65536.0, 32768.0, 32768.0]; parameters agree: True" in log_text
+    assert "allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum): 1" in done.stdout + done.stderr
     assert not leftovers(str(out))

@@ -63,6 +63,9 @@ class Workload:
     """Rules over several keys, which the schema cannot say clearly."""
     unavailable: Callable[[], str | None] = lambda: None
     """Why it cannot run on this machine (an optional dependency absent), or None."""
+    plans_without_it: bool = False
+    """Whether ``describe`` and ``check`` need no more than this machine has where ``unavailable``
+    says what it lacks, so that a dry run plans it (a DDP script's) rather than refusing."""
     through_ddp: bool = False
     """Its all-reduces are PyTorch DDP's buckets: it runs only methods that have a DDP hook."""
     paced: bool = True

@@ -9,7 +9,8 @@ all-reduce of the script through the method (``tat_s`` their time, ``elements`` 
 elements, packets, retransmissions and bytes), and its ``verified`` is the script's last
 all-reduces verified from every rank's inputs (experiments/kinds/torch_training.py's
 ``verify_buckets``: SwitchML's integer sums bit for bit, Gloo's sums within the float32
-bound). The calls that fell back to Gloo are counted in the log. The script's own output
+bound). The calls that fell back to Gloo are counted in the log, and so are the input
+elements block floating point flushed to 0 (docs/pytorch.md). The script's own output
 is in each rank's log (``logs/point0/<method>-rank<r>.log``).
 """
 
@@ -20,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+import methods
 from experiments.config import Experiment
 from experiments.harness import ExperimentKind, PointNetwork, point_network, worker_spec
 from experiments.kinds.torch_training import verify_buckets
@@ -77,6 +79,10 @@ class ScriptRunner:
         fallbacks = reports[0]["fallbacks"]
         log.info("%s: %d all-reduces through the method, %d calls fell back to Gloo (rank 0%s)", method, reports[0]["all_reduces"],
                  sum(fallbacks.values()), "".join(f"; {name}: {count}" for name, count in sorted(fallbacks.items())))
+        if methods.by_name(method).sum_bits is not None:  # the method quantizes: block floating point
+            flushed = [report["flushed"] for report in reports]
+            log.info("%s: block floating point flushed %d nonzero input elements to 0 (by rank: %s; docs/pytorch.md)", method,
+                     sum(flushed), ", ".join(map(str, flushed)))
         log.info("%s: %s ran %.1f s, %.1f s of it all-reducing %d elements (slowest rank)", method,
                  self.script.name, max(r["script_s"] for r in reports), max(r["stats"]["tat_s"] for r in reports),
                  reports[0]["elements"])

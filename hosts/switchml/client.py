@@ -22,7 +22,7 @@ import numpy as np
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
 from hosts.stats import JobStats
 from hosts.switchml.core import SEQ_MASK, JobContext
-from hosts.switchml.job import AllReduceJob, AllReduceResult
+from hosts.switchml.job import AllReduceJob, AllReduceResult, UnsummableTensor
 from hosts.switchml.mmsg import BatchSocket
 from hosts.switchml.native import resolve
 from hosts.switchml.native.job import NativeJob, NativeRoundTrip
@@ -30,7 +30,7 @@ from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from protocol import params
 from protocol.packet import IPV4_MTU, MAX_K
-from protocol.quantize import block_exponents, dequantize, element_scales
+from protocol.quantize import UNSUMMABLE_EXPONENT, block_exponents, dequantize, element_scales
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,33 @@ def prepare_tensor(tensor: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray |
     if x.ndim != 1:
         raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
     if x.dtype == np.float32:
-        return x, block_exponents(x, k)
+        return lookahead_blocks(x, k)
     if x.dtype == np.int32:
         return x, None
     raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
+
+
+def lookahead_blocks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``x`` as it is quantized, and its blocks' exponents for the lookahead round.
+
+    A block the switch cannot sum (an inf, a NaN, |x| > 2^126) is sent as zeros with
+    ``UNSUMMABLE_EXPONENT``, so every rank learns of it from the round's maximum and the job
+    still completes on every rank (``job_result`` then raises ``UnsummableTensor``). The
+    common tensor costs what ``block_exponents`` costs, and one look at its exponents."""
+    try:
+        exponents = block_exponents(x, k)
+    except ValueError:  # an inf, a NaN or |x| >= 2^127 (check_quantizable)
+        exponents = None
+    if exponents is not None and not (exponents == UNSUMMABLE_EXPONENT).any():
+        return x, exponents
+    with np.errstate(invalid="ignore"):
+        beyond = ~(np.abs(x) <= 2.0 ** (UNSUMMABLE_EXPONENT - 1))  # NaN is not <=
+    unsummable = np.add.reduceat(beyond, np.arange(0, len(x), k)) > 0
+    clean = x.copy()
+    clean[np.repeat(unsummable, k)[: len(x)]] = 0
+    exponents = block_exponents(clean, k)
+    exponents[unsummable] = UNSUMMABLE_EXPONENT
+    return clean, exponents
 
 
 def job_result(int_sum: np.ndarray, e_max: np.ndarray, values: np.ndarray | None, quantized: bool, n_workers: int, k: int,
@@ -75,6 +98,8 @@ def job_result(int_sum: np.ndarray, e_max: np.ndarray, values: np.ndarray | None
     int_sum = int_sum[:length]
     if not quantized:
         return AllReduceResult(values=int_sum, int_sum=int_sum, exponents=None, stats=stats)
+    if (unsummable := np.flatnonzero(e_max == UNSUMMABLE_EXPONENT)).size:
+        raise UnsummableTensor(unsummable, stats)
     if values is None:
         values = dequantize(int_sum, element_scales(e_max, n_workers, k, length))
     return AllReduceResult(values=values[:length], int_sum=int_sum, exponents=e_max, stats=stats)
@@ -135,6 +160,15 @@ class SwitchMLClient:
         log.debug("rank %d: bound %s, switch %s:%d, k=%d, pool=%d", rank, self._sock.getsockname(), switch_ipv4, switch_port, k, pool_size)
 
     @property
+    def n_workers(self) -> int:
+        return self._ctx.n_workers
+
+    @property
+    def k(self) -> int:
+        """Elements per packet: the block of block floating point."""
+        return self._pool.k
+
+    @property
     def address(self) -> tuple[str, int]:
         """Local (IPv4, UDP port) the results must be sent to."""
         return self._sock.getsockname()
@@ -151,8 +185,9 @@ class SwitchMLClient:
     def allreduce(self, tensor: np.ndarray) -> AllReduceResult:
         """Sum ``tensor`` (1-D float32 or int32, any length) over all workers of the job.
 
-        float32 is quantized (protocol.quantize) and its values are rejected with ValueError
-        when NaN, infinite or |x| >= 2^127; int32 is summed with 32-bit wrap-around. A
+        float32 is quantized (protocol.quantize); a tensor with an inf, a NaN or |x| > 2^126
+        on any rank raises UnsummableTensor (a ValueError) on every rank, once the job has
+        completed; int32 is summed with 32-bit wrap-around. A
         tensor shorter than k * pool_size uses only ceil(len / k) slots; an empty tensor
         returns an empty result without sending anything (all workers agree on that).
         Raises SwitchMLTimeout when the job has not finished within job_deadline_s.

@@ -61,6 +61,27 @@ class SwitchMLTimeout(TimeoutError):
         )
 
 
+class UnsummableTensor(ValueError):
+    """A float32 all-reduce whose lookahead round carried ``UNSUMMABLE_EXPONENT``
+    (protocol/quantize.py) for some blocks: a rank's block held an inf, a NaN or an element
+    beyond 2^126, which block floating point cannot carry. Every rank of the job raises it at
+    the same call, after a complete job (the switch's registers and the shadow sets stay in
+    step), so all take the same other route (hosts/torch_backend.py: Gloo's IEEE sum).
+
+    ``blocks`` are the chunks whose exponent said so; ``stats`` the job's statistics."""
+
+    def __init__(self, blocks: np.ndarray, stats: JobStats) -> None:
+        super().__init__(blocks, stats)  # its args rebuild it (SimPy rebuilds what escapes a process from them)
+        self.blocks = blocks
+        self.stats = stats
+
+    def __str__(self) -> str:
+        blocks = self.blocks
+        shown = ", ".join(map(str, blocks[:8].tolist())) + (f" and {len(blocks) - 8} more" if len(blocks) > 8 else "")
+        return (f"the switch cannot sum block(s) {shown}: a rank's block held an inf, a NaN or |x| > 2^126, "
+                "beyond block floating point's int8 exponent")
+
+
 @dataclass
 class AllReduceResult:
     """The aggregated tensor and what it took.

@@ -36,6 +36,7 @@ DDP_SCRIPT = Workload(
     describe=describe,
     check=check,
     unavailable=torch_unavailable,
+    plans_without_it=True,
     through_ddp=True,
     paced=False,
     host="hosts.ddp_script:serve_script",
