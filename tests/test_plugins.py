@@ -7,7 +7,7 @@ the cleanup) takes it without any other file knowing its name.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -102,8 +102,14 @@ def test_a_switch_target_is_its_package_plus_one_registry_line(monkeypatch: pyte
         left.rmdir()
         return [f"folder {left}"]
 
-    toy = replace(targets.REGISTRY["embedded"], name="toy", auto_preference=99, k_choices=(256,), link_rates={256: 4.0},
-                  remove_leftovers=remove_leftovers)
+    embedded = targets.REGISTRY["embedded"]
+
+    class ToyTarget(type(embedded)):  # type: ignore[misc]
+        def remove_leftovers(self) -> list[str]:
+            return remove_leftovers()
+
+    toy = replace(ToyTarget(**{f.name: getattr(embedded, f.name) for f in fields(embedded)}), name="toy", auto_preference=99,
+                  k_choices=(256,), link_rates={256: 4.0})
     monkeypatch.setitem(targets.REGISTRY, "toy", toy)
     point = load_experiment(MAIN, ["switch.target=toy"]).points[0]
     assert point.topology.link_mbps == 4.0, "topology.link.bw_mbps: target is the target's link_rates at k = 256"
