@@ -6,7 +6,12 @@ PYTHON := .venv/bin/python
 # Where make figures and make paper-sim draw: figures/ (ignored by git), so that neither
 # replaces the reference figures unasked. Maintainers redraw those with FIGURES=docs/figures.
 FIGURES ?= figures
-PAPER_CONFIGS := ate_vs_workers_16 tat_vs_size tat_inflation_vs_loss loss_timeline pool_size_sensitivity training_speedup training_convergence
+PAPER_CONFIGS := ate_vs_workers_16 tat_vs_size tat_inflation_vs_loss loss_timeline pool_size_sensitivity training_speedup training_convergence \
+	hierarchical shared_switch
+# Every other config in configs/, and why `make paper` leaves it out (tests/test_bad_input.py holds the two lists to configs/):
+# 8workers is the main job (make run), ate_vs_workers the lighter ate_vs_workers_16, ddp_script, training_torch and
+# training_torch_comm need PyTorch; paper_* are the simulated clock's (make paper-sim).
+NOT_IN_PAPER := 8workers ate_vs_workers ddp_script training_torch training_torch_comm
 # The paper's figures at the paper's scale (100 Gbit/s, 1 us links, 1 ms timeout) on the simulated clock: no root, no Mininet.
 PAPER_SIM_CONFIGS := paper_ate_vs_workers paper_tat_vs_size paper_pool_size_sensitivity paper_tat_inflation_vs_loss
 

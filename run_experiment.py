@@ -23,9 +23,11 @@ import traceback
 # Running as a script from anywhere: make the repository's packages importable.
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
+from base.cli import EXIT_BAD_INPUT, setup_logging, user_error  # noqa: E402
 from base.lifetime import STOP_SIGNALS  # noqa: E402
 
-EXIT_OK, EXIT_NOT_VERIFIED, EXIT_CONFIG, EXIT_FAILED, EXIT_STORAGE, EXIT_UNWRITTEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
+EXIT_OK, EXIT_NOT_VERIFIED, EXIT_FAILED, EXIT_STORAGE, EXIT_UNWRITTEN, EXIT_INTERRUPTED = 0, 1, 3, 4, 5, 130
+EXIT_CONFIG = EXIT_BAD_INPUT
 
 
 STOPPED_BEFORE_START: list[int] = []
@@ -199,15 +201,14 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(argv: list[str] | None) -> int:
     exit_if_stopped_before_start()  # the imports are done
     args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging(args.verbose)
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
     try:
         args.config = shipped_or_given(args.config)
         text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
         experiment = load_experiment(args.config, overrides, text, dry_run=args.dry_run)
     except ConfigError as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
 
     if args.simulate:
         return simulate_command(experiment, args)
@@ -228,9 +229,10 @@ def run_command(argv: list[str] | None) -> int:
             from experiments.data_path import on_every_server
 
             runs = [(target, on_every_server(loaded)) for target, loaded in runs]
+        else:
+            check_destination(args, [loaded for _, loaded in runs])
     except (TargetUnavailableError, ConfigError) as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
     if len(runs) > 1 and not emit(f"switch target {requested}: a root run takes the first of {', '.join(t for t, _ in runs)} "
                                   "that this machine takes; only root can find out which, so this dry run shows each:"):
         return EXIT_STORAGE
@@ -242,10 +244,28 @@ def run_command(argv: list[str] | None) -> int:
         return EXIT_OK if not lacking or emit(lacking.lstrip("\n")) else EXIT_STORAGE
     [(target, experiment)] = runs
     if os.geteuid() != 0:
-        log.error("Mininet needs root: run with sudo (or as root)")
-        return EXIT_CONFIG
+        return user_error(log, "Mininet needs root: run with sudo (or as root)")
 
     return run_reported(experiment, target, args)
+
+
+def check_destination(args: argparse.Namespace, candidates: list[Experiment]) -> None:
+    """For --dry-run: ConfigError where the run would refuse its results folder, without
+    creating it: an --out it cannot claim, or a --resume folder that is no unfinished run of
+    this config on this clock (of one of ``candidates``, the configs 'auto' might run)."""
+    from experiments.run_dir import check_out_dir, check_resumable
+
+    if args.out is not None:
+        check_out_dir(args.out)
+    if args.resume is None:
+        return
+    refusals = []
+    for experiment in candidates:
+        try:
+            return check_resumable(args.resume, experiment, simulated=args.simulate)
+        except ConfigError as exc:
+            refusals.append(exc)
+    raise refusals[0]
 
 
 def run_reported(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
@@ -256,8 +276,7 @@ def run_reported(experiment: Experiment, target: str, args: argparse.Namespace) 
     try:
         return run(experiment, target, args)
     except ConfigError as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
     except Exception as exc:
         results = args.resume or args.out or RESULTS_DIR / experiment.name
         problem = storage_problem(exc, results)
@@ -283,9 +302,10 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
             raise SimulationUnsupported(f"--simulate: {kind.name} experiments have no simulator yet (experiments/kinds/: "
                                         "ExperimentKind.simulator)")
         loaded = check_simulable(loaded)
+        if args.dry_run:
+            check_destination(args, [loaded])
     except (SimulationUnsupported, ConfigError) as exc:
-        log.error("%s", exc)
-        return EXIT_CONFIG
+        return user_error(log, exc)
     workers = " and ".join(f"the {protocol.label} worker's core" for protocol in aggregations_of([m for p in loaded.points for m in p.methods]))
     if not emit(f"{describe(loaded, target)}\n  simulated: {target}'s own data plane{f' and {workers}' if workers else ''} on a simulated clock"):
         return EXIT_STORAGE
@@ -311,9 +331,10 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
 
     told_failures: tuple[type[Exception], ...] = (WorkerFailure, DependencyFailed, DataPlaneStartError, SimulationFailed)
     if not args.simulate:  # Mininet's network (a simulated run needs no Mininet installed)
+        from network.cluster import ClusterError
         from network.emulation import NetworkError
 
-        told_failures += (NetworkError,)
+        told_failures += (NetworkError, ClusterError)  # a server: "server srv2: copying ... there failed: ..."
     exit_if_stopped_before_start()  # the run's own imports are done; nothing is written yet
     if args.resume:
         check_resumable(args.resume, experiment, simulated=args.simulate)
@@ -339,9 +360,9 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
             for stopping in STOP_SIGNALS:  # torn down: a late one must not kill the exit itself
                 signal.signal(stopping, signal.SIG_IGN)
             if isinstance(interrupt, WaitInterrupted):  # no network of this point was built
-                log.error("%s; results so far in %s (continue with %s)", interrupt, run_dir, resume_command(run_dir))
+                log.error("%s; results so far in %s (continue with %s)", interrupt, run_dir, resume_command(run_dir, args.simulate))
             else:
-                log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir))
+                log.error("interrupted; network torn down; partial results in %s (continue with %s)", run_dir, resume_command(run_dir, args.simulate))
             return EXIT_INTERRUPTED
         except Exception as exc:
             if isinstance(exc, ConfigError) or storage_problem(exc, run_dir) is not None:  # a server unfit for the run: one line, exit 2

@@ -33,6 +33,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
+from base.cli import setup_logging, user_error
 from analysis.catalog import FIGURES, RUN_FIGURES, FigureSpec, render_run, save_figure, select_run
 from analysis.context import EMULATED, SIMULATED
 from analysis.load import Results, ResultsFormatError, find_runs, load_results
@@ -57,16 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         if results is not None and simulated is not None:
             results = results.on_clock(simulated)
     except (ResultsFormatError, FileNotFoundError) as problem:  # nothing to draw from: one line, not a traceback
-        log.error("%s", problem)
-        return 2
+        return user_error(log, problem)
     planned, skipped = _plan(args, results, simulated)
     drawn = [Drawn.read(name, run) for name, _, runs in planned for run in runs]
     for run in drawn:
         log.info("provenance of %s", run.line())
     problem = mixing(drawn, args.mixed_commits, args.mixed_clocks)
     if problem is not None:
-        log.error("%s", problem)
-        return 2
+        return user_error(log, problem)
     return _draw(args, planned, skipped)
 
 
@@ -131,7 +130,7 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mixed-clocks", action="store_true", help="allow emulated and simulated runs in one set of figures")
     parser.add_argument("--mixed-commits", action="store_true", help="allow runs of different commits in one set of figures")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    setup_logging()
     matplotlib.use("Agg")
     return args
 

@@ -27,6 +27,7 @@ import methods
 from protocol import params
 from protocol import results_format as fmt
 from protocol.packet import frame_bytes
+from topologies.model import loss_probability
 
 NAME = "hierarchical"
 MODES = ("spine", "hierarchical")
@@ -52,7 +53,7 @@ def point_settings(run: Path) -> pd.DataFrame:
         topology = values[int(index)] if len(values) > 1 else config["topology"]
         uplink = topology.get("uplink", topology.get("link", {}))
         rows.append({"point": int(index), "aggregation": network["aggregation"], "uplink_mbps": uplink.get("bw_mbps"),
-                     "uplink_loss": float(uplink.get("loss", 0.0))})
+                     "uplink_loss": loss_probability(uplink.get("loss", 0.0))})
     return pd.DataFrame(rows)
 
 

@@ -269,3 +269,35 @@ def _remove(cgroup: Cgroup) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+UNLIMITED_V1 = 1 << 62
+"""cgroup v1 writes "no limit" as a page-rounded 2^63 - 1; anything above this is none."""
+
+
+def memory_limit() -> tuple[int, str]:
+    """The memory this process and its children may use together, and what sets it: the
+    machine's physical memory, or less where the memory cgroup this process is in, or one
+    above it, has a limit (a container's, a systemd slice's): memory.max in cgroup v2,
+    memory.limit_in_bytes in v1. Past that limit the kernel's OOM killer ends a process of
+    the run, without a word, however much memory the machine has."""
+    best = (os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "this machine's physical memory")
+    mounts, own = _mounts(), _own_cgroups()
+    hierarchies = []
+    if "cgroup2" in mounts:
+        hierarchies.append((mounts["cgroup2"], own.get("", "/"), "memory.max"))
+    if "memory" in mounts:
+        hierarchies.append((mounts["memory"], own.get("memory", "/"), "memory.limit_in_bytes"))
+    for root, relative, name in hierarchies:
+        folder = root / relative.lstrip("/")
+        while folder.is_relative_to(root):
+            try:
+                text = (folder / name).read_text().strip()
+            except OSError:  # the root cgroup has no limit file; a cgroup outside this namespace's view
+                text = "max"
+            if text != "max" and int(text) < min(best[0], UNLIMITED_V1):
+                best = (int(text), f"the limit of memory cgroup {folder} ({name})")
+            if folder == root:
+                break
+            folder = folder.parent
+    return best

@@ -101,56 +101,121 @@ def load_yaml(path: Path) -> Any:
     return parse_yaml(read_yaml_text(path), str(path))
 
 
-def read_yaml_text(path: Path) -> str:
+def read_yaml_text(path: Path, kind: str = "YAML") -> str:
     """A YAML file's text, read once: a file, a pipe (``<(generate-config)``, whose second
     read would find it empty) or ``-`` for standard input; a missing, unreadable, binary or
-    oversized one becomes a ConfigError naming it."""
+    oversized one becomes a ConfigError naming it. A UTF-8 byte order mark (what "CSV UTF-8"
+    and some Windows editors write first) is dropped. ``kind`` names the format in the
+    messages (a dnn_benchmark CSV trace is read here too, under the same bound)."""
     try:
         if path == STDIN:
             text = sys.stdin.read(MAX_YAML_BYTES + 1)
         else:
             size = path.stat().st_size
             if size > MAX_YAML_BYTES:
-                raise ConfigError(f"{path}: {size:,} bytes; a YAML file here may have at most {MAX_YAML_BYTES:,}")
+                raise ConfigError(f"{path}: {size:,} bytes; a {kind} file here may have at most {MAX_YAML_BYTES:,}")
             text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, not a YAML file") from None
+        raise ConfigError(f"{path}: is a directory, not a {kind} file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a text (YAML) file: byte {exc.start} is not UTF-8") from None
-    return text
+        raise ConfigError(f"{path}: not a text ({kind}) file: byte {exc.start} is not UTF-8") from None
+    return text.removeprefix("\ufeff")
+
+
+MAX_YAML_DEPTH = 100
+"""Levels a document may nest (the shipped configs, topologies and traces need at most 6).
+PyYAML composes a document by recursion, and the schema check and the merges recurse on
+the data: without a bound, a few thousand ``[`` end in a RecursionError."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a document nested deeper than MAX_YAML_DEPTH while it
+    is composed (before its recursion reaches Python's limit)."""
+
+    def __init__(self, stream: str) -> None:
+        self._depth = 0
+        super().__init__(stream)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text (a file's, or a --set value); ConfigError naming ``source`` for a
-    syntax error or a document whose aliases expand past MAX_YAML_NODES."""
+    syntax error, a character YAML does not allow (a control character), a key given twice
+    in one mapping (both lines named: PyYAML would keep the last one silently), a document
+    nested deeper than MAX_YAML_DEPTH or whose aliases expand past MAX_YAML_NODES."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError(f"{source}: {len(text):,} characters; YAML here may have at most {MAX_YAML_BYTES:,}")
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # inside the try: the reader checks the first characters as it is built
         node = loader.get_single_node()
         if node is None:
             return None
-        expanded = _expanded_size(node)
+        expanded, depth = _measure(node)
         if expanded > MAX_YAML_NODES:
             raise ConfigError(f"{source}: its aliases expand to more than {MAX_YAML_NODES:,} values (an alias bomb?)")
+        if depth > MAX_YAML_DEPTH:
+            raise ConfigError(f"{source}: its aliases nest deeper than {MAX_YAML_DEPTH} levels")
+        _refuse_duplicate_keys(loader, node, source)
         return loader.construct_document(node)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(f"{source}: not valid YAML: character U+{exc.character:04X} (line {line}) is not allowed in YAML "
+                          "(a control character?)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    """How many values ``root`` holds with every alias expanded, counted on the node graph
-    (each shared node once, its size memoized), so that counting a bomb costs no more than
-    its text; capped at MAX_YAML_NODES + 1. A node that is an alias of itself (a recursive
-    document) expands without end: it counts as over the limit."""
+def _refuse_duplicate_keys(loader: yaml.SafeLoader, root: yaml.Node, source: str) -> None:
+    """ConfigError naming the first key that a mapping of ``root`` gives twice, with both lines.
+    Keys compare as the values they construct to (``1`` and ``0x1`` are one key); a merge
+    (``<<: *defaults``) is no duplicate, since overriding merged keys is what it is for."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        stack.extend(_children(node))
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        marks: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = loader.construct_object(key_node)
+            mark = key_node.start_mark
+            if key in marks:
+                first = marks[key]
+                where = (f"lines {first.line + 1} and {mark.line + 1}" if first.line != mark.line
+                         else f"line {mark.line + 1}, columns {first.column + 1} and {mark.column + 1}")
+                raise ConfigError(f"{source}: key {key!r} appears twice in one mapping ({where}); YAML keeps only the last: remove one")
+            marks[key] = mark
+
+
+def _measure(root: yaml.Node) -> tuple[int, int]:
+    """How many values ``root`` holds with every alias expanded, and how deep it nests, counted
+    on the node graph (each shared node once, memoized), so that counting a bomb costs no more
+    than its text; the size is capped at MAX_YAML_NODES + 1. A node that is an alias of itself
+    (a recursive document) expands without end: it counts as over the limit."""
     over = MAX_YAML_NODES + 1
-    sizes: dict[int, int] = {}
+    sizes: dict[int, tuple[int, int]] = {}
     on_path: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:  # depth first without recursion: a deeply nested document must not overflow the stack
@@ -158,10 +223,11 @@ def _expanded_size(root: yaml.Node) -> int:
         key = id(node)
         if children_counted:
             on_path.discard(key)
-            sizes[key] = min(1 + sum(sizes[id(child)] for child in _children(node)), over)
+            children = [sizes[id(child)] for child in _children(node)]
+            sizes[key] = (min(1 + sum(size for size, _ in children), over), 1 + max((depth for _, depth in children), default=0))
         elif key not in sizes:
             if key in on_path:
-                return over
+                return over, 0
             on_path.add(key)
             stack.append((node, True))
             stack.extend((child, False) for child in _children(node) if id(child) not in sizes)

@@ -13,12 +13,12 @@ each method's deadline follows from its bound: experiments/limits.py).
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 
+from base.cgroup import memory_limit
 from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.limits import Limit, fastest_allreduce_s, job_limit
 from base.plugin import resolve
@@ -81,9 +81,24 @@ def experiment_schema() -> dict[str, Any]:
     return schema
 
 
-MEMORY_BYTES_PER_ELEMENT = 12
-"""The least memory a worker's element takes: its input and its result in the worker (4
-bytes each) and its input in the runner, which keeps every rank's to check the sum (4)."""
+@dataclass(frozen=True)
+class MemoryModel:
+    """The peak memory of a run, all its processes together: a base (the interpreters,
+    Mininet, the switch) and bytes per element and worker (each rank's input, its result and
+    the integer buffers of its worker, and the runner's copy of every rank's input, which it
+    keeps to check the sum). Measured as a memory cgroup's peak over runs of float32 tensors
+    (docs/memory.md, benchmarks/memory_peak.py)."""
+
+    clock: str
+    base_bytes: int
+    bytes_per_element: int
+
+    def needed(self, jobs: list[tuple[int, int]]) -> int:
+        return self.base_bytes + self.bytes_per_element * sum(elements * workers for elements, workers in jobs)
+
+
+EMULATED_MEMORY = MemoryModel("in an emulated run", base_bytes=240_000_000, bytes_per_element=31)
+SIMULATED_MEMORY = MemoryModel("even on the simulated clock, which needs the least", base_bytes=70_000_000, bytes_per_element=24)
 
 MAX_EMULATED_HOSTS = 32
 """The most hosts an emulated network has (one switch's workers, SWITCHML_MAX_WORKERS, and
@@ -332,14 +347,20 @@ def available_congestion_controls() -> list[str]:
 
 def check_emulable(experiment: Experiment) -> None:
     """Refuse, naming the point and the limit, a point with more hosts than an emulated run
-    takes (``MAX_EMULATED_HOSTS``); run_experiment.py checks it for every run but --simulate."""
+    takes (``MAX_EMULATED_HOSTS``) or tensors it has no memory for (``EMULATED_MEMORY``), or a
+    config written for the simulated clock only (``clock: simulated``); run_experiment.py
+    checks it for every run but --simulate."""
     for point in experiment.points:
         hosts = len(point.topology.hosts)
+        where = _point_label(experiment.source, point)
         if hosts > MAX_EMULATED_HOSTS:
-            where = str(experiment.source) if point.sweep_param is None else f"{experiment.source} (sweep {point.sweep_param} = {point.sweep_value!r})"
             raise ConfigError(f"{where}: topology.workers: {hosts} hosts; an emulated run takes at most {MAX_EMULATED_HOSTS} "
                               "(experiments/config.py, MAX_EMULATED_HOSTS); --simulate runs larger topologies (up to the topology "
                               "schema's 512 workers)")
+        check_memory(_jobs(point.data, point.topology), EMULATED_MEMORY, where)
+    if experiment.data.get("clock") == "simulated":
+        raise ConfigError(f"{experiment.source}: clock: simulated: this config is written for the simulated clock (its links are faster "
+                          "than emulation carries); run it with --simulate")
 
 
 def _jobs(data: Mapping[str, Any], topology: Topology) -> list[tuple[int, int]]:
@@ -357,13 +378,7 @@ def _check_feasible(data: Mapping[str, Any], topology: Topology, source: str) ->
     method's link-rate bound (methods/) -- must fit in limits.job_timeout_s, where the config
     sets it (a derived deadline is several times that by construction)."""
     jobs = _jobs(data, topology)
-    needed = sum(MEMORY_BYTES_PER_ELEMENT * elements * workers for elements, workers in jobs)
-    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    if needed > memory:
-        raise ConfigError(
-            f"{source}: workload.elements: {' + '.join(f'{e:,} elements x {w} workers' for e, w in jobs)} need at least "
-            f"{needed / 1e9:.1f} GB of memory ({MEMORY_BYTES_PER_ELEMENT} bytes per element and worker); this machine has {memory / 1e9:.1f} GB"
-        )
+    check_memory(jobs, SIMULATED_MEMORY, source)  # the lesser: what a run on either clock needs; check_emulable checks the other
     timeout = data["limits"].get("job_timeout_s")
     if timeout is None:
         return
@@ -378,6 +393,20 @@ def _check_feasible(data: Mapping[str, Any], topology: Topology, source: str) ->
                     f"over {workers} workers takes at least {fastest:.3g} s on these links ({rate}, {topology.round_trip_s * 1000:g} ms "
                     f"round trip); raise limits.job_timeout_s, or make the links faster or the tensor smaller"
                 )
+
+
+def check_memory(jobs: list[tuple[int, int]], model: MemoryModel, source: str) -> None:
+    """Refuse tensors whose run would outgrow the memory this process may use (``memory_limit``:
+    the machine's, or its memory cgroup's, as in a container), where the kernel's OOM killer
+    would end it with no word of why."""
+    needed = model.needed(jobs)
+    memory, limited_by = memory_limit()
+    if needed > memory:
+        raise ConfigError(
+            f"{source}: workload.elements: {' + '.join(f'{e:,} elements x {w} workers' for e, w in jobs)} need about "
+            f"{needed / 1e9:.1f} GB of memory {model.clock} ({model.bytes_per_element} bytes per element and worker and "
+            f"{model.base_bytes / 1e9:.2g} GB besides); {limited_by} is {memory / 1e9:.1f} GB"
+        )
 
 
 def _check_ddp_methods(data: Mapping[str, Any], source: str) -> None:
@@ -443,9 +472,18 @@ def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_
         )
 
 
+def _point_label(source: Path, point: Point) -> str:
+    """How an error names a point: the config, and the sweep value where there is one."""
+    return _label(source, point.sweep_param, point.sweep_value)
+
+
+def _label(source: Path, sweep_param: str | None, sweep_value: Any) -> str:
+    return str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
+
+
 def _resolve_point(data: dict[str, Any], source: Path, index: int, sweep_param: str | None, sweep_value: Any,
                    link_rate_source: str = LINK_RATE_KEY) -> Point:
-    label = str(source) if sweep_param is None else f"{source} (sweep {sweep_param} = {sweep_value!r})"
+    label = _label(source, sweep_param, sweep_value)
     validate(data, experiment_schema(), label)
     workload = data["workload"]
     reject_keys(workload, workload_of(workload).keys, f"workload kind {workload['kind']}", label, "workload.")
@@ -520,9 +558,30 @@ def load_experiment(path: Path, overrides: list[str] | tuple[str, ...] = (), tex
         raise ConfigError(f"{path}: name: {data['name']!r} would put the results outside results/; name the experiment")
     if data.get("cluster", {}).get("ssh_config") is not None:  # relative to the config, recorded absolute
         data["cluster"]["ssh_config"] = str((path.parent / data["cluster"]["ssh_config"]).resolve())
+    resolve_workload_files(data, path)
     if data.get("sweep") is not None:
         _check_sweep(data["sweep"], overridden, path)
     return replace(_expand(data, path, frozenset(overridden)), unavailable=unavailable)
+
+
+TRACE_FILE_SUFFIXES = (".yaml", ".yml", ".csv")
+"""A ``workload.model`` ending in one of these is a file; without, a shipped trace's name."""
+
+
+def resolve_workload_files(data: dict[str, Any], config: Path) -> None:
+    """``workload.script`` and a ``workload.model`` file, found as ``topology.file`` is: next to
+    the config first, then in the current folder; recorded absolute (config.yaml then resumes
+    from anywhere). A file found nowhere is left as written, for its check to name."""
+    workload = data.get("workload")
+    if not isinstance(workload, dict):
+        return
+    for key in ("script", "model"):
+        value = workload.get(key)
+        if not isinstance(value, str) or (key == "model" and not value.endswith(TRACE_FILE_SUFFIXES)) or Path(value).is_absolute():
+            continue
+        found = next((candidate for candidate in (config.parent / value, Path(value)) if candidate.is_file()), None)
+        if found is not None:
+            workload[key] = str(found.resolve())
 
 
 def _expand(data: dict[str, Any], path: Path, overridden: frozenset[str]) -> Experiment:
@@ -537,6 +596,7 @@ def _expand(data: dict[str, Any], path: Path, overridden: frozenset[str]) -> Exp
         for index, value in enumerate(sweep["values"]):
             point_data = copy.deepcopy(data)
             set_dotted(point_data, sweep["param"], copy.deepcopy(value), f"{path}: sweep.param")
+            resolve_workload_files(point_data, path)  # a sweep over workload.model or workload.script
             # Again: a sweep value that is a whole section (workload, limits) replaced the defaults in it.
             points.append(_resolve_point(with_defaults(point_data), path, index, sweep["param"], value, link_rate_source))
     return Experiment(name=data["name"], source=path, data=data, points=tuple(points), link_rate_source=link_rate_source,

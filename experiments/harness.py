@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Se
 import numpy as np
 
 from experiments.config import Experiment, Point
-from experiments.job_meter import JobMeter
+from experiments.job_meter import JobMeasurement, JobMeter
 from experiments.results import ResultsWriter
 from methods.verification import Expected, Verdict
 from experiments.limits import Limit
 from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
+from network.evidence import aggregation_evidence
 from protocol.worker_spec import WorkerSpec, job_section
 from switches.fabric import SharedJob
 
@@ -135,10 +136,31 @@ class PointNetwork:
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
                          Limit("limits.worker_exit_s", self.point.limits["worker_exit_s"]),
                          dependencies=self.net.dependencies(),
-                         remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for) as group, \
+                         remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for,
+                         switch_problems=self.net.switch_problems) as group, \
                 group.dependencies_checked():
             group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
             yield group
+
+    def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]],
+                           verdicts: Sequence[Verdict]) -> None:
+        """After a SwitchML job whose sums came back wrong, log what points at the switch,
+        where one switch aggregated one job (the verifier only says the sums are wrong): its
+        counters (network/evidence.py: ``aggregation_evidence``), and every rank holding the
+        same wrong integer sum -- what the switch multicast, not what a worker made of it."""
+        net = self.net
+        if method != methods.SWITCHML.name or net.fabric is None or net.fabric.hierarchical or net.jobs.shared or not reports:
+            return
+        switch = net.fabric.aggregator.name
+        stats = reports[0]["stats"]
+        found = [aggregation_evidence(measured.counters.get(switch, {}), switch, len(reports), stats["packets_sent"] - stats["retransmissions"])]
+        details = {verdict.detail for verdict in verdicts}
+        if not any(verdict.verified for verdict in verdicts) and len(details) == 1 and details.pop().startswith("integer sum: "):
+            found.append(f"every rank got the same wrong integer sum ({verdicts[0].detail.removeprefix('integer sum: ')}): switch {switch} "
+                         "multicast a wrong aggregate; its registers changed under the job (reset or written from outside it, as through "
+                         "its control-plane CLI) or its program is wrong")
+        if any(found):
+            log.error("the likely cause: %s", "; ".join(f for f in found if f))
 
     def meter(self, group: WorkerGroup) -> JobMeter:
         """A meter over the switches and ``group``'s workers (by host name)."""

@@ -74,7 +74,7 @@ class ResultsWriter:
         self._network: dict[int, dict[str, Any]] = {}
         self.simulation: dict[str, Any] | None = None
         """The simulator's models (``mark_simulated``); None for an emulated run."""
-        network_path = run_dir / "network.json"
+        network_path = run_dir / fmt.NETWORK_FILE
         if network_path.exists():
             self._network = {int(k): v for k, v in json.loads(network_path.read_text()).items()}
 
@@ -119,7 +119,7 @@ class ResultsWriter:
 
     def record_network(self, point: int, description: dict[str, Any]) -> None:
         self._network[point] = description
-        (self.run_dir / "network.json").write_text(json.dumps(self._network, indent=1))
+        (self.run_dir / fmt.NETWORK_FILE).write_text(json.dumps(self._network, indent=1))
 
     def add_repetition(
         self,

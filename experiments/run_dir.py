@@ -15,14 +15,15 @@ the run exactly (``resume_command``).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import yaml
 
 from base.yamlschema import ConfigError, load_yaml
-from experiments.storage import STORAGE_ERRNOS
-from protocol.results_format import CONFIG_FILE, SUMMARY_FILE, resume_command
+from experiments.storage import STORAGE_ERRNOS, existing_ancestor
+from protocol.results_format import CONFIG_FILE, NETWORK_FILE, SUMMARY_FILE, resume_command
 
 if TYPE_CHECKING:
     from experiments.config import Experiment
@@ -63,8 +64,37 @@ def new_run_dir(parent: Path, stamp: str) -> Path:
     raise ConfigError(f"{parent}: {MAX_SAME_SECOND_RUNS} runs started at {stamp}; choose a folder with --out")
 
 
+def check_path_names(path: Path, what: str) -> None:
+    """ConfigError naming a folder or file name in ``path`` longer than a file system takes
+    (NAME_MAX, 255 bytes): mkdir would fail on it only once the run has started."""
+    name_max = os.pathconf(path.anchor or ".", "PC_NAME_MAX")
+    for part in path.parts:
+        length = len(os.fsencode(part))
+        if length > name_max:
+            raise ConfigError(f"{what}: the name {part[:16]}... is {length} bytes long; a file system takes at most {name_max}")
+
+
+def check_out_dir(path: Path) -> None:
+    """ConfigError where ``claim_out_dir`` would fail, checked without creating anything (for
+    --dry-run): a name too long, a file, another run's folder, or a parent that is a file or
+    cannot be written."""
+    check_path_names(path, f"--out {path}")
+    existing = existing_ancestor(path.absolute())
+    if existing == path.absolute():
+        if not path.is_dir():
+            raise ConfigError(f"--out {path}: exists and is not a folder")
+        if any(path.iterdir()):
+            raise ConfigError(f"--out {path}: folder is not empty (another run's results?); choose a new folder, "
+                              f"or continue that run with --resume {path}")
+    elif not existing.is_dir():
+        raise ConfigError(f"--out {path}: {existing} is a file, not a folder")
+    elif not os.access(existing, os.W_OK):
+        raise ConfigError(f"--out {path}: cannot create it: {existing} is not writable")
+
+
 def claim_out_dir(path: Path) -> Path:
     """``--out``: created for this run, or an existing empty folder; never another run's folder."""
+    check_path_names(path, f"--out {path}")
     make_parents(path, f"--out {path}")
     try:
         path.mkdir()
@@ -88,6 +118,7 @@ def check_resumable(run_dir: Path, experiment: Experiment, simulated: bool = Fal
     on the same clock (``simulated``: run_experiment.py --simulate; network.json says which
     clock each point it recorded ran on)."""
     recorded_path = run_dir / CONFIG_FILE
+    check_path_names(run_dir, f"--resume {run_dir}")
     if not run_dir.is_dir():
         raise ConfigError(f"--resume {run_dir}: no such folder")
     if not recorded_path.is_file():
@@ -95,7 +126,7 @@ def check_resumable(run_dir: Path, experiment: Experiment, simulated: bool = Fal
     finished = _finished(run_dir)
     if finished is not None:
         raise ConfigError(f"--resume {run_dir}: nothing to resume: the run finished ({finished}); its record stays as it is")
-    network_path = run_dir / "network.json"
+    network_path = run_dir / NETWORK_FILE
     if network_path.is_file():
         clocks = {bool(point.get("simulated", False)) for point in json.loads(network_path.read_text()).values()}
         if clocks and clocks != {simulated}:
@@ -109,7 +140,7 @@ def check_resumable(run_dir: Path, experiment: Experiment, simulated: bool = Fal
         more = f"; and {len(differences) - DIFFERENCES_SHOWN} more" if len(differences) > DIFFERENCES_SHOWN else ""
         raise ConfigError(
             f"--resume {run_dir}: that run used another config than {experiment.source} "
-            f"({shown}{more}); resume it with {resume_command(run_dir)}"
+            f"({shown}{more}); resume it with {resume_command(run_dir, simulated)}"
         )
 
 

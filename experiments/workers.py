@@ -60,6 +60,16 @@ reports a missed deadline itself, with details, unless it is hung. A worker that
 (SIGSTOP) cannot report anything: the run fails at the deadline itself, naming it."""
 
 
+def log_tail(log_path: Path) -> list[str]:
+    """The last LOG_TAIL_LINES lines of a rank's log. Its bytes are the rank's own (a script's
+    print of binary data, a library's message in another encoding): those that are not UTF-8
+    are shown escaped (``\\xff``), so that the report still names the rank and its error."""
+    try:
+        return log_path.read_bytes().decode(errors="backslashreplace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError as exc:
+        return [f"(cannot read it: {exc.strerror})"]
+
+
 class WorkerFailure(RuntimeError):
     """A worker exited, reported an error, or did not answer in time."""
 
@@ -75,13 +85,18 @@ class WorkerGroup:
     def __init__(self, method: str, hosts: Sequence[Host], spec_path: Path, log_dir: Path, exit_limit: Limit,
                  dependencies: Mapping[str, Dependency] | None = None,
                  remote_shells: Mapping[str, tuple[str, Callable[[str], str]]] | None = None,
-                 waited_for: Callable[[], Mapping[str, str]] | None = None) -> None:
+                 waited_for: Callable[[], Mapping[str, str]] | None = None,
+                 switch_problems: Callable[[], Sequence[str]] | None = None) -> None:
         self.method = method
         self.exit_limit = exit_limit
         """How long the ranks have to exit once told (``finish``)."""
         self.remote_shells = dict(remote_shells or {})
         """Host name -> (its server, what runs a shell command there), for hosts on another
         server (a rank's /proc there says whether it is stopped)."""
+        self._switch_problems = switch_problems
+        """What is wrong with a running switch (EmulatedNetwork.switch_problems), asked at a
+        deadline before ``waited_for``: a switch detached from its ports freezes its slots,
+        which then seem to wait for a rank."""
         self._waited_for = waited_for
         """Host name -> what the network shows the others wait for it (EmulatedNetwork.waited_for),
         asked when a deadline passes with no process stopped."""
@@ -175,20 +190,34 @@ class WorkerGroup:
                         self._raise_if_stopped(sorted(set(range(len(self.procs))) - set(reports) - {rank}), timed_out)
                         raise WorkerFailure(f"{self.method}: {timed_out}; worker log {self._log_path(rank)}")
                     if report["event"] == "error":
-                        # The worker's OSError as the cause, so that a full disk is told apart (experiments/storage.py).
-                        cause = OSError(report["errno"], os.strerror(report["errno"]), report["filename"]) if "errno" in report else None
-                        raise self._failure(rank, report["message"]) from cause
+                        raise self._reported_failure(rank, report)
                     if report["event"] != event:
                         raise self._failure(rank, f"sent '{report['event']}' while the runner waited for '{event}'")
                     fetch(self.hosts[rank], [Path(report[key]) for key in RESULT_FILES if key in report])
                     reports[rank] = report
         return [reports[r] for r in range(len(self.procs))]
 
+    def _reported_failure(self, rank: int, report: Mapping[str, Any]) -> WorkerFailure:
+        """The failure a rank reported. Its OSError is the failure's cause, so that a full or
+        read-only disk here is told apart (experiments/storage.py) -- unless the rank runs on
+        another server of a cluster: then its disk is that server's, and the failure names it
+        (the results folder here is not the one that refused)."""
+        server = getattr(self.hosts[rank], "server", None)
+        if "errno" not in report:
+            return self._failure(rank, report["message"])
+        if server is not None:
+            return self._failure(rank, f"{report['message']} (a file system of server {server}, where this rank runs, "
+                                       f"not this machine's)")
+        failure = self._failure(rank, report["message"])
+        failure.__cause__ = OSError(report["errno"], os.strerror(report["errno"]), report["filename"])
+        return failure
+
     def _raise_if_stopped(self, ranks: Sequence[int], symptom: str) -> None:
         """Fail naming a stopped worker among ``ranks`` or a stopped dependency, if there is
         one: it made no progress, so it is why the deadline passed (``symptom``). Else fail
-        naming the rank the network shows the others waited for, if it shows one (its link
-        down, the switch's slots waiting for its updates)."""
+        naming a switch the network shows is broken though running (its eBPF program
+        detached from a port), else the rank the network shows the others waited for, if it
+        shows one (its link down, the switch's slots waiting for its updates)."""
         for rank in ranks:
             pid, where, state = self._rank_state(rank)
             if state in STOPPED_STATES:
@@ -196,6 +225,9 @@ class WorkerGroup:
         cause = self._dependencies.stopped()
         if cause is not None:
             raise DependencyStopped(f"{cause}; meanwhile {self.method}: {symptom}")
+        problems = self._switch_problems() if self._switch_problems is not None else []
+        if problems:
+            raise WorkerFailure(f"{'; '.join(problems)}; meanwhile {self.method}: {symptom}")
         found = self._waited_for() if self._waited_for is not None else {}
         for rank, host in enumerate(self.hosts):
             if host.name in found:
@@ -288,7 +320,7 @@ class WorkerGroup:
         """The failure of ``rank``: ``what``, then ``tail`` (default: the last lines of its log)."""
         log_path = self._log_path(rank)
         if tail is None:
-            heading, tail = f"  last lines of {log_path}:", log_path.read_text().splitlines()[-LOG_TAIL_LINES:]
+            heading, tail = f"  last lines of {log_path}:", log_tail(log_path)
         else:
             heading = f"  (in {log_path})"
         host = self.hosts[rank].name

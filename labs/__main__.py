@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from base.cli import setup_logging, user_error
 from base.lifetime import STOP_SIGNALS
 from base.yamlschema import ConfigError
 from labs import catalog
@@ -191,8 +192,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     try:
         written = plot(lab, args.results, args.out)
     except (PlotError, MissingData, ResultsFormatError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return user_error(log, error)
     for path in written:
         print(path)
     return 0 if written else 1
@@ -263,12 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.set_defaults(run=cmd_plot)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    setup_logging()
     try:
         return args.run(args)
     except (ConfigError, SkeletonError, MarkerError, SandboxError, SubmissionError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return user_error(log, error)
 
 
 if __name__ == "__main__":

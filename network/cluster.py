@@ -52,6 +52,7 @@ from mininet.node import Host, Node
 
 from base.lifetime import ThreadWatch, dies_with_this_process
 from base.yamlschema import ConfigError
+from network.cleanup import run_remote_cleanup
 from network.lock import HOLDER_ENV
 from protocol.params import REPO_ROOT
 from switchml_testbed import release
@@ -233,15 +234,9 @@ class Cluster:
     def clean_servers(self, holder: int, directories: Sequence[str] = ()) -> None:
         """Run ``cleanup_argv`` on every server (a teardown: errors are logged, not raised)."""
         for server in self.servers:
-            try:
-                done = subprocess.run(self.cleanup_argv(server, holder, directories), capture_output=True, text=True, timeout=60)
-            except subprocess.TimeoutExpired:
-                log.error("server %s: its cleanup did not finish within 60 s", server)
-                continue
-            if done.returncode != 0:
-                log.error("server %s: cleanup failed: %s", server, (done.stderr or done.stdout).strip())
-            elif done.stderr.strip():
-                log.info("server %s: %s", server, done.stderr.strip().replace("\n", "; "))
+            said = run_remote_cleanup(server, self.cleanup_argv(server, holder, directories))
+            if said is not None:
+                log.info("server %s: %s", server, said)
 
     def close(self) -> None:
         """End the master connections."""
@@ -396,6 +391,10 @@ class RemoteDataPlane:
     def control(self, command_log: Path | None = None) -> SwitchControl:
         return SocketControl(self.local_socket, command_log=command_log)
 
+    def problems(self) -> list[str]:
+        """None beyond its process's death, which the run watches (DataPlane.problems)."""
+        return []
+
     @property
     def threads(self) -> Mapping[str, ThreadWatch]:
         """None here: the switch's own threads (bmv2's learning controller) run beside it on
@@ -474,10 +473,12 @@ class VxlanLink(RemoteLink):
         return None
 
 
-def preflight(cluster: Cluster, switch_target: str, switches: Sequence[str]) -> None:
+def preflight(cluster: Cluster, switch_target: str, switches: Sequence[str], writes: Sequence[Path] = ()) -> None:
     """Every server: reachable as root over ssh, the same commit checked out (and the same
     uncommitted changes) with its venv,
-    the tools on its PATH, an underlay that carries a full VXLAN frame; and where one of
+    the tools on its PATH, an underlay that carries a full VXLAN frame, a file system that
+    takes the folders of ``writes`` (the run copies its inputs and specs to the same paths
+    there, and its workers write their results beside them); and where one of
     ``switches`` is placed, what ``switch_target`` needs there (its ``detect``, run on that
     server: bmv2's simple_switch and p4c, the eBPF switch's clang, bpftool and kernel).
     The first problem raises ServerUnavailableError, one line naming the server."""
@@ -489,7 +490,7 @@ def preflight(cluster: Cluster, switch_target: str, switches: Sequence[str]) -> 
     hosting = {cluster.server_of(switch) for switch in switches}
     for name, server in cluster.servers.items():
         try:
-            _check_server(cluster, name, server, commit)
+            _check_server(cluster, name, server, commit, writes)
             if name in hosting:
                 _check_switch_target(cluster, name, server, switch_target)
         except ClusterError as exc:
@@ -502,11 +503,18 @@ UNCOMMITTED = "diff HEAD | sha256sum | cut -d' ' -f1"
 """A digest of a checkout's changes to tracked files: the same commit runs the same code only with the same ones."""
 
 
-def _check_server(cluster: Cluster, name: str, server: Server, commit: str) -> None:
+WRITABLE_PROBE = ('d={path}; while [ ! -e "$d" ]; do d=$(dirname "$d"); done; '
+                  't=$(mktemp -d -p "$d" 2>&1) && rmdir "$t" && echo writable{index}=yes || echo "writable{index}=$d: ${{t##*: }}"')
+"""Whether a folder could be made at ``path`` on a server: one is made (and removed) in the
+nearest folder of it that exists there; the answer is yes, or that folder and mktemp's reason."""
+
+
+def _check_server(cluster: Cluster, name: str, server: Server, commit: str, writes: Sequence[Path] = ()) -> None:
     """The checks of ``preflight`` but the switch target's, asked in one command (an ssh round
     trip costs 0.1-0.3 s), each answer on a line of its own."""
     checkout, back = shlex.quote(server.checkout), shlex.quote(cluster.underlay_address(LOCAL, name))
     probe = " ; ".join([
+        *(WRITABLE_PROBE.format(path=shlex.quote(str(path)), index=index) for index, path in enumerate(writes)),
         "echo uid=$(id -u)",
         f"echo commit=$(git -C {checkout} rev-parse HEAD 2>/dev/null)",
         f"echo changes=$(git -C {checkout} {UNCOMMITTED} 2>/dev/null)",
@@ -519,6 +527,10 @@ def _check_server(cluster: Cluster, name: str, server: Server, commit: str) -> N
         name, probe, f"not reachable over ssh at {server.user}@{server.address}", timeout=SSH_CONNECT_S + 10).splitlines() if "=" in line)
     if answers["uid"] != "0":
         raise ServerUnavailableError(f"server {name}: {server.user}@{server.address} is not root there (uid {answers['uid']}); the network needs root")
+    for index, path in enumerate(writes):
+        if answers.get(f"writable{index}") != "yes":
+            raise ServerUnavailableError(f"server {name}: cannot write in {answers.get(f'writable{index}', '?')}, where the run keeps "
+                                         f"{path}'s files there (its inputs, specs and results); make it writable there")
     if not answers["commit"]:
         raise ServerUnavailableError(f"server {name}: no git checkout at {server.checkout}")
     if answers["commit"] != commit:

@@ -242,7 +242,7 @@ class EmulatedNetwork:
         if self.cluster_spec is not None:
             cluster = Cluster.start(self.cluster_spec, self.topology, self._scratch / "ssh")
             try:
-                preflight(cluster, self.target, [switch.name for switch in self.topology.switches])
+                preflight(cluster, self.target, [switch.name for switch in self.topology.switches], writes=[self.log_dir, self._scratch])
             except BaseException:
                 cluster.close()  # nothing was started there
                 raise
@@ -472,6 +472,13 @@ class EmulatedNetwork:
             for rank, what in slots_evidence(self.controls[aggregator], aggregator, len(self.topology.hosts)).items():
                 found.setdefault(self.topology.hosts[rank].name, []).append(what)
         return {host: "; ".join(what) for host, what in found.items()}
+
+    def switch_problems(self) -> list[str]:
+        """What is wrong with a running switch that no process's death shows (its eBPF
+        program detached from a port: ``DataPlane.problems``); asked at a deadline that passed,
+        before a rank is blamed from the switch's frozen slots."""
+        assert self.net is not None
+        return [f"switch {switch.name}: {problem}" for switch in self.net.switches for problem in switch.data_plane_problems()]
 
     # -- access ------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from switches.control import SwitchControl
 from switches.programming import BITMAP_REGISTER, COUNT_REGISTER
@@ -67,3 +67,19 @@ def slots_evidence(control: SwitchControl, switch: str, n_workers: int) -> dict[
     waiting = sum(1 for count in counts if 0 < count < n_workers)
     others = "every other rank's" if len(ranks) == 1 else f"every rank's but {', '.join(map(str, ranks))}"
     return {rank: f"{waiting} slot(s) of switch {switch} wait for its update and hold {others}" for rank in ranks}
+
+
+def aggregation_evidence(counters: Mapping[str, int], switch: str, n_workers: int, rounds: int) -> str | None:
+    """What a switch's event counters show of a job whose sums came back wrong, or None when
+    they show nothing amiss. Each of the job's ``rounds`` slot rounds (a worker's first
+    transmissions) takes one update from every worker: the switch aggregates n - 1 of them
+    (EV_UPDATE_CONSUMED) and multicasts the result with the last (EV_RESULT_MULTICAST); loss
+    changes neither (a retransmission is ignored or answered by unicast). Other counts mean
+    the switch's aggregation state changed under the job: its registers reset or written
+    from outside it (bmv2's Thrift CLI, bpftool), or the switch restarted."""
+    consumed, multicast = counters.get("EV_UPDATE_CONSUMED", 0), counters.get("EV_RESULT_MULTICAST", 0)
+    if consumed == (n_workers - 1) * rounds and multicast == rounds:
+        return None
+    return (f"switch {switch} aggregated {consumed:,} updates and multicast {multicast:,} results for a job of {rounds:,} slot rounds "
+            f"x {n_workers} workers, which takes {(n_workers - 1) * rounds:,} and {rounds:,}: its aggregation state changed under the "
+            "job (its registers reset or written from outside it, as through its control-plane CLI, or the switch restarted)")

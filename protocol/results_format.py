@@ -8,6 +8,7 @@ docs/results-format.md; the order here is the order of the files' headers.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,24 @@ TEXT_COLUMNS = ("sweep_param", "sweep_value", "method", "workload", "host", "swi
 """Columns that are text even when every value looks numeric or is empty."""
 
 
-def resume_command(run_dir: Path) -> str:
+NETWORK_FILE = "network.json"
+"""Each point's network as it ran, with ``simulated`` true for a point on the simulated clock."""
+
+
+def ran_simulated(run_dir: Path) -> bool:
+    """Whether the points ``run_dir`` recorded ran on the simulated clock (network.json; a run
+    that recorded none yet, or whose record is unreadable, counts as emulated)."""
+    try:
+        points = json.loads((run_dir / NETWORK_FILE).read_text()).values()
+        return any(bool(point.get("simulated", False)) for point in points)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def resume_command(run_dir: Path, simulated: bool | None = None) -> str:
     """The command that continues ``run_dir`` (its own config.yaml is the config it ran with),
-    quoted for a shell, so that it can be pasted back whatever the path holds."""
-    return shlex.join(["run_experiment.py", str(run_dir / CONFIG_FILE), "--resume", str(run_dir)])
+    quoted for a shell, so that it can be pasted back whatever the path holds; with
+    ``--simulate`` for a run on the simulated clock (``simulated``; None: as its network.json
+    records), since a resume must keep the run's clock."""
+    simulate = ran_simulated(run_dir) if simulated is None else simulated
+    return shlex.join(["run_experiment.py", str(run_dir / CONFIG_FILE), "--resume", str(run_dir), *(["--simulate"] if simulate else [])])

@@ -99,6 +99,10 @@ class TargetSwitch(Switch):
         """Threads of the runner this switch needs (``DataPlane.threads``), empty when stopped."""
         return {} if self._data_plane is None else self._data_plane.threads
 
+    def data_plane_problems(self) -> list[str]:
+        """What is wrong with the running data plane that its process does not show (``DataPlane.problems``)."""
+        return [] if self._data_plane is None else self._data_plane.problems()
+
     def control(self, command_log: Path | None = None) -> SwitchControl:
         """A control-plane connection to this switch (the caller closes it)."""
         if self._data_plane is None or not self._data_plane.running:

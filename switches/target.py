@@ -51,6 +51,11 @@ class DataPlane(Protocol):
         """Threads of this process the switch needs while it runs, by what they are (bmv2's
         learning controller), for the run to watch like its processes; empty for most."""
 
+    def problems(self) -> list[str]:
+        """What is wrong with the running switch that no process's death shows (the eBPF
+        program no longer attached to a port), asked when a job's deadline passed, before a
+        rank is blamed; empty for a target whose switch is a process (watched as one)."""
+
 
 Transmit = Callable[[memoryview], object]
 """A port's transmit function: takes one frame (a view the switch reuses once it returns)."""

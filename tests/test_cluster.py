@@ -5,6 +5,7 @@ afterwards that neither server keeps an interface, namespace, process or file of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -327,4 +329,54 @@ def test_training_and_several_jobs_run_over_two_servers_verified(tmp_path: Path,
     assert json.loads((out / "summary.json").read_text())["verified"] is True
     servers = json.loads((out / "network.json").read_text())["0"]["servers"]
     assert servers["h3"] == servers["h4"] == second.NAME
+    assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))
+
+
+@contextlib.contextmanager
+def read_only_tmp(server: second.Server) -> Iterator[None]:
+    """The second server's /tmp (where a run keeps its files there: the same paths as here)
+    read-only, as a failing disk is remounted, until the block ends."""
+    try:
+        yield
+    finally:
+        assert server.ssh("mount -o remount,rw /tmp").returncode == 0
+
+
+def test_a_server_whose_disk_is_read_only_is_refused_before_the_run_in_one_line(tmp_path: Path, cluster_server: second.Server) -> None:
+    """It gave exit 3 and a ClusterError traceback: the preflight checked tools, commit and
+    MTU, but not that the server can write where the run keeps its files."""
+    with read_only_tmp(cluster_server):
+        assert cluster_server.ssh("mount -o remount,ro /tmp").returncode == 0
+        done = run(cluster_config(tmp_path, cluster_server), tmp_path / "out")
+    assert done.returncode == 2, done.stderr[-3000:]
+    [error] = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert f"ERROR server {second.NAME}: cannot write in /tmp: Read-only file system, where the run keeps " in error, error
+    assert "Traceback" not in done.stderr
+    assert not leftovers(str(tmp_path / "out")) and not remote_leftovers(cluster_server, str(tmp_path / "out"))
+
+
+def test_a_server_disk_turning_read_only_mid_job_is_named_and_what_stays_is_written_down(tmp_path: Path,
+                                                                                        cluster_server: second.Server) -> None:
+    """Mid-job it gave exit 4 naming the results folder here (writable), not the server's
+    file system; the teardown then said it removed the folders there that rmtree(ignore_errors)
+    could not remove, and nothing recorded them."""
+    record = tmp_path / "leftovers.log"
+    with read_only_tmp(cluster_server):
+        def remount(runner: subprocess.Popen) -> None:
+            assert cluster_server.ssh("mount -o remount,ro /tmp").returncode == 0
+
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("SWITCHML_LEFTOVERS_RECORD", str(record))
+            code, output, out = _disturbed(tmp_path, cluster_server, remount)
+        assert code == 3, output[-3000:]
+        assert re.search(rf"switchml: worker rank [23] on h[34]: .*Read-only file system.* \(a file system of server {second.NAME}, "
+                         r"where this rank runs, not this machine's\)", output), output[-3000:]
+        assert re.search(rf"server {second.NAME}: cleanup failed: .*could not remove folder {out}\S*: Read-only file system", output), \
+            output[-3000:]
+        assert f"removed folder {out}" not in output
+        [line] = record.read_text().splitlines()
+        assert f"server {second.NAME}: what a run left there was not removed (" in line and "network.cleanup --holder" in line
+        assert remote_leftovers(cluster_server, str(out)) == [f"file {out}"]
+    command = line.split("; remove it with ", 1)[1]
+    assert subprocess.run(command, shell=True, capture_output=True, timeout=60).returncode == 0  # the record's command finishes it
     assert not leftovers(str(out)) and not remote_leftovers(cluster_server, str(out))

@@ -220,9 +220,10 @@ def test_analysis_of_only_an_interrupted_run_says_so_in_one_line(tmp_path: Path,
     done = subprocess.run([sys.executable, "-m", "analysis", str(stopped), "--out", str(tmp_path / "figures")],
                           capture_output=True, text=True, cwd=REPO_ROOT, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip().splitlines() == [
-        f"ERROR no complete run in {stopped}; {stopped}: incomplete (no summary.json: interrupted or failed); "
-        f"finish it with run_experiment.py {stopped / 'config.yaml'} --resume {stopped}"]
+    [line] = done.stderr.strip().splitlines()
+    assert line.endswith(
+        f" analysis ERROR no complete run in {stopped}; {stopped}: incomplete (no summary.json: interrupted or failed); "
+        f"finish it with run_experiment.py {stopped / 'config.yaml'} --resume {stopped}"), line
 
 
 def test_a_runs_own_config_resumes_it(tmp_path: Path) -> None:

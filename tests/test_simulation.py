@@ -113,8 +113,8 @@ def test_loss_costs_retransmissions_never_exactness(mechanism: str) -> None:
 
 
 def test_a_job_that_cannot_finish_times_out_naming_its_slots() -> None:
-    """Every frame lost: the workers resend until their (simulated) deadline, then say which slots waited."""
-    net = network(2, 100.0, loss=1.0)
+    """All but every frame lost: the workers resend until their (simulated) deadline, then say which slots waited."""
+    net = network(2, 100.0, loss=0.999)  # a loss of 1 is refused: a percentage typed as a probability
     with pytest.raises(SwitchMLTimeout, match=r"no result after 60\.0\d* s for 4 slot\(s\): slot 0"):
         net.allreduce(inputs(2, 1024))
 
@@ -269,7 +269,7 @@ def test_the_analysis_labels_simulated_runs(tmp_path: Path) -> None:
 
 def test_a_simulated_job_that_misses_its_deadline_fails_the_run_in_one_line(tmp_path: Path) -> None:
     done = simulate(CONFIG_DIR / "8workers.yaml", "--set", "methods=[switchml]", "--set", "workload.elements=4096",
-                    "--set", "topology.link.bw_mbps=1000", "--set", "topology.link.loss=1", "--set", "limits.job_timeout_s=2",
+                    "--set", "topology.link.bw_mbps=1000", "--set", "topology.link.loss=0.999", "--set", "limits.job_timeout_s=2",
                     "--set", "repetitions=1", out=tmp_path / "run")
     assert done.returncode == 3, done.stderr
     [line] = [l for l in done.stderr.splitlines() if "ERROR" in l]

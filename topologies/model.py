@@ -232,7 +232,7 @@ def _link_spec(data: Mapping[str, Any]) -> LinkSpec:
     return LinkSpec(
         bw_mbps=None if merged["bw_mbps"] is None else float(merged["bw_mbps"]),
         delay_ms=float(merged["delay_ms"]),
-        loss=float(merged["loss"]),
+        loss=loss_probability(merged["loss"]),
         queue_packets=int(merged["queue_packets"]),
     )
 
@@ -327,6 +327,7 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
     data = deep_merge(data, dict(overrides or {}))
     source = str(path) if context is None else f"{context}: topology ({path.name})"
     key_prefix = "" if context is None else "topology."
+    _check_loss_unit(data, source, key_prefix)
     validate(data, load_schema(SCHEMA_PATH), source, key_prefix)
     reject_keys(data, KIND_KEYS[data["kind"]], f"kind {data['kind']}", source, key_prefix)
     try:
@@ -348,6 +349,33 @@ def load_topology(path: Path, overrides: Mapping[str, Any] | None = None, contex
     _check_addresses(topology, source, key_prefix)
     _check_fan_in(topology, source, key_prefix)
     return topology
+
+
+def loss_probability(loss: float | str) -> float:
+    """A link's loss as a probability: a number is one, a string a percentage with its unit
+    ("1%", "0.01 %": the schema's pattern)."""
+    return float(loss.strip().removesuffix("%")) / 100 if isinstance(loss, str) else float(loss)
+
+
+def _check_loss_unit(data: Mapping[str, Any], source: str, key_prefix: str) -> None:
+    """A loss is a percentage with its unit ("1%") or a probability (0.01); figures and the
+    docs speak of percent. A probability of 1 or more, or 100 % or more, loses every packet
+    (no all-reduce ends): a number like that is a percentage typed as a probability, and is
+    refused saying so, before the schema's bare 'greater than the maximum'."""
+    sections = [(f"{key_prefix}{name}", data.get(name)) for name in ("link", "uplink")]
+    sections += [(f"{key_prefix}links[{i}]", link) for i, link in enumerate(data.get("links") or [])]
+    for where, section in sections:
+        loss = section.get("loss") if isinstance(section, Mapping) else None
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool) and loss >= 1:
+            raise ConfigError(f"{source}: {where}.loss: {loss:g} would lose every packet: a number is a probability, not a percentage; "
+                              f"for {loss:g} % write \"{loss:g}%\" or {loss / 100:g}")
+        if isinstance(loss, str):
+            try:
+                every_packet = loss_probability(loss) >= 1
+            except ValueError:  # no percentage: the schema says what a loss may be
+                continue
+            if every_packet:
+                raise ConfigError(f"{source}: {where}.loss: {loss.strip()} would lose every packet; give less than 100 %")
 
 
 def find_topology(name: str, relative_to: Path | None = None) -> Path:

@@ -63,6 +63,8 @@ class ExperimentRunner:
                 reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
                 measured = meter.stop()
                 verdicts = verify_reports(method, expected, reports, f"point {point.index} {method} rep {repetition}")
+                if not all(v.verified for v in verdicts):
+                    held.explain_wrong_sums(method, measured, reports, verdicts)
                 ok &= all(v.verified for v in verdicts)
                 self.writer.add_repetition(point, method, repetition, reports, verdicts, measured, held.net.report.loss_mechanism)
                 self.progress(f"{method} rep {repetition}")

@@ -210,6 +210,10 @@ class Bmv2Process:
         """simple_switch's pid while it runs (the runner samples its CPU time)."""
         return self._process.pid if self.running else None
 
+    def problems(self) -> list[str]:
+        """None beyond its process's death, which the run watches (DataPlane.problems)."""
+        return []
+
     @property
     def threads(self) -> dict[str, ThreadWatch]:
         """The learning controller's thread while it runs: without it, bmv2 floods every

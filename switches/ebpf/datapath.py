@@ -38,6 +38,7 @@ from switches.ebpf import maps
 from switches.ebpf.bpf import BpfMap, bind_map, open_pinned
 from switches.ebpf.compile import CompileOptions, compile_program
 from switches.ebpf.control import EbpfControl
+from switches.ebpf.stats import attached_program_id
 from switches.target import DataPlaneStartError
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,8 @@ class EbpfDataPlane:
         self.map_ids: dict[str, int] = {}
         self._attached: list[str] = []
         self._own_clsact: set[str] = set()
+        self.program_id: int | None = None
+        """The kernel's id of the loaded program, which every port's tc filter holds."""
 
     @property
     def running(self) -> bool:
@@ -157,6 +160,7 @@ class EbpfDataPlane:
             self.map_ids = self._wire_ports(pin_dir / "prog" / PROGRAM, pin_dir / "maps")
             for ifname in self.ports.values():
                 self._attach(ifname, pin_dir / "prog" / PROGRAM)
+            self.program_id = attached_program_id(next(iter(self.ports.values()))) if self.ports else None
         except BaseException:
             self.stop()
             raise
@@ -191,6 +195,26 @@ class EbpfDataPlane:
             self._own_clsact.add(ifname)
         self._attached.append(ifname)  # before the filter: stop() also undoes a half-done attach
         run(["tc", "filter", "add", "dev", ifname, "ingress", "pref", str(FILTER_PREF), "bpf", "direct-action", "pinned", str(program)])
+
+    def problems(self) -> list[str]:
+        """The ports the program is no longer attached to: a tc filter deleted from outside
+        (``tc filter del``, a ``tc qdisc del ... clsact``) takes the switch off that port for
+        good, while its maps stay frozen as the frames stopped arriving, so that the slots
+        seem to wait for a rank."""
+        detached = []
+        for ifname in self._attached:
+            if not Path("/sys/class/net", ifname).exists():
+                continue  # the port is gone (the network is being torn down)
+            try:
+                attached = attached_program_id(ifname)
+            except (LookupError, subprocess.CalledProcessError, ValueError):
+                attached = None
+            if attached != self.program_id:
+                detached.append(ifname)
+        if not detached:
+            return []
+        return [f"its eBPF program (id {self.program_id}) is no longer attached to the ingress of {', '.join(detached)} "
+                f"(tc filter show dev {detached[0]} ingress shows no filter of it): frames there reach no switch"]
 
     def stop(self) -> None:
         """Detach from every port that still exists; idempotent."""

@@ -180,6 +180,10 @@ class EmbeddedSwitchProcess:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def problems(self) -> list[str]:
+        """None beyond its process's death, which the run watches (DataPlane.problems)."""
+        return []
+
     @property
     def threads(self) -> dict[str, ThreadWatch]:
         """No thread: all of the switch is its process."""

@@ -27,7 +27,7 @@ def check(data: Mapping[str, Any], n_workers: int, source: str) -> None:
 DDP_SCRIPT = Workload(
     name="ddp_script",
     properties={
-        "script": {"type": "string", "description": "ddp_script only: the user's DDP script, run on every host (hosts/ddp_script.py)"},
+        "script": {"type": "string", "description": "ddp_script only: the user's DDP script, run on every host (hosts/ddp_script.py); a relative path is looked for next to the config, then in the current folder (as topology.file)"},
         "args": {"type": "array", "items": {"type": ["string", "number"]},
                  "description": "ddp_script only: the script's command-line arguments ([])"},
     },

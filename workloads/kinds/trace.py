@@ -56,7 +56,7 @@ def check(data: Mapping[str, Any], n_workers: int, source: str) -> None:
 TRACE = Workload(
     name="trace",
     properties={
-        "model": {"type": "string", "description": "trace only: a model's gradient trace, a file in workloads/traces/ (dnn_benchmark format)"},
+        "model": {"type": "string", "description": "trace only: a shipped trace's name (workloads/traces/), or a .yaml trace or dnn_benchmark .csv file, looked for next to the config, then in the current folder (as topology.file)"},
         "size_scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "description":
                        "trace only: every tensor is all-reduced at ceil(count * size_scale) elements and compute times "
                        "shrink by the same factor (1)"},
