@@ -234,7 +234,7 @@ PROTOCOL_REGISTRIES = frozenset({"methods", *TARGET_PACKAGES})
 and each target's descriptor (the protocols it has a data plane for)."""
 MAY_NAME_PROTOCOLS = ("tests", "labs")
 """As for targets: the tests, and the labs, whose handouts teach SwitchML's code by name."""
-PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|network_holder|$)")
+PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|network_holder|leftovers_record|require_|$)")
 """The project's own names, which begin like the protocol's (its package switchml_testbed, its
 commands switchml-<command>, its scratch files and its environment): not the protocol."""
 
