@@ -76,7 +76,7 @@ else:
 # would print each message a second time through its private handler.
 logging.setLoggerClass(logging.Logger)
 
-from experiments.config import Experiment, check_emulable, load_experiment, shipped_or_given  # noqa: E402
+from experiments.config import Experiment, check_data_paths, check_emulable, load_experiment, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from methods import aggregations_of  # noqa: E402
 from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
@@ -223,6 +223,8 @@ def run_command(argv: list[str] | None) -> int:
         # link rate (switch.link_bw_mbps, its link_rates) apply and config.yaml records what ran.
         runs = [(target, experiment if target == requested else experiment.with_target(target))
                 for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
+        for _, loaded in runs:
+            check_data_paths(loaded)  # the native loop built (cached) here, not as the config loads
         if not args.dry_run:  # the servers of a cluster are asked which worker loop they run (a dry run connects nowhere)
             if not MININET:
                 raise ConfigError(NO_MININET)

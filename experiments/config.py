@@ -313,10 +313,22 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
                           f"({', '.join(offered)}: net.ipv4.tcp_available_congestion_control)")
     if data.get("jobs") is not None and topology.aggregation == "hierarchical":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
-    try:
-        resolve_data_path(data["methods"], protocol["data_path"])  # built here (cached), so a run never starts on a path it lacks
-    except DataPathUnavailable as exc:
-        raise ConfigError(f"{source}: protocol.data_path: {protocol['data_path']}: {exc}; 'auto' runs the Python worker where it is") from None
+
+
+def check_data_paths(experiment: Experiment) -> None:
+    """Refuse, as a ConfigError naming the point, a data path its config insists on that this
+    machine cannot run (``protocol.data_path: native`` without a C compiler). Resolving
+    builds the native loop (cached), so the runner asks this once the target is chosen,
+    before anything starts, and loading a config builds nothing."""
+    for point in experiment.points:
+        if not methods.aggregations_of(point.methods):
+            continue
+        try:
+            resolve_data_path(point.methods, point.protocol["data_path"])
+        except DataPathUnavailable as exc:
+            where = str(experiment.source) if point.sweep_param is None else f"{experiment.source} (sweep {point.sweep_param} = {point.sweep_value!r})"
+            raise ConfigError(f"{where}: protocol.data_path: {point.protocol['data_path']}: {exc}; 'auto' runs the Python worker "
+                              "where it is") from None
 
 
 def data_path_protocol(method_names: list[str] | tuple[str, ...]) -> Aggregation:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -511,3 +512,21 @@ def test_a_sweep_that_would_run_other_points_than_written_is_refused(overrides: 
         load_experiment(MAIN_CONFIG, [*overrides, "switch.target=embedded"])
     assert message in str(raised.value) and "\n" not in str(raised.value)
     load_experiment(MAIN_CONFIG, ["sweep={param: topology.workers, values: [2, 4]}", "sweep.values=[2, 3]", "switch.target=embedded"])
+
+
+def test_loading_a_config_builds_nothing_and_the_runner_refuses_a_data_path_it_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading is parsing and checking: the native worker is built (or found missing) when the
+    runner resolves the data path (check_data_paths), never as a config loads."""
+    from experiments.config import check_data_paths
+    from hosts.switchml import native
+
+    def no_compiler() -> None:
+        raise native.NativeUnavailable("no C compiler (pretended)")
+
+    monkeypatch.setattr(native, "resolve", functools.cache(native.resolve.__wrapped__))  # a cache of this test's own
+    monkeypatch.setattr(native, "library", no_compiler)
+    experiment = load_experiment(MAIN_CONFIG, ["protocol.data_path=native"])  # loads: nothing built
+    with pytest.raises(ConfigError, match=r"8workers.yaml: protocol.data_path: native: no C compiler \(pretended\); 'auto' runs"):
+        check_data_paths(experiment)
+    check_data_paths(load_experiment(MAIN_CONFIG, ["protocol.data_path=native", "methods=[ring]"]))  # no SwitchML worker: no data path
+    assert load_experiment(MAIN_CONFIG).points[0].data_path.name == "python", "auto falls back where native does not build"
