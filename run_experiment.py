@@ -76,7 +76,7 @@ else:
 # would print each message a second time through its private handler.
 logging.setLoggerClass(logging.Logger)
 
-from experiments.config import Experiment, check_data_paths, check_emulable, load_experiment, shipped_or_given  # noqa: E402
+from experiments.config import Experiment, check_data_paths, check_emulable, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from methods import aggregations_of  # noqa: E402
 from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
@@ -204,9 +204,11 @@ def run_command(argv: list[str] | None) -> int:
     setup_logging(args.verbose)
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
     try:
+        from experiments.kinds import load
+
         args.config = shipped_or_given(args.config)
         text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
-        experiment = load_experiment(args.config, overrides, text, dry_run=args.dry_run)
+        experiment = load(args.config, overrides, text, dry_run=args.dry_run)  # and its kind's rules
     except ConfigError as exc:
         return user_error(log, exc)
 

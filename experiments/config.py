@@ -26,7 +26,6 @@ import methods
 from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from network.cluster_config import ClusterSpec
 from protocol import params
-from switches.programming import AdmissionError, partition_slots
 from switches.targets import AUTO, REGISTRY
 from topologies.model import Topology, find_topology, load_topology
 import workloads.kinds
@@ -295,8 +294,6 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
         raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
     workload_of(data["workload"]).check(data, len(topology.hosts), source)
     _check_ddp_methods(data, source)
-    if data.get("jobs") is not None:
-        _check_jobs(data, topology, source)
     if data["loss_mechanism"] == "switch":
         try:
             topology.drop_simulator_rates()
@@ -311,8 +308,6 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
     if offered and data["tcp_congestion_control"] not in offered:
         raise ConfigError(f"{source}: tcp_congestion_control: {data['tcp_congestion_control']!r} is not one this kernel offers "
                           f"({', '.join(offered)}: net.ipv4.tcp_available_congestion_control)")
-    if data.get("jobs") is not None and topology.aggregation == "hierarchical":
-        raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
 
 
 def check_data_paths(experiment: Experiment) -> None:
@@ -326,8 +321,7 @@ def check_data_paths(experiment: Experiment) -> None:
         try:
             resolve_data_path(point.methods, point.protocol["data_path"])
         except DataPathUnavailable as exc:
-            where = str(experiment.source) if point.sweep_param is None else f"{experiment.source} (sweep {point.sweep_param} = {point.sweep_value!r})"
-            raise ConfigError(f"{where}: protocol.data_path: {point.protocol['data_path']}: {exc}; 'auto' runs the Python worker "
+            raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.protocol['data_path']}: {exc}; 'auto' runs the Python worker "
                               "where it is") from None
 
 
@@ -364,7 +358,7 @@ def check_emulable(experiment: Experiment) -> None:
     checks it for every run but --simulate."""
     for point in experiment.points:
         hosts = len(point.topology.hosts)
-        where = _point_label(experiment.source, point)
+        where = point_label(experiment.source, point)
         if hosts > MAX_EMULATED_HOSTS:
             raise ConfigError(f"{where}: topology.workers: {hosts} hosts; an emulated run takes at most {MAX_EMULATED_HOSTS} "
                               "(experiments/config.py, MAX_EMULATED_HOSTS); --simulate runs larger topologies (up to the topology "
@@ -433,28 +427,6 @@ def _check_ddp_methods(data: Mapping[str, Any], source: str) -> None:
                           f"got {', '.join(data['methods'])}")
 
 
-def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
-    """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
-    and pools the control plane admits together (the same check it makes on the switch)."""
-    if data["methods"] != [methods.SWITCHML.name] or "elements" not in workload_of(data["workload"]).properties:
-        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [{methods.SWITCHML.name}] on a workload whose jobs give their own "
-                          f"elements (synthetic)")
-    seen: dict[int, int] = {}
-    for job in data["jobs"]:
-        for host in job["hosts"]:
-            if host >= len(topology.hosts):
-                raise ConfigError(f"{source}: jobs: job {job['job_id']} names host {host}; the topology has hosts 0..{len(topology.hosts) - 1}")
-            if host in seen:
-                raise ConfigError(f"{source}: jobs: host {host} is in job {seen[host]} and job {job['job_id']}")
-            seen[host] = job["job_id"]
-        if len(job["hosts"]) > params.MAX_WORKERS:
-            raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers, at most {params.MAX_WORKERS}")
-    try:
-        partition_slots([(job["job_id"], job["pool_size"]) for job in data["jobs"]], data["switch"]["max_pool_size"])
-    except AdmissionError as exc:
-        raise ConfigError(f"{source}: jobs: {exc}") from None
-
-
 def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` over the defaults (DEFAULTS, then its workload kind's), so that a section given
     whole (``--set limits={...}``, a sweep over ``workload``) keeps the defaults of the keys it
@@ -484,7 +456,7 @@ def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_
         )
 
 
-def _point_label(source: Path, point: Point) -> str:
+def point_label(source: Path, point: Point) -> str:
     """How an error names a point: the config, and the sweep value where there is one."""
     return _label(source, point.sweep_param, point.sweep_value)
 

@@ -100,6 +100,10 @@ class ExperimentKind:
     applies: Callable[[Experiment], bool] | None = None
     """Whether a loaded config is of this kind whatever its workload (several jobs on one
     switch), asked before the workload's own kind; None: only when the workload names it."""
+    check: Callable[[Experiment], None] = lambda experiment: None
+    """The rules of this kind that span keys (the shared-switch kind's jobs), asked once a
+    config of this kind has loaded (``experiments.kinds.load``): a ConfigError naming the point
+    and the key. Rules every kind shares stay in experiments/config.py."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, load_ya
 from switches.targets import REGISTRY
 from experiments.config import CONFIG_DIR, check_emulable, load_experiment
 import methods
+from experiments import kinds
 from protocol.params import REPO_ROOT
 from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
 
@@ -271,8 +272,8 @@ def test_tree_aggregation_is_recorded_and_star_refuses_it() -> None:
     assert topology.leaf_address("s3") == ("02:53:4d:4c:01:02", "10.0.0.252")
     with pytest.raises(ConfigError, match="topology.aggregation: not allowed for kind star"):
         load_experiment(MAIN_CONFIG, ["topology.aggregation=hierarchical"])
-    with pytest.raises(ConfigError, match="jobs sharing a switch run on one aggregating switch"):
-        load_experiment(MAIN_CONFIG, ["topology.file=tree.yaml", "topology.aggregation=hierarchical", "methods=[switchml]",
+    with pytest.raises(ConfigError, match="jobs sharing a switch run on one aggregating switch"):  # the shared-switch kind's rule
+        kinds.load(MAIN_CONFIG, ["topology.file=tree.yaml", "topology.aggregation=hierarchical", "methods=[switchml]",
                                       "jobs=[{job_id: 1, hosts: [0, 1], pool_size: 8}]"])
 
 

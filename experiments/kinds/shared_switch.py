@@ -23,15 +23,16 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from experiments import metrics
 from experiments.metrics import shared_switch_jobs, shared_switch_totals
-from experiments.config import Experiment, Point
-from workloads.kinds import point_inputs
+from base.yamlschema import ConfigError
+from experiments.config import Experiment, Point, point_label
+from workloads.kinds import point_inputs, workload_of
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, verify_results, worker_spec
@@ -43,7 +44,10 @@ from experiments.workers import REPORT_GRACE_S
 import methods
 from switches.fabric import SharedJob
 from protocol import results_format as fmt
+from protocol import params
 from protocol.params import mbps_to_bps
+from switches.programming import AdmissionError, partition_slots
+from topologies.model import Topology
 
 log = logging.getLogger(__name__)
 
@@ -249,9 +253,41 @@ class SimulatedSharedSwitchRunner:
         return ok
 
 
+def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
+    """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
+    and pools the control plane admits together (the same check it makes on the switch), on
+    one aggregating switch."""
+    if topology.aggregation == "hierarchical":
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
+    if data["methods"] != [methods.SWITCHML.name] or "elements" not in workload_of(data["workload"]).properties:
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [{methods.SWITCHML.name}] on a workload whose jobs give their own "
+                          f"elements (synthetic)")
+    seen: dict[int, int] = {}
+    for job in data["jobs"]:
+        for host in job["hosts"]:
+            if host >= len(topology.hosts):
+                raise ConfigError(f"{source}: jobs: job {job['job_id']} names host {host}; the topology has hosts 0..{len(topology.hosts) - 1}")
+            if host in seen:
+                raise ConfigError(f"{source}: jobs: host {host} is in job {seen[host]} and job {job['job_id']}")
+            seen[host] = job["job_id"]
+        if len(job["hosts"]) > params.MAX_WORKERS:
+            raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers, at most {params.MAX_WORKERS}")
+    try:
+        partition_slots([(job["job_id"], job["pool_size"]) for job in data["jobs"]], data["switch"]["max_pool_size"])
+    except AdmissionError as exc:
+        raise ConfigError(f"{source}: jobs: {exc}") from None
+
+
+def check(experiment: Experiment) -> None:
+    """The shared-switch rules (``check_jobs``), for every point (the kind's ``check``)."""
+    for point in experiment.points:
+        check_jobs(point.data, point.topology, point_label(experiment.source, point))
+
+
 KIND = ExperimentKind(
     name="shared_switch",
     applies=lambda experiment: experiment.data.get("jobs") is not None,
+    check=check,
     writer=SharedSwitchWriter,
     runner=SharedSwitchRunner,
     unit="repetition",
