@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import network.cleanup as cleanup
-from base.cgroup import CgroupError, memory_cgroup, memory_limit
+from base.cgroup import capped_group, memory_limit
 from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_DEPTH, ConfigError, parse_yaml
 from experiments.config import EMULATED_MEMORY, SIMULATED_MEMORY, load_experiment, resolve_workload_files
 from experiments.limits import Limit
@@ -301,12 +301,12 @@ def test_the_memory_check_reads_the_memory_cgroup_limit(tmp_path: Path) -> None:
     which read the machine's physical memory, and were OOM-killed 6.8 s later with no line."""
     limit = 3 << 30
     dry = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(MAIN_CONFIG), "--dry-run", "--switch", "embedded", "--set", "topology.workers=16"]
-    try:
-        with memory_cgroup(limit, "h3-test-memory") as cgroup:
-            done = [subprocess.run([*dry, "--set", f"workload.elements={elements}"], capture_output=True, text=True, timeout=120,
-                                   stdin=subprocess.DEVNULL, preexec_fn=cgroup.join) for elements in (16 << 20, 6 << 20)]
-    except CgroupError as reason:
-        pytest.skip(f"no memory cgroup can be made here: {reason}")
+    with capped_group("test-memory-check", memory_bytes=limit) as group:
+        if "memory" in group.missing:
+            pytest.skip(f"no memory cgroup can be made here: {group.missing['memory']}")
+        cgroup = next(cgroup for cgroup in group.cgroups if "memory" in cgroup.controllers)
+        done = [subprocess.run([*dry, "--set", f"workload.elements={elements}"], capture_output=True, text=True, timeout=120,
+                               stdin=subprocess.DEVNULL, preexec_fn=group.join) for elements in (16 << 20, 6 << 20)]
     limited = f"the limit of memory cgroup {cgroup.path} (memory.limit_in_bytes) is {limit / 1e9:.1f} GB"
     if cgroup.version == 2:
         limited = limited.replace("memory.limit_in_bytes", "memory.max")
