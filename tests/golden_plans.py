@@ -16,6 +16,7 @@ from typing import Any
 
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.harness import worker_spec
+from protocol.params import REPO_ROOT
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden_plans.json"
 TARGETS = ("embedded", "ebpf")
@@ -54,8 +55,9 @@ def plans() -> dict[str, Any]:
 
 
 def as_json(value: Any) -> Any:
-    """``value`` as JSON reads it back (tuples become lists), so the two sides compare."""
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
+    """``value`` as JSON reads it back (tuples become lists), so the two sides compare, with
+    this checkout's folder written ``<repo>`` (a config's paths are resolved against it)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str).replace(str(REPO_ROOT), "<repo>"))
 
 
 def write(recorded: dict[str, Any]) -> None:
