@@ -3,8 +3,13 @@
 
     run_experiment.py CONFIG [--switch auto|bmv2|ebpf|embedded] [--out DIR] [--set key=value]...
                              [--resume RUN_DIR] [--simulate] [--dry-run] [-v]
+    run_experiment.py [CONFIG] --calibrate quick|full [--switch ...] [--set key=value]... [--dry-run]
 
 Results land in results/<config name>/<UTC timestamp>/ (see docs/results-format.md).
+--calibrate measures the link rates the config's switch targets (auto: every one this machine
+runs) keep up with at its k and worker counts on this machine (default config:
+configs/8workers.yaml), and writes them to results/calibration.yaml, which
+`topology.link.bw_mbps: target` then uses (docs/targets.md).
 The exit status is 0 only when every worker's result of every repetition verified.
 Needs root (Mininet), except with --simulate: the same config on a simulated clock (simulation/). Ctrl-C, SIGTERM, a closed terminal (SIGHUP) or SIGQUIT stops the run
 and tears the network down (a second one waits for the teardown). Exit status: 0 verified, 1 not verified, 2 bad input, 3 run
@@ -63,6 +68,7 @@ if __name__ == "__main__":  # first, so that a Ctrl-C during the imports below i
 import argparse  # noqa: E402
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 from tqdm import tqdm  # noqa: E402
 
@@ -76,7 +82,9 @@ else:
 # would print each message a second time through its private handler.
 logging.setLoggerClass(logging.Logger)
 
-from experiments.config import Experiment, check_data_paths, check_emulable, shipped_or_given  # noqa: E402
+from experiments.calibration.measure import MODES  # noqa: E402
+from experiments.capacity import CONFIG as PROBED_CONFIG, Probe  # noqa: E402
+from experiments.config import TARGET_RATE_SOURCES, Experiment, check_data_paths, check_emulable, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
 from methods import aggregations_of  # noqa: E402
 from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
@@ -93,7 +101,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=program("run_experiment.py"), description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_version_option(parser)
-    parser.add_argument("config", type=Path, help="experiment config (YAML), e.g. configs/8workers.yaml; - reads it from standard input")
+    parser.add_argument("config", type=Path, nargs="?",
+                        help="experiment config (YAML), e.g. configs/8workers.yaml; - reads it from standard input")
     parser.add_argument("--switch", choices=TARGETS, help="switch target (overrides switch.target)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="results directory, new or empty (default results/<name>/<UTC timestamp>)")
@@ -104,8 +113,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run on the simulated clock (simulation/: the worker's and the switch's own code, no Mininet, no root); "
                              "times are simulated seconds")
     parser.add_argument("--dry-run", action="store_true", help="validate the config, print the points, run nothing")
+    parser.add_argument("--calibrate", choices=tuple(MODES),
+                        help="measure the link rates this machine keeps up with for the config (default configs/8workers.yaml) "
+                             "and write them to results/calibration.yaml for bw_mbps: target; quick: its k and most workers, "
+                             "minutes; full: every k and worker count, precise, an hour or more")
     parser.add_argument("-v", "--verbose", action="store_true")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.calibrate is not None:
+        clashing = [flag for flag, given in (("--out", args.out), ("--resume", args.resume), ("--simulate", args.simulate)) if given]
+        if clashing:
+            parser.error(f"--calibrate writes the calibration file, not a run: {', '.join(clashing)} does not apply")
+        args.config = args.config or PROBED_CONFIG
+    elif args.config is None:
+        parser.error("the following arguments are required: config")
+    return args
 
 
 def describe(experiment: Experiment, target: str) -> str:
@@ -214,6 +235,8 @@ def run_command(argv: list[str] | None) -> int:
 
     if args.simulate:
         return simulate_command(experiment, args)
+    if args.calibrate:
+        return calibrate_command(experiment, args)
     requested = experiment.data["switch"]["target"]
     try:
         check_emulable(experiment)
@@ -316,6 +339,75 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
     if args.dry_run:
         return EXIT_OK
     return run_reported(loaded, target, args)
+
+
+def calibrate_command(experiment: Experiment, args: argparse.Namespace) -> int:
+    """``--calibrate``: the searches the config asks for, one after another, each merged into
+    the calibration file as it ends (experiments/calibration/)."""
+    from experiments.calibration import measure, record
+    from experiments.results import utc_stamp
+
+    mode = MODES[args.calibrate]
+    path = record.calibration_file()
+    try:
+        if path is None:
+            raise ConfigError(f"--calibrate: {record.FILE_VARIABLE} is set empty (no calibration file); set it to the file to write")
+        if path.is_file():
+            record.read(path)  # a damaged file is named now, not after the first search
+        requested = experiment.data["switch"]["target"]
+        targets = measure.targets_of(experiment) if requested == "auto" else [resolve_target(requested)]
+        searches = measure.plan(experiment, mode, targets)
+        if not searches:
+            raise ConfigError(f"--calibrate: none of {', '.join(targets) or 'the targets'} builds the config's k")
+    except (TargetUnavailableError, ConfigError) as exc:
+        log.error("%s", exc)
+        return EXIT_CONFIG
+    if not experiment.link_rate_source.startswith(TARGET_RATE_SOURCES):
+        log.warning("%s runs at a rate of its own (%s) and will not use the calibration; configs with topology.link.bw_mbps: "
+                    "target will", experiment.source, experiment.link_rate_source)
+    runs = measure.most_runs(searches, mode)
+    lines = [f"calibration ({mode.name}) of {experiment.source} into {path}: {len(searches)} search{'es' * (len(searches) != 1)}, "
+             f"at most {runs} probe runs "
+             f"(each a run of {mode.settings.repetitions} x {mode.settings.seconds:g} s of line-rate data, after Mininet starts)"]
+    lines += [f"  {search}" for search in searches]
+    if not emit("\n".join(lines)):
+        return EXIT_STORAGE
+    if args.dry_run:
+        return EXIT_OK
+    if os.geteuid() != 0:
+        log.error("the probes start Mininet: run --calibrate with sudo (or as root)")
+        return EXIT_CONFIG
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load >= cores / 2:
+        log.warning("the machine is busy with other work (load average %.1f on %d cores): rates measured now are lower than "
+                    "it keeps up with when quiet", load, cores)
+    stop_on_first_signal()
+    runs_dir = path.with_suffix("") / utc_stamp()
+    measured: list[dict[str, Any]] = []
+    with tqdm(total=runs, desc=f"calibration ({mode.name})", unit="probe", file=sys.stderr, disable=None) as bar:
+        def probed(probe: Probe) -> None:
+            bar.update(1)
+            log.info("%s", probe.describe())
+
+        try:
+            measure.calibrate(searches, mode, path, runs_dir, probed, bar.set_postfix_str, measured.append)
+        except KeyboardInterrupt:
+            log.error("interrupted; %d of %d searches were written to %s; probes in %s", len(measured), len(searches), path, runs_dir)
+            return EXIT_INTERRUPTED
+        except RuntimeError as exc:  # a probe that wrote no results or hung: its log says why
+            log.error("%s; %d of %d searches were written to %s", exc, len(measured), len(searches), path)
+            return EXIT_FAILED
+        except OSError as exc:
+            log.error("cannot write the calibration to %s: %s", path, exc.strerror or exc)
+            return EXIT_STORAGE
+        bar.total = bar.n  # the searches ended before the most they could take
+    rows = [f"  {e['target']}, k = {e['k']}, {e['workers']} workers: "
+            + (f"kept up at up to {e['capacity_mbps']:g} Mbit/s, rate {e['rate_mbps']:g} Mbit/s" if e["rate_mbps"] is not None
+               else "kept up at none of the rates tried")
+            + f" ({len(e['probes'])} probes, load average {e['load_before'][0]:g} at the start)" for e in measured]
+    if not emit("\n".join([f"calibrated (margin {measure.MARGIN:.0%}); written to {path}, probes in {runs_dir}:", *rows])):
+        return EXIT_STORAGE
+    return EXIT_OK
 
 
 def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from base.cgroup import memory_limit
 from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
+from experiments.calibration.record import SOURCE_PREFIX as CALIBRATED_RATE_SOURCE, find_rate
 from experiments.limits import Limit, fastest_allreduce_s, job_limit
 from base.plugin import resolve
 import methods
@@ -108,8 +109,12 @@ LINK_RATE_KEY = "topology.link.bw_mbps"
 TARGET_LINK_RATES_KEY = "switch.link_bw_mbps"
 TARGET_RATE = "target"
 """``topology.link.bw_mbps: target``: the switch target's measured rate for the config's k."""
-TARGET_RATE_SOURCE = "SwitchTarget.link_rates of"
-"""How the header and summary name a rate that came from the target's descriptor."""
+TARGET_RATE_SOURCE = "shipped SwitchTarget.link_rates of"
+"""How the header and summary name a rate that came from the target's descriptor (a
+calibrated one starts with CALIBRATED_RATE_SOURCE)."""
+TARGET_RATE_SOURCES = (TARGET_RATE_SOURCE, CALIBRATED_RATE_SOURCE, f"{LINK_RATE_KEY}: {TARGET_RATE}")
+"""How every rate of ``topology.link.bw_mbps: target`` is named: shipped, calibrated, or
+the target's once ``auto`` has chosen it."""
 
 
 @dataclass(frozen=True)
@@ -226,11 +231,13 @@ def apply_target_link_rate(data: dict[str, Any], overridden: set[str], source: s
 
     A software switch target has a capacity (updates per second it aggregates without
     losing frames, benchmarks/README.md), and so has the machine that runs the workers.
-    ``topology.link.bw_mbps: target`` runs the links at the rate the target's descriptor
-    gives for the config's k (``SwitchTarget.link_rates``: measured with the main job on a
-    2-core machine), and ``switch.link_bw_mbps`` overrides it per target (that rate also
-    replaces a numeric ``topology.link.bw_mbps`` when that target runs). An explicit
-    ``--set`` of the link rate or a sweep of it wins over both. Returns where the rate came
+    ``topology.link.bw_mbps: target`` runs the links at the rate measured on this machine by
+    ``run_experiment.py --calibrate`` for the target, the config's k and its workers, where
+    the calibration file has one (experiments/calibration/record.py), and otherwise at the
+    rate the target's descriptor gives for k (``SwitchTarget.link_rates``: measured with the
+    main job on a 2-core machine). ``switch.link_bw_mbps`` overrides it per target (that rate
+    also replaces a numeric ``topology.link.bw_mbps`` when that target runs). An explicit
+    ``--set`` of the link rate or a sweep of it wins over all. Returns where the rate came
     from, for the run's header and the summary.
     """
     def sets_the_rate(key: str) -> bool:  # topology.link.bw_mbps itself, or a mapping holding it
@@ -253,13 +260,49 @@ def apply_target_link_rate(data: dict[str, Any], overridden: set[str], source: s
         set_dotted(data, LINK_RATE_KEY, None, LINK_RATE_KEY)
         return f"{LINK_RATE_KEY}: {TARGET_RATE} (the target's, once auto has chosen it)"
     k = int(data["protocol"]["k"])
+    calibrated = find_rate(target, k, most_workers(data, Path(source)), data["protocol"]["data_path"])
+    if calibrated.rate is not None:
+        set_dotted(data, LINK_RATE_KEY, calibrated.rate.mbps, LINK_RATE_KEY)
+        return calibrated.rate.source()
     rate = REGISTRY[target].link_mbps(k)
+    why_not = f"; {calibrated.why_not}" if calibrated.why_not else ""
     if rate is None:
         measured = ", ".join(f"k = {key}" for key in sorted(REGISTRY[target].link_rates)) or "no k"
         raise ConfigError(f"{source}: {LINK_RATE_KEY}: {TARGET_RATE}: the {target} target has a measured link rate for {measured}, not "
-                          f"k = {k}; give the rate in Mbit/s (benchmarks/emulation_capacity.py measures one)")
+                          f"k = {k}{why_not}; give the rate in Mbit/s, or measure one with run_experiment.py --calibrate")
     set_dotted(data, LINK_RATE_KEY, rate, LINK_RATE_KEY)
-    return f"{TARGET_RATE_SOURCE} {target} at k = {k}"
+    return f"{TARGET_RATE_SOURCE} {target} at k = {k}{why_not}"
+
+
+def most_workers(data: Mapping[str, Any], source: Path) -> int | None:
+    """The most workers any point of ``data`` has (its sweep's values applied), read before
+    the points are resolved, for the calibrated rate; None where a point's count cannot be
+    read yet (resolving that point names the mistake)."""
+    sweep = data.get("sweep")
+    variants = [data]
+    if sweep is not None:
+        variants = []
+        for value in sweep["values"]:
+            variant = copy.deepcopy(dict(data))
+            try:
+                set_dotted(variant, sweep["param"], copy.deepcopy(value), f"{source}: sweep.param")
+            except ConfigError:
+                return None
+            variants.append(variant)
+    counts = []
+    for variant in variants:
+        topology = variant.get("topology")
+        workers = topology.get("workers") if isinstance(topology, dict) else None
+        if workers is None and isinstance(topology, dict) and isinstance(topology.get("file"), str):
+            try:
+                written = load_yaml(find_topology(topology["file"], source.parent))
+            except ConfigError:
+                return None
+            workers = written.get("workers") if isinstance(written, dict) else None
+        if not isinstance(workers, int) or isinstance(workers, bool):
+            return None
+        counts.append(workers)
+    return max(counts)
 
 
 def get_dotted(data: Mapping[str, Any], key: str) -> Any:
@@ -445,7 +488,7 @@ def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_
     """A per-target link rate (switch.link_bw_mbps, or the target's own) sets topology.link, which only generated
     topologies (star, tree) have: an explicit one sets each link's rate in its own links.
     Refused naming the key that set it, not the topology.link the user never wrote."""
-    if not link_rate_source.startswith((TARGET_LINK_RATES_KEY, TARGET_RATE_SOURCE)):
+    if not link_rate_source.startswith((TARGET_LINK_RATES_KEY, TARGET_RATE_SOURCE, CALIBRATED_RATE_SOURCE)):
         return
     topology = load_yaml(topology_path)
     kind = data["topology"].get("kind", topology.get("kind") if isinstance(topology, dict) else None)

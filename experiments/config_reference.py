@@ -110,8 +110,9 @@ def configured_rate(key: Key) -> Key:
     """A config's ``topology.link.bw_mbps`` also takes ``target`` (experiments/config.py)."""
     schema = dict(key.schema)
     schema["description"] = (f"{schema.get('description', '')}; in a config also `{TARGET_RATE}`: the rate the switch "
-                             "target keeps up with at the config's k (`link_rates` in switches/<target>/__init__.py); "
-                             "a k it has no measured rate for is refused")
+                             "target keeps up with at the config's k, measured on this machine by `run_experiment.py --calibrate` "
+                             "(results/calibration.yaml) where it has been, else the shipped one (`link_rates` in "
+                             "switches/<target>/__init__.py); a k with neither is refused (docs/targets.md)")
     return Key(key.path, schema, key.default, key.note)
 
 

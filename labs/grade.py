@@ -377,9 +377,11 @@ def _pytest(lab: Lab, tests: list[GradedTest], tree: Path, limits: sandbox.Limit
 
 def _sandbox_outcome(ran: sandbox.Outcome, limits: sandbox.Limits) -> tuple[int, str, str | None]:
     """A sandboxed run's exit status and output, and what cap stopped it (the report's first
-    line, and the last line of the output: what a test that did not run says)."""
+    line, and the last line of the output: what a test that did not run says). A run that
+    hit the wall cap may have hit others on the way (printing 100 MB takes long on a busy
+    machine): those are said too."""
     if ran.timed_out:
-        return -1, f"the submission's tests did not finish within its {limits.wall_s:g} s cap", None
+        return -1, f"the submission's tests did not finish within its {limits.wall_s:g} s cap", ran.capped
     if ran.capped:
         return ran.returncode, f"{ran.output}\n{ran.capped}", ran.capped
     return ran.returncode, ran.output, None

@@ -198,7 +198,7 @@ def test_a_target_runs_its_links_at_the_rate_it_keeps_up_with() -> None:
     for name, target in REGISTRY.items():
         loaded = load_experiment(MAIN_CONFIG, [f"switch.target={name}"])
         assert link_rates(loaded) == {target.link_mbps(256)} and target.link_mbps(256) > 0
-        assert loaded.link_rate_source == f"SwitchTarget.link_rates of {name} at k = 256"
+        assert loaded.link_rate_source == f"shipped SwitchTarget.link_rates of {name} at k = 256"
     table = "switch.link_bw_mbps={bmv2: 1.25}"
     on_bmv2 = load_experiment(MAIN_CONFIG, [table, "switch.target=bmv2"])
     assert link_rates(on_bmv2) == {1.25}

@@ -1,4 +1,5 @@
-"""benchmarks/emulation_capacity.py: its search, and one real probe's row of the table."""
+"""The capacity probe (experiments/capacity.py): its search, and one real probe's row of
+benchmarks/emulation_capacity.py's table."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.emulation_capacity import Probe, probe_elements, search
+from experiments.capacity import Probe, most_probes, probe_elements, search
 from protocol.params import REPO_ROOT
 from tests.experiment_runs import NETWORK_WAIT_S, leftovers
 
@@ -35,6 +36,14 @@ def test_search_brackets_then_bisects(capacity: float, found: float | None, trie
 
     assert search(keeps_up, start=2.5, floor=0.25, ceiling=160.0, bisections=2) == found
     assert probed == tried
+    assert len(tried) <= most_probes(start=2.5, floor=0.25, ceiling=160.0, bisections=2)  # a progress bar's total bounds it
+
+
+def test_the_most_probes_is_reached() -> None:
+    """The bound is tight: a capacity just under the ceiling's last doubling tries every rate it counts."""
+    probed: list[float] = []
+    search(lambda rate: probed.append(rate) or rate <= 300.0, start=2.5, floor=0.25, ceiling=320.0, bisections=3)
+    assert len(probed) == most_probes(start=2.5, floor=0.25, ceiling=320.0, bisections=3)
 
 
 def test_probe_jobs_hold_the_same_seconds_of_data_at_every_rate() -> None:

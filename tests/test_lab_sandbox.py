@@ -300,7 +300,7 @@ def test_a_flooding_or_filling_submission_loses_its_points_and_its_report_says_w
         import os, stat
         if not os.environ.get("FLOODED"):
             os.environ["FLOODED"] = "1"
-            for fd in range(3, 64):  # pytest captures 1 and 2: its copies of them lead to the grader
+            for fd in range(1, 64):  # the harness's 1 and 2 lead to the grader; under pytest, which captures them, its copies do
                 try:
                     if stat.S_ISFIFO(os.fstat(fd).st_mode):
                         for _ in range(20):

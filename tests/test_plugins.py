@@ -115,7 +115,7 @@ def test_a_switch_target_is_its_package_plus_one_registry_line(monkeypatch: pyte
     assert point.topology.link_mbps == 4.0, "topology.link.bw_mbps: target is the target's link_rates at k = 256"
     chosen = load_experiment(MAIN).with_target("toy")  # what auto chose, on the config as loaded
     assert (chosen.points[0].topology.link_mbps, chosen.data["switch"]["target"]) == (4.0, "toy")
-    assert chosen.link_rate_source == "SwitchTarget.link_rates of toy at k = 256"
+    assert chosen.link_rate_source == "shipped SwitchTarget.link_rates of toy at k = 256"
     with pytest.raises(ConfigError, match=r"the toy target has a measured link rate for k = 256, not k = 64"):
         load_experiment(MAIN, ["switch.target=toy", "protocol.k=64"])
     with pytest.raises(ConfigError, match=r"the toy switch's program is built for k = 256; got k = 64"):

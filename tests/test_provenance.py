@@ -61,7 +61,7 @@ def test_a_simulated_runs_summary_records_its_provenance(tmp_path: Path) -> None
         "version": __version__, "commit": at.sha, "dirty": at.dirty, "changes": at.changes, "command": ["run_experiment.py", *argv[1:]],
         "cwd": str(tmp_path), "kernel": platform.release(), "python": platform.python_version(), "clock": "simulated",
         "switch_target": "embedded", "tools": {},  # a simulated run uses no Mininet, no compiler
-        "link_rate": {"mbps": 7.5, "source": "SwitchTarget.link_rates of embedded at k = 256"},
+        "link_rate": {"mbps": 7.5, "source": "shipped SwitchTarget.link_rates of embedded at k = 256"},
     }
     assert (summary["link_mbps"], summary["link_mbps_source"]) == (7.5, summary[fmt.PROVENANCE_KEY]["link_rate"]["source"])
 
