@@ -234,7 +234,7 @@ PROTOCOL_REGISTRIES = frozenset({"methods", *TARGET_PACKAGES})
 and each target's descriptor (the protocols it has a data plane for)."""
 MAY_NAME_PROTOCOLS = ("tests", "labs")
 """As for targets: the tests, and the labs, whose handouts teach SwitchML's code by name."""
-PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|network_holder|leftovers_record|require_|$)")
+PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|network_holder|leftovers_record|calibration|require_|$)")
 """The project's own names, which begin like the protocol's (its package switchml_testbed, its
 commands switchml-<command>, its scratch files and its environment): not the protocol."""
 
@@ -248,7 +248,7 @@ UNMOVED: dict[str, str] = {
                      "topologies.model"), NOT_YET),
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",
                      "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
-                     "benchmarks.simulation_validation", "experiments.provenance", "hosts.ddp_script", "hosts.torch_backend",
+                     "benchmarks.simulation_validation", "experiments.capacity", "experiments.provenance", "hosts.ddp_script", "hosts.torch_backend",
                      "hosts.torch_hook", "workloads.make_traces"), TO_ROUTE),
     **dict.fromkeys(("experiments.simulated_sweep", "simulation.network", "simulation.worker"), CLOCK),
     "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
