@@ -13,6 +13,7 @@ each method's deadline follows from its bound: experiments/limits.py).
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +22,7 @@ from typing import Any, Mapping
 from base.cgroup import memory_limit
 from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.calibration.record import SOURCE_PREFIX as CALIBRATED_RATE_SOURCE, find_rate
-from experiments.limits import Limit, fastest_allreduce_s, job_limit
+from experiments.limits import Limit, RunLimits, fastest_allreduce_s, job_limit
 from base.plugin import resolve
 import methods
 from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
@@ -152,9 +153,10 @@ class Point:
     def repetitions(self) -> int:
         return int(self.data["repetitions"])
 
-    @property
-    def limits(self) -> Mapping[str, Any]:
-        return self.data["limits"]
+    @functools.cached_property
+    def limits(self) -> RunLimits:
+        """Its ``limits`` section, typed: parsed once, from the validated config."""
+        return RunLimits.from_config(self.data["limits"])
 
     @property
     def cluster(self) -> ClusterSpec | None:

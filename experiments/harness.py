@@ -58,7 +58,7 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         protocol=job_parameters(point, method),
         peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
         job_timeout_s=point.job_limit(method).seconds,
-        connect_timeout_s=point.limits["worker_start_s"],
+        connect_timeout_s=point.limits.worker_start_s,
         serve=point.workload_kind.host,
     )
 
@@ -138,12 +138,12 @@ class PointNetwork:
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
-                         Limit("limits.worker_exit_s", self.point.limits["worker_exit_s"]),
+                         self.point.limits.limit("worker_exit_s"),
                          dependencies=self.net.dependencies(),
                          remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for,
                          switch_problems=self.net.switch_problems) as group, \
                 group.dependencies_checked():
-            group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
+            group.start(self.point.limits.limit("worker_start_s"))
             yield group
 
     def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]],

@@ -12,6 +12,7 @@ import yaml
 from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, load_yaml
 from switches.targets import REGISTRY
 from experiments.config import CONFIG_DIR, check_emulable, load_experiment
+from experiments.limits import RunLimits
 import methods
 from experiments import kinds
 from protocol.params import REPO_ROOT
@@ -334,7 +335,7 @@ def test_each_methods_deadline_follows_from_its_bound_at_the_runs_rate() -> None
     for target in REGISTRY:
         rate = REGISTRY[target].link_mbps(256)
         [point] = load_experiment(MAIN_CONFIG, [f"switch.target={target}"]).points
-        assert point.topology.link_mbps == rate and "job_timeout_s" not in point.limits
+        assert point.topology.link_mbps == rate and point.limits.job_timeout_s is None
         bounds = {m: methods.by_name(m).bound(rate * 1e6, 8, 256) for m in point.methods}
         for method, bound in bounds.items():
             limit = point.job_limit(method)
@@ -369,7 +370,7 @@ def test_a_workload_given_whole_keeps_the_defaults_of_the_keys_it_does_not_name(
 
 def test_a_sweep_over_a_whole_section_keeps_its_defaults() -> None:
     [point] = load_experiment(MAIN_CONFIG, ["switch.target=embedded", "sweep={param: limits, values: [{job_timeout_s: 100}]}"]).points
-    assert point.limits == {"job_timeout_s": 100, "worker_start_s": 60.0, "worker_exit_s": 60.0}
+    assert point.limits == RunLimits(worker_start_s=60.0, worker_exit_s=60.0, job_timeout_s=100.0)
 
 
 def test_an_override_does_not_change_the_defaults_of_later_loads() -> None:
