@@ -143,7 +143,7 @@ def describe(experiment: Experiment, target: str) -> str:
         info = p.workload_info
         lines.append(
             f"  point {p.index}{sweep}: {len(p.topology.hosts)} workers ({p.topology.kind}), {info.elements} x {p.workload['dtype']} "
-            f"({info.name}), k={p.protocol['k']}, pool={p.protocol['pool_size']}, methods={','.join(p.methods)}, "
+            f"({info.name}), k={p.job.k}, pool={p.job.pool_size}, methods={','.join(p.methods)}, "
             f"repetitions={p.repetitions}, deadlines: {', '.join(f'{m} {p.job_limit(m).seconds:.3g} s' for m in p.methods)}"
         )
     return "\n".join(lines)

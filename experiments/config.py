@@ -119,6 +119,23 @@ the target's once ``auto`` has chosen it."""
 
 
 @dataclass(frozen=True)
+class JobSection:
+    """The config's ``protocol`` section as every in-network protocol shares it: the switch's
+    part of a job, typed (a protocol's own keys are its record's to read: methods/aggregation.py)."""
+
+    k: int
+    """Elements per packet."""
+    pool_size: int
+    job_id: int
+    data_path: str
+    """The worker loop the config asks for (auto, native, python); ``Point.data_path`` resolves it."""
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> JobSection:
+        return cls(int(section["k"]), int(section["pool_size"]), int(section["job_id"]), str(section["data_path"]))
+
+
+@dataclass(frozen=True)
 class Point:
     """One sweep point: a complete, validated experiment config and its topology."""
 
@@ -134,6 +151,11 @@ class Point:
     def protocol(self) -> Mapping[str, Any]:
         return self.data["protocol"]
 
+    @functools.cached_property
+    def job(self) -> JobSection:
+        """Its ``protocol`` section's shared keys, typed: parsed once, from the validated config."""
+        return JobSection.from_config(self.protocol)
+
     @property
     def workload(self) -> Mapping[str, Any]:
         return self.data["workload"]
@@ -143,7 +165,7 @@ class Point:
         """Which implementation of its in-network worker's loop runs (``protocol.data_path``,
         ``auto`` resolved by the protocol's record, once per process), unless the servers of
         its cluster chose (``chosen_data_path``)."""
-        return self.chosen_data_path or resolve_data_path(self.methods, self.protocol["data_path"])
+        return self.chosen_data_path or resolve_data_path(self.methods, self.job.data_path)
 
     @property
     def methods(self) -> list[str]:
@@ -176,7 +198,7 @@ class Point:
     def job_limit(self, method: str) -> Limit:
         """``method``'s deadline for one all-reduce here: limits.job_timeout_s, else derived
         from its bound (experiments/limits.py)."""
-        return job_limit(self.limits, self.topology, method, _jobs(self.data, self.topology), int(self.protocol["k"]))
+        return job_limit(self.limits, self.topology, method, _jobs(self.data, self.topology), self.job.k)
 
 
 @dataclass(frozen=True)
@@ -364,9 +386,9 @@ def check_data_paths(experiment: Experiment) -> None:
         if not methods.aggregations_of(point.methods):
             continue
         try:
-            resolve_data_path(point.methods, point.protocol["data_path"])
+            resolve_data_path(point.methods, point.job.data_path)
         except DataPathUnavailable as exc:
-            raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.protocol['data_path']}: {exc}; 'auto' runs the Python worker "
+            raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.job.data_path}: {exc}; 'auto' runs the Python worker "
                               "where it is") from None
 
 

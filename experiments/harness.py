@@ -183,15 +183,14 @@ def point_network(experiment: Experiment, point: Point, target: str, writer: Res
     from network.emulation import EmulatedNetwork
 
     log_dir = writer.log_dir / f"point{point.index}"
-    protocol = point.protocol
     with EmulatedNetwork(
         point.topology,
         target,
         log_dir,
-        k=protocol["k"],
+        k=point.job.k,
         max_pool_size=experiment.data["switch"]["max_pool_size"],
-        job_id=protocol["job_id"],
-        pool_size=protocol["pool_size"],
+        job_id=point.job.job_id,
+        pool_size=point.job.pool_size,
         loss_mechanism=point.data["loss_mechanism"],
         tcp_congestion_control=point.data["tcp_congestion_control"],
         jobs=jobs,

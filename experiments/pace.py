@@ -65,7 +65,7 @@ def pace_check(point: Point, model: PaceModel, link_mbps: float, loss: float) ->
         return None
     delay_ms = max(link.spec.delay_ms for link in point.topology.links)
     pace = model(
-        point.workload_info.elements, int(point.protocol["k"]), int(point.protocol["pool_size"]),
+        point.workload_info.elements, point.job.k, point.job.pool_size,
         mbps_to_bps(point.topology.worker_share_mbps(link_mbps)), delay_ms / 1e3, quantized=point.workload["dtype"] == "float32",
     )
     return PaceCheck(pace, checked=pace.tat_s >= MIN_PACED_S and pace.streaming_fraction >= BANDWIDTH_BOUND)

@@ -147,8 +147,8 @@ class ResultsWriter:
             rows.append({
                 "point": point.index, "sweep_param": point.sweep_param or "", "sweep_value": "" if point.sweep_value is None else point.sweep_value,
                 "method": method, "repetition": repetition, "rank": rank, "n_workers": n, "elements": elements,
-                "dtype": point.workload["dtype"], "tensor_bytes": tensor_bytes, "k": point.protocol["k"],
-                "pool_size": point.protocol["pool_size"], "link_mbps": point.topology.link_mbps, "loss": point.topology.link_loss,
+                "dtype": point.workload["dtype"], "tensor_bytes": tensor_bytes, "k": point.job.k,
+                "pool_size": point.job.pool_size, "link_mbps": point.topology.link_mbps, "loss": point.topology.link_loss,
                 "loss_mechanism": loss_mechanism, "tat_s": tat, "ate_per_s": metrics.ate_per_s(elements, tat),
                 "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": busbw(algbw, n) if n > 1 else 0.0,
                 "packets_sent": stats["packets_sent"], "packets_received": stats["packets_received"],
@@ -231,7 +231,7 @@ class ResultsWriter:
                 rate = point.topology.link_mbps
                 pace = None if registered.aggregation is None else registered.aggregation.pace
                 if pace is not None and rate is not None:
-                    bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.protocol["k"])
+                    bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.job.k)
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
                     check = pace_check(point, pace, rate, point.topology.link_loss)

@@ -69,7 +69,7 @@ class ScriptRunner:
             meter.start()
             group.release(1)
             reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
-            verdicts = verify_buckets(method, reports, self.point.protocol["k"])
+            verdicts = verify_buckets(method, reports, self.point.job.k)
             self.writer.add_repetition(self.point, method, 1, reports, verdicts, meter.stop(), held.net.report.loss_mechanism,
                                        elements=reports[0]["elements"])
             group.finish()

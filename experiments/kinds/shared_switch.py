@@ -84,7 +84,7 @@ class SharedSwitchWriter(ResultsWriter):
                 "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": report["stats"]["tat_s"],
                 "ate_per_s": metrics.ate_per_s(job_elements(point, job), report["stats"]["tat_s"]),
                 "retransmissions": report["stats"]["retransmissions"], "verified": verdict.verified,
-                "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps, "k": point.protocol["k"],
+                "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps, "k": point.job.k,
                 "machine_busy_fraction": "" if machine_busy is None else round(machine_busy, 4),
             }
             for rank, (report, verdict) in enumerate(zip(reports, verdicts))
@@ -171,7 +171,7 @@ class SharedSwitchRunner(ExperimentRunner):
         work.mkdir()
         inputs = job_inputs(point, job)
         spec = replace(worker_spec(point, METHOD).with_job(n, job["job_id"], job["pool_size"]), inputs=held.write_inputs(inputs, work))
-        return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.protocol["k"])
+        return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.job.k)
 
     def _run_jobs(self, held: PointNetwork) -> bool:
         point = held.point
@@ -236,7 +236,7 @@ class SimulatedSharedSwitchRunner:
         self.writer.record_network(point.index, net.describe())
         methods.by_name(METHOD).prepare(net, point.protocol)
         inputs = [job_inputs(point, job) for job in jobs]
-        expected = [expected_for(tensors, point.protocol["k"]) for tensors in inputs]
+        expected = [expected_for(tensors, point.job.k) for tensors in inputs]
         ok = True
         for repetition in range(point.repetitions):
             try:

@@ -50,7 +50,7 @@ class TorchTrainingRunner(StepTrainingRunner):
         return exact
 
     def _step_check(self, method: str, exact: TorchTrajectory) -> ReportCheck:
-        return ReportCheck(method, self.point.protocol["k"], exact)
+        return ReportCheck(method, self.point.job.k, exact)
 
 
 class ReportCheck:
