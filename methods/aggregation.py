@@ -86,6 +86,9 @@ class Aggregation:
     data_path: str | None = None
     """"module:attribute" of ``(choice) -> DataPath``: which implementation of its worker's loop
     a config's ``protocol.data_path`` runs here (native or python); None: it has one loop."""
+    tool_versions: str | None = None
+    """"module:attribute" of ``(data path name) -> {tool: version}``: the tools its workers were
+    built with on that data path (the native loop's C compiler), for a run's provenance."""
     ddp_hook: str | None = None
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None

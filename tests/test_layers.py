@@ -248,7 +248,7 @@ UNMOVED: dict[str, str] = {
                      "topologies.model"), NOT_YET),
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",
                      "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
-                     "benchmarks.simulation_validation", "experiments.capacity", "experiments.provenance", "hosts.ddp_script", "hosts.torch_backend",
+                     "benchmarks.simulation_validation", "experiments.capacity", "hosts.ddp_script", "hosts.torch_backend",
                      "hosts.torch_hook", "workloads.make_traces"), TO_ROUTE),
     **dict.fromkeys(("experiments.simulated_sweep", "simulation.network", "simulation.worker"), CLOCK),
     "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",

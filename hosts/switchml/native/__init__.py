@@ -31,6 +31,7 @@ import subprocess
 from pathlib import Path
 
 from base.build_cache import build_once, source_hash
+from base.tool_version import first_line
 from methods.aggregation import DataPath, DataPathUnavailable
 from protocol import params
 
@@ -104,6 +105,13 @@ def library() -> ctypes.CDLL:
         raise NativeUnavailable(f"{path} does not load: {exc}") from exc
     declare(lib)
     return lib
+
+
+def tool_versions(data_path: str) -> dict[str, str | None]:
+    """The C compiler the native loop was built with, where it ran (SwitchML's
+    ``Aggregation.tool_versions``: a run's provenance records it)."""
+    cc = compiler()
+    return {f"native worker compiler ({cc})": first_line([cc, "--version"])} if data_path == "native" and cc is not None else {}
 
 
 @functools.cache
