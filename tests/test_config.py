@@ -481,12 +481,20 @@ def test_a_per_target_rate_on_an_explicit_topology_names_the_key_that_set_it(tmp
 # -- issue 18: k is one of the sizes every switch target builds for
 
 
-def test_the_schema_offers_exactly_the_k_every_target_builds() -> None:
-    from experiments.config import SCHEMA_PATH
+def test_the_schema_offers_exactly_the_k_the_registered_protocols_carry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Filled in from the protocols' records (methods.AGGREGATIONS' k_choices), like the other enums."""
+    from dataclasses import replace
+
+    from experiments.config import experiment_schema
     from protocol.params import K_CHOICES
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    assert tuple(schema["properties"]["protocol"]["properties"]["k"]["enum"]) == K_CHOICES
+    def k_enum() -> list[int]:
+        return experiment_schema()["properties"]["protocol"]["properties"]["k"]["enum"]
+
+    assert tuple(k_enum()) == K_CHOICES == methods.SWITCHML.aggregation.k_choices
+    other = replace(methods.SWITCHML.aggregation, name="other", k_choices=(16, 256))
+    monkeypatch.setattr(methods, "AGGREGATIONS", (*methods.AGGREGATIONS, other))
+    assert k_enum() == [16, *K_CHOICES]
 
 
 def test_a_config_without_k_gets_the_reference_clients_k(tmp_path: Path) -> None:
