@@ -93,5 +93,3 @@ class Aggregation:
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
     """The torch.distributed backend name a DDP script gets through it (hosts/torch_backend.py); None: none."""
-    torch_process_group: str | None = None
-    """"module:attribute" of the factory of that backend's switch queue (hosts/torch_backend.py)."""
