@@ -16,7 +16,7 @@ from methods.aggregation import Aggregation
 from methods.method import BITS_PER_BYTE, in_network, require_positive
 from protocol.packet import ELEMENT_BYTES, frame_bytes
 from protocol.params import DEFAULT_BACKOFF_EVERY, K_CHOICES
-from protocol.plan import JobPlan
+from protocol.switchml.plan import JobPlan
 from protocol.quantize import PROTOCOL_BITS
 from protocol.worker_spec import SwitchMLParameters
 

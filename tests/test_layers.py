@@ -146,7 +146,7 @@ def test_no_import_cycles() -> None:
 def test_the_graph_sees_known_imports() -> None:
     """The parser finds plain, from- and function-local imports (the test would pass vacuously otherwise)."""
     assert "base.yamlschema" in GRAPH["topologies.model"]
-    assert "protocol.plan" in GRAPH["hosts.switchml.core"]
+    assert "protocol.switchml.plan" in GRAPH["hosts.switchml.core"]
     assert "hosts.switchml.native.job" in GRAPH["hosts.switchml.native"]  # imported inside a function
 
 
@@ -243,7 +243,7 @@ ABOUT = "measures or draws SwitchML itself by name: the paper's figures and Swit
 DDP = "SwitchML's DDP backend and hook, which name its client and its backend: to move into hosts/switchml/"
 CLOCK = "the simulated clock's SwitchML worker, which issue 41 gives the protocols' cores (simulation/)"
 UNMOVED: dict[str, str] = {
-    **dict.fromkeys(("protocol.packet", "protocol.params", "protocol.quantize", "protocol.scapy_layer", "p4.gen_elements",
+    **dict.fromkeys(("protocol.packet", "protocol.params", "protocol.quantize", "p4.gen_elements",
                      "switches.bmv2.compile", "switches.ebpf.compile", "switches.ebpf.control", "switches.ebpf.datapath",
                      "switches.ebpf.maps", "switches.embedded.egress", "switches.embedded.ingress", "switches.embedded.responder"),
                     NOT_YET),
