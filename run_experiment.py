@@ -319,10 +319,11 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
     from experiments.kinds import kind_of
     from experiments.simulated_sweep import check_simulable, simulated_target
     from simulation.network import SimulationUnsupported
+    from switches.targets import simulated_data_plane
 
     requested = experiment.data["switch"]["target"]
     try:
-        target = simulated_target(requested)
+        target = simulated_target(requested, needs_delay_line(experiment))
         loaded = experiment if target == requested else experiment.with_target(target)
         kind = kind_of(loaded)
         if kind.simulator is None:
@@ -333,8 +334,10 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
             check_destination(args, [loaded])
     except (SimulationUnsupported, ConfigError) as exc:
         return user_error(log, exc)
+    plane = simulated_data_plane(target).name
+    simulated = f"{target}'s own data plane" if plane == target else f"{target}'s data-plane contract by {plane}'s simulated pipeline"
     workers = " and ".join(f"the {protocol.label} worker's core" for protocol in aggregations_of([m for p in loaded.points for m in p.methods]))
-    if not emit(f"{describe(loaded, target)}\n  simulated: {target}'s own data plane{f' and {workers}' if workers else ''} on a simulated clock"):
+    if not emit(f"{describe(loaded, target)}\n  simulated: {simulated}{f' and {workers}' if workers else ''} on a simulated clock"):
         return EXIT_STORAGE
     if args.dry_run:
         return EXIT_OK

@@ -2,7 +2,7 @@
 
 For each emulated run folder given, its own config.yaml (the resolved config it ran with:
 link rates, delays, loss, pools) is run again with ``run_experiment.py --simulate``, SwitchML
-only, on the first target with a simulated data plane, with the loss where the emulated run
+only, on the emulated run's own target (its data-plane contract simulated, docs/simulation.md), with the loss where the emulated run
 had it (network.json: the switches' drop simulator, or the links). Each point's median
 SwitchML TAT of both runs goes to results/benchmarks/simulation_validation.csv
 (``--output``) with their ratio, and a Markdown table is printed (benchmarks/README.md,
@@ -42,10 +42,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.results import utc_stamp  # noqa: E402
-from experiments.simulated_sweep import simulated_target  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
 from protocol.results_format import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
-from switches.targets import AUTO  # noqa: E402
 
 log = logging.getLogger("simulation_validation")
 
@@ -66,7 +64,7 @@ def simulate(run: Path, out: Path, seed: int | None = None) -> dict[str, Any]:
     """``run``'s config on the simulated clock into ``out`` (with ``simulation.seed``, if
     given); its summary."""
     network = json.loads((run / "network.json").read_text())
-    overrides = ["methods=[switchml]", f"switch.target={simulated_target(AUTO)}"]
+    overrides = ["methods=[switchml]"]  # the run's own target (config.yaml): its rate and contract
     if any(point.get("loss_mechanism") == DROP_SIMULATOR for point in network.values()):
         overrides.append("loss_mechanism=switch")
     if seed is not None:

@@ -62,10 +62,10 @@ def tool_versions(experiment: Experiment, target: str, simulated: bool) -> dict[
     if not simulated:
         tools["mininet"] = package_version("mininet")
         tools |= REGISTRY[target].tool_versions()
-        for point in experiment.points:  # the in-network workers' own tools (the native loop's compiler)
-            protocol = data_path_protocol(point.methods)
-            if protocol.tool_versions is not None and protocol in methods.aggregations_of(point.methods):
-                tools |= resolve(protocol.tool_versions)(point.data_path.name)
+    for point in experiment.points:  # the in-network workers' own tools (the native loop's compiler: worker.c, or star.c that includes it)
+        protocol = data_path_protocol(point.methods)
+        if protocol.tool_versions is not None and protocol in methods.aggregations_of(point.methods):
+            tools |= resolve(protocol.tool_versions)(point.data_path.name)
     if uses_torch(experiment):
         tools["torch"] = package_version("torch")
     return tools

@@ -24,22 +24,26 @@ from experiments.harness import pending_methods, verify_results
 from experiments.job_meter import JobMeasurement
 from experiments.results import ResultsWriter
 from hosts.switchml.method import retransmit_policy
-from methods.aggregation import DataPath
+from methods.aggregation import DataPath, DataPathUnavailable
 from methods.verification import expected_for
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import SwitchMLParameters
-from simulation.network import JobSetup, SimulatedNetwork, SimulationUnsupported
+from simulation.native import library as native_simulator
+from simulation.native.star import has_aggregation_path, star_problem
+from simulation.network import DROP_SIMULATOR, NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
 from simulation.worker import WorkerSetup
 from switches.fabric import SharedJob
 from switches.target import SwitchTarget
-from switches.targets import AUTO, REGISTRY, lookup
+from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
 from workloads.kinds import point_inputs
 
 log = logging.getLogger(__name__)
 
 BASELINE_MODELS = "baseline_models"
 """summary.json ``simulation`` key: point -> method -> its model (``baseline_model``)."""
-SIMULATED_DATA_PATH = DataPath("python", "hosts/switchml/core.py on the simulated clock (simulation/worker.py)")
+SIMULATED_DATA_PATH = DataPath("python", "hosts/switchml/core.py on the simulated clock (simulation/worker.py, on SimPy)")
+NATIVE_SIMULATED_DATA_PATH = DataPath("native", "hosts/switchml/native/worker.c on the simulated clock (simulation/native/star.c's "
+                                                "event loop: the same events as on SimPy, in C)")
 DEFAULT_SEED = 1
 US = 1e-6
 
@@ -48,16 +52,19 @@ class SimulationFailed(RuntimeError):
     """A simulated job did not finish (a SwitchML worker's deadline passed): the message says which slots waited."""
 
 
-def simulated_target(requested: str) -> str:
-    """The switch target a simulation runs: the one asked for if it has a simulated data
-    plane, for ``auto`` the first that has one; SimulationUnsupported otherwise."""
-    able = [target.name for target in REGISTRY.values() if target.simulated is not None]
-    if requested == AUTO and able:
-        return able[0]
-    if requested != AUTO and lookup(requested).simulated is not None:
+def simulated_target(requested: str, needs_delay_line: bool | None = False) -> str:
+    """The switch target whose network a simulation of a config simulates: the one an
+    emulated run of it takes on this machine (``auto`` resolved as run_experiment.py
+    resolves it, so ``bw_mbps: target`` is that target's rate), or the one asked for, which
+    need not be able to run here (the simulated switch needs nothing from the kernel). Its
+    data plane is simulated by ``simulated_data_plane`` (switches/targets.py)."""
+    if requested != AUTO:
+        lookup(requested)
         return requested
-    raise SimulationUnsupported(f"--simulate: switch target {requested} has no simulated data plane; "
-                                f"targets that have one: {', '.join(able) or 'none'}")
+    candidates = root_run_targets(AUTO, needs_delay_line)
+    if len(candidates) > 1:
+        log.info("--simulate: simulating %s's network, the first of %s that a root run could take", candidates[0], ", ".join(candidates))
+    return candidates[0]
 
 
 def check_simulable(experiment: Experiment) -> Experiment:
@@ -72,7 +79,33 @@ def check_simulable(experiment: Experiment) -> Experiment:
                                         "only beside it; add switchml to methods")
         if point.workload_kind.inputs is None:
             raise SimulationUnsupported(f"{where}: --simulate needs a workload with given tensors, not {point.workload['kind']}")
-    return experiment.with_data_paths({point.index: SIMULATED_DATA_PATH for point in experiment.points})
+    return experiment.with_data_paths({point.index: simulated_data_path(experiment, point) for point in experiment.points})
+
+
+def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
+    """Which worker core simulates ``point``: worker.c on star.c's loop where the config's
+    ``protocol.data_path`` allows it (``auto``: where it builds) and the network is a star
+    that loop runs (simulation/native/star.py, ``star_problem``), else core.py on SimPy,
+    with the reason."""
+    choice = point.protocol["data_path"]
+    if choice == "python":
+        return replace(SIMULATED_DATA_PATH, reason=f"{SIMULATED_DATA_PATH.reason}: protocol.data_path: python")
+    topology = point.topology
+    plane = simulated_data_plane(experiment.data["switch"]["target"])
+    problem = star_problem(len(topology.switches), len(topology.hosts), len(topology.hosts), len(point.data.get("jobs") or ()),
+                           loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
+                           float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)),
+                           has_aggregation_path(plane.simulated(k=point.protocol["k"], max_pool_size=point.protocol["pool_size"], seed=0)))
+    try:
+        native_simulator()
+    except DataPathUnavailable as exc:
+        problem = problem or str(exc)
+    if problem is None:
+        return NATIVE_SIMULATED_DATA_PATH
+    if choice == "native":
+        raise SimulationUnsupported(f"{experiment.source}: point {point.index}: protocol.data_path: native: the native core is "
+                                    f"simulated for a star of one job with loss on its links only; this one has {problem}")
+    return replace(SIMULATED_DATA_PATH, reason=f"{SIMULATED_DATA_PATH.reason}: the native core's loop does not take {problem}")
 
 
 def simulation_record(experiment: Experiment) -> dict[str, Any]:
@@ -81,8 +114,9 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
     return {
         "engine": "simpy",
         "clock": "simulated seconds (tat_s, timeline t_ms)",
-        "switch": "the target's own data plane (SwitchTarget.simulated), processing every frame at its arrival",
-        "worker": SIMULATED_DATA_PATH.reason,
+        "switch": "the target's data-plane contract (docs/dataplane.md) as its own simulated data plane or, for a target without "
+                  "one, the first target's that has one (network.json: data_plane), processing every frame at its arrival",
+        "worker": "per point, summary.json's switchml_data_path: worker.c on star.c's loop, or core.py on SimPy",
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
                 "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
@@ -130,7 +164,9 @@ def simulated_network(experiment: Experiment, point: Point, target: SwitchTarget
             setups[index[name]] = WorkerSetup(rank, len(job.hosts), job.job_id, parameters.k, job.pool_size, policy, deadline_s, cost_s)
     setup = JobSetup(parameters.k, parameters.pool_size, experiment.data["switch"]["max_pool_size"], parameters.job_id, setups.get,
                      tuple(shared))
-    return SimulatedNetwork(topology, target, setup, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"])
+    core = NATIVE_CORE if point.data_path.name == NATIVE_SIMULATED_DATA_PATH.name and not shared else PYTHON_CORE
+    return SimulatedNetwork(topology, target, setup, point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"],
+                            simulated_data_plane(target.name), core)
 
 
 class SimulatedSweepRunner:

@@ -16,4 +16,10 @@ queues) are C++ behind cppyy: its PyPI wheel takes 30-50 s to import on this mac
 before the first event, and each packet handed between its C++ devices and the Python
 switch would cross the binding twice. SimPy gives the clock, the event queue and
 processes (a worker's loop is a generator, as job.py's is a loop) at no start-up cost.
+
+SimPy's per-event cost in Python is what bounds it, though (7-11 us of wall time per frame).
+A star of one job, the shape of the paper's figures, therefore also runs on native/star.c:
+the same events in the same order in C, with worker.c as the worker and the embedded
+pipeline's aggregation path as the switch, proven equal frame for frame by
+tests/test_native_star.py (docs/simulation.md).
 """

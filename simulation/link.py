@@ -65,7 +65,7 @@ class Link:
     """One direction of a link: ``send`` a frame at the simulated now; the far end's
     ``deliver`` gets it when it has crossed."""
 
-    __slots__ = ("_env", "_arrivals", "_seconds_per_byte", "_delay_s", "_queue_packets", "_loss", "_random", "_deliver",
+    __slots__ = ("_env", "_arrivals", "_seconds_per_byte", "_delay_s", "_queue_packets", "_loss", "rng", "_random", "_deliver",
                  "_departures", "_free_at", "_burst", "_tokens", "frames", "bytes", "queue_drops", "lost")
 
     def __init__(self, env: simpy.Environment, arrivals: Arrivals, rate_bps: float, delay_s: float, queue_packets: int, loss: float,
@@ -79,6 +79,8 @@ class Link:
         self._delay_s = delay_s
         self._queue_packets = queue_packets
         self._loss = loss
+        self.rng = rng
+        """Its loss draws (``random()`` per frame sent, when loss > 0)."""
         self._random = rng.random
         self._deliver = deliver
         self._departures: deque[float] = deque()
@@ -97,6 +99,21 @@ class Link:
     def seconds_per_byte(self) -> float:
         """Serialization time of one byte at the link's rate."""
         return self._seconds_per_byte
+
+    @property
+    def model(self) -> tuple[float, float, int, float, float]:
+        """(seconds per byte, delay s, queue packets, loss, burst bytes): what the link is."""
+        return self._seconds_per_byte, self._delay_s, self._queue_packets, self._loss, self._burst
+
+    @property
+    def queue(self) -> tuple[float, float, list[float]]:
+        """(free_at, tokens, departures): the queue's state, which another event loop may
+        take over and hand back (simulation/native/star.py) with ``set_queue``."""
+        return self._free_at, self._tokens, list(self._departures)
+
+    def set_queue(self, free_at: float, tokens: float, departures: list[float]) -> None:
+        self._free_at, self._tokens = free_at, tokens
+        self._departures = deque(departures)
 
     def send(self, frame: bytes) -> None:
         now = self._env.now

@@ -26,6 +26,7 @@ from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
 from simulation.link import Arrivals, Deliver, Link
+from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
 from simulation.worker import SimulatedWorker, WorkerSetup
 from switches import programming
 from switches.control import SwitchControl
@@ -33,6 +34,11 @@ from switches.fabric import Jobs, SharedJob, program_fabric
 from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import Topology
 
+PYTHON_CORE = "python"
+"""hosts/switchml/core.py under simulation/worker.py's driver, on SimPy: every network."""
+NATIVE_CORE = "native"
+"""hosts/switchml/native/worker.c under simulation/native/star.c's event loop: a star of one job."""
+WORKER_CORES = (PYTHON_CORE, NATIVE_CORE)
 LINK_LOSS = "simulated_link_loss"
 DROP_SIMULATOR = "switch_drop_simulator"
 NO_LOSS = "none"
@@ -69,12 +75,15 @@ def ignore(frames: list[bytes]) -> None:
 
 
 class SimulatedNetwork:
-    """``topology`` with ``target``'s simulated switches, programmed for ``job``."""
+    """``topology`` with switches of ``target``'s data-plane contract, programmed for ``job``:
+    ``data_plane``'s simulated switches (``target``'s own if it has them: the targets share
+    one contract, docs/dataplane.md, so one target's simulated pipeline stands for another's)."""
 
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
-                 link_burst_bytes: float = 0.0) -> None:
-        if target.simulated is None:
-            raise SimulationUnsupported(f"switch target {target.name} has no simulated data plane (SwitchTarget.simulated)")
+                 link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, core: str = PYTHON_CORE) -> None:
+        data_plane = data_plane or target
+        if data_plane.simulated is None:
+            raise SimulationUnsupported(f"switch target {data_plane.name} has no simulated data plane (SwitchTarget.simulated)")
         unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
         if unshaped:
             raise SimulationUnsupported(f"links without a rate cannot be simulated: {', '.join(unshaped)} (give bw_mbps)")
@@ -82,10 +91,11 @@ class SimulatedNetwork:
         self.topology = topology
         self._k = job.k
         self._target = target.name
+        self._data_plane = data_plane.name
         self.loss_mechanism = loss_mechanism_of(topology, loss_mechanism)
         rng = random.Random(seed)
         self.switches: dict[str, SimulatedSwitch] = {
-            s.name: target.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32)) for s in topology.switches
+            s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32)) for s in topology.switches
         }
         self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
         """switch -> neighbour -> the switch's port to it."""
@@ -121,6 +131,38 @@ class SimulatedNetwork:
         self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
                                       self.loss_mechanism == DROP_SIMULATOR)
         program_fabric(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size, job.shared))
+        self._native: NativeStar | None = None
+        self.core = PYTHON_CORE
+        """Which worker core and event loop run the network (WORKER_CORES)."""
+        if core == NATIVE_CORE:
+            problem = star_problem(len(self.switches), len(self.workers), len(topology.hosts), len(job.shared),
+                                   self.loss_mechanism == DROP_SIMULATOR, max((s.packet_cost_s for s in setups if s is not None), default=0.0),
+                                   all(has_aggregation_path(switch) for switch in self.switches.values()))
+            if problem is not None:
+                raise SimulationUnsupported(f"the native core runs a star of one job with loss on its links (simulation/native); "
+                                            f"this network has {problem}")
+            self._native = self._native_star()
+            self.core = NATIVE_CORE
+        elif core != PYTHON_CORE:
+            raise ValueError(f"core must be one of {', '.join(WORKER_CORES)}, got {core!r}")
+
+    def _native_star(self) -> NativeStar:
+        """This star on star.c's loop (simulation/native/star.py)."""
+        [(name, switch)] = self.switches.items()
+        order = list(self.links)
+        index = {pair: i for i, pair in enumerate(order)}
+        hosts = {host.name: i for i, host in enumerate(self.topology.hosts)}
+        destinations = [(TO_SWITCH, self.ports[b][a]) if b == name else (TO_WORKER, hosts[b]) if hosts.get(b) in self.workers
+                        else (TO_NOBODY, 0) for a, b in order]
+        workers = [self.workers[i] for i in range(len(self.topology.hosts))]
+        uplinks = [index[host.name, name] for host in self.topology.hosts]
+        ports = {port: index[name, neighbour] for neighbour, port in self.ports[name].items()}
+        return NativeStar(switch, ports, [self.links[pair] for pair in order], destinations, workers, uplinks, self._k)
+
+    @property
+    def now(self) -> float:
+        """The simulated clock."""
+        return self.env.now if self._native is None else self._native.now
 
     def _port_towards(self, switch: str, node: str) -> int:
         return self.ports[switch][self.topology.next_hop(switch, node)]
@@ -162,6 +204,22 @@ class SimulatedNetwork:
         misses its deadline."""
         for control in self.controls.values():
             programming.reset_event_counters(control)
+        if self._native is not None:
+            outcomes = [self._native_job(jobs)]
+        else:
+            outcomes = self._simpy_jobs(jobs)
+        for outcome in (o for job in outcomes for o in job):
+            if isinstance(outcome, SwitchMLTimeout):
+                raise outcome
+        return outcomes
+
+    def _native_job(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[AllReduceResult | SwitchMLTimeout]:
+        [(hosts, tensors, after_s)] = jobs
+        if list(hosts) != list(range(len(self.workers))) or after_s:
+            raise ValueError("the native core runs one all-reduce of every host, released at once (allreduce)")
+        return self._native.allreduce(tensors)
+
+    def _simpy_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[list[AllReduceResult | SwitchMLTimeout]]:
         env = self.env
 
         def released(worker: SimulatedWorker, tensor: np.ndarray, after_s: float) -> Generator[simpy.Event, object, object]:
@@ -172,11 +230,7 @@ class SimulatedNetwork:
         processes = [[env.process(released(self.workers[host], tensor, after_s)) for host, tensor in zip(hosts, tensors)]
                      for hosts, tensors, after_s in jobs]
         env.run(env.all_of([process for job in processes for process in job]))
-        outcomes = [[process.value for process in job] for job in processes]
-        for outcome in (o for job in outcomes for o in job):
-            if isinstance(outcome, SwitchMLTimeout):
-                raise outcome
-        return outcomes
+        return [[process.value for process in job] for job in processes]
 
     def event_counters(self) -> dict[str, dict[str, int]]:
         """Every switch's event counters since the last ``allreduce`` began, by counter name."""
@@ -189,6 +243,9 @@ class SimulatedNetwork:
         return {
             "simulated": True,
             "target": self._target,
+            "worker_core": self.core,
+            "data_plane": self._target if self._data_plane == self._target else
+            f"{self._data_plane}'s simulated pipeline, standing for {self._target}'s (one data-plane contract: docs/dataplane.md)",
             "loss_mechanism": self.loss_mechanism,
             "delay_mechanism": "none" if delays == {0.0} else "simulated_link_delay",
             "aggregation": self.topology.aggregation,

@@ -24,13 +24,30 @@ import numpy as np
 import simpy
 
 from hosts.switchml.client import BATCH_PER_POOL, job_result, prepare_tensor
-from hosts.switchml.core import SEQ_MASK, JobContext, WorkerCore
+from hosts.switchml.core import SEQ_MASK, JobArrays, JobContext, WorkerCore, missing_slots
 from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
+from hosts.switchml.native.job import SML_DONE, NativeRoundTrip, job_stats, job_struct, slot_timers
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
-from hosts.stats import timeline_bin_for
+from hosts.stats import JobStats, timeline_bin_for
 from protocol.packet import SWITCHML_OFFSET, Endpoint, build_frame, frame_bytes, payload_bytes
 from simulation.link import Link
+
+
+@dataclass(frozen=True)
+class NativeAllReduce:
+    """One all-reduce of a worker made ready for worker.c's core (simulation/native/star.c):
+    ``job`` is its struct sml_job, pointing into ``keep``."""
+
+    job: object
+    arrays: JobArrays
+    values: np.ndarray | None
+    quantized: bool
+    length: int
+    t0: float
+    seq_base: int
+    timeline_bin_s: float
+    keep: tuple
 
 
 @dataclass(frozen=True)
@@ -69,11 +86,14 @@ class SimulatedWorker:
         self._batch = BATCH_PER_POOL * setup.pool_size
         self._tx = np.zeros(self._batch, dtype=self._pool.packets.dtype)
         self._record_bytes = self._tx.dtype.itemsize
-        self._header = frame_header(host, switch, setup.k)
+        self.header = frame_header(host, switch, setup.k)
+        """The Ethernet/IPv4/UDP headers of every frame it sends."""
         self._inbox: deque[bytes] = deque()
         self._arrival: simpy.Event | None = None
         self.uplink: Link | None = None
         """The link towards the switch (the network connects it)."""
+        self._native_rtt: NativeRoundTrip | None = None
+        """worker.c's round-trip estimate, carried across the native all-reduces of this worker."""
 
     def deliver(self, frames: list[bytes]) -> None:
         """Frames that reached the host (the downlink's far end): queued for the next receive."""
@@ -83,7 +103,7 @@ class SimulatedWorker:
             arrival.succeed()
 
     def _send(self, count: int) -> None:
-        header, send, size = self._header, self.uplink.send, self._record_bytes
+        header, send, size = self.header, self.uplink.send, self._record_bytes
         records = self._tx[:count].tobytes()
         for at in range(0, count * size, size):
             send(header + records[at:at + size])
@@ -165,3 +185,40 @@ class SimulatedWorker:
             if (hold := core.hold_s(received)) > 0:
                 yield env.timeout(hold)
         core.stats.timeline = core.timeline
+
+    # -- the same all-reduce by worker.c's core, driven by simulation/native/star.c ---------
+
+    def native_allreduce(self, tensor: np.ndarray, now: float) -> NativeAllReduce:
+        """``tensor``'s all-reduce, released at ``now``, as worker.c's struct: prepared as
+        ``allreduce`` prepares the Python core's (the same tensor, exponents, sequence numbers
+        and timeline bin), for star.c's loop to run."""
+        setup = self._setup
+        if self._native_rtt is None:
+            self._native_rtt = NativeRoundTrip()
+        x, exponents = prepare_tensor(tensor, setup.k)
+        arrays = JobArrays.make(x, exponents, self._pool, setup.n_workers)
+        values = np.zeros(arrays.plan.n_chunks * setup.k, dtype=np.float32) if arrays.quantized else None
+        timers = slot_timers(arrays.plan.n_slots)
+        tx = np.zeros(self._batch, dtype=self._tx.dtype)
+        rx = np.zeros(self._batch, dtype=self._tx.dtype)
+        rx_lengths = np.zeros(self._batch, dtype=np.uint32)
+        timeline_bin_s = self._timeline_bin(len(x))
+        job = job_struct(arrays, values, timers, self._pool, self._ctx, self._native_rtt, self._next_seq, now, timeline_bin_s,
+                         tx, rx, rx_lengths)
+        prepared = NativeAllReduce(job, arrays, values, exponents is not None, len(x), now, self._next_seq, timeline_bin_s,
+                                   (timers, tx, rx, rx_lengths))
+        self._next_seq = (self._next_seq + arrays.plan.total_packets) & SEQ_MASK
+        return prepared
+
+    def native_result(self, prepared: NativeAllReduce, status: int, end: float) -> AllReduceResult | SwitchMLTimeout:
+        """What ``allreduce`` returns, from the struct star.c ran to ``status`` at simulated ``end``."""
+        setup, arrays = self._setup, prepared.arrays
+        if status != SML_DONE:
+            return SwitchMLTimeout(setup.job_id, setup.rank, end - prepared.t0, missing_slots(arrays.outstanding, self._pool.shadow_set,
+                                                                                              prepared.seq_base))
+        stats = JobStats(timeline_bin_s=prepared.timeline_bin_s)
+        job_stats(prepared.job, stats)
+        result = job_result(arrays.int_sum, arrays.e_max, prepared.values, prepared.quantized, setup.n_workers, setup.k,
+                            prepared.length, stats)
+        result.stats.tat_s = end - prepared.t0
+        return result

@@ -51,6 +51,21 @@ def lookup(name: str) -> SwitchTarget:
         raise ValueError(f"no switch target {name!r}; choose one of {', '.join(REGISTRY)} (resolve_target() 'auto' first)") from None
 
 
+def simulated_data_plane(name: str) -> SwitchTarget:
+    """The data plane that stands for target ``name`` on the simulated clock: its own
+    ``simulated`` one, else the first target's that has one. Every target implements the
+    one data-plane contract (docs/dataplane.md) and the differential tests hold them to it,
+    so a simulated switch of one is the behaviour of any; only the link rate, which the
+    config takes from the target (``bw_mbps: target``), differs between them."""
+    own = lookup(name)
+    if own.simulated is not None:
+        return own
+    able = [target for target in REGISTRY.values() if target.simulated is not None]
+    if not able:
+        raise ValueError("no switch target has a simulated data plane (SwitchTarget.simulated)")
+    return able[0]
+
+
 def resolve_target(name: str, needs_delay_line: bool = False) -> str:
     """'auto' or a target's name -> the concrete target.
 

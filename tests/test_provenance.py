@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from experiments.config import CONFIG_DIR, load_experiment
+from experiments.config import CONFIG_DIR, TARGET_RATE_SOURCE, load_experiment
 from base.tool_version import first_line
 from experiments.provenance import tool_versions
+from experiments.simulated_sweep import simulated_target
+from hosts.switchml.native import compiler
 from protocol import results_format as fmt
 from protocol.params import REPO_ROOT
+from switches.targets import AUTO, REGISTRY
 from switchml_testbed import __version__
 from switchml_testbed.release import commit
 
@@ -57,13 +60,17 @@ def test_a_simulated_runs_summary_records_its_provenance(tmp_path: Path) -> None
     summary = json.loads((tmp_path / "run" / fmt.SUMMARY_FILE).read_text())
     at = commit()
     assert at is not None
+    target = simulated_target(AUTO)  # the target an emulated run of the config takes here, and its rate
+    rate = REGISTRY[target].link_mbps(256)
+    cc = compiler()  # the native simulator (star.c, with worker.c) where it builds; no Mininet
+    tools = {f"native worker compiler ({cc})": first_line([cc, "--version"])} if summary["switchml_data_path"]["used"] == "native" else {}
     assert summary[fmt.PROVENANCE_KEY] == {
         "version": __version__, "commit": at.sha, "dirty": at.dirty, "changes": at.changes, "command": ["run_experiment.py", *argv[1:]],
         "cwd": str(tmp_path), "kernel": platform.release(), "python": platform.python_version(), "clock": "simulated",
-        "switch_target": "embedded", "tools": {},  # a simulated run uses no Mininet, no compiler
-        "link_rate": {"mbps": 7.5, "source": "shipped SwitchTarget.link_rates of embedded at k = 256"},
+        "switch_target": target, "tools": tools,
+        "link_rate": {"mbps": rate, "source": f"{TARGET_RATE_SOURCE} {target} at k = 256"},
     }
-    assert (summary["link_mbps"], summary["link_mbps_source"]) == (7.5, summary[fmt.PROVENANCE_KEY]["link_rate"]["source"])
+    assert (summary["link_mbps"], summary["link_mbps_source"]) == (rate, summary[fmt.PROVENANCE_KEY]["link_rate"]["source"])
 
 
 @pytest.mark.parametrize(("target", "its_tools"), [("bmv2", {"simple_switch", "p4c"}), ("ebpf", {"clang"}), ("embedded", set())])

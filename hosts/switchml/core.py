@@ -111,7 +111,8 @@ class JobArrays:
     plan: JobPlan
     quantized: bool
     chunks: np.ndarray
-    """The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows."""
+    """The tensor as whole chunks (the last one zero-padded), so a batch of chunks is rows:
+    a view of the tensor when it is whole chunks (both cores only read it)."""
     packet_exponents: np.ndarray
     """The exponent field of every packet p: chunk p's block exponent while p < n_chunks (the
     lookahead round), EXPONENT_MIN after; 0 throughout an int32 job."""
@@ -133,8 +134,11 @@ class JobArrays:
         if plan.total_packets > MAX_JOB_PACKETS:
             raise ValueError(f"a tensor of {len(tensor):,} elements takes {plan.total_packets:,} packets at k = {pool.k}, "
                              f"more than the {MAX_JOB_PACKETS:,} of one all-reduce (MAX_JOB_PACKETS): split it")
-        chunks = np.zeros((plan.n_chunks, pool.k), dtype=tensor.dtype)
-        chunks.reshape(-1)[: len(tensor)] = tensor
+        if len(tensor) == plan.n_chunks * pool.k and tensor.flags.c_contiguous:
+            chunks = tensor.reshape(plan.n_chunks, pool.k)  # whole chunks already: a view, never written
+        else:
+            chunks = np.zeros((plan.n_chunks, pool.k), dtype=tensor.dtype)
+            chunks.reshape(-1)[: len(tensor)] = tensor
         packet_exponents = np.full(plan.total_packets, EXPONENT_MIN if quantized else 0, dtype=np.int8)
         if block_exponents is not None:
             packet_exponents[: plan.n_chunks] = block_exponents

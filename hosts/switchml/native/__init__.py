@@ -60,25 +60,28 @@ def compiler() -> str | None:
     return next((cc for cc in COMPILERS if shutil.which(cc)), None)
 
 
-def compile_command(cc: str, output: Path) -> list[str]:
+def compile_command(cc: str, output: Path, source: Path = SOURCE) -> list[str]:
     """The compiler's command line (also what a reader would type to build it by hand).
+    ``source`` is worker.c or a file that includes it (simulation/native/star.c).
 
     No -ffast-math and no contraction into fused multiply-adds: the quantized values must
     be numpy's, bit for bit."""
-    return [cc, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-ffp-contract=off",
-            "-I", str(params.CONSTANTS_P4.parent), str(SOURCE), "-o", str(output), "-lm"]
+    return [cc, "-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno",
+            "-I", str(params.CONSTANTS_P4.parent), "-I", str(SOURCE.parent), str(source), "-o", str(output), "-lm"]
 
 
-def build(cc: str | None = None, build_root: Path = BUILD_ROOT) -> Path:
-    """Path of the shared library, compiling it only if this source and compiler have no build yet."""
+def build(cc: str | None = None, build_root: Path = BUILD_ROOT, source: Path = SOURCE, library: str = LIBRARY) -> Path:
+    """Path of the shared library built from ``source`` (worker.c, or a file that includes
+    it), compiling it only if these sources and this compiler have no build yet."""
     cc = cc or compiler()
     if cc is None:
         raise NativeUnavailable(f"no C compiler ($CC, or one of {', '.join(COMPILERS)} on the PATH; scripts/bootstrap.sh installs clang)")
-    output_dir = build_root / source_hash([(SOURCE.name, SOURCE), (params.CONSTANTS_P4.name, params.CONSTANTS_P4)], cc)
+    sources = dict.fromkeys((source, SOURCE, params.CONSTANTS_P4))
+    output_dir = build_root / source_hash([(path.name, path) for path in sources], " ".join(compile_command(cc, Path(library), source)))
 
     def run_compiler(staging: Path) -> None:
-        command = compile_command(cc, staging / LIBRARY)
-        log.info("building the native worker data path (first use; cached in %s): %s", output_dir, " ".join(command))
+        command = compile_command(cc, staging / library, source)
+        log.info("building %s (first use; cached in %s): %s", source.name, output_dir, " ".join(command))
         try:
             result = subprocess.run(command, capture_output=True, text=True, check=False)
         except OSError as exc:
@@ -88,7 +91,7 @@ def build(cc: str | None = None, build_root: Path = BUILD_ROOT) -> Path:
             raise NativeUnavailable(f"{cc} failed (exit {result.returncode}): {first[0] if first else 'no output'}")
 
     try:
-        return build_once(output_dir, LIBRARY, run_compiler)
+        return build_once(output_dir, library, run_compiler)
     except OSError as exc:  # no build and no right to make one (another user's checkout), or a broken entry
         raise NativeUnavailable(f"{output_dir}: {exc.strerror or exc}") from exc
 

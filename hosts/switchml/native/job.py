@@ -125,6 +125,47 @@ def _address(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
+def slot_timers(n_slots: int) -> dict[str, np.ndarray]:
+    """SlotTimers' arrays for worker.c, one entry per slot, unarmed."""
+    return {"deadline": np.full(n_slots, np.inf), "backoff": np.ones(n_slots), "sent_at": np.zeros(n_slots),
+            "token": np.full(n_slots, -1, dtype=np.int64), "timeouts_per_slot": np.zeros(n_slots, dtype=np.int64),
+            "resent": np.zeros(n_slots, dtype=np.uint8)}
+
+
+def job_struct(arrays: JobArrays, values: np.ndarray | None, timers: dict[str, np.ndarray], pool: SlotPool, ctx: JobContext,
+               rtt: NativeRoundTrip, seq_base: int, t0: float, timeline_bin_s: float, tx: np.ndarray, rx: np.ndarray,
+               rx_lengths: np.ndarray, fd: int = -1) -> _Job:
+    """struct sml_job for one all-reduce: the job's arrays, the slot pool, the caller's send
+    and receive buffers (``rx``: one row per datagram) and its socket (-1 for a driver that
+    hands worker.c's core its datagrams itself, simulation/native/star.c). The arrays must
+    outlive the struct."""
+    plan, policy = arrays.plan, ctx.policy
+    job = _Job(
+        fd=fd, k=pool.k, n_slots=plan.n_slots, n_chunks=plan.n_chunks, lead=plan.lead, total_packets=plan.total_packets,
+        quantized=int(arrays.quantized), capacity=len(rx), record_bytes=tx.dtype.itemsize, rx_stride=rx.strides[0],
+        job_id=ctx.job_id, seq_base=seq_base, t0=t0, deadline_s=ctx.deadline_s, timeline_bin_s=timeline_bin_s,
+        signal_check_s=SIGNAL_CHECK_S, policy=_Policy(policy.min_s, policy.max_s, policy.first_s, policy.backoff_every),
+        chunks=_address(arrays.chunks), packet_exponents=_address(arrays.packet_exponents), scales=_address(arrays.scales),
+        e_max=_address(arrays.e_max), sums=_address(arrays.int_sum),
+        values=None if values is None else _address(values), shadow_set=_address(pool.shadow_set),
+        pool_packets=_address(pool.packets), outstanding=_address(arrays.outstanding), tx=_address(tx),
+        rx=rx.ctypes.data, rx_lengths=_address(rx_lengths), rtt=ctypes.pointer(rtt),
+        **{name: _address(array) for name, array in timers.items()},
+        n_lost_errnos=len(SEND_LOST_ERRNOS), n_reported_errnos=len(REPORTED_ERRNOS),
+        started=0, unsent=plan.total_packets, remaining=plan.n_slots,
+    )  # fmt: skip
+    job.lost_errnos[: len(SEND_LOST_ERRNOS)] = SEND_LOST_ERRNOS
+    job.reported_errnos[: len(REPORTED_ERRNOS)] = REPORTED_ERRNOS
+    return job
+
+
+def job_stats(job: _Job, stats: JobStats) -> None:
+    """The struct's statistics and send timeline into ``stats``."""
+    for name, _ in _Stats._fields_:
+        setattr(stats, name, getattr(job.stats, name))
+    stats.timeline = job.timeline[: job.timeline_len] if job.timeline_len else []
+
+
 class NativeJob:
     """Sends ``tensor`` through the pool with worker.c's loop; ``run`` does it once."""
 
@@ -142,34 +183,14 @@ class NativeJob:
         check_send_buffer(plan, pool, io.tx)
         if io.rx.dtype != io.tx.dtype or len(io.rx) != len(io.tx) or io.rx.strides[0] < io.rx.dtype.itemsize:
             raise ValueError("the receive buffers must be as many as the send buffer's records, each at least one record")
-        quantized, k = arrays.quantized, pool.k
         self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
-        self.values: np.ndarray | None = np.zeros(plan.n_chunks * k, dtype=np.float32) if quantized else None
+        self.values: np.ndarray | None = np.zeros(plan.n_chunks * pool.k, dtype=np.float32) if arrays.quantized else None
         """The sums dequantized, chunk by chunk as the results arrive (float32 jobs)."""
-        n = plan.n_slots
-        timers = {"deadline": np.full(n, np.inf), "backoff": np.ones(n), "sent_at": np.zeros(n),
-                  "token": np.full(n, -1, dtype=np.int64), "timeouts_per_slot": np.zeros(n, dtype=np.int64),
-                  "resent": np.zeros(n, dtype=np.uint8)}
+        timers = slot_timers(plan.n_slots)
         self._rx_lengths = np.zeros(io.capacity, dtype=np.uint32)
         self._keep = (arrays, timers)  # alive while C points into them
-        policy = ctx.policy
-        self._job = _Job(
-            fd=sock_fd, k=k, n_slots=n, n_chunks=plan.n_chunks, lead=plan.lead, total_packets=plan.total_packets,
-            quantized=int(quantized), capacity=io.capacity, record_bytes=io.tx.dtype.itemsize, rx_stride=io.rx.strides[0],
-            job_id=ctx.job_id, seq_base=seq_base, t0=t0, deadline_s=ctx.deadline_s, timeline_bin_s=TIMELINE_BIN_S,
-            signal_check_s=SIGNAL_CHECK_S,
-            policy=_Policy(policy.min_s, policy.max_s, policy.first_s, policy.backoff_every),
-            chunks=_address(arrays.chunks), packet_exponents=_address(arrays.packet_exponents), scales=_address(arrays.scales),
-            e_max=_address(self.e_max), sums=_address(self.int_sum),
-            values=None if self.values is None else _address(self.values), shadow_set=_address(pool.shadow_set),
-            pool_packets=_address(pool.packets), outstanding=_address(self.outstanding), tx=_address(io.tx),
-            rx=io.rx.ctypes.data, rx_lengths=_address(self._rx_lengths), rtt=ctypes.pointer(rtt),
-            **{name: _address(array) for name, array in timers.items()},
-            n_lost_errnos=len(SEND_LOST_ERRNOS), n_reported_errnos=len(REPORTED_ERRNOS),
-            started=0, unsent=plan.total_packets, remaining=n,
-        )  # fmt: skip
-        self._job.lost_errnos[: len(SEND_LOST_ERRNOS)] = SEND_LOST_ERRNOS
-        self._job.reported_errnos[: len(REPORTED_ERRNOS)] = REPORTED_ERRNOS
+        self._job = job_struct(arrays, self.values, timers, pool, ctx, rtt, seq_base, t0, TIMELINE_BIN_S, io.tx, io.rx,
+                               self._rx_lengths, sock_fd)
         self.stats = JobStats()
 
     @property
@@ -197,11 +218,9 @@ class NativeJob:
 
     def _collect(self) -> None:
         """Stats, timeline and refusals out of the struct; the C-owned timeline freed."""
-        job, stats = self._job, self.stats
-        for name, _ in _Stats._fields_:
-            setattr(stats, name, getattr(job.stats, name))
-        stats.timeline = job.timeline[: job.timeline_len] if job.timeline_len else []
+        job = self._job
+        job_stats(job, self.stats)
         refusals = Counter({code: n for code, n in zip(SEND_LOST_ERRNOS, job.refusals) if n})
         self._io.refusals.update(refusals)
-        stats.socket_errors = errno_counts(refusals)
+        self.stats.socket_errors = errno_counts(refusals)
         self._lib.sml_release(ctypes.byref(job))

@@ -327,7 +327,7 @@ static void chunk_data(const struct sml_job *job, int64_t chunk, uint8_t *out)
         const float *x = (const float *)job->chunks + chunk * k;
         double scale = job->scales[job->e_max[chunk] - EXPONENT_MIN];
         for (int32_t i = 0; i < k; i++)
-            put_be32(out + 4 * i, (uint32_t)(int32_t)rint((double)x[i] * scale));
+            put_be32(out + 4 * i, (uint32_t)(int32_t)lrint((double)x[i] * scale));
     } else {
         const int32_t *x = (const int32_t *)job->chunks + chunk * k;
         for (int32_t i = 0; i < k; i++)
