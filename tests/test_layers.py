@@ -241,17 +241,19 @@ commands switchml-<command>, its scratch files and its environment): not the pro
 NOT_YET = "SwitchML's own code, not yet in a switchml/ folder of its layer (docs/architecture.md, \"In-network aggregation\")"
 ABOUT = "measures or draws SwitchML itself by name: the paper's figures and SwitchML's own benchmarks"
 DDP = "SwitchML's DDP backend and hook, which name its client and its backend: to move into hosts/switchml/"
-CLOCK = "the simulated clock's SwitchML worker, which issue 41 gives the protocols' cores (simulation/)"
+CLOCK = "the simulated clock's SwitchML worker and its native event loop (simulation/), written around SwitchML's core"
 UNMOVED: dict[str, str] = {
     **dict.fromkeys(("protocol.packet", "protocol.params", "protocol.quantize", "p4.gen_elements",
                      "switches.bmv2.compile", "switches.ebpf.compile", "switches.ebpf.control", "switches.ebpf.datapath",
-                     "switches.ebpf.maps", "switches.embedded.egress", "switches.embedded.ingress", "switches.embedded.responder"),
+                     "switches.ebpf.maps", "switches.embedded.egress", "switches.embedded.ingress", "switches.embedded.responder",
+                     "switches.embedded.simulated"),
                     NOT_YET),
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",
                      "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
                      "benchmarks.simulation_validation", "experiments.capacity", "workloads.make_traces"), ABOUT),
     **dict.fromkeys(("hosts.ddp_script", "hosts.torch_backend", "hosts.torch_hook"), DDP),
-    **dict.fromkeys(("experiments.simulated_sweep", "simulation.network", "simulation.worker"), CLOCK),
+    **dict.fromkeys(("experiments.simulated_sweep", "simulation.native", "simulation.native.star", "simulation.network",
+                     "simulation.worker"), CLOCK),
     "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
     "topologies.model": "a star's most workers is SwitchML's (SWITCHML_MAX_WORKERS), named in its message",
 }
