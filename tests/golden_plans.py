@@ -4,12 +4,18 @@ deadlines and the worker spec of each method, as plain JSON.
 tests/test_golden.py compares it with tests/data/golden_plans.json, recorded before the
 plug-in axis for in-network aggregation (issue 39) was built: a refactor of how configs are
 parsed and methods are dispatched must not change what any of today's configs runs.
-``python -m tests.golden_plans`` writes the file again, for a change that means to alter a plan.
+``python -m tests.golden_plans`` writes the file again, for a change that means to alter a plan
+(``--simulated``: also tests/data/golden_simulated_runs.json, the results of short runs on the
+simulated clock, which are deterministic).
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import subprocess
+import sys
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -66,6 +72,31 @@ def write(recorded: dict[str, Any]) -> None:
     GOLDEN.write_text("{\n" + ",\n".join(lines) + "\n}\n")
 
 
+SIMULATED_GOLDEN = GOLDEN.parent / "golden_simulated_runs.json"
+SIMULATED_RUNS: dict[str, list[str]] = {
+    "8workers": ["workload.elements=65536", "repetitions=1"],
+    "8workers_lossy": ["workload.elements=65536", "repetitions=1", "topology.link.loss=0.01", "methods=[switchml]"],
+}
+"""Short runs on the simulated clock, whose results are deterministic: name -> --set overrides of configs/8workers.yaml."""
+SIMULATED_COLUMNS = ("method", "rank", "tat_s", "packets_sent", "packets_received", "retransmissions", "timeouts", "duplicates",
+                     "verified", "max_abs_error")
+
+
+def simulated_results(out: Path) -> dict[str, list[dict[str, str]]]:
+    """Each of ``SIMULATED_RUNS`` run by run_experiment.py --simulate into ``out``: its runs.csv rows, in those columns."""
+    found = {}
+    for name, overrides in SIMULATED_RUNS.items():
+        run_dir = out / name
+        command = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(CONFIG_DIR / "8workers.yaml"), "--simulate",
+                   "--out", str(run_dir), *(arg for override in overrides for arg in ("--set", override))]
+        subprocess.run(command, check=True, capture_output=True, cwd=REPO_ROOT)
+        with (run_dir / "runs.csv").open() as rows:
+            found[name] = [{column: row[column] for column in SIMULATED_COLUMNS} for row in csv.DictReader(rows)]
+    return found
+
+
 if __name__ == "__main__":
     write(plans())
-    print(f"wrote {GOLDEN}")
+    if "--simulated" in sys.argv:  # a few minutes: every run of SIMULATED_RUNS
+        with tempfile.TemporaryDirectory() as folder:
+            SIMULATED_GOLDEN.write_text(json.dumps(simulated_results(Path(folder)), indent=1) + "\n")

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.golden_plans import GOLDEN, TARGETS, as_json, plan, shipped_configs
+from tests.golden_plans import GOLDEN, SIMULATED_GOLDEN, SIMULATED_RUNS, TARGETS, as_json, plan, shipped_configs, simulated_results
 
 RECORDED = json.loads(GOLDEN.read_text())
 
@@ -41,3 +41,13 @@ def test_a_shipped_config_plans_what_it_planned_before(config) -> None:
         key = f"{config.stem}@{target}"
         difference = first_difference(RECORDED[key], as_json(plan(config, target)))
         assert difference is None, f"{key}: the plan changed at {difference}"
+
+
+def test_short_runs_on_the_simulated_clock_give_what_they_gave_before(tmp_path) -> None:
+    """The results, not only the plans: on the simulated clock a run is deterministic, so each
+    rank's TAT, frames, resends and error equal what main gave (a loss-free and a lossy run)."""
+    recorded = json.loads(SIMULATED_GOLDEN.read_text())
+    now = simulated_results(tmp_path)
+    for name in SIMULATED_RUNS:
+        assert now[name] == recorded[name], f"{name}: the simulated results changed (first rank differing: " \
+            f"{next((a, b) for a, b in zip(recorded[name], now[name]) if a != b)})"
