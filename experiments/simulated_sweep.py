@@ -116,7 +116,7 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
         "clock": "simulated seconds (tat_s, timeline t_ms)",
         "switch": "the target's data-plane contract (docs/dataplane.md) as its own simulated data plane or, for a target without "
                   "one, the first target's that has one (network.json: data_plane), processing every frame at its arrival",
-        "worker": "per point, summary.json's switchml_data_path: worker.c on star.c's loop, or core.py on SimPy",
+        "worker": "per point, summary.json's data_path: worker.c on star.c's loop, or core.py on SimPy",
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
                 "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
