@@ -229,12 +229,12 @@ class ResultsWriter:
                     "rejected_results": int(group["rejected_results"].sum()),
                 } | retransmission_causes(group, resends if registered.aggregation is not None else {})
                 rate = point.topology.link_mbps
-                pace = None if registered.aggregation is None else registered.aggregation.pace
-                if pace is not None and rate is not None:
+                protocol = registered.aggregation
+                if protocol is not None and protocol.pace is not None and rate is not None:
                     bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.job.k)
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
-                    check = pace_check(point, pace, rate, point.topology.link_loss)
+                    check = pace_check(point, protocol, rate, point.topology.link_loss)
                     if check is not None:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,

@@ -52,8 +52,10 @@ class Pace(Protocol):
     window_bound: bool
 
 
-PaceModel = Callable[[int, int, int, float, float, bool], Pace]
-"""(elements, k, pool_size, link_bps, link_delay_s, quantized) -> the network's pace for one job."""
+PaceModel = Callable[[int, "JobParameters", float, float, bool], Pace]
+"""(elements, the job's parameters, link_bps, link_delay_s, quantized) -> the network's pace
+for one job: each protocol reads what sets its pace from its own parameters (SwitchML: k and
+the pool's slots)."""
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,11 @@ def switchml_job_pace(elements: int, k: int, pool_size: int, link_bps: float, li
     )
 
 
+def job_pace(elements: int, parameters: SwitchMLParameters, link_bps: float, link_delay_s: float, quantized: bool) -> SwitchMLJobPace:
+    """SwitchML's ``Aggregation.pace``: ``switchml_job_pace`` at the job's k and pool size."""
+    return switchml_job_pace(elements, parameters.k, parameters.pool_size, link_bps, link_delay_s, quantized)
+
+
 def read_parameters(section: Mapping[str, Any]) -> SwitchMLParameters:
     """A SwitchML job's parameters from its workers' spec (protocol/worker_spec.py); a
     ValueError naming what is missing or unknown."""
@@ -119,7 +124,7 @@ def read_parameters(section: Mapping[str, Any]) -> SwitchMLParameters:
 AGGREGATION = Aggregation(
     name="switchml", label="SwitchML", parameters=SwitchMLParameters.from_config, read_parameters=read_parameters,
     k_choices=K_CHOICES, defaults={"timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "data_path": "auto"}, sum_bits=PROTOCOL_BITS, host="hosts.switchml.method:SwitchMLMethod",
-    reset_switch="switches.programming:reset_job_state", pace=switchml_job_pace, data_path="hosts.switchml.native:resolve",
+    reset_switch="switches.programming:reset_job_state", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions",
     ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml",
 )

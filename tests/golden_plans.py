@@ -82,8 +82,14 @@ SIMULATED_COLUMNS = ("method", "rank", "tat_s", "packets_sent", "packets_receive
                      "verified", "max_abs_error")
 
 
+SUMMARY_KEYS = ("tat_s", "ate_per_s", "retransmissions", "verified", "line_rate_bound_ate_per_s", "pace_bound_ate_per_s",
+                "pace_bound", "ate_fraction_of_pace_bound", "pace_checked")
+"""summary.json's per-method entries that follow from the runs and the models (bound, pace)."""
+
+
 def simulated_results(out: Path) -> dict[str, list[dict[str, str]]]:
-    """Each of ``SIMULATED_RUNS`` run by run_experiment.py --simulate into ``out``: its runs.csv rows, in those columns."""
+    """Each of ``SIMULATED_RUNS`` run by run_experiment.py --simulate into ``out``: its runs.csv rows, in those columns,
+    and its summary's ``SUMMARY_KEYS`` per method."""
     found = {}
     for name, overrides in SIMULATED_RUNS.items():
         run_dir = out / name
@@ -92,6 +98,9 @@ def simulated_results(out: Path) -> dict[str, list[dict[str, str]]]:
         subprocess.run(command, check=True, capture_output=True, cwd=REPO_ROOT)
         with (run_dir / "runs.csv").open() as rows:
             found[name] = [{column: row[column] for column in SIMULATED_COLUMNS} for row in csv.DictReader(rows)]
+        summary = json.loads((run_dir / "summary.json").read_text())["methods"]
+        found[f"{name} summary"] = {method: {key: value for key, value in entry.items() if key in SUMMARY_KEYS}
+                                    for method, entry in sorted(summary.items())}
     return found
 
 

@@ -51,3 +51,4 @@ def test_short_runs_on_the_simulated_clock_give_what_they_gave_before(tmp_path) 
     for name in SIMULATED_RUNS:
         assert now[name] == recorded[name], f"{name}: the simulated results changed (first rank differing: " \
             f"{next((a, b) for a, b in zip(recorded[name], now[name]) if a != b)})"
+        assert now[f"{name} summary"] == recorded[f"{name} summary"], f"{name}: summary.json's bound and pace changed"
