@@ -84,8 +84,9 @@ logging.setLoggerClass(logging.Logger)
 
 from experiments.calibration.measure import MODES  # noqa: E402
 from experiments.capacity import CONFIG as PROBED_CONFIG, Probe  # noqa: E402
-from experiments.config import TARGET_RATE_SOURCES, Experiment, check_emulable, load_experiment, shipped_or_given  # noqa: E402
+from experiments.config import TARGET_RATE_SOURCES, Experiment, check_data_paths, check_emulable, shipped_or_given  # noqa: E402
 from base.yamlschema import ConfigError, read_yaml_text  # noqa: E402
+from methods import aggregations_of  # noqa: E402
 from protocol.params import REPO_ROOT, RESULTS_DIR  # noqa: E402
 from switches.targets import TARGETS, TargetUnavailableError, resolve_target, root_run_targets  # noqa: E402
 from switchml_testbed.release import add_version_option, program  # noqa: E402
@@ -133,15 +134,16 @@ def describe(experiment: Experiment, target: str) -> str:
     rate_text = f"{rates[0]:g} Mbit/s links" if rates else "unshaped links"
     lines = [f"experiment {experiment.name} ({experiment.source}), switch target: {target}, "
              f"{rate_text} (from {experiment.link_rate_source})"]
-    if any("switchml" in p.methods for p in experiment.points):
-        paths = sorted({p.data_path.reason for p in experiment.points})
-        lines.append(f"  SwitchML worker: {'; '.join(paths)}")
+    for protocol in aggregations_of([m for p in experiment.points for m in p.methods]):
+        if protocol.data_path is not None:
+            paths = sorted({p.data_path.reason for p in experiment.points if protocol in aggregations_of(p.methods)})
+            lines.append(f"  {protocol.label} worker: {'; '.join(paths)}")
     for p in experiment.points:
         sweep = f" {p.sweep_param}={p.sweep_value!r}" if p.sweep_param else ""
         info = p.workload_info
         lines.append(
             f"  point {p.index}{sweep}: {len(p.topology.hosts)} workers ({p.topology.kind}), {info.elements} x {p.workload['dtype']} "
-            f"({info.name}), k={p.protocol['k']}, pool={p.protocol['pool_size']}, methods={','.join(p.methods)}, "
+            f"({info.name}), k={p.job.k}, pool={p.job.pool_size}, methods={','.join(p.methods)}, "
             f"repetitions={p.repetitions}, deadlines: {', '.join(f'{m} {p.job_limit(m).seconds:.3g} s' for m in p.methods)}"
         )
     return "\n".join(lines)
@@ -223,9 +225,11 @@ def run_command(argv: list[str] | None) -> int:
     setup_logging(args.verbose)
     overrides = list(args.overrides) + ([f"switch.target={args.switch}"] if args.switch else [])
     try:
+        from experiments.kinds import load
+
         args.config = shipped_or_given(args.config)
         text = read_yaml_text(args.config)  # once: a pipe or standard input reads empty the second time
-        experiment = load_experiment(args.config, overrides, text, dry_run=args.dry_run)
+        experiment = load(args.config, overrides, text, dry_run=args.dry_run)  # and its kind's rules
     except ConfigError as exc:
         return user_error(log, exc)
 
@@ -244,6 +248,8 @@ def run_command(argv: list[str] | None) -> int:
         # link rate (switch.link_bw_mbps, its link_rates) apply and config.yaml records what ran.
         runs = [(target, experiment if target == requested else experiment.with_target(target))
                 for target in choose(requested, needs_delay_line=needs_delay_line(experiment))]
+        for _, loaded in runs:
+            check_data_paths(loaded)  # the native loop built (cached) here, not as the config loads
         if not args.dry_run:  # the servers of a cluster are asked which worker loop they run (a dry run connects nowhere)
             if not MININET:
                 raise ConfigError(NO_MININET)
@@ -330,7 +336,8 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
         return user_error(log, exc)
     plane = simulated_data_plane(target).name
     simulated = f"{target}'s own data plane" if plane == target else f"{target}'s data-plane contract by {plane}'s simulated pipeline"
-    if not emit(f"{describe(loaded, target)}\n  simulated: {simulated} and the SwitchML worker's core on a simulated clock"):
+    workers = " and ".join(f"the {protocol.label} worker's core" for protocol in aggregations_of([m for p in loaded.points for m in p.methods]))
+    if not emit(f"{describe(loaded, target)}\n  simulated: {simulated}{f' and {workers}' if workers else ''} on a simulated clock"):
         return EXIT_STORAGE
     if args.dry_run:
         return EXIT_OK

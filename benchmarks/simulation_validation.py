@@ -42,6 +42,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.results import utc_stamp  # noqa: E402
+from protocol import results_format as fmt  # noqa: E402
 from protocol.results_format import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 
 log = logging.getLogger("simulation_validation")
@@ -90,7 +91,7 @@ def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
         rows.append({
             "config": emulated["config"], "emulated_run": str(run), "point": theirs["point"], "sweep_param": theirs["sweep_param"] or "",
             "sweep_value": "" if value is None else (json.dumps(value) if isinstance(value, dict) else value),
-            "emulated_target": emulated["switch_target"], "emulated_data_path": theirs.get("switchml_data_path", ""),
+            "emulated_target": emulated["switch_target"], "emulated_data_path": fmt.data_path_of(theirs) or "",
             "link_mbps": emulated["link_mbps"], "loss_mechanism": network.get(str(theirs["point"]), {}).get("loss_mechanism", ""),
             "emulated_tat_s": e["tat_s"], "simulated_tat_s": s["tat_s"], "simulated_over_emulated": round(s["tat_s"] / e["tat_s"], 4),
             "emulated_tat_s_min": e["tat_s_min"], "emulated_tat_s_max": e["tat_s_max"], "simulated_tat_s_min": s["tat_s_min"],

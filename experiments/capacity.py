@@ -32,6 +32,7 @@ import pandas as pd
 from experiments.config import load_experiment
 from methods.switchml import line_rate_ate
 from protocol import params
+from protocol import results_format as fmt
 from protocol.params import REPO_ROOT
 from protocol.results_format import MACHINE
 
@@ -53,7 +54,7 @@ class Probe:
     workers: int
     k: int
     data_path: str
-    """The SwitchML worker's loop that ran (native or python: summary.json's switchml_data_path)."""
+    """The in-network worker's loop that ran (native or python: summary.json's data_path)."""
     link_mbps: float
     attempt: int
     elements: int
@@ -166,7 +167,7 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
 
     k = int(runs["k"].iloc[0])
     return Probe(
-        target=summary["switch_target"], workers=summary["workers"], k=k, data_path=summary["switchml_data_path"]["used"],
+        target=summary["switch_target"], workers=summary["workers"], k=k, data_path=fmt.data_path_of(summary)["used"],
         link_mbps=summary["link_mbps"], attempt=attempt,
         elements=int(runs["elements"].iloc[0]), repetitions=int(runs["repetition"].nunique()),
         ate_per_s=round(switchml["ate_per_s"]),

@@ -13,6 +13,7 @@ each method's deadline follows from its bound: experiments/limits.py).
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,13 +22,12 @@ from typing import Any, Mapping
 from base.cgroup import memory_limit
 from base.yamlschema import STDIN, ConfigError, deep_merge, load_schema, load_yaml, parse_yaml, reject_keys, validate
 from experiments.calibration.record import SOURCE_PREFIX as CALIBRATED_RATE_SOURCE, find_rate
-from experiments.limits import Limit, fastest_allreduce_s, job_limit
-from hosts.switchml.native import DataPath, NativeUnavailable, resolve as resolve_data_path
-from hosts.switchml.timers import DEFAULT_BACKOFF_EVERY
+from experiments.limits import Limit, RunLimits, fastest_allreduce_s, job_limit
+from base.plugin import resolve
 import methods
+from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from network.cluster_config import ClusterSpec
 from protocol import params
-from switches.programming import AdmissionError, partition_slots
 from switches.targets import AUTO, REGISTRY
 from topologies.model import Topology, find_topology, load_topology
 import workloads.kinds
@@ -50,8 +50,8 @@ def shipped_or_given(path: Path) -> Path:
 
 DEFAULTS: dict[str, Any] = {
     "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": params.DEFAULT_K, "pool_size": params.DEFAULT_POOL_SIZE, "timeout_ms": 20.0,
-                 "backoff_every": DEFAULT_BACKOFF_EVERY, "job_id": 1, "data_path": "auto"},
+    "protocol": {"k": params.DEFAULT_K, "pool_size": params.DEFAULT_POOL_SIZE, "job_id": 1,
+                 **{key: value for protocol in methods.AGGREGATIONS for key, value in protocol.defaults.items()}},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
@@ -67,6 +67,7 @@ def experiment_schema() -> dict[str, Any]:
     method, a target or a workload is all it takes for configs to name it."""
     schema = load_schema(SCHEMA_PATH)
     schema["properties"]["methods"]["items"]["enum"] = [method.name for method in methods.REGISTRY]
+    schema["properties"]["protocol"]["properties"]["k"]["enum"] = sorted({k for protocol in methods.AGGREGATIONS for k in protocol.k_choices})
     workload = schema["properties"]["workload"]
     workload["properties"]["kind"]["enum"] = list(workloads.kinds.names())
     for kind in workloads.kinds.REGISTRY:
@@ -118,6 +119,23 @@ the target's once ``auto`` has chosen it."""
 
 
 @dataclass(frozen=True)
+class JobSection:
+    """The config's ``protocol`` section as every in-network protocol shares it: the switch's
+    part of a job, typed (a protocol's own keys are its record's to read: methods/aggregation.py)."""
+
+    k: int
+    """Elements per packet."""
+    pool_size: int
+    job_id: int
+    data_path: str
+    """The worker loop the config asks for (auto, native, python); ``Point.data_path`` resolves it."""
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> JobSection:
+        return cls(int(section["k"]), int(section["pool_size"]), int(section["job_id"]), str(section["data_path"]))
+
+
+@dataclass(frozen=True)
 class Point:
     """One sweep point: a complete, validated experiment config and its topology."""
 
@@ -133,16 +151,21 @@ class Point:
     def protocol(self) -> Mapping[str, Any]:
         return self.data["protocol"]
 
+    @functools.cached_property
+    def job(self) -> JobSection:
+        """Its ``protocol`` section's shared keys, typed: parsed once, from the validated config."""
+        return JobSection.from_config(self.protocol)
+
     @property
     def workload(self) -> Mapping[str, Any]:
         return self.data["workload"]
 
     @property
     def data_path(self) -> DataPath:
-        """Which implementation of the SwitchML worker's loop runs (``protocol.data_path``,
-        ``auto`` resolved here, once per process: hosts/switchml/native), unless the
-        servers of its cluster chose (``chosen_data_path``)."""
-        return self.chosen_data_path or resolve_data_path(self.protocol["data_path"])
+        """Which implementation of its in-network worker's loop runs (``protocol.data_path``,
+        ``auto`` resolved by the protocol's record, once per process), unless the servers of
+        its cluster chose (``chosen_data_path``)."""
+        return self.chosen_data_path or resolve_data_path(self.methods, self.job.data_path)
 
     @property
     def methods(self) -> list[str]:
@@ -152,9 +175,10 @@ class Point:
     def repetitions(self) -> int:
         return int(self.data["repetitions"])
 
-    @property
-    def limits(self) -> Mapping[str, Any]:
-        return self.data["limits"]
+    @functools.cached_property
+    def limits(self) -> RunLimits:
+        """Its ``limits`` section, typed: parsed once, from the validated config."""
+        return RunLimits.from_config(self.data["limits"])
 
     @property
     def cluster(self) -> ClusterSpec | None:
@@ -174,7 +198,7 @@ class Point:
     def job_limit(self, method: str) -> Limit:
         """``method``'s deadline for one all-reduce here: limits.job_timeout_s, else derived
         from its bound (experiments/limits.py)."""
-        return job_limit(self.limits, self.topology, method, _jobs(self.data, self.topology), int(self.protocol["k"]))
+        return job_limit(self.limits, self.topology, method, _jobs(self.data, self.topology), self.job.k)
 
 
 @dataclass(frozen=True)
@@ -328,12 +352,15 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             target.check_k(protocol["k"])
         except ValueError as error:
             raise ConfigError(f"{source}: protocol.k: {error}") from None
+    if target is not None:
+        for aggregation in methods.aggregations_of(data["methods"]):
+            if aggregation.name not in target.protocols:
+                raise ConfigError(f"{source}: methods: the {target.name} target has no data plane for {aggregation.label} "
+                                  f"(it runs {', '.join(sorted(target.protocols)) or 'no in-network aggregation'})")
     if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
         raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
     workload_of(data["workload"]).check(data, len(topology.hosts), source)
     _check_ddp_methods(data, source)
-    if data.get("jobs") is not None:
-        _check_jobs(data, topology, source)
     if data["loss_mechanism"] == "switch":
         try:
             topology.drop_simulator_rates()
@@ -348,12 +375,36 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
     if offered and data["tcp_congestion_control"] not in offered:
         raise ConfigError(f"{source}: tcp_congestion_control: {data['tcp_congestion_control']!r} is not one this kernel offers "
                           f"({', '.join(offered)}: net.ipv4.tcp_available_congestion_control)")
-    if data.get("jobs") is not None and topology.aggregation == "hierarchical":
-        raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
-    try:
-        resolve_data_path(protocol["data_path"])  # built here (cached), so a run never starts on a path it lacks
-    except NativeUnavailable as exc:
-        raise ConfigError(f"{source}: protocol.data_path: native: {exc}; 'auto' runs the Python worker where it is") from None
+
+
+def check_data_paths(experiment: Experiment) -> None:
+    """Refuse, as a ConfigError naming the point, a data path its config insists on that this
+    machine cannot run (``protocol.data_path: native`` without a C compiler). Resolving
+    builds the native loop (cached), so the runner asks this once the target is chosen,
+    before anything starts, and loading a config builds nothing."""
+    for point in experiment.points:
+        if not methods.aggregations_of(point.methods):
+            continue
+        try:
+            resolve_data_path(point.methods, point.job.data_path)
+        except DataPathUnavailable as exc:
+            raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.job.data_path}: {exc}; 'auto' runs the Python worker "
+                              "where it is") from None
+
+
+def data_path_protocol(method_names: list[str] | tuple[str, ...]) -> Aggregation:
+    """The protocol whose worker loop ``protocol.data_path`` chooses: the first in-network
+    method's that has a choice; a point with none records the first registered protocol's
+    (what results have always recorded for it)."""
+    return next((protocol for protocol in methods.aggregations_of(method_names) if protocol.data_path is not None),
+                next(protocol for protocol in methods.AGGREGATIONS if protocol.data_path is not None))
+
+
+def resolve_data_path(method_names: list[str] | tuple[str, ...], choice: str) -> DataPath:
+    """``choice`` resolved by the protocol of ``method_names`` that has a data path (``data_path_protocol``)."""
+    reference = data_path_protocol(method_names).data_path
+    assert reference is not None
+    return resolve(reference)(choice)
 
 
 AVAILABLE_CONGESTION_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
@@ -374,7 +425,7 @@ def check_emulable(experiment: Experiment) -> None:
     checks it for every run but --simulate."""
     for point in experiment.points:
         hosts = len(point.topology.hosts)
-        where = _point_label(experiment.source, point)
+        where = point_label(experiment.source, point)
         if hosts > MAX_EMULATED_HOSTS:
             raise ConfigError(f"{where}: topology.workers: {hosts} hosts; an emulated run takes at most {MAX_EMULATED_HOSTS} "
                               "(experiments/config.py, MAX_EMULATED_HOSTS); --simulate runs larger topologies (up to the topology "
@@ -443,28 +494,6 @@ def _check_ddp_methods(data: Mapping[str, Any], source: str) -> None:
                           f"got {', '.join(data['methods'])}")
 
 
-def _check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
-    """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
-    and pools the control plane admits together (the same check it makes on the switch)."""
-    if data["methods"] != [methods.SWITCHML.name] or "elements" not in workload_of(data["workload"]).properties:
-        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [switchml] on a workload whose jobs give their own "
-                          f"elements (synthetic)")
-    seen: dict[int, int] = {}
-    for job in data["jobs"]:
-        for host in job["hosts"]:
-            if host >= len(topology.hosts):
-                raise ConfigError(f"{source}: jobs: job {job['job_id']} names host {host}; the topology has hosts 0..{len(topology.hosts) - 1}")
-            if host in seen:
-                raise ConfigError(f"{source}: jobs: host {host} is in job {seen[host]} and job {job['job_id']}")
-            seen[host] = job["job_id"]
-        if len(job["hosts"]) > params.MAX_WORKERS:
-            raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers, at most {params.MAX_WORKERS}")
-    try:
-        partition_slots([(job["job_id"], job["pool_size"]) for job in data["jobs"]], data["switch"]["max_pool_size"])
-    except AdmissionError as exc:
-        raise ConfigError(f"{source}: jobs: {exc}") from None
-
-
 def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` over the defaults (DEFAULTS, then its workload kind's), so that a section given
     whole (``--set limits={...}``, a sweep over ``workload``) keeps the defaults of the keys it
@@ -494,7 +523,7 @@ def _check_rate_applies(data: Mapping[str, Any], topology_path: Path, link_rate_
         )
 
 
-def _point_label(source: Path, point: Point) -> str:
+def point_label(source: Path, point: Point) -> str:
     """How an error names a point: the config, and the sweep value where there is one."""
     return _label(source, point.sweep_param, point.sweep_value)
 

@@ -26,23 +26,27 @@ from pathlib import Path
 from typing import Callable
 
 import methods
-from experiments.config import ConfigError, Experiment, Point
-from hosts.switchml.native import DataPath
+from experiments.config import ConfigError, Experiment, Point, data_path_protocol
+from methods.aggregation import DataPath
 from network.cluster import SSH_CONNECT_S, Cluster, ClusterError
 from network.cluster_config import LOCAL, Server
 
 log = logging.getLogger(__name__)
 
-ASK = "-m hosts.switchml.native"
-"""What a server runs to say which data path it has: ``<name>\\t<reason>`` (hosts/switchml/native/__main__.py)."""
+def ask_command(point: Point) -> str:
+    """What a server runs to say which data path it has: ``python -m`` the module of the
+    protocol's data-path resolver (``Aggregation.data_path``), which prints ``<name>\\t<reason>``."""
+    reference = data_path_protocol(point.methods).data_path
+    assert reference is not None
+    return f"-m {reference.partition(':')[0]}"
 
 Ask = Callable[[str], DataPath | None]
 """Server name -> what it runs (None: it could not be asked)."""
 
 
 def runs_a_data_path(point: Point) -> bool:
-    """Whether some method of ``point`` hands its workers the data path (SwitchML's spec section)."""
-    return any(methods.by_name(m).spec_section(point.protocol, "python") is not None for m in point.methods)
+    """Whether some method of ``point`` runs a protocol whose worker has a choice of data path."""
+    return any(protocol.data_path is not None for protocol in methods.aggregations_of(point.methods))
 
 
 def servers_with_workers(point: Point) -> list[str]:
@@ -72,14 +76,14 @@ def choose(point: Point, ask: Ask) -> DataPath | None:
     return None
 
 
-def ask_over_ssh(cluster: Cluster, answers: dict[Server, DataPath | None]) -> Ask:
+def ask_over_ssh(cluster: Cluster, answers: dict[Server, DataPath | None], asking: str) -> Ask:
     """An ``Ask`` through ``cluster``'s ssh connections; ``answers`` holds what each server
     said, so none is asked twice in a run."""
 
     def ask(server: str) -> DataPath | None:
         spec = cluster.servers[server]
         if spec not in answers:
-            command = f"cd {shlex.quote(spec.checkout)} && {shlex.quote(spec.python)} {ASK}"
+            command = f"cd {shlex.quote(spec.checkout)} && {shlex.quote(spec.python)} {asking}"
             try:
                 name, _, reason = cluster.check(server, command, "asking for its data path", timeout=SSH_CONNECT_S + 60).strip().partition("\t")
             except (ClusterError, subprocess.TimeoutExpired) as exc:
@@ -102,11 +106,12 @@ def on_every_server(experiment: Experiment) -> Experiment:
         with tempfile.TemporaryDirectory(prefix="switchml-ssh-") as control:
             cluster = Cluster.start(point.cluster, point.topology, Path(control))
             try:
-                path = choose(point, ask_over_ssh(cluster, answers))
+                path = choose(point, ask_over_ssh(cluster, answers, ask_command(point)))
             finally:
                 cluster.close()
         if path is not None:
             chosen[point.index] = path
-    for reason in sorted({path.reason for path in chosen.values()}):
-        log.warning("SwitchML worker: %s", reason)
+    for line in sorted({f"{data_path_protocol(experiment.points[index].methods).label} worker: {path.reason}"
+                        for index, path in chosen.items()}):
+        log.warning("%s", line)
     return experiment.with_data_paths(chosen)

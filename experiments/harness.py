@@ -35,8 +35,7 @@ from experiments.limits import Limit
 from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
 from network.evidence import aggregation_evidence
-from protocol.worker_spec import WorkerSpec
-from switches import programming
+from protocol.worker_spec import WorkerSpec, job_section
 from switches.fabric import SharedJob
 
 if TYPE_CHECKING:  # Mininet's; imported where a network is built, so that --simulate runs without Mininet installed
@@ -56,12 +55,22 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         n_workers=len(topology.hosts),
         switch_ipv4=topology.aggregator_ipv4,
         link_mbps=topology.link_mbps,
-        protocol=methods.by_name(method).spec_section(point.protocol, point.data_path.name),
+        protocol=job_parameters(point, method),
         peers=tuple((h.ipv4, BASELINE_PORT) for h in topology.hosts),
         job_timeout_s=point.job_limit(method).seconds,
-        connect_timeout_s=point.limits["worker_start_s"],
+        connect_timeout_s=point.limits.worker_start_s,
         serve=point.workload_kind.host,
     )
+
+
+def job_parameters(point: Point, method: str) -> dict[str, Any] | None:
+    """The switch job's parameters of ``method`` at ``point``, as its protocol's record gives
+    them (methods/aggregation.py; the data path resolved only for a method that has one),
+    for its workers' spec; None for a method with no switch job."""
+    registered = methods.by_name(method)
+    if registered.aggregation is None:
+        return None
+    return job_section(registered.job_parameters(point.protocol, point.data_path.name))
 
 
 class KindRunner(Protocol):
@@ -91,6 +100,10 @@ class ExperimentKind:
     applies: Callable[[Experiment], bool] | None = None
     """Whether a loaded config is of this kind whatever its workload (several jobs on one
     switch), asked before the workload's own kind; None: only when the workload names it."""
+    check: Callable[[Experiment], None] = lambda experiment: None
+    """The rules of this kind that span keys (the shared-switch kind's jobs), asked once a
+    config of this kind has loaded (``experiments.kinds.load``): a ConfigError naming the point
+    and the key. Rules every kind shares stay in experiments/config.py."""
 
 
 @dataclass(frozen=True)
@@ -115,12 +128,7 @@ class PointNetwork:
 
     def prepare(self, method: str) -> None:
         """What ``method``'s record says the network needs before its first job here."""
-        methods.by_name(method).prepare(self)
-
-    def reset_aggregation(self) -> None:
-        """Every aggregating switch's registers to zero (SwitchML's ``prepare``)."""
-        for control in self.net.aggregating_controls:
-            programming.reset_aggregation_state(control, self.point.protocol["k"])
+        methods.by_name(method).prepare(self.net, self.point.protocol)
 
     @contextlib.contextmanager
     def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> Iterator[WorkerGroup]:
@@ -130,12 +138,12 @@ class PointNetwork:
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
         with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
-                         Limit("limits.worker_exit_s", self.point.limits["worker_exit_s"]),
+                         self.point.limits.limit("worker_exit_s"),
                          dependencies=self.net.dependencies(),
                          remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for,
                          switch_problems=self.net.switch_problems) as group, \
                 group.dependencies_checked():
-            group.start(Limit("limits.worker_start_s", self.point.limits["worker_start_s"]))
+            group.start(self.point.limits.limit("worker_start_s"))
             yield group
 
     def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]],
@@ -175,15 +183,14 @@ def point_network(experiment: Experiment, point: Point, target: str, writer: Res
     from network.emulation import EmulatedNetwork
 
     log_dir = writer.log_dir / f"point{point.index}"
-    protocol = point.protocol
     with EmulatedNetwork(
         point.topology,
         target,
         log_dir,
-        k=protocol["k"],
+        k=point.job.k,
         max_pool_size=experiment.data["switch"]["max_pool_size"],
-        job_id=protocol["job_id"],
-        pool_size=protocol["pool_size"],
+        job_id=point.job.job_id,
+        pool_size=point.job.pool_size,
         loss_mechanism=point.data["loss_mechanism"],
         tcp_congestion_control=point.data["tcp_congestion_control"],
         jobs=jobs,

@@ -49,6 +49,26 @@ class Limit:
                 f"if the job is only slow)")
 
 
+@dataclass(frozen=True)
+class RunLimits:
+    """A config's ``limits`` section, parsed once after validation: each limit a typed field
+    that can give itself as a ``Limit`` with its key."""
+
+    worker_start_s: float
+    worker_exit_s: float
+    job_timeout_s: float | None = None
+    """One deadline for every method's all-reduce; None: each method's is derived (``job_limit``)."""
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> RunLimits:
+        timeout = section.get("job_timeout_s")
+        return cls(float(section["worker_start_s"]), float(section["worker_exit_s"]), None if timeout is None else float(timeout))
+
+    def limit(self, name: str) -> Limit:
+        """The limit called ``name`` ("worker_start_s") with its key, for a message that says what to raise."""
+        return Limit(f"limits.{name}", getattr(self, name))
+
+
 def fastest_allreduce_s(method: str, elements: int, workers: int, topology: Topology, k: int) -> float | None:
     """One round trip and ``elements`` at ``method``'s link-rate bound on ``topology``'s
     links, at each worker's share of its bottleneck (an over-subscribed uplink counts); None
@@ -60,11 +80,11 @@ def fastest_allreduce_s(method: str, elements: int, workers: int, topology: Topo
     return topology.round_trip_s + elements / methods.by_name(method).bound(rate_bps, workers, k)
 
 
-def job_limit(limits: Mapping[str, Any], topology: Topology, method: str, jobs: Sequence[tuple[int, int]], k: int) -> Limit:
+def job_limit(limits: RunLimits, topology: Topology, method: str, jobs: Sequence[tuple[int, int]], k: int) -> Limit:
     """``method``'s deadline for one all-reduce of a point whose jobs are ``jobs`` ((elements,
     workers) each, all collected under one limit): the config's, else derived."""
-    if limits.get("job_timeout_s") is not None:
-        return Limit(JOB_TIMEOUT_KEY, float(limits["job_timeout_s"]))
+    if limits.job_timeout_s is not None:
+        return Limit(JOB_TIMEOUT_KEY, limits.job_timeout_s)
     if any(elements == 0 for elements, _ in jobs):
         return Limit(JOB_TIMEOUT_KEY, UNSIZED_DEADLINE_S, "its all-reduces are not known before it runs")
     fastest = [fastest_allreduce_s(method, elements, workers, topology, k) for elements, workers in jobs]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from experiments.config import Point
-from methods.method import Pace, PaceModel
+from methods.aggregation import Aggregation, Pace
 from protocol.params import mbps_to_bps
 
 PACE_SHARE = 0.9
@@ -56,17 +56,17 @@ class PaceCheck:
         return "window" if self.pace.window_bound else "line rate"
 
 
-def pace_check(point: Point, model: PaceModel, link_mbps: float, loss: float) -> PaceCheck | None:
-    """The network's pace, by a method's pace ``model``, for its jobs of ``point`` on links of
-    ``link_mbps``, or None when it does not bound them: under loss, retransmission timeouts
-    are part of the protocol; and a workload that computes between its all-reduces (a user's
-    DDP script) has no pace of the network's alone."""
-    if loss > 0 or not point.workload_kind.paced:
+def pace_check(point: Point, protocol: Aggregation, link_mbps: float, loss: float) -> PaceCheck | None:
+    """The network's pace, by ``protocol``'s pace model, for its jobs of ``point`` on links of
+    ``link_mbps``, or None when it does not bound them: a protocol without a pace model; under
+    loss, retransmission timeouts are part of the protocol; and a workload that computes
+    between its all-reduces (a user's DDP script) has no pace of the network's alone."""
+    if protocol.pace is None or loss > 0 or not point.workload_kind.paced:
         return None
     delay_ms = max(link.spec.delay_ms for link in point.topology.links)
-    pace = model(
-        point.workload_info.elements, int(point.protocol["k"]), int(point.protocol["pool_size"]),
-        mbps_to_bps(point.topology.worker_share_mbps(link_mbps)), delay_ms / 1e3, quantized=point.workload["dtype"] == "float32",
+    pace = protocol.pace(
+        point.workload_info.elements, protocol.parameters(point.protocol, point.job.data_path),
+        mbps_to_bps(point.topology.worker_share_mbps(link_mbps)), delay_ms / 1e3, point.workload["dtype"] == "float32",
     )
     return PaceCheck(pace, checked=pace.tat_s >= MIN_PACED_S and pace.streaming_fraction >= BANDWIDTH_BOUND)
 

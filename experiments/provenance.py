@@ -18,9 +18,8 @@ import sys
 from typing import Any
 
 from base.optional import torch_unavailable
-from base.tool_version import first_line
-from experiments.config import Experiment
-from hosts.switchml.native import compiler
+from base.plugin import resolve
+from experiments.config import Experiment, data_path_protocol
 import methods
 from switches.targets import REGISTRY
 from switchml_testbed import __version__
@@ -63,9 +62,10 @@ def tool_versions(experiment: Experiment, target: str, simulated: bool) -> dict[
     if not simulated:
         tools["mininet"] = package_version("mininet")
         tools |= REGISTRY[target].tool_versions()
-    cc = compiler()
-    if cc is not None and any(p.data_path.name == "native" for p in experiment.points):  # worker.c, or star.c that includes it
-        tools[f"native worker compiler ({cc})"] = first_line([cc, "--version"])
+    for point in experiment.points:  # the in-network workers' own tools (the native loop's compiler: worker.c, or star.c that includes it)
+        protocol = data_path_protocol(point.methods)
+        if protocol.tool_versions is not None and protocol in methods.aggregations_of(point.methods):
+            tools |= resolve(protocol.tool_versions)(point.data_path.name)
     if uses_torch(experiment):
         tools["torch"] = package_version("torch")
     return tools

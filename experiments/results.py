@@ -20,7 +20,7 @@ import yaml
 
 from experiments import metrics, provenance
 from experiments.metrics import timed_cpu_samples
-from experiments.config import Experiment, Point
+from experiments.config import Experiment, Point, data_path_protocol
 from experiments.pace import PACE_SHARE, pace_check, paced_by_emulator
 from methods.verification import Verdict
 from hosts.stats import TIMELINE_BIN_S
@@ -51,9 +51,10 @@ def utc_stamp(at: float | None = None) -> str:
 
 
 def data_path_record(point: Point) -> dict[str, str]:
-    """summary.json's ``switchml_data_path``: what the config asked for, what ran, and why
-    (``auto`` falls back to Python where the native loop does not build)."""
-    return {"requested": point.protocol["data_path"], "used": point.data_path.name, "reason": point.data_path.reason}
+    """summary.json's ``data_path``: whose worker loop, what the config asked for, what ran, and
+    why (``auto`` falls back to Python where the native loop does not build)."""
+    return {"protocol": data_path_protocol(point.methods).name, "requested": point.protocol["data_path"],
+            "used": point.data_path.name, "reason": point.data_path.reason}
 
 
 class ResultsWriter:
@@ -146,8 +147,8 @@ class ResultsWriter:
             rows.append({
                 "point": point.index, "sweep_param": point.sweep_param or "", "sweep_value": "" if point.sweep_value is None else point.sweep_value,
                 "method": method, "repetition": repetition, "rank": rank, "n_workers": n, "elements": elements,
-                "dtype": point.workload["dtype"], "tensor_bytes": tensor_bytes, "k": point.protocol["k"],
-                "pool_size": point.protocol["pool_size"], "link_mbps": point.topology.link_mbps, "loss": point.topology.link_loss,
+                "dtype": point.workload["dtype"], "tensor_bytes": tensor_bytes, "k": point.job.k,
+                "pool_size": point.job.pool_size, "link_mbps": point.topology.link_mbps, "loss": point.topology.link_loss,
                 "loss_mechanism": loss_mechanism, "tat_s": tat, "ate_per_s": metrics.ate_per_s(elements, tat),
                 "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": busbw(algbw, n) if n > 1 else 0.0,
                 "packets_sent": stats["packets_sent"], "packets_received": stats["packets_received"],
@@ -226,13 +227,14 @@ class ResultsWriter:
                     "socket_errors": int(group["socket_errors"].sum()),
                     "socket_errnos": socket_errnos(runs[(runs["point"] == point.index) & (runs["method"] == method)]),
                     "rejected_results": int(group["rejected_results"].sum()),
-                } | retransmission_causes(group, resends if registered.sum_bits is not None else {})
+                } | retransmission_causes(group, resends if registered.aggregation is not None else {})
                 rate = point.topology.link_mbps
-                if registered.pace is not None and rate is not None:
-                    bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.protocol["k"])
+                protocol = registered.aggregation
+                if protocol is not None and protocol.pace is not None and rate is not None:
+                    bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.job.k)
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
-                    check = pace_check(point, registered.pace, rate, point.topology.link_loss)
+                    check = pace_check(point, protocol, rate, point.topology.link_loss)
                     if check is not None:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,
@@ -241,7 +243,7 @@ class ResultsWriter:
                             paced.append(paced_by_emulator(group[["point", "method", "repetition", "tat_s"]], check))
                 methods[method] = entry
             points.append({"point": point.index, "sweep_param": point.sweep_param, "sweep_value": point.sweep_value,
-                           "switchml_data_path": point.data_path.name, "methods": methods})
+                           fmt.DATA_PATH_KEY: point.data_path.name, "methods": methods})
         paced_jobs = pd.concat(paced, ignore_index=True) if paced else pd.DataFrame()
         first = self.experiment.points[0]
         summary = {
@@ -251,7 +253,7 @@ class ResultsWriter:
             "verified": bool(verified and runs["verified"].all()),
             "switch_target": self.target,
             fmt.SIMULATED_KEY: self.simulation is not None,
-            "switchml_data_path": data_path_record(first),
+            fmt.DATA_PATH_KEY: data_path_record(first),
             "workers": len(first.topology.hosts),
             "link_mbps": first.topology.link_mbps,
             "link_mbps_source": self.experiment.link_rate_source,
@@ -395,7 +397,7 @@ def kept_up_warning(summary: dict[str, Any]) -> str:
                        f"frames in, {worst['output_lost']} counted as sent; switch_lost_frames, switch_frames.csv)")
     if summary["paced_by_emulator"]:
         worst = min(summary["paced_by_emulator"], key=lambda r: r["share_of_pace"])
-        reasons.append(f"{len(summary['paced_by_emulator'])} SwitchML job(s) ran slower than {PACE_SHARE:.0%} of the pace "
+        reasons.append(f"{len(summary['paced_by_emulator'])} in-network job(s) ran slower than {PACE_SHARE:.0%} of the pace "
                        f"their links allow (worst: {worst['share_of_pace']:.1%}; paced_by_emulator)")
     if summary.get("saturated_trainings"):
         reasons.append(f"{len(summary['saturated_trainings'])} training(s) saturated a process or the machine (saturated_trainings)")

@@ -23,9 +23,8 @@ from experiments.config import Experiment, Point
 from experiments.harness import pending_methods, verify_results
 from experiments.job_meter import JobMeasurement
 from experiments.results import ResultsWriter
-from hosts.allreduce import retransmit_policy
-from hosts.switchml.job import SwitchMLTimeout
-from hosts.switchml.native import DataPath, NativeUnavailable
+from hosts.switchml.method import retransmit_policy
+from methods.aggregation import DataPath, DataPathUnavailable
 from methods.verification import expected_for
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import SwitchMLParameters
@@ -99,7 +98,7 @@ def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
                            has_aggregation_path(plane.simulated(k=point.protocol["k"], max_pool_size=point.protocol["pool_size"], seed=0)))
     try:
         native_simulator()
-    except NativeUnavailable as exc:
+    except DataPathUnavailable as exc:
         problem = problem or str(exc)
     if problem is None:
         return NATIVE_SIMULATED_DATA_PATH
@@ -117,7 +116,7 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
         "clock": "simulated seconds (tat_s, timeline t_ms)",
         "switch": "the target's data-plane contract (docs/dataplane.md) as its own simulated data plane or, for a target without "
                   "one, the first target's that has one (network.json: data_plane), processing every frame at its arrival",
-        "worker": "per point, summary.json's switchml_data_path: worker.c on star.c's loop, or core.py on SimPy",
+        "worker": "per point, summary.json's data_path: worker.c on star.c's loop, or core.py on SimPy",
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
                 "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
@@ -131,9 +130,9 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
 
 
 def simulated_here(method: str, point: Point) -> bool:
-    """Whether the simulator runs ``method``'s own code: a method that joins a SwitchML job
-    (its record gives its workers a protocol section); the others are given by their model."""
-    return methods.by_name(method).spec_section(point.protocol, SIMULATED_DATA_PATH.name) is not None
+    """Whether the simulator runs ``method``'s own code: an in-network method (its record
+    names its protocol); the others are given by their model."""
+    return methods.by_name(method).aggregation is not None
 
 
 def baseline_model(point: Point, method: str, efficiency: float) -> dict[str, float | str]:
@@ -202,13 +201,13 @@ class SimulatedSweepRunner:
         self.writer.record_network(point.index, net.describe())
         inputs = point_inputs(point.workload, len(point.topology.hosts))
         expected = expected_for(inputs, point.protocol["k"])
-        methods.by_name(method).prepare(net)
+        methods.by_name(method).prepare(net, point.protocol)
         ok = True
         for repetition in range(point.repetitions):
             started, began = net.env.now, time.perf_counter()
             try:
                 results = net.allreduce(inputs)
-            except SwitchMLTimeout as exc:
+            except TimeoutError as exc:  # the protocol's job missed its deadline (hosts/switchml/job.py: SwitchMLTimeout)
                 raise SimulationFailed(f"point {point.index} {method} rep {repetition} (simulated): {exc}") from None
             wall = time.perf_counter() - began
             verdicts = verify_results(method, expected, [(r.values, r.int_sum) for r in results],

@@ -9,7 +9,7 @@ it exactly. Which class a method runs is its registry entry's ``host`` (methods/
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -19,70 +19,16 @@ from hosts.parameter_server import ParameterServerAllReduce
 from hosts.ring_allreduce import RingAllReduce
 from hosts.stats import JobStats
 import methods
-from protocol.params import mbps_to_bps
-from protocol.worker_spec import SwitchMLParameters, WorkerSpec
-
-if TYPE_CHECKING:
-    from hosts.switchml.client import SwitchMLClient
-    from hosts.switchml.timers import RetransmitPolicy
+from protocol.worker_spec import WorkerSpec
 
 Outcome = tuple[np.ndarray, np.ndarray | None, JobStats]
-"""(result values, SwitchML's raw int32 sum or None, statistics)."""
+"""(result values, the switch's raw int32 sum or None, statistics)."""
 
 
 class Method(Protocol):
     def allreduce(self, tensor: np.ndarray) -> Outcome: ...
 
     def close(self) -> None: ...
-
-
-class SwitchMLMethod:
-    """SwitchMLClient with the worker's result shape."""
-
-    def __init__(self, spec: WorkerSpec, rank: int) -> None:
-        self._client = switchml_client(spec, rank)
-
-    def allreduce(self, tensor: np.ndarray) -> Outcome:
-        result = self._client.allreduce(tensor)
-        return result.values, result.int_sum, result.stats
-
-    def close(self) -> None:
-        self._client.close()
-
-
-def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
-    """Rank ``rank``'s SwitchML client for the spec's job: the method's, and the DDP hook's (hosts/torch_hook.py)."""
-    from hosts.switchml.client import SwitchMLClient
-
-    proto = spec.protocol
-    if proto is None:
-        raise ValueError(f"method {spec.method}'s spec has no protocol section (its record's spec_section): no SwitchML job to join")
-    return SwitchMLClient(
-        rank=rank,
-        n_workers=spec.n_workers,
-        job_id=proto.job_id,
-        switch_ipv4=spec.switch_ipv4,
-        k=proto.k,
-        pool_size=proto.pool_size,
-        retransmit=retransmit_policy(proto, spec.link_mbps),
-        job_deadline_s=spec.job_timeout_s,
-        data_path=proto.data_path,
-    )
-
-
-def retransmit_policy(protocol: SwitchMLParameters, link_mbps: float | None) -> RetransmitPolicy:
-    """The config's timeout floor (``timeout_ms``), raised to twice the time a full pool takes
-    to cross the slowest link when links are rate-limited (hosts/switchml/timers.py: under
-    loss the measured round trips fall below it just before the pool refills); or the
-    config's fixed timeout (``fixed_timeout_ms``: loss-free links)."""
-    from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
-
-    if protocol.fixed_timeout_ms is not None:
-        return RetransmitPolicy.fixed_at(protocol.fixed_timeout_ms / 1000.0)
-    floor_s = protocol.timeout_ms / 1000.0
-    if link_mbps is not None:
-        floor_s = max(floor_s, 2 * pool_drain_s(protocol.pool_size, protocol.k, mbps_to_bps(link_mbps)))
-    return RetransmitPolicy(min_s=floor_s, backoff_every=protocol.backoff_every, max_s=max(1.0, floor_s))
 
 
 class BaselineMethod:

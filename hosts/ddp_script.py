@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
-from hosts.allreduce import switchml_client
+from hosts.switchml.method import switchml_client
 from hosts.ddp_shapes import Rendezvous, script_shapes
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address

@@ -37,11 +37,11 @@ import torch.distributed as dist
 import torch.multiprocessing
 from torch.distributed import distributed_c10d
 
-from hosts.torch_backend import SWITCHML
+from hosts.torch_backend import SWITCH_BACKENDS
 
 log = logging.getLogger(__name__)
 
-REPLACED = {"gloo", SWITCHML}
+REPLACED = {"gloo", *SWITCH_BACKENDS}
 """Backends a script may ask for that the method's backend replaces (none asked is Gloo on a CPU host)."""
 REPLACED_WITHOUT_CUDA = REPLACED | {"nccl"}
 """Those, on a host without CUDA, where torch has no NCCL to give."""

@@ -49,13 +49,15 @@ import torch
 import torch.distributed as dist
 
 from hosts.stats import JobStats, added
+import methods
 from hosts.switchml import SwitchMLClient, UnsummableTensor
 from protocol.quantize import flushed_to_zero
 
 log = logging.getLogger(__name__)
 
-SWITCHML = "switchml"
-"""The backend through the switch, as ``init_process_group`` names it."""
+SWITCH_BACKENDS = tuple(protocol.torch_backend for protocol in methods.AGGREGATIONS if protocol.torch_backend is not None)
+"""The backends through the switch, as ``init_process_group`` names them: each in-network
+aggregation protocol's (its record's ``torch_backend``, methods/aggregation.py)."""
 TESTBED_GLOO = "testbed_gloo"
 """Gloo for every call, its float32 SUM all-reduces recorded for verification."""
 SWITCH_DTYPES = (torch.float32, torch.int32)
@@ -470,16 +472,16 @@ def register(clients: ClientFactory) -> None:
     def create(name: str) -> Callable[[dist.Store, int, int, timedelta], SwitchMLProcessGroup]:
         def creator(store: dist.Store, rank: int, size: int, timeout: timedelta) -> SwitchMLProcessGroup:
             switch = None
-            if name == SWITCHML and not GROUPS:
+            if name in SWITCH_BACKENDS and not GROUPS:
                 switch = SwitchQueue(clients(rank, size), IeeeSums(store, rank, size, timeout), FailureBoard(store, rank))
             group = SwitchMLProcessGroup(name, store, rank, size, timeout, switch)
             GROUPS.append(group)
-            log.info("rank %d of %d: a %s process group%s", rank, size, name, "" if switch or name != SWITCHML else " (all on Gloo: not the first group)")
+            log.info("rank %d of %d: a %s process group%s", rank, size, name, "" if switch or name not in SWITCH_BACKENDS else " (all on Gloo: not the first group)")
             return group
 
         return creator
 
-    for name in (SWITCHML, TESTBED_GLOO):
+    for name in (*SWITCH_BACKENDS, TESTBED_GLOO):
         dist.Backend.register_backend(name, create(name), devices=["cpu"])
 
 

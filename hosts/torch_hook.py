@@ -51,7 +51,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from base.plugin import resolve
-from hosts.allreduce import switchml_client
+from hosts.switchml.method import switchml_client
 from hosts.stats import JobStats, added
 from hosts.torch_backend import Reduction, SwitchMLProcessGroup, SwitchQueue
 import methods

@@ -153,7 +153,7 @@ def round_trip_timeouts(samples: list[list], floor_s: float, first_s: float) -> 
 
 def timeout_floor(k: int, pool_size: int, timeout_ms: float, link_mbps: float | None) -> float:
     """A worker's timeout floor for these protocol settings (hosts/allreduce.py)."""
-    from hosts.allreduce import retransmit_policy
+    from hosts.switchml.method import retransmit_policy
     from protocol.worker_spec import SwitchMLParameters
 
     return retransmit_policy(SwitchMLParameters(k=k, pool_size=pool_size, job_id=0, timeout_ms=timeout_ms, backoff_every=100), link_mbps).min_s

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from base.plugin import named
 from methods import gloo, ps, ring, switchml
+from methods.aggregation import Aggregation
 from methods.method import Method
+
+AGGREGATIONS: tuple[Aggregation, ...] = (
+    switchml.AGGREGATION,
+)
+"""Every in-network aggregation protocol (methods/aggregation.py), one line each: the switch
+targets declare which of these they run (``SwitchTarget.protocols``)."""
 
 REGISTRY: tuple[Method, ...] = (
     switchml.SWITCHML,
@@ -41,4 +48,20 @@ def by_name(name: str) -> Method:
     return named(REGISTRY, name, "method")
 
 
-__all__ = ["BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Method", "by_name"]
+def aggregation(name: str) -> Aggregation:
+    """The registered in-network aggregation protocol called ``name``."""
+    return named(AGGREGATIONS, name, "in-network aggregation protocol")
+
+
+def aggregations_of(names: list[str] | tuple[str, ...]) -> list[Aggregation]:
+    """The protocols the methods called ``names`` run on the switch, each once, in their order."""
+    found: list[Aggregation] = []
+    for name in names:
+        protocol = by_name(name).aggregation
+        if protocol is not None and protocol not in found:
+            found.append(protocol)
+    return found
+
+
+__all__ = ["AGGREGATIONS", "BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Aggregation", "Method", "aggregation", "aggregations_of",
+           "by_name"]

@@ -5,19 +5,21 @@ these records (the registry in ``methods/__init__.py``) instead of naming method
 themselves, so a new method is its own file here, its host code, and one registry line.
 This package sits beside topologies and workloads: it imports only ``protocol`` (frame
 sizes) and never ``hosts`` (the host entry point is a "module:attribute" string that
-``hosts.allreduce`` resolves).
+``hosts.allreduce`` resolves). An in-network method refers to its protocol's record
+(``aggregation``, methods/aggregation.py), which the runner and the networks ask.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from base.plugin import resolve
+from methods.aggregation import Aggregation, JobParameters
 from methods.verification import Expected, Verdict
 from protocol.packet import ELEMENT_BYTES
-from protocol.worker_spec import SwitchMLParameters
 
 BITS_PER_BYTE = 8
 
@@ -29,33 +31,12 @@ Bound = Callable[[float, int, int], float]
 
 
 class Network(Protocol):
-    """What a method may prepare on a point's network before its first job there
-    (experiments/harness.py's PointNetwork)."""
+    """What a method may prepare on a network before its first job there (the emulated and
+    the simulated network both offer it)."""
 
-    def reset_aggregation(self) -> None:
-        """Every aggregating switch's registers to zero."""
-
-
-class Pace(Protocol):
-    """The fastest a job can go when only the network sets its pace (experiments/pace.py)."""
-
-    tat_s: float
-    ate_per_s: float
-    streaming_fraction: float
-    """Share of tat_s its data packets' own intervals take (the rest: start and drain)."""
-    window_bound: bool
-
-
-PaceModel = Callable[[int, int, int, float, float, bool], Pace]
-"""(elements, k, pool_size, link_bps, link_delay_s, quantized) -> the network's pace for one job."""
-
-
-def nothing_to_prepare(network: Network) -> None:
-    """The ``prepare`` of a method that uses no switch state (the TCP baselines)."""
-
-
-def no_spec_section(protocol: Mapping[str, Any], data_path: str) -> None:
-    """The ``spec_section`` of a method that takes nothing from the config's protocol section."""
+    @property
+    def aggregating_controls(self) -> Sequence[Any]:
+        """The control plane of every switch that aggregates (switches/control.py's SwitchControl)."""
 
 
 @dataclass(frozen=True)
@@ -74,19 +55,11 @@ class Method:
     """"module:attribute" of the class a worker process builds one rank with, as
     ``cls(spec, rank)``: it has ``allreduce(tensor) -> (values, int_sum or None, stats)`` and
     ``close()`` (``hosts.allreduce.Method``)."""
-    prepare: Callable[[Network], None] = nothing_to_prepare
-    """What the network needs before its first job on it (SwitchML: zeroed registers)."""
-    spec_section: Callable[[Mapping[str, Any], str], SwitchMLParameters | None] = no_spec_section
-    """(config's protocol section, the resolved worker data path) -> what its workers' spec
-    carries as ``protocol`` (protocol/worker_spec.py), or None for a method that needs none."""
-    pace: PaceModel | None = None
-    """Its pace model where nothing but its links and pool set its pace (self-clocked on the
-    switch's slots, experiments/pace.py): summary.json then gives its share of the bound and
-    of the pace, and ``kept_up`` checks its jobs. None where the bound is only a ceiling that
-    the transport legitimately stays well below (TCP's headers, slow start, barriers)."""
-    sum_bits: int | None = None
-    """Width of the integer sums the network computes (training_steps.csv ``bits``), or None
-    for methods that add floats."""
+    aggregation: Aggregation | None = None
+    """The in-network aggregation protocol its workers run (methods/aggregation.py); None for
+    a method the hosts compute among themselves (the TCP baselines, Gloo). Its record gives
+    the workers' job parameters, the switch's preparation, the pace model and the integer
+    sums' width."""
     ddp_hook: str | None = None
     """"module:attribute" of its PyTorch DDP communication hook, as
     ``factory(spec, rank, process_group, keep) -> (state, hook)``
@@ -101,6 +74,29 @@ class Method:
     """Why this method cannot run on this machine (an optional dependency absent: one
     sentence naming how to install it), or None when it can. experiments/config.py asks it
     for every method a config names, so a run fails as its config loads, not on the hosts."""
+
+    def job_parameters(self, protocol: Mapping[str, Any], data_path: str) -> JobParameters | None:
+        """What its workers' spec carries as ``protocol`` (protocol/worker_spec.py), from the
+        config's protocol section and the resolved data path; None for a method with no switch job."""
+        return None if self.aggregation is None else self.aggregation.parameters(protocol, data_path)
+
+    def prepare(self, network: Network, protocol: Mapping[str, Any]) -> None:
+        """What the network needs before this method's first job on it: its protocol's state
+        zeroed on every aggregating switch (the workers start from an empty pool); nothing for
+        a method with no switch job."""
+        if self.aggregation is None:
+            return
+        reset = resolve(self.aggregation.reset_switch)
+        parameters = self.aggregation.parameters(protocol, protocol.get("data_path", "auto"))
+        for control in network.aggregating_controls:
+            reset(control, parameters)
+
+
+def in_network(aggregation: Aggregation, *, name: str, label: str, colour: str, verify: Verify, bound: Bound) -> Method:
+    """The method of an in-network aggregation protocol: its host class, DDP hook and backend
+    are the protocol's (its record says them once)."""
+    return Method(name=name, label=label, colour=colour, verify=verify, bound=bound, host=aggregation.host,
+                  aggregation=aggregation, ddp_hook=aggregation.ddp_hook, torch_backend=aggregation.torch_backend)
 
 
 def algbw_bound(link_bps: float, traffic_per_tensor_byte: float) -> float:

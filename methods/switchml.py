@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any, Mapping
+
 from methods import verification
-from methods.method import BITS_PER_BYTE, Method, Network, require_positive
+from methods.aggregation import Aggregation
+from methods.method import BITS_PER_BYTE, in_network, require_positive
 from protocol.packet import ELEMENT_BYTES, frame_bytes
-from protocol.plan import JobPlan
+from protocol.params import DEFAULT_BACKOFF_EVERY, K_CHOICES
+from protocol.switchml.plan import JobPlan
 from protocol.quantize import PROTOCOL_BITS
 from protocol.worker_spec import SwitchMLParameters
 
@@ -103,15 +107,27 @@ def switchml_job_pace(elements: int, k: int, pool_size: int, link_bps: float, li
     )
 
 
-def reset_registers(network: Network) -> None:
-    """Before SwitchML's first job on a network: every aggregating switch's registers to zero,
-    which its workers' slots start from (hosts/switchml/pool.py)."""
-    network.reset_aggregation()
+def job_pace(elements: int, parameters: SwitchMLParameters, link_bps: float, link_delay_s: float, quantized: bool) -> SwitchMLJobPace:
+    """SwitchML's ``Aggregation.pace``: ``switchml_job_pace`` at the job's k and pool size."""
+    return switchml_job_pace(elements, parameters.k, parameters.pool_size, link_bps, link_delay_s, quantized)
 
 
-SWITCHML = Method(
-    name="switchml", label="SwitchML", colour="tab:blue", verify=verification.integer_sum, bound=bound,
-    host="hosts.allreduce:SwitchMLMethod", sum_bits=PROTOCOL_BITS,
-    prepare=reset_registers, spec_section=SwitchMLParameters.from_config, pace=switchml_job_pace, ddp_hook="hosts.torch_hook:switchml_hook",
-    torch_backend="switchml",
+def read_parameters(section: Mapping[str, Any]) -> SwitchMLParameters:
+    """A SwitchML job's parameters from its workers' spec (protocol/worker_spec.py); a
+    ValueError naming what is missing or unknown."""
+    try:
+        return SwitchMLParameters(**section)
+    except TypeError as exc:
+        raise ValueError(f"not a SwitchML job's parameters ({exc})") from None
+
+
+AGGREGATION = Aggregation(
+    name="switchml", label="SwitchML", parameters=SwitchMLParameters.from_config, read_parameters=read_parameters,
+    k_choices=K_CHOICES, defaults={"timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "data_path": "auto"}, sum_bits=PROTOCOL_BITS, host="hosts.switchml.method:SwitchMLMethod",
+    reset_switch="switches.programming:reset_job_state", pace=job_pace, data_path="hosts.switchml.native:resolve",
+    tool_versions="hosts.switchml.native:tool_versions",
+    ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml",
 )
+"""SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""
+
+SWITCHML = in_network(AGGREGATION, name="switchml", label="SwitchML", colour="tab:blue", verify=verification.integer_sum, bound=bound)

@@ -5,7 +5,7 @@ Two views of the same bytes:
 * the hot path (worker library, embedded switch) uses the ``struct``/numpy definitions
   here directly: fixed offsets, one ``struct.Struct`` for the SwitchML header and a
   big-endian int32 numpy dtype for the elements, so no per-packet objects are built;
-* tests, pcaps and debugging use the scapy layer in ``protocol/scapy_layer.py``, kept
+* tests, pcaps and debugging use the scapy layer in ``protocol/switchml/scapy_layer.py``, kept
   apart so that workers and the switch never pay for importing scapy.
 
 Layout (must match ``p4/include/headers.p4``; ``tests/test_p4_contract.py`` checks it)::

@@ -66,6 +66,11 @@ MSG_RESULT: int = P4_CONSTANTS["SWITCHML_MSG_RESULT"]
 FLOOD_MCAST_GRP: int = P4_CONSTANTS["SWITCHML_FLOOD_MCAST_GRP"]
 L2_TABLE_SIZE: int = P4_CONSTANTS["SWITCHML_L2_TABLE_SIZE"]
 """Entries of l2_learn_table and of l2_table on every target (docs/dataplane.md, "Tables")."""
+DEFAULT_BACKOFF_EVERY: int = 100
+"""Double only after many timeouts of a slot, as the reference implementation does: one lost
+update times out every worker of the job, so doubling on each timeout, TCP's rule, backs off
+innocent workers and stalls the pool (benchmarks/README.md, "The worker's retransmission timers")."""
+
 
 INGRESS_EVENTS: tuple[str, ...] = (
     "EV_UPDATE_CONSUMED",

@@ -12,6 +12,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CONFIG_FILE = "config.yaml"
 """The resolved config a run ran with (and is resumed with)."""
@@ -107,6 +108,19 @@ link rate a run used, and its command line; runs written before 0.2.0 lack it.""
 def is_simulated(summary: dict) -> bool:
     """Whether a run's summary.json is a simulated run's."""
     return bool(summary.get(SIMULATED_KEY, False))
+
+
+DATA_PATH_KEY = "data_path"
+"""summary.json: the in-network worker's loop, ``{"protocol", "requested", "used", "reason"}``;
+each of its points: the loop that ran there (``used``)."""
+EARLIER_DATA_PATH_KEY = "switchml_data_path"
+"""What runs written before in-network aggregation became a plug-in axis call ``DATA_PATH_KEY``
+(without ``protocol``: theirs was SwitchML's)."""
+
+
+def data_path_of(record: dict) -> Any:
+    """A summary's or a point's data path, under its current key or its earlier one (None: neither)."""
+    return record.get(DATA_PATH_KEY, record.get(EARLIER_DATA_PATH_KEY))
 
 
 SHARED_SWITCH_KIND = "shared_switch"

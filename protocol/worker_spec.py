@@ -43,6 +43,11 @@ class SwitchMLParameters:
                    data_path=data_path or protocol.get("data_path", "auto"), fixed_timeout_ms=protocol.get("fixed_timeout_ms"))
 
 
+def job_section(parameters: Any) -> dict[str, Any]:
+    """A protocol's job parameters (a dataclass or a mapping) as the spec's ``protocol``: a copy, plain data."""
+    return dict(parameters) if isinstance(parameters, Mapping) else asdict(parameters)
+
+
 @dataclass(frozen=True)
 class TrainingSection:
     """A training workload: its settings and the data set file."""
@@ -59,8 +64,10 @@ class WorkerSpec:
     """The aggregating switch's virtual address (SwitchML's destination)."""
     link_mbps: float | None
     """The slowest shaped link (None: unshaped), which the retransmission timer drains a pool at."""
-    protocol: SwitchMLParameters | None
-    """The SwitchML job's parameters, for a method whose record gives a spec section (methods/)."""
+    protocol: dict[str, Any] | None
+    """The switch job's parameters of an in-network method, as its protocol's record gives
+    them (methods/aggregation.py), as plain data: the protocol's host code reads them into its
+    own type (SwitchML: ``SwitchMLParameters(**spec.protocol)``). None for a method with no switch job."""
     peers: tuple[tuple[str, int], ...]
     """(address, TCP port) of every rank, for the baselines' connections."""
     job_timeout_s: float
@@ -73,6 +80,10 @@ class WorkerSpec:
     script: tuple[str, ...] = ()
     """A user's DDP script and its arguments (workload kind ddp_script), as every rank runs it."""
 
+    def __post_init__(self) -> None:
+        if self.protocol is not None and not isinstance(self.protocol, dict):  # a protocol's typed parameters, as plain data
+            object.__setattr__(self, "protocol", job_section(self.protocol))
+
     def files_read(self, rank: int) -> list[Path]:
         """The files ``rank``'s worker reads besides its spec: its tensor, the training's data
         set, or the user's script (copied to the same paths on a host of another server)."""
@@ -83,7 +94,7 @@ class WorkerSpec:
         """The same spec for one of several jobs sharing the switch."""
         if self.protocol is None:
             raise ValueError(f"method {self.method}'s spec has no protocol section: it runs no job on the switch")
-        return replace(self, n_workers=n_workers, protocol=replace(self.protocol, job_id=job_id, pool_size=pool_size))
+        return replace(self, n_workers=n_workers, protocol={**self.protocol, "job_id": job_id, "pool_size": pool_size})
 
     def write(self, path: Path) -> Path:
         path.write_text(json.dumps(asdict(self), indent=1))
@@ -95,7 +106,7 @@ class WorkerSpec:
         try:
             training = data.pop("training", None)
             return cls(
-                **{**data, "protocol": None if data["protocol"] is None else SwitchMLParameters(**data["protocol"]),
+                **{**data, "protocol": None if data["protocol"] is None else job_section(data["protocol"]),
                    "peers": tuple((host, int(port)) for host, port in data["peers"]), "inputs": tuple(data.get("inputs", ())),
                    "script": tuple(data.get("script", ())),
                    "training": None if training is None else TrainingSection(**training)}

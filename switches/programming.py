@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from protocol import params
+from protocol.worker_spec import SwitchMLParameters
 from switches.control import SLOT_REGISTER, SwitchControl
 
 INGRESS = "SwitchMLIngress"
@@ -257,6 +258,12 @@ def reset_aggregation_state(control: SwitchControl, k: int) -> None:
     started or built with.
     """
     control.registers_reset(aggregation_registers(k))
+
+
+def reset_job_state(control: SwitchControl, parameters: SwitchMLParameters) -> None:
+    """SwitchML's ``Aggregation.reset_switch`` (methods/switchml.py): every slot cleared before
+    the first job on a network, the switch's k being the job's."""
+    reset_aggregation_state(control, parameters.k)
 
 
 def read_event_counters(control: SwitchControl) -> dict[str, int]:

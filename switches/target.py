@@ -17,9 +17,10 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Iterator, Mapping, Protocol, Sequence
 
 from base.lifetime import ThreadWatch
+from base.plugin import resolve
 from switches.control import SwitchControl
 
 
@@ -86,22 +87,12 @@ class DataPlaneStartError(RuntimeError):
     whichever target it was, in one message rather than a traceback."""
 
 
-StartDataPlane = Callable[..., DataPlane]
-"""(ports, log_dir, *, name, k, max_pool_size, **options) -> a DataPlane, not yet started.
-Imports the target's own modules when called, not when the descriptor is."""
-
-
 @dataclass(frozen=True)
 class PortQueueLimit:
     """The deepest egress queue a target's port interfaces may have, and why."""
 
     packets: int
     why: str
-
-
-def no_port_queue_limit() -> PortQueueLimit | None:
-    """The ``port_queue_limit`` of a target whose ports take any queue depth."""
-    return None
 
 
 CpuReader = Callable[[], tuple[float, float]]
@@ -122,17 +113,6 @@ def process_cpu_meter(pid: int | None, interfaces: Sequence[str]) -> Iterator[Cp
     yield cpu_seconds
 
 
-def nothing_left() -> list[str]:
-    """The ``remove_leftovers`` of a target whose switches leave nothing behind their
-    processes and interfaces (which every run removes)."""
-    return []
-
-
-def nothing_missing() -> list[str]:
-    """The ``detect`` of a target that runs wherever this repository's packages do."""
-    return []
-
-
 @dataclass(frozen=True)
 class Toolchain:
     """Where this machine's copy of a target's tools was found (the folders of its
@@ -148,14 +128,46 @@ class Toolchain:
     """Environment variables its tools read, as this process has them."""
 
 
-def no_toolchain() -> Toolchain:
-    """The ``toolchain`` of a target whose tools are the project's own code."""
-    return Toolchain()
+@dataclass(frozen=True)
+class Missing:
+    """What this machine lacks for a target, as data: the caller words it (``unavailable``,
+    ``passed_over``), so every target's message has the same shape."""
+
+    target: str
+    problems: tuple[str, ...]
+    """What ``SwitchTarget.detect`` found lacking, one item each ("simple_switch", "root (...)")."""
+    refusable: bool = False
+    """The kernel may refuse as well as lack (the eBPF switch's probes)."""
+    remedy: str = ""
+    """What to do about it, one sentence or two ("scripts/bootstrap.sh installs the tools")."""
+
+    def __bool__(self) -> bool:
+        return bool(self.problems)
+
+    def listed(self) -> str:
+        """The problems in one phrase: names by commas; reasons (what a kernel refuses), or items
+        with commas of their own, by semicolons."""
+        return ("; " if self.refusable or any("," in problem for problem in self.problems) else ", ").join(self.problems)
+
+    def unavailable(self) -> str:
+        """Why an explicit choice of the target cannot run."""
+        lacks = "lacks or refuses" if self.refusable else "lacks"
+        return f"switch target '{self.target}' needs {self.listed()}, which this machine {lacks}.{' ' + self.remedy if self.remedy else ''}"
+
+    def passed_over(self) -> str:
+        """Why ``auto`` passed the target over (its log line)."""
+        return f"{self.target}{'' if self.refusable else ' lacks'}: {self.listed()}"
 
 
 @dataclass(frozen=True)
 class SwitchTarget:
-    """One switch target: what it needs, how it runs, what it supports."""
+    """One switch target: what it needs, how it runs, what it supports.
+
+    A base class, as Mininet's ``Switch`` and p4app-switchML's ``Backend`` are: a target's
+    package subclasses it, gives its facts as fields (its Mininet node class as a
+    "module:attribute" reference) and overrides the methods where its behaviour differs from
+    the defaults below (``data_plane`` and ``describe_build`` it must give). The methods import the target's own modules when
+    called, never when the descriptor is built."""
 
     name: str
     """What ``--switch`` and ``switch.target`` call it; also the pytest marker of its tests."""
@@ -163,21 +175,17 @@ class SwitchTarget:
     """What it needs beyond this repository, in words (test markers, documentation)."""
     auto_preference: int
     """``auto`` takes the lowest that can run here."""
-    node_class: Callable[[], type]
-    """Imports and returns its Mininet switch class (only when the target is chosen)."""
-    data_plane: StartDataPlane
-    """Its switch on a set of ports, for its Mininet node and for test beds outside Mininet."""
-    describe_build: Callable[[], str]
-    """Which switch binary runs (benchmarks record it: builds differ several-fold)."""
-    detect: Callable[[], Sequence[str]] = nothing_missing
-    """What this machine lacks or refuses for it; empty when it can run."""
-    problems_joiner: str = ", "
-    unavailable: str = "needs {problems}, which this machine lacks."
-    """Why an explicit choice cannot run: follows "switch target 'name' "; {problems} is ``detect``'s."""
-    passed_over: str = "{name} lacks: {problems}"
-    """Why ``auto`` passed it over (its log line)."""
+    node: str = ""
+    """"module:attribute" of its Mininet switch class, imported only when the target is chosen."""
+    remedy: str = ""
+    """What to do when it cannot run here, one sentence or two (``Missing.remedy``)."""
+    refusable: bool = False
+    """The kernel may refuse it as well as lack what it needs (``Missing.refusable``)."""
     program: str = "program"
     """How a refused k names what is built per k ("P4 program")."""
+    protocols: frozenset[str] = frozenset()
+    """The in-network aggregation protocols it has a data plane for (``methods.AGGREGATIONS``'
+    names); a config whose methods run another one on it is refused as it loads."""
     k_choices: tuple[int, ...] | None = None
     """The k (elements per packet) it builds its program for, each on first use; None: any
     k a packet can carry (the embedded switch)."""
@@ -188,53 +196,77 @@ class SwitchTarget:
     takes the links' delay as ``link_delay_ms``."""
     options: frozenset[str] = field(default_factory=frozenset)
     """Keywords a caller may give its ``data_plane`` beyond the common ones (seed, profile, ...)."""
-    port_queue_limit: Callable[[], PortQueueLimit | None] = no_port_queue_limit
-    """The deepest queue (``queue_packets``) the qdisc of one of its ports may have before
-    the switch suffers for it: the network caps the switch's side of every link at it and
-    records the cap (network.json's links). None: any depth."""
     root_to_tell: str | None = None
     """What ``detect`` reports in a process that is not root, for a target only root can ask
     the kernel about (the eBPF switch's probes); None for a target anyone can check."""
-    remove_leftovers: Callable[[], list[str]] = nothing_left
-    """Remove what its switches of killed runs left that no run's record names (the embedded
-    switch's socket folders, the eBPF switch's pins of a loader killed while loading); what
-    was removed, in words (``python -m network.cleanup`` asks every target)."""
-    cpu_meter: Callable[[int | None, Sequence[str]], ContextManager[CpuReader]] = process_cpu_meter
-    """(its data plane's pid, its ports' interfaces) -> while open, what its switching has
-    cost in CPU so far (benchmarks/switch_throughput.py): a process's CPU time, or the eBPF
-    program's run time (softirq, counted as system time)."""
-    toolchain: Callable[[], Toolchain] = no_toolchain
-    """Where its tools were found on this machine (``Toolchain``)."""
-    tool_versions: Callable[[], Mapping[str, str | None]] = dict
-    """Tool name -> its version (base.tool_version.first_line; None: unknown) for the tools
-    its data plane is built and run with: a run's provenance records them. Empty for a
-    target that is the project's own code."""
-    simulated: StartSimulatedSwitch | None = None
-    """Its data plane as a ``SimulatedSwitch``, for ``run_experiment.py --simulate``; None: a
-    target the simulator cannot run (its data plane is compiled code bound to real ports)."""
     link_rates: Mapping[int, float] = field(default_factory=dict)
     """k -> the link rate (Mbit/s) at which the main job (8 workers, every method) keeps up
     on this target with margin on a 2-core machine: what a config's ``topology.link.bw_mbps:
     target`` runs at (benchmarks/README.md, "The main job" and "Emulation capacity", has the measurements).
     A k without an entry has no measured rate: such a config must give a number."""
 
+    simulated: ClassVar[StartSimulatedSwitch | None] = None
+    """Its data plane as a ``SimulatedSwitch``, for ``run_experiment.py --simulate``; None: a
+    target the simulator cannot run (its data plane is compiled code bound to real ports). A
+    target that has one defines it as a method ``simulated(*, k, max_pool_size, seed)``."""
+
+    def node_class(self) -> type:
+        """Its Mininet switch class (``node``), imported now."""
+        return resolve(self.node)
+
+    def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
+                   **options: Any) -> DataPlane:
+        """Its switch on a set of ports, not yet started, for its Mininet node and for test beds outside Mininet."""
+        raise NotImplementedError(f"switch target {self.name} gives no data plane")
+
+    def describe_build(self) -> str:
+        """Which switch binary runs (benchmarks record it: builds differ several-fold)."""
+        raise NotImplementedError(f"switch target {self.name} does not describe its build")
+
+    def detect(self) -> Sequence[str]:
+        """What this machine lacks or refuses for it, one item each; empty when it can run (the default)."""
+        return []
+
+    def port_queue_limit(self) -> PortQueueLimit | None:
+        """The deepest queue (``queue_packets``) the qdisc of one of its ports may have before
+        the switch suffers for it: the network caps the switch's side of every link at it and
+        records the cap (network.json's links). None (the default): any depth."""
+        return None
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove what its switches of killed runs left that no run's record names (the embedded
+        switch's socket folders, the eBPF switch's pins of a loader killed while loading); what
+        was removed, in words (``python -m network.cleanup`` asks every target). The default:
+        nothing is left behind its processes and interfaces, which every run removes."""
+        return []
+
+    def cpu_meter(self, pid: int | None, interfaces: Sequence[str]) -> ContextManager[CpuReader]:
+        """While open, what its switching has cost in CPU so far (benchmarks/switch_throughput.py):
+        by default its data plane's process's CPU time (the eBPF switch: its program's run time)."""
+        return process_cpu_meter(pid, interfaces)
+
+    def toolchain(self) -> Toolchain:
+        """Where its tools were found on this machine; the default: none, its tools are the project's own code."""
+        return Toolchain()
+
+    def tool_versions(self) -> Mapping[str, str | None]:
+        """Tool name -> its version (base.tool_version.first_line; None: unknown) for the tools
+        its data plane is built and run with: a run's provenance records them. Empty (the
+        default) for a target that is the project's own code."""
+        return {}
+
     def link_mbps(self, k: int) -> float | None:
         """The measured rate for k (``link_rates``), None where there is none."""
         return self.link_rates.get(k)
 
-    def missing(self) -> list[str]:
-        return list(self.detect())
+    def missing(self) -> Missing:
+        """What this machine lacks for it (falsy when nothing: it can run)."""
+        return Missing(self.name, tuple(self.detect()), self.refusable, self.remedy)
 
-    def undecided(self, problems: Sequence[str]) -> bool:
-        """Whether ``problems`` (this process's ``missing()``) leave open whether a root run
-        could use the target: root is the only thing missing, and only root can probe it."""
-        return self.root_to_tell is not None and os.geteuid() != 0 and list(problems) == [self.root_to_tell]
-
-    def unavailable_message(self, problems: Sequence[str]) -> str:
-        return f"switch target '{self.name}' " + self.unavailable.format(problems=self.problems_joiner.join(problems))
-
-    def passed_over_reason(self, problems: Sequence[str]) -> str:
-        return self.passed_over.format(name=self.name, problems=self.problems_joiner.join(problems))
+    def undecided(self, missing: Missing) -> bool:
+        """Whether ``missing`` (this process's) leaves open whether a root run could use the
+        target: root is the only thing missing, and only root can probe it."""
+        return self.root_to_tell is not None and os.geteuid() != 0 and missing.problems == (self.root_to_tell,)
 
     def builds(self, k: int) -> bool:
         """Whether the target can build its program for k elements per packet."""

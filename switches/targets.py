@@ -111,7 +111,7 @@ def _choose(name: str, needs_delay_line: bool, undecided_allowed: bool) -> list[
             log.info("switch target %s (whether this machine takes it, only root can find out)", name)
             return [name]
         if problems:
-            raise TargetUnavailableError(REGISTRY[name].unavailable_message(problems))
+            raise TargetUnavailableError(problems.unavailable())
         log.info("switch target %s", name)
         return [name]
     if needs_delay_line:
@@ -132,7 +132,7 @@ def _choose(name: str, needs_delay_line: bool, undecided_allowed: bool) -> list[
                 reasons += f"; only root can find out whether this machine takes {', '.join(undecided[:-1])}"
             log.info("switch target auto -> %s%s", " or ".join(undecided), reasons)
             return undecided
-        passed_over.append(candidate.passed_over_reason(problems))
+        passed_over.append(problems.passed_over())
     if undecided:
         return undecided
     raise TargetUnavailableError(f"no switch target can run here: {'; '.join(passed_over)}")

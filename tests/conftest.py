@@ -66,7 +66,7 @@ def require_target(target: str) -> None:
     problems = REGISTRY[target].missing()
     if not problems:
         return
-    reason = f"{target} cannot run here (missing or refused: {'; '.join(problems)})"
+    reason = f"{target} cannot run here (missing or refused: {'; '.join(problems.problems)})"
     variable = required_variable(target)
     if os.environ.get(variable) == "1":
         pytest.fail(f"{reason}, but {variable}=1 says it must run here")

@@ -6,7 +6,7 @@ keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent`` a
 ``bytes_sent`` and ``bytes_received``, summary.json's ``retransmissions_waiting``, ``retransmissions_slot_complete`` and
 ``retransmissions_after_update_loss``,
 the network's ``tcp_congestion_control``,
-summary.json's ``switchml_data_path``, ``max_machine_steal_fraction`` and ``simulated``,
+summary.json's ``data_path`` (``switchml_data_path`` before it named its protocol), ``max_machine_steal_fraction`` and ``simulated``,
 fidelity.csv's ``cpu_steal_fraction``, runs.csv's and summary.json's ``socket_errors``,
 ``socket_errnos`` and ``rejected_results``): a reader
 of the results format, or a user's notebook, must not notice. Values differ from run to

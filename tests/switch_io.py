@@ -22,7 +22,7 @@ from scapy.packet import Packet
 
 from protocol import params
 from protocol.packet import SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload
-from protocol.scapy_layer import SwitchML
+from protocol.switchml.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
 from switches.embedded.ports import ETH_P_8021Q, MAC_ADDRESSES_BYTES, VLAN_TAG, WireFrameReceiver

@@ -611,3 +611,14 @@ def test_a_sweep_of_whole_topologies_provides_no_paper_figure() -> None:
     runs = pd.DataFrame(rows)
     assert runs_sweeping(runs, "loss") == ["star"]
     assert runs_with_lossy_switchml(runs) == ["star"]
+
+
+def test_the_data_path_is_read_under_its_current_key_and_the_one_results_wrote_before() -> None:
+    """summary.json's ``data_path`` was ``switchml_data_path`` before it named its protocol
+    (docs/results-format.md); a reader takes either."""
+    from protocol.results_format import data_path_of
+
+    earlier = {"switchml_data_path": {"requested": "auto", "used": "native", "reason": "built"}}
+    assert data_path_of(earlier)["used"] == "native"
+    assert data_path_of({"points": [], "data_path": {"protocol": "switchml", "used": "python"}})["used"] == "python"
+    assert data_path_of({"switch_target": "embedded"}) is None

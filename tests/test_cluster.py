@@ -141,8 +141,8 @@ def test_a_server_that_cannot_build_the_native_loop_runs_the_python_worker_and_s
     assert len(said) == 1 and f"server {second.NAME} lacks the native data path" in said[0] and "WARNING" in said[0], done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verified"] is True
-    assert summary["switchml_data_path"]["requested"] == "auto" and summary["switchml_data_path"]["used"] == "python"
-    assert f"server {second.NAME}" in summary["switchml_data_path"]["reason"]
+    assert summary["data_path"]["requested"] == "auto" and summary["data_path"]["used"] == "python"
+    assert f"server {second.NAME}" in summary["data_path"]["reason"]
     assert refused.returncode == 2, refused.stderr[-2000:]
     errors = [line for line in refused.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and f"server {second.NAME}: protocol.data_path: native: " in errors[0], refused.stderr[-2000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import yaml
 from base.yamlschema import MAX_YAML_BYTES, MAX_YAML_NODES, ConfigError, load_yaml
 from switches.targets import REGISTRY
 from experiments.config import CONFIG_DIR, check_emulable, load_experiment
+from experiments.limits import RunLimits
 import methods
+from experiments import kinds
 from protocol.params import REPO_ROOT
 from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
 
@@ -270,8 +273,8 @@ def test_tree_aggregation_is_recorded_and_star_refuses_it() -> None:
     assert topology.leaf_address("s3") == ("02:53:4d:4c:01:02", "10.0.0.252")
     with pytest.raises(ConfigError, match="topology.aggregation: not allowed for kind star"):
         load_experiment(MAIN_CONFIG, ["topology.aggregation=hierarchical"])
-    with pytest.raises(ConfigError, match="jobs sharing a switch run on one aggregating switch"):
-        load_experiment(MAIN_CONFIG, ["topology.file=tree.yaml", "topology.aggregation=hierarchical", "methods=[switchml]",
+    with pytest.raises(ConfigError, match="jobs sharing a switch run on one aggregating switch"):  # the shared-switch kind's rule
+        kinds.load(MAIN_CONFIG, ["topology.file=tree.yaml", "topology.aggregation=hierarchical", "methods=[switchml]",
                                       "jobs=[{job_id: 1, hosts: [0, 1], pool_size: 8}]"])
 
 
@@ -332,7 +335,7 @@ def test_each_methods_deadline_follows_from_its_bound_at_the_runs_rate() -> None
     for target in REGISTRY:
         rate = REGISTRY[target].link_mbps(256)
         [point] = load_experiment(MAIN_CONFIG, [f"switch.target={target}"]).points
-        assert point.topology.link_mbps == rate and "job_timeout_s" not in point.limits
+        assert point.topology.link_mbps == rate and point.limits.job_timeout_s is None
         bounds = {m: methods.by_name(m).bound(rate * 1e6, 8, 256) for m in point.methods}
         for method, bound in bounds.items():
             limit = point.job_limit(method)
@@ -367,7 +370,7 @@ def test_a_workload_given_whole_keeps_the_defaults_of_the_keys_it_does_not_name(
 
 def test_a_sweep_over_a_whole_section_keeps_its_defaults() -> None:
     [point] = load_experiment(MAIN_CONFIG, ["switch.target=embedded", "sweep={param: limits, values: [{job_timeout_s: 100}]}"]).points
-    assert point.limits == {"job_timeout_s": 100, "worker_start_s": 60.0, "worker_exit_s": 60.0}
+    assert point.limits == RunLimits(worker_start_s=60.0, worker_exit_s=60.0, job_timeout_s=100.0)
 
 
 def test_an_override_does_not_change_the_defaults_of_later_loads() -> None:
@@ -478,12 +481,20 @@ def test_a_per_target_rate_on_an_explicit_topology_names_the_key_that_set_it(tmp
 # -- issue 18: k is one of the sizes every switch target builds for
 
 
-def test_the_schema_offers_exactly_the_k_every_target_builds() -> None:
-    from experiments.config import SCHEMA_PATH
+def test_the_schema_offers_exactly_the_k_the_registered_protocols_carry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Filled in from the protocols' records (methods.AGGREGATIONS' k_choices), like the other enums."""
+    from dataclasses import replace
+
+    from experiments.config import experiment_schema
     from protocol.params import K_CHOICES
 
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    assert tuple(schema["properties"]["protocol"]["properties"]["k"]["enum"]) == K_CHOICES
+    def k_enum() -> list[int]:
+        return experiment_schema()["properties"]["protocol"]["properties"]["k"]["enum"]
+
+    assert tuple(k_enum()) == K_CHOICES == methods.SWITCHML.aggregation.k_choices
+    other = replace(methods.SWITCHML.aggregation, name="other", k_choices=(16, 256))
+    monkeypatch.setattr(methods, "AGGREGATIONS", (*methods.AGGREGATIONS, other))
+    assert k_enum() == [16, *K_CHOICES]
 
 
 def test_a_config_without_k_gets_the_reference_clients_k(tmp_path: Path) -> None:
@@ -511,3 +522,21 @@ def test_a_sweep_that_would_run_other_points_than_written_is_refused(overrides: 
         load_experiment(MAIN_CONFIG, [*overrides, "switch.target=embedded"])
     assert message in str(raised.value) and "\n" not in str(raised.value)
     load_experiment(MAIN_CONFIG, ["sweep={param: topology.workers, values: [2, 4]}", "sweep.values=[2, 3]", "switch.target=embedded"])
+
+
+def test_loading_a_config_builds_nothing_and_the_runner_refuses_a_data_path_it_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading is parsing and checking: the native worker is built (or found missing) when the
+    runner resolves the data path (check_data_paths), never as a config loads."""
+    from experiments.config import check_data_paths
+    from hosts.switchml import native
+
+    def no_compiler() -> None:
+        raise native.NativeUnavailable("no C compiler (pretended)")
+
+    monkeypatch.setattr(native, "resolve", functools.cache(native.resolve.__wrapped__))  # a cache of this test's own
+    monkeypatch.setattr(native, "library", no_compiler)
+    experiment = load_experiment(MAIN_CONFIG, ["protocol.data_path=native"])  # loads: nothing built
+    with pytest.raises(ConfigError, match=r"8workers.yaml: protocol.data_path: native: no C compiler \(pretended\); 'auto' runs"):
+        check_data_paths(experiment)
+    check_data_paths(load_experiment(MAIN_CONFIG, ["protocol.data_path=native", "methods=[ring]"]))  # no SwitchML worker: no data path
+    assert load_experiment(MAIN_CONFIG).points[0].data_path.name == "python", "auto falls back where native does not build"

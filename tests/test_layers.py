@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from protocol.params import REPO_ROOT
+import methods
 from switches.targets import PACKAGES, REGISTRY
 
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -145,8 +146,8 @@ def test_no_import_cycles() -> None:
 def test_the_graph_sees_known_imports() -> None:
     """The parser finds plain, from- and function-local imports (the test would pass vacuously otherwise)."""
     assert "base.yamlschema" in GRAPH["topologies.model"]
-    assert "protocol.plan" in GRAPH["hosts.switchml.core"]
-    assert "hosts.switchml.client" in GRAPH["hosts.allreduce"]  # imported inside a function
+    assert "protocol.switchml.plan" in GRAPH["hosts.switchml.core"]
+    assert "hosts.switchml.native.job" in GRAPH["hosts.switchml.native"]  # imported inside a function
 
 
 TORCH_MODULES = {"workloads.torch_cnn", "hosts.torch_backend", "hosts.torch_hook", "hosts.torch_training", "hosts.ddp_script", "hosts.ddp_shapes",
@@ -222,3 +223,102 @@ def test_no_code_outside_a_targets_package_names_a_target() -> None:
         for line, text in code_strings(path) if TARGET_NAMES & set(re.findall(r"[a-z0-9]+", text))
     )
     assert not offending, "target names in code outside the targets' packages:\n" + "\n".join(offending)
+
+
+PROTOCOLS = frozenset({protocol.name for protocol in methods.AGGREGATIONS}
+                      | {path.name for path in (REPO_ROOT / "protocol").iterdir() if (path / "__init__.py").is_file()})
+"""The in-network aggregation protocols: the registered ones (methods.AGGREGATIONS) and any with
+its wire format in a folder of its own (protocol/<p>/: ATP's, before it is registered)."""
+PROTOCOL_REGISTRIES = frozenset({"methods", *TARGET_PACKAGES})
+"""The modules whose lines register a protocol: the methods' registry (its record, its method)
+and each target's descriptor (the protocols it has a data plane for)."""
+MAY_NAME_PROTOCOLS = ("tests", "labs")
+"""As for targets: the tests, and the labs, whose handouts teach SwitchML's code by name."""
+PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|network_holder|leftovers_record|calibration|require_|$)")
+"""The project's own names, which begin like the protocol's (its package switchml_testbed, its
+commands switchml-<command>, its scratch files and its environment): not the protocol."""
+
+NOT_YET = "SwitchML's own code, not yet in a switchml/ folder of its layer (docs/architecture.md, \"In-network aggregation\")"
+ABOUT = "measures or draws SwitchML itself by name: the paper's figures and SwitchML's own benchmarks"
+DDP = "SwitchML's DDP backend and hook, which name its client and its backend: to move into hosts/switchml/"
+CLOCK = "the simulated clock's SwitchML worker and its native event loop (simulation/), written around SwitchML's core"
+UNMOVED: dict[str, str] = {
+    **dict.fromkeys(("protocol.packet", "protocol.params", "protocol.quantize", "p4.gen_elements",
+                     "switches.bmv2.compile", "switches.ebpf.compile", "switches.ebpf.control", "switches.ebpf.datapath",
+                     "switches.ebpf.maps", "switches.embedded.egress", "switches.embedded.ingress", "switches.embedded.responder",
+                     "switches.embedded.simulated"),
+                    NOT_YET),
+    **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",
+                     "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
+                     "benchmarks.simulation_validation", "experiments.capacity", "workloads.make_traces"), ABOUT),
+    **dict.fromkeys(("hosts.ddp_script", "hosts.torch_backend", "hosts.torch_hook"), DDP),
+    **dict.fromkeys(("experiments.simulated_sweep", "simulation.native", "simulation.native.star", "simulation.network",
+                     "simulation.worker"), CLOCK),
+    "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
+    "topologies.model": "a star's most workers is SwitchML's (SWITCHML_MAX_WORKERS), named in its message",
+}
+"""Where SwitchML is still the frame: module -> why. The rule holds everywhere else, and for
+every other protocol (ATP's folders) without exception; an entry that no longer crosses fails
+``test_the_protocol_rule_lists_only_real_crossings``, so this list only shrinks."""
+
+
+def protocol_of(module: str) -> str | None:
+    """The protocol whose own files ``module`` is one of: a folder (or file) of any layer
+    named after it (hosts/switchml/, protocol/atp/, switches/embedded/atp/, methods/switchml.py)."""
+    return next((part for part in module.split(".") if part in PROTOCOLS), None)
+
+
+def protocol_crossings(graph: dict[str, set[str]], strings: dict[str, list[tuple[int, str]]]) -> dict[str, list[str]]:
+    """Module -> how it imports or names a protocol whose files it is not one of (registries,
+    tests and labs excepted)."""
+    found: dict[str, list[str]] = {}
+    for module in sorted(set(graph) | set(strings)):
+        if top(module) in MAY_NAME_PROTOCOLS or module in PROTOCOL_REGISTRIES:
+            continue
+        own = protocol_of(module)
+        crossings = [f"imports {name}" for name in sorted(graph.get(module, ())) if protocol_of(name) not in (None, own)]
+        crossings += [f"line {line} names {name}: {text[:60]!r}" for line, text in strings.get(module, ())
+                      for name in sorted(PROTOCOLS & set(re.findall(r"[a-z0-9]+", PROJECT_NAME.sub("", text.lower())))) if name != own]
+        if crossings:
+            found[module] = crossings
+    return found
+
+
+STRINGS = {module_name(path): code_strings(path) for path in python_files()}
+CROSSINGS = protocol_crossings(GRAPH, STRINGS)
+
+
+def test_no_file_outside_a_protocols_own_imports_or_names_it() -> None:
+    """What a protocol is stays in its folders (protocol/<p>/, hosts/<p>/, switches/<t>/<p>/,
+    methods/<p>.py); everything else asks its record (methods/aggregation.py), so a new
+    protocol is new folders plus registry lines."""
+    offending = sorted(f"{module}: {crossing}" for module, crossings in CROSSINGS.items() if module not in UNMOVED
+                       for crossing in crossings)
+    assert not offending, "a protocol imported or named outside its own files:\n" + "\n".join(offending)
+
+
+def test_the_protocol_rule_lists_only_real_crossings() -> None:
+    stale = sorted(module for module in UNMOVED if module not in CROSSINGS)
+    assert not stale, f"these modules no longer cross a protocol's boundary; remove them from UNMOVED: {', '.join(stale)}"
+    framed = methods.SWITCHML.aggregation.name
+    others = sorted(f"{module}: {crossing}" for module in UNMOVED for crossing in CROSSINGS.get(module, ())
+                    if not (crossing.startswith("imports") and protocol_of(crossing.split()[1]) == framed)
+                    and f" names {framed}: " not in crossing)
+    assert not others, "UNMOVED excuses SwitchML only; these cross another protocol's boundary:\n" + "\n".join(others)
+
+
+def test_the_protocol_rule_catches_a_planted_import_and_a_planted_name() -> None:
+    """The rule checked by mutation: a module of the runner that imports ATP's worker, one that
+    names it in a string, and one of SwitchML's hosts that imports ATP's, are each caught; the
+    protocols' own cross-imports of shared code and the registries are not."""
+    graph = {**GRAPH, "experiments.planted": {"hosts.atp.worker"}, "hosts.switchml.planted": {"protocol.atp.packet"},
+             "hosts.atp.planted": {"protocol.atp.packet", "hosts.stats"}, "methods": {"methods.atp"}}
+    strings = {**STRINGS, "network.planted": [(1, "python -m hosts.atp")], "hosts.atp.named": [(1, "atp")],
+               "network.project": [(1, "/tmp/switchml-net-")]}
+    planted = protocol_crossings(graph, strings)
+    assert planted["experiments.planted"] == ["imports hosts.atp.worker"]
+    assert planted["hosts.switchml.planted"] == ["imports protocol.atp.packet"]
+    assert planted["network.planted"] == ["line 1 names atp: 'python -m hosts.atp'"]
+    assert not {"hosts.atp.planted", "hosts.atp.named", "methods", "network.project"} & set(planted)
+    assert (protocol_of("hosts.switchml.core"), protocol_of("switches.embedded.atp.pipeline"), protocol_of("hosts.allreduce")) == (
+        "switchml", "atp", None)

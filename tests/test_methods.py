@@ -74,7 +74,8 @@ def test_the_records_carry_what_the_analysis_and_verifier_used_to_write_out() ->
     assert ring.bound(5e6, 8, 32) == models.ring_ate_bound(5e6, 8) == ps.bound(5e6, 8, 32) == gloo_.bound(5e6, 8, 32)
     assert (switchml.verify, ring.verify, ps.verify, gloo_.verify) == (
         verification.integer_sum, verification.float_sum, verification.float_sum, verification.float_sum)
-    assert (switchml.sum_bits, ring.sum_bits, ps.sum_bits, gloo_.sum_bits) == (32, None, None, None)
+    assert (switchml.aggregation, ring.aggregation, ps.aggregation, gloo_.aggregation) == (methods.aggregation("switchml"), None, None, None)
+    assert switchml.aggregation.sum_bits == 32 and switchml.host == switchml.aggregation.host
     assert list(METHOD_LABELS) == list(METHOD_COLORS) == list(methods.NAMES)
 
 

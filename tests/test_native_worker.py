@@ -293,7 +293,7 @@ def test_both_data_paths_verify_under_loss_on_every_target(tmp_path: Path, targe
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verified"] is True
-    assert [p["switchml_data_path"] for p in summary["points"]] == ["python", "native"]
+    assert [p["data_path"] for p in summary["points"]] == ["python", "native"]
     runs = pd.read_csv(out / "runs.csv")
     assert runs["verified"].all() and set(runs["point"]) == {0, 1}
     assert (runs.groupby("point")["retransmissions"].sum() > 0).all(), runs

@@ -63,7 +63,7 @@ def test_a_simulated_runs_summary_records_its_provenance(tmp_path: Path) -> None
     target = simulated_target(AUTO)  # the target an emulated run of the config takes here, and its rate
     rate = REGISTRY[target].link_mbps(256)
     cc = compiler()  # the native simulator (star.c, with worker.c) where it builds; no Mininet
-    tools = {f"native worker compiler ({cc})": first_line([cc, "--version"])} if summary["switchml_data_path"]["used"] == "native" else {}
+    tools = {f"native worker compiler ({cc})": first_line([cc, "--version"])} if summary["data_path"]["used"] == "native" else {}
     assert summary[fmt.PROVENANCE_KEY] == {
         "version": __version__, "commit": at.sha, "dirty": at.dirty, "changes": at.changes, "command": ["run_experiment.py", *argv[1:]],
         "cwd": str(tmp_path), "kernel": platform.release(), "python": platform.python_version(), "clock": "simulated",

@@ -988,5 +988,5 @@ def test_forged_icmp_errors_from_a_neighbour_host_are_losses_the_job_recovers_fr
     assert set(counted) == {error.errno_name for error in ICMP_ERRORS}, counted
     summary = json.loads((out / "summary.json").read_text())
     assert summary["methods"]["switchml"]["socket_errors"] == sum(counted.values())
-    assert summary["points"][0]["switchml_data_path"] == data_path
+    assert summary["points"][0]["data_path"] == data_path
     assert not leftovers(str(out))

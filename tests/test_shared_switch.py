@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from experiments.config import CONFIG_DIR, load_experiment
+from experiments.config import CONFIG_DIR
+from experiments.kinds import load
 from experiments.kinds.shared_switch import SharedSwitchWriter
 from methods.verification import Verdict
 from protocol import results_format as fmt
@@ -50,7 +51,7 @@ def test_admitted_jobs_get_their_range_and_group() -> None:
 )
 def test_bad_jobs_name_what_is_wrong(override: str, message: str) -> None:
     with pytest.raises(ConfigError) as error:
-        load_experiment(SHARED, [override])
+        load(SHARED, [override])
     assert message in str(error.value)
 
 
@@ -70,7 +71,7 @@ def test_total_is_all_elements_over_the_makespan() -> None:
 def test_python_m_analysis_draws_the_newest_shared_switch_run(tmp_path, caplog) -> None:
     """A run written by the shared-switch writer (jobs.csv by the results-format contract, no
     runs.csv) is found and drawn by the one figure command, which skips the sweep figures."""
-    experiment = load_experiment(SHARED, ["switch.target=embedded", "repetitions=2"])
+    experiment = load(SHARED, ["switch.target=embedded", "repetitions=2"])
     run = tmp_path / "shared_switch" / "run"
     writer = SharedSwitchWriter(run, experiment, "embedded")
     for point in experiment.points:

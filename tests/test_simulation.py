@@ -239,7 +239,7 @@ def test_simulated_tat_is_within_5_percent_of_emulated_tat(run: str, tmp_path: P
     simulated = json.loads((tmp_path / "sim" / "summary.json").read_text())["points"]
     checked = 0
     for point, theirs, ours in zip(load_experiment(config).points, emulated, simulated):
-        check = pace_check(point, switchml.switchml_job_pace, point.topology.link_mbps, point.topology.link_loss)
+        check = pace_check(point, methods_registry.SWITCHML.aggregation, point.topology.link_mbps, point.topology.link_loss)
         if check is None or not check.checked:
             continue
         checked += 1

@@ -65,7 +65,7 @@ from protocol.packet import (
     frame_bytes,
     mac_to_bytes,
 )
-from protocol.scapy_layer import SwitchML
+from protocol.switchml.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
 from switches.targets import REGISTRY

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from protocol.plan import JobPlan
+from protocol.switchml.plan import JobPlan
 from switches.ebpf.datapath import PIN_ROOT
 from tests.conftest import require_target
 from tests.experiment_runs import MAIN_CONFIG, disturb_mid_run, experiment_argv, leftovers, run_experiment

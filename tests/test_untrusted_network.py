@@ -34,7 +34,7 @@ from hosts.switchml.mmsg import ICMP_ERRNOS, BatchSocket, errno_counts
 from protocol import params
 from protocol.packet import EXPONENT_MIN, SWITCHML_HEADER, payload_dtype
 from protocol.params import REPO_ROOT
-from protocol.plan import JobPlan
+from protocol.switchml.plan import JobPlan
 from protocol.quantize import expected_sum
 from tests.icmp_errors import ICMP_ERRORS, SWITCH_ADDRESS, inject
 from tests.test_switchml_client import JOB, LOSSLESS, POOL, FakeSwitch, make_clients, make_tensors, run_allreduce

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import methods
+
 from protocol.worker_spec import SwitchMLParameters, TrainingSection, WorkerSpec
 
 SPEC = WorkerSpec(
@@ -26,8 +28,8 @@ def test_what_the_runner_writes_the_worker_reads(tmp_path: Path) -> None:
 
 def test_one_job_of_several_keeps_the_rest() -> None:
     job = SPEC.with_job(n_workers=1, job_id=7, pool_size=16)
-    assert (job.n_workers, job.protocol.job_id, job.protocol.pool_size) == (1, 7, 16)
-    assert (job.protocol.k, job.peers, job.inputs) == (SPEC.protocol.k, SPEC.peers, SPEC.inputs)
+    assert (job.n_workers, job.protocol["job_id"], job.protocol["pool_size"]) == (1, 7, 16)
+    assert (job.protocol["k"], job.peers, job.inputs) == (SPEC.protocol["k"], SPEC.peers, SPEC.inputs)
 
 
 def test_a_spec_without_a_key_is_refused_naming_it(tmp_path: Path) -> None:
@@ -35,5 +37,10 @@ def test_a_spec_without_a_key_is_refused_naming_it(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     del data["protocol"]["pool_size"]
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="not a worker spec.*pool_size"):
+    spec = WorkerSpec.read(path)  # the protocol's parameters are its own to read
+    with pytest.raises(ValueError, match="not a SwitchML job's parameters.*pool_size"):
+        methods.aggregation("switchml").read_parameters(spec.protocol)
+    del data["peers"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="not a worker spec.*peers"):
         WorkerSpec.read(path)

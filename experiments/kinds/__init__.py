@@ -13,8 +13,11 @@ at once). A new kind is a module here and one line in ``KINDS``.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from base.plugin import named
-from experiments.config import Experiment
+from experiments.config import Experiment, load_experiment
 from experiments.harness import ExperimentKind
 from experiments.kinds import ddp_script, shared_switch, sweep, torch_training, training
 
@@ -36,3 +39,11 @@ def kind_of(experiment: Experiment) -> ExperimentKind:
     """The kind that runs ``experiment``."""
     claimed = [kind for kind in KINDS if kind.applies is not None and kind.applies(experiment)]
     return claimed[0] if claimed else by_name(experiment.points[0].workload_kind.experiment)
+
+
+def load(path: Path, overrides: list[str] | tuple[str, ...] = (), text: str | None = None, **options: Any) -> Experiment:
+    """``load_experiment``, then the rules of the kind that runs it (``ExperimentKind.check``):
+    a config loads, resolves and is checked whole before anything starts."""
+    experiment = load_experiment(path, overrides, text, **options)
+    kind_of(experiment).check(experiment)
+    return experiment

@@ -69,7 +69,7 @@ class ScriptRunner:
             meter.start()
             group.release(1)
             reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
-            verdicts = verify_buckets(method, reports, self.point.protocol["k"])
+            verdicts = verify_buckets(method, reports, self.point.job.k)
             self.writer.add_repetition(self.point, method, 1, reports, verdicts, meter.stop(), held.net.report.loss_mechanism,
                                        elements=reports[0]["elements"])
             group.finish()
@@ -79,7 +79,7 @@ class ScriptRunner:
         fallbacks = reports[0]["fallbacks"]
         log.info("%s: %d all-reduces through the method, %d calls fell back to Gloo (rank 0%s)", method, reports[0]["all_reduces"],
                  sum(fallbacks.values()), "".join(f"; {name}: {count}" for name, count in sorted(fallbacks.items())))
-        if methods.by_name(method).sum_bits is not None:  # the method quantizes: block floating point
+        if methods.by_name(method).aggregation is not None:  # the switch sums integers: block floating point
             flushed = [report["flushed"] for report in reports]
             log.info("%s: block floating point flushed %d nonzero input elements to 0 (by rank: %s; docs/pytorch.md)", method,
                      sum(flushed), ", ".join(map(str, flushed)))

@@ -23,29 +23,31 @@ import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from experiments import metrics
 from experiments.metrics import shared_switch_jobs, shared_switch_totals
-from experiments.config import Experiment, Point
-from workloads.kinds import point_inputs
+from base.yamlschema import ConfigError
+from experiments.config import Experiment, Point, point_label
+from workloads.kinds import point_inputs, workload_of
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, verify_results, worker_spec
 from experiments.simulated_sweep import SimulationFailed, check_simulable, simulated_network, simulation_record
-from hosts.switchml.job import SwitchMLTimeout
 from switches.targets import lookup
 from experiments.kinds.sweep import ExperimentRunner
 from methods.verification import expected_for
 from experiments.workers import REPORT_GRACE_S
 import methods
-from methods.switchml import line_rate_ate as switchml_line_rate_ate
 from switches.fabric import SharedJob
 from protocol import results_format as fmt
+from protocol import params
 from protocol.params import mbps_to_bps
+from switches.programming import AdmissionError, partition_slots
+from topologies.model import Topology
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ class SharedSwitchWriter(ResultsWriter):
                 "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": report["stats"]["tat_s"],
                 "ate_per_s": metrics.ate_per_s(job_elements(point, job), report["stats"]["tat_s"]),
                 "retransmissions": report["stats"]["retransmissions"], "verified": verdict.verified,
-                "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps, "k": point.protocol["k"],
+                "max_abs_error": verdict.max_abs_error, "link_mbps": point.topology.link_mbps, "k": point.job.k,
                 "machine_busy_fraction": "" if machine_busy is None else round(machine_busy, 4),
             }
             for rank, (report, verdict) in enumerate(zip(reports, verdicts))
@@ -109,7 +111,8 @@ class SharedSwitchWriter(ResultsWriter):
                 },
                 "total_ate_per_s": float(totals["total_ate_per_s"].median()),
                 "makespan_s": float(totals["makespan_s"].median()),
-                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else switchml_line_rate_ate(mbps_to_bps(rate), int(per_point["k"].iloc[0])),
+                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else methods.by_name(METHOD).bound(
+                    mbps_to_bps(rate), len(self.experiment.points[int(point_index)].topology.hosts), int(per_point["k"].iloc[0])),
             })
         first = self.experiment.points[0]
         summary = {
@@ -119,7 +122,7 @@ class SharedSwitchWriter(ResultsWriter):
             "duration_s": round((datetime.now(timezone.utc) - self.started).total_seconds(), 2),
             "verified": bool(verified and rows["verified"].all()),
             "switch_target": self.target,
-            "switchml_data_path": data_path_record(first),
+            fmt.DATA_PATH_KEY: data_path_record(first),
             "max_pool_size": self.experiment.data["switch"]["max_pool_size"],
             "link_mbps": first.topology.link_mbps,
             fmt.SIMULATED_KEY: self.simulation is not None,
@@ -168,7 +171,7 @@ class SharedSwitchRunner(ExperimentRunner):
         work.mkdir()
         inputs = job_inputs(point, job)
         spec = replace(worker_spec(point, METHOD).with_job(n, job["job_id"], job["pool_size"]), inputs=held.write_inputs(inputs, work))
-        return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.protocol["k"])
+        return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.job.k)
 
     def _run_jobs(self, held: PointNetwork) -> bool:
         point = held.point
@@ -231,14 +234,14 @@ class SimulatedSharedSwitchRunner:
         jobs: Sequence[dict[str, Any]] = sorted(point.data["jobs"], key=lambda job: job.get("start_s", 0.0))
         net = simulated_network(self.experiment, point, self.target, METHOD, point_jobs(point))
         self.writer.record_network(point.index, net.describe())
-        methods.by_name(METHOD).prepare(net)
+        methods.by_name(METHOD).prepare(net, point.protocol)
         inputs = [job_inputs(point, job) for job in jobs]
-        expected = [expected_for(tensors, point.protocol["k"]) for tensors in inputs]
+        expected = [expected_for(tensors, point.job.k) for tensors in inputs]
         ok = True
         for repetition in range(point.repetitions):
             try:
                 outcomes = net.run_jobs([(job["hosts"], tensors, job.get("start_s", 0.0)) for job, tensors in zip(jobs, inputs)])
-            except SwitchMLTimeout as exc:
+            except TimeoutError as exc:  # the protocol's job missed its deadline (hosts/switchml/job.py: SwitchMLTimeout)
                 raise SimulationFailed(f"point {point.index} rep {repetition} (simulated): {exc}") from None
             for job, results, want in zip(jobs, outcomes, expected):
                 verdicts = verify_results(METHOD, want, [(r.values, r.int_sum) for r in results],
@@ -250,9 +253,41 @@ class SimulatedSharedSwitchRunner:
         return ok
 
 
+def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
+    """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
+    and pools the control plane admits together (the same check it makes on the switch), on
+    one aggregating switch."""
+    if topology.aggregation == "hierarchical":
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
+    if data["methods"] != [methods.SWITCHML.name] or "elements" not in workload_of(data["workload"]).properties:
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [{methods.SWITCHML.name}] on a workload whose jobs give their own "
+                          f"elements (synthetic)")
+    seen: dict[int, int] = {}
+    for job in data["jobs"]:
+        for host in job["hosts"]:
+            if host >= len(topology.hosts):
+                raise ConfigError(f"{source}: jobs: job {job['job_id']} names host {host}; the topology has hosts 0..{len(topology.hosts) - 1}")
+            if host in seen:
+                raise ConfigError(f"{source}: jobs: host {host} is in job {seen[host]} and job {job['job_id']}")
+            seen[host] = job["job_id"]
+        if len(job["hosts"]) > params.MAX_WORKERS:
+            raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers, at most {params.MAX_WORKERS}")
+    try:
+        partition_slots([(job["job_id"], job["pool_size"]) for job in data["jobs"]], data["switch"]["max_pool_size"])
+    except AdmissionError as exc:
+        raise ConfigError(f"{source}: jobs: {exc}") from None
+
+
+def check(experiment: Experiment) -> None:
+    """The shared-switch rules (``check_jobs``), for every point (the kind's ``check``)."""
+    for point in experiment.points:
+        check_jobs(point.data, point.topology, point_label(experiment.source, point))
+
+
 KIND = ExperimentKind(
     name="shared_switch",
     applies=lambda experiment: experiment.data.get("jobs") is not None,
+    check=check,
     writer=SharedSwitchWriter,
     runner=SharedSwitchRunner,
     unit="repetition",

@@ -43,7 +43,7 @@ class ExperimentRunner:
         with point_network(self.experiment, point, self.target, self.writer) as held:
             inputs = point_inputs(point.workload, len(point.topology.hosts))
             input_paths = held.write_inputs(inputs)
-            expected = expected_for(inputs, point.protocol["k"])
+            expected = expected_for(inputs, point.job.k)
             del inputs
             ok = True
             for method in methods:

@@ -50,7 +50,7 @@ class TorchTrainingRunner(StepTrainingRunner):
         return exact
 
     def _step_check(self, method: str, exact: TorchTrajectory) -> ReportCheck:
-        return ReportCheck(method, self.point.protocol["k"], exact)
+        return ReportCheck(method, self.point.job.k, exact)
 
 
 class ReportCheck:
@@ -107,7 +107,7 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
     bucket_verdicts = []
     for index in range(len(inputs[0])):
         expected = expected_for([buckets[index] for buckets in inputs], k)
-        if registered.sum_bits is not None:  # the hook reports the network's integer sums
+        if registered.aggregation is not None:  # the hook reports the network's integer sums
             verdict = registered.verify(expected, sums[f"values{index}"], sums[f"int_sum{index}"])
         elif f"sum{index}" in sums:  # a process group's float sum (hosts/torch_backend.py)
             verdict = registered.verify(expected, sums[f"sum{index}"], None)
@@ -124,7 +124,7 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
     else:
         pass_verdict = Verdict(False, float("inf"), "no bucket was all-reduced")
     want = dict(shared or {})
-    if registered.sum_bits is not None:
+    if registered.aggregation is not None:
         want["int_sum"] = array_digest(np.concatenate([sums[f"int_sum{i}"] for i in range(len(inputs[0]))]))
     verdicts = []
     for report in reports:

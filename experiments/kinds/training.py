@@ -167,7 +167,7 @@ class TrainingRunner(StepTrainingRunner):
         exact = replay(self.model, self.config, self.data, self.n_workers, exact_sum)
         self._record_reference(EXACT, EXACT, None, exact, exact)
         for bits in self.point.workload["ablation_bits"]:
-            ablation = replay(self.model, self.config, self.data, self.n_workers, quantized_sum(self.point.protocol["k"], bits))
+            ablation = replay(self.model, self.config, self.data, self.n_workers, quantized_sum(self.point.job.k, bits))
             self._record_reference(ablation_series(bits), methods.SWITCHML.name, bits, ablation, exact)
         return exact
 
@@ -209,13 +209,14 @@ class ReplayCheck:
         return self.runner.measure(0, self.state.params, self.exact)
 
     def step(self, step: int, reports: list[dict[str, Any]]) -> tuple[list[Verdict], Evaluation, float]:
-        verdicts = verify_step(self.state, self.method, reports, self.runner.point.protocol["k"])
+        verdicts = verify_step(self.state, self.method, reports, self.runner.point.job.k)
         return (verdicts, *self.runner.measure(step, self.state.params, self.exact))
 
 
 def sum_bits(method: str) -> int | None:
     """The width of a method's sums in the tables' ``bits`` column (SwitchML's 32; none for float sums)."""
-    return methods.by_name(method).sum_bits
+    protocol = methods.by_name(method).aggregation
+    return None if protocol is None else protocol.sum_bits
 
 
 NO_TIMING = {"allreduce_s": "", "compute_s": "", "step_s": "", "emulated_time_s": "", "bytes_sent": "", "verified": "", "bytes_received": ""}

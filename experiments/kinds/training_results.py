@@ -22,6 +22,7 @@ from experiments.config import Point
 from experiments.job_meter import JobMeasurement
 from experiments.results import CPU_SATURATED, MACHINE_SATURATED, ResultsWriter, kept_up_warning
 from protocol import results_format as fmt
+import methods
 from protocol.results_format import is_machine
 
 EXACT = "exact"
@@ -31,7 +32,7 @@ WHOLE_TRAINING = 0
 
 
 def ablation_series(bits: int) -> str:
-    return f"switchml {bits}-bit"
+    return f"{methods.SWITCHML.name} {bits}-bit"
 
 
 class TrainingResultsWriter(ResultsWriter):

@@ -25,7 +25,7 @@ from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
 from protocol import params
 from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
-from protocol.plan import JobPlan
+from protocol.switchml.plan import JobPlan
 from protocol.quantize import quantize, scale_for
 
 SEQ_MASK = 0xFFFFFFFF

@@ -1,5 +1,5 @@
 """The per-slot state a worker keeps (how a tensor maps onto packets and slots is
-protocol/plan.py's ``JobPlan``, which the analytic models share)."""
+protocol/switchml/plan.py's ``JobPlan``, which the analytic models share)."""
 
 from __future__ import annotations
 

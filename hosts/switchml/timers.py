@@ -28,16 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from protocol.packet import frame_bytes
+from protocol.params import DEFAULT_BACKOFF_EVERY
 
 DEFAULT_MIN_TIMEOUT_S = 0.010
 """The reference's 10 ms, as the floor of the adaptive timeout, which is what makes so low
 a floor safe (a fixed 10 ms was not: benchmarks/README.md, "The worker's retransmission timers")."""
 DEFAULT_FIRST_TIMEOUT_S = 1.0
 """Before any round-trip sample: RFC 6298's initial RTO."""
-DEFAULT_BACKOFF_EVERY = 100
-"""Double only after many timeouts of a slot, as the reference implementation does: one lost
-update times out every worker of the job, so doubling on each timeout, TCP's rule, backs off
-innocent workers and stalls the pool (benchmarks/README.md, "The worker's retransmission timers")."""
 DEFAULT_MAX_TIMEOUT_S = 1.0
 
 

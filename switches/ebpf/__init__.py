@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from base.tool_version import first_line
 from protocol import params
@@ -26,61 +27,57 @@ NEEDS_ROOT = "root (loading BPF programs and attaching them to ports needs it)"
 """What a process that is not root lacks; only root can ask the kernel the rest (probe.py)."""
 
 
-def detect() -> list[str]:
-    """What the eBPF switch needs and this machine lacks or refuses (empty when it can run)."""
-    from switches.ebpf.probe import detect_ebpf
+@dataclass(frozen=True)
+class EbpfTarget(SwitchTarget):
+    """The eBPF switch: a TC program on each port, built per k and pool size."""
 
-    return list(detect_ebpf())
+    def detect(self) -> list[str]:
+        """What the eBPF switch needs and this machine lacks or refuses (empty when it can run)."""
+        from switches.ebpf.probe import detect_ebpf
+
+        return list(detect_ebpf())
+
+    def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
+                   **options: Any) -> DataPlane:
+        """The program built for ``k`` and ``max_pool_size`` on ``ports``' tc ingress hooks.
+        ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
+        from switches.ebpf.datapath import EbpfDataPlane
+
+        return EbpfDataPlane(ports, name=name, k=k, max_pool_size=max_pool_size)
+
+    def remove_leftovers(self) -> list[str]:
+        """Pins of a loader killed while loading (a running switch's go with its interfaces)."""
+        from switches.ebpf.datapath import remove_orphaned_pins
+
+        return [f"BPF pins {directory}" for directory in remove_orphaned_pins()]
+
+    @contextlib.contextmanager
+    def cpu_meter(self, pid: int | None, interfaces: Sequence[str]) -> Iterator[CpuReader]:
+        """(0, seconds) the switch's program has run so far on its ports (softirq time, as
+        system time), from the kernel's BPF run-time statistics, enabled while open."""
+        from switches.ebpf.stats import attached_program_id, bpf_stats_enabled, program_run
+
+        program_id = attached_program_id(interfaces[0])
+        with bpf_stats_enabled():
+            yield lambda: (0.0, program_run(program_id)[0])
+
+    def describe_build(self) -> str:
+        return f"switchml.bpf.c, kernel {os.uname().release}"
+
+    def tool_versions(self) -> dict[str, str | None]:
+        return {"clang": first_line(["clang", "--version"])}
 
 
-def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int) -> DataPlane:
-    """The program built for ``k`` and ``max_pool_size`` on ``ports``' tc ingress hooks.
-    ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
-    from switches.ebpf.datapath import EbpfDataPlane
-
-    return EbpfDataPlane(ports, name=name, k=k, max_pool_size=max_pool_size)
-
-
-def remove_leftovers() -> list[str]:
-    """Pins of a loader killed while loading (a running switch's go with its interfaces)."""
-    from switches.ebpf.datapath import remove_orphaned_pins
-
-    return [f"BPF pins {directory}" for directory in remove_orphaned_pins()]
-
-
-@contextlib.contextmanager
-def program_cpu_meter(pid: int | None, interfaces: Sequence[str]) -> Iterator[CpuReader]:
-    """(0, seconds) the switch's program has run so far on its ports (softirq time, as
-    system time), from the kernel's BPF run-time statistics, enabled while open."""
-    from switches.ebpf.stats import attached_program_id, bpf_stats_enabled, program_run
-
-    program_id = attached_program_id(interfaces[0])
-    with bpf_stats_enabled():
-        yield lambda: (0.0, program_run(program_id)[0])
-
-
-def node_class() -> type:
-    from switches.ebpf.node import EbpfSwitchNode
-
-    return EbpfSwitchNode
-
-
-TARGET = SwitchTarget(
+TARGET = EbpfTarget(
     name="ebpf",
     needs="clang, bpftool, tc, root, the bpf system call and the clsact qdisc",
+    node="switches.ebpf.node:EbpfSwitchNode",
     auto_preference=2,
-    node_class=node_class,
-    data_plane=data_plane,
-    describe_build=lambda: f"switchml.bpf.c, kernel {os.uname().release}",
-    tool_versions=lambda: {"clang": first_line(["clang", "--version"])},
-    detect=detect,
-    problems_joiner="; ",
-    unavailable="needs {problems}, which this machine lacks or refuses. scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
-    passed_over="{name}: {problems}",
+    remedy="scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
+    refusable=True,
     program="eBPF program",
+    protocols=frozenset({"switchml"}),
     k_choices=params.K_CHOICES,
     root_to_tell=NEEDS_ROOT,
     link_rates={32: 3.5, 64: 8.0, 128: 10.0, 256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
-    remove_leftovers=remove_leftovers,
-    cpu_meter=program_cpu_meter,
 )

@@ -16,48 +16,52 @@ netem. Its pipeline is also the simulator's switch (``simulated``: run_experimen
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from base.plugin import resolve
 from switches.target import DataPlane, SimulatedSwitch, SwitchTarget
 
 
-def data_plane(ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int, **options: Any) -> DataPlane:
-    """``python -m switches.embedded`` on ``ports``; ``options`` as EmbeddedSwitchProcess takes them."""
-    from switches.embedded.launcher import EmbeddedSwitchProcess
-
-    return EmbeddedSwitchProcess(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, **options)
-
-
-def remove_leftovers() -> list[str]:
-    from switches.embedded.launcher import remove_stale_socket_dirs
-
-    return remove_stale_socket_dirs()
+SIMULATED_PROGRAMS: dict[str, str] = {
+    "switchml": "switches.embedded.simulated:PipelineSwitch",
+}
+"""Protocol -> "module:attribute" of its program as a ``SimulatedSwitch``, ``cls(*, k,
+max_pool_size, seed)``: the in-network aggregation protocols this target runs, one line each."""
 
 
-def simulated(*, k: int, max_pool_size: int, seed: int | None = None) -> SimulatedSwitch:
-    """The pipeline in a simulation (simulated.py)."""
-    from switches.embedded.simulated import PipelineSwitch
+@dataclass(frozen=True)
+class EmbeddedTarget(SwitchTarget):
+    """The embedded Python switch: any k and pool size, a delay line, and a simulated twin."""
 
-    return PipelineSwitch(k=k, max_pool_size=max_pool_size, seed=seed)
+    def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
+                   **options: Any) -> DataPlane:
+        """``python -m switches.embedded`` on ``ports``; ``options`` as EmbeddedSwitchProcess takes them."""
+        from switches.embedded.launcher import EmbeddedSwitchProcess
+
+        return EmbeddedSwitchProcess(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, **options)
+
+    def remove_leftovers(self) -> list[str]:
+        from switches.embedded.launcher import remove_stale_socket_dirs
+
+        return remove_stale_socket_dirs()
+
+    def simulated(self, *, k: int, max_pool_size: int, seed: int | None = None, protocol: str = "switchml") -> SimulatedSwitch:
+        """``protocol``'s program in a simulation (simulated.py: SwitchML's pipeline)."""
+        return resolve(SIMULATED_PROGRAMS[protocol])(k=k, max_pool_size=max_pool_size, seed=seed)
+
+    def describe_build(self) -> str:
+        return f"python {sys.version.split()[0]}"
 
 
-def node_class() -> type:
-    from switches.embedded.node import EmbeddedSwitchNode
-
-    return EmbeddedSwitchNode
-
-
-TARGET = SwitchTarget(
+TARGET = EmbeddedTarget(
     name="embedded",
     needs="nothing beyond this repository's Python packages",
+    node="switches.embedded.node:EmbeddedSwitchNode",
     auto_preference=3,
-    node_class=node_class,
-    data_plane=data_plane,
-    describe_build=lambda: f"python {sys.version.split()[0]}",
     delays_frames=True,
+    protocols=frozenset(SIMULATED_PROGRAMS),
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms", "scratch_dir"}),
-    remove_leftovers=remove_leftovers,
-    simulated=simulated,
     link_rates={32: 2.5, 64: 5.0, 256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
 )

@@ -28,10 +28,11 @@ import logging
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from base.build_cache import build_once, source_hash
+from base.tool_version import first_line
+from methods.aggregation import DataPath, DataPathUnavailable
 from protocol import params
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ DATA_PATHS = ("auto", "native", "python")
 """The config's ``protocol.data_path``: ``auto`` is native where it builds, else Python."""
 
 
-class NativeUnavailable(RuntimeError):
+class NativeUnavailable(DataPathUnavailable):
     """The native data path cannot be built or loaded here; the message says why."""
 
 
@@ -109,13 +110,11 @@ def library() -> ctypes.CDLL:
     return lib
 
 
-@dataclass(frozen=True)
-class DataPath:
-    """Which worker implementation runs, and the one line that says why."""
-
-    name: str
-    """``native`` or ``python``."""
-    reason: str
+def tool_versions(data_path: str) -> dict[str, str | None]:
+    """The C compiler the native loop was built with, where it ran (SwitchML's
+    ``Aggregation.tool_versions``: a run's provenance records it)."""
+    cc = compiler()
+    return {f"native worker compiler ({cc})": first_line([cc, "--version"])} if data_path == "native" and cc is not None else {}
 
 
 @functools.cache
