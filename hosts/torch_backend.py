@@ -178,6 +178,12 @@ class IeeeSums:
         self._gloo.allreduce([summed]).wait()
         return summed.numpy()
 
+    def close(self) -> None:
+        """Release the Gloo group now, while its store and threads are whole: left to the
+        interpreter's teardown, its destructor found a thread still joinable and aborted the
+        process (std::terminate, exit status -6) after the script had finished."""
+        self._gloo = None
+
 
 class FailureBoard:
     """Where a rank whose all-reduce through the switch failed says so, and the others look:
@@ -222,7 +228,7 @@ class SwitchQueue:
     fail their pending calls: no rank waits in the switch for one that has stopped.
     """
 
-    def __init__(self, client: SwitchMLClient, ieee: Callable[[np.ndarray], np.ndarray] | None = None,
+    def __init__(self, client: SwitchMLClient, ieee: IeeeSums | None = None,
                  board: FailureBoard | None = None) -> None:
         self.client = client
         self.records = Records()
@@ -337,6 +343,8 @@ class SwitchQueue:
         if self._thread.is_alive():
             log.warning("a SwitchML all-reduce still waits in the switch after the failure: left to end with the process")
             return
+        if self._ieee is not None:
+            self._ieee.close()
         self.client.close()
 
 

@@ -21,7 +21,6 @@ import numpy as np
 
 from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
-from protocol import params
 from protocol.packet import SWITCHML_OFFSET, frame_bytes
 from simulation.link import Link
 from simulation.worker import SimulatedWorker
