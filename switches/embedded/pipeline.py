@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import logging
 
-from switches.control import ProgramSchema, RegisterSchema, lookup
 from switches.embedded.checksum import compute_checksum
 from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.egress import SwitchMLEgress
 from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, UPDATE_TO_PORT, SwitchMLIngress
 from switches.embedded.parser import ADDRESS_HEADERS_BYTES, PacketBuffer, SwitchMLParser
-from switches.embedded.registers import Counter, Register
-from switches.embedded.tables import ExactMatchTable
+from switches.embedded.program import ProgramView
+from switches.embedded.registers import Register
 from switches.embedded.traffic_manager import TrafficManager
 from switches.target import Transmit
 
 log = logging.getLogger(__name__)
 
 
-class SwitchMLPipeline:
+class SwitchMLPipeline(ProgramView):
     """The switch's program and state; ``ports`` maps a port number to its transmit function."""
 
     def __init__(self, k: int, max_pool_size: int, seed: int | None = None) -> None:
@@ -41,25 +40,6 @@ class SwitchMLPipeline:
         self._tables = {t.name: t for t in (*self.ingress.tables(), self.egress.rank_addr_table)}
         self._registers: dict[str, Register] = {r.name: r for r in (*self.ingress.registers(), *self.egress.registers())}
         self._counters = {c.name: c for c in (self.ingress.event_counter, self.egress.egress_counter)}
-
-    # -- names the control plane uses -------------------------------------------------
-
-    def table(self, name: str) -> ExactMatchTable:
-        return lookup(self._tables, name, "table")
-
-    def register(self, name: str) -> Register:
-        return lookup(self._registers, name, "register")
-
-    def counter(self, name: str) -> Counter:
-        return lookup(self._counters, name, "counter")
-
-    def schema(self) -> ProgramSchema:
-        """Every table, register (bit<32> cells) and counter, as the control plane checks them."""
-        return ProgramSchema(
-            tables={name: table.schema() for name, table in self._tables.items()},
-            registers={name: RegisterSchema(register.size, 32) for name, register in self._registers.items()},
-            counters={name: len(counter.packets) for name, counter in self._counters.items()},
-        )
 
     # -- the data path ------------------------------------------------------------------
 

@@ -1,9 +1,8 @@
 """What the control plane sees of a program on the embedded switch: tables, registers and
 counters by their P4 names, and the schema it checks requests against.
 
-Any protocol's pipeline fills ``_tables``, ``_registers`` and ``_counters`` and inherits this
-view (ATP's does; SwitchMLPipeline still carries its own copy of these four methods until
-in-network aggregation becomes a plug-in axis and it may be edited: hosts/atp/README.md).
+Any protocol's pipeline (SwitchML's, ATP's) fills ``_tables``, ``_registers`` and
+``_counters`` and inherits this view, so the control plane asks every program alike.
 """
 
 from __future__ import annotations
