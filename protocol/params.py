@@ -55,7 +55,7 @@ DEFAULT_POOL_SIZE: int = 64
 """Slots a job uses when a config or a command names none."""
 K_CHOICES: tuple[int, ...] = (32, 64, 128, 256)
 """The k an experiment may choose: every switch target builds its program for each of them
-(p4/gen_elements.py, switches/*/compile.py); the experiment schema's protocol.k enum."""
+(p4/gen_elements.py, each target's compile.py); the experiment schema's protocol.k enum."""
 MAX_POOL_SIZE: int = P4_CONSTANTS["SWITCHML_MAX_POOL_SIZE"]
 MAX_WORKERS: int = P4_CONSTANTS["SWITCHML_MAX_WORKERS"]
 UDP_PORT_BASE: int = P4_CONSTANTS["SWITCHML_UDP_PORT_BASE"]

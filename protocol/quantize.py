@@ -229,7 +229,7 @@ def _check_inputs(inputs: list[np.ndarray], n_workers: int) -> tuple[np.dtype, i
         raise ValueError(f"workers' tensors differ: dtypes {dtypes}, lengths {lengths}")
     dtype = dtypes.pop()
     if dtype not in (np.dtype(np.float32), np.dtype(np.int32)):
-        raise TypeError(f"SwitchML aggregates float32 or int32 tensors, not {dtype}")
+        raise TypeError(f"in-network aggregation sums float32 or int32 tensors, not {dtype}")
     return dtype, lengths.pop()
 
 

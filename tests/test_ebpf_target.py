@@ -26,10 +26,10 @@ import pytest
 from protocol import params
 from switches import programming, standalone
 from switches.control import ControlPlaneError
-from switches.ebpf import compile as ebpf_compile
-from switches.ebpf import datapath, maps
+from switches.ebpf.switchml import compile as ebpf_compile
+from switches.ebpf.switchml import datapath, maps
 from switches.ebpf.bpf import BpfMap
-from switches.ebpf.control import EbpfControl
+from switches.ebpf.switchml.control import EbpfControl
 from switches.embedded.pipeline import SwitchMLPipeline
 from tests.conftest import require_target
 from base.netns import Testbed
@@ -167,7 +167,7 @@ def test_stop_removes_filters_qdiscs_pins_and_maps(bed: Testbed) -> None:
 
 KILLED_OWNER = """
 import json, os, signal, sys
-from switches.ebpf.datapath import EbpfDataPlane
+from switches.ebpf.switchml.datapath import EbpfDataPlane
 switch = EbpfDataPlane({int(k): v for k, v in json.loads(sys.argv[1]).items()}, k=int(sys.argv[3]), name="killed",
                        max_pool_size=int(sys.argv[2]))
 switch.start()

@@ -243,9 +243,8 @@ ABOUT = "measures or draws SwitchML itself by name: the paper's figures and Swit
 DDP = "SwitchML's DDP backend and hook, which name its client and its backend: to move into hosts/switchml/"
 CLOCK = "the simulated clock's SwitchML worker and its native event loop (simulation/), written around SwitchML's core"
 UNMOVED: dict[str, str] = {
-    **dict.fromkeys(("protocol.packet", "protocol.params", "protocol.quantize", "p4.gen_elements",
-                     "switches.bmv2.compile", "switches.ebpf.compile", "switches.ebpf.control", "switches.ebpf.datapath",
-                     "switches.ebpf.maps", "switches.embedded.egress", "switches.embedded.ingress", "switches.embedded.responder",
+    **dict.fromkeys(("protocol.packet", "protocol.params", "p4.gen_elements", "switches.bmv2.compile",
+                     "switches.embedded.egress", "switches.embedded.ingress", "switches.embedded.responder",
                      "switches.embedded.simulated"),
                     NOT_YET),
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",

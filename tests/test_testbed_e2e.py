@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from protocol.switchml.plan import JobPlan
-from switches.ebpf.datapath import PIN_ROOT
+from switches.ebpf.switchml.datapath import PIN_ROOT
 from tests.conftest import require_target
 from tests.experiment_runs import MAIN_CONFIG, disturb_mid_run, experiment_argv, leftovers, run_experiment
 from tests.results_shape import shape_differences

@@ -1,10 +1,11 @@
 """The eBPF switch target: docs/dataplane.md as a TC (clsact) program in the kernel.
 
-``switchml.bpf.c`` is the data plane (read it beside p4/include/ingress.p4 and
-switches/embedded/ingress.py), ``compile.py`` builds it with clang, ``datapath.py`` loads
-it onto a switch's ports and takes it off, ``control.py`` programs it through the
-common control-plane interface over its BPF maps (``maps.py``, ``bpf.py``), ``probe.py``
-says whether this machine can run it, and ``node.py`` is its Mininet switch.
+SwitchML's program is ``switchml/``: ``switchml.bpf.c`` is the data plane (read it beside
+p4/include/ingress.p4 and switches/embedded/ingress.py), ``compile.py`` builds it with clang,
+``datapath.py`` loads it onto a switch's ports and takes it off, ``control.py`` programs it
+through the common control-plane interface over its BPF maps (``maps.py``). The target's own
+files serve any program: ``bpf.py`` (the bpf(2) calls), ``probe.py`` says whether this machine
+can run it, ``stats.py`` reads its run time, and ``node.py`` is its Mininet switch.
 
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it is compiled for
 the k (any of params.K_CHOICES) and the pool size it is given, one cached object each, and
@@ -41,13 +42,13 @@ class EbpfTarget(SwitchTarget):
                    **options: Any) -> DataPlane:
         """The program built for ``k`` and ``max_pool_size`` on ``ports``' tc ingress hooks.
         ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
-        from switches.ebpf.datapath import EbpfDataPlane
+        from switches.ebpf.switchml.datapath import EbpfDataPlane
 
         return EbpfDataPlane(ports, name=name, k=k, max_pool_size=max_pool_size)
 
     def remove_leftovers(self) -> list[str]:
         """Pins of a loader killed while loading (a running switch's go with its interfaces)."""
-        from switches.ebpf.datapath import remove_orphaned_pins
+        from switches.ebpf.switchml.datapath import remove_orphaned_pins
 
         return [f"BPF pins {directory}" for directory in remove_orphaned_pins()]
 

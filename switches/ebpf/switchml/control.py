@@ -31,7 +31,7 @@ from switches.control import (
     mc_node_missing_error,
     table_full_error,
 )
-from switches.ebpf import maps
+from switches.ebpf.switchml import maps
 from switches.ebpf.bpf import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, BpfMap
 
 ZERO = bytes(maps.U32Key(0))

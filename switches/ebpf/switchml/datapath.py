@@ -34,10 +34,10 @@ from typing import Mapping
 
 from base.lifetime import ThreadWatch
 from protocol import params
-from switches.ebpf import maps
+from switches.ebpf.switchml import maps
 from switches.ebpf.bpf import BpfMap, bind_map, open_pinned
-from switches.ebpf.compile import CompileOptions, compile_program
-from switches.ebpf.control import EbpfControl
+from switches.ebpf.switchml.compile import CompileOptions, compile_program
+from switches.ebpf.switchml.control import EbpfControl
 from switches.ebpf.stats import attached_program_id
 from switches.target import DataPlaneStartError
 

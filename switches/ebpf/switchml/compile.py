@@ -20,7 +20,7 @@ from pathlib import Path
 
 from protocol import params
 from base.build_cache import build_once, source_hash
-from switches.ebpf.maps import EBPF_DIR, SWITCHML_H
+from switches.ebpf.switchml.maps import EBPF_DIR, SWITCHML_H
 
 log = logging.getLogger(__name__)
 
