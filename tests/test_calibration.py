@@ -167,7 +167,7 @@ def test_the_header_names_the_calibration_and_a_dry_calibration_its_plan(calibra
 def test_summary_json_records_the_calibrated_rate(calibration: Path, tmp_path: Path) -> None:
     written(calibration, entry())
     out = tmp_path / "run"
-    done = run_experiment(str(MAIN_CONFIG), "--simulate", "--set", "methods=[switchml]", "--set", "workload.elements=4096",
+    done = run_experiment(str(MAIN_CONFIG), "--simulate", "--switch", "embedded", "--set", "methods=[switchml]", "--set", "workload.elements=4096",
                           "--set", "repetitions=1", "--out", str(out), env_file=calibration)
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / fmt.SUMMARY_FILE).read_text())
