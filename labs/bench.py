@@ -152,7 +152,7 @@ def round_trip_timeouts(samples: list[list], floor_s: float, first_s: float) -> 
 
 
 def timeout_floor(k: int, pool_size: int, timeout_ms: float, link_mbps: float | None) -> float:
-    """A worker's timeout floor for these protocol settings (hosts/allreduce.py)."""
+    """A worker's timeout floor for these protocol settings (hosts/switchml/method.py)."""
     from hosts.switchml.method import retransmit_policy
     from protocol.worker_spec import SwitchMLParameters
 
@@ -165,7 +165,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     simulated clock (simulation/): a star of links of ``link_mbps`` and ``delay_ms`` that
     each lose ``loss`` of their frames (seeded: the same frames whatever the code), the
     embedded switch's pipeline (the tree's ingress) and the workers' loop with the tree's
-    timers, the timeout floor from the tree's ``pool_drain_s`` as in a run (hosts/allreduce.py).
+    timers, the timeout floor from the tree's ``pool_drain_s`` as in a run (hosts/switchml/method.py).
     Without ``results_lost``, only updates are lost, by the switch's drop simulator at its
     ingress: with one worker, no update then reaches a slot twice unless the worker's timer
     fired before its result was due, so the switch's retransmission branch (lab 3's, which
@@ -177,7 +177,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     moves these numbers: an instructor's grade compares them with the reference's, so a
     submission is credited only if its switch and timers recover each loss as the
     reference's do (the exact sums alone can be computed without recovering any)."""
-    from hosts.allreduce import retransmit_policy
+    from hosts.switchml.method import retransmit_policy
     from methods.verification import expected_for, integer_sum
     from protocol.worker_spec import SwitchMLParameters
     from simulation.network import PYTHON_CORE, JobSetup, SimulatedNetwork

@@ -347,6 +347,11 @@ def expected_outputs(lab: Lab, track: Track, reference: Path, limits: sandbox.Li
         test, call = missing[0]
         raise ConfigError(f"lab {lab.number}: the reference gives no output for {record.call_text(call)} of {test.id}:"
                           f" {_last_line(computed.outcome.output, 'the harness printed nothing')}")  # fmt: skip
+    broken = [(test, call, computed.outputs[id_]) for id_, test, call in calls if record.raised_as_broken(computed.outputs[id_])]
+    if broken:  # a submission raising the same would match it: every student would earn the test
+        test, call, output = broken[0]
+        raise ConfigError(f"lab {lab.number}: the reference raises {output['raises']} for {record.call_text(call)} of {test.id}"
+                          f" ({output.get('message', '')}): the lab's code is broken, not a submission's")  # fmt: skip
     return computed.outputs
 
 

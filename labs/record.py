@@ -133,6 +133,15 @@ def _raised(output: Any) -> bool:
     return isinstance(output, dict) and "raises" in output
 
 
+BROKEN_CODE = frozenset({"ImportError", "ModuleNotFoundError", "NameError", "SyntaxError"})
+"""Exceptions no lab asks a student to raise: from the reference, they mean its code is broken."""
+
+
+def raised_as_broken(output: Any) -> bool:
+    """Whether a reference's ``output`` is one of BROKEN_CODE's exceptions."""
+    return _raised(output) and output["raises"] in BROKEN_CODE
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

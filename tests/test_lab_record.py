@@ -386,3 +386,20 @@ def test_lab_3s_lossy_runs_are_decided_by_the_grader_and_a_pytest_verdict_only_w
                         "test_one_percent_loss_verifies_bit_for_bit": ("grader", False),
                         "test_socket_sends_udp_checksum_zero[python]": ("sandbox", True)}, score_table(lab, result)  # fmt: skip
     assert result.score == 1 and "note:" not in score_table(lab, result), score_table(lab, result)
+
+
+def test_a_reference_whose_code_cannot_be_imported_stops_the_grade_instead_of_passing_everyone(monkeypatch) -> None:
+    """An output is compared by its exception's type, so a reference that raises ImportError
+    (a function moved, its import not) would credit every submission that raises it too:
+    such a reference is the lab's error, said before any submission is graded."""
+    from labs import grade
+    from labs.sandbox import Limits, Outcome
+
+    lab = catalog.by_number(3)
+    track = lab.tracks["python"]
+    calls = record.numbered(test for test in track.tests if test.calls)
+    broken = {id_: {"raises": "ImportError", "message": "cannot import name 'retransmit_policy'"} for id_, _, _ in calls}
+    monkeypatch.setattr(record, "compute", lambda *args: record.Computed(broken, Outcome(0, "", False)))
+    with pytest.raises(catalog.ConfigError, match="the reference raises ImportError .* the lab's code is broken"):
+        grade.expected_outputs(lab, track, REPO_ROOT, Limits(60, 1 << 30, 64))
+    assert not record.raised_as_broken({"raises": "ValueError", "message": ""})
