@@ -273,8 +273,8 @@ def grade(lab: Lab, track: Track, tree: Path, limits: sandbox.Limits | None = No
                 outcomes.update({test: ("not run", timed_out, 0.0) for _, test, _ in group})
                 continue
             computed = record.compute(tree, group, limits, track_toolchain(track))
-            timed_out = _sandbox_outcome(computed.outcome, limits)[1] if computed.outcome.timed_out else None
             status, output, capped = _sandbox_outcome(computed.outcome, limits)
+            timed_out = output if computed.outcome.timed_out else None
             exit_status = exit_status or status
             problem = "; ".join(dict.fromkeys(filter(None, [capped, problem]))) or None
             why_not_run = _last_line(output, "the harness wrote no output")
