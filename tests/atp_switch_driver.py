@@ -1,0 +1,159 @@
+"""One driver for ATP's switch, whatever the target: frames in, the copies that leave out, state
+and counters through the control plane.
+
+The behaviour cases (tests/test_atp_switch.py) and the differential test
+(tests/test_atp_bmv2.py) are written once against ``ATPSwitchDriver``. Both targets are
+programmed with the same calls (switches/bmv2/atp/programming.py through a SwitchControl:
+``InProcessControl`` into the embedded ATPPipeline, Thrift into bmv2) and read alike, so
+only ``process`` differs: a function call for the embedded pipeline, real frames through
+simple_switch in lock-step for bmv2. Ports are the cases' own (0, 1, ...); the bmv2 driver
+puts case port p on bmv2 port p + 1, where host p of its test bed is cabled.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import numpy as np
+
+from atp_network import ps_endpoint, result_group, worker_endpoint
+from protocol.atp import params
+from switches.bmv2.atp import programming
+from switches.control import SwitchControl
+from switches.embedded.atp.pipeline import ATPPipeline
+from switches.embedded.control_server import pipeline_handlers
+from switches.remote_control import InProcessControl
+from tests.switch_io import SwitchPorts
+from tests.test_switch_differential import collect, probe_frame
+
+Frames = list[tuple[int, bytes]]
+INGRESS = "ATPIngress."
+PROBE_SENDERS = (0, 1)
+"""Hosts the bmv2 driver's probes come from: together they reach every port."""
+WAIT_S = 5.0
+"""Longest wait for bmv2's ingress counter to count a frame: far beyond what a healthy switch needs."""
+
+
+class ATPSwitchDriver(ABC):
+    """An ATP switch of ``k`` values and ``pool_size`` aggregators, and its control plane."""
+
+    def __init__(self, control: SwitchControl, k: int, pool_size: int) -> None:
+        self.control = control
+        self.k = k
+        self.pool_size = pool_size
+
+    @abstractmethod
+    def process(self, in_port: int, frame: bytes) -> Frames:
+        """The copies of ``frame``, received on ``in_port``, that leave: (port, bytes), by port,
+        each port's in the order they left."""
+
+    def switch_port(self, port: int) -> int:
+        """The target's port number of a case's port."""
+        return port
+
+    # -- programming: the same calls on every target ---------------------------------------
+
+    def program_job(self, app_id: int, worker_ports: Sequence[int], ps_port: int) -> None:
+        """A job with tests/atp_network.py's addresses (worker_endpoint, ps_endpoint, result_group)."""
+        workers = [programming.ATPWorker(self.switch_port(port), worker_endpoint(app_id, w).mac, worker_endpoint(app_id, w).ipv4)
+                   for w, port in enumerate(worker_ports)]
+        programming.program_job(self.control, programming.ATPJob(app_id, workers, self.switch_port(ps_port),
+                                                                  ps_endpoint(app_id).ipv4, result_group(app_id)))
+
+    def program_flood(self, ports: Sequence[int]) -> None:
+        programming.program_flood(self.control, [self.switch_port(port) for port in ports])
+
+    def program_host(self, mac: str, port: int) -> None:
+        programming.program_host(self.control, mac, self.switch_port(port))
+
+    def set_ecn_threshold(self, packets: int) -> None:
+        programming.set_ecn_threshold(self.control, packets)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def cell(self, register: str, index: int) -> int:
+        """ATPIngress.<register>[index]."""
+        return self.control.register_read(INGRESS + register, index)
+
+    def owner(self, index: int) -> tuple[int, int]:
+        return self.cell("owner_app", index), self.cell("owner_seq", index)
+
+    def values(self, index: int) -> np.ndarray:
+        """The k value registers of one aggregator, as int32."""
+        return np.array([self.cell(f"value_{i:02d}", index) for i in range(self.k)], dtype=np.uint32).view(np.int32)
+
+    def counters(self) -> dict[str, int]:
+        """Packets of every ingress and egress event."""
+        return programming.read_events(self.control)
+
+    def events(self) -> dict[str, int]:
+        """The ingress events that happened, with their packet counts."""
+        counted = self.counters()
+        return {name: counted[name] for name in params.INGRESS_EVENTS if counted[name]}
+
+    def egress_packets(self) -> list[int]:
+        counted = self.counters()
+        return [counted[name] for name in params.EGRESS_EVENTS]
+
+
+class EmbeddedATPSwitch(ATPSwitchDriver):
+    """The reference: switches/embedded/atp's pipeline, called directly."""
+
+    def __init__(self, k: int, pool_size: int, pipeline: ATPPipeline | None = None) -> None:
+        self.pipeline = pipeline if pipeline is not None else ATPPipeline(k, pool_size)
+        super().__init__(InProcessControl(pipeline_handlers(self.pipeline, dict)), k, pool_size)
+
+    def process(self, in_port: int, frame: bytes) -> Frames:
+        return sorted(self.pipeline.process(in_port, frame), key=lambda copy: copy[0])
+
+
+class Bmv2ATPSwitch(ATPSwitchDriver):
+    """simple_switch running p4/atp/atp.p4, host p of ``ports``' test bed on bmv2 port p + 1.
+
+    Lock-step, as tests/test_switch_differential.py drives SwitchML's bmv2: send the frame,
+    wait until the ingress counter counted it, then send a broadcast probe from two hosts;
+    bmv2 keeps each egress port's order, so what a port sends before its probe is the frame's
+    output. The probes are ordinary traffic the cases never sent, so ``counters`` leaves
+    them out (each is one EV_FORWARDED and a copy to every other port)."""
+
+    def __init__(self, control: SwitchControl, ports: SwitchPorts, k: int, pool_size: int) -> None:
+        super().__init__(control, k, pool_size)
+        self.ports = ports
+        self._steps = 0
+        self._probes = 0
+        programming.program_flood(control, [self.switch_port(port) for port in range(len(ports.sockets))])
+
+    def switch_port(self, port: int) -> int:
+        return port + 1
+
+    def program_flood(self, ports: Sequence[int]) -> None:
+        """Already there: the probes need it. Every port of the test bed floods."""
+        assert sorted(ports) == list(range(len(self.ports.sockets))), "the bmv2 driver floods to every host"
+
+    def _ingress_total(self) -> int:
+        return sum(packets for packets, _ in self.control.counter_read(programming.EVENT_COUNTER))
+
+    def process(self, in_port: int, frame: bytes) -> Frames:
+        step = self._steps
+        self._steps += 1
+        before = self._ingress_total()
+        self.ports.send(in_port, frame)
+        deadline = time.monotonic() + WAIT_S
+        while self._ingress_total() <= before:
+            assert time.monotonic() < deadline, f"step {step}: the frame never reached bmv2's ingress (no event counted)"
+            time.sleep(0.001)
+        probes = {sender: probe_frame(sender, step) for sender in PROBE_SENDERS}
+        for sender, probe in probes.items():
+            self.ports.send(sender, probe)
+        self._probes += len(probes)
+        received = collect(self.ports, probes, "bmv2", step)
+        return [(port, copy) for port, copies in enumerate(received) for copy in copies]
+
+    def counters(self) -> dict[str, int]:
+        counted = super().counters()
+        counted["EV_FORWARDED"] -= self._probes
+        counted["EGV_SENT"] -= self._probes * (len(self.ports.sockets) - 1)
+        return counted
+
