@@ -26,7 +26,7 @@ from switches.embedded.atp.pipeline import ATPPipeline
 from switches.embedded.control_server import pipeline_handlers
 from switches.remote_control import InProcessControl
 from tests.switch_io import SwitchPorts
-from tests.test_switch_differential import collect, probe_frame
+from tests.test_switch_differential import PROBE_MIN_BYTES, collect, probe_frame
 
 Frames = list[tuple[int, bytes]]
 INGRESS = "ATPIngress."
@@ -84,9 +84,13 @@ class ATPSwitchDriver(ABC):
         """The k value registers of one aggregator, as int32."""
         return np.array([self.cell(f"value_{i:02d}", index) for i in range(self.k)], dtype=np.uint32).view(np.int32)
 
+    def counter_cells(self) -> dict[str, tuple[int, int]]:
+        """(packets, bytes) of every ingress and egress event."""
+        return programming.read_counters(self.control)
+
     def counters(self) -> dict[str, int]:
         """Packets of every ingress and egress event."""
-        return programming.read_events(self.control)
+        return {name: packets for name, (packets, _) in self.counter_cells().items()}
 
     def events(self) -> dict[str, int]:
         """The ingress events that happened, with their packet counts."""
@@ -151,9 +155,11 @@ class Bmv2ATPSwitch(ATPSwitchDriver):
         received = collect(self.ports, probes, "bmv2", step)
         return [(port, copy) for port, copies in enumerate(received) for copy in copies]
 
-    def counters(self) -> dict[str, int]:
-        counted = super().counters()
-        counted["EV_FORWARDED"] -= self._probes
-        counted["EGV_SENT"] -= self._probes * (len(self.ports.sockets) - 1)
-        return counted
+    def counter_cells(self) -> dict[str, tuple[int, int]]:
+        cells = super().counter_cells()
+        copies = self._probes * (len(self.ports.sockets) - 1)
+        for name, frames in (("EV_FORWARDED", self._probes), ("EGV_SENT", copies)):
+            packets, byte_count = cells[name]
+            cells[name] = (packets - frames, byte_count - frames * PROBE_MIN_BYTES)
+        return cells
 

@@ -92,9 +92,14 @@ def reset_pool(control: SwitchControl) -> None:
     control.counter_reset(EGRESS_COUNTER)
 
 
-def read_events(control: SwitchControl) -> dict[str, int]:
-    """Packets counted in every cell of both counters, by event name."""
+def read_counters(control: SwitchControl) -> dict[str, tuple[int, int]]:
+    """(packets, bytes) of every cell of both counters, by event name."""
     ingress = control.counter_read(EVENT_COUNTER)
     egress = control.counter_read(EGRESS_COUNTER)
-    return {**{name: packets for name, (packets, _) in zip(params.INGRESS_EVENTS, ingress, strict=True)},
-            **{name: packets for name, (packets, _) in zip(params.EGRESS_EVENTS, egress, strict=True)}}
+    return {**dict(zip(params.INGRESS_EVENTS, map(tuple, ingress), strict=True)),
+            **dict(zip(params.EGRESS_EVENTS, map(tuple, egress), strict=True))}
+
+
+def read_events(control: SwitchControl) -> dict[str, int]:
+    """Packets counted in every cell of both counters, by event name."""
+    return {name: packets for name, (packets, _) in read_counters(control).items()}
