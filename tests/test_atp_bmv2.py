@@ -359,3 +359,44 @@ def test_bmv2_sends_and_counts_what_the_embedded_pipeline_does(case: str, testbe
                 pytest.fail("bmv2 and the embedded pipeline differ:\n" + "\n".join(lines), pytrace=False)
     assert sum(counters[name][0] for name in params.INGRESS_EVENTS) == len(steps)
     assert all(counters[name][0] for name in params.INGRESS_EVENTS), f"a path the sequence never took: {counters}"
+
+
+# -- ECN from bmv2's own egress queue ---------------------------------------------------------
+
+BURST = 12
+QUEUE_RATE_PPS = 40
+"""Slow enough that a burst queues at the PS's port (0.3 s to drain), fast enough for a test."""
+ECN_THRESHOLD = 3
+
+
+def send_burst(switch: Bmv2ATPSwitch, seq: int) -> list[bytes]:
+    """BURST OVERFLOW packets of job 1's worker 0 (to the PS untouched) at once; what the PS's host received."""
+    port = cases.JOB_PORTS[1][0][0]
+    for i in range(BURST):
+        switch.ports.send(port, cases.update(1, 0, seq + i, 5, cases.vals(i), params.FLAG_OVERFLOW)[1])
+    received = switch.ports.receive(BURST, timeout=BURST / QUEUE_RATE_PPS + 5.0)
+    return [bytes(frame) for frame in received.frames[cases.JOB_PORTS[1][1]]]
+
+
+def test_egress_marks_ecn_from_the_depth_of_bmv2s_egress_queue(testbed: Testbed, tmp_path: Path) -> None:
+    """A port drained at a set rate queues a burst: the copies that leave a queue at least
+    ecn_threshold deep are marked (ATP flag and IPv4 CE, checksum updated) and counted, the
+    others not; with the threshold 0 nothing is."""
+    with bmv2_switch(testbed, tmp_path) as switch:
+        cases.program_jobs(switch)
+        switch.control.set_port_queue(switch.switch_port(cases.JOB_PORTS[1][1]), QUEUE_RATE_PPS, 64)
+        switch.set_ecn_threshold(ECN_THRESHOLD)
+        frames = send_burst(switch, 1)
+        assert len(frames) == BURST
+        marked = [frame for frame in frames if decode_payload(frame[ATP_OFFSET:], K)[0].flags & params.FLAG_ECN]
+        assert 0 < len(marked) < BURST, "a burst fills the queue, and its last packet leaves an empty one"
+        for frame in frames:
+            is_marked = frame in marked
+            assert (frame[IPV4_OFFSET + 1] & 0b11 == 0b11) == is_marked
+            assert ipv4_checksum(frame, IPV4_OFFSET) == int.from_bytes(frame[IPV4_OFFSET + 10:IPV4_OFFSET + 12], "big")
+        assert switch.egress_packets() == [BURST, len(marked)]
+
+        switch.set_ecn_threshold(0)
+        frames = send_burst(switch, 1 + BURST)
+        assert len(frames) == BURST and not any(decode_payload(f[ATP_OFFSET:], K)[0].flags & params.FLAG_ECN for f in frames)
+        assert switch.egress_packets() == [2 * BURST, len(marked)]
