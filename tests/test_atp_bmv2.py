@@ -18,10 +18,10 @@ without root (network namespaces).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -36,10 +36,9 @@ from atp_network import ps_endpoint, worker_endpoint
 from atp_switch_driver import ATPSwitchDriver, Bmv2ATPSwitch, EmbeddedATPSwitch
 from base.netns import Testbed
 from protocol.atp import params
-from protocol.atp.packet import ATP_OFFSET, FIELD_OFFSETS, decode_payload
+from protocol.atp.packet import ATP_OFFSET, FIELD_OFFSETS, ATPHeader, decode_payload, encode_payload
 from protocol.packet import IPV4_OFFSET, UDP_OFFSET, Endpoint, build_frame, ipv4_checksum
 from switches import standalone
-from switches.bmv2.atp.compile import ATPCompileOptions, compile_atp
 from switches.bmv2.atp.switch import run_atp_bmv2
 from switches.embedded.atp.pipeline import ATPPipeline
 from tests.conftest import require_target
@@ -82,9 +81,14 @@ def test_bmv2_offers_the_control_plane_the_embedded_pipelines_tables_registers_a
     assert set(tables) == set(embedded.tables)
     for name, table in embedded.tables.items():
         assert (tables[name].actions, tables[name].size) == (table.actions, table.size), name
-        assert [(f.name.rpartition(".")[2], f.bits) for f in tables[name].keys] == [(f.name.rpartition(".")[2], f.bits) for f in table.keys], name
+        assert key_fields(tables[name].keys) == key_fields(table.keys), name
     assert dict(compiled.registers) == dict(embedded.registers)
     assert dict(compiled.counters) == dict(embedded.counters)
+
+
+def key_fields(keys: tuple) -> list[tuple[str, int]]:
+    """(the field's own name, its width) of each key: p4c and the embedded pipeline prefix them differently."""
+    return [(field.name.rpartition(".")[2], field.bits) for field in keys]
 
 
 # -- a bmv2 switch on a test bed --------------------------------------------------------------
@@ -101,7 +105,8 @@ def testbed() -> Iterator[Testbed]:
 @contextlib.contextmanager
 def bmv2_switch(testbed: Testbed, log_dir: Path, k: int = K, pool_size: int = POOL) -> Iterator[Bmv2ATPSwitch]:
     """A fresh simple_switch with atp.json (cached build), its ECN threshold the program's default."""
-    with run_atp_bmv2(testbed.switch_ports, log_dir, k=k, pool_size=pool_size, command_log=log_dir / "commands.txt") as (_, control):
+    commands = log_dir / "commands.txt"
+    with run_atp_bmv2(testbed.switch_ports, log_dir, k=k, pool_size=pool_size, command_log=commands) as (_, control):
         ports = SwitchPorts(testbed)
         try:
             switch = Bmv2ATPSwitch(control, ports, k, pool_size)
@@ -121,20 +126,11 @@ def switch(testbed: Testbed, tmp_path: Path) -> Iterator[ATPSwitchDriver]:
 # -- the behaviour cases, on bmv2 -------------------------------------------------------------
 # test_atp_switch's functions, collected here too: pytest gives them this module's ``switch``.
 
-test_n_contributions_make_a_full_sum_to_the_ps_whose_result_frees_and_multicasts = cases.test_n_contributions_make_a_full_sum_to_the_ps_whose_result_frees_and_multicasts
-test_the_next_sequence_on_a_freed_aggregator_claims_it_and_overwrites_the_old_sums = cases.test_the_next_sequence_on_a_freed_aggregator_claims_it_and_overwrites_the_old_sums
-test_another_job_on_a_taken_aggregator_is_tagged_and_goes_to_its_own_ps = cases.test_another_job_on_a_taken_aggregator_is_tagged_and_goes_to_its_own_ps
-test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_names = cases.test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_names
-test_a_duplicate_before_completion_is_dropped_and_counted_once = cases.test_a_duplicate_before_completion_is_dropped_and_counted_once
-test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums = cases.test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums
-test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator = cases.test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator
-test_a_resend_on_someone_elses_aggregator_passes_through_untagged = cases.test_a_resend_on_someone_elses_aggregator_passes_through_untagged
-test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers = cases.test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers
-test_ecn_on_one_contribution_reaches_every_worker_and_halves_its_window = cases.test_ecn_on_one_contribution_reaches_every_worker_and_halves_its_window
-test_overflow_packets_pass_through_to_the_ps_untouched = cases.test_overflow_packets_pass_through_to_the_ps_untouched
-test_other_traffic_is_forwarded_by_l2 = cases.test_other_traffic_is_forwarded_by_l2
-test_packets_the_switch_cannot_trust_are_counted_and_change_nothing = cases.test_packets_the_switch_cannot_trust_are_counted_and_change_nothing
-test_one_worker_jobs_sum_without_the_reference_codes_stale_values = cases.test_one_worker_jobs_sum_without_the_reference_codes_stale_values
+SWITCH_CASES = [name for name, case in vars(cases).items()
+                if name.startswith("test_") and "switch" in inspect.signature(case).parameters]
+"""Every case that drives the ``switch`` fixture; the others are about the hosts or the embedded
+pipeline's own queue hook."""
+globals().update({name: getattr(cases, name) for name in SWITCH_CASES})
 
 
 # -- differential: the same frames into bmv2 and the embedded pipeline ---------------------
@@ -148,6 +144,8 @@ ORDINARY_HOSTS = {f"02:00:00:00:bb:0{port}": port for port in (1, 4, 6)}
 """Destinations of ordinary traffic l2_table knows (the rest are flooded)."""
 FOREIGN_NET = "10.0.1."
 """Ordinary traffic's IPv4 addresses: no host's, so no host kernel answers."""
+STRANGER = Endpoint("02:00:00:00:99:99", "10.9.9.9", 1)
+"""A sender sender_table does not know."""
 UDP_LENGTH_OFFSET = UDP_OFFSET + 4
 INT32 = np.iinfo(np.int32)
 Step = tuple[int, bytes, str]
@@ -181,8 +179,7 @@ class SequenceBuilder:
         return self.rng.integers(INT32.min, INT32.max, self.k, endpoint=True, dtype=np.int64).astype(np.int32)
 
     def header_bytes(self, app_id: int, bitmap: int, flags: int, seq: int, agtr: int) -> bytes:
-        from protocol.atp.packet import ATPHeader, encode_payload
-
+        """atp_h with random fan_in (the switch writes its own) and new_agtr, and random values."""
         new_agtr = int(self.rng.integers(1 << 16))
         fan_in = int(self.rng.integers(256))
         return encode_payload(ATPHeader(bitmap, fan_in, flags, app_id, seq, agtr, new_agtr), self.values())
@@ -230,7 +227,8 @@ class SequenceBuilder:
         if held and self.rng.random() < 0.5:  # the PS's result for a sequence the switch holds
             (app_id, seq), agtr = self.pick(held)
             flags = params.FLAG_ACK | int(self.pick([0, 0, 0, params.FLAG_COLLISION, params.FLAG_OVERFLOW]))
-            return cases.JOB_PORTS[app_id][1], self.ps_packet(app_id, flags, seq=seq, agtr=agtr), f"result of job {app_id}'s held seq {seq}"
+            frame = self.ps_packet(app_id, flags, seq=seq, agtr=agtr)
+            return cases.JOB_PORTS[app_id][1], frame, f"result of job {app_id}'s held seq {seq}"
         app_id = int(self.pick(list(cases.JOB_PORTS)))
         flags = params.FLAG_ACK | int(self.pick([0] * 8 + [params.FLAG_COLLISION, params.FLAG_ECN, params.FLAG_OVERFLOW,
                                                             params.FLAG_OVERFLOW | params.FLAG_RESEND]))
@@ -243,13 +241,13 @@ class SequenceBuilder:
         app_id, other = (int(x) for x in self.rng.permutation(list(cases.JOB_PORTS)))
         ports, ps_port = cases.JOB_PORTS[app_id]
         variants: dict[str, Callable[[], tuple[int, bytes]]] = {
-            "another job's app_id": lambda: (ports[0], self.worker_packet(other, 0, 0)[:0] or with_app_id(self.worker_packet(app_id, 0, 0), other)),
+            "another job's app_id": lambda: (ports[0], with_app_id(self.worker_packet(app_id, 0, 0), other)),
             "another worker's bit": lambda: (ports[0], self.worker_packet(app_id, 0, 0, bitmap=0b10)),
             "a worker's ACK": lambda: (ports[1], self.worker_packet(app_id, 1, params.FLAG_ACK)),
             "a PS's non-result": lambda: (ps_port, self.ps_packet(app_id, 0)),
             "a PS's result for another job": lambda: (ps_port, with_app_id(self.ps_packet(app_id, params.FLAG_ACK), other)),
             "a worker's packet from another port": lambda: (cases.JOB_PORTS[other][0][0], self.worker_packet(app_id, 0, 0)),
-            "a stranger's packet": lambda: (ports[2], build_frame(Endpoint("02:00:00:00:99:99", "10.9.9.9", 1), ps_endpoint(app_id),
+            "a stranger's packet": lambda: (ports[2], build_frame(STRANGER, ps_endpoint(app_id),
                                                                  self.header_bytes(app_id, 1, 0, 1, 0))),
         }
         name = str(self.pick(sorted(variants)))
@@ -278,12 +276,14 @@ class SequenceBuilder:
         dst = str(self.pick([*sorted(ORDINARY_HOSTS), "02:00:00:00:aa:01", "ff:ff:ff:ff:ff:ff"]))
         addresses = (f"{FOREIGN_NET}{self.rng.integers(1, 255)}", f"{FOREIGN_NET}{self.rng.integers(1, 255)}")
         payload = self.rng.bytes(int(self.rng.integers(0, 64)))
-        udp = build_frame(Endpoint(src, addresses[0], 1000), Endpoint(dst, addresses[1], int(self.rng.integers(1 << 16))), payload)
+        source = Endpoint(src, addresses[0], 1000)
+        udp = build_frame(source, Endpoint(dst, addresses[1], int(self.rng.integers(1 << 16))), payload)
         variants: dict[str, Callable[[], bytes]] = {
             "IPv4/UDP": lambda: udp,
             "IPv4/UDP, wrong checksum": lambda: with_wrong_ipv4_checksum(udp),
-            "IPv4/UDP to SwitchML's port": lambda: build_frame(Endpoint(src, addresses[0], 1000), Endpoint(dst, addresses[1], 0xBEE0), payload),
-            "IPv4 with options to ATP's port": lambda: bytes(Ether(src=src, dst=dst) / IP(src=addresses[0], dst=addresses[1], options=b"\x01\x01\x01\x00")
+            "IPv4/UDP to SwitchML's port": lambda: build_frame(source, Endpoint(dst, addresses[1], 0xBEE0), payload),
+            "IPv4 with options to ATP's port": lambda: bytes(Ether(src=src, dst=dst)
+                                                             / IP(src=addresses[0], dst=addresses[1], options=b"\x01\x01\x01\x00")
                                                              / UDP(dport=params.PS_UDP_PORT) / payload),
             "IPv4 cut inside its header": lambda: udp[: IPV4_OFFSET + int(self.rng.integers(1, 20))],
             "etherType 0x88B6": lambda: bytes(Ether(src=src, dst=dst, type=0x88B6) / payload),
@@ -351,10 +351,12 @@ def test_bmv2_sends_and_counts_what_the_embedded_pipeline_does(case: str, testbe
             if (frames, counters) != expected:
                 port, frame, what = steps[index]
                 lines = [f"seed {seed}, step {index}: port {port} sent {what} ({describe(frame, k)})", f"  bytes {frame.hex()}",
-                         f"  embedded: {[(p, describe(f, k)) for p, f in expected[0]]}", f"  bmv2:     {[(p, describe(f, k)) for p, f in frames]}"]
+                         f"  embedded: {[(p, describe(f, k)) for p, f in expected[0]]}",
+                         f"  bmv2:     {[(p, describe(f, k)) for p, f in frames]}"]
                 lines += [f"  copy {i} differs from byte {next((j for j, (a, b) in enumerate(zip(e[1], g[1])) if a != b), None)}"
                           for i, (e, g) in enumerate(zip(expected[0], frames)) if e != g]
-                lines += [f"  {name}: embedded {expected[1][name]}, bmv2 {counters[name]}" for name in counters if counters[name] != expected[1][name]]
+                lines += [f"  {name}: embedded {expected[1][name]}, bmv2 {counters[name]}"
+                          for name in counters if counters[name] != expected[1][name]]
                 lines += [f"  before: {steps[i][2]}" for i in range(max(0, index - 4), index)]
                 pytest.fail("bmv2 and the embedded pipeline differ:\n" + "\n".join(lines), pytrace=False)
     assert sum(counters[name][0] for name in params.INGRESS_EVENTS) == len(steps)

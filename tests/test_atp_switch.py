@@ -313,7 +313,8 @@ def test_packets_the_switch_cannot_trust_are_counted_and_change_nothing(switch: 
         for in_port, bad in frames:
             assert switch.process(in_port, bad) == [], name
         assert events(switch).get(name) == len(frames), name
-    assert not any(switch.control.register_read("ATPIngress.owner_seq")) and not any(switch.control.register_read("ATPIngress.bitmap"))
+    for register in ("ATPIngress.owner_seq", "ATPIngress.bitmap"):
+        assert not any(switch.control.register_read(register)), register
 
 
 def test_one_worker_jobs_sum_without_the_reference_codes_stale_values(switch: ATPSwitchDriver) -> None:

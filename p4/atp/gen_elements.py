@@ -81,7 +81,8 @@ def rendered(k: int) -> dict[str, str]:
 
 def stale(k: int, directory: Path) -> list[str]:
     """The generated files in ``directory`` that are missing or differ from what k gives."""
-    return [name for name, text in rendered(k).items() if not (directory / name).is_file() or (directory / name).read_text() != text]
+    return [name for name, text in rendered(k).items()
+            if not (directory / name).is_file() or (directory / name).read_text() != text]
 
 
 def main(argv: list[str] | None = None) -> int:

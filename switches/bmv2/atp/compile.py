@@ -80,7 +80,8 @@ def compile_atp(options: ATPCompileOptions, build_root: Path = BUILD_ROOT) -> Pa
         raise P4CompileError(f"p4c not found ({options.p4c!r} is not on PATH); see docs/targets.md")
 
     def run_p4c(staging: Path) -> None:
-        log.info("building ATP's P4 program for k = %d, pool %d (first use; cached in %s)", options.k, options.pool_size, output_dir)
+        log.info("building ATP's P4 program for k = %d, pool %d (first use; cached in %s)",
+                 options.k, options.pool_size, output_dir)
         generated = _run("generate", options.generate_command(staging))
         if generated.returncode != 0:
             raise P4CompileError(f"p4/atp/gen_elements.py failed (exit {generated.returncode}): {generated.stderr.strip()}")

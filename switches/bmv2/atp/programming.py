@@ -50,7 +50,8 @@ class ATPJob:
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.workers) <= params.MAX_WORKERS:
-            raise ControlPlaneError(f"ATP job {self.app_id}: 1..{params.MAX_WORKERS} workers (the bitmap), got {len(self.workers)}")
+            raise ControlPlaneError(
+                f"ATP job {self.app_id}: 1..{params.MAX_WORKERS} workers (the bitmap), got {len(self.workers)}")
         if self.mcast_grp == params.FLOOD_MCAST_GRP:
             raise ControlPlaneError(f"ATP job {self.app_id}: multicast group {self.mcast_grp} is the flood group")
 

@@ -32,8 +32,9 @@ def run_atp_bmv2(
     """Start simple_switch with atp.json on ``ports`` (bmv2 port -> interface), yield it and its
     control plane, stop it. ``options`` are Bmv2Process's (log_level, executable, popen)."""
     json_path = compile_atp(ATPCompileOptions(k=k, pool_size=pool_size))
-    process = Bmv2Process(name=name, json_path=json_path, interfaces=ports, thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id),
-                          device_id=device_id, log_dir=log_dir, learning=False, **options)
+    thrift_port = free_tcp_port(THRIFT_PORT_BASE + device_id)
+    process = Bmv2Process(name=name, json_path=json_path, interfaces=ports, thrift_port=thrift_port, device_id=device_id,
+                          log_dir=log_dir, learning=False, **options)
     process.start()
     try:
         with ATPBmv2Control(process.thrift_port, json_path=json_path, command_log=command_log) as control:
