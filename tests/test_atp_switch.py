@@ -212,6 +212,41 @@ def test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result(
     assert counted["EV_RESULT_NOT_OWNER"] >= 1, "the repeated result finds the aggregator already freed"
 
 
+# 8, frame by frame through the switch (so that it runs on every target)
+def test_a_lost_result_is_answered_after_the_timeout_resend_flushed_the_held_sum(switch: ATPSwitchDriver) -> None:
+    cores = [WorkerCore(WorkerConfig(1, w, N, K), AggregatorMap(1, 1, POOL), vals(w), 1, 0.0) for w in range(N)]
+    ps = ParameterServerCore(1, N, K, POOL)
+    lost: list[bytes] = []
+
+    def deliver(sent: list[tuple[int, bytes]], now: float) -> None:
+        """Every frame through the switch, the PS and the workers until nothing is left to send;
+        the PS's first result is lost on its way to the switch."""
+        while sent:
+            for port, frame in switch.process(*sent.pop(0)):
+                if port == JOB_PORTS[1][1]:
+                    for payload in ps.receive(frame[ATP_OFFSET:]):
+                        if lost:
+                            sent.append(from_ps(1, payload))
+                        else:
+                            lost.append(payload)
+                else:
+                    sent += [(port, build_frame(worker_endpoint(1, port), ps_endpoint(1), payload))
+                             for payload in cores[port].receive(frame[ATP_OFFSET:], now)]
+
+    deliver([(w, build_frame(worker_endpoint(1, w), ps_endpoint(1), payload)) for w, core in enumerate(cores)
+             for payload in core.start(0.0)], 0.0)
+    assert lost and not any(core.finished for core in cores) and owner(switch, cores[0]._map.index(0)) == (1, 1)
+    now = max(core.next_timer() for core in cores)
+    deliver([(w, build_frame(worker_endpoint(1, w), ps_endpoint(1), payload)) for w, core in enumerate(cores)
+             for payload in core.expire(now)], now)
+    for core in cores:
+        assert core.finished and np.array_equal(core.result, vals(0) + vals(1) + vals(2)) and core.stats.resends_timeout == 1
+    counted = events(switch)
+    assert counted["EV_RESEND_FLUSHED"] == 1, "the first resend flushes the held full sum; the others pass"
+    assert counted["EV_RESEND_PASSED"] == N - 1 and counted["EV_RESULT_NOT_OWNER"] >= 1
+    assert ps.stats.results_repeated >= 1 and owner(switch, cores[0]._map.index(0)) == (0, 0)
+
+
 # 9
 def test_the_ps_discards_a_part_whose_bits_it_already_has() -> None:
     ps = ParameterServerCore(1, N, K, POOL)
