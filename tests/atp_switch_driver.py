@@ -5,14 +5,13 @@ The behaviour cases (tests/test_atp_switch.py) and the differential test
 (tests/test_atp_bmv2.py) are written once against ``ATPSwitchDriver``. Both targets are
 programmed with the same calls (switches/bmv2/atp/programming.py through a SwitchControl:
 ``InProcessControl`` into the embedded ATPPipeline, Thrift into bmv2) and read alike, so
-only ``process`` differs: a function call for the embedded pipeline, real frames through
-simple_switch in lock-step for bmv2. Ports are the cases' own (0, 1, ...); the bmv2 driver
-puts case port p on bmv2 port p + 1, where host p of its test bed is cabled.
+only ``process`` differs: a function call for the embedded pipeline here, real frames through
+simple_switch in lock-step for bmv2 (tests/test_atp_bmv2.py's ``Bmv2ATPSwitch``). Ports are the
+cases' own (0, 1, ...); a target's driver maps them to its own (``switch_port``).
 """
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from typing import Sequence
 
@@ -25,15 +24,9 @@ from switches.control import SwitchControl
 from switches.embedded.atp.pipeline import ATPPipeline
 from switches.embedded.control_server import pipeline_handlers
 from switches.remote_control import InProcessControl
-from tests.switch_io import SwitchPorts
-from tests.test_switch_differential import PROBE_MIN_BYTES, collect, probe_frame
 
 Frames = list[tuple[int, bytes]]
 INGRESS = "ATPIngress."
-PROBE_SENDERS = (0, 1)
-"""Hosts the bmv2 driver's probes come from: together they reach every port."""
-WAIT_S = 5.0
-"""Longest wait for bmv2's ingress counter to count a frame: far beyond what a healthy switch needs."""
 
 
 class ATPSwitchDriver(ABC):
@@ -111,55 +104,3 @@ class EmbeddedATPSwitch(ATPSwitchDriver):
 
     def process(self, in_port: int, frame: bytes) -> Frames:
         return sorted(self.pipeline.process(in_port, frame), key=lambda copy: copy[0])
-
-
-class Bmv2ATPSwitch(ATPSwitchDriver):
-    """simple_switch running p4/atp/atp.p4, host p of ``ports``' test bed on bmv2 port p + 1.
-
-    Lock-step, as tests/test_switch_differential.py drives SwitchML's bmv2: send the frame,
-    wait until the ingress counter counted it, then send a broadcast probe from two hosts;
-    bmv2 keeps each egress port's order, so what a port sends before its probe is the frame's
-    output. The probes are ordinary traffic the cases never sent, so ``counters`` leaves
-    them out (each is one EV_FORWARDED and a copy to every other port)."""
-
-    def __init__(self, control: SwitchControl, ports: SwitchPorts, k: int, pool_size: int) -> None:
-        super().__init__(control, k, pool_size)
-        self.ports = ports
-        self._steps = 0
-        self._probes = 0
-        programming.program_flood(control, [self.switch_port(port) for port in range(len(ports.sockets))])
-
-    def switch_port(self, port: int) -> int:
-        return port + 1
-
-    def program_flood(self, ports: Sequence[int]) -> None:
-        """Already there: the probes need it. Every port of the test bed floods."""
-        assert sorted(ports) == list(range(len(self.ports.sockets))), "the bmv2 driver floods to every host"
-
-    def _ingress_total(self) -> int:
-        return sum(packets for packets, _ in self.control.counter_read(programming.EVENT_COUNTER))
-
-    def process(self, in_port: int, frame: bytes) -> Frames:
-        step = self._steps
-        self._steps += 1
-        before = self._ingress_total()
-        self.ports.send(in_port, frame)
-        deadline = time.monotonic() + WAIT_S
-        while self._ingress_total() <= before:
-            assert time.monotonic() < deadline, f"step {step}: the frame never reached bmv2's ingress (no event counted)"
-            time.sleep(0.001)
-        probes = {sender: probe_frame(sender, step) for sender in PROBE_SENDERS}
-        for sender, probe in probes.items():
-            self.ports.send(sender, probe)
-        self._probes += len(probes)
-        received = collect(self.ports, probes, "bmv2", step)
-        return [(port, copy) for port, copies in enumerate(received) for copy in copies]
-
-    def counter_cells(self) -> dict[str, tuple[int, int]]:
-        cells = super().counter_cells()
-        copies = self._probes * (len(self.ports.sockets) - 1)
-        for name, frames in (("EV_FORWARDED", self._probes), ("EGV_SENT", copies)):
-            packets, byte_count = cells[name]
-            cells[name] = (packets - frames, byte_count - frames * PROBE_MIN_BYTES)
-        return cells
-

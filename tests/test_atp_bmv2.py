@@ -1,8 +1,9 @@
 """ATP's P4 program (p4/atp/) on bmv2, against the embedded pipeline it mirrors.
 
 - The behaviour cases of atp-protocol.md that are about the switch run here unchanged: they
-  are tests/test_atp_switch.py's own functions, given a bmv2 driver (tests/atp_switch_driver.py)
-  as their ``switch`` fixture instead of the embedded one.
+  are tests/test_atp_switch.py's own functions, given ``Bmv2ATPSwitch`` (the driver interface of
+  tests/atp_switch_driver.py, over real frames) as their ``switch`` fixture instead of the
+  embedded one.
 - A differential test feeds seeded random frame sequences (every path of ATPIngress and
   ATPEgress, malformed, untrusted and ordinary frames too) to bmv2 and to the embedded
   ATPPipeline, programmed with the same calls, and asserts the same frames out of the same
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import time
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -33,7 +35,7 @@ from scapy.layers.l2 import Ether
 
 import test_atp_switch as cases
 from atp_network import ps_endpoint, worker_endpoint
-from atp_switch_driver import ATPSwitchDriver, Bmv2ATPSwitch, EmbeddedATPSwitch
+from atp_switch_driver import ATPSwitchDriver, EmbeddedATPSwitch, Frames
 from base.netns import Testbed
 from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET, FIELD_OFFSETS, ATPHeader, decode_payload, encode_payload
@@ -42,7 +44,10 @@ from switches import standalone
 from switches.bmv2.atp.switch import run_atp_bmv2
 from switches.embedded.atp.pipeline import ATPPipeline
 from tests.conftest import require_target
+from switches.bmv2.atp import programming
+from switches.control import SwitchControl
 from tests.switch_io import SwitchPorts
+from tests.test_switch_differential import PROBE_MIN_BYTES, collect, probe_frame
 
 pytestmark = [pytest.mark.bmv2]
 
@@ -50,6 +55,10 @@ K, POOL, N = cases.K, cases.POOL, cases.N
 HOSTS = 8
 """Ports 0..7 of the cases: two jobs of three workers and their PSes (test_atp_switch.JOB_PORTS)."""
 GENERATOR = params.ATP_P4_DIR / "gen_elements.py"
+PROBE_SENDERS = (0, 1)
+"""Hosts the bmv2 driver's probes come from: together they reach every port."""
+WAIT_S = 5.0
+"""Longest wait for bmv2's ingress counter to count a frame: far beyond what a healthy switch needs."""
 
 
 def require_bmv2_and_root() -> None:
@@ -92,6 +101,57 @@ def key_fields(keys: tuple) -> list[tuple[str, int]]:
 
 
 # -- a bmv2 switch on a test bed --------------------------------------------------------------
+
+
+class Bmv2ATPSwitch(ATPSwitchDriver):
+    """simple_switch running p4/atp/atp.p4, host p of ``ports``' test bed on bmv2 port p + 1.
+
+    Lock-step, as tests/test_switch_differential.py drives SwitchML's bmv2: send the frame,
+    wait until the ingress counter counted it, then send a broadcast probe from two hosts;
+    bmv2 keeps each egress port's order, so what a port sends before its probe is the frame's
+    output. The probes are ordinary traffic the cases never sent, so ``counters`` leaves
+    them out (each is one EV_FORWARDED and a copy to every other port)."""
+
+    def __init__(self, control: SwitchControl, ports: SwitchPorts, k: int, pool_size: int) -> None:
+        super().__init__(control, k, pool_size)
+        self.ports = ports
+        self._steps = 0
+        self._probes = 0
+        programming.program_flood(control, [self.switch_port(port) for port in range(len(ports.sockets))])
+
+    def switch_port(self, port: int) -> int:
+        return port + 1
+
+    def program_flood(self, ports: Sequence[int]) -> None:
+        """Already there: the probes need it. Every port of the test bed floods."""
+        assert sorted(ports) == list(range(len(self.ports.sockets))), "the bmv2 driver floods to every host"
+
+    def _ingress_total(self) -> int:
+        return sum(packets for packets, _ in self.control.counter_read(programming.EVENT_COUNTER))
+
+    def process(self, in_port: int, frame: bytes) -> Frames:
+        step = self._steps
+        self._steps += 1
+        before = self._ingress_total()
+        self.ports.send(in_port, frame)
+        deadline = time.monotonic() + WAIT_S
+        while self._ingress_total() <= before:
+            assert time.monotonic() < deadline, f"step {step}: the frame never reached bmv2's ingress (no event counted)"
+            time.sleep(0.001)
+        probes = {sender: probe_frame(sender, step) for sender in PROBE_SENDERS}
+        for sender, probe in probes.items():
+            self.ports.send(sender, probe)
+        self._probes += len(probes)
+        received = collect(self.ports, probes, "bmv2", step)
+        return [(port, copy) for port, copies in enumerate(received) for copy in copies]
+
+    def counter_cells(self) -> dict[str, tuple[int, int]]:
+        cells = super().counter_cells()
+        copies = self._probes * (len(self.ports.sockets) - 1)
+        for name, frames in (("EV_FORWARDED", self._probes), ("EGV_SENT", copies)):
+            packets, byte_count = cells[name]
+            cells[name] = (packets - frames, byte_count - frames * PROBE_MIN_BYTES)
+        return cells
 
 
 @pytest.fixture(scope="module")
