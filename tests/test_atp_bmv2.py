@@ -38,9 +38,10 @@ from atp_network import ps_endpoint, worker_endpoint
 from atp_switch_driver import ATPSwitchDriver, EmbeddedATPSwitch, Frames
 from base.netns import Testbed
 from protocol.atp import params
-from protocol.atp.packet import ATP_OFFSET, FIELD_OFFSETS, ATPHeader, decode_payload, encode_payload
+from protocol.atp.packet import ATP_OFFSET, FIELD_OFFSETS, ATPHeader, decode_payload, encode_payload, frame_bytes
 from protocol.packet import IPV4_OFFSET, UDP_OFFSET, Endpoint, build_frame, ipv4_checksum
 from switches import standalone
+from switches.bmv2.atp.control import ETHERNET_OVERHEAD_BYTES, packets_per_second
 from switches.bmv2.atp.switch import run_atp_bmv2
 from switches.embedded.atp.pipeline import ATPPipeline
 from tests.conftest import require_target
@@ -429,6 +430,13 @@ BURST = 12
 QUEUE_RATE_PPS = 40
 """Slow enough that a burst queues at the PS's port (0.3 s to drain), fast enough for a test."""
 ECN_THRESHOLD = 3
+
+
+@pytest.mark.parametrize("link_mbps", [0.5, 10.0, 1000.0])
+def test_a_ports_queue_rate_is_what_its_link_drains(link_mbps: float) -> None:
+    size = frame_bytes(K) + ETHERNET_OVERHEAD_BYTES
+    rate = packets_per_second(link_mbps * 1e6, frame_bytes(K))
+    assert rate * size * 8 <= link_mbps * 1e6 < (rate + 1) * size * 8
 
 
 def send_burst(switch: Bmv2ATPSwitch, seq: int) -> list[bytes]:

@@ -5,8 +5,9 @@
  *
  * ECN comes from the queue bmv2 really has: standard_metadata.deq_qdepth, the packets left
  * in this port's egress queue when the copy was dequeued. bmv2 queues a port's packets only
- * where a queue rate is set (switches/bmv2/atp/control.py sets it from the link rate);
- * without one they leave at once and the depth stays near 0.
+ * where a queue rate is set (ATPBmv2Control.set_port_queue in switches/bmv2/atp/control.py,
+ * at the rate packets_per_second gives for the port's link); without one they leave at once
+ * and the depth stays near 0.
  */
 #ifndef ATP_EGRESS_P4
 #define ATP_EGRESS_P4
