@@ -1,9 +1,12 @@
 """ATP's embedded pipeline against the 13 behaviour cases of atp-protocol.md (numbered in comments).
 
-Frames are crafted with protocol/atp/packet.py and fed to the sans-IO pipeline; where a case
+Frames are crafted with protocol/atp/packet.py and fed to the switch through
+tests/atp_switch_driver.py, which reads its state through the control plane; where a case
 spans the hosts (a collision's new index, a lost result, ECN halving the window), the PS and
 worker cores of hosts/atp take the switch's output. Two jobs share the switch: job 1 on
-ports 0-2 with its PS on 3, job 2 on ports 4-6 with its PS on 7.
+ports 0-2 with its PS on 3, job 2 on ports 4-6 with its PS on 7. The cases that take the
+``switch`` fixture run on bmv2 too (tests/test_atp_bmv2.py gives them a bmv2 driver); the
+others are about the hosts, or the embedded pipeline's own queue hook.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from atp_network import ATPNetwork, Faults, program_job, ps_endpoint, worker_endpoint
+from atp_switch_driver import ATPSwitchDriver, EmbeddedATPSwitch
 from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.parameter_server import ParameterServerCore
 from hosts.atp.worker import WorkerConfig, WorkerCore
@@ -23,18 +27,21 @@ from protocol.atp.packet import ATP_OFFSET, ATPHeader, decode_payload, encode_pa
 from protocol.packet import IPV4_OFFSET, Endpoint, build_frame, ipv4_checksum
 from switches.embedded.atp.pipeline import ATPPipeline
 
-K, N, POOL = 8, 3, 16
+K, N, POOL = 32, 3, 16
+"""K is SwitchML's smallest k, which every target builds."""
 JOB_PORTS = {1: ([0, 1, 2], 3), 2: ([4, 5, 6], 7)}
 ALL_PORTS = list(range(8))
-EVENTS = params.INGRESS_EVENTS
+
+
+def program_jobs(switch: ATPSwitchDriver) -> ATPSwitchDriver:
+    for app_id, (workers, ps) in JOB_PORTS.items():
+        switch.program_job(app_id, workers, ps)
+    return switch
 
 
 @pytest.fixture
-def switch() -> ATPPipeline:
-    pipeline = ATPPipeline(K, POOL)
-    for app_id, (workers, ps) in JOB_PORTS.items():
-        program_job(pipeline, app_id, workers, ps)
-    return pipeline
+def switch() -> ATPSwitchDriver:
+    return program_jobs(EmbeddedATPSwitch(K, POOL))
 
 
 def vals(seed: int) -> np.ndarray:
@@ -62,15 +69,15 @@ def decode(frame: bytes) -> tuple[ATPHeader, np.ndarray]:
     return decoded
 
 
-def events(switch: ATPPipeline) -> dict[str, int]:
-    return {name: count for name, count in zip(EVENTS, switch.ingress.event_counter.packets) if count}
+def events(switch: ATPSwitchDriver) -> dict[str, int]:
+    return switch.events()
 
 
-def owner(switch: ATPPipeline, index: int) -> tuple[int, int]:
-    return switch.ingress.owner_app.cells[index], switch.ingress.owner_seq.cells[index]
+def owner(switch: ATPSwitchDriver, index: int) -> tuple[int, int]:
+    return switch.owner(index)
 
 
-def complete(switch: ATPPipeline, app_id: int, seq: int, agtr: int, seeds: tuple[int, ...]) -> list[tuple[int, bytes]]:
+def complete(switch: ATPSwitchDriver, app_id: int, seq: int, agtr: int, seeds: tuple[int, ...]) -> list[tuple[int, bytes]]:
     out = []
     for w, seed in enumerate(seeds):
         out += switch.process(*update(app_id, w, seq, agtr, vals(seed)))
@@ -78,7 +85,7 @@ def complete(switch: ATPPipeline, app_id: int, seq: int, agtr: int, seeds: tuple
 
 
 # 1
-def test_n_contributions_make_a_full_sum_to_the_ps_whose_result_frees_and_multicasts(switch: ATPPipeline) -> None:
+def test_n_contributions_make_a_full_sum_to_the_ps_whose_result_frees_and_multicasts(switch: ATPSwitchDriver) -> None:
     assert complete(switch, 1, 1, 5, (1, 2)) == []
     assert owner(switch, 5) == (1, 1)
     [(port, frame)] = switch.process(*update(1, 2, 1, 5, vals(3)))
@@ -91,12 +98,12 @@ def test_n_contributions_make_a_full_sum_to_the_ps_whose_result_frees_and_multic
     for w, (_, copy) in enumerate(copies):
         assert copy[IPV4_OFFSET + 16:IPV4_OFFSET + 20] == bytes(int(b) for b in worker_endpoint(1, w).ipv4.split("."))
         assert np.array_equal(decode(copy)[1], values) and decode(copy)[0].flags & params.FLAG_ACK
-    assert owner(switch, 5) == (0, 0) and switch.ingress.bitmap.cells[5] == 0 and switch.ingress.count.cells[5] == 0
+    assert owner(switch, 5) == (0, 0) and switch.cell("bitmap", 5) == 0 and switch.cell("count", 5) == 0
     assert events(switch) == {"EV_AGGREGATED": 2, "EV_FULL_TO_PS": 1, "EV_RESULT_FREED": 1}
 
 
 # 2
-def test_the_next_sequence_on_a_freed_aggregator_claims_it_and_overwrites_the_old_sums(switch: ATPPipeline) -> None:
+def test_the_next_sequence_on_a_freed_aggregator_claims_it_and_overwrites_the_old_sums(switch: ATPSwitchDriver) -> None:
     [(_, frame)] = complete(switch, 1, 1, 5, (1, 2, 3))
     switch.process(*result(1, 1, 5, decode(frame)[1]))
     [(_, frame)] = complete(switch, 1, 2, 5, (4, 5, 6))
@@ -105,18 +112,18 @@ def test_the_next_sequence_on_a_freed_aggregator_claims_it_and_overwrites_the_ol
 
 
 # 3a
-def test_another_job_on_a_taken_aggregator_is_tagged_and_goes_to_its_own_ps(switch: ATPPipeline) -> None:
+def test_another_job_on_a_taken_aggregator_is_tagged_and_goes_to_its_own_ps(switch: ATPSwitchDriver) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
     port, frame = update(2, 0, 1, 5, vals(2))
     [(out_port, out)] = switch.process(port, frame)
     header, values = decode(out)
     assert out_port == 7 and header.flags == params.FLAG_COLLISION and np.array_equal(values, vals(2))
-    assert owner(switch, 5) == (1, 1) and switch.ingress.bitmap.cells[5] == 0b001
-    assert np.array_equal(switch.ingress.values.rows[5], vals(1)), "the other job's values never enter"
+    assert owner(switch, 5) == (1, 1) and switch.cell("bitmap", 5) == 0b001
+    assert np.array_equal(switch.values(5), vals(1)), "the other job's values never enter"
 
 
 # 3b
-def test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_names(switch: ATPPipeline) -> None:
+def test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_names(switch: ATPSwitchDriver) -> None:
     cores = [WorkerCore(WorkerConfig(2, w, N, K), AggregatorMap(2, 2, POOL), vals(10 + w), 1, 0.0) for w in range(N)]
     taken = AggregatorMap(2, 2, POOL).index(0)
     switch.process(*update(1, 0, 1, taken, vals(1)))  # job 1 holds job 2's first index
@@ -141,7 +148,7 @@ def test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_
 
 
 # 4
-def test_a_duplicate_before_completion_is_dropped_and_counted_once(switch: ATPPipeline) -> None:
+def test_a_duplicate_before_completion_is_dropped_and_counted_once(switch: ATPSwitchDriver) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
     assert switch.process(*update(1, 0, 1, 5, vals(1))) == []
     [(_, frame)] = switch.process(*update(1, 1, 1, 5, vals(2))) + switch.process(*update(1, 2, 1, 5, vals(3)))
@@ -150,7 +157,7 @@ def test_a_duplicate_before_completion_is_dropped_and_counted_once(switch: ATPPi
 
 
 # 5
-def test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums(switch: ATPPipeline) -> None:
+def test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums(switch: ATPSwitchDriver) -> None:
     [(_, first)] = complete(switch, 1, 1, 5, (1, 2, 3))
     [(port, again)] = switch.process(*update(1, 1, 1, 5, vals(2)))
     assert port == 3 and again[ATP_OFFSET:] == first[ATP_OFFSET:]
@@ -158,27 +165,27 @@ def test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums(
 
 
 # 6
-def test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator(switch: ATPPipeline) -> None:
+def test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator(switch: ATPSwitchDriver) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
     [(port, frame)] = switch.process(*update(1, 2, 1, 5, vals(3), params.FLAG_RESEND))
     header, values = decode(frame)
     assert port == 3 and header.bitmap == 0b101 and header.flags == params.FLAG_RESEND
     assert np.array_equal(values, vals(1) + vals(3))
-    assert owner(switch, 5) == (0, 0) and switch.ingress.count.cells[5] == 0
+    assert owner(switch, 5) == (0, 0) and switch.cell("count", 5) == 0
     assert switch.process(*update(1, 1, 1, 5, vals(2))) == [], "the next packet claims it afresh"
-    assert owner(switch, 5) == (1, 1) and switch.ingress.bitmap.cells[5] == 0b010
-    assert np.array_equal(switch.ingress.values.rows[5], vals(2))
+    assert owner(switch, 5) == (1, 1) and switch.cell("bitmap", 5) == 0b010
+    assert np.array_equal(switch.values(5), vals(2))
     assert events(switch)["EV_RESEND_FLUSHED"] == 1
 
 
 # 7
 @pytest.mark.parametrize("app_id, seq", [(2, 1), (1, 2)], ids=["another job", "another sequence"])
-def test_a_resend_on_someone_elses_aggregator_passes_through_untagged(switch: ATPPipeline, app_id: int, seq: int) -> None:
+def test_a_resend_on_someone_elses_aggregator_passes_through_untagged(switch: ATPSwitchDriver, app_id: int, seq: int) -> None:
     switch.process(*update(1, 0, 1, 5, vals(1)))
     port, frame = update(app_id, 1, seq, 5, vals(2), params.FLAG_RESEND)
     [(out_port, out)] = switch.process(port, frame)
     assert out_port == JOB_PORTS[app_id][1] and out == frame, "unchanged, not tagged as a collision"
-    assert owner(switch, 5) == (1, 1) and switch.ingress.bitmap.cells[5] == 0b001
+    assert owner(switch, 5) == (1, 1) and switch.cell("bitmap", 5) == 0b001
     assert events(switch)["EV_RESEND_PASSED"] == 1
 
 
@@ -200,9 +207,44 @@ def test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result(
         assert core.finished and np.array_equal(core.result, sum(tensors))
         assert core.stats.resends_timeout == 1
     assert job.ps.stats.results_repeated >= 1 and job.ps.stats.sequences_from_switch == 1
-    counted = events(net.pipeline)
+    counted = events(EmbeddedATPSwitch(K, POOL, net.pipeline))
     assert counted["EV_RESEND_FLUSHED"] == 1, "the first resend flushes the held full sum"
     assert counted["EV_RESULT_NOT_OWNER"] >= 1, "the repeated result finds the aggregator already freed"
+
+
+# 8, frame by frame through the switch (so that it runs on every target)
+def test_a_lost_result_is_answered_after_the_timeout_resend_flushed_the_held_sum(switch: ATPSwitchDriver) -> None:
+    cores = [WorkerCore(WorkerConfig(1, w, N, K), AggregatorMap(1, 1, POOL), vals(w), 1, 0.0) for w in range(N)]
+    ps = ParameterServerCore(1, N, K, POOL)
+    lost: list[bytes] = []
+
+    def deliver(sent: list[tuple[int, bytes]], now: float) -> None:
+        """Every frame through the switch, the PS and the workers until nothing is left to send;
+        the PS's first result is lost on its way to the switch."""
+        while sent:
+            for port, frame in switch.process(*sent.pop(0)):
+                if port == JOB_PORTS[1][1]:
+                    for payload in ps.receive(frame[ATP_OFFSET:]):
+                        if lost:
+                            sent.append(from_ps(1, payload))
+                        else:
+                            lost.append(payload)
+                else:
+                    sent += [(port, build_frame(worker_endpoint(1, port), ps_endpoint(1), payload))
+                             for payload in cores[port].receive(frame[ATP_OFFSET:], now)]
+
+    deliver([(w, build_frame(worker_endpoint(1, w), ps_endpoint(1), payload)) for w, core in enumerate(cores)
+             for payload in core.start(0.0)], 0.0)
+    assert lost and not any(core.finished for core in cores) and owner(switch, cores[0]._map.index(0)) == (1, 1)
+    now = max(core.next_timer() for core in cores)
+    deliver([(w, build_frame(worker_endpoint(1, w), ps_endpoint(1), payload)) for w, core in enumerate(cores)
+             for payload in core.expire(now)], now)
+    for core in cores:
+        assert core.finished and np.array_equal(core.result, vals(0) + vals(1) + vals(2)) and core.stats.resends_timeout == 1
+    counted = events(switch)
+    assert counted["EV_RESEND_FLUSHED"] == 1, "the first resend flushes the held full sum; the others pass"
+    assert counted["EV_RESEND_PASSED"] == N - 1 and counted["EV_RESULT_NOT_OWNER"] >= 1
+    assert ps.stats.results_repeated >= 1 and owner(switch, cores[0]._map.index(0)) == (0, 0)
 
 
 # 9
@@ -221,15 +263,15 @@ def test_the_ps_discards_a_part_whose_bits_it_already_has() -> None:
 
 
 # 10
-def test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers(switch: ATPPipeline) -> None:
+def test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers(switch: ATPSwitchDriver) -> None:
     switch.process(*update(1, 0, 5, 5, vals(1)))
     assert len(switch.process(*result(1, 4, 5, vals(9)))) == N
-    assert owner(switch, 5) == (1, 5) and switch.ingress.bitmap.cells[5] == 0b001
+    assert owner(switch, 5) == (1, 5) and switch.cell("bitmap", 5) == 0b001
     assert events(switch)["EV_RESULT_NOT_OWNER"] == 1
 
 
 # 11
-def test_ecn_on_one_contribution_reaches_every_worker_and_halves_its_window(switch: ATPPipeline) -> None:
+def test_ecn_on_one_contribution_reaches_every_worker_and_halves_its_window(switch: ATPSwitchDriver) -> None:
     positions = 4
     cores = [WorkerCore(WorkerConfig(1, w, N, K), AggregatorMap(1, positions, POOL), vals(w), 1, 0.0) for w in range(N)]
     ps = ParameterServerCore(1, N, K, POOL)
@@ -264,20 +306,18 @@ def test_egress_marks_ecn_from_the_queue_it_is_given() -> None:
 
 
 # 12
-def test_overflow_packets_pass_through_to_the_ps_untouched(switch: ATPPipeline) -> None:
+def test_overflow_packets_pass_through_to_the_ps_untouched(switch: ATPSwitchDriver) -> None:
     port, frame = update(1, 0, 1, 5, vals(1), params.FLAG_OVERFLOW)
     assert switch.process(port, frame) == [(3, frame)]
-    assert owner(switch, 5) == (0, 0) and switch.ingress.bitmap.cells[5] == 0
+    assert owner(switch, 5) == (0, 0) and switch.cell("bitmap", 5) == 0
     assert events(switch) == {"EV_OVERFLOW_TO_PS": 1}
 
 
 # 13
-def test_other_traffic_is_forwarded_by_l2(switch: ATPPipeline) -> None:
-    tm = switch.traffic_manager
-    tm.mc_mgrp_create(params.FLOOD_MCAST_GRP)
-    tm.mc_node_associate(params.FLOOD_MCAST_GRP, tm.mc_node_create(0, ALL_PORTS))
+def test_other_traffic_is_forwarded_by_l2(switch: ATPSwitchDriver) -> None:
+    switch.program_flood(ALL_PORTS)
     known = worker_endpoint(1, 1)
-    switch.ingress.l2_table.add("l2_forward", [int(known.mac.replace(":", ""), 16)], [1])
+    switch.program_host(known.mac, 1)
     frame = build_frame(worker_endpoint(1, 0), Endpoint(known.mac, known.ipv4, 0xBEE0), b"SwitchML's port is not ATP's")
     assert switch.process(0, frame) == [(1, frame)]
     stranger = build_frame(worker_endpoint(1, 0), Endpoint("02:00:00:00:99:99", "10.9.9.9", 53), b"?")
@@ -285,7 +325,7 @@ def test_other_traffic_is_forwarded_by_l2(switch: ATPPipeline) -> None:
     assert events(switch) == {"EV_FORWARDED": 2}
 
 
-def test_packets_the_switch_cannot_trust_are_counted_and_change_nothing(switch: ATPPipeline) -> None:
+def test_packets_the_switch_cannot_trust_are_counted_and_change_nothing(switch: ATPSwitchDriver) -> None:
     port, frame = update(1, 0, 1, 5, vals(1))
     worker, ps = worker_endpoint(1, 0), ps_endpoint(1)
 
@@ -308,12 +348,12 @@ def test_packets_the_switch_cannot_trust_are_counted_and_change_nothing(switch: 
         for in_port, bad in frames:
             assert switch.process(in_port, bad) == [], name
         assert events(switch).get(name) == len(frames), name
-    assert not any(switch.ingress.owner_seq.cells) and not any(switch.ingress.bitmap.cells)
+    for register in ("ATPIngress.owner_seq", "ATPIngress.bitmap"):
+        assert not any(switch.control.register_read(register)), register
 
 
-def test_one_worker_jobs_sum_without_the_reference_codes_stale_values() -> None:
-    switch = ATPPipeline(K, POOL)
-    program_job(switch, 3, [0], 1)
+def test_one_worker_jobs_sum_without_the_reference_codes_stale_values(switch: ATPSwitchDriver) -> None:
+    switch.program_job(3, [0], 1)  # beside jobs 1 and 2: its worker and PS differ by source address
     for seq, seed in ((1, 1), (2, 2)):
         payload = encode_payload(ATPHeader(1, 1, 0, 3, seq, 5, params.NO_INDEX), vals(seed))
         [(port, frame)] = switch.process(0, build_frame(worker_endpoint(3, 0), ps_endpoint(3), payload))

@@ -19,10 +19,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from protocol.atp import params
 from protocol.packet import ELEMENT_BYTES, ELEMENT_DTYPE, UDP_OFFSET, UDP_HEADER_BYTES
 
 ATP_HEADER = struct.Struct("!IBBHIHH")
 ATP_HEADER_BYTES = ATP_HEADER.size
+if ATP_HEADER_BYTES != params.P4_CONSTANTS["ATP_HEADER_BYTES"]:
+    raise RuntimeError(f"atp_h is {ATP_HEADER_BYTES} bytes here but ATP_HEADER_BYTES in {params.CONSTANTS_P4} says otherwise")
 ATP_OFFSET = UDP_OFFSET + UDP_HEADER_BYTES
 DATA_OFFSET = ATP_OFFSET + ATP_HEADER_BYTES
 SEQ_LIMIT = 1 << 32

@@ -220,14 +220,19 @@ class Bmv2Process:
         unicast frame of ordinary traffic, so a run depends on it as on simple_switch."""
         return {} if self._learner is None else {f"the L2 learning controller of switch {self.name}": self._learner.watch}
 
+    def control_class(self) -> type["Bmv2Control"]:
+        """The control plane of the program this switch runs: a protocol whose program needs
+        more (ATP's egress queues) runs a subclass of Bmv2Process that names its own."""
+        from switches.bmv2.control import Bmv2Control
+
+        return Bmv2Control
+
     def control(self, command_log: Path | None = None) -> "Bmv2Control":
         """A Thrift connection to this switch (the caller closes it); refused unless
         simple_switch still runs once connected (it can exit right after answering)."""
-        from switches.bmv2.control import Bmv2Control
-
         if not self.running:
             raise RuntimeError(f"{self.name}: simple_switch is not running (start the network first)")
-        control = Bmv2Control(self.thrift_port, json_path=self.json_path, command_log=command_log)
+        control = self.control_class()(self.thrift_port, json_path=self.json_path, command_log=command_log)
         if not self.running:
             control.close()
             raise Bmv2StartError(f"{self.name}: simple_switch exited right after starting:\n{self.log_tail()}")
