@@ -2,7 +2,7 @@
 links (link.py), its hosts' SwitchML workers (worker.py), programmed as in emulation.
 
 The switches are programmed by ``switches/fabric.py``'s ``program_fabric`` from the same
-``Fabric`` the emulated network hands it (network/topology_fabric.py), over each simulated
+``Fabric`` the emulated network hands it (switches/topology_fabric.py), over each simulated
 switch's in-process control plane: forwarding, the switch's address, aggregation (star,
 tree, hierarchical, or several jobs sharing the aggregating switch), the drop simulator. Port numbers follow the topology's links: a
 switch's port i (from 1) is its i-th link in the topology file's order, as Mininet numbers
@@ -20,7 +20,7 @@ from typing import Any, Callable, Generator, Sequence
 import numpy as np
 import simpy
 
-from network.topology_fabric import topology_fabric
+from switches.topology_fabric import topology_fabric
 from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
 from protocol import params
 from protocol.packet import Endpoint
