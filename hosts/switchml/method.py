@@ -32,11 +32,17 @@ class SwitchMLMethod:
         self._client.close()
 
 
-def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
-    """Rank ``rank``'s SwitchML client for the spec's job: the method's, and the DDP hook's (hosts/torch_hook.py)."""
+def spec_parameters(spec: WorkerSpec) -> SwitchMLParameters:
+    """The spec's SwitchML job: what every worker of it is built from, on a host (the client)
+    or on the simulated clock (simulation/switchml.py)."""
     if spec.protocol is None:
         raise ValueError(f"method {spec.method}'s spec has no protocol section (its record names no aggregation): no SwitchML job to join")
-    proto = methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
+    return methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
+
+
+def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
+    """Rank ``rank``'s SwitchML client for the spec's job: the method's, and the DDP hook's (hosts/torch_hook.py)."""
+    proto = spec_parameters(spec)
     return SwitchMLClient(
         rank=rank,
         n_workers=spec.n_workers,
