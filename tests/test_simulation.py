@@ -205,8 +205,9 @@ def test_simulate_gives_the_baselines_as_labelled_models(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("config", "args", "says"), [
-    ("8workers.yaml", ("--set", "methods=[ring]"), "add switchml to methods"),
-    ("training_convergence.yaml", (), "training experiments have no simulator yet"),
+    ("8workers.yaml", ("--set", "methods=[ring]"), "add an in-network method to methods (switchml)"),
+    ("training_torch.yaml", (), "torch experiments run PyTorch processes on the hosts"),
+    ("ddp_script.yaml", (), "ddp_script experiments run PyTorch processes on the hosts"),
 ])
 def test_simulate_refuses_what_it_cannot_run_in_one_line(config: str, args: tuple[str, ...], says: str) -> None:
     done = simulate(CONFIG_DIR / config, *args, "--dry-run")
@@ -313,18 +314,19 @@ SHIPPED_CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.yaml") if not p.name.ends
 
 
 @pytest.mark.parametrize("config", SHIPPED_CONFIGS, ids=lambda p: p.name)
-def test_every_shipped_config_with_given_tensors_simulates(config: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """--simulate takes every config in configs/ whose workload hands the workers tensors
-    (a dry run: the checks a run makes before its first frame); one that trains for real is
-    refused in one line naming the experiment kind."""
+def test_every_shipped_config_simulates_but_the_pytorch_ones(config: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """--simulate takes every config in configs/ (a dry run: the checks a run makes before its
+    first frame) whatever its kind, through the one network interface; a kind whose hosts run
+    PyTorch processes (``ExperimentKind.emulated_only``) is refused in one line naming it."""
     import run_experiment
     from experiments.config import load_experiment
+    from experiments.kinds import kind_of
 
-    trains = load_experiment(config).points[0].workload_kind.inputs is None
+    kind = kind_of(load_experiment(config))
     status = run_experiment.main([str(config), "--simulate", "--dry-run"])
-    assert status == (2 if trains else 0), caplog.text
-    if trains:
-        assert "experiments have no simulator yet" in caplog.text
+    assert status == (2 if kind.emulated_only else 0), caplog.text
+    if kind.emulated_only:
+        assert f"{kind.name} experiments run PyTorch processes on the hosts" in caplog.text
 
 
 @pytest.mark.parametrize("mbps", [10.0, 100_000.0])
