@@ -147,8 +147,8 @@ class Clock(Protocol):
     def begin(self, writer: ResultsWriter) -> None:
         """Mark the results as this clock's, before the first point."""
 
-    def modelled(self, point: Point, writer: ResultsWriter, progress: Callable[[str], None]) -> list[str]:
-        """The methods of ``point`` this clock gives by a model rather than runs (recorded, their units reported done)."""
+    def modelled(self, point: Point, writer: ResultsWriter) -> list[str]:
+        """The methods of ``point`` this clock gives by a model rather than runs, recorded in the results."""
 
     def point(self, experiment: Experiment, point: Point, writer: ResultsWriter, jobs: Sequence[SharedJob] = ()) -> ContextManager[PointNetwork]:
         """``point``'s network, recorded in the results and held with its work folder."""
@@ -281,7 +281,7 @@ class EmulatedClock:
     def begin(self, writer: ResultsWriter) -> None:
         """Nothing to mark: results are emulated unless said otherwise."""
 
-    def modelled(self, point: Point, writer: ResultsWriter, progress: Callable[[str], None]) -> list[str]:
+    def modelled(self, point: Point, writer: ResultsWriter) -> list[str]:
         return []
 
     @contextlib.contextmanager

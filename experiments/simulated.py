@@ -8,8 +8,10 @@ differs is below the interface:
 
 - **Workers.** A method's workers are its protocol's own (``Aggregation.core`` under the
   generic driver, or the protocol's own driver: simulation/host.py), built from the same
-  worker spec the emulated hosts read, and fed the workload's tensors in this process (the
-  inputs are handed over, never written). The methods the hosts compute among themselves
+  worker spec the emulated hosts read. What each rank does around its all-reduces is the
+  workload's rank program (hosts/rank.py: a given tensor, a training step), the one its
+  host loop runs on an emulated host, here in this process (given inputs are handed over,
+  never written). The methods the hosts compute among themselves
   (ring, PS, Gloo) are not simulated: their TAT is a model, recorded as such
   (``Clock.modelled``), never a row of runs.csv.
 - **Time.** Released jobs run when their results are collected, each at its release's
@@ -24,13 +26,12 @@ What the simulated clock cannot run is refused before anything runs, in one line
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -40,6 +41,7 @@ from experiments.config import Experiment, Point
 from experiments.job_meter import JobMeasurement
 from experiments.limits import Limit
 from experiments.results import ResultsWriter
+from hosts.rank import RankProgram
 from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import WorkerSpec
@@ -102,8 +104,9 @@ def check_simulable(experiment: Experiment) -> Experiment:
                 raise SimulationUnsupported(f"{where}: {protocol.label} has no worker on the simulated clock (its record names no core)")
             if protocol.name not in plane.protocols:
                 raise SimulationUnsupported(f"{where}: {plane.name}'s simulated data plane has no program for {protocol.label}")
-        if point.workload_kind.inputs is None:
-            raise SimulationUnsupported(f"{where}: --simulate needs a workload with given tensors, not {point.workload['kind']}")
+        if point.workload_kind.rank_program is None:
+            raise SimulationUnsupported(f"{where}: workload {point.workload['kind']}'s hosts run a loop of their own "
+                                        "(its record names no rank_program), which only emulation runs")
     return experiment.with_data_paths({point.index: simulated_data_path(experiment, point) for point in experiment.points})
 
 
@@ -204,19 +207,17 @@ class SimulatedClock:
     def begin(self, writer: ResultsWriter) -> None:
         writer.mark_simulated(self.record)
 
-    def modelled(self, point: Point, writer: ResultsWriter, progress: Callable[[str], None]) -> list[str]:
-        """The methods of ``point`` given by their model (those that run on no switch):
-        recorded in summary.json's ``simulation``, each repetition reported done."""
+    def modelled(self, point: Point, writer: ResultsWriter) -> list[str]:
+        """The methods of ``point`` given by their model (those that run on no switch),
+        recorded in summary.json's ``simulation``."""
         efficiency = self.record["baseline_efficiency"]
         models = {m: baseline_model(point, m, efficiency) for m in point.methods if methods.by_name(m).aggregation is None}
         if models:
             self.record[BASELINE_MODELS][str(point.index)] = models
             writer.mark_simulated(self.record)
             for method, model in models.items():
-                log.info("point %d %s: %.6g s by its model (%s, efficiency %g)", point.index, method, model["tat_s"], model["model"],
-                         model["efficiency"])
-                for _ in range(point.repetitions):
-                    progress(f"{method} (model)")
+                log.info("point %d %s: %.6g s per all-reduce by its model (%s, efficiency %g)", point.index, method, model["tat_s"],
+                         model["model"], model["efficiency"])
         return list(models)
 
     @contextlib.contextmanager
@@ -279,7 +280,8 @@ class SimulatedPoint:
         method's network, each built from the spec as its host would build it."""
         spec = WorkerSpec.read(spec_path)
         indices = attach_workers(self._network(method), spec, host_indices, self.clock.record["host_packet_cost_us"] * US)
-        yield SimulatedWorkers(self, method, [self._inputs[name] for name in spec.inputs], indices)
+        program = resolve(self.point.workload_kind.rank_program)
+        yield SimulatedWorkers(self, method, [program(spec, rank, self._inputs.__getitem__) for rank in range(len(indices))], indices)
 
     def release_together(self, groups: Sequence[SimulatedWorkers], repetition: int, offsets_s: Sequence[float]) -> list[float]:
         """Each group released at its offset of simulated time after the first: the offsets."""
@@ -293,12 +295,14 @@ class SimulatedPoint:
         net, point = self.net, self.point
         began = time.perf_counter()
         try:
-            outcomes = net.run_jobs([(group.hosts, group.tensors, offset) for group, _, offset in released])
+            outcomes = net.run_jobs([(group.hosts, [program.tensor(repetition) for program in group.programs], offset)
+                                     for group, repetition, offset in released], reset_counters=False)  # the meter's
         except TimeoutError as exc:  # a worker's deadline passed (SwitchML: hosts/switchml/job.py's SwitchMLTimeout)
             _, repetition, _ = released[0]
             raise SimulationFailed(f"point {point.index} {self._method} rep {repetition} (simulated): {exc}") from None
         for (group, repetition, _), results in zip(released, outcomes):
-            group.reports = [report(repetition, result) for result in results]
+            group.reports = [program.done(repetition, result.values, result.int_sum, result.stats)
+                             for program, result in zip(group.programs, results)]
         log.info("point %d %s rep %d: %.6g simulated s in %.2f s of wall time", point.index, self._method, released[0][1],
                  max(r.stats.tat_s for results in outcomes for r in results), time.perf_counter() - began)
 
@@ -313,21 +317,14 @@ class SimulatedPoint:
         verifier's own lines say which rank's sums are wrong)."""
 
 
-def report(repetition: int, result: Any) -> dict[str, Any]:
-    """A simulated worker's 'done' report, as hosts/worker.py writes it, its arrays in memory."""
-    found = {"event": "done", "repetition": repetition, "stats": dataclasses.asdict(result.stats), "result": result.values}
-    if result.int_sum is not None:
-        found["int_sum"] = result.int_sum
-    return found
-
-
 class SimulatedWorkers:
-    """One method's workers on a simulated point (harness.py's ``Workers``)."""
+    """One method's workers on a simulated point (harness.py's ``Workers``): each rank's
+    program (the workload's ``rank_program``, hosts/rank.py) around its simulated worker."""
 
-    def __init__(self, point: SimulatedPoint, method: str, tensors: list[np.ndarray], hosts: list[int]) -> None:
+    def __init__(self, point: SimulatedPoint, method: str, programs: list[RankProgram], hosts: list[int]) -> None:
         self._point = point
         self.method = method
-        self.tensors = tensors
+        self.programs = programs
         self.hosts = hosts
         self.reports: list[dict[str, Any]] | None = None
 
@@ -354,6 +351,7 @@ class SimulatedMeter:
         self._started = 0.0
 
     def start(self) -> None:
+        self._point.net.reset_counters()
         self._started = self._point.net.now
 
     def stop(self) -> JobMeasurement:

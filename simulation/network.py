@@ -243,14 +243,14 @@ class SimulatedNetwork:
             raise ValueError(f"{len(self.workers)} workers, {len(tensors)} tensors")
         return self.run_jobs([(range(len(tensors)), tensors, 0.0)])[0]
 
-    def run_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[list[Any]]:
+    def run_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]],
+                 reset_counters: bool = True) -> list[list[Any]]:
         """Each job (its hosts by index, their tensors, its release after the simulated now)
         all-reduced by its workers; every job's results (``values``, ``int_sum``, ``stats``), by
-        rank. The worker's TimeoutError when one
-        misses its deadline."""
-        for control in self.controls.values():
-            for counter in control.schema.counters:
-                control.counter_reset(counter)
+        rank. The worker's TimeoutError when one misses its deadline. ``reset_counters``: the
+        switches' counters count these jobs only (else they go on from ``reset_counters``)."""
+        if reset_counters:
+            self.reset_counters()
         if self.core == NATIVE_CORE and self._native is None:
             self._native = self._native_star(0.0)
         if self._native is not None:
@@ -281,8 +281,14 @@ class SimulatedNetwork:
         env.run(env.all_of([process for job in processes for process in job]))
         return [[process.value for process in job] for job in processes]
 
+    def reset_counters(self) -> None:
+        """Every counter of every switch's program to zero."""
+        for control in self.controls.values():
+            for counter in control.schema.counters:
+                control.counter_reset(counter)
+
     def event_counters(self) -> dict[str, dict[str, int]]:
-        """Every switch's event counters since the last ``allreduce`` began, by counter name."""
+        """Every switch's event counters since they were last reset (by default as each run began), by counter name."""
         if self._read_counters is None:
             return {}
         return {name: self._read_counters(control) for name, control in self.controls.items()}

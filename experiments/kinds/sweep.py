@@ -34,7 +34,10 @@ class ExperimentRunner:
         """Run every point not already in the results; True when every result verified."""
         verified = True
         for point in self.experiment.points:
-            modelled = self.clock.modelled(point, self.writer, self.progress)
+            modelled = self.clock.modelled(point, self.writer)
+            for method in modelled:
+                for _ in range(point.repetitions):
+                    self.progress(f"{method} (model)")
             pending = pending_methods(self.writer, point, self.progress, [m for m in point.methods if m not in modelled])
             if pending:
                 verified &= self._run_point(point, pending)

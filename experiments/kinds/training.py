@@ -128,8 +128,12 @@ class StepTrainingRunner(ABC):
     def _pending_methods(self) -> list[str]:
         """The methods whose training is not complete in the results (an interrupted one's rows discarded)."""
         pending = []
+        modelled = self.clock.modelled(self.point, self.writer)  # the simulated clock's baselines: no training of their own
         for method in self.point.methods:
-            if self.writer.series_complete(method, self.config.steps):
+            if method in modelled:
+                for _ in range(self.config.steps):
+                    self.progress(f"{method} (model)")
+            elif self.writer.series_complete(method, self.config.steps):
                 log.info("%s: training already in %s, skipped (resume)", method, self.writer.run_dir)
                 for _ in range(self.config.steps):
                     self.progress("skipped")
