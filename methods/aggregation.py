@@ -57,8 +57,10 @@ class Pace(Protocol):
 class HostCore(Protocol):
     """One rank's worker of a protocol without sockets or a clock (sans-IO): what the simulated
     clock's generic driver (simulation/host.py) runs, handing it the frames that reached its
-    host and sending the frames it returns. Built once per rank as ``cls(spec, rank)`` (the
-    worker spec, protocol/worker_spec.py) and given one all-reduce after another."""
+    host and sending the frames it returns (whole Ethernet frames: a protocol over UDP puts
+    its own headers on, as a host's kernel would). Built once per rank as ``core(spec, rank,
+    host, switch)`` (the worker spec, protocol/worker_spec.py; the host's and the aggregating
+    switch's addresses, each with ``mac`` and ``ipv4``) and given one all-reduce after another."""
 
     def start(self, tensor: np.ndarray, now: float) -> tuple[Sequence[bytes], float | None]:
         """Begin an all-reduce of ``tensor`` at ``now``: the frames to send, and when to be
@@ -128,7 +130,7 @@ class Aggregation:
     """"module:attribute" of ``(control) -> {event: packets}``: a switch's event counters by
     name, which the results record per job; None: its program counts nothing they record."""
     core: str | None = None
-    """"module:attribute" of its sans-IO worker core, ``cls(spec, rank)`` (``HostCore``), which
+    """"module:attribute" of its sans-IO worker core, ``core(spec, rank, host, switch)`` (``HostCore``), which
     the simulated clock's generic driver runs (simulation/host.py); None: the protocol gives
     its own driver (``simulated_host``) or does not run on the simulated clock."""
     simulated_host: str | None = None

@@ -69,7 +69,7 @@ def start_host(env: simpy.Environment, spec: WorkerSpec, rank: int, host: Statio
         return resolve(aggregation.simulated_host)(env, spec, rank, host, switch, packet_cost_s)
     if packet_cost_s:
         raise ValueError(f"{aggregation.label}'s worker core runs on an ideal host; a host cost per packet is its own driver's")
-    return CoreHost(env, resolve(aggregation.core)(spec, rank), spec.job_timeout_s, f"{aggregation.label} rank {rank}")
+    return CoreHost(env, resolve(aggregation.core)(spec, rank, host, switch), spec.job_timeout_s, f"{aggregation.label} rank {rank}")
 
 
 class CoreHost:

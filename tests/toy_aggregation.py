@@ -173,6 +173,11 @@ class ToySwitch(ProgramView):
         return InProcessControl(pipeline_handlers(self, self.stats), command_log)
 
 
+def core(spec: WorkerSpec, rank: int, host: Any, switch: Any) -> ToyWorker:
+    """Its record's ``core``: its worker, which needs no address (its frames are broadcast)."""
+    return ToyWorker(spec, rank)
+
+
 def reset_switch(control: SwitchControl, parameters: ToyParameters) -> None:
     """Its record's ``reset_switch``: every slot's sum and count to zero."""
     control.registers_reset(["ToyIngress.sum", "ToyIngress.count"])
@@ -193,7 +198,7 @@ def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: 
 AGGREGATION = Aggregation(
     name=NAME, label="Toy sum", parameters=ToyParameters.from_config, read_parameters=ToyParameters.read, k_choices=(32,),
     defaults={}, sum_bits=32, host="tests.toy_aggregation:ToyWorker", reset_switch="tests.toy_aggregation:reset_switch",
-    program_fabric="tests.toy_aggregation:program_fabric", core="tests.toy_aggregation:ToyWorker",
+    program_fabric="tests.toy_aggregation:program_fabric", core="tests.toy_aggregation:core",
 )
 METHOD: Method = in_network(AGGREGATION, name=NAME, label="Toy sum", colour="tab:olive", verify=verification.float_sum,
                             bound=lambda link_bps, n_workers, k: link_bps / 32)
