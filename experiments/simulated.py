@@ -102,6 +102,9 @@ def check_simulable(experiment: Experiment) -> Experiment:
         for protocol in protocols:
             if not protocol.simulated:
                 raise SimulationUnsupported(f"{where}: {protocol.label} has no worker on the simulated clock (its record names no core)")
+            if protocol.simulated_host is None and float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)):
+                raise SimulationUnsupported(f"{where}: simulation.host_packet_cost_us: {protocol.label}'s worker core runs on an ideal "
+                                            "host (the generic driver, simulation/host.py, models no cost per packet)")
             if protocol.name not in plane.protocols:
                 raise SimulationUnsupported(f"{where}: {plane.name}'s simulated data plane has no program for {protocol.label}")
         if point.workload_kind.rank_program is None:
