@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import numpy as np
 
@@ -57,7 +57,7 @@ class GivenTensor:
         return event
 
 
-def commands() -> Any:
+def commands() -> Iterator[int]:
     """The repetitions the runner releases on stdin ("go N"), until it says "exit"."""
     for line in sys.stdin:
         command = line.split()
@@ -69,7 +69,7 @@ def commands() -> Any:
     raise EOFError("the runner closed stdin before saying exit")
 
 
-def serve_program(program: RankProgram, method: Method, released: Any, name: Callable[[int], Path]) -> None:
+def serve_program(program: RankProgram, method: Method, released: Iterable[int], name: Callable[[int], Path]) -> None:
     """On a host: ``program`` through ``method``'s worker for each repetition ``released``,
     each report on stdout, its arrays written as ``name(repetition)`` (.npy; the integer
     sum's with ``-int``) for the runner to read."""

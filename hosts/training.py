@@ -67,7 +67,9 @@ def serve_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
 
 class TrainingRank:
     """One rank of the numpy training (hosts/rank.py's ``RankProgram``): its parameters, its
-    gradient of each step, the all-reduced sum applied, and the digests the runner checks."""
+    gradient of each step, the all-reduced sum applied, and the digests the runner checks.
+    It reads its data set from the file the spec names, on either clock (``load`` reads a
+    given tensor, which a training has none of)."""
 
     def __init__(self, spec: WorkerSpec, rank: int, load: Load = np.load) -> None:
         self.config, self.data = training_inputs(spec)
