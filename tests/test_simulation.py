@@ -216,6 +216,26 @@ def test_simulate_refuses_what_it_cannot_run_in_one_line(config: str, args: tupl
     assert says in line
 
 
+def test_a_numpy_training_trains_on_the_simulated_clock(tmp_path: Path) -> None:
+    """The training kind's one runner on the simulated clock: every step of SwitchML's training
+    verified against the runner's replay (each rank's gradient, result and parameters), the
+    baselines given by their model and trained by none."""
+    import json
+
+    import pandas as pd
+
+    done = simulate(CONFIG_DIR / "training_convergence.yaml", "--set", "workload.steps=4", "--set", "methods=[switchml,ring]",
+                    out=tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["simulated"] and summary["verified"]
+    assert set(summary["simulation"]["baseline_models"]["0"]) == {"ring"}
+    steps = pd.read_csv(tmp_path / "run" / "training_steps.csv")
+    network = steps[steps["source"] == "network"]
+    assert list(network["series"].unique()) == ["switchml"] and list(network["step"]) == [0, 1, 2, 3, 4]
+    assert network["verified"].all() and (network.loc[network["step"] > 0, "allreduce_s"] > 0).all()
+
+
 EMULATED = REPO_ROOT / "tests" / "data" / "results_small"
 """Real emulated runs (embedded switch, 2.5 Mbit/s, 4 workers: their README says how they were made)."""
 VALIDATION_SHARE = 0.05
