@@ -1,5 +1,5 @@
 """SwitchML's worker on the simulated clock, built from the worker spec as a host builds its
-client (hosts/switchml/method.py): the same job parameters, retransmission policy and
+client (hosts/switchml/spec.py, shared with hosts/switchml/method.py): the same job parameters, retransmission policy and
 deadline, under simulation/worker.py's driver, which simulation/native/star.c mirrors event
 for event (so SwitchML gives its own driver rather than the generic one: methods/switchml.py,
 ``simulated_host``)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import simpy
 
-from hosts.switchml.method import retransmit_policy, spec_parameters
+from hosts.switchml.spec import retransmit_policy, spec_parameters
 from protocol import params
 from protocol.packet import Endpoint
 from protocol.worker_spec import WorkerSpec
