@@ -95,3 +95,14 @@ def test_a_protocol_without_a_core_is_refused_in_one_line(registered: None, tmp_
     monkeypatch.setattr(methods, "REGISTRY", (*methods.REGISTRY[:-1], replace(toy.METHOD, aggregation=coreless)))
     assert toy_run(tmp_path / "run") == 2
     assert "Toy sum has no worker on the simulated clock (its record names no core)" in caplog.text
+
+
+def test_a_protocol_job_that_misses_its_deadline_fails_the_run_in_one_line(registered: None, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """The generic driver stops a job at the spec's deadline, in simulated seconds: a switch that
+    answers nothing fails the run naming the protocol and the rank (EXIT_FAILED), not a hang."""
+    monkeypatch.setattr(toy.ToySwitch, "receive", lambda self, port, data: None)
+    assert toy_run(tmp_path / "run", "limits.job_timeout_s=2") == run_experiment.EXIT_FAILED
+    [line] = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert f"point 0 {toy.NAME} rep 0 (simulated): Toy sum rank 0: no result after 2 s (simulated)" in line
