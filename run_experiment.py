@@ -317,7 +317,7 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
     """``--simulate``: the config on a target with a simulated data plane, checked for what
     the simulator runs (one line naming what it lacks otherwise), then run like any other."""
     from experiments.kinds import kind_of
-    from experiments.simulated_sweep import check_simulable, simulated_target
+    from experiments.simulated import check_simulable, simulated_target
     from simulation.network import SimulationUnsupported
     from switches.targets import simulated_data_plane
 
@@ -326,9 +326,9 @@ def simulate_command(experiment: Experiment, args: argparse.Namespace) -> int:
         target = simulated_target(requested, needs_delay_line(experiment))
         loaded = experiment if target == requested else experiment.with_target(target)
         kind = kind_of(loaded)
-        if kind.simulator is None:
-            raise SimulationUnsupported(f"--simulate: {kind.name} experiments have no simulator yet (experiments/kinds/: "
-                                        "ExperimentKind.simulator)")
+        if kind.emulated_only:
+            raise SimulationUnsupported(f"--simulate: {kind.name} experiments run PyTorch processes on the hosts, which the simulated "
+                                        "clock does not model; run them emulated (without --simulate)")
         loaded = check_simulable(loaded)
         if args.dry_run:
             check_destination(args, [loaded])
@@ -426,7 +426,8 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
     from network.lock import WaitInterrupted
     from network.lock import held as held_network
     from switches.target import DataPlaneStartError
-    from experiments.simulated_sweep import SimulationFailed
+    from experiments.harness import clock_of
+    from experiments.simulated import SimulationFailed
 
     told_failures: tuple[type[Exception], ...] = (WorkerFailure, DependencyFailed, DataPlaneStartError, SimulationFailed)
     if not args.simulate:  # Mininet's network (a simulated run needs no Mininet installed)
@@ -444,12 +445,12 @@ def run(experiment: Experiment, target: str, args: argparse.Namespace) -> int:
         run_dir = new_run_dir(RESULTS_DIR / experiment.name, utc_stamp())
     run_dir = run_dir.absolute()  # the switch and worker processes run in the tree's folder, not necessarily this one
     kind = kind_of(experiment)
-    make_runner = kind.simulator if args.simulate else kind.runner
-    assert make_runner is not None, "simulate_command checked that the kind has a simulator"
+    clock = clock_of(experiment, target, args.simulate)
     writer = kind.writer(run_dir, experiment, target)
+    clock.begin(writer)
     stop_on_first_signal()
     with tqdm(total=kind.units(experiment), desc=experiment.name, unit=kind.unit, file=sys.stderr, disable=None) as bar:
-        runner = make_runner(experiment, target, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
+        runner = kind.runner(experiment, clock, writer, lambda what: (bar.set_postfix_str(what), bar.update(1)))
         try:
             # Every emulated point's network nests in the lock: a sweep's points follow one another. A
             # simulated run builds no network (no namespace, no veth), so it neither takes nor waits for it.

@@ -2,7 +2,7 @@
 
 Each case is the main job's config (configs/8workers.yaml, SwitchML only) with ``--set``
 overrides, built exactly as ``run_experiment.py --simulate`` builds it
-(experiments/simulated_sweep.py), and one all-reduce timed: wall seconds, simulated TAT,
+(experiments/simulated.py), and one all-reduce timed: wall seconds, simulated TAT,
 its share of SwitchML's pace (methods/switchml.py), frames handled per wall second and per
 second of the process's CPU time (on a loaded machine the two part). One row
 per case goes to results/benchmarks/simulation_speed.csv (``--output``); ``--profile``
@@ -35,11 +35,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.config import CONFIG_DIR, load_experiment  # noqa: E402
-from experiments.simulated_sweep import check_simulable, simulated_network, simulated_target  # noqa: E402
+from experiments.harness import worker_spec  # noqa: E402
+from experiments.simulated import attach_workers, check_simulable, point_simulation, simulated_target  # noqa: E402
 from methods.switchml import switchml_job_pace  # noqa: E402
 from methods.verification import expected_for, integer_sum  # noqa: E402
 from protocol.params import mbps_to_bps  # noqa: E402
-from switches.targets import lookup  # noqa: E402
 from workloads.kinds import point_inputs  # noqa: E402
 
 log = logging.getLogger("simulation_speed")
@@ -87,7 +87,8 @@ def run_case(case: Case, profile: bool, data_path: str = "auto") -> dict[str, ob
     point = experiment.points[0]
     tensors = point_inputs(point.workload, case.workers)
     began = time.perf_counter()
-    net = simulated_network(experiment, point, lookup(target), "switchml")
+    net = point_simulation(experiment, point, target, "switchml")
+    attach_workers(net, worker_spec(point, "switchml"))
     net.reset_aggregation()
     setup = time.perf_counter() - began
     profiler = cProfile.Profile() if profile else None

@@ -1,17 +1,22 @@
 """The run skeleton every experiment kind is built on: a point's network and work folder,
-its workers, and the verification of what they return.
+its workers, and the verification of what they return, on either clock.
 
 A kind (``ExperimentKind``, registered in experiments/kinds/__init__.py) says only what is its own:
 when a config is of that kind, which jobs it runs on the network and in what order, which
 rows it records, and what it prints. What every kind does the same way is here, once:
 
-- ``worker_spec``: what every worker process of a method is told;
-- ``point_network``: the emulated network of one point, held for the point's jobs, with a
+- ``worker_spec``: what every worker of a method is told;
+- ``PointNetwork``: the one interface a kind runs its jobs through, whichever the clock:
+  prepare a method, start its workers on the workload (``workers``), release and collect
+  them, meter a job, and the network's description in network.json. Its two implementations
+  are ``EmulatedPoint`` (below: Mininet, worker processes) and experiments/simulated.py's
+  ``SimulatedPoint``; a ``Clock`` builds them (``point_network``), so no kind has a second
+  runner for the simulated clock;
+- ``EmulatedPoint``: the emulated network of one point, held for the point's jobs, with a
   work folder for inputs and results that lives exactly as long as the network (removed
   afterwards whatever happens, and by the next run if this one is killed: tensors can be
-  large);
-- ``PointNetwork.workers``: one worker process per host, started and watched, with the
-  switches and the nodes' shells as the dependencies whose death fails the wait at once;
+  large); its ``workers`` are one process per host, started and watched, with the switches
+  and the nodes' shells as the dependencies whose death fails the wait at once;
 - ``verify_reports``: every worker's result against the expected sum, logged per rank when
   wrong, its files removed once read.
 """
@@ -21,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -78,6 +84,76 @@ class KindRunner(Protocol):
         """Run everything not already in the results; True when every result verified."""
 
 
+class Workers(Protocol):
+    """One method's workers on a point's hosts, started and ready."""
+
+    def release(self, repetition: int) -> None:
+        """Let every rank start ``repetition`` (a step, for a training)."""
+
+    def collect(self, event: str, limit: Limit, grace_s: float = 0.0) -> list[dict[str, Any]]:
+        """Every rank's ``event`` report (hosts/worker.py's 'done': stats, result, int_sum), by rank."""
+
+    def finish(self) -> None:
+        """Every rank told to exit, and gone."""
+
+
+class Meter(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> JobMeasurement: ...
+
+
+class PointNetwork(Protocol):
+    """One point's network while it is held, on either clock: what every kind runs its jobs through."""
+
+    point: Point
+    work: Path
+    """The point's work folder (worker specs, inputs and results); exists while the network does."""
+
+    @property
+    def loss_mechanism(self) -> str:
+        """How the links' loss is made (network.json's ``loss_mechanism``), for the results' rows."""
+
+    def write_inputs(self, tensors: Sequence[np.ndarray], folder: Path | None = None) -> tuple[str, ...]:
+        """Each rank's input tensor for a worker spec's ``inputs`` (in ``folder``, default the work folder)."""
+
+    def prepare(self, method: str) -> None:
+        """What ``method``'s record says the network needs before its first job here."""
+
+    def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> ContextManager[Workers]:
+        """The spec's workers on every host (or those at ``host_indices``), started; gone on the way out."""
+
+    def release_together(self, groups: Sequence[Workers], repetition: int, offsets_s: Sequence[float]) -> list[float]:
+        """Each group released at its offset (s) after the first; the offsets they were released at."""
+
+    def meter(self, group: Workers) -> Meter:
+        """What one of ``group``'s jobs cost: switch counters, time, and (emulated) CPU and rates."""
+
+    def job_limit(self, method: str) -> Limit:
+        """How long the runner waits for one of ``method``'s all-reduces (Point.job_limit)."""
+
+    def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]],
+                           verdicts: Sequence[Verdict]) -> None:
+        """After a job whose sums came back wrong: log what the network shows of the cause."""
+
+
+class Clock(Protocol):
+    """Emulated or simulated: builds each point's network, and says which methods it gives by a model."""
+
+    target: str
+    """The switch target whose network it runs (its rate and data-plane contract)."""
+    simulated: bool
+
+    def begin(self, writer: ResultsWriter) -> None:
+        """Mark the results as this clock's, before the first point."""
+
+    def modelled(self, point: Point, writer: ResultsWriter) -> list[str]:
+        """The methods of ``point`` this clock gives by a model rather than runs, recorded in the results."""
+
+    def point(self, experiment: Experiment, point: Point, writer: ResultsWriter, jobs: Sequence[SharedJob] = ()) -> ContextManager[PointNetwork]:
+        """``point``'s network, recorded in the results and held with its work folder."""
+
+
 @dataclass(frozen=True)
 class ExperimentKind:
     """One kind of experiment: the plug-in run_experiment.py drives without knowing which."""
@@ -86,17 +162,18 @@ class ExperimentKind:
     """What a workload record names as its ``experiment`` (workloads/kinds/)."""
     writer: Callable[[Path, Experiment, str], ResultsWriter]
     """(run folder, experiment, switch target) -> the results writer."""
-    runner: Callable[[Experiment, str, Any, Callable[[str], None]], KindRunner]
-    """(experiment, target, writer, progress) -> what runs it; progress(what) per unit done."""
+    runner: Callable[[Experiment, Clock, Any, Callable[[str], None]], KindRunner]
+    """(experiment, clock, writer, progress) -> what runs it, on either clock; progress(what)
+    per unit done."""
     unit: str
     """What one step of the progress bar is (job, step, repetition)."""
     units: Callable[[Experiment], int]
     """How many units the whole run has."""
     report: Callable[[dict[str, Any]], str]
     """The table printed from the finished run's summary."""
-    simulator: Callable[[Experiment, str, Any, Callable[[str], None]], KindRunner] | None = None
-    """Like ``runner``, on the simulated clock (run_experiment.py --simulate); None: this kind
-    cannot be simulated yet."""
+    emulated_only: bool = False
+    """Its hosts run real PyTorch processes (DDP), which the simulated clock has no model of:
+    run_experiment.py --simulate refuses it in one line."""
     applies: Callable[[Experiment], bool] | None = None
     """Whether a loaded config is of this kind whatever its workload (several jobs on one
     switch), asked before the workload's own kind; None: only when the workload names it."""
@@ -107,14 +184,18 @@ class ExperimentKind:
 
 
 @dataclass(frozen=True)
-class PointNetwork:
-    """One point's network while it is held, with the point's work and log folders."""
+class EmulatedPoint:
+    """One point's emulated network while it is held, with the point's work and log folders (a ``PointNetwork``)."""
 
     net: EmulatedNetwork
     point: Point
     work: Path
     """Inputs and workers' results; exists while the network does."""
     log_dir: Path
+
+    @property
+    def loss_mechanism(self) -> str:
+        return self.net.report.loss_mechanism
 
     def write_inputs(self, tensors: Sequence[np.ndarray], folder: Path | None = None) -> tuple[str, ...]:
         """One .npy per rank in ``folder`` (default: the work folder); their paths, by rank."""
@@ -146,6 +227,19 @@ class PointNetwork:
             group.start(self.point.limits.limit("worker_start_s"))
             yield group
 
+    @staticmethod
+    def release_together(groups: Sequence[WorkerGroup], repetition: int, offsets_s: Sequence[float]) -> list[float]:
+        """Release each group at its offset after the first (wall time); the times it was released at."""
+        t0 = time.monotonic()
+        released = []
+        for group, offset in zip(groups, offsets_s):
+            delay = t0 + offset - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            released.append(time.monotonic() - t0)
+            group.release(repetition)
+        return released
+
     def explain_wrong_sums(self, method: str, measured: JobMeasurement, reports: Sequence[Mapping[str, Any]],
                            verdicts: Sequence[Verdict]) -> None:
         """After a SwitchML job whose sums came back wrong, log what points at the switch,
@@ -176,45 +270,78 @@ class PointNetwork:
         return self.point.job_limit(method)
 
 
-@contextlib.contextmanager
-def point_network(experiment: Experiment, point: Point, target: str, writer: ResultsWriter,
-                  jobs: Sequence[SharedJob] = ()) -> Iterator[PointNetwork]:
-    """Build ``point``'s network, record it in the results, hold it with its work folder."""
-    from network.emulation import EmulatedNetwork
+class EmulatedClock:
+    """The emulated clock: Mininet, a worker process per host; every method runs."""
 
-    log_dir = writer.log_dir / f"point{point.index}"
-    with EmulatedNetwork(
-        point.topology,
-        target,
-        log_dir,
-        k=point.job.k,
-        max_pool_size=experiment.data["switch"]["max_pool_size"],
-        job_id=point.job.job_id,
-        pool_size=point.job.pool_size,
-        loss_mechanism=point.data["loss_mechanism"],
-        tcp_congestion_control=point.data["tcp_congestion_control"],
-        jobs=jobs,
-        cluster=point.cluster,
-    ) as net:
-        net.declare_directory(writer.work_dir)
-        work = writer.work_dir / f"point{point.index}"
-        work.mkdir(parents=True, exist_ok=True)
-        try:
-            writer.record_network(point.index, net.describe())
-            yield PointNetwork(net, point, work, log_dir)
-        finally:
-            shutil.rmtree(writer.work_dir, ignore_errors=True)
+    simulated = False
+
+    def __init__(self, experiment: Experiment, target: str) -> None:
+        self.target = target
+
+    def begin(self, writer: ResultsWriter) -> None:
+        """Nothing to mark: results are emulated unless said otherwise."""
+
+    def modelled(self, point: Point, writer: ResultsWriter) -> list[str]:
+        return []
+
+    @contextlib.contextmanager
+    def point(self, experiment: Experiment, point: Point, writer: ResultsWriter, jobs: Sequence[SharedJob] = ()) -> Iterator[EmulatedPoint]:
+        """Build ``point``'s network, record it in the results, hold it with its work folder."""
+        from network.emulation import EmulatedNetwork
+
+        log_dir = writer.log_dir / f"point{point.index}"
+        with EmulatedNetwork(
+            point.topology,
+            self.target,
+            log_dir,
+            k=point.job.k,
+            max_pool_size=experiment.data["switch"]["max_pool_size"],
+            job_id=point.job.job_id,
+            pool_size=point.job.pool_size,
+            loss_mechanism=point.data["loss_mechanism"],
+            tcp_congestion_control=point.data["tcp_congestion_control"],
+            jobs=jobs,
+            cluster=point.cluster,
+        ) as net:
+            net.declare_directory(writer.work_dir)
+            work = writer.work_dir / f"point{point.index}"
+            work.mkdir(parents=True, exist_ok=True)
+            try:
+                writer.record_network(point.index, net.describe())
+                yield EmulatedPoint(net, point, work, log_dir)
+            finally:
+                shutil.rmtree(writer.work_dir, ignore_errors=True)
+
+
+def point_network(experiment: Experiment, point: Point, clock: Clock, writer: ResultsWriter,
+                  jobs: Sequence[SharedJob] = ()) -> ContextManager[PointNetwork]:
+    """``point``'s network on ``clock``, recorded in the results and held with its work folder."""
+    return clock.point(experiment, point, writer, jobs)
+
+
+def clock_of(experiment: Experiment, target: str, simulate: bool) -> Clock:
+    """The clock a run takes: ``--simulate``'s (experiments/simulated.py) or Mininet's."""
+    if simulate:
+        from experiments.simulated import SimulatedClock
+
+        return SimulatedClock(experiment, target)
+    return EmulatedClock(experiment, target)
 
 
 def take_result(report: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:
-    """A report's result values and SwitchML's integer sum (None for the baselines), its
-    files removed once read."""
-    values = np.load(report["result"])
-    int_sum = np.load(report["int_sum"]) if "int_sum" in report else None
+    """A report's result values and the switch's integer sum (None for the baselines), its
+    files removed once read (a simulated worker's report holds the arrays themselves)."""
+    values = read_array(report["result"])
+    int_sum = read_array(report["int_sum"]) if "int_sum" in report else None
     for key in RESULT_FILES:
-        if key in report:
+        if key in report and not isinstance(report[key], np.ndarray):
             Path(report[key]).unlink()
     return values, int_sum
+
+
+def read_array(found: str | np.ndarray) -> np.ndarray:
+    """A report's array: the file a worker process wrote, or the array a simulated worker handed over."""
+    return found if isinstance(found, np.ndarray) else np.load(found)
 
 
 def verify_reports(method: str, expected: Expected, reports: Sequence[Mapping[str, Any]], what: str) -> list[Verdict]:

@@ -29,7 +29,8 @@ from typing import IO, Any
 import numpy as np
 
 from hosts.allreduce import build
-from hosts.events import emit, emit_ready
+from hosts.rank import Load, serve_program
+from hosts.stats import JobStats
 from protocol.worker_spec import WorkerSpec
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, sgd_update, worker_gradient
 
@@ -59,32 +60,40 @@ def training_inputs(spec: WorkerSpec) -> tuple[TrainingConfig, Dataset]:
 
 
 def serve_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
-    """Train: each released step computes this rank's gradient, all-reduces it, applies the sum."""
-    out_dir = spec_path.parent
-    config, data = training_inputs(spec)
-    model = MLP(config.hidden_units)
-    n_workers = spec.n_workers
-    params = model.initial_parameters(config.seed)
-    method = build(spec, rank)
-    try:
-        emit_ready()
-        for step in steps(sys.stdin):
-            started = time.perf_counter()
-            gradient = worker_gradient(model, config, data, params, rank, n_workers, step)
-            compute_s = time.perf_counter() - started
-            values, int_sum, stats = method.allreduce(gradient)
-            params = sgd_update(params, values, n_workers, config.learning_rate)
-            digests = {"gradient": array_digest(gradient), "result": array_digest(values), "parameters": array_digest(params)}
-            event: dict[str, Any] = {"event": "done", "repetition": step, "stats": dataclasses.asdict(stats),
-                                     "compute_s": compute_s, "digests": digests}
+    """Train: each released step computes this rank's gradient, all-reduces it, applies the sum (``TrainingRank``)."""
+    program = TrainingRank(spec, rank)
+    serve_program(program, build(spec, rank), steps(sys.stdin), lambda step: spec_path.parent / f"{spec.method}-step{step}.npy")
+
+
+class TrainingRank:
+    """One rank of the numpy training (hosts/rank.py's ``RankProgram``): its parameters, its
+    gradient of each step, the all-reduced sum applied, and the digests the runner checks.
+    It reads its data set from the file the spec names, on either clock (``load`` reads a
+    given tensor, which a training has none of)."""
+
+    def __init__(self, spec: WorkerSpec, rank: int, load: Load = np.load) -> None:
+        self.config, self.data = training_inputs(spec)
+        self.model = MLP(self.config.hidden_units)
+        self.rank, self.n_workers = rank, spec.n_workers
+        self.params = self.model.initial_parameters(self.config.seed)
+        self._gradient = np.zeros(0, dtype=np.float32)
+        self._compute_s = 0.0
+
+    def tensor(self, step: int) -> np.ndarray:
+        started = time.perf_counter()
+        self._gradient = worker_gradient(self.model, self.config, self.data, self.params, self.rank, self.n_workers, step)
+        self._compute_s = time.perf_counter() - started
+        return self._gradient
+
+    def done(self, step: int, values: np.ndarray, int_sum: np.ndarray | None, stats: JobStats) -> dict[str, Any]:
+        self.params = sgd_update(self.params, values, self.n_workers, self.config.learning_rate)
+        digests = {"gradient": array_digest(self._gradient), "result": array_digest(values), "parameters": array_digest(self.params)}
+        event: dict[str, Any] = {"event": "done", "repetition": step, "stats": dataclasses.asdict(stats),
+                                 "compute_s": self._compute_s, "digests": digests}
+        if int_sum is not None:
+            digests["int_sum"] = array_digest(int_sum)
+        if self.rank == ARRAYS_RANK:
+            event["result"] = values
             if int_sum is not None:
-                digests["int_sum"] = array_digest(int_sum)
-            if rank == ARRAYS_RANK:
-                event["result"] = str(out_dir / f"{spec.method}-step{step}.npy")
-                np.save(event["result"], values)
-                if int_sum is not None:
-                    event["int_sum"] = str(out_dir / f"{spec.method}-step{step}-int.npy")
-                    np.save(event["int_sum"], int_sum)
-            emit(event)
-    finally:
-        method.close()
+                event["int_sum"] = int_sum
+        return event

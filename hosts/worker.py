@@ -19,18 +19,15 @@ Results are written as .npy next to the spec so the runner verifies them exactly
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import faulthandler
 import logging
 import sys
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from base.plugin import resolve
 from hosts.allreduce import build
-from hosts.events import emit, emit_error, emit_ready
+from hosts.events import emit_error
+from hosts.rank import GivenTensor, commands, serve_program
 from protocol.worker_spec import STACKS_SIGNAL, WorkerSpec
 
 log = logging.getLogger("hosts.worker")
@@ -38,31 +35,9 @@ log = logging.getLogger("hosts.worker")
 
 def serve(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     """All-reduce this rank's tensor once per released repetition (the workloads that hand
-    the workers their tensors); results next to the spec."""
-    out_dir = spec_path.parent
-    tensor = np.load(spec.inputs[rank])
-    method = build(spec, rank)
-    try:
-        emit_ready()
-        for line in sys.stdin:
-            command = line.split()
-            if command == ["exit"]:
-                return
-            if len(command) != 2 or command[0] != "go":
-                raise ValueError(f"unexpected command from the runner: {line.strip()!r}")
-            repetition = int(command[1])
-            values, int_sum, stats = method.allreduce(tensor)
-            result_path = out_dir / f"{spec.method}-rank{rank}-rep{repetition}.npy"
-            np.save(result_path, values)
-            event: dict[str, Any] = {"event": "done", "repetition": repetition, "stats": dataclasses.asdict(stats), "result": str(result_path)}
-            if int_sum is not None:
-                int_path = out_dir / f"{spec.method}-rank{rank}-rep{repetition}-int.npy"
-                np.save(int_path, int_sum)
-                event["int_sum"] = str(int_path)
-            emit(event)
-        raise EOFError("the runner closed stdin before saying exit")
-    finally:
-        method.close()
+    the workers their tensors: hosts/rank.py's ``GivenTensor``); results next to the spec."""
+    serve_program(GivenTensor(spec, rank), build(spec, rank), commands(),
+                  lambda repetition: spec_path.parent / f"{spec.method}-rank{rank}-rep{repetition}.npy")
 
 
 def main(argv: list[str] | None = None) -> int:

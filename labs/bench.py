@@ -152,8 +152,8 @@ def round_trip_timeouts(samples: list[list], floor_s: float, first_s: float) -> 
 
 
 def timeout_floor(k: int, pool_size: int, timeout_ms: float, link_mbps: float | None) -> float:
-    """A worker's timeout floor for these protocol settings (hosts/switchml/method.py)."""
-    from hosts.switchml.method import retransmit_policy
+    """A worker's timeout floor for these protocol settings (hosts/switchml/spec.py)."""
+    from hosts.switchml.spec import retransmit_policy
     from protocol.worker_spec import SwitchMLParameters
 
     return retransmit_policy(SwitchMLParameters(k=k, pool_size=pool_size, job_id=0, timeout_ms=timeout_ms, backoff_every=100), link_mbps).min_s
@@ -165,7 +165,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     simulated clock (simulation/): a star of links of ``link_mbps`` and ``delay_ms`` that
     each lose ``loss`` of their frames (seeded: the same frames whatever the code), the
     embedded switch's pipeline (the tree's ingress) and the workers' loop with the tree's
-    timers, the timeout floor from the tree's ``pool_drain_s`` as in a run (hosts/switchml/method.py).
+    timers, the timeout floor from the tree's ``pool_drain_s`` as in a run (hosts/switchml/spec.py).
     Without ``results_lost``, only updates are lost, by the switch's drop simulator at its
     ingress: with one worker, no update then reaches a slot twice unless the worker's timer
     fired before its result was due, so the switch's retransmission branch (lab 3's, which
@@ -177,7 +177,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     moves these numbers: an instructor's grade compares them with the reference's, so a
     submission is credited only if its switch and timers recover each loss as the
     reference's do (the exact sums alone can be computed without recovering any)."""
-    from hosts.switchml.method import retransmit_policy
+    from hosts.switchml.spec import retransmit_policy
     from methods.verification import expected_for, integer_sum
     from protocol.worker_spec import SwitchMLParameters
     from simulation.network import PYTHON_CORE, JobSetup, SimulatedNetwork

@@ -16,7 +16,9 @@ docs/architecture.md, "In-network aggregation", says where each piece of a proto
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,31 @@ class Pace(Protocol):
     streaming_fraction: float
     """Share of tat_s its data packets' own intervals take (the rest: start and drain)."""
     window_bound: bool
+
+
+class HostCore(Protocol):
+    """One rank's worker of a protocol without sockets or a clock (sans-IO): what the simulated
+    clock's generic driver (simulation/host.py) runs, handing it the frames that reached its
+    host and sending the frames it returns (whole Ethernet frames: a protocol over UDP puts
+    its own headers on, as a host's kernel would). Built once per rank as ``core(spec, rank,
+    host, switch)`` (the worker spec, protocol/worker_spec.py; the host's and the aggregating
+    switch's addresses, each with ``mac`` and ``ipv4``) and given one all-reduce after another."""
+
+    def start(self, tensor: np.ndarray, now: float) -> tuple[Sequence[bytes], float | None]:
+        """Begin an all-reduce of ``tensor`` at ``now``: the frames to send, and when to be
+        woken if no frame arrives first (None: only when one does)."""
+
+    def step(self, now: float, received: Sequence[bytes]) -> tuple[Sequence[bytes], float | None]:
+        """The frames that reached the host by ``now`` (none: it was woken at its time): the
+        frames to send, and when to wake it next."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the all-reduce has its whole result."""
+
+    def outcome(self) -> tuple[np.ndarray, np.ndarray | None, Any]:
+        """The finished all-reduce: (values, the switch's raw integer sum or None, its
+        ``hosts.stats.JobStats``; the driver sets ``tat_s``)."""
 
 
 PaceModel = Callable[[int, "JobParameters", float, float, bool], Pace]
@@ -95,3 +122,24 @@ class Aggregation:
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
     """The torch.distributed backend name a DDP script gets through it (hosts/torch_backend.py); None: none."""
+    program_fabric: str | None = None
+    """"module:attribute" of ``(controls, fabric, jobs) -> None`` (switches/fabric.py's
+    types): every switch of a network programmed for its jobs, on either clock; None: a
+    protocol no network can program yet."""
+    event_counters: str | None = None
+    """"module:attribute" of ``(control) -> {event: packets}``: a switch's event counters by
+    name, which the results record per job; None: its program counts nothing they record."""
+    core: str | None = None
+    """"module:attribute" of its sans-IO worker core, ``core(spec, rank, host, switch)`` (``HostCore``), which
+    the simulated clock's generic driver runs (simulation/host.py); None: the protocol gives
+    its own driver (``simulated_host``) or does not run on the simulated clock."""
+    simulated_host: str | None = None
+    """"module:attribute" of its own driver on the simulated clock, ``(env, spec, rank, host,
+    switch, packet_cost_s) -> a simulated host`` (simulation/host.py, ``SimulatedHost``), for a
+    protocol whose driver must match a compiled event loop event for event (SwitchML's,
+    simulation/native/); None: the generic driver over ``core``."""
+
+    @property
+    def simulated(self) -> bool:
+        """Whether its workers run on the simulated clock (a driver, its own or the generic one over its core)."""
+        return self.simulated_host is not None or self.core is not None

@@ -127,6 +127,8 @@ AGGREGATION = Aggregation(
     reset_switch="switches.programming:reset_job_state", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions",
     ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml",
+    program_fabric="switches.fabric:program_fabric", event_counters="switches.programming:read_event_counters",
+    simulated_host="simulation.switchml:simulated_worker",
 )
 """SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""
 

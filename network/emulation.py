@@ -58,7 +58,7 @@ from network.shaping import (
     silence_ipv6,
 )
 from switches.control import SwitchControl
-from network.topology_fabric import topology_fabric
+from switches.topology_fabric import topology_fabric
 from switches.fabric import Fabric, Jobs, SharedJob, program_fabric
 from switches.targets import delay_line_targets, lookup
 from topologies.model import Topology

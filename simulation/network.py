@@ -1,14 +1,21 @@
 """A topology on the simulated clock: its switches (their targets' own data planes), its
-links (link.py), its hosts' SwitchML workers (worker.py), programmed as in emulation.
+links (link.py), its hosts' workers, programmed as in emulation.
 
-The switches are programmed by ``switches/fabric.py``'s ``program_fabric`` from the same
-``Fabric`` the emulated network hands it (network/topology_fabric.py), over each simulated
-switch's in-process control plane: forwarding, the switch's address, aggregation (star,
-tree, hierarchical, or several jobs sharing the aggregating switch), the drop simulator. Port numbers follow the topology's links: a
-switch's port i (from 1) is its i-th link in the topology file's order, as Mininet numbers
-them. Every link direction gets its LinkSpec's rate, delay and queue; the links' loss is
-either each link's own (``simulated_link_loss``, netem's model) or the switches' drop
-simulators (``switch_drop_simulator``), as ``loss_mechanism`` asks.
+The switches run the program of the protocol the network is built for (``protocol``: the
+target's ``simulated`` data plane of it) and are programmed by that protocol's
+``program_fabric`` (its record, methods/aggregation.py; SwitchML's is switches/fabric.py's)
+from the same ``Fabric`` the emulated network hands it (switches/topology_fabric.py), over
+each simulated switch's in-process control plane: forwarding, the switch's address,
+aggregation (star, tree, hierarchical, or several jobs sharing the aggregating switch), the
+drop simulator. Port numbers follow the topology's links: a switch's port i (from 1) is its
+i-th link in the topology file's order, as Mininet numbers them. Every link direction gets
+its LinkSpec's rate, delay and queue; the links' loss is either each link's own
+(``simulated_link_loss``, netem's model) or the switches' drop simulators
+(``switch_drop_simulator``), as ``loss_mechanism`` asks.
+
+A host's worker is attached to the network (``attach``: any ``SimulatedHost``, host.py),
+or built from a ``WorkerSetup`` for a network of SwitchML workers made by hand (the tests',
+the labs' benchmarks: ``JobSetup.worker``).
 """
 
 from __future__ import annotations
@@ -20,17 +27,17 @@ from typing import Any, Callable, Generator, Sequence
 import numpy as np
 import simpy
 
-from network.topology_fabric import topology_fabric
-from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
+from switches.topology_fabric import topology_fabric
 from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
+from simulation.host import SimulatedHost
 from simulation.link import Arrivals, Deliver, Link
 from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
 from simulation.worker import SimulatedWorker, WorkerSetup
 from switches import programming
 from switches.control import SwitchControl
-from switches.fabric import Jobs, SharedJob, program_fabric
+from switches.fabric import Fabric, Jobs, SharedJob, Station, program_fabric
 from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import Topology
 
@@ -65,13 +72,15 @@ class JobSetup:
     pool_size: int
     max_pool_size: int
     job_id: int
-    worker: Callable[[int], WorkerSetup | None]
-    """host index (topology order) -> its worker's setup; None for a host in no job."""
+    worker: Callable[[int], WorkerSetup | None] = lambda index: None
+    """host index (topology order) -> the setup of its SwitchML worker, built with the network;
+    None for a host in no job or whose worker is attached later (``SimulatedNetwork.attach``)."""
     shared: tuple[SharedJob, ...] = ()
 
 
-def ignore(frames: list[bytes]) -> None:
-    """What a host that runs no worker does with the frames that reach it (a flooded one)."""
+Program = Callable[[dict[str, SwitchControl], Fabric, Jobs], None]
+"""(every switch's control plane by name, the fabric, its jobs) -> None: a protocol's
+``program_fabric`` (methods/aggregation.py)."""
 
 
 class SimulatedNetwork:
@@ -80,33 +89,39 @@ class SimulatedNetwork:
     one contract, docs/dataplane.md, so one target's simulated pipeline stands for another's)."""
 
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
-                 link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, core: str = PYTHON_CORE) -> None:
+                 link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, core: str = PYTHON_CORE,
+                 protocol: str | None = None, program: Program = program_fabric,
+                 read_counters: Callable[[SwitchControl], dict[str, int]] | None = programming.read_event_counters) -> None:
+        """``protocol``: the program its switches run (None: the target's default one);
+        ``program``: how that protocol programs a fabric for ``job``; ``read_counters``: its
+        switch's event counters by name (its record's ``event_counters``; None: it has none to record)."""
         data_plane = data_plane or target
         if data_plane.simulated is None:
             raise SimulationUnsupported(f"switch target {data_plane.name} has no simulated data plane (SwitchTarget.simulated)")
         unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
         if unshaped:
             raise SimulationUnsupported(f"links without a rate cannot be simulated: {', '.join(unshaped)} (give bw_mbps)")
+        if core not in WORKER_CORES:
+            raise ValueError(f"core must be one of {', '.join(WORKER_CORES)}, got {core!r}")
         self.env = simpy.Environment()
         self.topology = topology
         self._k = job.k
+        self._shared = len(job.shared)
         self._target = target.name
         self._data_plane = data_plane.name
         self.loss_mechanism = loss_mechanism_of(topology, loss_mechanism)
         rng = random.Random(seed)
+        program_of = {} if protocol is None else {"protocol": protocol}
         self.switches: dict[str, SimulatedSwitch] = {
-            s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32)) for s in topology.switches
+            s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32), **program_of)
+            for s in topology.switches
         }
         self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
         """switch -> neighbour -> the switch's port to it."""
-        switch_endpoint = Endpoint(topology.aggregator_mac, topology.aggregator_ipv4, params.UDP_PORT_BASE)
-        setups = [job.worker(index) for index in range(len(topology.hosts))]
-        self.workers: dict[int, SimulatedWorker] = {
-            index: SimulatedWorker(self.env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), switch_endpoint)
-            for index, (host, setup) in enumerate(zip(topology.hosts, setups)) if setup is not None
-        }
+        self._switch_station = Station(topology.aggregator.name, topology.aggregator_mac, topology.aggregator_ipv4)
+        self.workers: dict[int, SimulatedHost] = {}
         """host index -> its worker."""
-        by_name = {topology.hosts[index].name: worker for index, worker in self.workers.items()}
+        self._index = {host.name: i for i, host in enumerate(topology.hosts)}
         self.links: dict[tuple[str, str], Link] = {}
         """(from, to) -> that direction's link."""
         link_loss = self.loss_mechanism == LINK_LOSS
@@ -118,36 +133,54 @@ class SimulatedNetwork:
         for link in topology.links:
             spec = link.spec
             for a, b in ((link.a, link.b), (link.b, link.a)):
-                deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else by_name[b].deliver if b in by_name else ignore
+                deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else self._host_input(b)
                 self.links[a, b] = Link(self.env, arrivals, mbps_to_bps(spec.bw_mbps), spec.delay_ms / 1000, spec.queue_packets,
                                         spec.loss if link_loss else 0.0, random.Random(rng.randrange(1 << 32)), deliver,
                                         link_burst_bytes)
         for name, switch in self.switches.items():
             for neighbour, port in self.ports[name].items():
                 switch.connect(port, self._transmit(self.links[name, neighbour]))
-        for name, worker in by_name.items():
-            worker.uplink = self.links[name, topology.neighbours(name)[0]]
         self.controls: dict[str, SwitchControl] = {name: switch.control() for name, switch in self.switches.items()}
         self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
                                       self.loss_mechanism == DROP_SIMULATOR)
-        program_fabric(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size, job.shared))
+        program(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size, job.shared))
+        self._read_counters = read_counters
         self._native: NativeStar | None = None
-        self.core = PYTHON_CORE
+        self.core = core
         """Which worker core and event loop run the network (WORKER_CORES)."""
-        if core == NATIVE_CORE:
-            problem = star_problem(len(self.switches), len(self.workers), len(topology.hosts), len(job.shared),
-                                   self.loss_mechanism == DROP_SIMULATOR, max((s.packet_cost_s for s in setups if s is not None), default=0.0),
-                                   all(has_aggregation_path(switch) for switch in self.switches.values()))
-            if problem is not None:
-                raise SimulationUnsupported(f"the native core runs a star of one job with loss on its links (simulation/native); "
-                                            f"this network has {problem}")
-            self._native = self._native_star()
-            self.core = NATIVE_CORE
-        elif core != PYTHON_CORE:
-            raise ValueError(f"core must be one of {', '.join(WORKER_CORES)}, got {core!r}")
+        costs = []
+        for index, host in enumerate(topology.hosts):
+            setup = job.worker(index)
+            if setup is not None:
+                switch_endpoint = Endpoint(self._switch_station.mac, self._switch_station.ipv4, params.UDP_PORT_BASE)
+                self.attach(index, SimulatedWorker(self.env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), switch_endpoint))
+                costs.append(setup.packet_cost_s)
+        if core == NATIVE_CORE and self.workers:
+            self._native = self._native_star(max(costs, default=0.0))
 
-    def _native_star(self) -> NativeStar:
-        """This star on star.c's loop (simulation/native/star.py)."""
+    @property
+    def switch_station(self) -> Station:
+        """The address the workers send to: the aggregating switch's."""
+        return self._switch_station
+
+    def attach(self, index: int, worker: SimulatedHost) -> None:
+        """``worker`` as host ``index``'s (topology order): frames reaching the host go to it,
+        and it sends on the host's link towards its switch."""
+        if self._native is not None:
+            raise RuntimeError("the native loop runs the workers the network was built with; attach them before it runs")
+        name = self.topology.hosts[index].name
+        worker.uplink = self.links[name, self.topology.neighbours(name)[0]]
+        self.workers[index] = worker
+
+    def _native_star(self, packet_cost_s: float) -> NativeStar:
+        """This star on star.c's loop (simulation/native/star.py); SimulationUnsupported naming
+        what of the network that loop does not run."""
+        problem = star_problem(len(self.switches), len(self.workers), len(self.topology.hosts), self._shared,
+                               self.loss_mechanism == DROP_SIMULATOR, packet_cost_s,
+                               all(has_aggregation_path(switch) for switch in self.switches.values()))
+        if problem is not None:
+            raise SimulationUnsupported(f"the native core runs a star of one job with loss on its links (simulation/native); "
+                                        f"this network has {problem}")
         [(name, switch)] = self.switches.items()
         order = list(self.links)
         index = {pair: i for i, pair in enumerate(order)}
@@ -166,6 +199,18 @@ class SimulatedNetwork:
 
     def _port_towards(self, switch: str, node: str) -> int:
         return self.ports[switch][self.topology.next_hop(switch, node)]
+
+    def _host_input(self, host: str) -> Deliver:
+        """Frames reaching ``host``: to its worker, once one is attached (else dropped, as by a host that runs none)."""
+        index = self._index[host]
+        workers = self.workers
+
+        def deliver(frames: list[bytes]) -> None:
+            worker = workers.get(index)
+            if worker is not None:
+                worker.deliver(frames)
+
+        return deliver
 
     def _switch_input(self, switch: str, port: int) -> Deliver:
         receive = self.switches[switch].receive
@@ -191,38 +236,42 @@ class SimulatedNetwork:
         for control in self.aggregating_controls:
             programming.reset_aggregation_state(control, self._k)
 
-    def allreduce(self, tensors: Sequence[np.ndarray]) -> list[AllReduceResult]:
+    def allreduce(self, tensors: Sequence[np.ndarray]) -> list[Any]:
         """Every worker all-reduces its tensor (by host index), all released at the simulated
-        now; runs the clock until the last has its result. SwitchMLTimeout when one misses its deadline."""
+        now; runs the clock until the last has its result. The worker's TimeoutError when one misses its deadline."""
         if len(tensors) != len(self.workers):
             raise ValueError(f"{len(self.workers)} workers, {len(tensors)} tensors")
         return self.run_jobs([(range(len(tensors)), tensors, 0.0)])[0]
 
-    def run_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[list[AllReduceResult]]:
+    def run_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]],
+                 reset_counters: bool = True) -> list[list[Any]]:
         """Each job (its hosts by index, their tensors, its release after the simulated now)
-        all-reduced by its workers; every job's results, by rank. SwitchMLTimeout when a worker
-        misses its deadline."""
-        for control in self.controls.values():
-            programming.reset_event_counters(control)
+        all-reduced by its workers; every job's results (``values``, ``int_sum``, ``stats``), by
+        rank. The worker's TimeoutError when one misses its deadline. ``reset_counters``: the
+        switches' counters count these jobs only (else they go on from ``reset_counters``)."""
+        if reset_counters:
+            self.reset_counters()
+        if self.core == NATIVE_CORE and self._native is None:
+            self._native = self._native_star(0.0)
         if self._native is not None:
             outcomes = [self._native_job(jobs)]
         else:
             outcomes = self._simpy_jobs(jobs)
         for outcome in (o for job in outcomes for o in job):
-            if isinstance(outcome, SwitchMLTimeout):
+            if isinstance(outcome, TimeoutError):
                 raise outcome
         return outcomes
 
-    def _native_job(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[AllReduceResult | SwitchMLTimeout]:
+    def _native_job(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[Any]:
         [(hosts, tensors, after_s)] = jobs
         if list(hosts) != list(range(len(self.workers))) or after_s:
             raise ValueError("the native core runs one all-reduce of every host, released at once (allreduce)")
         return self._native.allreduce(tensors)
 
-    def _simpy_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[list[AllReduceResult | SwitchMLTimeout]]:
+    def _simpy_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[list[Any]]:
         env = self.env
 
-        def released(worker: SimulatedWorker, tensor: np.ndarray, after_s: float) -> Generator[simpy.Event, object, object]:
+        def released(worker: SimulatedHost, tensor: np.ndarray, after_s: float) -> Generator[simpy.Event, object, object]:
             if after_s > 0:
                 yield env.timeout(after_s)
             return (yield from worker.allreduce(tensor))
@@ -232,9 +281,17 @@ class SimulatedNetwork:
         env.run(env.all_of([process for job in processes for process in job]))
         return [[process.value for process in job] for job in processes]
 
+    def reset_counters(self) -> None:
+        """Every counter of every switch's program to zero."""
+        for control in self.controls.values():
+            for counter in control.schema.counters:
+                control.counter_reset(counter)
+
     def event_counters(self) -> dict[str, dict[str, int]]:
-        """Every switch's event counters since the last ``allreduce`` began, by counter name."""
-        return {name: programming.read_event_counters(control) for name, control in self.controls.items()}
+        """Every switch's event counters since they were last reset (by default as each run began), by counter name."""
+        if self._read_counters is None:
+            return {}
+        return {name: self._read_counters(control) for name, control in self.controls.items()}
 
     def describe(self) -> dict[str, Any]:
         """network.json's record of a simulated network: network.json's keys of an emulated

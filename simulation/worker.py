@@ -23,7 +23,7 @@ from typing import Generator
 import numpy as np
 import simpy
 
-from hosts.switchml.client import BATCH_PER_POOL, job_result, prepare_tensor
+from hosts.switchml.tensor import BATCH_PER_POOL, job_result, prepare_tensor
 from hosts.switchml.core import SEQ_MASK, JobArrays, JobContext, WorkerCore, missing_slots
 from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
 from hosts.switchml.native.job import SML_DONE, NativeRoundTrip, job_stats, job_struct, slot_timers

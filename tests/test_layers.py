@@ -251,8 +251,7 @@ UNMOVED: dict[str, str] = {
                      "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
                      "benchmarks.simulation_validation", "experiments.capacity", "workloads.make_traces"), ABOUT),
     **dict.fromkeys(("hosts.ddp_script", "hosts.torch_backend", "hosts.torch_hook"), DDP),
-    **dict.fromkeys(("experiments.simulated_sweep", "simulation.native", "simulation.native.star", "simulation.network",
-                     "simulation.worker"), CLOCK),
+    **dict.fromkeys(("simulation.native", "simulation.native.star", "simulation.worker"), CLOCK),
     "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
     "topologies.model": "a star's most workers is SwitchML's (SWITCHML_MAX_WORKERS), named in its message",
 }

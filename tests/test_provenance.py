@@ -19,7 +19,7 @@ from analysis.__main__ import main as analysis_main
 from experiments.config import CONFIG_DIR, TARGET_RATE_SOURCE, load_experiment
 from base.tool_version import first_line
 from experiments.provenance import tool_versions
-from experiments.simulated_sweep import simulated_target
+from experiments.simulated import simulated_target
 from hosts.switchml.native import compiler
 from protocol import results_format as fmt
 from protocol.params import REPO_ROOT

@@ -205,14 +205,35 @@ def test_simulate_gives_the_baselines_as_labelled_models(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("config", "args", "says"), [
-    ("8workers.yaml", ("--set", "methods=[ring]"), "add switchml to methods"),
-    ("training_convergence.yaml", (), "training experiments have no simulator yet"),
+    ("8workers.yaml", ("--set", "methods=[ring]"), "add an in-network method to methods (switchml)"),
+    ("training_torch.yaml", (), "torch experiments run PyTorch processes on the hosts"),
+    ("ddp_script.yaml", (), "ddp_script experiments run PyTorch processes on the hosts"),
 ])
 def test_simulate_refuses_what_it_cannot_run_in_one_line(config: str, args: tuple[str, ...], says: str) -> None:
     done = simulate(CONFIG_DIR / config, *args, "--dry-run")
     assert done.returncode == 2, done.stderr
     [line] = [l for l in done.stderr.splitlines() if "ERROR" in l]
     assert says in line
+
+
+def test_a_numpy_training_trains_on_the_simulated_clock(tmp_path: Path) -> None:
+    """The training kind's one runner on the simulated clock: every step of SwitchML's training
+    verified against the runner's replay (each rank's gradient, result and parameters), the
+    baselines given by their model and trained by none."""
+    import json
+
+    import pandas as pd
+
+    done = simulate(CONFIG_DIR / "training_convergence.yaml", "--set", "workload.steps=4", "--set", "methods=[switchml,ring]",
+                    out=tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["simulated"] and summary["verified"]
+    assert set(summary["simulation"]["baseline_models"]["0"]) == {"ring"}
+    steps = pd.read_csv(tmp_path / "run" / "training_steps.csv")
+    network = steps[steps["source"] == "network"]
+    assert list(network["series"].unique()) == ["switchml"] and list(network["step"]) == [0, 1, 2, 3, 4]
+    assert network["verified"].all() and (network.loc[network["step"] > 0, "allreduce_s"] > 0).all()
 
 
 EMULATED = REPO_ROOT / "tests" / "data" / "results_small"
@@ -313,18 +334,19 @@ SHIPPED_CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.yaml") if not p.name.ends
 
 
 @pytest.mark.parametrize("config", SHIPPED_CONFIGS, ids=lambda p: p.name)
-def test_every_shipped_config_with_given_tensors_simulates(config: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """--simulate takes every config in configs/ whose workload hands the workers tensors
-    (a dry run: the checks a run makes before its first frame); one that trains for real is
-    refused in one line naming the experiment kind."""
+def test_every_shipped_config_simulates_but_the_pytorch_ones(config: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """--simulate takes every config in configs/ (a dry run: the checks a run makes before its
+    first frame) whatever its kind, through the one network interface; a kind whose hosts run
+    PyTorch processes (``ExperimentKind.emulated_only``) is refused in one line naming it."""
     import run_experiment
     from experiments.config import load_experiment
+    from experiments.kinds import kind_of
 
-    trains = load_experiment(config).points[0].workload_kind.inputs is None
+    kind = kind_of(load_experiment(config))
     status = run_experiment.main([str(config), "--simulate", "--dry-run"])
-    assert status == (2 if trains else 0), caplog.text
-    if trains:
-        assert "experiments have no simulator yet" in caplog.text
+    assert status == (2 if kind.emulated_only else 0), caplog.text
+    if kind.emulated_only:
+        assert f"{kind.name} experiments run PyTorch processes on the hosts" in caplog.text
 
 
 @pytest.mark.parametrize("mbps", [10.0, 100_000.0])

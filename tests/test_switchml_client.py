@@ -19,7 +19,7 @@ import pytest
 from hosts.switchml import RetransmitPolicy, SwitchMLClient, SwitchMLTimeout, UnsummableTensor
 from hosts.switchml.core import HOLD_MAX_S, HOLD_SHARE, hold_time
 from hosts.switchml.timers import RoundTripEstimator, SlotTimers, pool_drain_s
-from hosts.switchml.method import retransmit_policy
+from hosts.switchml.spec import retransmit_policy
 from protocol.worker_spec import SwitchMLParameters
 from protocol import params
 from protocol.packet import SWITCHML_HEADER, SWITCHML_HEADER_BYTES, decode_elements, payload_bytes

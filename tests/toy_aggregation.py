@@ -2,9 +2,10 @@
 
 tests/test_plugins.py registers it in temporary copies of the registries, to show that a
 protocol is its own files plus registry lines: its typed job parameters, its record
-(methods/aggregation.py), its worker (the host side: its own, not the ring's or SwitchML's),
-and its program on the embedded target (a ``SimulatedSwitch`` built from the embedded
-switch's registers, traffic manager and control plane).
+(methods/aggregation.py), its worker (the host side: its own, not the ring's or SwitchML's,
+sans-IO, so that it is also the core the simulated clock's generic driver runs), its program
+on the embedded target (a ``SimulatedSwitch`` built from the embedded switch's registers,
+traffic manager and control plane) and how a network's switches are programmed for it.
 
 The wire format: an Ethernet frame of EtherType 0x88B5 (IEEE's local experimental), then
 job id (16 bits), rank (8), workers (8), chunk (32), then k big-endian int32 values. The
@@ -22,11 +23,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from hosts.stats import JobStats
 from methods import verification
 from methods.aggregation import Aggregation
 from methods.method import Method, in_network
 from protocol.worker_spec import WorkerSpec
 from switches.control import SwitchControl
+from switches.fabric import Fabric, Jobs
 from switches.embedded.control_server import pipeline_handlers
 from switches.embedded.program import ProgramView
 from switches.embedded.registers import CellRegister, Counter
@@ -83,6 +86,7 @@ class ToyWorker:
         self.rank, self.n_workers = rank, spec.n_workers
         self._result: np.ndarray | None = None
         self._missing: set[int] = set()
+        self._stats = JobStats()
 
     def frames(self, tensor: np.ndarray) -> list[bytes]:
         """Every chunk of ``tensor`` (int32, a multiple of k long), one frame each."""
@@ -104,6 +108,28 @@ class ToyWorker:
     def result(self) -> np.ndarray | None:
         """The all-reduced tensor once every chunk's sum came back."""
         return self._result if self._result is not None and not self._missing else None
+
+    # -- as a ``HostCore`` (methods/aggregation.py), for the simulated clock's driver ------
+
+    def start(self, tensor: np.ndarray, now: float) -> tuple[list[bytes], None]:
+        """Every chunk at once (no timers: the toy never resends)."""
+        sent = self.frames(tensor)
+        self._stats = JobStats(packets_sent=len(sent), bytes_sent=sum(map(len, sent)))
+        return sent, None
+
+    def step(self, now: float, received: list[bytes]) -> tuple[list[bytes], None]:
+        for data in received:
+            self._stats.packets_received += 1
+            self._stats.bytes_received += len(data)
+            self.receive(data)
+        return [], None
+
+    @property
+    def done(self) -> bool:
+        return self.result() is not None
+
+    def outcome(self) -> tuple[np.ndarray, None, JobStats]:
+        return self.result(), None, self._stats
 
 
 class ToySwitch(ProgramView):
@@ -147,6 +173,11 @@ class ToySwitch(ProgramView):
         return InProcessControl(pipeline_handlers(self, self.stats), command_log)
 
 
+def core(spec: WorkerSpec, rank: int, host: Any, switch: Any) -> ToyWorker:
+    """Its record's ``core``: its worker, which needs no address (its frames are broadcast)."""
+    return ToyWorker(spec, rank)
+
+
 def reset_switch(control: SwitchControl, parameters: ToyParameters) -> None:
     """Its record's ``reset_switch``: every slot's sum and count to zero."""
     control.registers_reset(["ToyIngress.sum", "ToyIngress.count"])
@@ -158,9 +189,16 @@ def program_switch(control: SwitchControl, ports: list[int]) -> None:
     control.mc_node_associate(GROUP, control.mc_node_create(0, ports))
 
 
+def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Jobs) -> None:
+    """Its record's ``program_fabric``: a star's switch multicasts the sums to every host's port."""
+    switch = fabric.aggregator.name
+    program_switch(controls[switch], [fabric.towards[switch, host.name] for host in fabric.hosts])
+
+
 AGGREGATION = Aggregation(
     name=NAME, label="Toy sum", parameters=ToyParameters.from_config, read_parameters=ToyParameters.read, k_choices=(32,),
     defaults={}, sum_bits=32, host="tests.toy_aggregation:ToyWorker", reset_switch="tests.toy_aggregation:reset_switch",
+    program_fabric="tests.toy_aggregation:program_fabric", core="tests.toy_aggregation:core",
 )
 METHOD: Method = in_network(AGGREGATION, name=NAME, label="Toy sum", colour="tab:olive", verify=verification.float_sum,
                             bound=lambda link_bps, n_workers, k: link_bps / 32)

@@ -52,6 +52,11 @@ class Workload:
     the loop that answers the runner's commands (hosts/worker.py resolves it)."""
     experiment: str
     """The name of the experiment kind that runs it (experiments/kinds/)."""
+    rank_program: str | None = None
+    """"module:attribute" of what one rank does around each all-reduce, ``cls(spec, rank,
+    load)`` (hosts/rank.py's ``RankProgram``): the host loop runs it on an emulated host, the
+    simulated clock in the runner's process; None for hosts that run a loop of their own
+    (PyTorch's), which only emulation runs."""
     required: tuple[str, ...] = ()
     """Its keys a config must give."""
     defaults: Mapping[str, Any] = field(default_factory=dict)

@@ -23,7 +23,7 @@ from typing import Callable
 
 import methods
 from experiments.config import Experiment
-from experiments.harness import ExperimentKind, PointNetwork, point_network, worker_spec
+from experiments.harness import Clock, ExperimentKind, PointNetwork, point_network, worker_spec
 from experiments.kinds.torch_training import verify_buckets
 from experiments.results import ResultsWriter, format_table
 from experiments.workers import REPORT_GRACE_S
@@ -33,9 +33,9 @@ log = logging.getLogger(__name__)
 class ScriptRunner:
     """Each method runs the script once on every host."""
 
-    def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
+    def __init__(self, experiment: Experiment, clock: Clock, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
         self.experiment = experiment
-        self.target = target
+        self.clock = clock
         self.writer = writer
         self.progress = progress
         self.point = experiment.points[0]
@@ -55,7 +55,7 @@ class ScriptRunner:
         if not pending:
             return True
         ok = True
-        with point_network(self.experiment, self.point, self.target, self.writer) as held:
+        with point_network(self.experiment, self.point, self.clock, self.writer) as held:
             for method in pending:
                 ok &= self._run_script(held, method)
         return ok
@@ -70,7 +70,7 @@ class ScriptRunner:
             group.release(1)
             reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
             verdicts = verify_buckets(method, reports, self.point.job.k)
-            self.writer.add_repetition(self.point, method, 1, reports, verdicts, meter.stop(), held.net.report.loss_mechanism,
+            self.writer.add_repetition(self.point, method, 1, reports, verdicts, meter.stop(), held.loss_mechanism,
                                        elements=reports[0]["elements"])
             group.finish()
         for rank, verdict in enumerate(verdicts):
@@ -97,5 +97,6 @@ KIND = ExperimentKind(
     unit="method",
     units=lambda experiment: len(experiment.data["methods"]),
     report=format_table,
+    emulated_only=True,
 )
 """A user's DDP script, once per method, with the testbed's all-reduce behind its DDP hook."""

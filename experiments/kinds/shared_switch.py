@@ -17,13 +17,11 @@ machine's busy share over each repetition (all its jobs) as the one fidelity mea
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -35,9 +33,7 @@ from experiments.config import Experiment, Point, point_label
 from workloads.kinds import point_inputs, workload_of
 from experiments.job_meter import machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
-from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, verify_results, worker_spec
-from experiments.simulated_sweep import SimulationFailed, check_simulable, simulated_network, simulation_record
-from switches.targets import lookup
+from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.kinds.sweep import ExperimentRunner
 from methods.verification import expected_for
 from experiments.workers import REPORT_GRACE_S
@@ -160,7 +156,7 @@ class SharedSwitchRunner(ExperimentRunner):
         return verified
 
     def _run_jobs_point(self, point: Point) -> bool:
-        with point_network(self.experiment, point, self.target, self.writer, jobs=point_jobs(point)) as held:
+        with point_network(self.experiment, point, self.clock, self.writer, jobs=point_jobs(point)) as held:
             return self._run_jobs(held)
 
     def _job_spec(self, held: PointNetwork, job: dict[str, Any]) -> tuple[Path, Any]:
@@ -185,10 +181,12 @@ class SharedSwitchRunner(ExperimentRunner):
                 groups.append((job, stack.enter_context(held.workers(METHOD, spec_path, job["hosts"])), expected))
             for repetition in range(point.repetitions):
                 busy_before, total_before = machine_cpu()
-                released = self._release(groups, repetition)
+                released = held.release_together([group for _, group, _ in groups], repetition,
+                                                 [job.get("start_s", 0.0) for job, _, _ in groups])
                 collected = [group.collect("done", held.job_limit(METHOD), grace_s=REPORT_GRACE_S) for _, group, _ in groups]
                 busy_after, total_after = machine_cpu()
-                machine_busy = (busy_after - busy_before).busy / max(1e-9, total_after - total_before)
+                # the machine's busy share measures an emulation keeping up; a simulated job ran on no CPU
+                machine_busy = None if self.clock.simulated else (busy_after - busy_before).busy / max(1e-9, total_after - total_before)
                 for (job, _group, expected), released_s, reports in zip(groups, released, collected):
                     verdicts = verify_reports(METHOD, expected, reports, f"point {point.index} rep {repetition} job {job['job_id']}")
                     ok &= all(v.verified for v in verdicts)
@@ -196,60 +194,6 @@ class SharedSwitchRunner(ExperimentRunner):
                 self.progress(f"{len(jobs)} jobs rep {repetition}")
             for _, group, _ in groups:
                 group.finish()
-        return ok
-
-    @staticmethod
-    def _release(groups: list, repetition: int) -> list[float]:
-        """Release each job at its start_s after the first; the times it was released at."""
-        t0 = time.monotonic()
-        released = []
-        for job, group, _ in groups:
-            delay = t0 + job.get("start_s", 0.0) - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            released.append(time.monotonic() - t0)
-            group.release(repetition)
-        return released
-
-
-class SimulatedSharedSwitchRunner:
-    """SharedSwitchRunner's points on simulated networks (experiments/simulated_sweep.py):
-    the switch programmed with every job (admit_jobs), each job's workers released at its
-    ``start_s`` of simulated time, verified and recorded the same way."""
-
-    def __init__(self, experiment: Experiment, target: str, writer: SharedSwitchWriter, progress: Callable[[str], None]) -> None:
-        self.experiment = check_simulable(experiment)
-        self.target = lookup(target)
-        self.writer = writer
-        self.progress = progress
-        writer.mark_simulated(simulation_record(experiment))
-
-    def run(self) -> bool:
-        verified = True
-        for point in self.experiment.points:
-            verified &= self._run_point(point)
-        return verified
-
-    def _run_point(self, point: Point) -> bool:
-        jobs: Sequence[dict[str, Any]] = sorted(point.data["jobs"], key=lambda job: job.get("start_s", 0.0))
-        net = simulated_network(self.experiment, point, self.target, METHOD, point_jobs(point))
-        self.writer.record_network(point.index, net.describe())
-        methods.by_name(METHOD).prepare(net, point.protocol)
-        inputs = [job_inputs(point, job) for job in jobs]
-        expected = [expected_for(tensors, point.job.k) for tensors in inputs]
-        ok = True
-        for repetition in range(point.repetitions):
-            try:
-                outcomes = net.run_jobs([(job["hosts"], tensors, job.get("start_s", 0.0)) for job, tensors in zip(jobs, inputs)])
-            except TimeoutError as exc:  # the protocol's job missed its deadline (hosts/switchml/job.py: SwitchMLTimeout)
-                raise SimulationFailed(f"point {point.index} rep {repetition} (simulated): {exc}") from None
-            for job, results, want in zip(jobs, outcomes, expected):
-                verdicts = verify_results(METHOD, want, [(r.values, r.int_sum) for r in results],
-                                          f"point {point.index} rep {repetition} job {job['job_id']} (simulated)")
-                ok &= all(v.verified for v in verdicts)
-                reports = [{"stats": dataclasses.asdict(r.stats)} for r in results]
-                self.writer.add_job(point, repetition, job, job.get("start_s", 0.0), reports, verdicts, None)
-            self.progress(f"{len(jobs)} jobs rep {repetition}")
         return ok
 
 
@@ -293,6 +237,5 @@ KIND = ExperimentKind(
     unit="repetition",
     units=lambda experiment: sum(p.repetitions for p in experiment.points),
     report=format_shared_table,
-    simulator=SimulatedSharedSwitchRunner,
 )
 """Several jobs on one switch at once, each with its own slots (the config lists ``jobs``)."""

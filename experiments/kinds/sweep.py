@@ -1,10 +1,12 @@
 """The sweep: every point, method and repetition of an all-reduce experiment, a fresh network per point.
 
-For each point (on experiments/harness.py's skeleton): write each rank's input tensor, then
-for each method start one worker per host, release the repetitions one by one, read the
-switch counters and each process's CPU time around each repetition, verify every worker's
-result, and append tidy rows to the results (experiments.results). Everything started is
-stopped on the way out, whether the run succeeds, fails, or is interrupted.
+For each point (on experiments/harness.py's skeleton, on either clock): write each rank's
+input tensor, then for each method start one worker per host, release the repetitions one
+by one, meter each repetition (the switch counters; emulated, each process's CPU time),
+verify every worker's result, and append tidy rows to the results (experiments.results).
+A method the clock gives by a model (the simulated clock's baselines) is recorded as one
+and not run. Everything started is stopped on the way out, whether the run succeeds,
+fails, or is interrupted.
 """
 
 from __future__ import annotations
@@ -15,17 +17,16 @@ from typing import Callable
 
 from experiments.config import Experiment, Point
 from workloads.kinds import point_inputs
-from experiments.harness import ExperimentKind, PointNetwork, pending_methods, point_network, verify_reports, worker_spec
+from experiments.harness import Clock, ExperimentKind, PointNetwork, pending_methods, point_network, verify_reports, worker_spec
 from experiments.results import ResultsWriter, format_table
-from experiments.simulated_sweep import SimulatedSweepRunner
 from methods.verification import Expected, expected_for
 from experiments.workers import REPORT_GRACE_S
 
 
 class ExperimentRunner:
-    def __init__(self, experiment: Experiment, target: str, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
+    def __init__(self, experiment: Experiment, clock: Clock, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
         self.experiment = experiment
-        self.target = target
+        self.clock = clock
         self.writer = writer
         self.progress = progress
 
@@ -33,14 +34,18 @@ class ExperimentRunner:
         """Run every point not already in the results; True when every result verified."""
         verified = True
         for point in self.experiment.points:
-            pending = pending_methods(self.writer, point, self.progress, point.methods)
+            modelled = self.clock.modelled(point, self.writer)
+            for method in modelled:
+                for _ in range(point.repetitions):
+                    self.progress(f"{method} (model)")
+            pending = pending_methods(self.writer, point, self.progress, [m for m in point.methods if m not in modelled])
             if pending:
                 verified &= self._run_point(point, pending)
         return verified
 
     def _run_point(self, point: Point, methods: list[str]) -> bool:
         """One network for the point: every pending method on the same inputs."""
-        with point_network(self.experiment, point, self.target, self.writer) as held:
+        with point_network(self.experiment, point, self.clock, self.writer) as held:
             inputs = point_inputs(point.workload, len(point.topology.hosts))
             input_paths = held.write_inputs(inputs)
             expected = expected_for(inputs, point.job.k)
@@ -66,7 +71,7 @@ class ExperimentRunner:
                 if not all(v.verified for v in verdicts):
                     held.explain_wrong_sums(method, measured, reports, verdicts)
                 ok &= all(v.verified for v in verdicts)
-                self.writer.add_repetition(point, method, repetition, reports, verdicts, measured, held.net.report.loss_mechanism)
+                self.writer.add_repetition(point, method, repetition, reports, verdicts, measured, held.loss_mechanism)
                 self.progress(f"{method} rep {repetition}")
             group.finish()
         return ok
@@ -79,6 +84,5 @@ KIND = ExperimentKind(
     unit="job",
     units=lambda experiment: sum(p.repetitions * len(p.methods) for p in experiment.points),
     report=format_table,
-    simulator=SimulatedSweepRunner,
 )
 """All-reduce jobs: every point x method x repetition (the default kind)."""

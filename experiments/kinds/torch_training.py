@@ -149,5 +149,6 @@ KIND = ExperimentKind(
     unit="step",
     units=lambda experiment: experiment.data["workload"]["steps"] * len(experiment.data["methods"]),
     report=training_report,
+    emulated_only=True,
 )
 """Each method trains the model with DDP step by step; each step's all-reduces are one job."""

@@ -23,7 +23,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from experiments.config import Experiment
-from experiments.harness import ExperimentKind, PointNetwork, point_network, take_result, worker_spec
+from experiments.harness import Clock, ExperimentKind, PointNetwork, point_network, take_result, worker_spec
 from experiments.results import format_table
 from experiments.kinds.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
 from experiments.kinds.training_results import EXACT, TrainingResultsWriter, ablation_series, format_training_table
@@ -59,10 +59,10 @@ class StepTrainingRunner(ABC):
     ``_train`` compares with) and ``_train`` (one method's training on the held network).
     """
 
-    def __init__(self, experiment: Experiment, target: str, writer: TrainingResultsWriter,
+    def __init__(self, experiment: Experiment, clock: Clock, writer: TrainingResultsWriter,
                  progress: Callable[[str], None]) -> None:
         self.experiment = experiment
-        self.target = target
+        self.clock = clock
         self.writer = writer
         self.progress = progress
         self.point = experiment.points[0]
@@ -118,18 +118,22 @@ class StepTrainingRunner(ABC):
                 timing = step_timing(reports, emulated_s, verified)
                 emulated_s = timing["emulated_time_s"]
                 row = step_row(method, method, "network", sum_bits(method), step, evaluation, param_diff, timing)
-                self.writer.add_repetition(point, method, step, reports, verdicts, None, held.net.report.loss_mechanism)
+                self.writer.add_repetition(point, method, step, reports, verdicts, None, held.loss_mechanism)
                 self.writer.add_training_steps([row])
                 self.progress(f"{method} step {step}: test accuracy {row['test_accuracy']:.3f}")
-            self.writer.add_whole_training(point, method, meter.stop(), held.net.report.loss_mechanism)
+            self.writer.add_whole_training(point, method, meter.stop(), held.loss_mechanism)
             group.finish()
         return ok
 
     def _pending_methods(self) -> list[str]:
         """The methods whose training is not complete in the results (an interrupted one's rows discarded)."""
         pending = []
+        modelled = self.clock.modelled(self.point, self.writer)  # the simulated clock's baselines: no training of their own
         for method in self.point.methods:
-            if self.writer.series_complete(method, self.config.steps):
+            if method in modelled:
+                for _ in range(self.config.steps):
+                    self.progress(f"{method} (model)")
+            elif self.writer.series_complete(method, self.config.steps):
                 log.info("%s: training already in %s, skipped (resume)", method, self.writer.run_dir)
                 for _ in range(self.config.steps):
                     self.progress("skipped")
@@ -140,7 +144,7 @@ class StepTrainingRunner(ABC):
 
     def _train_methods(self, methods: list[str], exact: Any) -> bool:
         """One network for every method; the data set file lives in the work folder while it is held."""
-        with point_network(self.experiment, self.point, self.target, self.writer) as held:
+        with point_network(self.experiment, self.point, self.clock, self.writer) as held:
             dataset_path = held.work / "dataset.npz"
             self.data.save(dataset_path)
             ok = True
@@ -157,9 +161,9 @@ class StepTrainingRunner(ABC):
 class TrainingRunner(StepTrainingRunner):
     """The numpy MLP's training: the runner's replay computes and checks every worker's gradient."""
 
-    def __init__(self, experiment: Experiment, target: str, writer: TrainingResultsWriter,
+    def __init__(self, experiment: Experiment, clock: Clock, writer: TrainingResultsWriter,
                  progress: Callable[[str], None]) -> None:
-        super().__init__(experiment, target, writer, progress)
+        super().__init__(experiment, clock, writer, progress)
         self.model = MLP(self.config.hidden_units)
 
     def _record_references(self) -> Trajectory:

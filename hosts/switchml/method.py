@@ -1,6 +1,6 @@
 """SwitchML's worker as a method of the testbed: the class its record names as ``host``
-(methods/switchml.py), the client a DDP hook or backend joins the job with, and the
-retransmission policy a spec's parameters and link rate give.
+(methods/switchml.py), and the client a DDP hook or backend joins the job with, built from
+the spec's job and retransmission policy (spec.py).
 
 ``hosts.allreduce.build`` builds a rank's method from the spec, whichever it is; this is
 SwitchML's, in its own folder, so nothing outside hosts/switchml/ needs to know its client.
@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import methods
 from hosts.allreduce import Outcome
 from hosts.switchml.client import SwitchMLClient
-from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
-from protocol.params import mbps_to_bps
-from protocol.worker_spec import SwitchMLParameters, WorkerSpec
+from hosts.switchml.spec import retransmit_policy, spec_parameters
+from protocol.worker_spec import WorkerSpec
 
 
 class SwitchMLMethod:
@@ -34,9 +32,7 @@ class SwitchMLMethod:
 
 def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
     """Rank ``rank``'s SwitchML client for the spec's job: the method's, and the DDP hook's (hosts/torch_hook.py)."""
-    if spec.protocol is None:
-        raise ValueError(f"method {spec.method}'s spec has no protocol section (its record names no aggregation): no SwitchML job to join")
-    proto = methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
+    proto = spec_parameters(spec)
     return SwitchMLClient(
         rank=rank,
         n_workers=spec.n_workers,
@@ -48,16 +44,3 @@ def switchml_client(spec: WorkerSpec, rank: int) -> SwitchMLClient:
         job_deadline_s=spec.job_timeout_s,
         data_path=proto.data_path,
     )
-
-
-def retransmit_policy(protocol: SwitchMLParameters, link_mbps: float | None) -> RetransmitPolicy:
-    """The config's timeout floor (``timeout_ms``), raised to twice the time a full pool takes
-    to cross the slowest link when links are rate-limited (hosts/switchml/timers.py: under
-    loss the measured round trips fall below it just before the pool refills); or the
-    config's fixed timeout (``fixed_timeout_ms``: loss-free links)."""
-    if protocol.fixed_timeout_ms is not None:
-        return RetransmitPolicy.fixed_at(protocol.fixed_timeout_ms / 1000.0)
-    floor_s = protocol.timeout_ms / 1000.0
-    if link_mbps is not None:
-        floor_s = max(floor_s, 2 * pool_drain_s(protocol.pool_size, protocol.k, mbps_to_bps(link_mbps)))
-    return RetransmitPolicy(min_s=floor_s, backoff_every=protocol.backoff_every, max_s=max(1.0, floor_s))

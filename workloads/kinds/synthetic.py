@@ -27,5 +27,6 @@ SYNTHETIC = Workload(
     describe=describe,
     inputs=inputs,
     host="hosts.worker:serve",
+    rank_program="hosts.rank:GivenTensor",
     experiment="sweep",
 )

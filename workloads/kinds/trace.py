@@ -67,5 +67,6 @@ TRACE = Workload(
     inputs=inputs,
     check=check,
     host="hosts.worker:serve",
+    rank_program="hosts.rank:GivenTensor",
     experiment="sweep",
 )

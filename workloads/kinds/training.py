@@ -70,5 +70,6 @@ TRAINING = Workload(
     describe=describe,
     check=check,
     host="hosts.training:serve_training",
+    rank_program="hosts.training:TrainingRank",
     experiment="training",
 )
