@@ -59,7 +59,7 @@ class JobStats:
     timeline_bin_s: float = TIMELINE_BIN_S
     socket_errors: dict[str, int] = field(default_factory=dict)
     """errno name -> datagrams the kernel refused to send, or reported lost, with it: ICMP
-    errors (forged or real) and a link that is down (hosts/switchml/mmsg.py,
+    errors (forged or real) and a link that is down (hosts/mmsg.py,
     SEND_LOST_ERRNOS). Each was a loss the timers recovered; empty for TCP methods."""
     rejected_results: int = 0
     """Results refused because no correct switch sends them (SwitchML: a block exponent

@@ -1,7 +1,7 @@
 """Batches of UDP datagrams in one system call each: Linux's sendmmsg and recvmmsg.
 
-A SwitchML worker exchanges small fixed-size datagrams with the switch, tens of thousands
-per second. One ``send``/``recv_into`` per datagram costs a system call and a round of
+An in-network worker (SwitchML's, ATP's) and ATP's parameter server exchange small
+fixed-size datagrams with the switch, tens of thousands per second. One ``send``/``recv_into`` per datagram costs a system call and a round of
 CPython argument handling each; under load that, not the protocol, was most of a worker's
 ~50 us per packet. Python's socket module has no sendmmsg/recvmmsg, so this module calls
 libc's through ctypes, over arrays that are set up once: ``tx`` and ``rx`` are numpy record
@@ -9,8 +9,9 @@ arrays (one record per datagram), and the ``mmsghdr``/``iovec`` tables that poin
 them never change. A batch is then: fill ``tx[:n]`` with array operations, ``send(n)``; or
 ``receive()``, then read ``rx[:n]`` and ``lengths[:n]``.
 
-The socket must be non-blocking and connected (no addresses in the headers); waiting is
-the caller's business (poll).
+The socket must be non-blocking; sending needs it connected (no addresses in the headers),
+receiving does not (ATP's parameter server hears every worker of its job on one unconnected
+socket). Waiting is the caller's business (poll).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _message_table(buffers: np.ndarray, stride: int, length: int) -> tuple[ctype
 
 
 class BatchSocket:
-    """sendmmsg/recvmmsg over preallocated record arrays for one connected datagram socket.
+    """sendmmsg/recvmmsg over preallocated record arrays for one datagram socket (connected, to send).
 
     ``tx`` holds up to ``capacity`` outgoing records of ``dtype``; ``rx`` is a view of
     ``capacity`` receive buffers as records of ``dtype`` (each buffer has
