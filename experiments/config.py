@@ -68,6 +68,8 @@ def experiment_schema() -> dict[str, Any]:
     schema = load_schema(SCHEMA_PATH)
     schema["properties"]["methods"]["items"]["enum"] = [method.name for method in methods.REGISTRY]
     schema["properties"]["protocol"]["properties"]["k"]["enum"] = sorted({k for protocol in methods.AGGREGATIONS for k in protocol.k_choices})
+    for protocol in methods.AGGREGATIONS:  # each protocol's own keys (ATP's protocol.atp), from its record
+        schema["properties"]["protocol"]["properties"].update(copy.deepcopy(dict(protocol.properties)))
     workload = schema["properties"]["workload"]
     workload["properties"]["kind"]["enum"] = list(workloads.kinds.names())
     for kind in workloads.kinds.REGISTRY:
