@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET
 from protocol.packet import Endpoint, build_frame
-from switches.atp_programming import Host, program_job
+from switches.atp.programming import Host, program_job
 from switches.embedded.atp.pipeline import ATPPipeline
 from switches.embedded.control_server import pipeline_handlers
 from switches.remote_control import InProcessControl
@@ -94,7 +94,7 @@ class UDPRelay:
 
     def add_job(self, job: RelayJob) -> None:
         """Give the job's hosts switch ports and program the job as a network would
-        (switches/atp_programming.py, through the control plane)."""
+        (switches/atp/programming.py, through the control plane)."""
         hosts = []
         for address in job.workers:
             port = next(self._ports)
