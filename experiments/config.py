@@ -497,11 +497,16 @@ def _check_ddp_methods(data: Mapping[str, Any], source: str) -> None:
 
 
 def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` over the defaults (DEFAULTS, then its workload kind's), so that a section given
+    """``data`` over the defaults (DEFAULTS, its workload kind's, and the own sections of the
+    protocols its methods run: ATP's ``protocol.atp``), so that a section given
     whole (``--set limits={...}``, a sweep over ``workload``) keeps the defaults of the keys it
     does not name, and the resolved config.yaml records them; DEFAULTS are copied, so no load
     changes them."""
     merged = deep_merge(copy.deepcopy(DEFAULTS), data)
+    named = merged.get("methods")
+    if isinstance(named, list) and isinstance(merged.get("protocol"), dict):  # else the schema names the mistake
+        for protocol in methods.aggregations_of([name for name in named if name in methods.NAMES]):
+            merged["protocol"] = deep_merge(copy.deepcopy(dict(protocol.section_defaults)), merged["protocol"])
     workload = merged.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("kind"), str):  # else the schema names the mistake
         if workload["kind"] in workloads.kinds.names():

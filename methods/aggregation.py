@@ -99,6 +99,9 @@ class Aggregation:
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
     """The torch.distributed backend name a DDP script gets through it (hosts/torch_backend.py); None: none."""
+    section_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Defaults of its own subsection of the ``protocol`` section (ATP's ``atp``), which only a
+    config naming one of its methods gets: a config without it records nothing of it."""
     properties: Mapping[str, Any] = field(default_factory=dict)
     """JSON schema of its own keys of the config's ``protocol`` section (ATP: its ``atp``
     subsection), which experiments/config.py adds to configs/experiment.schema.yaml."""
