@@ -264,3 +264,28 @@ def test_the_schema_takes_atps_own_section_and_the_spec_carries_its_parameters(m
     assert section["window"] == 32 and "timeout_ms" not in section, "ATP's own keys, none of SwitchML's"
     assert job_parameters(point, "switchml")["timeout_ms"] == 20.0, "SwitchML's parameters unchanged"
 
+
+
+def test_preparing_a_network_frees_every_aggregator_and_sets_the_ecn_threshold() -> None:
+    """ATP's ``reset_switch`` through ``Method.prepare``, on the embedded pipeline's control plane."""
+    from types import SimpleNamespace
+    from switches.atp.programming import AGGREGATOR_REGISTERS, ECN_THRESHOLD
+    from switches.embedded.atp.pipeline import ATPPipeline
+    from switches.embedded.control_server import pipeline_handlers
+    from switches.remote_control import InProcessControl
+    control = InProcessControl(pipeline_handlers(ATPPipeline(K, 16), lambda: {}))
+    for register in AGGREGATOR_REGISTERS:
+        control.register_write(register, 3, 1)  # a job killed mid-sum left aggregator 3 held
+    section = config_section(replace(PARAMETERS, ecn_threshold=5))
+    methods.by_name("atp").prepare(SimpleNamespace(aggregating_controls=[control]), section)
+    assert all(control.register_read(register) == [0] * 16 for register in AGGREGATOR_REGISTERS)
+    assert control.register_read(ECN_THRESHOLD, 0) == 5
+
+
+def test_the_resend_timeout_covers_a_window_on_a_slow_link() -> None:
+    from hosts.atp.method import resend_floor
+    from protocol.atp.packet import frame_bytes
+    assert resend_floor(PARAMETERS, None) == PARAMETERS
+    assert resend_floor(PARAMETERS, 10_000.0) == PARAMETERS, "a fast link leaves the configured floor"
+    slow = resend_floor(PARAMETERS, 1.0)
+    assert slow.resend_timeout_ms == pytest.approx(2 * PARAMETERS.window * 8 * frame_bytes(K) / 1e3)

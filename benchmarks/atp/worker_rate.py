@@ -88,7 +88,7 @@ def main() -> None:
     args = parser.parse_args()
     ks = sorted({k for target in targets.REGISTRY.values() for k in target.link_rates})
     print(f"ATP Python worker, W = {args.window}, {args.packets:,} packets per all-reduce, best of {args.repeats}")
-    print("| k | worker packets/s | " + " | ".join(f"{name} needs (Mbit/s)" for name in sorted(targets.REGISTRY)) + " |")
+    print("| k | worker packets/s | " + " | ".join(f"{name} needs, packets/s (at Mbit/s)" for name in sorted(targets.REGISTRY)) + " |")
     print("|---|---|" + "---|" * len(targets.REGISTRY))
     for k in ks:
         rate = max(measure(k, args.packets, args.window) for _ in range(args.repeats))
