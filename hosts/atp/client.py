@@ -3,9 +3,8 @@
 Addresses. A worker sends its packets to its job's parameter server (the PS's address, UDP
 port ``PS_UDP_PORT``); the aggregating switch intercepts them on the way. Results come back
 from the switch (the address the PS sent them to, port ``SWITCH_UDP_PORT``) to the worker's
-``WORKER_UDP_PORT``. A connected UDP socket hears only its peer, so the worker has two: one
-connected to the PS to send on, one bound to its port and connected to the switch to receive
-on, whose kernel filter drops every datagram from anyone else.
+``WORKER_UDP_PORT``, on a socket connected to the switch, whose kernel filter drops every
+datagram from anyone else (hosts/atp/sockets.py).
 
 The loop is SwitchML's (hosts/switchml/job.py): one recvmmsg takes every waiting result, the
 core answers each, one sendmmsg sends what it wrote; with nothing waiting it fires the due
@@ -31,11 +30,12 @@ import numpy as np
 
 from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.worker import DEFAULT_STALL_S, WorkerConfig, WorkerCore
-from hosts.mmsg import BatchSocket, datagram_socket, errno_counts
+from hosts.atp.sockets import PayloadSockets
+from hosts.mmsg import errno_counts
 from hosts.stats import JobStats, SendTimeline
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
-from protocol.atp.packet import SEQ_LIMIT, payload_bytes
+from protocol.atp.packet import SEQ_LIMIT
 from protocol.atp.quantize import dequantize_sum, quantize_tensor
 
 log = logging.getLogger(__name__)
@@ -74,25 +74,14 @@ class ATPClient:
         self._map = AggregatorMap(parameters.job_id, parameters.window, parameters.pool_size)
         self._deadline_s = job_deadline_s
         self._next_seq = 1
-        self._size = payload_bytes(parameters.k)
-        dtype = np.dtype((np.void, self._size))
-        capacity = BATCH_PER_WINDOW * parameters.window
-        self._receiving = datagram_socket((bind_ipv4, bind_port), switch)
-        try:
-            self._sending = datagram_socket((bind_ipv4, 0), ps)
-        except OSError:
-            self._receiving.close()
-            raise
-        self._rx = BatchSocket(self._receiving, dtype, capacity)
-        self._tx = BatchSocket(self._sending, dtype, capacity)
-        self._tx_rows = self._tx.tx.view(np.uint8).reshape(capacity, self._size)
+        self._io = PayloadSockets(parameters.k, BATCH_PER_WINDOW * parameters.window, (bind_ipv4, bind_port), ps, switch)
         self._poller = select.poll()
-        self._poller.register(self._receiving, select.POLLIN)
+        self._poller.register(self._io.receiving, select.POLLIN)
 
     @property
     def address(self) -> tuple[str, int]:
         """Local (IPv4, UDP port) results must be sent to."""
-        return self._receiving.getsockname()
+        return self._io.receiving.getsockname()
 
     def allreduce(self, tensor: np.ndarray) -> ATPResult:
         """Sum ``tensor`` (1-D float32 within 2^exponent, or int32) over the job's workers.
@@ -119,14 +108,14 @@ class ATPClient:
 
     def _run(self, core: WorkerCore, started: float) -> JobStats:
         """The loop: results in batches, timers when idle, until every packet has its result."""
-        rx, poller = self._rx, self._poller
-        refusals_before = self._tx.refusals + rx.refusals
+        io, poller = self._io, self._poller
+        refusals_before = io.refusals
         timeline = SendTimeline(started)
         malformed = received_bytes = 0
         deadline = started + self._deadline_s
         self._send(core.start(started), started, timeline)
         while not core.finished:
-            count = rx.receive()
+            count = io.rx.receive()
             now = time.perf_counter()
             if count == 0:
                 due = core.next_timer()
@@ -139,26 +128,20 @@ class ATPClient:
                 wake = deadline if due is None else min(due, deadline)
                 poller.poll(max(0, math.ceil((wake - now) * 1000)))
                 continue
-            lengths = rx.lengths[:count]
-            received_bytes += int(lengths.sum())
+            received_bytes += int(io.rx.lengths[:count].sum())
             out: list[bytes] = []
             for i in range(count):
-                if lengths[i] != self._size:
+                payload = io.payload(i)
+                if payload is None:
                     malformed += 1
                     continue
-                out += core.receive(rx.rx[i].tobytes(), now)
+                out += core.receive(payload, now)
             self._send(out, now, timeline)
-        return self._stats(core, timeline, malformed, received_bytes, self._tx.refusals + rx.refusals - refusals_before)
+        return self._stats(core, timeline, malformed, received_bytes, io.refusals - refusals_before)
 
     def _send(self, payloads: list[bytes], now: float, timeline: SendTimeline) -> None:
-        """Send ``payloads`` in batches of the socket's capacity; a datagram the kernel refuses
-        is lost like one dropped on the wire (its timer resends it)."""
-        capacity = self._tx.capacity
-        for start in range(0, len(payloads), capacity):
-            batch = payloads[start:start + capacity]
-            self._tx_rows[:len(batch)] = np.frombuffer(b"".join(batch), np.uint8).reshape(len(batch), self._size)
-            self._tx.send(len(batch))
         if payloads:
+            self._io.send(payloads)
             timeline.record(now, len(payloads))
 
     def _stats(self, core: WorkerCore, timeline: SendTimeline, malformed: int, received_bytes: int, refusals) -> JobStats:
@@ -166,7 +149,7 @@ class ATPClient:
         received = s.results + s.duplicates + s.ignored + malformed
         return JobStats(
             packets_sent=s.packets_sent, packets_received=received, retransmissions=s.resends_gap + s.resends_timeout,
-            timeouts=s.resends_timeout, duplicates=s.duplicates, bytes_sent=s.packets_sent * self._size,
+            timeouts=s.resends_timeout, duplicates=s.duplicates, bytes_sent=s.packets_sent * self._io.size,
             bytes_received=received_bytes, timeline=timeline.bins, socket_errors=errno_counts(refusals),
             rejected_results=s.ignored + malformed,
             protocol={"collisions_adopted": s.collisions_adopted, "resends_gap": s.resends_gap, "resends_timeout": s.resends_timeout,
@@ -175,8 +158,7 @@ class ATPClient:
         )
 
     def close(self) -> None:
-        self._receiving.close()
-        self._sending.close()
+        self._io.close()
 
     def __enter__(self) -> ATPClient:
         return self

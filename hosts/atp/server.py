@@ -25,14 +25,12 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 import methods
 from hosts.atp.parameter_server import ParameterServerCore, PSStats
-from hosts.mmsg import BatchSocket, datagram_socket, errno_counts
+from hosts.atp.sockets import PayloadSockets
+from hosts.mmsg import errno_counts
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
-from protocol.atp.packet import payload_bytes
 from protocol.worker_spec import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -60,51 +58,38 @@ class ParameterServer:
     def __init__(self, parameters: ATPParameters, n_workers: int, switch: tuple[str, int],
                  bind: tuple[str, int] = ("0.0.0.0", params.PS_UDP_PORT)) -> None:
         self.core = ParameterServerCore(parameters.job_id, n_workers, parameters.k, parameters.pool_size, seed=parameters.job_id)
-        self._size = payload_bytes(parameters.k)
-        dtype = np.dtype((np.void, self._size))
-        self._receiving = datagram_socket(bind)
-        try:
-            self._sending = datagram_socket((bind[0], 0), switch)
-        except OSError:
-            self._receiving.close()
-            raise
-        self._rx = BatchSocket(self._receiving, dtype, BATCH)
-        self._tx = BatchSocket(self._sending, dtype, BATCH)
-        self._tx_rows = self._tx.tx.view(np.uint8).reshape(BATCH, self._size)
+        self._io = PayloadSockets(parameters.k, BATCH, bind, switch)
         self.stats = ServerStats(self.core.stats)
 
     @property
     def address(self) -> tuple[str, int]:
-        return self._receiving.getsockname()
+        return self._io.receiving.getsockname()
 
     def run(self, stop: threading.Event) -> ServerStats:
         """Answer every part the switch forwards, in batches, until ``stop`` is set."""
+        io, stats = self._io, self.stats
         poller = select.poll()
-        poller.register(self._receiving, select.POLLIN)
-        rx, stats = self._rx, self.stats
+        poller.register(io.receiving, select.POLLIN)
         while not stop.is_set():
-            count = rx.receive()
+            count = io.rx.receive()
             if count == 0:
                 poller.poll(IDLE_POLL_MS)
                 continue
             stats.datagrams += count
             out: list[bytes] = []
             for i in range(count):
-                if rx.lengths[i] != self._size:
+                payload = io.payload(i)
+                if payload is None:
                     stats.malformed += 1
                     continue
-                out += self.core.receive(rx.rx[i].tobytes())
-            for start in range(0, len(out), BATCH):
-                batch = out[start:start + BATCH]
-                self._tx_rows[:len(batch)] = np.frombuffer(b"".join(batch), np.uint8).reshape(len(batch), self._size)
-                self._tx.send(len(batch))  # a refused result is a lost one: the workers' resends ask again
+                out += self.core.receive(payload)
+            io.send(out)  # a refused result is a lost one: the workers' resends ask again
             stats.results_sent += len(out)
-        stats.socket_errors = errno_counts(self._tx.refusals + rx.refusals)
+        stats.socket_errors = errno_counts(io.refusals)
         return stats
 
     def close(self) -> None:
-        self._receiving.close()
-        self._sending.close()
+        self._io.close()
 
 
 def serve(spec: WorkerSpec, index: int = 0, stats_path: Path | None = None, bind_ipv4: str = "0.0.0.0") -> ServerStats:
