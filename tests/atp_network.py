@@ -125,7 +125,7 @@ class ATPNetwork:
                                            congestion_control=congestion_control),
                               AggregatorMap(app_id, positions, self.pool_size), tensor, seq_base, 0.0)
                    for w, tensor in enumerate(tensors)]
-        job = Job(app_id, workers, ParameterServerCore(app_id, n, self.k, self.pool_size, seed=app_id),
+        job = Job(app_id, workers, ParameterServerCore(app_id, n, self.k, self.pool_size, seed=app_id, window=positions),
                   list(range(first_port, first_port + n)), first_port + n)
         self.jobs.append(job)
         for w, port in enumerate(job.worker_ports):

@@ -57,7 +57,8 @@ class ParameterServer:
 
     def __init__(self, parameters: ATPParameters, n_workers: int, switch: tuple[str, int],
                  bind: tuple[str, int] = ("0.0.0.0", params.PS_UDP_PORT)) -> None:
-        self.core = ParameterServerCore(parameters.job_id, n_workers, parameters.k, parameters.pool_size, seed=parameters.job_id)
+        self.core = ParameterServerCore(parameters.job_id, n_workers, parameters.k, parameters.pool_size, seed=parameters.job_id,
+                                        window=parameters.window)
         self._io = PayloadSockets(parameters.k, BATCH, bind, switch)
         self.stats = ServerStats(self.core.stats)
 
