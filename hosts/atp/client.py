@@ -15,7 +15,8 @@ loop early or make it wait longer than its deadline.
 
 Workers of one job make the same sequence of all-reduce calls (the same lengths): sequence
 numbers keep counting from call to call, and the aggregator map keeps what collisions
-re-pointed.
+re-pointed. After a job that failed (a timeout) the next one needs no reset: its sequences
+are new, so an aggregator the failed one still holds only makes them collide to the PS.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from hosts.mmsg import errno_counts
 from hosts.stats import JobStats, SendTimeline
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
-from protocol.atp.packet import SEQ_LIMIT
 from protocol.atp.quantize import dequantize_sum, quantize_tensor
 
 log = logging.getLogger(__name__)
@@ -96,14 +96,13 @@ class ATPClient:
             raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
         n = self._config.n_workers
         values = quantize_tensor(x, self.parameters.exponent, n)
-        core = WorkerCore(self._config, self._map, values, self._next_seq, started)
-        if core.seq_base + core.n_packets >= SEQ_LIMIT:
-            raise ValueError("the job's 32-bit sequence numbers are used up")
+        core = WorkerCore(self._config, self._map, values, self._next_seq, started)  # refuses sequences beyond 32 bits
         self._next_seq += core.n_packets
         stats = self._run(core, started)
         int_sum = core.result.copy()
         result = int_sum if x.dtype == np.int32 else dequantize_sum(int_sum, self.parameters.exponent, n)
         stats.tat_s = time.perf_counter() - started
+        log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._config.worker_id, len(x), x.dtype, stats.tat_s, stats)
         return ATPResult(values=result, int_sum=int_sum, stats=stats)
 
     def _run(self, core: WorkerCore, started: float) -> JobStats:
