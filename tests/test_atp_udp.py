@@ -289,3 +289,11 @@ def test_the_resend_timeout_covers_a_window_on_a_slow_link() -> None:
     assert resend_floor(PARAMETERS, 10_000.0) == PARAMETERS, "a fast link leaves the configured floor"
     slow = resend_floor(PARAMETERS, 1.0)
     assert slow.resend_timeout_ms == pytest.approx(2 * PARAMETERS.window * 8 * frame_bytes(K) / 1e3)
+
+
+def test_two_jobs_statistics_add_counts_and_keep_the_later_window() -> None:
+    """A DDP step's buckets are added (hosts/stats.py): ATP's counts add, its last window is the later job's."""
+    from hosts.stats import JobStats, added
+    first = JobStats(protocol={"resends_gap": 1, "cwnd_last": 4})
+    later = JobStats(protocol={"resends_gap": 2, "collisions_adopted": 1, "cwnd_last": 8})
+    assert added(first, later).protocol == {"collisions_adopted": 1, "cwnd_last": 8, "resends_gap": 3}
