@@ -15,6 +15,7 @@ Each job's hosts get their own loopback addresses, 127.<net>.<job>.<worker + 1> 
 from __future__ import annotations
 
 import heapq
+import subprocess
 import itertools
 import select
 import socket
@@ -59,14 +60,16 @@ class UDPRelay:
     pool_size: int
     net: int = 77
     faults: Faults = field(default_factory=Faults)
+    ps_face_address: tuple[str, int] | None = None
+    """Where workers address their PS (default: 127.<net>.0.1, any port)."""
+    switch_face_address: tuple[str, int] | None = None
+    """Where a PS addresses the switch, and results come from (default: 127.<net>.0.254, any port)."""
 
     def __post_init__(self) -> None:
         self.pipeline = ATPPipeline(self.k, self.pool_size)
         self.control = InProcessControl(pipeline_handlers(self.pipeline, lambda: {}))
-        self.ps_face = self._socket(job_address(self.net, 0, 1))
-        """Where workers address their PS."""
-        self.switch_face = self._socket(job_address(self.net, 0, 254))
-        """Where a PS addresses the switch; results come from here."""
+        self.ps_face = self._socket(*(self.ps_face_address or (job_address(self.net, 0, 1), 0)))
+        self.switch_face = self._socket(*(self.switch_face_address or (job_address(self.net, 0, 254), 0)))
         self._by_source: dict[str, int] = {}
         self._destination: dict[int, tuple[socket.socket, tuple[str, int]]] = {}
         self._ports = itertools.count()
@@ -168,3 +171,19 @@ class UDPRelay:
                 self._receive(sock, ps_face if sock is self.ps_face else switch_face)
             while self._delayed and self._delayed[0][0] <= time.monotonic():
                 self._deliver(*heapq.heappop(self._delayed)[2])
+
+
+def wait_bound(address: str, port: int, process: subprocess.Popen) -> None:
+    """Until something is bound to (address, port) (the server's socket), or the process died."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()[1]
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return
+        finally:
+            probe.close()
+        time.sleep(0.05)
+    raise AssertionError(f"nothing bound {address}:{port} in 20 s")

@@ -10,8 +10,9 @@ which are counted and dropped.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +35,7 @@ from protocol.atp.quantize import expected_sum
 from protocol.params import REPO_ROOT
 from protocol.worker_spec import WorkerSpec
 from tests.atp_network import Faults
-from tests.atp_relay import PS_HOST, RelayJob, UDPRelay, job_address
+from tests.atp_relay import PS_HOST, RelayJob, UDPRelay, job_address, wait_bound
 
 K = 32
 PARAMETERS = ATPParameters(k=K, pool_size=64, job_id=1, window=16, exponent=1, resend_timeout_ms=5.0, congestion_control=True,
@@ -198,9 +199,7 @@ def test_a_value_beyond_the_jobs_bound_is_refused_before_sending() -> None:
 def test_the_parameter_server_process_serves_until_sigterm_and_writes_its_stats(tmp_path: Path) -> None:
     """``python -m hosts.atp.server``, ATP's server entry point, as a network starts it."""
     n, parameters = 2, replace(PARAMETERS, job_id=5)
-    with UDPRelay(K, parameters.pool_size, net=78) as relay:
-        relay.switch_face.close()
-        relay.switch_face = UDPRelay._socket(job_address(78, 0, 254), params.SWITCH_UDP_PORT)  # where a PS sends its results
+    with UDPRelay(K, parameters.pool_size, net=78, switch_face_address=(job_address(78, 0, 254), params.SWITCH_UDP_PORT)) as relay:
         ps_ipv4 = job_address(78, parameters.job_id, PS_HOST)
         spec = WorkerSpec(method="atp", n_workers=n, switch_ipv4=relay.switch_address[0], link_mbps=None, protocol=parameters,
                           peers=(), job_timeout_s=30.0, connect_timeout_s=5.0, servers=(ps_ipv4,))
@@ -227,22 +226,6 @@ def test_the_parameter_server_process_serves_until_sigterm_and_writes_its_stats(
     stats = json.loads(stats_path.read_text())
     core = stats["core"]
     assert core["sequences_from_switch"] + core["sequences_from_parts"] == 640 // K and stats["results_sent"] >= 640 // K
-
-
-def wait_bound(address: str, port: int, process: subprocess.Popen) -> None:
-    """Until something is bound to (address, port) (the server's socket), or the process died."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.communicate()[1]
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return
-        finally:
-            probe.close()
-        time.sleep(0.05)
-    raise AssertionError(f"nothing bound {address}:{port} in 20 s")
 
 
 def test_the_schema_takes_atps_own_section_and_the_spec_carries_its_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,3 +280,20 @@ def test_two_jobs_statistics_add_counts_and_keep_the_later_window() -> None:
     first = JobStats(protocol={"resends_gap": 1, "cwnd_last": 4})
     later = JobStats(protocol={"resends_gap": 2, "collisions_adopted": 1, "cwnd_last": 8})
     assert added(first, later).protocol == {"collisions_adopted": 1, "cwnd_last": 8, "resends_gap": 3}
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs unshare and root for a network namespace")
+def test_a_job_from_the_spec_on_atps_own_ports_in_a_namespace(tmp_path: Path) -> None:
+    """The worker class ATP's record names, built from a spec by hosts.allreduce.build, and the
+    PS process, each on its fixed port (tests/atp_netns_job.py, in a namespace of its own)."""
+    parameters = replace(PARAMETERS, job_id=3)
+    spec = WorkerSpec(method="atp", n_workers=1, switch_ipv4="127.0.0.254", link_mbps=None, protocol=parameters, peers=(),
+                      job_timeout_s=30.0, connect_timeout_s=5.0, servers=("127.0.0.2",))
+    spec_path, out = spec.write(tmp_path / "atp.json"), tmp_path / "out.json"
+    command = f"ip link set lo up && exec {sys.executable} -m tests.atp_netns_job {spec_path} {out}"
+    done = subprocess.run(["unshare", "-n", "sh", "-c", command], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(out.read_text())
+    assert outcome["exact"] and outcome["server_status"] == 0
+    core = outcome["ps"]["core"]
+    assert core["sequences_from_switch"] + core["sequences_from_parts"] == -(-1000 // K) <= outcome["packets_sent"]
