@@ -3,7 +3,7 @@ recvmsg and friends.
 
 Python's socket module has no sendmmsg/recvmmsg and no recvmsg into a caller's buffer with
 its own control buffer; the embedded switch's ports (re-inserting 802.1Q tags from
-PACKET_AUXDATA) and the SwitchML worker's batches (hosts/switchml/mmsg.py) call libc for
+PACKET_AUXDATA) and the in-network workers' batches (hosts/mmsg.py) call libc for
 them, with these layouts.
 """
 

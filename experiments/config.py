@@ -68,6 +68,8 @@ def experiment_schema() -> dict[str, Any]:
     schema = load_schema(SCHEMA_PATH)
     schema["properties"]["methods"]["items"]["enum"] = [method.name for method in methods.REGISTRY]
     schema["properties"]["protocol"]["properties"]["k"]["enum"] = sorted({k for protocol in methods.AGGREGATIONS for k in protocol.k_choices})
+    for protocol in methods.AGGREGATIONS:  # each protocol's own keys (ATP's protocol.atp), from its record
+        schema["properties"]["protocol"]["properties"].update(copy.deepcopy(dict(protocol.properties)))
     workload = schema["properties"]["workload"]
     workload["properties"]["kind"]["enum"] = list(workloads.kinds.names())
     for kind in workloads.kinds.REGISTRY:
@@ -495,11 +497,16 @@ def _check_ddp_methods(data: Mapping[str, Any], source: str) -> None:
 
 
 def with_defaults(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` over the defaults (DEFAULTS, then its workload kind's), so that a section given
+    """``data`` over the defaults (DEFAULTS, its workload kind's, and the own sections of the
+    protocols its methods run: ATP's ``protocol.atp``), so that a section given
     whole (``--set limits={...}``, a sweep over ``workload``) keeps the defaults of the keys it
     does not name, and the resolved config.yaml records them; DEFAULTS are copied, so no load
     changes them."""
     merged = deep_merge(copy.deepcopy(DEFAULTS), data)
+    named = merged.get("methods")
+    if isinstance(named, list) and isinstance(merged.get("protocol"), dict):  # else the schema names the mistake
+        for protocol in methods.aggregations_of([name for name in named if name in methods.NAMES]):
+            merged["protocol"] = deep_merge(copy.deepcopy(dict(protocol.section_defaults)), merged["protocol"])
     workload = merged.get("workload")
     if isinstance(workload, dict) and isinstance(workload.get("kind"), str):  # else the schema names the mistake
         if workload["kind"] in workloads.kinds.names():

@@ -7,7 +7,8 @@ validated against, so that the page cannot drift from what the loader accepts.
 The keys come from ``experiment_schema()`` (configs/experiment.schema.yaml with the registered
 methods, targets and workload kinds filled in) and from topologies/topology.schema.yaml, whose
 keys a config's ``topology:`` section overrides. Each key's meaning is its schema
-``description``; its default is the loader's (``DEFAULTS``, a workload kind's ``defaults``).
+``description``; its default is the loader's (``DEFAULTS``, a workload kind's ``defaults``, a protocol's
+``section_defaults``).
 The documentation site's build (docs/hooks.py) renders the page from here too.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import workloads.kinds
 from base.yamlschema import load_schema
+import methods
 from experiments.config import DEFAULTS, LINK_RATE_KEY, TARGET_RATE, experiment_schema
 from topologies.model import SCHEMA_PATH as TOPOLOGY_SCHEMA_PATH
 
@@ -71,7 +73,8 @@ def resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
 
 def default_of(path: str) -> Any:
     """The loader's default for a dotted path (None where it has none)."""
-    value: Any = DEFAULTS
+    value: Any = {**DEFAULTS, "protocol": {**DEFAULTS["protocol"],
+                                           **{key: section for protocol in methods.AGGREGATIONS for key, section in protocol.section_defaults.items()}}}
     for part in path.split("."):
         if not isinstance(value, dict) or part not in value:
             return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+LAST_SUFFIX = "_last"
+"""A ``JobStats.protocol`` key with this ending is a state at the job's end, not a count."""
 TIMELINE_BIN_S = 0.010
 """Width of one timeline bin: the paper plots packets sent per 10 ms."""
 TIMELINE_MIN_BINS = 20
@@ -59,11 +61,15 @@ class JobStats:
     timeline_bin_s: float = TIMELINE_BIN_S
     socket_errors: dict[str, int] = field(default_factory=dict)
     """errno name -> datagrams the kernel refused to send, or reported lost, with it: ICMP
-    errors (forged or real) and a link that is down (hosts/switchml/mmsg.py,
+    errors (forged or real) and a link that is down (hosts/mmsg.py,
     SEND_LOST_ERRNOS). Each was a loss the timers recovered; empty for TCP methods."""
     rejected_results: int = 0
     """Results refused because no correct switch sends them (SwitchML: a block exponent
     below this worker's own); like a loss, the timer resends and the switch answers again."""
+    protocol: dict[str, float] = field(default_factory=dict)
+    """The in-network protocol's own counts, by name (ATP: collisions adopted, resends by
+    cause, ECN-marked results, window halvings; hosts/atp/README.md lists them). Two jobs'
+    add key by key, except a key ending in LAST_SUFFIX (``cwnd_last``): the later job's."""
 
 
 def added(total: JobStats, more: JobStats) -> JobStats:
@@ -75,7 +81,8 @@ def added(total: JobStats, more: JobStats) -> JobStats:
 
 def _added(a: Any, b: Any) -> Any:
     if isinstance(a, dict):
-        return {key: a.get(key, 0) + b.get(key, 0) for key in sorted(a.keys() | b.keys())}
+        return {key: b.get(key, a.get(key)) if key.endswith(LAST_SUFFIX) else a.get(key, 0) + b.get(key, 0)
+                for key in sorted(a.keys() | b.keys())}
     return a + b
 
 

@@ -18,18 +18,23 @@ it, the runner verifies it, and the figures draw it in its colour.
 from __future__ import annotations
 
 from base.plugin import named
-from methods import gloo, ps, ring, switchml
+from typing import Any, Mapping
+
+from methods import atp, gloo, ps, ring, switchml
 from methods.aggregation import Aggregation
 from methods.method import Method
+from methods.verification import OwnSum
 
 AGGREGATIONS: tuple[Aggregation, ...] = (
     switchml.AGGREGATION,
+    atp.AGGREGATION,
 )
 """Every in-network aggregation protocol (methods/aggregation.py), one line each: the switch
 targets declare which of these they run (``SwitchTarget.protocols``)."""
 
 REGISTRY: tuple[Method, ...] = (
     switchml.SWITCHML,
+    atp.ATP,
     ring.RING,
     ps.PS,
     gloo.GLOO,
@@ -41,6 +46,7 @@ SWITCHML = switchml.SWITCHML
 GLOO = gloo.GLOO
 """PyTorch's own all-reduce: the baseline of a DDP training (workload kind torch)."""
 BASELINES: tuple[Method, ...] = tuple(method for method in REGISTRY if method is not SWITCHML)
+"""Every method the figures compare with SwitchML (ATP, the other in-network design, among them)."""
 
 
 def by_name(name: str) -> Method:
@@ -63,5 +69,18 @@ def aggregations_of(names: list[str] | tuple[str, ...]) -> list[Aggregation]:
     return found
 
 
+def own_sums(names: list[str] | tuple[str, ...], protocol: Mapping[str, Any]) -> dict[str, OwnSum]:
+    """For ``methods/verification.expected_for``'s ``own``: each protocol among the methods
+    ``names`` that quantizes its own way (ATP), with its exact sum at the config's ``protocol``
+    section; empty when none does (SwitchML and the baselines need nothing more)."""
+    sums: dict[str, OwnSum] = {}
+    for protocol_record in aggregations_of(names):
+        compute = protocol_record.expected_sum
+        if compute is not None:
+            parameters = protocol_record.parameters(protocol, protocol.get("data_path", "auto"))
+            sums[protocol_record.name] = lambda inputs, compute=compute, parameters=parameters: compute(inputs, parameters)
+    return sums
+
+
 __all__ = ["AGGREGATIONS", "BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Aggregation", "Method", "aggregation", "aggregations_of",
-           "by_name"]
+           "by_name", "own_sums"]

@@ -15,10 +15,12 @@ docs/architecture.md, "In-network aggregation", says where each piece of a proto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
+
+from protocol.quantize import ExpectedSum
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,22 @@ class Aggregation:
     switch, packet_cost_s) -> a simulated host`` (simulation/host.py, ``SimulatedHost``), for a
     protocol whose driver must match a compiled event loop event for event (SwitchML's,
     simulation/native/); None: the generic driver over ``core``."""
+    section_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Defaults of its own subsection of the ``protocol`` section (ATP's ``atp``), which only a
+    config naming one of its methods gets: a config without it records nothing of it."""
+    properties: Mapping[str, Any] = field(default_factory=dict)
+    """JSON schema of its own keys of the config's ``protocol`` section (ATP: its ``atp``
+    subsection), which experiments/config.py adds to configs/experiment.schema.yaml."""
+    expected_sum: Callable[[list[np.ndarray], Any], ExpectedSum] | None = None
+    """(all ranks' inputs, its job parameters) -> the exact sum a correct job produces, for a
+    protocol that quantizes its own way (methods/verification.py, ``Expected.own``); None:
+    SwitchML's quantizer (protocol/quantize.py)."""
+    servers_per_job: int = 0
+    """Hosts besides the workers each of its jobs needs, attached to the aggregating switch
+    (ATP: its parameter server); their IPv4 addresses go to the workers in the spec's ``servers``."""
+    server: str | None = None
+    """"module:attribute" of what each of those hosts runs: ``serve(spec, index)`` until SIGTERM
+    (hosts/atp/server.py), also ``python -m <module> SPEC.json --index I``."""
 
     @property
     def simulated(self) -> bool:

@@ -6,12 +6,14 @@ deterministically. The TCP baselines add float32 in an order of their own, so th
 results are checked against the float64 sum with the bound for n-term float32 summation;
 their int32 results are exact (wrapping) like the switch's. A method's record names its
 check (``Method.verify``): ``integer_sum`` for SwitchML, ``float_sum`` for the baselines; a
-method that adds in another way (another quantizer) brings a check of its own.
+protocol that quantizes its own way (ATP's job-wide scale) is checked bit for bit with
+``own_integer_sum`` against the exact sum its record computes (``Expected.own``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -37,9 +39,18 @@ class Expected:
     abs_sum64: np.ndarray
     """Sum of |inputs| in float64: scales the float32 summation bound."""
     n_workers: int
+    own: Mapping[str, ExpectedSum] = field(default_factory=dict)
+    """Protocol name -> the exact sum of an in-network protocol that quantizes its own way
+    (ATP's job-wide scale), where the runner asked for it (``expected_for``'s ``own``)."""
 
 
-def expected_for(inputs: list[np.ndarray], k: int) -> Expected:
+OwnSum = Callable[[list[np.ndarray]], ExpectedSum]
+"""All ranks' inputs -> what a protocol with its own quantizer must sum them to exactly."""
+
+
+def expected_for(inputs: list[np.ndarray], k: int, own: Mapping[str, OwnSum] | None = None) -> Expected:
+    """What the point's workers must end with; ``own``: each protocol that quantizes its own
+    way, by name, and how its exact sum is computed (methods.own_sums gives them)."""
     n = len(inputs)
     stacked64 = np.stack([x.astype(np.float64) for x in inputs])
     return Expected(
@@ -47,6 +58,7 @@ def expected_for(inputs: list[np.ndarray], k: int) -> Expected:
         exact64=stacked64.sum(axis=0),
         abs_sum64=np.abs(stacked64).sum(axis=0),
         n_workers=n,
+        own={name: compute(inputs) for name, compute in (own or {}).items()},
     )
 
 
@@ -59,9 +71,25 @@ def _mismatch(got: np.ndarray, want: np.ndarray) -> str:
 def integer_sum(expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
     """SwitchML's check: the switch's integer sum bit-exact against the sum of the inputs
     quantized as protocol/quantize.py does, and the float result that follows from it."""
+    return exact_sum(expected.switchml, expected, values, int_sum)
+
+
+def own_integer_sum(protocol: str) -> Callable[[Expected, np.ndarray, "np.ndarray | None"], Verdict]:
+    """The check of a protocol that quantizes its own way: its integer sum bit-exact against
+    ``expected.own[protocol]``, and the float result that follows from it."""
+    def verify(expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
+        want = expected.own.get(protocol)
+        if want is None:
+            return Verdict(False, float("inf"), f"no expected {protocol} sum: the runner computes it with methods.own_sums "
+                           f"({protocol} quantizes with its own scale)")
+        return exact_sum(want, expected, values, int_sum)
+    return verify
+
+
+def exact_sum(want: ExpectedSum, expected: Expected, values: np.ndarray, int_sum: np.ndarray | None) -> Verdict:
+    """``int_sum`` bit-exact against ``want``, ``values`` equal to its float result."""
     if int_sum is None:
         return Verdict(False, float("inf"), "no integer sum reported to verify")
-    want = expected.switchml
     if int_sum.shape != want.int_sum.shape:
         return Verdict(False, float("inf"), f"int sum has shape {int_sum.shape}, expected {want.int_sum.shape}")
     if not np.array_equal(int_sum, want.int_sum):

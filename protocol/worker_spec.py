@@ -79,6 +79,9 @@ class WorkerSpec:
     training: TrainingSection | None = None
     script: tuple[str, ...] = ()
     """A user's DDP script and its arguments (workload kind ddp_script), as every rank runs it."""
+    servers: tuple[str, ...] = ()
+    """IPv4 of each host besides the workers the job's protocol needs (its record's
+    ``servers_per_job``, attached to the aggregating switch: ATP's parameter server), in order."""
 
     def __post_init__(self) -> None:
         if self.protocol is not None and not isinstance(self.protocol, dict):  # a protocol's typed parameters, as plain data
@@ -108,7 +111,7 @@ class WorkerSpec:
             return cls(
                 **{**data, "protocol": None if data["protocol"] is None else job_section(data["protocol"]),
                    "peers": tuple((host, int(port)) for host, port in data["peers"]), "inputs": tuple(data.get("inputs", ())),
-                   "script": tuple(data.get("script", ())),
+                   "script": tuple(data.get("script", ())), "servers": tuple(data.get("servers", ())),
                    "training": None if training is None else TrainingSection(**training)}
             )
         except (KeyError, TypeError) as exc:

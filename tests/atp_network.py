@@ -3,8 +3,9 @@
 A deterministic discrete-event loop for tests: every frame crosses a link of fixed delay, a
 switch egress port serialises at a given rate (its queue is what ATPEgress marks ECN from),
 and a ``Faults`` policy may drop, duplicate or delay (reorder) any frame on any hop. Jobs
-are programmed into the pipeline as a control plane would: sender_table entries for each
-worker and the PS, a multicast group of the workers, worker_addr_table entries.
+are programmed through the pipeline's control plane as a network does
+(switches/atp/programming.py): sender_table entries for each worker and the PS, a multicast
+group of the workers, worker_addr_table entries.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from hosts.atp.worker import WorkerConfig, WorkerCore
 from protocol import params as switchml_params
 from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET
-from protocol.packet import Endpoint, build_frame, ipv4_to_bytes, mac_to_bytes
+from protocol.packet import Endpoint, build_frame
+from switches.atp import programming
+from switches.atp.programming import Host
 from switches.embedded.atp.pipeline import ATPPipeline
+from switches.embedded.control_server import pipeline_handlers
+from switches.remote_control import InProcessControl
 
 SWITCH = Endpoint(switchml_params.SWITCH_MAC, switchml_params.SWITCH_IPV4, params.SWITCH_UDP_PORT)
 LINK_DELAY_S = 10e-6
@@ -62,23 +67,14 @@ def ps_endpoint(app_id: int) -> Endpoint:
     return Endpoint(f"02:00:00:00:{app_id:02x}:fe", f"10.{app_id}.0.200", params.PS_UDP_PORT)
 
 
-def result_group(app_id: int) -> int:
-    return params.FLOOD_MCAST_GRP + 1 + app_id
-
-
 def program_job(pipeline: ATPPipeline, app_id: int, worker_ports: list[int], ps_port: int) -> None:
-    """What a control plane installs for a job: its senders, its result group, its workers' addresses."""
-    ingress, egress, tm = pipeline.ingress, pipeline.egress, pipeline.traffic_manager
-    group = result_group(app_id)
-    tm.mc_mgrp_create(group)
-    for w, port in enumerate(worker_ports):
-        address = worker_endpoint(app_id, w)
-        ingress.sender_table.add("set_worker", [port, address.ipv4], [app_id, w, len(worker_ports), ps_port])
-        egress.worker_addr_table.add("set_worker_addr", [app_id, w],
-                                     [int.from_bytes(mac_to_bytes(address.mac), "big"),
-                                      int.from_bytes(ipv4_to_bytes(address.ipv4), "big"), address.udp_port])
-        tm.mc_node_associate(group, tm.mc_node_create(w, [port]))
-    ingress.sender_table.add("set_ps", [ps_port, ps_endpoint(app_id).ipv4], [app_id, group])
+    """What a control plane installs for a job (switches/atp/programming.py, through the
+    pipeline's own control plane): its senders, its result group, its workers' addresses."""
+    control = InProcessControl(pipeline_handlers(pipeline, lambda: {}))
+    workers = [Host(port, address.mac, address.ipv4, address.udp_port)
+               for port, address in ((port, worker_endpoint(app_id, w)) for w, port in enumerate(worker_ports))]
+    ps = ps_endpoint(app_id)
+    programming.program_job(control, app_id, workers, Host(ps_port, ps.mac, ps.ipv4))
 
 
 @dataclass
@@ -125,7 +121,7 @@ class ATPNetwork:
                                            congestion_control=congestion_control),
                               AggregatorMap(app_id, positions, self.pool_size), tensor, seq_base, 0.0)
                    for w, tensor in enumerate(tensors)]
-        job = Job(app_id, workers, ParameterServerCore(app_id, n, self.k, self.pool_size, seed=app_id),
+        job = Job(app_id, workers, ParameterServerCore(app_id, n, self.k, self.pool_size, seed=app_id, window=positions),
                   list(range(first_port, first_port + n)), first_port + n)
         self.jobs.append(job)
         for w, port in enumerate(job.worker_ports):

@@ -2,7 +2,7 @@
 
 An ICMP error quotes the IP header and the first 8 bytes of the datagram it is about; Linux
 finds the socket from the quoted addresses and ports and gives it the error's errno
-(hosts/switchml/mmsg.py, ICMP_ERRNOS). Nothing else is checked for UDP: no sequence number,
+(hosts/mmsg.py, ICMP_ERRNOS). Nothing else is checked for UDP: no sequence number,
 no source address. ``inject`` sends one through a raw socket (root); run as a module, it
 sends each of ICMP_ERRORS in turn, from wherever it runs (a neighbour host's namespace in
 the Mininet test).

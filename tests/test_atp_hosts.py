@@ -83,6 +83,18 @@ def test_loss_duplicates_and_reordering_end_exact(seed: int, n: int, length: int
         assert_exact(job, x)
 
 
+def test_the_ps_forgets_what_no_worker_can_still_ask_for_and_the_sum_stays_exact() -> None:
+    """A long job under loss: the PS keeps about a window of results, not all 250 of them."""
+    positions = 8
+    net = ATPNetwork(K, 64, Faults(3, loss=0.03, duplicate=0.03, reorder=0.1))
+    inputs = tensors(3, 3, 250 * K)
+    job = run_job(net, 1, inputs, positions=positions)
+    net.run(until_s=60.0)
+    assert_exact(job, inputs)
+    kept = len(job.ps._results)
+    assert kept <= 2 * positions and job.ps.stats.forgotten >= 250 - kept
+
+
 def one_loss(hop: str, seq: int):
     """A Faults.lose that drops the first frame of ``seq`` on ``hop``."""
     lost: list[bool] = []

@@ -1,4 +1,4 @@
-"""hosts/switchml/mmsg.py: batches of datagrams through sendmmsg/recvmmsg, on loopback UDP,
+"""hosts/mmsg.py: batches of datagrams through sendmmsg/recvmmsg, on loopback UDP,
 and the payload record that the worker builds batches of (protocol.packet.payload_dtype)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from hosts.switchml.mmsg import RECEIVE_SLACK_BYTES, BatchSocket
+from hosts.mmsg import RECEIVE_SLACK_BYTES, BatchSocket
 from protocol.packet import SWITCHML_HEADER_BYTES, SwitchMLHeader, pack_header, payload_bytes, payload_dtype, unpack_header
 
 K = 32

@@ -32,7 +32,7 @@ from hosts.switchml.native import NativeUnavailable, build, library, resolve
 from hosts.switchml import core
 from hosts.switchml.core import JobContext
 from hosts.switchml.job import AllReduceJob
-from hosts.switchml.mmsg import BatchSocket
+from hosts.mmsg import BatchSocket
 from hosts.switchml.native.job import STRUCTS, NativeJob, NativeRoundTrip, _Job, declare, layout_differences
 from hosts.switchml.pool import SlotPool
 from protocol.packet import payload_bytes, payload_dtype

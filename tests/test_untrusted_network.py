@@ -30,7 +30,7 @@ import pytest
 
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
 from hosts.switchml import RetransmitPolicy, SwitchMLClient
-from hosts.switchml.mmsg import ICMP_ERRNOS, BatchSocket, errno_counts
+from hosts.mmsg import ICMP_ERRNOS, BatchSocket, errno_counts
 from protocol import params
 from protocol.packet import EXPONENT_MIN, SWITCHML_HEADER, payload_dtype
 from protocol.params import REPO_ROOT
@@ -312,7 +312,7 @@ def test_a_hostile_switch_changes_no_sum_and_every_forgery_is_counted(data_path:
 
 FLOOD_SCRIPT = """
 import socket, sys, time
-from hosts.switchml.mmsg import BatchSocket
+from hosts.mmsg import BatchSocket
 from protocol.packet import payload_dtype
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sock.bind((sys.argv[1], 0))

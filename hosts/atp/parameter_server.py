@@ -11,6 +11,12 @@ the one byte order is the wire's, built once (the authors' PS byte-swaps its sto
 place on each send, so a second send goes out swapped). A sequence any of whose packets
 collided gets a new aggregator index in its result: one per old index, drawn from a seeded
 shuffle of the pool and remembered, which every worker of the job adopts.
+
+Given the job's window W, it forgets what no worker can still ask for. A worker sends
+sequence s (first time or again) only while s is within W of its first packet without a
+result, so it holds every result up to s - W. Once every worker has been seen at some
+sequence, the results (and unfinished parts) up to the smallest of those minus W go: the PS's
+memory stays near a window of results, not the job's whole history.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class PSStats:
     collided_sequences: int = 0
     results_repeated: int = 0
     """Stored results sent again for a packet of a finished sequence."""
+    forgotten: int = 0
+    """Results and unfinished sequences dropped because no worker can still ask for them."""
     ignored: int = 0
     """Malformed, another job's, a result, bits outside the job, or the float path (unsupported)."""
 
@@ -61,6 +69,8 @@ class ParameterServerCore:
     k: int
     pool_size: int
     seed: int = 0
+    window: int | None = None
+    """The workers' W: forget what none can still ask for (module docstring); None keeps everything."""
     stats: PSStats = field(default_factory=PSStats)
 
     def __post_init__(self) -> None:
@@ -70,6 +80,8 @@ class ParameterServerCore:
         self._shuffled = np.random.default_rng(self.seed).permutation(self.pool_size).tolist()
         self._next_fresh = 0
         self._repointed: dict[int, int] = {}
+        self._newest = [0] * self.n_workers
+        """Per worker, the highest sequence seen in a part carrying its bit."""
 
     def receive(self, payload: bytes) -> list[bytes]:
         """Take one datagram from the switch; returns the results to send (to the switch)."""
@@ -83,6 +95,8 @@ class ParameterServerCore:
                 or not bits or bits & ~self._full):
             self.stats.ignored += 1
             return []
+        if self.window is not None:
+            self._forget(header.seq, bits)
         stored = self._results.get(header.seq)
         if stored is not None:
             self.stats.results_repeated += 1
@@ -110,6 +124,22 @@ class ParameterServerCore:
         result = self._result(header.seq, sequence)
         self._results[header.seq] = result
         return [result]
+
+    def _forget(self, seq: int, bits: int) -> None:
+        """Note that the workers of ``bits`` sent ``seq``, and drop every stored result and open
+        sequence at or below the oldest sequence some worker could still send, less W."""
+        newest = self._newest
+        for worker in range(self.n_workers):
+            if bits >> worker & 1 and seq > newest[worker]:
+                newest[worker] = seq
+        limit = min(newest) - self.window
+        for table in (self._results, self._open):
+            while table:
+                oldest = next(iter(table))  # insertion order: sequences finish and open nearly in order
+                if oldest > limit:
+                    break
+                del table[oldest]
+                self.stats.forgotten += 1
 
     def _result(self, seq: int, sequence: _Sequence) -> bytes:
         if sequence.parts == 1:

@@ -26,7 +26,7 @@ import numpy as np
 
 from hosts.stats import JobStats
 from hosts.switchml.core import JobContext, WorkerCore
-from hosts.switchml.mmsg import BatchSocket, errno_counts
+from hosts.mmsg import BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Batches of UDP datagrams in one system call each: Linux's sendmmsg and recvmmsg.
 
-A SwitchML worker exchanges small fixed-size datagrams with the switch, tens of thousands
-per second. One ``send``/``recv_into`` per datagram costs a system call and a round of
+An in-network worker (SwitchML's, ATP's) and ATP's parameter server exchange small
+fixed-size datagrams with the switch, tens of thousands per second. One ``send``/``recv_into`` per datagram costs a system call and a round of
 CPython argument handling each; under load that, not the protocol, was most of a worker's
 ~50 us per packet. Python's socket module has no sendmmsg/recvmmsg, so this module calls
 libc's through ctypes, over arrays that are set up once: ``tx`` and ``rx`` are numpy record
@@ -9,8 +9,9 @@ arrays (one record per datagram), and the ``mmsghdr``/``iovec`` tables that poin
 them never change. A batch is then: fill ``tx[:n]`` with array operations, ``send(n)``; or
 ``receive()``, then read ``rx[:n]`` and ``lengths[:n]``.
 
-The socket must be non-blocking and connected (no addresses in the headers); waiting is
-the caller's business (poll).
+The socket must be non-blocking; sending needs it connected (no addresses in the headers),
+receiving does not (ATP's parameter server hears every worker of its job on one unconnected
+socket). Waiting is the caller's business (poll).
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ import socket
 
 import numpy as np
 
-from base.linux_sockets import MSG_DONTWAIT, IoVec, MsgHdr, libc
+from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE, MSG_DONTWAIT, SO_RCVBUFFORCE, SO_SNDBUFFORCE, IoVec, MsgHdr, libc
 
+SO_NO_CHECK = 11
+"""Linux SOL_SOCKET option: send UDP datagrams with checksum 0 (not exported by Python)."""
+SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+"""Room for a window of datagrams (and their duplicates) while the process is busy."""
 RECEIVE_SLACK_BYTES = 64
 """Room past a record in each receive buffer, so a datagram longer than the expected one
 shows up as a longer length instead of being truncated to a plausible size."""
@@ -84,7 +89,7 @@ def _message_table(buffers: np.ndarray, stride: int, length: int) -> tuple[ctype
 
 
 class BatchSocket:
-    """sendmmsg/recvmmsg over preallocated record arrays for one connected datagram socket.
+    """sendmmsg/recvmmsg over preallocated record arrays for one datagram socket (connected, to send).
 
     ``tx`` holds up to ``capacity`` outgoing records of ``dtype``; ``rx`` is a view of
     ``capacity`` receive buffers as records of ``dtype`` (each buffer has
@@ -162,3 +167,28 @@ class BatchSocket:
             if code not in REPORTED_ERRNOS:
                 raise OSError(code, f"recvmmsg: {os.strerror(code)}")
             self.refusals[code] += 1
+
+
+def datagram_socket(bind: tuple[str, int], peer: tuple[str, int] | None = None,
+                    buffer_bytes: int = SOCKET_BUFFER_BYTES) -> socket.socket:
+    """A non-blocking UDP socket for a BatchSocket: checksum 0 (as the switches send), buffers
+    of ``buffer_bytes`` (beyond net.core.[rw]mem_max when root), the interface's MTU whatever
+    a forged ICMP claims (ICMP_ERRNOS), bound to ``bind`` and connected to ``peer`` if given
+    (the kernel then drops every datagram from anyone else)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+        sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE)
+        for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
+            except PermissionError:
+                sock.setsockopt(socket.SOL_SOCKET, plain, buffer_bytes)
+        sock.bind(bind)
+        if peer is not None:
+            sock.connect(peer)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

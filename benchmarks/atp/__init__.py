@@ -1,0 +1,1 @@
+"""ATP's own benchmarks (its folder, as hosts/atp/ and protocol/atp/ are)."""

@@ -1,0 +1,166 @@
+"""ATPClient: one worker of an ATP job over UDP, ``WorkerCore`` driven by the wall clock.
+
+Addresses. A worker sends its packets to its job's parameter server (the PS's address, UDP
+port ``PS_UDP_PORT``); the aggregating switch intercepts them on the way. Results come back
+from the switch (the address the PS sent them to, port ``SWITCH_UDP_PORT``) to the worker's
+``WORKER_UDP_PORT``, on a socket connected to the switch, whose kernel filter drops every
+datagram from anyone else (hosts/atp/sockets.py).
+
+The loop is SwitchML's (hosts/switchml/job.py): one recvmmsg takes every waiting result, the
+core answers each, one sendmmsg sends what it wrote; with nothing waiting it fires the due
+timers and sleeps in poll until the next timer, a result or the deadline. A datagram of the
+wrong size is counted (``malformed``) and dropped before the core; the core counts and drops
+the rest of what is not its job's result (``ignored``). Nothing a datagram says can end the
+loop early or make it wait longer than its deadline.
+
+Workers of one job make the same sequence of all-reduce calls (the same lengths): sequence
+numbers keep counting from call to call, and the aggregator map keeps what collisions
+re-pointed. After a job that failed (a timeout) the next one needs no reset: its sequences
+are new, so an aggregator the failed one still holds only makes them collide to the PS.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import select
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hosts.atp.aggregators import AggregatorMap
+from hosts.atp.worker import DEFAULT_STALL_S, WorkerConfig, WorkerCore
+from hosts.atp.sockets import PayloadSockets
+from hosts.mmsg import errno_counts
+from hosts.stats import JobStats, SendTimeline
+from protocol.atp import params
+from protocol.atp.job import ATPParameters
+from protocol.atp.quantize import dequantize_sum, quantize_tensor
+
+log = logging.getLogger(__name__)
+
+BATCH_PER_WINDOW = 2
+"""Datagrams one batch may hold, per window position: a window of results and as many duplicates."""
+DEFAULT_JOB_DEADLINE_S = 60.0
+
+
+class ATPTimeout(TimeoutError):
+    """A job did not complete within its deadline."""
+
+
+@dataclass
+class ATPResult:
+    """The aggregated tensor (float32 dequantized, or int32), the int32 sum it came from, and what it took."""
+
+    values: np.ndarray
+    int_sum: np.ndarray
+    stats: JobStats
+
+
+class ATPClient:
+    """One worker (``rank`` of ``n_workers``) of the ATP job ``parameters`` describe."""
+
+    def __init__(self, rank: int, n_workers: int, parameters: ATPParameters, ps: tuple[str, int], switch: tuple[str, int], *,
+                 bind_ipv4: str = "0.0.0.0", bind_port: int = params.WORKER_UDP_PORT,
+                 job_deadline_s: float = DEFAULT_JOB_DEADLINE_S) -> None:
+        if job_deadline_s <= 0:
+            raise ValueError(f"job_deadline_s must be positive, got {job_deadline_s}")
+        self.parameters = parameters
+        self._config = WorkerConfig(app_id=parameters.job_id, worker_id=rank, n_workers=n_workers, k=parameters.k,
+                                    resend_timeout_s=parameters.resend_timeout_s,
+                                    stall_s=max(min(DEFAULT_STALL_S, job_deadline_s), 2 * parameters.resend_timeout_s),
+                                    congestion_control=parameters.congestion_control)
+        self._map = AggregatorMap(parameters.job_id, parameters.window, parameters.pool_size)
+        self._deadline_s = job_deadline_s
+        self._next_seq = 1
+        self._io = PayloadSockets(parameters.k, BATCH_PER_WINDOW * parameters.window, (bind_ipv4, bind_port), ps, switch)
+        self._poller = select.poll()
+        self._poller.register(self._io.receiving, select.POLLIN)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """Local (IPv4, UDP port) results must be sent to."""
+        return self._io.receiving.getsockname()
+
+    def allreduce(self, tensor: np.ndarray) -> ATPResult:
+        """Sum ``tensor`` (1-D float32 within 2^exponent, or int32) over the job's workers.
+
+        float32 is quantized with the job's scale (protocol/atp/quantize.py; a value beyond
+        the bound raises ValueError naming it, before anything is sent); int32 is summed
+        with 32-bit wrap-around. Raises ATPTimeout past the deadline, ATPStalled
+        (hosts/atp/worker.py) when no result comes for its stall limit."""
+        started = time.perf_counter()
+        x = np.ascontiguousarray(tensor)
+        if x.ndim != 1:
+            raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
+        n = self._config.n_workers
+        values = quantize_tensor(x, self.parameters.exponent, n)
+        core = WorkerCore(self._config, self._map, values, self._next_seq, started)  # refuses sequences beyond 32 bits
+        self._next_seq += core.n_packets
+        stats = self._run(core, started)
+        int_sum = core.result.copy()
+        result = int_sum if x.dtype == np.int32 else dequantize_sum(int_sum, self.parameters.exponent, n)
+        stats.tat_s = time.perf_counter() - started
+        log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._config.worker_id, len(x), x.dtype, stats.tat_s, stats)
+        return ATPResult(values=result, int_sum=int_sum, stats=stats)
+
+    def _run(self, core: WorkerCore, started: float) -> JobStats:
+        """The loop: results in batches, timers when idle, until every packet has its result."""
+        io, poller = self._io, self._poller
+        refusals_before = io.refusals
+        timeline = SendTimeline(started)
+        malformed = received_bytes = 0
+        deadline = started + self._deadline_s
+        self._send(core.start(started), started, timeline)
+        while not core.finished:
+            count = io.rx.receive()
+            now = time.perf_counter()
+            if count == 0:
+                due = core.next_timer()
+                if due is not None and due <= now:
+                    self._send(core.expire(now), now, timeline)
+                if now >= deadline:
+                    raise ATPTimeout(f"ATP job {self._config.app_id} rank {self._config.worker_id}: no result after "
+                                     f"{now - started:.3f} s for {core.n_packets - core.done_through} of {core.n_packets} packets")
+                due = core.next_timer()
+                wake = deadline if due is None else min(due, deadline)
+                poller.poll(max(0, math.ceil((wake - now) * 1000)))
+                continue
+            received_bytes += int(io.rx.lengths[:count].sum())
+            out: list[bytes] = []
+            for i in range(count):
+                payload = io.payload(i)
+                if payload is None:
+                    malformed += 1
+                    continue
+                out += core.receive(payload, now)
+            self._send(out, now, timeline)
+        return self._stats(core, timeline, malformed, received_bytes, io.refusals - refusals_before)
+
+    def _send(self, payloads: list[bytes], now: float, timeline: SendTimeline) -> None:
+        if payloads:
+            self._io.send(payloads)
+            timeline.record(now, len(payloads))
+
+    def _stats(self, core: WorkerCore, timeline: SendTimeline, malformed: int, received_bytes: int, refusals) -> JobStats:
+        s = core.stats
+        received = s.results + s.duplicates + s.ignored + malformed
+        return JobStats(
+            packets_sent=s.packets_sent, packets_received=received, retransmissions=s.resends_gap + s.resends_timeout,
+            timeouts=s.resends_timeout, duplicates=s.duplicates, bytes_sent=s.packets_sent * self._io.size,
+            bytes_received=received_bytes, timeline=timeline.bins, socket_errors=errno_counts(refusals),
+            rejected_results=s.ignored + malformed,
+            protocol={"collisions_adopted": s.collisions_adopted, "resends_gap": s.resends_gap, "resends_timeout": s.resends_timeout,
+                      "ecn_results": s.ecn_results, "window_halvings": s.window_halvings, "ignored": s.ignored, "malformed": malformed,
+                      "cwnd_last": core.window},
+        )
+
+    def close(self) -> None:
+        self._io.close()
+
+    def __enter__(self) -> ATPClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
