@@ -266,7 +266,7 @@ def test_preparing_a_network_frees_every_aggregator_and_sets_the_ecn_threshold()
 
 
 def test_the_resend_timeout_covers_a_window_on_a_slow_link() -> None:
-    from hosts.atp.method import resend_floor
+    from hosts.atp.job import resend_floor
     from protocol.atp.packet import frame_bytes
     assert resend_floor(PARAMETERS, None) == PARAMETERS
     assert resend_floor(PARAMETERS, 10_000.0) == PARAMETERS, "a fast link leaves the configured floor"
