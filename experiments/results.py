@@ -109,7 +109,7 @@ class ResultsWriter:
     def discard(self, point: int, method: str) -> None:
         """Remove the rows of an interrupted (point, method) from every table before it reruns,
         so a resumed run never holds a repetition twice."""
-        for table_format in fmt.JOB_TABLES:
+        for table_format in (*fmt.JOB_TABLES, fmt.PROTOCOL_COUNTERS):
             path = self.run_dir / table_format.file
             if path.exists():
                 table = pd.read_csv(path, keep_default_na=False)
@@ -167,6 +167,12 @@ class ResultsWriter:
             for bin_ms in [round(report["stats"].get("timeline_bin_s", TIMELINE_BIN_S) * 1000, 6)]
             for i, count in enumerate(report["stats"]["timeline"])
         ])
+        own = [{"point": point.index, "method": method, "repetition": repetition, "role": "worker", "index": rank, "counter": name,
+                "value": value} for rank, report in enumerate(reports) for name, value in report["stats"].get("protocol", {}).items()]
+        own += [{"point": point.index, "method": method, "repetition": repetition, "role": "server", "index": index, "counter": name,
+                 "value": value} for index, counts in enumerate(measured.servers if measured is not None else ()) for name, value in counts.items()]
+        if own:
+            self._append(fmt.PROTOCOL_COUNTERS, own)
         if measured is None:
             return
         self._append(fmt.SWITCH_COUNTERS, [

@@ -355,17 +355,25 @@ class SimulatedWorkers:
 
 
 class SimulatedMeter:
-    """A job's measurement on the simulated clock: its simulated duration and the switches'
-    event counters (no CPU, no transmit rates: nothing ran on one)."""
+    """A job's measurement on the simulated clock: its simulated duration, the switches' event
+    counters and its servers' counts (no CPU, no transmit rates: nothing ran on one)."""
 
     def __init__(self, point: SimulatedPoint) -> None:
         self._point = point
         self._started = 0.0
+        self._servers_before: list[dict[str, int]] = []
+
+    def _servers(self) -> list[dict[str, int]]:
+        return [dict(server.core.stats()) for server in self._point.net.server_hosts.values()]
 
     def start(self) -> None:
         self._point.net.reset_counters()
         self._started = self._point.net.now
+        self._servers_before = self._servers()  # a server's counts run on over the job's repetitions
 
     def stop(self) -> JobMeasurement:
         net = self._point.net
-        return JobMeasurement(cpu={}, wall_s=net.now - self._started, tx_mbps={}, counters=net.event_counters(), frames={})
+        servers = [{name: value - before.get(name, 0) for name, value in after.items()}
+                   for after, before in zip(self._servers(), self._servers_before)]
+        return JobMeasurement(cpu={}, wall_s=net.now - self._started, tx_mbps={}, counters=net.event_counters(), frames={},
+                              servers=servers)
