@@ -42,8 +42,8 @@ from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
 from network.evidence import aggregation_evidence
 from protocol.worker_spec import WorkerSpec, job_section
-from switches.fabric import SharedJob, Station
-from switches.topology_fabric import server_stations
+from experiments.servers import job_servers
+from switches.fabric import SharedJob
 
 if TYPE_CHECKING:  # Mininet's; imported where a network is built, so that --simulate runs without Mininet installed
     from network.emulation import EmulatedNetwork
@@ -52,18 +52,6 @@ log = logging.getLogger(__name__)
 
 BASELINE_PORT = 47000
 """TCP port the ring and parameter-server ranks listen on."""
-
-
-def job_servers(point: Point, method: str) -> dict[int, tuple[Station, ...]]:
-    """Each of the point's jobs' server hosts for ``method``'s protocol (its record's
-    ``servers_per_job``, switches/topology_fabric.py's ``server_stations``), by job id; none
-    for a method whose jobs need none."""
-    aggregation = methods.by_name(method).aggregation
-    per_job = 0 if aggregation is None else aggregation.servers_per_job
-    if not per_job:
-        return {}
-    job_ids = [job["job_id"] for job in point.data.get("jobs") or ()] or [point.job.job_id]
-    return server_stations(point.topology, job_ids, per_job)
 
 
 def worker_spec(point: Point, method: str, job_id: int | None = None) -> WorkerSpec:

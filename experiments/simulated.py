@@ -38,7 +38,7 @@ import numpy as np
 from base.plugin import resolve
 import methods
 from experiments.config import Experiment, Point
-from experiments.harness import job_servers
+from experiments.servers import job_servers
 from experiments.job_meter import JobMeasurement
 from experiments.limits import Limit
 from experiments.results import ResultsWriter
