@@ -236,11 +236,11 @@ class ResultsWriter:
                 } | retransmission_causes(group, resends if registered.aggregation is not None else {})
                 rate = point.topology.link_mbps
                 protocol = registered.aggregation
-                if protocol is not None and protocol.pace is not None and rate is not None:
+                if protocol is not None and rate is not None:
                     bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.job.k)
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
-                    check = pace_check(point, protocol, rate, point.topology.link_loss)
+                    check = None if protocol.pace is None else pace_check(point, protocol, rate, point.topology.link_loss)
                     if check is not None:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,
