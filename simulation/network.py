@@ -225,22 +225,12 @@ class SimulatedNetwork:
 
     def _host_input(self, host: str) -> Deliver:
         """Frames reaching ``host``: to its worker or server, once one is attached (else dropped, as by a host that runs none)."""
-        if host in self.servers:
-            servers = self.server_hosts
-
-            def deliver_to_server(frames: list[bytes]) -> None:
-                server = servers.get(host)
-                if server is not None:
-                    server.deliver(frames)
-
-            return deliver_to_server
-        index = self._index[host]
-        workers = self.workers
+        attached, key = (self.server_hosts, host) if host in self.servers else (self.workers, self._index[host])
 
         def deliver(frames: list[bytes]) -> None:
-            worker = workers.get(index)
-            if worker is not None:
-                worker.deliver(frames)
+            program = attached.get(key)
+            if program is not None:
+                program.deliver(frames)
 
         return deliver
 
