@@ -333,6 +333,6 @@ class SimulatedNetwork:
                  "delay": f"{link.spec.delay_ms:g} ms", "loss": f"{link.spec.loss:g}" if self.loss_mechanism == LINK_LOSS else "none"}
                 for link in self.topology.links for a, b in ((link.a, link.b), (link.b, link.a))
             ],
-            **({"servers": {name: {"ipv4": s.ipv4, "mac": s.mac, "cabled_to": self.topology.aggregator.name}
+            **({"server_hosts": {name: {"ipv4": s.ipv4, "mac": s.mac, "cabled_to": self.topology.aggregator.name}
                             for name, s in self.servers.items()}} if self.servers else {}),
         }
