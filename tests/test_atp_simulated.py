@@ -5,7 +5,7 @@ egress link's queue), programmed by its record's ``program_fabric``, and its ver
 
 Beside SwitchML on one network, several jobs hashing into one pool (collisions to the PS),
 and loss on every link; each verified, with ATP's counters in the results
-(protocol_counters.csv, switch_counters.csv). No root, seconds each.
+(protocol_counters.csv, switch_counters.csv); a tree refused in one line. No root, seconds each.
 """
 
 from __future__ import annotations
@@ -132,3 +132,10 @@ def test_atp_on_lossy_links_resends_and_stays_exact(tmp_path: Path) -> None:
     switch = counts(pd.read_csv(tmp_path / "run" / "switch_counters.csv"))
     assert switch["EV_RESEND_FLUSHED"] + switch["EV_RESEND_PASSED"] > 0, "the switch took the resends"
     assert counts(own, role="server")["partial_sums"] > 0, "the PS finished what loss left partial"
+
+
+def test_a_tree_is_refused_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ATP's program aggregates at the switch its workers are cabled to: a leaf would drop their packets."""
+    assert run(CONFIG_DIR / "hierarchical.yaml", tmp_path / "run", "switch.target=embedded", "methods=[atp]", "repetitions=1") == 2
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "ATP's jobs run on a star" in line and "leaves s2, s3" in line

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from base.yamlschema import ConfigError
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
 from switches.control import SwitchControl
@@ -81,10 +82,11 @@ def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: 
     job (its workers' hosts in rank order, its parameter server ``fabric.servers[job_id][0]``),
     with the flood group and an ``l2_table`` entry for every host and server. A switch between
     a worker and the aggregating one would drop its packets (ATP's program passes no other
-    job's ATP traffic), so a fabric with leaves is refused in a ValueError naming them."""
+    job's ATP traffic), so a fabric with leaves is refused, naming them, in one line: a
+    ConfigError, before any job runs."""
     if fabric.leaves:
-        raise ValueError(f"ATP's jobs run on a star: its program aggregates at the switch the workers are cabled to, and "
-                         f"{', '.join(fabric.leaves)} would drop their packets")
+        raise ConfigError(f"topology: ATP's jobs run on a star (its program aggregates at the switch the workers are cabled to); "
+                          f"this one's leaves {', '.join(fabric.leaves)} would drop their packets")
     switch = fabric.aggregator.name
     control = controls[switch]
     program_flood(control, fabric.ports[switch])
