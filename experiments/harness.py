@@ -42,6 +42,7 @@ from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
 from network.evidence import aggregation_evidence
 from protocol.worker_spec import WorkerSpec, job_section
+from experiments.servers import job_servers
 from switches.fabric import SharedJob
 
 if TYPE_CHECKING:  # Mininet's; imported where a network is built, so that --simulate runs without Mininet installed
@@ -53,9 +54,11 @@ BASELINE_PORT = 47000
 """TCP port the ring and parameter-server ranks listen on."""
 
 
-def worker_spec(point: Point, method: str) -> WorkerSpec:
-    """What every worker process of a method needs (hosts/worker.py), whatever its job."""
+def worker_spec(point: Point, method: str, job_id: int | None = None) -> WorkerSpec:
+    """What every worker process of a method needs (hosts/worker.py), for the point's job or,
+    among several sharing the switch, job ``job_id`` (its ``servers``)."""
     topology = point.topology
+    servers = job_servers(point, method).get(point.job.job_id if job_id is None else job_id, ())
     return WorkerSpec(
         method=method,
         n_workers=len(topology.hosts),
@@ -66,6 +69,7 @@ def worker_spec(point: Point, method: str) -> WorkerSpec:
         job_timeout_s=point.job_limit(method).seconds,
         connect_timeout_s=point.limits.worker_start_s,
         serve=point.workload_kind.host,
+        servers=tuple(station.ipv4 for station in servers),
     )
 
 

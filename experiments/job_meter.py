@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 
@@ -115,6 +115,9 @@ class JobMeasurement:
     """Every switch's event counters for the job, by counter name."""
     frames: dict[str, dict[str, int]]
     """Every switch's frame accounting for the job (port_counters.account_switch)."""
+    servers: list[dict[str, int]] = field(default_factory=list)
+    """Each of the job's server hosts' counts over the job, in the spec's ``servers`` order
+    (its protocol's ``ServerCore.stats``); empty where its protocol has none or they were not read."""
 
 
 SETTLED_READS = 5

@@ -109,7 +109,7 @@ class ResultsWriter:
     def discard(self, point: int, method: str) -> None:
         """Remove the rows of an interrupted (point, method) from every table before it reruns,
         so a resumed run never holds a repetition twice."""
-        for table_format in fmt.JOB_TABLES:
+        for table_format in (*fmt.JOB_TABLES, fmt.PROTOCOL_COUNTERS):
             path = self.run_dir / table_format.file
             if path.exists():
                 table = pd.read_csv(path, keep_default_na=False)
@@ -167,6 +167,12 @@ class ResultsWriter:
             for bin_ms in [round(report["stats"].get("timeline_bin_s", TIMELINE_BIN_S) * 1000, 6)]
             for i, count in enumerate(report["stats"]["timeline"])
         ])
+        own = [{"point": point.index, "method": method, "repetition": repetition, "role": "worker", "index": rank, "counter": name,
+                "value": value} for rank, report in enumerate(reports) for name, value in report["stats"].get("protocol", {}).items()]
+        own += [{"point": point.index, "method": method, "repetition": repetition, "role": "server", "index": index, "counter": name,
+                 "value": value} for index, counts in enumerate(measured.servers if measured is not None else ()) for name, value in counts.items()]
+        if own:
+            self._append(fmt.PROTOCOL_COUNTERS, own)
         if measured is None:
             return
         self._append(fmt.SWITCH_COUNTERS, [
@@ -230,11 +236,11 @@ class ResultsWriter:
                 } | retransmission_causes(group, resends if registered.aggregation is not None else {})
                 rate = point.topology.link_mbps
                 protocol = registered.aggregation
-                if protocol is not None and protocol.pace is not None and rate is not None:
+                if protocol is not None and rate is not None:
                     bound = registered.bound(mbps_to_bps(rate), len(point.topology.hosts), point.job.k)
                     entry["line_rate_bound_ate_per_s"] = bound
                     entry["ate_fraction_of_bound"] = entry["ate_per_s"] / bound
-                    check = pace_check(point, protocol, rate, point.topology.link_loss)
+                    check = None if protocol.pace is None else pace_check(point, protocol, rate, point.topology.link_loss)
                     if check is not None:
                         entry |= {"pace_bound_ate_per_s": check.pace.ate_per_s, "pace_bound": check.bound,
                                   "ate_fraction_of_pace_bound": entry["ate_per_s"] / check.pace.ate_per_s,

@@ -38,6 +38,7 @@ import numpy as np
 from base.plugin import resolve
 import methods
 from experiments.config import Experiment, Point
+from experiments.servers import job_servers
 from experiments.job_meter import JobMeasurement
 from experiments.limits import Limit
 from experiments.results import ResultsWriter
@@ -45,7 +46,7 @@ from hosts.rank import RankProgram
 from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import WorkerSpec
-from simulation.host import start_host
+from simulation.host import start_host, start_server
 from simulation.native import library as native_simulator
 from simulation.native.star import has_aggregation_path, star_problem
 from simulation.network import DROP_SIMULATOR, NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
@@ -178,20 +179,28 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
     protocol = methods.by_name(method).aggregation
     record = simulation_record(experiment)
     job = point.job
-    core = NATIVE_CORE if point.data_path.name == NATIVE_CORE and not jobs else PYTHON_CORE
+    # the point's data path is its first protocol's; one with a single loop (no ``data_path``) runs it on SimPy
+    native = point.data_path.name == NATIVE_CORE and not jobs and protocol.data_path is not None
+    core = NATIVE_CORE if native else PYTHON_CORE
     return SimulatedNetwork(point.topology, lookup(target), JobSetup(job.k, job.pool_size, experiment.data["switch"]["max_pool_size"],
                                                                       job.job_id, shared=tuple(jobs)),
                             point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"], simulated_data_plane(target), core,
                             protocol=protocol.name, program=resolve(protocol.program_fabric),
-                            read_counters=None if protocol.event_counters is None else resolve(protocol.event_counters))
+                            read_counters=None if protocol.event_counters is None else resolve(protocol.event_counters),
+                            servers=job_servers(point, method))
 
 
 def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequence[int] | None = None,
                    packet_cost_s: float = 0.0) -> list[int]:
     """The spec's workers on ``net``'s hosts at ``host_indices`` (default: every host, rank
-    order), each built from the spec as its host builds it (simulation/host.py); the indices."""
+    order), each built from the spec as its host builds it (simulation/host.py), and the job's
+    servers (the spec's ``servers``) on the hosts the network cabled for them; the indices."""
     hosts = net.topology.hosts
     indices = list(range(len(hosts))) if host_indices is None else list(host_indices)
+    stations = {station.ipv4: station for station in net.servers.values()}
+    for index, address in enumerate(spec.servers):
+        station = stations[address]
+        net.attach_server(station.name, start_server(net.env, spec, index, station, net.switch_station))
     for rank, index in enumerate(indices):
         host = hosts[index]
         net.attach(index, start_host(net.env, spec, rank, Station(host.name, host.mac, host.ipv4), net.switch_station, packet_cost_s))
@@ -346,17 +355,25 @@ class SimulatedWorkers:
 
 
 class SimulatedMeter:
-    """A job's measurement on the simulated clock: its simulated duration and the switches'
-    event counters (no CPU, no transmit rates: nothing ran on one)."""
+    """A job's measurement on the simulated clock: its simulated duration, the switches' event
+    counters and its servers' counts (no CPU, no transmit rates: nothing ran on one)."""
 
     def __init__(self, point: SimulatedPoint) -> None:
         self._point = point
         self._started = 0.0
+        self._servers_before: list[dict[str, int]] = []
+
+    def _servers(self) -> list[dict[str, int]]:
+        return [dict(server.core.stats()) for server in self._point.net.server_hosts.values()]
 
     def start(self) -> None:
         self._point.net.reset_counters()
         self._started = self._point.net.now
+        self._servers_before = self._servers()  # a server's counts run on over the job's repetitions
 
     def stop(self) -> JobMeasurement:
         net = self._point.net
-        return JobMeasurement(cpu={}, wall_s=net.now - self._started, tx_mbps={}, counters=net.event_counters(), frames={})
+        servers = [{name: value - before.get(name, 0) for name, value in after.items()}
+                   for after, before in zip(self._servers(), self._servers_before)]
+        return JobMeasurement(cpu={}, wall_s=net.now - self._started, tx_mbps={}, counters=net.event_counters(), frames={},
+                              servers=servers)

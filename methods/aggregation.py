@@ -81,6 +81,20 @@ class HostCore(Protocol):
         ``hosts.stats.JobStats``; the driver sets ``tat_s``)."""
 
 
+class ServerCore(Protocol):
+    """One of a job's server hosts (``Aggregation.servers_per_job``: ATP's parameter server)
+    without sockets or a clock: what the simulated clock runs on the host it attaches for it
+    (simulation/host.py, ``ServerHost``). Built as ``server_core(spec, index, host, switch)``
+    (the job's worker spec, which of its servers, the host's and the aggregating switch's
+    addresses); it answers the frames that reach its host as they arrive, and has no timers."""
+
+    def receive(self, now: float, received: Sequence[bytes]) -> Sequence[bytes]:
+        """The frames that reached the host at ``now``: the whole Ethernet frames to send."""
+
+    def stats(self) -> Mapping[str, int]:
+        """Its counts so far, by name (ATP's PS: full and partial sums, collided sequences, ...)."""
+
+
 PaceModel = Callable[[int, "JobParameters", float, float, bool], Pace]
 """(elements, the job's parameters, link_bps, link_delay_s, quantized) -> the network's pace
 for one job: each protocol reads what sets its pace from its own parameters (SwitchML: k and
@@ -156,8 +170,12 @@ class Aggregation:
     server: str | None = None
     """"module:attribute" of what each of those hosts runs: ``serve(spec, index)`` until SIGTERM
     (hosts/atp/server.py), also ``python -m <module> SPEC.json --index I``."""
+    server_core: str | None = None
+    """"module:attribute" of the same server on the simulated clock, ``server_core(spec, index,
+    host, switch)`` (``ServerCore``); None: its jobs need no server, or it runs none simulated."""
 
     @property
     def simulated(self) -> bool:
-        """Whether its workers run on the simulated clock (a driver, its own or the generic one over its core)."""
-        return self.simulated_host is not None or self.core is not None
+        """Whether its jobs run on the simulated clock: its workers (a driver, its own or the
+        generic one over its core) and the servers its jobs need (``server_core``)."""
+        return (self.simulated_host is not None or self.core is not None) and (self.servers_per_job == 0 or self.server_core is not None)

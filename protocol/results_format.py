@@ -73,6 +73,12 @@ FIDELITY = Table(
      "cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s", "cpu_steal_fraction"),
     optional=("cpu_user_fraction", "cpu_system_fraction", "cpu_softirq_fraction", "wall_s", "cpu_steal_fraction"),
 )  # fmt: skip
+PROTOCOL_COUNTERS = Table("protocol_counters.csv", ("point", "method", "repetition", "role", "index", "counter", "value"))
+"""An in-network protocol's own counts beyond runs.csv's, per job: each worker's (``role``
+worker, ``index`` its rank: ``JobStats.protocol``, e.g. ATP's collisions adopted, resends by
+cause, the window at the end) and each of its job's servers' (``role`` server, ``index``
+which: ATP's parameter server's full and partial sums). Written only for a protocol that
+counts any (not SwitchML's runs)."""
 JOB_TABLES = (RUNS, SWITCH_COUNTERS, SWITCH_FRAMES, TIMELINE, FIDELITY)
 """The tables with rows per (point, method, repetition): what a resumed run discards of an
 interrupted method before it reruns."""

@@ -113,3 +113,27 @@ class CoreHost:
         values, int_sum, stats = core.outcome()
         stats.tat_s = env.now - t0
         return HostResult(values, int_sum, stats)
+
+
+def start_server(env: simpy.Environment, spec: WorkerSpec, index: int, host: Station, switch: Station) -> ServerHost:
+    """Server ``index`` of the spec's job (its protocol's ``server_core``, methods/aggregation.py)
+    on the simulated clock, at ``host``."""
+    aggregation = methods.by_name(spec.method).aggregation
+    if aggregation is None or aggregation.server_core is None:
+        raise ValueError(f"method {spec.method} runs no server on the simulated clock (its record names no server_core)")
+    return ServerHost(env, resolve(aggregation.server_core)(spec, index, host, switch))
+
+
+class ServerHost:
+    """A ``ServerCore`` on a host of the simulated network: every frame that arrives is
+    answered at its arrival, through the host's link (a server core has no timers)."""
+
+    def __init__(self, env: simpy.Environment, core: Any) -> None:
+        self._env = env
+        self.core = core
+        self.uplink: Link | None = None
+
+    def deliver(self, frames: list[bytes]) -> None:
+        send = self.uplink.send
+        for frame in self.core.receive(self._env.now, frames):
+            send(frame)

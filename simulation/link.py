@@ -111,6 +111,11 @@ class Link:
         take over and hand back (simulation/native/star.py) with ``set_queue``."""
         return self._free_at, self._tokens, list(self._departures)
 
+    def depth(self) -> int:
+        """Frames in the queue now, the one on the wire included: what a frame sent now would join."""
+        now = self._env.now
+        return sum(1 for departure in self._departures if departure > now)
+
     def set_queue(self, free_at: float, tokens: float, departures: list[float]) -> None:
         self._free_at, self._tokens = free_at, tokens
         self._departures = deque(departures)

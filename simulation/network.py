@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Sequence
+from typing import Any, Callable, Generator, Mapping, Sequence
 
 import numpy as np
 import simpy
@@ -31,7 +31,7 @@ from switches.topology_fabric import topology_fabric
 from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
-from simulation.host import SimulatedHost
+from simulation.host import ServerHost, SimulatedHost
 from simulation.link import Arrivals, Deliver, Link
 from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
 from simulation.worker import SimulatedWorker, WorkerSetup
@@ -39,7 +39,7 @@ from switches import programming
 from switches.control import SwitchControl
 from switches.fabric import Fabric, Jobs, SharedJob, Station, program_fabric
 from switches.target import SimulatedSwitch, SwitchTarget
-from topologies.model import Topology
+from topologies.model import LinkDef, Topology
 
 PYTHON_CORE = "python"
 """hosts/switchml/core.py under simulation/worker.py's driver, on SimPy: every network."""
@@ -91,10 +91,14 @@ class SimulatedNetwork:
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
                  link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, core: str = PYTHON_CORE,
                  protocol: str | None = None, program: Program = program_fabric,
-                 read_counters: Callable[[SwitchControl], dict[str, int]] | None = programming.read_event_counters) -> None:
+                 read_counters: Callable[[SwitchControl], dict[str, int]] | None = programming.read_event_counters,
+                 servers: Mapping[int, tuple[Station, ...]] | None = None) -> None:
         """``protocol``: the program its switches run (None: the target's default one);
         ``program``: how that protocol programs a fabric for ``job``; ``read_counters``: its
-        switch's event counters by name (its record's ``event_counters``; None: it has none to record)."""
+        switch's event counters by name (its record's ``event_counters``; None: it has none to record);
+        ``servers``: each job's hosts besides its workers (switches/topology_fabric.py's
+        ``server_stations``), cabled to the aggregating switch with the workers' link spec,
+        their programs attached later (``attach_server``)."""
         data_plane = data_plane or target
         if data_plane.simulated is None:
             raise SimulationUnsupported(f"switch target {data_plane.name} has no simulated data plane (SwitchTarget.simulated)")
@@ -124,13 +128,20 @@ class SimulatedNetwork:
         self._index = {host.name: i for i, host in enumerate(topology.hosts)}
         self.links: dict[tuple[str, str], Link] = {}
         """(from, to) -> that direction's link."""
+        self.servers: dict[str, Station] = {station.name: station for stations in (servers or {}).values() for station in stations}
+        """Server host name -> its station (its job's, ``servers``)."""
+        self.server_hosts: dict[str, ServerHost] = {}
+        """Server host name -> what runs on it, once attached."""
         link_loss = self.loss_mechanism == LINK_LOSS
         arrivals = Arrivals(self.env)
-        for link in topology.links:
+        aggregator = topology.aggregator.name
+        worker_link = next(link.spec for link in topology.links if topology.hosts[0].name in (link.a, link.b))
+        cables = [*topology.links, *(LinkDef(name, aggregator, worker_link) for name in self.servers)]
+        for link in cables:
             for a, b in ((link.a, link.b), (link.b, link.a)):
                 if b in self.switches:
                     self.ports[b][a] = len(self.ports[b]) + 1
-        for link in topology.links:
+        for link in cables:
             spec = link.spec
             for a, b in ((link.a, link.b), (link.b, link.a)):
                 deliver = self._switch_input(b, self.ports[b][a]) if b in self.switches else self._host_input(b)
@@ -138,11 +149,14 @@ class SimulatedNetwork:
                                         spec.loss if link_loss else 0.0, random.Random(rng.randrange(1 << 32)), deliver,
                                         link_burst_bytes)
         for name, switch in self.switches.items():
+            egress_queue = getattr(switch, "egress_queue", None)  # a program that reads its egress queues (ATP's ECN)
             for neighbour, port in self.ports[name].items():
                 switch.connect(port, self._transmit(self.links[name, neighbour]))
+                if egress_queue is not None:
+                    egress_queue(port, self.links[name, neighbour].depth)
         self.controls: dict[str, SwitchControl] = {name: switch.control() for name, switch in self.switches.items()}
         self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
-                                      self.loss_mechanism == DROP_SIMULATOR)
+                                      self.loss_mechanism == DROP_SIMULATOR, servers)
         program(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size, job.shared))
         self._read_counters = read_counters
         self._native: NativeStar | None = None
@@ -172,6 +186,12 @@ class SimulatedNetwork:
         worker.uplink = self.links[name, self.topology.neighbours(name)[0]]
         self.workers[index] = worker
 
+    def attach_server(self, name: str, server: ServerHost) -> None:
+        """``server`` as server host ``name``'s program: frames reaching the host go to it, and
+        it answers on the host's link to the aggregating switch."""
+        server.uplink = self.links[name, self.topology.aggregator.name]
+        self.server_hosts[name] = server
+
     def _native_star(self, packet_cost_s: float) -> NativeStar:
         """This star on star.c's loop (simulation/native/star.py); SimulationUnsupported naming
         what of the network that loop does not run."""
@@ -198,17 +218,19 @@ class SimulatedNetwork:
         return self.env.now if self._native is None else self._native.now
 
     def _port_towards(self, switch: str, node: str) -> int:
+        if node in self.servers:  # cabled to the aggregating switch
+            aggregator = self.topology.aggregator.name
+            return self.ports[switch][node if switch == aggregator else self.topology.next_hop(switch, aggregator)]
         return self.ports[switch][self.topology.next_hop(switch, node)]
 
     def _host_input(self, host: str) -> Deliver:
-        """Frames reaching ``host``: to its worker, once one is attached (else dropped, as by a host that runs none)."""
-        index = self._index[host]
-        workers = self.workers
+        """Frames reaching ``host``: to its worker or server, once one is attached (else dropped, as by a host that runs none)."""
+        attached, key = (self.server_hosts, host) if host in self.servers else (self.workers, self._index[host])
 
         def deliver(frames: list[bytes]) -> None:
-            worker = workers.get(index)
-            if worker is not None:
-                worker.deliver(frames)
+            program = attached.get(key)
+            if program is not None:
+                program.deliver(frames)
 
         return deliver
 
@@ -311,4 +333,6 @@ class SimulatedNetwork:
                  "delay": f"{link.spec.delay_ms:g} ms", "loss": f"{link.spec.loss:g}" if self.loss_mechanism == LINK_LOSS else "none"}
                 for link in self.topology.links for a, b in ((link.a, link.b), (link.b, link.a))
             ],
+            **({"server_hosts": {name: {"ipv4": s.ipv4, "mac": s.mac, "cabled_to": self.topology.aggregator.name}
+                            for name, s in self.servers.items()}} if self.servers else {}),
         }

@@ -13,7 +13,7 @@ and answers ARP and ping for its own address (the aggregator's virtual one, a le
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from protocol import params
@@ -80,6 +80,9 @@ class Fabric:
     """(switch, node) -> the port of ``switch`` on the path to ``node`` (a host or a switch)."""
     drop_rates: Mapping[str, tuple[float, float]] | None = None
     """Per switch, the drop simulator's (ingress, egress) probabilities; None: no loss to emulate."""
+    servers: Mapping[int, tuple[Station, ...]] = field(default_factory=dict)
+    """Job id -> the hosts besides its workers that its protocol needs (``Aggregation.servers_per_job``:
+    ATP's parameter server), each cabled to the aggregating switch; ``towards`` reaches them too."""
 
     def aggregating(self) -> list[str]:
         """The switches that hold aggregation state: the aggregator, and in hierarchical

@@ -229,17 +229,18 @@ def test_the_parameter_server_process_serves_until_sigterm_and_writes_its_stats(
 
 
 def test_the_schema_takes_atps_own_section_and_the_spec_carries_its_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``methods: [switchml, atp, ring, ps]`` loads on a target that runs ATP (here the embedded
-    one, told so: its ATP switch process is the network's part) and is refused, naming ATP,
-    on one that does not."""
+    """``methods: [switchml, atp, ring, ps]`` loads on a target that runs ATP (the embedded one)
+    and is refused, naming ATP, on one that does not (the embedded one, told it runs SwitchML only)."""
     from experiments.config import CONFIG_DIR, load_experiment
     from experiments.harness import job_parameters
     from base.yamlschema import ConfigError
     from switches import targets
-    with pytest.raises(ConfigError, match=r"no data plane for ATP"):
-        load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml,atp,ring,ps]", "switch.target=embedded"])
     embedded = targets.REGISTRY["embedded"]
-    monkeypatch.setitem(targets.REGISTRY, "embedded", replace(embedded, protocols=embedded.protocols | {"atp"}))
+    assert "atp" in embedded.protocols
+    with monkeypatch.context() as only_switchml:
+        only_switchml.setitem(targets.REGISTRY, "embedded", replace(embedded, protocols=frozenset({"switchml"})))
+        with pytest.raises(ConfigError, match=r"no data plane for ATP"):
+            load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml,atp,ring,ps]", "switch.target=embedded"])
     point = load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml,atp,ring,ps]", "switch.target=embedded",
                                                           "protocol.atp.window=32", "protocol.atp.congestion_control=false"]).points[0]
     section = job_parameters(point, "atp")
@@ -266,7 +267,7 @@ def test_preparing_a_network_frees_every_aggregator_and_sets_the_ecn_threshold()
 
 
 def test_the_resend_timeout_covers_a_window_on_a_slow_link() -> None:
-    from hosts.atp.method import resend_floor
+    from hosts.atp.job import resend_floor
     from protocol.atp.packet import frame_bytes
     assert resend_floor(PARAMETERS, None) == PARAMETERS
     assert resend_floor(PARAMETERS, 10_000.0) == PARAMETERS, "a fast link leaves the configured floor"

@@ -46,7 +46,7 @@ def test_admitted_jobs_get_their_range_and_group() -> None:
         ("switch.max_pool_size=128", "admission refused: the jobs' pools need 64 (job 11) + 64 (job 12) + 64 (job 13) + 64 (job 14) = 256"),
         ("sweep.values=[[{job_id: 1, hosts: [0, 1], pool_size: 8}, {job_id: 2, hosts: [1, 2], pool_size: 8}]]", "host 1 is in job 1 and job 2"),
         ("sweep.values=[[{job_id: 1, hosts: [0, 8], pool_size: 8}]]", "job 1 names host 8; the topology has hosts 0..7"),
-        ("methods=[switchml, ring]", "jobs sharing a switch run methods [switchml]"),
+        ("methods=[switchml, ring]", "jobs sharing a switch run one in-network method"),
     ],
 )
 def test_bad_jobs_name_what_is_wrong(override: str, message: str) -> None:

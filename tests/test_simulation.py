@@ -205,7 +205,7 @@ def test_simulate_gives_the_baselines_as_labelled_models(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(("config", "args", "says"), [
-    ("8workers.yaml", ("--set", "methods=[ring]"), "add an in-network method to methods (switchml)"),
+    ("8workers.yaml", ("--set", "methods=[ring]"), "add an in-network method to methods (switchml, atp)"),
     ("training_torch.yaml", (), "torch experiments run PyTorch processes on the hosts"),
     ("ddp_script.yaml", (), "ddp_script experiments run PyTorch processes on the hosts"),
 ])

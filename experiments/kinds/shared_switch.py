@@ -1,7 +1,10 @@
-"""Several SwitchML jobs sharing one switch (a config with ``jobs:``): run, verify, record.
+"""Several jobs of one in-network method sharing one switch (a config with ``jobs:``): run,
+verify, record.
 
-Per point: one network whose aggregating switch is programmed with every job (each its
-own slot range and multicast group: switches/programming.py, ``admit_jobs``), one worker
+Per point: one network whose aggregating switch is programmed with every job by the
+method's protocol (SwitchML: each job its own slot range and multicast group,
+switches/programming.py's ``admit_jobs``; ATP: every job hashing into the one shared pool,
+each with its own parameter server), one worker
 group per job on its own hosts, started together; each repetition releases every job at
 its ``start_s`` after the first, collects and verifies each job's results on their own,
 and appends one row per worker to jobs.csv. The summary gives each job's median TAT and
@@ -47,8 +50,10 @@ from topologies.model import Topology
 
 log = logging.getLogger(__name__)
 
-METHOD = methods.SWITCHML.name
-"""Jobs sharing the switch aggregate in it: SwitchML (experiments/config.py admits no other)."""
+def job_method(point: Point) -> str:
+    """The in-network method the point's jobs run (``check_jobs`` admits one)."""
+    [method] = point.methods
+    return method
 
 
 def job_elements(point: Point, job: dict[str, Any]) -> int:
@@ -107,7 +112,7 @@ class SharedSwitchWriter(ResultsWriter):
                 },
                 "total_ate_per_s": float(totals["total_ate_per_s"].median()),
                 "makespan_s": float(totals["makespan_s"].median()),
-                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else methods.by_name(METHOD).bound(
+                "line_rate_bound_ate_per_s_per_job": None if pd.isna(rate) else methods.by_name(job_method(self.experiment.points[int(point_index)])).bound(
                     mbps_to_bps(rate), len(self.experiment.points[int(point_index)].topology.hosts), int(per_point["k"].iloc[0])),
             })
         first = self.experiment.points[0]
@@ -166,29 +171,33 @@ class SharedSwitchRunner(ExperimentRunner):
         work = held.work / f"job{job['job_id']}"  # workers write their results beside their spec
         work.mkdir()
         inputs = job_inputs(point, job)
-        spec = replace(worker_spec(point, METHOD).with_job(n, job["job_id"], job["pool_size"]), inputs=held.write_inputs(inputs, work))
-        return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.job.k)
+        method = job_method(point)
+        spec = worker_spec(point, method, job["job_id"]).with_job(n, job["job_id"], job["pool_size"])
+        spec = replace(spec, inputs=held.write_inputs(inputs, work))
+        own = methods.own_sums(point.methods, {**point.protocol, "job_id": job["job_id"], "pool_size": job["pool_size"]})
+        return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.job.k, own)
 
     def _run_jobs(self, held: PointNetwork) -> bool:
         point = held.point
         jobs: Sequence[dict[str, Any]] = sorted(point.data["jobs"], key=lambda job: job.get("start_s", 0.0))
-        held.prepare(METHOD)
+        method = job_method(point)
+        held.prepare(method)
         ok = True
         with contextlib.ExitStack() as stack:
             groups = []
             for job in jobs:
                 spec_path, expected = self._job_spec(held, job)
-                groups.append((job, stack.enter_context(held.workers(METHOD, spec_path, job["hosts"])), expected))
+                groups.append((job, stack.enter_context(held.workers(method, spec_path, job["hosts"])), expected))
             for repetition in range(point.repetitions):
                 busy_before, total_before = machine_cpu()
                 released = held.release_together([group for _, group, _ in groups], repetition,
                                                  [job.get("start_s", 0.0) for job, _, _ in groups])
-                collected = [group.collect("done", held.job_limit(METHOD), grace_s=REPORT_GRACE_S) for _, group, _ in groups]
+                collected = [group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S) for _, group, _ in groups]
                 busy_after, total_after = machine_cpu()
                 # the machine's busy share measures an emulation keeping up; a simulated job ran on no CPU
                 machine_busy = None if self.clock.simulated else (busy_after - busy_before).busy / max(1e-9, total_after - total_before)
                 for (job, _group, expected), released_s, reports in zip(groups, released, collected):
-                    verdicts = verify_reports(METHOD, expected, reports, f"point {point.index} rep {repetition} job {job['job_id']}")
+                    verdicts = verify_reports(method, expected, reports, f"point {point.index} rep {repetition} job {job['job_id']}")
                     ok &= all(v.verified for v in verdicts)
                     self.writer.add_job(point, repetition, job, released_s, reports, verdicts, machine_busy)
                 self.progress(f"{len(jobs)} jobs rep {repetition}")
@@ -198,14 +207,16 @@ class SharedSwitchRunner(ExperimentRunner):
 
 
 def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
-    """Jobs sharing the switch: SwitchML on a synthetic workload, disjoint hosts that exist,
-    and pools the control plane admits together (the same check it makes on the switch), on
-    one aggregating switch."""
+    """Jobs sharing the switch: one in-network method on a synthetic workload, disjoint hosts
+    that exist, on one aggregating switch; SwitchML's pools as its control plane admits them
+    together (the same check it makes on the switch: each job its own slots). ATP's jobs all
+    hash into the one shared pool, so theirs need no partition."""
     if topology.aggregation == "hierarchical":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
-    if data["methods"] != [methods.SWITCHML.name] or "elements" not in workload_of(data["workload"]).properties:
-        raise ConfigError(f"{source}: jobs: jobs sharing a switch run methods [{methods.SWITCHML.name}] on a workload whose jobs give their own "
-                          f"elements (synthetic)")
+    in_network = [m.name for m in methods.REGISTRY if m.aggregation is not None]
+    if len(data["methods"]) != 1 or data["methods"][0] not in in_network or "elements" not in workload_of(data["workload"]).properties:
+        raise ConfigError(f"{source}: jobs: jobs sharing a switch run one in-network method ({' or '.join(in_network)}) on a workload "
+                          f"whose jobs give their own elements (synthetic)")
     seen: dict[int, int] = {}
     for job in data["jobs"]:
         for host in job["hosts"]:
@@ -216,6 +227,8 @@ def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None
             seen[host] = job["job_id"]
         if len(job["hosts"]) > params.MAX_WORKERS:
             raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers, at most {params.MAX_WORKERS}")
+    if data["methods"] != [methods.SWITCHML.name]:
+        return
     try:
         partition_slots([(job["job_id"], job["pool_size"]) for job in data["jobs"]], data["switch"]["max_pool_size"])
     except AdmissionError as exc:

@@ -19,6 +19,7 @@ from experiments.config import Experiment, Point
 from workloads.kinds import point_inputs
 from experiments.harness import Clock, ExperimentKind, PointNetwork, pending_methods, point_network, verify_reports, worker_spec
 from experiments.results import ResultsWriter, format_table
+from methods import own_sums
 from methods.verification import Expected, expected_for
 from experiments.workers import REPORT_GRACE_S
 
@@ -48,7 +49,7 @@ class ExperimentRunner:
         with point_network(self.experiment, point, self.clock, self.writer) as held:
             inputs = point_inputs(point.workload, len(point.topology.hosts))
             input_paths = held.write_inputs(inputs)
-            expected = expected_for(inputs, point.job.k)
+            expected = expected_for(inputs, point.job.k, own_sums(point.methods, point.protocol))
             del inputs
             ok = True
             for method in methods:

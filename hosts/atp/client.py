@@ -29,14 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hosts.atp.aggregators import AggregatorMap
-from hosts.atp.worker import DEFAULT_STALL_S, WorkerConfig, WorkerCore
+from hosts.atp.job import WorkerJob, job_stats
+from hosts.atp.worker import WorkerCore
 from hosts.atp.sockets import PayloadSockets
 from hosts.mmsg import errno_counts
 from hosts.stats import JobStats, SendTimeline
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
-from protocol.atp.quantize import dequantize_sum, quantize_tensor
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +66,9 @@ class ATPClient:
         if job_deadline_s <= 0:
             raise ValueError(f"job_deadline_s must be positive, got {job_deadline_s}")
         self.parameters = parameters
-        self._config = WorkerConfig(app_id=parameters.job_id, worker_id=rank, n_workers=n_workers, k=parameters.k,
-                                    resend_timeout_s=parameters.resend_timeout_s,
-                                    stall_s=max(min(DEFAULT_STALL_S, job_deadline_s), 2 * parameters.resend_timeout_s),
-                                    congestion_control=parameters.congestion_control)
-        self._map = AggregatorMap(parameters.job_id, parameters.window, parameters.pool_size)
+        self._job = WorkerJob(parameters, rank, n_workers, job_deadline_s)
+        self._config = self._job.config
         self._deadline_s = job_deadline_s
-        self._next_seq = 1
         self._io = PayloadSockets(parameters.k, BATCH_PER_WINDOW * parameters.window, (bind_ipv4, bind_port), ps, switch)
         self._poller = select.poll()
         self._poller.register(self._io.receiving, select.POLLIN)
@@ -91,19 +86,13 @@ class ATPClient:
         with 32-bit wrap-around. Raises ATPTimeout past the deadline, ATPStalled
         (hosts/atp/worker.py) when no result comes for its stall limit."""
         started = time.perf_counter()
-        x = np.ascontiguousarray(tensor)
-        if x.ndim != 1:
-            raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
-        n = self._config.n_workers
-        values = quantize_tensor(x, self.parameters.exponent, n)
-        core = WorkerCore(self._config, self._map, values, self._next_seq, started)  # refuses sequences beyond 32 bits
-        self._next_seq += core.n_packets
+        core = self._job.begin(tensor, started)
         stats = self._run(core, started)
-        int_sum = core.result.copy()
-        result = int_sum if x.dtype == np.int32 else dequantize_sum(int_sum, self.parameters.exponent, n)
+        values, int_sum = self._job.values(tensor, core)
         stats.tat_s = time.perf_counter() - started
-        log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._config.worker_id, len(x), x.dtype, stats.tat_s, stats)
-        return ATPResult(values=result, int_sum=int_sum, stats=stats)
+        log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._config.worker_id, core.length, tensor.dtype, stats.tat_s,
+                  stats)
+        return ATPResult(values=values, int_sum=int_sum, stats=stats)
 
     def _run(self, core: WorkerCore, started: float) -> JobStats:
         """The loop: results in batches, timers when idle, until every packet has its result."""
@@ -136,25 +125,12 @@ class ATPClient:
                     continue
                 out += core.receive(payload, now)
             self._send(out, now, timeline)
-        return self._stats(core, timeline, malformed, received_bytes, io.refusals - refusals_before)
+        return job_stats(core, io.size, timeline, malformed, received_bytes, errno_counts(io.refusals - refusals_before))
 
     def _send(self, payloads: list[bytes], now: float, timeline: SendTimeline) -> None:
         if payloads:
             self._io.send(payloads)
             timeline.record(now, len(payloads))
-
-    def _stats(self, core: WorkerCore, timeline: SendTimeline, malformed: int, received_bytes: int, refusals) -> JobStats:
-        s = core.stats
-        received = s.results + s.duplicates + s.ignored + malformed
-        return JobStats(
-            packets_sent=s.packets_sent, packets_received=received, retransmissions=s.resends_gap + s.resends_timeout,
-            timeouts=s.resends_timeout, duplicates=s.duplicates, bytes_sent=s.packets_sent * self._io.size,
-            bytes_received=received_bytes, timeline=timeline.bins, socket_errors=errno_counts(refusals),
-            rejected_results=s.ignored + malformed,
-            protocol={"collisions_adopted": s.collisions_adopted, "resends_gap": s.resends_gap, "resends_timeout": s.resends_timeout,
-                      "ecn_results": s.ecn_results, "window_halvings": s.window_halvings, "ignored": s.ignored, "malformed": malformed,
-                      "cwnd_last": core.window},
-        )
 
     def close(self) -> None:
         self._io.close()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protocol.atp import params
+from protocol.atp.job import ATPParameters
 from protocol.atp.packet import ATPHeader, decode_payload, encode_payload
 
 
@@ -72,6 +73,12 @@ class ParameterServerCore:
     window: int | None = None
     """The workers' W: forget what none can still ask for (module docstring); None keeps everything."""
     stats: PSStats = field(default_factory=PSStats)
+
+    @classmethod
+    def for_job(cls, parameters: ATPParameters, n_workers: int) -> ParameterServerCore:
+        """The PS of the job ``parameters`` describe: its re-pointing seeded by the job's id,
+        forgetting with its window (the socket server's and the simulated clock's)."""
+        return cls(parameters.job_id, n_workers, parameters.k, parameters.pool_size, seed=parameters.job_id, window=parameters.window)
 
     def __post_init__(self) -> None:
         self._full = (1 << self.n_workers) - 1

@@ -25,7 +25,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import methods
+from hosts.atp.job import job_parameters
 from hosts.atp.parameter_server import ParameterServerCore, PSStats
 from hosts.atp.sockets import PayloadSockets
 from hosts.mmsg import errno_counts
@@ -57,8 +57,7 @@ class ParameterServer:
 
     def __init__(self, parameters: ATPParameters, n_workers: int, switch: tuple[str, int],
                  bind: tuple[str, int] = ("0.0.0.0", params.PS_UDP_PORT)) -> None:
-        self.core = ParameterServerCore(parameters.job_id, n_workers, parameters.k, parameters.pool_size, seed=parameters.job_id,
-                                        window=parameters.window)
+        self.core = ParameterServerCore.for_job(parameters, n_workers)
         self._io = PayloadSockets(parameters.k, BATCH, bind, switch)
         self.stats = ServerStats(self.core.stats)
 
@@ -98,9 +97,7 @@ def serve(spec: WorkerSpec, index: int = 0, stats_path: Path | None = None, bind
     until SIGTERM or SIGINT; its statistics, also written to ``stats_path`` as JSON."""
     if index != 0:
         raise ValueError(f"an ATP job has one parameter server (index 0), not index {index}")
-    if spec.protocol is None:
-        raise ValueError(f"method {spec.method}'s spec has no protocol section: no ATP job to serve")
-    parameters = methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
+    parameters = job_parameters(spec)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -5,21 +5,27 @@ Everything goes through ``SwitchControl`` with the names of docs/dataplane-atp.m
 embedded pipeline (switches/embedded/atp/) has and the bmv2 and eBPF programs take, as
 switches/programming.py does for SwitchML. ``reset_job_state`` is ATP's
 ``Aggregation.reset_switch`` (methods/atp.py); ``program_job`` is what a network installs for
-each ATP job once its workers and its parameter server are attached.
+each ATP job once its workers and its parameter server are attached; ``program_fabric`` (the
+record's) does all of it for a network's fabric, on either clock, and ``read_event_counters``
+(its ``event_counters``) reads what the switch counted.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from base.yamlschema import ConfigError
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
 from switches.control import SwitchControl
+from switches.fabric import Fabric, Jobs, Station
 
 INGRESS = "ATPIngress"
 EGRESS = "ATPEgress"
 SENDER_TABLE = f"{INGRESS}.sender_table"
+L2_TABLE = f"{INGRESS}.l2_table"
+"""hdr.ethernet.dstAddr -> l2_forward(port): ordinary traffic (ARP, anything not ATP); a miss floods."""
 """(ingress_port, ipv4.srcAddr) -> set_worker(app_id, worker_id, num_workers, ps_port) | set_ps(app_id, mcast_grp)."""
 WORKER_ADDR_TABLE = f"{EGRESS}.worker_addr_table"
 """(meta.app_id, egress_rid) -> set_worker_addr(mac, ipv4, udp_port): each worker's copy of a result."""
@@ -63,3 +69,46 @@ def program_job(control: SwitchControl, job_id: int, workers: Sequence[Host], ps
         control.table_add(WORKER_ADDR_TABLE, "set_worker_addr", [job_id, rank], [worker.mac, worker.ipv4, worker.udp_port])
         control.mc_node_associate(group, control.mc_node_create(rank, [worker.switch_port]))
     control.table_add(SENDER_TABLE, "set_ps", [ps.switch_port, ps.ipv4], [job_id, group])
+
+
+def program_flood(control: SwitchControl, ports: Sequence[int]) -> None:
+    """The flood group of ordinary traffic (``l2_table``'s miss): one node, rid 0, every port."""
+    control.mc_mgrp_create(params.FLOOD_MCAST_GRP)
+    control.mc_node_associate(params.FLOOD_MCAST_GRP, control.mc_node_create(0, sorted(ports)))
+
+
+def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Jobs) -> None:
+    """ATP's record's ``program_fabric``: the aggregating switch of a star programmed for every
+    job (its workers' hosts in rank order, its parameter server ``fabric.servers[job_id][0]``),
+    with the flood group and an ``l2_table`` entry for every host and server. A switch between
+    a worker and the aggregating one would drop its packets (ATP's program passes no other
+    job's ATP traffic), so a fabric with leaves is refused, naming them, in one line: a
+    ConfigError, before any job runs."""
+    if fabric.leaves:
+        raise ConfigError(f"topology: ATP's jobs run on a star (its program aggregates at the switch the workers are cabled to); "
+                          f"this one's leaves {', '.join(fabric.leaves)} would drop their packets")
+    switch = fabric.aggregator.name
+    control = controls[switch]
+    program_flood(control, fabric.ports[switch])
+    servers = {job_id: stations for job_id, stations in fabric.servers.items()}
+    for station in (*fabric.hosts, *(s for stations in servers.values() for s in stations)):
+        control.table_add(L2_TABLE, "l2_forward", [station.mac], [fabric.towards[switch, station.name]])
+
+    def host(station: Station) -> Host:
+        return Host(fabric.towards[switch, station.name], station.mac, station.ipv4)
+
+    placed = [(job.job_id, [fabric.host(name) for name in job.hosts]) for job in jobs.shared] or [(jobs.job_id, list(fabric.hosts))]
+    for job_id, workers in placed:
+        if not servers.get(job_id):
+            raise ValueError(f"ATP job {job_id} has no parameter server on the fabric (Fabric.servers)")
+        program_job(control, job_id, [host(w) for w in workers], host(servers[job_id][0]))
+
+
+def read_event_counters(control: SwitchControl) -> dict[str, int]:
+    """ATP's record's ``event_counters``: packets per ingress event (collisions, full sums and
+    flushed partial sums to the PS, resends by cause, ...) and per egress event (sent, ECN-marked)."""
+    ingress = control.counter_read(EVENT_COUNTER)
+    egress = control.counter_read(EGRESS_COUNTER)
+    counts = {name: ingress[i][0] for i, name in enumerate(params.INGRESS_EVENTS)}
+    counts.update({name: egress[i][0] for i, name in enumerate(params.EGRESS_EVENTS)})
+    return counts

@@ -26,6 +26,7 @@ from switches.target import DataPlane, SimulatedSwitch, SwitchTarget
 
 SIMULATED_PROGRAMS: dict[str, str] = {
     "switchml": "switches.embedded.simulated:PipelineSwitch",
+    "atp": "switches.embedded.atp.simulated:ATPSwitch",
 }
 """Protocol -> "module:attribute" of its program as a ``SimulatedSwitch``, ``cls(*, k,
 max_pool_size, seed)``: the in-network aggregation protocols this target runs, one line each."""

@@ -1,0 +1,141 @@
+"""ATP on the simulated clock, through ``run_experiment.py --simulate`` end to end: its worker
+core under the generic driver, its parameter server on the server host the simulated network
+cables to the aggregating switch, its embedded pipeline as the simulated switch (ECN from the
+egress link's queue), programmed by its record's ``program_fabric``, and its verifier.
+
+Beside SwitchML on one network, several jobs hashing into one pool (collisions to the PS),
+and loss on every link; each verified, with ATP's counters in the results
+(protocol_counters.csv, switch_counters.csv); a tree refused in one line. No root, seconds each.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import run_experiment
+from experiments.config import CONFIG_DIR
+from hosts.atp import core as atp_core
+from switches.atp.programming import read_event_counters
+from switches.embedded.atp.simulated import ATPSwitch
+
+N_WORKERS, K, ELEMENTS = 8, 256, 65536
+PACKETS = ELEMENTS // K
+
+
+def run(config: Path, out: Path, *settings: str) -> int:
+    return run_experiment.main([str(config), "--simulate", "--out", str(out), *(arg for s in settings for arg in ("--set", s))])
+
+
+def sweep(out: Path, *overrides: str) -> int:
+    """configs/8workers.yaml on the embedded switch's simulated pipeline, with a smaller tensor."""
+    return run(CONFIG_DIR / "8workers.yaml", out, "switch.target=embedded", "methods=[switchml,atp,ring,ps]", "repetitions=2",
+               f"workload.elements={ELEMENTS}", *overrides)
+
+
+def counts(table: pd.DataFrame, **where: object) -> dict[str, int]:
+    for column, value in where.items():
+        table = table[table[column] == value]
+    return table.groupby("counter")["value"].sum().to_dict()
+
+
+def test_atp_beside_switchml_runs_verified_with_its_parameter_server(tmp_path: Path) -> None:
+    assert sweep(tmp_path / "run") == 0
+    out = tmp_path / "run"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["simulated"] and summary["verified"]
+    runs = pd.read_csv(out / "runs.csv")
+    assert sorted(runs["method"].unique()) == ["atp", "switchml"] and runs["verified"].all()
+    atp = runs[runs["method"] == "atp"]
+    assert len(atp) == 2 * N_WORKERS and (atp["packets_sent"] == PACKETS).all() and (atp["retransmissions"] == 0).all()
+    # the PS's host: after the workers in the subnet, on the aggregating switch with the workers' link
+    [(name, server)] = json.loads((out / "network.json").read_text())["0"]["server_hosts"].items()
+    assert name == "srv1" and server["ipv4"] == "10.0.0.9" and server["cabled_to"] == "s1"
+    # the switch summed every chunk and sent it to the PS once, which freed it with its result
+    switch = counts(pd.read_csv(out / "switch_counters.csv"), method="atp", repetition=1)
+    assert switch["EV_AGGREGATED"] == PACKETS * (N_WORKERS - 1) and switch["EV_FULL_TO_PS"] == PACKETS
+    assert switch["EV_RESULT_FREED"] == PACKETS and switch["EGV_SENT"] == PACKETS * (N_WORKERS + 1)
+    own = pd.read_csv(out / "protocol_counters.csv")
+    assert list(own["method"].unique()) == ["atp"], "SwitchML counts nothing of its own here"
+    ps = counts(own, role="server", repetition=1)
+    assert ps["full_sums"] == ps["sequences_from_switch"] == ps["results_sent"] == PACKETS and ps["partial_sums"] == 0
+    assert set(own[own["role"] == "worker"]["index"]) == set(range(N_WORKERS))
+
+
+def test_a_parameter_server_whose_results_are_wrong_fails_verification(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same run with the PS adding one to the last value of every result: the verifier sees it."""
+    receive = atp_core.ServerHostCore.receive
+
+    def wrong(self, now: float, received):
+        return [frame[:-1] + bytes([(frame[-1] + 1) & 0xFF]) for frame in receive(self, now, received)]
+
+    monkeypatch.setattr(atp_core.ServerHostCore, "receive", wrong)
+    assert sweep(tmp_path / "run", "methods=[atp]") == run_experiment.EXIT_NOT_VERIFIED
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """Every ATP switch and PS the run builds, to read what they counted."""
+    made: dict[str, list] = {"switches": [], "servers": []}
+    for cls, key in ((ATPSwitch, "switches"), (atp_core.ServerHostCore, "servers")):
+        init = cls.__init__
+
+        def recording(self, *args, init=init, key=key, **kwargs) -> None:
+            init(self, *args, **kwargs)
+            made[key].append(self)
+
+        monkeypatch.setattr(cls, "__init__", recording)
+    return made
+
+
+SHARED_POOL = """
+name: atp_shared_pool
+description: four ATP jobs hashing into one pool of 8 aggregators
+topology: {file: star.yaml, workers: 8, link: {bw_mbps: 5, delay_ms: 0, loss: 0, queue_packets: 200}}
+switch: {target: embedded, max_pool_size: 64}
+protocol: {k: 256, timeout_ms: 20, atp: {window: 8, ecn_threshold: 2}}
+workload: {kind: synthetic, elements: 16384, dtype: float32, seed: 1}
+methods: [atp]
+repetitions: 2
+jobs:
+  - {job_id: 11, hosts: [0, 1], pool_size: 8, start_s: 0}
+  - {job_id: 12, hosts: [2, 3], pool_size: 8, elements: 8192, start_s: 0.005}
+  - {job_id: 13, hosts: [4, 5], pool_size: 8, start_s: 0.01}
+  - {job_id: 14, hosts: [6, 7], pool_size: 8, elements: 8192, start_s: 0}
+"""
+
+
+def test_atp_jobs_sharing_one_pool_collide_and_stay_exact(tmp_path: Path, built: dict[str, list]) -> None:
+    config = tmp_path / "shared.yaml"
+    config.write_text(SHARED_POOL)
+    assert run(config, tmp_path / "run") == 0
+    jobs = pd.read_csv(tmp_path / "run" / "jobs.csv")
+    assert sorted(jobs["job_id"].unique()) == [11, 12, 13, 14] and jobs["verified"].all() and len(jobs) == 2 * 8
+    [events] = [e for e in (read_event_counters(s.control()) for s in built["switches"]) if e["EGV_SENT"]]  # the run's, not a check's
+    assert events["EV_COLLISION_TO_PS"] > 0, "jobs hashing into 8 aggregators collide"
+    assert events["EGV_ECN_MARKED"] > 0, "collisions queue at the PS's port, which ECN marks"
+    assert len(built["servers"]) == 4, "each job its own PS on its own host"
+    assert sum(server.core.stats.collided_sequences for server in built["servers"]) > 0
+    assert sum(server.core.stats.partial_sums for server in built["servers"]) > 0
+
+
+def test_atp_on_lossy_links_resends_and_stays_exact(tmp_path: Path) -> None:
+    assert sweep(tmp_path / "run", "methods=[atp]", "topology.link.loss=0.01") == 0
+    runs = pd.read_csv(tmp_path / "run" / "runs.csv")
+    assert runs["verified"].all() and runs["retransmissions"].sum() > 0
+    own = pd.read_csv(tmp_path / "run" / "protocol_counters.csv")
+    workers = counts(own, role="worker")
+    assert workers["resends_gap"] + workers["resends_timeout"] == runs["retransmissions"].sum()
+    switch = counts(pd.read_csv(tmp_path / "run" / "switch_counters.csv"))
+    assert switch["EV_RESEND_FLUSHED"] + switch["EV_RESEND_PASSED"] > 0, "the switch took the resends"
+    assert counts(own, role="server")["partial_sums"] > 0, "the PS finished what loss left partial"
+
+
+def test_a_tree_is_refused_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ATP's program aggregates at the switch its workers are cabled to: a leaf would drop their packets."""
+    assert run(CONFIG_DIR / "hierarchical.yaml", tmp_path / "run", "switch.target=embedded", "methods=[atp]", "repetitions=1") == 2
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "ATP's jobs run on a star" in line and "leaves s2, s3" in line
