@@ -17,9 +17,10 @@ from typing import Sequence
 
 import numpy as np
 
-from atp_network import ps_endpoint, result_group, worker_endpoint
+from atp_network import ps_endpoint, worker_endpoint
 from protocol.atp import params
 from switches.bmv2.atp import programming
+from switches.atp.programming import result_group
 from switches.control import SwitchControl
 from switches.embedded.atp.pipeline import ATPPipeline
 from switches.embedded.control_server import pipeline_handlers
