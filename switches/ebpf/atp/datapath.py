@@ -1,0 +1,60 @@
+"""Load ATP's eBPF program onto a switch's ports (switches/ebpf/loader.py does the lifecycle).
+
+``AtpEbpfDataPlane`` gives the loader ATP's build for k and the pool size, its program and
+pin folder, writes ecn_threshold's default (the kernel creates maps zeroed, and 0 would turn
+marking off), and opens ATP's control plane. Each port's phantom queue starts without a
+rate (it never marks) until the control plane sets the port's link rate
+(programming.set_phantom_queue_rates).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from protocol.atp import params
+from switches.ebpf import loader
+from switches.ebpf.atp import maps
+from switches.ebpf.atp.compile import CompileOptions, compile_program
+from switches.ebpf.atp.control import AtpEbpfControl
+from switches.ebpf.bpf import BpfMap
+from switches.ebpf.map_control import ZERO
+
+PIN_ROOT = loader.BPFFS / "atp"
+PROGRAM = "atp_ingress"
+"""The program's function name in atp.bpf.c."""
+ECN_MARKED_BY = "phantom queue"
+"""What marks ECN on this target (the results record it beside EGV_ECN_MARKED): a virtual
+queue per egress port draining at the port's link rate, as TC sees no queue of its own."""
+
+
+def remove_orphaned_pins() -> list[Path]:
+    """Remove ATP's pin directories whose owner process is gone (killed while loading); which."""
+    return loader.remove_orphaned_pins(PIN_ROOT)
+
+
+class AtpEbpfDataPlane(loader.TcDataPlane):
+    """ATP's program on a set of ports (port number -> interface), in this kernel."""
+
+    program = PROGRAM
+    pin_root = PIN_ROOT
+
+    def __init__(self, ports: Mapping[int, str], *, k: int, pool_size: int = params.DEFAULT_POOL_SIZE,
+                 name: str = "switch") -> None:
+        super().__init__(ports, name=name)
+        self.k = k
+        self.pool_size = pool_size
+
+    def build(self) -> Path:
+        return compile_program(CompileOptions(k=self.k, pool_size=self.pool_size))
+
+    def describe(self) -> str:
+        return f"ATP, k = {self.k}, {self.pool_size} aggregators"
+
+    def configure(self, opened: Mapping[str, BpfMap]) -> None:
+        opened[maps.ECN_THRESHOLD_MAP].update(ZERO, bytes(maps.Threshold(params.DEFAULT_ECN_THRESHOLD)))
+
+    def control(self, command_log: Path | None = None) -> AtpEbpfControl:
+        if not self.running:
+            raise RuntimeError(f"eBPF switch {self.name} is not running")
+        return AtpEbpfControl(self.map_ids, self.k, command_log)
