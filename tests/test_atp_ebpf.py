@@ -1,0 +1,258 @@
+"""ATP's eBPF program (switches/ebpf/atp/) in the kernel, on the veths of a test bed.
+
+The behaviour cases of atp-protocol.md are tests/atp_switch_cases.py's, run here on the
+eBPF program (the ``switch`` fixture: one running switch per module, reset before each
+case). The differential test feeds the same seeded frame sequences to the program and to
+the embedded ATPPipeline, the reference, and asserts byte-identical copies out of the same
+ports and equal counters at every step. Only the ECN queue legitimately differs (the
+embedded pipeline is given a queue, the program keeps a phantom queue), so the phantom
+queue is tested on its own: a burst beyond the threshold at a slow port rate is marked,
+the same burst at a fast rate or with marking off is not, and the egress counter says so.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from atp_network import ps_endpoint, worker_endpoint
+from atp_switch_cases import (  # noqa: F401 (collected here: the cases run on this module's switch)
+    ALL_PORTS,
+    JOB_PORTS,
+    K,
+    N,
+    POOL,
+    decode,
+    program,
+    result,
+    test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums,
+    test_a_duplicate_before_completion_is_dropped_and_counted_once,
+    test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator,
+    test_a_resend_on_someone_elses_aggregator_passes_through_untagged,
+    test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers,
+    test_another_job_on_a_taken_aggregator_is_tagged_and_goes_to_its_own_ps,
+    test_ecn_on_one_contribution_reaches_every_worker_and_halves_its_window,
+    test_n_contributions_make_a_full_sum_to_the_ps_whose_result_frees_and_multicasts,
+    test_one_worker_jobs_sum_without_the_reference_codes_stale_values,
+    test_other_traffic_is_forwarded_by_l2,
+    test_overflow_packets_pass_through_to_the_ps_untouched,
+    test_packets_the_switch_cannot_trust_are_counted_and_change_nothing,
+    test_the_next_sequence_on_a_freed_aggregator_claims_it_and_overwrites_the_old_sums,
+    test_the_ps_sums_a_collided_sequence_and_the_workers_adopt_the_new_index_it_names,
+    update,
+    vals,
+)
+from atp_switch_driver import EbpfATPSwitch, EmbeddedATPSwitch, egress_packets, reset
+from protocol.atp import params
+from protocol.atp.packet import ATPHeader, encode_payload
+from protocol.packet import IPV4_OFFSET, Endpoint, build_frame, ipv4_checksum
+from switches import standalone
+from switches.ebpf.atp import compile as atp_compile
+from switches.ebpf.atp import maps, programming
+from switches.embedded.atp.pipeline import ATPPipeline
+from tests.conftest import require_target
+from base.netns import Testbed
+
+pytestmark = [pytest.mark.netns, pytest.mark.ebpf]
+
+
+def test_schema_is_the_embedded_pipelines_and_the_phantom_queues_rate() -> None:
+    """The same tables (keys, actions, widths), registers and counters as the reference, plus
+    the one register only this target has: each port's phantom queue rate."""
+    schema, embedded = maps.program_schema(K, POOL), ATPPipeline(K, POOL).schema()
+    assert (schema.tables, schema.counters) == (embedded.tables, embedded.counters)
+    assert {name: spec for name, spec in schema.registers.items() if name != maps.PHANTOM_QUEUE_RATE} == embedded.registers
+    assert schema.registers[maps.PHANTOM_QUEUE_RATE].size == maps.PORT_NUMBERS
+
+
+def test_the_build_reads_atps_constants_and_follows_k_and_the_pool() -> None:
+    header = atp_compile.params_header()
+    for name, index in params.EVENT.items():
+        assert f"#define ATP_{name} {index}\n" in header
+    options = atp_compile.CompileOptions(k=K, pool_size=POOL)
+    assert atp_compile.build_hash(options) != atp_compile.build_hash(atp_compile.CompileOptions(k=K, pool_size=POOL + 1))
+    assert atp_compile.build_hash(options) != atp_compile.build_hash(atp_compile.CompileOptions(k=2 * K, pool_size=POOL))
+    with pytest.raises(ValueError, match="pool size"):
+        atp_compile.CompileOptions(k=K, pool_size=params.MAX_POOL_SIZE + 1)
+
+
+@pytest.fixture(scope="module")
+def bed() -> Iterator[Testbed]:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    require_target("ebpf")
+    with standalone.testbed(len(ALL_PORTS)) as testbed:
+        yield testbed
+
+
+def ebpf_switch(bed: Testbed, k: int = K, pool_size: int = POOL) -> EbpfATPSwitch:
+    switch = EbpfATPSwitch(bed, k, pool_size)
+    try:
+        program(switch)
+    except BaseException:
+        switch.close()
+        raise
+    return switch
+
+
+@pytest.fixture(scope="module")
+def running(bed: Testbed) -> Iterator[EbpfATPSwitch]:
+    switch = ebpf_switch(bed)
+    try:
+        yield switch
+    finally:
+        switch.close()
+
+
+@pytest.fixture
+def switch(running: EbpfATPSwitch) -> Iterator[EbpfATPSwitch]:
+    reset(running)
+    yield running
+    assert running.stray_frames(grace_s=0.0) == [], "frames the egress counter does not account for"
+
+
+# -- the differential test ------------------------------------------------------------------
+
+STEPS = 400
+SEEDS = (20261206, 7)
+SEQS = (1, 2, 3)
+AGGREGATORS = (0, 5, POOL - 1)
+
+
+def random_frames(seed: int) -> list[tuple[int, bytes]]:
+    """A seeded sequence over every path of the program: two jobs' packets (fresh, duplicate,
+    resend, overflow, upstream ECN) on three aggregators and sequences, so claims, collisions,
+    completions, duplicates and flushes are frequent; the PSes' results (owning, not owning,
+    float requests); untrusted packets (wrong job, another's bit, strangers, a worker posing
+    as the PS, malformed lengths, sequence 0, an index beyond the pool); ordinary traffic."""
+    rng = random.Random(seed)
+    frames: list[tuple[int, bytes]] = []
+    for _ in range(STEPS):
+        app_id = rng.choice((1, 2))
+        w, seq, agtr = rng.randrange(N), rng.choice(SEQS), rng.choice(AGGREGATORS)
+        values = vals(rng.randrange(1 << 16))
+        kind = rng.choices(["update", "resend", "result", "flagged", "untrusted", "malformed", "ordinary"],
+                           weights=[40, 10, 15, 8, 8, 8, 11])[0]
+        if kind == "update":
+            frames.append(update(app_id, w, seq, agtr, values))
+        elif kind == "resend":
+            frames.append(update(app_id, w, seq, agtr, values, params.FLAG_RESEND))
+        elif kind == "result":
+            flags = rng.choice([params.FLAG_ACK, params.FLAG_ACK | params.FLAG_ECN, params.FLAG_ACK | params.FLAG_OVERFLOW,
+                                params.FLAG_ACK | params.FLAG_OVERFLOW | params.FLAG_RESEND])
+            frames.append(result(app_id, seq, agtr, values, flags))
+        elif kind == "flagged":
+            frames.append(update(app_id, w, seq, agtr, values, rng.choice([params.FLAG_ECN, params.FLAG_OVERFLOW, params.FLAG_COLLISION])))
+        elif kind == "untrusted":
+            source = rng.choice([worker_endpoint(app_id, w), ps_endpoint(app_id), Endpoint("02:00:00:00:99:99", "10.9.9.9", 1)])
+            header = ATPHeader(rng.choice([1 << w, 0b11, 0]), N, rng.choice([0, params.FLAG_ACK]), rng.choice((1, 2, 3)), seq, agtr,
+                               params.NO_INDEX)
+            frames.append((rng.choice(ALL_PORTS), build_frame(source, ps_endpoint(app_id), encode_payload(header, values))))
+        elif kind == "malformed":
+            port, frame = update(app_id, w, rng.choice([seq, 0]), rng.choice([agtr, POOL, 0xFFFF]), values)
+            frames.append((port, rng.choice([frame, frame[:-4], frame + b"\0\0\0\0"])))
+        else:
+            source = worker_endpoint(app_id, w)
+            destination = rng.choice([worker_endpoint(1, 1), ps_endpoint(2), Endpoint("ff:ff:ff:ff:ff:ff", "10.9.9.9", 53)])
+            frame = bytearray(build_frame(source, destination, bytes(rng.randrange(0, 80))))
+            if rng.random() < 0.3:
+                frame[IPV4_OFFSET + 10] ^= 0xFF  # a wrong IPv4 checksum: fixed on the way out
+            frames.append((JOB_PORTS[app_id][0][w], bytes(frame)))
+    return frames
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_program_sends_and_counts_what_the_embedded_pipeline_does(switch: EbpfATPSwitch, seed: int) -> None:
+    reference = EmbeddedATPSwitch(K, POOL)
+    program(reference)
+    hosts = {worker_endpoint(1, 1).mac: JOB_PORTS[1][0][1], ps_endpoint(2).mac: JOB_PORTS[2][1]}
+    for target in (reference, switch):
+        for mac, port in hosts.items():
+            target.control.table_add(programming.L2_TABLE, "l2_forward", [mac], [port])
+    for step, (in_port, frame) in enumerate(random_frames(seed)):
+        expected = reference.process(in_port, frame)
+        assert switch.process(in_port, frame) == expected, f"step {step}: {frame.hex()} on port {in_port}"
+    for counter in (programming.EVENT_COUNTER, programming.EGRESS_COUNTER):
+        assert switch.control.counter_read(counter) == reference.control.counter_read(counter), counter
+    for register in programming.AGGREGATOR_REGISTERS:
+        assert switch.control.register_read(register) == reference.control.register_read(register), register
+    assert switch.stray_frames() == []
+
+
+# -- the phantom queue ------------------------------------------------------------------------
+
+BURST = 40
+THRESHOLD = 8
+SLOW_BPS = 100e3
+"""A port rate at which BURST frames queue up far beyond THRESHOLD: one 106-byte frame takes
+8.5 ms, the test sends one every millisecond or so (it waits for each frame's copies)."""
+FAST_BPS = 400e9
+"""A port rate at which no frame waits for another (a few nanoseconds each)."""
+
+
+def burst_to_ps(switch: EbpfATPSwitch, first_seq: int) -> list[bytes]:
+    """BURST resends (each passes to the PS at once) sent back to back: what reaches the PS."""
+    copies = []
+    for seq in range(first_seq, first_seq + BURST):
+        copies += [frame for _port, frame in switch.process(*update(1, 0, seq, 5, vals(seq), params.FLAG_RESEND))]
+    return copies
+
+
+def test_the_phantom_queue_marks_a_burst_beyond_the_threshold_at_the_ports_rate(switch: EbpfATPSwitch) -> None:
+    control, ps_port = switch.control, JOB_PORTS[1][1]
+    control.register_write(programming.ECN_THRESHOLD, 0, THRESHOLD)
+    try:
+        programming.set_phantom_queue_rates(control, {ps_port: SLOW_BPS})
+        slow = burst_to_ps(switch, 1)
+        marked = [frame for frame in slow if decode(frame)[0].flags & params.FLAG_ECN]
+        assert slow[0] not in marked and slow[-1] in marked, "the queue builds up: the first leaves unmarked, the last marked"
+        for frame in marked:
+            assert frame[IPV4_OFFSET + 1] & 0b11 == 0b11
+            assert ipv4_checksum(frame, IPV4_OFFSET) == int.from_bytes(frame[IPV4_OFFSET + 10:IPV4_OFFSET + 12], "big")
+        assert egress_packets(switch) == [BURST, len(marked)], "the egress counter records what the phantom queue marked"
+        assert control.register_read(programming.PHANTOM_QUEUE_RATE, ps_port) == SLOW_BPS / 1000
+
+        programming.set_phantom_queue_rates(control, {ps_port: FAST_BPS})
+        assert not any(decode(frame)[0].flags & params.FLAG_ECN for frame in burst_to_ps(switch, 1 + BURST))
+        programming.set_phantom_queue_rates(control, {ps_port: SLOW_BPS})
+        control.register_write(programming.ECN_THRESHOLD, 0, 0)
+        assert not any(decode(frame)[0].flags & params.FLAG_ECN for frame in burst_to_ps(switch, 1 + 2 * BURST)), "0: marking off"
+        assert egress_packets(switch)[1] == len(marked)
+    finally:
+        programming.set_phantom_queue_rates(control, {ps_port: 0})
+        control.register_write(programming.ECN_THRESHOLD, 0, params.DEFAULT_ECN_THRESHOLD)
+
+
+def test_without_a_rate_the_phantom_queue_never_marks(switch: EbpfATPSwitch) -> None:
+    """A port whose rate the control plane never set has no phantom queue: the program starts so."""
+    assert switch.control.register_read(programming.ECN_THRESHOLD, 0) == params.DEFAULT_ECN_THRESHOLD
+    assert not any(switch.control.register_read(programming.PHANTOM_QUEUE_RATE))
+    results = [frame for _port, frame in switch.process(*result(1, 1, 5, vals(0)))]
+    assert not any(decode(frame)[0].flags & params.FLAG_ECN for frame in burst_to_ps(switch, 1) + results)
+    assert egress_packets(switch) == [BURST + N, 0]
+
+
+def test_the_largest_k_aggregates_exactly() -> None:
+    """k = 256: 1 KiB of values per packet (the scratch cell), the verifier's largest program,
+    on a test bed of its own (one switch per port)."""
+    k, index = 256, params.DEFAULT_POOL_SIZE - 1
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    require_target("ebpf")
+    with standalone.testbed(len(ALL_PORTS)) as own_bed:
+        big = ebpf_switch(own_bed, k=k, pool_size=params.DEFAULT_POOL_SIZE)
+        try:
+            contributions = [np.random.default_rng(w).integers(-(2**31), 2**31, k).astype(np.int32) for w in range(N)]
+            out = []
+            for w, values in enumerate(contributions):
+                payload = encode_payload(ATPHeader(1 << w, N, 0, 1, 1, index, params.NO_INDEX), values)
+                out += big.process(JOB_PORTS[1][0][w], build_frame(worker_endpoint(1, w), ps_endpoint(1), payload))
+            [(port, frame)] = out
+            summed = np.frombuffer(frame, ">i4", k, len(frame) - 4 * k)
+            assert port == JOB_PORTS[1][1] and np.array_equal(summed, sum(c.astype(np.int64) for c in contributions).astype(np.int32))
+        finally:
+            big.close()
