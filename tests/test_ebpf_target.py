@@ -28,6 +28,7 @@ from switches import programming, standalone
 from switches.control import ControlPlaneError
 from switches.ebpf.switchml import compile as ebpf_compile
 from switches.ebpf import loader
+from switches.ebpf.clang import EbpfCompileError
 from switches.ebpf.switchml import datapath, maps
 from switches.ebpf.bpf import BpfMap
 from switches.ebpf.switchml.control import EbpfControl
@@ -80,7 +81,7 @@ def test_build_hash_follows_options_and_sources(tmp_path: Path) -> None:
 
 
 def test_missing_clang_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ebpf_compile.EbpfCompileError, match="clang not found"):
+    with pytest.raises(EbpfCompileError, match="clang not found"):
         ebpf_compile.compile_program(ebpf_compile.CompileOptions(k=K, clang="no-such-clang"), build_root=tmp_path)
 
 

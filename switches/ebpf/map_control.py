@@ -51,6 +51,24 @@ class CounterCell(ctypes.Structure):
     _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
 
 
+class Threshold(ctypes.Structure):
+    """A one-cell register of 32 bits (struct threshold)."""
+
+    _fields_ = [("value", ctypes.c_uint32)]
+
+
+class MacKey(ctypes.Structure):
+    """A 48-bit MAC address as a host-order integer: l2_table's key."""
+
+    _fields_ = [("mac", ctypes.c_uint64)]
+
+
+class L2Action(ctypes.Structure):
+    """l2_table's value, l2_forward(port) | l2_flood, as every program forwards ordinary traffic."""
+
+    _fields_ = [("action", ctypes.c_uint32), ("port", ctypes.c_uint32)]
+
+
 @dataclass(frozen=True)
 class TableLayout:
     """One P4 table: its entries map, its one-cell default map, keys and actions."""

@@ -11,15 +11,13 @@ cached under ``build/ebpf-atp/<hash of the sources, the header and the options>/
 from __future__ import annotations
 
 import logging
-import platform
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from base.build_cache import build_once, source_hash
+from base.build_cache import source_hash
 from protocol.atp import params
 from protocol.params import BUILD_DIR
+from switches.ebpf.clang import CLANG_FLAGS, clang_once, system_includes
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +32,6 @@ MAX_K = 256
 """The largest k built and verified (SwitchML's largest: ATP takes the same k, so frames compare)."""
 
 
-class EbpfCompileError(RuntimeError):
-    """clang refused the program; the message carries its output verbatim."""
 
 
 def params_header() -> str:
@@ -79,10 +75,7 @@ class CompileOptions:
     def command(self, output: Path, header_dir: Path) -> list[str]:
         """The clang command line; ``header_dir`` holds params_header() as atp_params.h."""
         return [
-            self.clang, "-O2", "-g", "-Wall", "-Werror", "-target", "bpf",
-            "-I", str(header_dir), "-I", str(ATP_DIR),
-            # asm/types.h, which linux/bpf.h includes, lives under the host's multiarch path.
-            "-I", f"/usr/include/{platform.machine()}-linux-gnu",
+            self.clang, *CLANG_FLAGS, "-I", str(header_dir), "-I", str(ATP_DIR), *system_includes(),
             f"-DATP_POOL_SIZE={self.pool_size}", f"-DATP_K={self.k}",
             "-c", str(SOURCE), "-o", str(output),
         ]  # fmt: skip
@@ -95,20 +88,7 @@ def build_hash(options: CompileOptions) -> str:
 
 def compile_program(options: CompileOptions, build_root: Path = BUILD_ROOT) -> Path:
     """Path of the BPF object for ``options``, compiling only if this build is not cached."""
-    output_dir = build_root / build_hash(options)
-    if not (output_dir / OBJECT).exists() and shutil.which(options.clang) is None:
-        raise EbpfCompileError(f"clang not found ({options.clang!r} is not on PATH); run scripts/bootstrap.sh")
-
-    def run_clang(staging: Path) -> None:
-        log.info("building ATP's eBPF program for k = %d, pool %d (first use; cached in %s)", options.k, options.pool_size, output_dir)
-        (staging / HEADER).write_text(params_header())
-        command = options.command(staging / OBJECT, staging)
-        log.info("clang: %s", " ".join(command))
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise EbpfCompileError(f"clang failed (exit {result.returncode}): {' '.join(command)}\n{result.stdout}{result.stderr}")
-
-    try:
-        return build_once(output_dir, OBJECT, run_clang)
-    except FileNotFoundError as error:
-        raise EbpfCompileError(str(error)) from error
+    what = f"ATP's eBPF program for k = {options.k}, pool {options.pool_size}"
+    return clang_once(build_root / build_hash(options), OBJECT, options.clang,
+                      lambda staging: options.command(staging / OBJECT, staging), what, log,
+                      prepare=lambda staging: (staging / HEADER).write_text(params_header()))

@@ -19,7 +19,7 @@ from protocol.atp import params
 from protocol.params import read_p4_constants
 from switches.control import Field, ProgramSchema, RegisterSchema
 from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
-from switches.ebpf.map_control import MC_GROUP_MAP, MC_NODE_MAP, CounterCell, TableLayout, U32Key, multicast
+from switches.ebpf.map_control import MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key, multicast
 
 ATP_H = Path(__file__).resolve().parent / "atp.h"
 DEFINES = read_p4_constants(ATP_H)
@@ -59,10 +59,6 @@ def atp_data(k: int) -> type[ctypes.Structure]:
     return AtpData
 
 
-class Threshold(ctypes.Structure):
-    _fields_ = [("value", ctypes.c_uint32)]
-
-
 class PhantomQueue(ctypes.Structure):
     _fields_ = [("lock", ctypes.c_uint32), ("rate_kbps", ctypes.c_uint32), ("busy_until_ns", ctypes.c_uint64)]
 
@@ -80,14 +76,6 @@ class SenderAction(ctypes.Structure):
         ("ps_port", ctypes.c_uint32),
         ("mcast_grp", ctypes.c_uint32),
     ]
-
-
-class MacKey(ctypes.Structure):
-    _fields_ = [("mac", ctypes.c_uint64)]
-
-
-class L2Action(ctypes.Structure):
-    _fields_ = [("action", ctypes.c_uint32), ("port", ctypes.c_uint32)]
 
 
 class WorkerAddrKey(ctypes.Structure):

@@ -23,7 +23,7 @@ from typing import Mapping
 from protocol import params
 from switches.control import Field, ProgramSchema, RegisterSchema
 from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
-from switches.ebpf.map_control import MC_GROUP_MAP, MC_NODE_MAP, CounterCell, TableLayout, U32Key, multicast
+from switches.ebpf.map_control import MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key, multicast
 from switches.programming import value_registers
 
 EBPF_DIR = Path(__file__).resolve().parent
@@ -74,10 +74,6 @@ def switchml_data(k: int) -> type[ctypes.Structure]:
     return SwitchMLData
 
 
-class Threshold(ctypes.Structure):
-    _fields_ = [("value", ctypes.c_uint32)]
-
-
 # -- tables -------------------------------------------------------------------------------
 
 
@@ -116,16 +112,8 @@ class UplinkAction(ctypes.Structure):
     ]
 
 
-class MacKey(ctypes.Structure):
-    _fields_ = [("mac", ctypes.c_uint64)]
-
-
 class L2LearnAction(ctypes.Structure):
     _fields_ = [("action", ctypes.c_uint32)]
-
-
-class L2Action(ctypes.Structure):
-    _fields_ = [("action", ctypes.c_uint32), ("port", ctypes.c_uint32)]
 
 
 class RankKey(ctypes.Structure):
