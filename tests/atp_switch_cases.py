@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from atp_network import ps_endpoint, worker_endpoint
+from atp_network import ATPNetwork, Faults, ps_endpoint, worker_endpoint
 from atp_switch_driver import ATPSwitch, aggregator_values, egress_packets, ingress_events, owner, register
 from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.parameter_server import ParameterServerCore
@@ -175,6 +175,30 @@ def test_a_resend_on_someone_elses_aggregator_passes_through_untagged(switch: AT
         assert out_port == JOB_PORTS[app_id][1] and out == frame, "unchanged, not tagged as a collision"
     assert owner(switch, 5) == (1, 1) and register(switch, "bitmap", 5) == 0b001
     assert ingress_events(switch)["EV_RESEND_PASSED"] == 2
+
+
+# 8
+def test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result(switch: ATPSwitch) -> None:
+    lost: list[bytes] = []
+
+    def lose_first_result(hop: str, payload: bytes) -> bool:
+        if hop == "ps->switch" and not lost:
+            lost.append(payload)
+            return True
+        return False
+
+    net = ATPNetwork(K, POOL, Faults(lose=lose_first_result), switch=switch)
+    tensors = [vals(w) for w in range(N)]
+    job = net.add_job(1, tensors, positions=1)
+    assert (job.worker_ports, job.ps_port) == tuple(JOB_PORTS[1]), "the switch is programmed for these ports"
+    net.run()
+    for core in job.workers:
+        assert core.finished and np.array_equal(core.result, sum(tensors))
+        assert core.stats.resends_timeout == 1
+    assert job.ps.stats.results_repeated >= 1 and job.ps.stats.sequences_from_switch == 1
+    counted = ingress_events(switch)
+    assert counted["EV_RESEND_FLUSHED"] == 1, "the first resend flushes the held full sum"
+    assert counted["EV_RESULT_NOT_OWNER"] >= 1, "the repeated result finds the aggregator already freed"
 
 
 # 10

@@ -31,6 +31,7 @@ from atp_switch_cases import (  # noqa: F401 (collected here: the cases run on t
     result,
     test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums,
     test_a_duplicate_before_completion_is_dropped_and_counted_once,
+    test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result,
     test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator,
     test_a_resend_on_someone_elses_aggregator_passes_through_untagged,
     test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers,

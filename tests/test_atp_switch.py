@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from atp_network import ATPNetwork, Faults
 from atp_switch_cases import (  # noqa: F401 (collected here: the cases run on this module's switch)
     JOB_PORTS,
     K,
@@ -27,6 +26,7 @@ from atp_switch_cases import (  # noqa: F401 (collected here: the cases run on t
     result,
     test_a_duplicate_after_completion_goes_to_the_ps_again_with_the_stored_sums,
     test_a_duplicate_before_completion_is_dropped_and_counted_once,
+    test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result,
     test_a_resend_flushes_the_partial_sum_to_the_ps_and_frees_the_aggregator,
     test_a_resend_on_someone_elses_aggregator_passes_through_untagged,
     test_a_result_that_does_not_own_the_aggregator_frees_nothing_but_still_reaches_the_workers,
@@ -56,29 +56,6 @@ def switch() -> Iterator[EmbeddedATPSwitch]:
     embedded = EmbeddedATPSwitch(K, POOL)
     program(embedded)
     yield embedded
-
-# 8
-def test_a_lost_result_ends_in_a_timeout_resend_answered_from_the_stored_result() -> None:
-    lost: list[bytes] = []
-
-    def lose_first_result(hop: str, payload: bytes) -> bool:
-        if hop == "ps->switch" and not lost:
-            lost.append(payload)
-            return True
-        return False
-
-    net = ATPNetwork(K, POOL, Faults(lose=lose_first_result))
-    tensors = [vals(w) for w in range(N)]
-    job = net.add_job(1, tensors, positions=1)
-    net.run()
-    for core in job.workers:
-        assert core.finished and np.array_equal(core.result, sum(tensors))
-        assert core.stats.resends_timeout == 1
-    assert job.ps.stats.results_repeated >= 1 and job.ps.stats.sequences_from_switch == 1
-    counted = {name: count for name, count in zip(params.INGRESS_EVENTS, net.pipeline.ingress.event_counter.packets) if count}
-    assert counted["EV_RESEND_FLUSHED"] == 1, "the first resend flushes the held full sum"
-    assert counted["EV_RESULT_NOT_OWNER"] >= 1, "the repeated result finds the aggregator already freed"
-
 
 # 9
 def test_the_ps_discards_a_part_whose_bits_it_already_has() -> None:
