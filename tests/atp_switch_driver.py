@@ -12,9 +12,10 @@ every copy's egress event) and as many frames as it counted at egress have arriv
 
 from __future__ import annotations
 
+import multiprocessing
 import select
 import time
-from typing import Protocol
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -33,6 +34,9 @@ Copies = list[tuple[int, bytes]]
 WAIT_S = 5.0
 """Longest wait for a frame's ingress event or its copies: far beyond what a healthy switch needs."""
 SENT = params.EGRESS_EVENT["EGV_SENT"]
+FORK = multiprocessing.get_context("fork")
+"""blast()'s senders: processes, which send on the raw sockets they inherit in parallel (threads
+would take turns at the GIL between two sends)."""
 
 
 class ATPSwitch(Protocol):
@@ -76,12 +80,29 @@ class EbpfATPSwitch:
         return ingress, self.control.counter_read(programming.EGRESS_COUNTER)[SENT][0]
 
     def process(self, in_port: int, frame: bytes) -> Copies:
+        return self.blast({in_port: [frame]})
+
+    def blast(self, frames: Mapping[int, Sequence[bytes]]) -> Copies:
+        """Every port's frames sent back to back, the ports at once (a process each), so the
+        kernel runs the program for them on several cores together: the copies that leave."""
         ingress, sent = self._counted()
-        self.ports.send(in_port, frame)
+        start = FORK.Barrier(len(frames))
+
+        def send(port: int, burst: Sequence[bytes]) -> None:
+            start.wait()  # all at once, not one after the other as they fork
+            for frame in burst:
+                self.ports.send(port, frame)
+
+        senders = [FORK.Process(target=send, args=(port, burst)) for port, burst in frames.items()]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+        total = sum(len(burst) for burst in frames.values())
         deadline = time.monotonic() + WAIT_S
-        while (now := self._counted())[0] == ingress:
+        while (now := self._counted())[0] < ingress + total:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"the eBPF switch never counted the frame sent on port {in_port}")
+                raise TimeoutError(f"the eBPF switch counted {now[0] - ingress} of the {total} frames sent")
         copies: Copies = []
         sockets = self.ports.sockets
         while len(copies) < now[1] - sent:
