@@ -80,12 +80,14 @@ class EbpfATPSwitch:
         return ingress, self.control.counter_read(programming.EGRESS_COUNTER)[SENT][0]
 
     def process(self, in_port: int, frame: bytes) -> Copies:
-        return self.blast({in_port: [frame]})
+        counted = self._counted()
+        self.ports.send(in_port, frame)
+        return self._copies(counted, 1)
 
     def blast(self, frames: Mapping[int, Sequence[bytes]]) -> Copies:
         """Every port's frames sent back to back, the ports at once (a process each), so the
         kernel runs the program for them on several cores together: the copies that leave."""
-        ingress, sent = self._counted()
+        counted = self._counted()
         start = FORK.Barrier(len(frames))
 
         def send(port: int, burst: Sequence[bytes]) -> None:
@@ -98,7 +100,12 @@ class EbpfATPSwitch:
             sender.start()
         for sender in senders:
             sender.join()
-        total = sum(len(burst) for burst in frames.values())
+        return self._copies(counted, sum(len(burst) for burst in frames.values()))
+
+    def _copies(self, counted: tuple[int, int], total: int) -> Copies:
+        """Once the ingress events of ``total`` more frames than ``counted`` are in, the copies
+        the egress counter says they made."""
+        ingress, sent = counted
         deadline = time.monotonic() + WAIT_S
         while (now := self._counted())[0] < ingress + total:
             if time.monotonic() > deadline:
