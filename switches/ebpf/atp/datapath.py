@@ -23,9 +23,6 @@ from switches.ebpf.map_control import ZERO
 PIN_ROOT = loader.BPFFS / "atp"
 PROGRAM = "atp_ingress"
 """The program's function name in atp.bpf.c."""
-ECN_MARKED_BY = "phantom queue"
-"""What marks ECN on this target (the results record it beside EGV_ECN_MARKED): a virtual
-queue per egress port draining at the port's link rate, as TC sees no queue of its own."""
 
 
 def remove_orphaned_pins() -> list[Path]:
@@ -38,6 +35,9 @@ class AtpEbpfDataPlane(loader.TcDataPlane):
 
     program = PROGRAM
     pin_root = PIN_ROOT
+    ecn_marked_by = "phantom queue"
+    """What marks ECN on this target, for the results to record beside EGV_ECN_MARKED: a
+    virtual queue per egress port draining at the port's link rate (TC sees no queue of its own)."""
 
     def __init__(self, ports: Mapping[int, str], *, k: int, pool_size: int = params.DEFAULT_POOL_SIZE,
                  name: str = "switch") -> None:
