@@ -19,7 +19,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from atp_network import ps_endpoint, worker_endpoint
+from atp_network import ATPNetwork, Faults, ps_endpoint, worker_endpoint
 from atp_switch_cases import (  # noqa: F401 (collected here: the cases run on this module's switch)
     ALL_PORTS,
     JOB_PORTS,
@@ -50,6 +50,7 @@ from atp_switch_cases import (  # noqa: F401 (collected here: the cases run on t
 from atp_switch_driver import EbpfATPSwitch, EmbeddedATPSwitch, egress_packets, ingress_events, reset
 from protocol.atp import params
 from protocol.atp.packet import ATPHeader, encode_payload
+from protocol.atp.quantize import expected_sum
 from protocol.packet import IPV4_OFFSET, Endpoint, build_frame, ipv4_checksum
 from switches import standalone
 from switches.ebpf.atp import compile as atp_compile
@@ -231,6 +232,25 @@ def test_workers_on_several_cores_at_once_sum_exactly(switch: EbpfATPSwitch) -> 
             switch.process(*result(1, seq, seq % POOL, vals(0)))
     assert ingress_events(switch) == {"EV_AGGREGATED": 2 * rounds * POOL, "EV_FULL_TO_PS": rounds * POOL,
                                       "EV_RESULT_FREED": rounds * POOL}
+
+
+def test_two_jobs_sharing_every_aggregator_end_exact_through_loss_duplicates_and_reordering(switch: EbpfATPSwitch) -> None:
+    """The hosts' cores (tests/atp_network.py) on the eBPF switch: two jobs whose positions cover
+    the whole pool, so they collide, with frames lost, duplicated and reordered on every hop;
+    every worker ends with its job's exact sum, and the switch saw collisions and flushes."""
+    net = ATPNetwork(K, POOL, Faults(seed=3, loss=0.03, duplicate=0.05, reorder=0.1), switch=switch)
+    rng = np.random.default_rng(4)
+    inputs = {app_id: [rng.integers(-(2**31), 2**31, 40 * K, dtype=np.int64).astype(np.int32) for _ in range(N)]
+              for app_id in (1, 2)}
+    jobs = [net.add_job(app_id, tensors, positions=POOL) for app_id, tensors in inputs.items()]
+    assert [(job.worker_ports, job.ps_port) for job in jobs] == [tuple(JOB_PORTS[1]), tuple(JOB_PORTS[2])]
+    net.run(until_s=60.0)
+    for job in jobs:
+        expected = expected_sum(inputs[job.app_id], N, 0).int_sum
+        assert all(core.finished and np.array_equal(core.result, expected) for core in job.workers), f"job {job.app_id}"
+    counted = ingress_events(switch)
+    assert counted.get("EV_COLLISION_TO_PS") and counted.get("EV_FULL_TO_PS"), counted
+    assert counted.get("EV_RESEND_FLUSHED", 0) + counted.get("EV_RESEND_PASSED", 0) > 0, counted
 
 
 # -- the phantom queue ------------------------------------------------------------------------
