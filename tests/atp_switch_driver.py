@@ -59,9 +59,9 @@ class EmbeddedATPSwitch:
 class EbpfATPSwitch:
     """atp.bpf.c on ``testbed``'s switch ports, renumbered 0..n-1 by host."""
 
-    def __init__(self, testbed: Testbed, k: int, pool_size: int) -> None:
+    def __init__(self, testbed: Testbed, k: int, pool_size: int, port_rate_bps: float | None = None) -> None:
         ports = {host.index: testbed.switch_ports[host.switch_port] for host in testbed.hosts}
-        self.data_plane = AtpEbpfDataPlane(ports, k=k, pool_size=pool_size, name="atp-tests")
+        self.data_plane = AtpEbpfDataPlane(ports, k=k, pool_size=pool_size, name="atp-tests", port_rate_bps=port_rate_bps)
         self.data_plane.start()
         try:
             self.control: SwitchControl = self.data_plane.control()

@@ -120,17 +120,20 @@ def switch(running: EbpfATPSwitch) -> Iterator[EbpfATPSwitch]:
     assert running.stray_frames(grace_s=0.0) == [], "frames the egress counter does not account for"
 
 
-def test_stop_leaves_no_filter_pin_or_map() -> None:
+def test_start_sets_the_phantom_queues_and_stop_leaves_no_filter_pin_or_map() -> None:
     """ATP's program goes through the target's one loader (SwitchML's lifecycle tests in
-    test_ebpf_target.py cover it); here, that nothing of ATP's outlives stop()."""
+    test_ebpf_target.py cover it); here, that a start given the link rate sets its ports'
+    phantom queues, and that nothing of ATP's outlives stop()."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     require_target("ebpf")
     with standalone.testbed(2) as own_bed:
         ifnames = list(own_bed.switch_ports.values())
-        switch = EbpfATPSwitch(own_bed, K, POOL)
+        switch = EbpfATPSwitch(own_bed, K, POOL, port_rate_bps=10e9)
         map_ids = switch.data_plane.map_ids
         assert all(len(ingress_filters(ifname)) == 1 for ifname in ifnames)
+        rates = switch.control.register_read(programming.PHANTOM_QUEUE_RATE)
+        assert rates[:2] == [10_000_000] * 2 and not any(rates[2:]), "the ports' phantom queues drain at the link rate given"
         assert not atp_datapath.PIN_ROOT.exists(), "pins are removed once the filters hold the program"
         switch.close()
         assert not any(ingress_filters(ifname) for ifname in ifnames)

@@ -2,9 +2,9 @@
 
 ``AtpEbpfDataPlane`` gives the loader ATP's build for k and the pool size, its program and
 pin folder, writes ecn_threshold's default (the kernel creates maps zeroed, and 0 would turn
-marking off), and opens ATP's control plane. Each port's phantom queue starts without a
-rate (it never marks) until the control plane sets the port's link rate
-(programming.set_phantom_queue_rates).
+marking off) and, given the ports' link rate, each port's phantom queue rate, and opens ATP's
+control plane. Without a rate a port's phantom queue never marks, until the control plane sets
+one (programming.set_phantom_queue_rates).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from switches.ebpf import loader
 from switches.ebpf.atp import maps
 from switches.ebpf.atp.compile import CompileOptions, compile_program
 from switches.ebpf.atp.control import AtpEbpfControl
-from switches.ebpf.bpf import BpfMap
-from switches.ebpf.map_control import ZERO
+from switches.ebpf.bpf import BPF_F_LOCK, BpfMap
+from switches.ebpf.map_control import ZERO, u32_key
 
 PIN_ROOT = loader.BPFFS / "atp"
 PROGRAM = "atp_ingress"
@@ -40,10 +40,12 @@ class AtpEbpfDataPlane(loader.TcDataPlane):
     virtual queue per egress port draining at the port's link rate (TC sees no queue of its own)."""
 
     def __init__(self, ports: Mapping[int, str], *, k: int, pool_size: int = params.DEFAULT_POOL_SIZE,
-                 name: str = "switch") -> None:
+                 name: str = "switch", port_rate_bps: float | None = None) -> None:
         super().__init__(ports, name=name)
         self.k = k
         self.pool_size = pool_size
+        self.port_rate_bps = port_rate_bps
+        """Every port's link rate, at which its phantom queue drains (None: no phantom queue)."""
 
     def build(self) -> Path:
         return compile_program(CompileOptions(k=self.k, pool_size=self.pool_size))
@@ -53,6 +55,10 @@ class AtpEbpfDataPlane(loader.TcDataPlane):
 
     def configure(self, opened: Mapping[str, BpfMap]) -> None:
         opened[maps.ECN_THRESHOLD_MAP].update(ZERO, bytes(maps.Threshold(params.DEFAULT_ECN_THRESHOLD)))
+        if self.port_rate_bps:
+            queue = bytes(maps.PhantomQueue(rate_kbps=round(self.port_rate_bps / 1000)))
+            for port in self.ports:
+                opened[maps.PHANTOM_QUEUE_MAP].update(u32_key(port), queue, BPF_F_LOCK)
 
     def control(self, command_log: Path | None = None) -> AtpEbpfControl:
         if not self.running:
