@@ -3,8 +3,9 @@
 A deterministic discrete-event loop for tests: every frame crosses a link of fixed delay, a
 switch egress port serialises at a given rate (its queue is what ATPEgress marks ECN from),
 and a ``Faults`` policy may drop, duplicate or delay (reorder) any frame on any hop. Jobs
-are programmed into the pipeline as a control plane would: sender_table entries for each
-worker and the PS, a multicast group of the workers, worker_addr_table entries.
+are programmed through the pipeline's control plane as a network does
+(switches/atp/programming.py): sender_table entries for each worker and the PS, a multicast
+group of the workers, worker_addr_table entries.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import heapq
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -23,8 +24,12 @@ from hosts.atp.worker import WorkerConfig, WorkerCore
 from protocol import params as switchml_params
 from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET
-from protocol.packet import Endpoint, build_frame, ipv4_to_bytes, mac_to_bytes
+from protocol.packet import Endpoint, build_frame
+from switches.atp import programming
+from switches.atp.programming import Host
 from switches.embedded.atp.pipeline import ATPPipeline
+from switches.embedded.control_server import pipeline_handlers
+from switches.remote_control import InProcessControl
 
 SWITCH = Endpoint(switchml_params.SWITCH_MAC, switchml_params.SWITCH_IPV4, params.SWITCH_UDP_PORT)
 LINK_DELAY_S = 10e-6
@@ -62,23 +67,21 @@ def ps_endpoint(app_id: int) -> Endpoint:
     return Endpoint(f"02:00:00:00:{app_id:02x}:fe", f"10.{app_id}.0.200", params.PS_UDP_PORT)
 
 
-def result_group(app_id: int) -> int:
-    return params.FLOOD_MCAST_GRP + 1 + app_id
-
-
 def program_job(pipeline: ATPPipeline, app_id: int, worker_ports: list[int], ps_port: int) -> None:
-    """What a control plane installs for a job: its senders, its result group, its workers' addresses."""
-    ingress, egress, tm = pipeline.ingress, pipeline.egress, pipeline.traffic_manager
-    group = result_group(app_id)
-    tm.mc_mgrp_create(group)
-    for w, port in enumerate(worker_ports):
-        address = worker_endpoint(app_id, w)
-        ingress.sender_table.add("set_worker", [port, address.ipv4], [app_id, w, len(worker_ports), ps_port])
-        egress.worker_addr_table.add("set_worker_addr", [app_id, w],
-                                     [int.from_bytes(mac_to_bytes(address.mac), "big"),
-                                      int.from_bytes(ipv4_to_bytes(address.ipv4), "big"), address.udp_port])
-        tm.mc_node_associate(group, tm.mc_node_create(w, [port]))
-    ingress.sender_table.add("set_ps", [ps_port, ps_endpoint(app_id).ipv4], [app_id, group])
+    """What a control plane installs for a job (switches/atp/programming.py, through the
+    pipeline's own control plane): its senders, its result group, its workers' addresses."""
+    control = InProcessControl(pipeline_handlers(pipeline, lambda: {}))
+    workers = [Host(port, address.mac, address.ipv4, address.udp_port)
+               for port, address in ((port, worker_endpoint(app_id, w)) for w, port in enumerate(worker_ports))]
+    ps = ps_endpoint(app_id)
+    programming.program_job(control, app_id, workers, Host(ps_port, ps.mac, ps.ipv4))
+
+
+class FrameSwitch(Protocol):
+    """Any target's ATP switch as ATPNetwork drives it (tests/atp_switch_driver.py's drivers):
+    a frame in on a port, its copies out, by port."""
+
+    def process(self, in_port: int, frame: bytes) -> list[tuple[int, bytes]]: ...
 
 
 @dataclass
@@ -104,9 +107,13 @@ class ATPNetwork:
     faults: Faults = field(default_factory=Faults)
     port_rate_bps: float | None = None
     """Each switch egress port's rate; None: frames leave at once (no queue, no ECN)."""
+    switch: FrameSwitch | None = None
+    """Another target's switch to run instead of the pipeline (tests/atp_switch_driver.py), which
+    comes programmed for the jobs' ports: the first job's workers on ports 0.., its PS next."""
 
     def __post_init__(self) -> None:
         self.pipeline = ATPPipeline(self.k, self.pool_size, self._queue_depth)
+        self._process = self.pipeline.process if self.switch is None else self.switch.process
         self.jobs: list[Job] = []
         self.now = 0.0
         self._events: list = []
@@ -131,7 +138,8 @@ class ATPNetwork:
         for w, port in enumerate(job.worker_ports):
             self._port_owner[port] = (job, w)
         self._port_owner[job.ps_port] = (job, None)
-        program_job(self.pipeline, app_id, job.worker_ports, job.ps_port)
+        if self.switch is None:
+            program_job(self.pipeline, app_id, job.worker_ports, job.ps_port)
         return job
 
     # -- running --------------------------------------------------------------------------
@@ -160,7 +168,7 @@ class ATPNetwork:
             self._at(due, "timer", job, w)
 
     def _switch(self, in_port: int, frame: bytes) -> None:
-        for port, out in self.pipeline.process(in_port, frame):
+        for port, out in self._process(in_port, frame):
             leave = self.now
             if self.port_rate_bps:
                 queue = self._departures.setdefault(port, [])

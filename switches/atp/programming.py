@@ -1,0 +1,97 @@
+"""Programming an ATP switch for a job, the same way on every target (docs/dataplane-atp.md,
+"Control plane, per job").
+
+Everything goes through ``SwitchControl`` with the names of docs/dataplane-atp.md, which the
+embedded pipeline (switches/embedded/atp/) has and the bmv2 and eBPF programs take, as
+switches/programming.py does for SwitchML: one set of calls programs every target, and the
+differential tests hold the targets to the same entries. ``program_job`` is what a network
+installs for each ATP job once its workers and its parameter server are attached; the flood
+group, the known hosts and the ECN threshold are per switch. What only one target has stays
+in its folder: bmv2's egress queue rate per port (switches/bmv2/atp/control.py), eBPF's
+phantom queue rate per port (switches/ebpf/atp/control.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from protocol.atp import params
+from switches.control import ControlPlaneError, SwitchControl
+
+INGRESS = "ATPIngress"
+EGRESS = "ATPEgress"
+SENDER_TABLE = f"{INGRESS}.sender_table"
+"""(ingress_port, ipv4.srcAddr) -> set_worker(app_id, worker_id, num_workers, ps_port) | set_ps(app_id, mcast_grp)."""
+L2_TABLE = f"{INGRESS}.l2_table"
+"""ethernet.dstAddr -> l2_forward(port); miss -> flood (ordinary traffic)."""
+WORKER_ADDR_TABLE = f"{EGRESS}.worker_addr_table"
+"""(meta.app_id, egress_rid) -> set_worker_addr(mac, ipv4, udp_port): each worker's copy of a result."""
+ECN_THRESHOLD = f"{EGRESS}.ecn_threshold"
+EVENT_COUNTER = f"{INGRESS}.event_counter"
+EGRESS_COUNTER = f"{EGRESS}.egress_counter"
+AGGREGATOR_REGISTERS = tuple(f"{INGRESS}.{name}" for name in ("owner_app", "owner_seq", "bitmap", "count", "ecn"))
+"""An aggregator's owner tag and state; its values need no reset (the first contributor writes)."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """A worker or a parameter server as the switch sees it: its port, its addresses."""
+
+    switch_port: int
+    mac: str
+    ipv4: str
+    udp_port: int = params.WORKER_UDP_PORT
+    """Where the switch sends a worker its copy of a result (unused for the PS)."""
+
+
+def result_group(job_id: int) -> int:
+    """The multicast group of a job's results: one per job, above the flood group."""
+    return params.FLOOD_MCAST_GRP + 1 + job_id
+
+
+def program_job(control: SwitchControl, job_id: int, workers: Sequence[Host], ps: Host) -> None:
+    """A job's senders (each worker, in rank order, and its PS), its result group (one node
+    per worker, rid = its rank) and each worker's result address."""
+    if not 1 <= len(workers) <= params.MAX_WORKERS:
+        raise ControlPlaneError(f"ATP job {job_id}: 1..{params.MAX_WORKERS} workers (the bitmap's width), got {len(workers)}")
+    group = result_group(job_id)
+    control.mc_mgrp_create(group)
+    for rank, worker in enumerate(workers):
+        control.table_add(SENDER_TABLE, "set_worker", [worker.switch_port, worker.ipv4], [job_id, rank, len(workers), ps.switch_port])
+        control.table_add(WORKER_ADDR_TABLE, "set_worker_addr", [job_id, rank], [worker.mac, worker.ipv4, worker.udp_port])
+        control.mc_node_associate(group, control.mc_node_create(rank, [worker.switch_port]))
+    control.table_add(SENDER_TABLE, "set_ps", [ps.switch_port, ps.ipv4], [job_id, group])
+
+
+def program_flood(control: SwitchControl, ports: Sequence[int]) -> None:
+    """The flood group of ordinary traffic: one node (rid 0) with every port."""
+    control.mc_mgrp_create(params.FLOOD_MCAST_GRP)
+    control.mc_node_associate(params.FLOOD_MCAST_GRP, control.mc_node_create(0, sorted(ports)))
+
+
+def program_host(control: SwitchControl, mac: str, port: int) -> None:
+    """Ordinary traffic to ``mac`` leaves on ``port`` (no learning: the control plane knows the hosts)."""
+    control.table_add(L2_TABLE, "l2_forward", [mac], [port])
+
+
+def set_ecn_threshold(control: SwitchControl, packets: int = params.DEFAULT_ECN_THRESHOLD) -> None:
+    """Egress marks an ATP packet leaving a queue at least ``packets`` deep; 0 never marks.
+    bmv2's registers start at 0, so a bmv2 switch marks only once this is written."""
+    control.register_write(ECN_THRESHOLD, 0, packets)
+
+
+def reset_pool(control: SwitchControl) -> None:
+    """Every aggregator free and zeroed (its values too) and both counters at 0: a switch as
+    it started, between tests or runs (the tables stay)."""
+    control.registers_reset([name for name in control.schema.registers if name.startswith(f"{INGRESS}.")])
+    control.counter_reset(EVENT_COUNTER)
+    control.counter_reset(EGRESS_COUNTER)
+
+
+def read_counters(control: SwitchControl) -> dict[str, tuple[int, int]]:
+    """(packets, bytes) of every cell of both counters, by event name (params.INGRESS_EVENTS, EGRESS_EVENTS)."""
+    ingress = control.counter_read(EVENT_COUNTER)
+    egress = control.counter_read(EGRESS_COUNTER)
+    return {**dict(zip(params.INGRESS_EVENTS, map(tuple, ingress), strict=True)),
+            **dict(zip(params.EGRESS_EVENTS, map(tuple, egress), strict=True))}
