@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Mapping, Sequence
 
+from protocol.params import read_p4_constants
 from switches.control import (
     ControlPlaneError,
     Field,
@@ -123,14 +124,24 @@ def multicast(max_nodes: int, max_replicas: int, max_node_ports: int) -> Multica
     return Multicast(Replica, McGroup, McNode, max_nodes, max_replicas, max_node_ports)
 
 
+TC_SWITCH_H = Path(__file__).resolve().parent / "tc_switch.h"
+"""The C side of what every program of the target shares: the multicast maps and their limits,
+the port wiring, the counter cells."""
+SHARED_DEFINES = read_p4_constants(TC_SWITCH_H)
+PORT_NUMBERS = SHARED_DEFINES["PORT_NUMBERS"]
+MC = multicast(SHARED_DEFINES["MC_MAX_NODES"], SHARED_DEFINES["MC_MAX_REPLICAS"], SHARED_DEFINES["MC_MAX_NODE_PORTS"])
+"""struct replica, mc_group and mc_node of tc_switch.h, which every program includes."""
+
+
 class MapControl(SwitchControl):
     """Tables, multicast and counters over a program's maps (opened by id); a subclass gives
-    its ``tables``, ``counters`` and ``mc`` and implements the registers."""
+    its ``tables`` and ``counters`` and implements the registers (the multicast maps are
+    tc_switch.h's, the same in every program)."""
 
     tables: ClassVar[Mapping[str, TableLayout]]
     counters: ClassVar[Mapping[str, str]]
     """P4 counter name -> its map."""
-    mc: ClassVar[Multicast]
+    mc: ClassVar[Multicast] = MC
 
     def __init__(self, map_ids: Mapping[str, int], layouts: Mapping[str, tuple[type, type]], what: str,
                  command_log: Path | None = None) -> None:

@@ -28,6 +28,10 @@
  *
  * Counting: each frame's ingress event is counted last, after every copy it makes has
  * been counted at egress, so a reader who sees the event sees the frame's copies counted.
+ *
+ * What every program of the target shares (the multicast maps, the port wiring, the
+ * counter cells, mac_key, ipv4_checksum, to_port) is in ../tc_switch.h, as SwitchML's
+ * switchml.bpf.c uses it.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -40,6 +44,7 @@
 
 #include "atp_params.h"
 #include "atp.h"
+#include "tc_switch.h"
 
 #define ATP_OFFSET (ETH_HLEN + sizeof(struct iphdr) + sizeof(struct udphdr))
 #define DATA_OFFSET (ATP_OFFSET + sizeof(struct atp_h))
@@ -103,11 +108,6 @@ struct {
 	__type(value, struct aggregator);
 } aggregators SEC(".maps");
 
-struct counter_cell {
-	__u64 packets;
-	__u64 bytes;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, ATP_INGRESS_EVENTS);
@@ -166,58 +166,6 @@ struct {
 	__type(value, struct l2_action);
 } l2_table_default SEC(".maps");
 
-/* ---- traffic manager ------------------------------------------------------------------- */
-
-/* A multicast group: the node handles associated (the control plane's bookkeeping) and the
- * copies they make, (rid, port) in association order (what the data path reads). */
-struct replica {
-	__u16 rid;
-	__u16 port;
-};
-
-struct mc_group {
-	__u32 num_nodes;
-	__u32 nodes[MC_MAX_NODES];
-	__u32 num_replicas;
-	struct replica replicas[MC_MAX_REPLICAS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MC_MAX_GROUPS);
-	__type(key, __u32);
-	__type(value, struct mc_group);
-} mc_group SEC(".maps");
-
-/* A multicast node (mc_node_create): its rid and ports. Only the control plane reads it. */
-struct mc_node {
-	__u32 rid;
-	__u32 num_ports;
-	__u16 ports[MC_MAX_NODE_PORTS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MC_MAX_NODE_HANDLES);
-	__type(key, __u32);
-	__type(value, struct mc_node);
-} mc_node SEC(".maps");
-
-/* The switch's wiring: port number <-> interface index (switches/ebpf/loader.py writes it). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, PORT_NUMBERS);
-	__type(key, __u32);   /* ifindex */
-	__type(value, __u32); /* port */
-} port_of_ifindex SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, PORT_NUMBERS);
-	__type(key, __u32);   /* port */
-	__type(value, __u32); /* ifindex; 0: no interface */
-} ifindex_of_port SEC(".maps");
-
 /* ---- ATPEgress state ------------------------------------------------------------------- */
 
 /* worker_addr_table: (meta.app_id, standard_metadata.egress_rid) -> set_worker_addr(mac,
@@ -249,10 +197,6 @@ struct {
 	__type(value, struct worker_addr_action);
 } worker_addr_table_default SEC(".maps");
 
-struct threshold {
-	__u32 value;
-};
-
 /* ecn_threshold: queued copies at which an ATP copy leaves marked; 0 turns marking off. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -282,53 +226,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct counter_cell);
 } egress_counter SEC(".maps");
-
-/* ---- helpers ----------------------------------------------------------------------------- */
-
-static __always_inline void count(void *counter, __u32 index, __u32 bytes)
-{
-	struct counter_cell *cell = bpf_map_lookup_elem(counter, &index);
-
-	if (cell) {
-		cell->packets += 1;
-		cell->bytes += bytes;
-	}
-}
-
-static __always_inline __u64 mac_key(const unsigned char *mac)
-{
-	return (__u64)mac[0] << 40 | (__u64)mac[1] << 32 | (__u64)mac[2] << 24 | (__u64)mac[3] << 16 |
-	       (__u64)mac[4] << 8 | (__u64)mac[5];
-}
-
-static __always_inline void mac_bytes(unsigned char *mac, __u64 key)
-{
-#pragma unroll
-	for (int i = 0; i < ETH_ALEN; i++)
-		mac[i] = key >> (8 * (ETH_ALEN - 1 - i));
-}
-
-/* ATPComputeChecksum: csum16 over the 20-byte header, its checksum field as zero. */
-static __always_inline __be16 ipv4_checksum(const void *ipv4)
-{
-	const __u8 *byte = ipv4;
-	__u32 sum = 0;
-
-#pragma unroll
-	for (int i = 0; i < (int)sizeof(struct iphdr); i += 2)
-		if (i != offsetof(struct iphdr, check))
-			sum += (__u32)byte[i] << 8 | byte[i + 1];
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	return bpf_htons(~sum & 0xFFFF);
-}
-
-static __always_inline __u32 ifindex_of(__u32 port)
-{
-	__u32 *ifindex = bpf_map_lookup_elem(&ifindex_of_port, &port);
-
-	return ifindex ? *ifindex : 0;
-}
 
 /* ---- ATPEgress ---------------------------------------------------------------------------- */
 
@@ -383,15 +280,6 @@ static __always_inline void egress_ordinary(__u32 port, __u32 wire_bytes)
 }
 
 /* ---- traffic manager ---------------------------------------------------------------------- */
-
-/* A frame to a port: redirect it to that port's egress, or drop it if no interface is
- * wired to the port (egress has counted it, as the embedded switch does). */
-static __always_inline int to_port(__u32 port)
-{
-	__u32 ifindex = ifindex_of(port);
-
-	return ifindex ? bpf_redirect(ifindex, 0) : TC_ACT_SHOT;
-}
 
 /* Counted last (see the top of the file), then the verdict. */
 static __always_inline int finish(__u32 event, __u32 wire_bytes, int verdict)

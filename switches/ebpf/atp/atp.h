@@ -1,8 +1,8 @@
 /*
  * atp.h -- what ATP's eBPF data plane (atp.bpf.c) and its control plane (maps.py,
- * control.py) share: the tables' action numbers and the limits of the maps that have no
- * P4 counterpart. Plain "#define NAME number" lines only: maps.py reads them as the Python
- * side reads constants.p4. ATP's own constants (port range, flags, counter cells, table
+ * control.py) share: the tables' action numbers (the limits of the maps every program of
+ * the target shares are in ../tc_switch.h). Plain "#define NAME number" lines only: maps.py
+ * reads them as the Python side reads constants.p4. ATP's own constants (port range, flags, counter cells, table
  * sizes) come from protocol/atp/params.py, written by compile.py into the build's
  * atp_params.h.
  *
@@ -24,18 +24,5 @@
 /* ATPEgress.worker_addr_table */
 #define WORKER_ADDR_TABLE_DROP 0
 #define WORKER_ADDR_TABLE_SET_WORKER_ADDR 1
-
-/* The traffic manager's multicast groups: copies per group, nodes per group, ports per
- * node, groups, and node handles. A job's result group holds one copy per worker (at most
- * MAX_WORKERS); the flood group one per port of the switch. */
-#define MC_MAX_REPLICAS 64
-#define MC_MAX_NODES 64
-#define MC_MAX_NODE_PORTS 64
-#define MC_MAX_GROUPS 64
-#define MC_MAX_NODE_HANDLES 1024
-
-/* Port numbers are bit<9>, as in v1model: ifindex_of_port and phantom_queue have one cell
- * per number. */
-#define PORT_NUMBERS 512
 
 #endif

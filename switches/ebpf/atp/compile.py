@@ -18,13 +18,14 @@ from base.build_cache import source_hash
 from protocol.atp import params
 from protocol.params import BUILD_DIR
 from switches.ebpf.clang import CLANG_FLAGS, clang_once, system_includes
+from switches.ebpf.map_control import TC_SWITCH_H
 
 log = logging.getLogger(__name__)
 
 ATP_DIR = Path(__file__).resolve().parent
 SOURCE = ATP_DIR / "atp.bpf.c"
 ATP_H = ATP_DIR / "atp.h"
-SOURCES = (SOURCE, ATP_H)
+SOURCES = (SOURCE, ATP_H, TC_SWITCH_H)
 OBJECT = "atp.bpf.o"
 HEADER = "atp_params.h"
 BUILD_ROOT = BUILD_DIR / "ebpf-atp"
@@ -75,7 +76,7 @@ class CompileOptions:
     def command(self, output: Path, header_dir: Path) -> list[str]:
         """The clang command line; ``header_dir`` holds params_header() as atp_params.h."""
         return [
-            self.clang, *CLANG_FLAGS, "-I", str(header_dir), "-I", str(ATP_DIR), *system_includes(),
+            self.clang, *CLANG_FLAGS, "-I", str(header_dir), "-I", str(ATP_DIR), "-I", str(TC_SWITCH_H.parent), *system_includes(),
             f"-DATP_POOL_SIZE={self.pool_size}", f"-DATP_K={self.k}",
             "-c", str(SOURCE), "-o", str(output),
         ]  # fmt: skip

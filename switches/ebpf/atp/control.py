@@ -24,7 +24,6 @@ class AtpEbpfControl(MapControl):
 
     tables = maps.TABLES
     counters = maps.COUNTERS
-    mc = maps.MC
 
     def __init__(self, map_ids: Mapping[str, int], k: int, command_log: Path | None = None) -> None:
         super().__init__(map_ids, maps.layouts(k), f"ATP's program at k = {k}", command_log)

@@ -19,14 +19,23 @@ from protocol.atp import params
 from protocol.params import read_p4_constants
 from switches.control import Field, ProgramSchema, RegisterSchema
 from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
-from switches.ebpf.map_control import MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key, multicast
+from switches.ebpf.map_control import (
+    MC,
+    MC_GROUP_MAP,
+    MC_NODE_MAP,
+    PORT_NUMBERS,
+    CounterCell,
+    L2Action,
+    MacKey,
+    TableLayout,
+    Threshold,
+    U32Key,
+)
 
 ATP_H = Path(__file__).resolve().parent / "atp.h"
 DEFINES = read_p4_constants(ATP_H)
 INGRESS = "ATPIngress"
 EGRESS = "ATPEgress"
-PORT_NUMBERS = DEFINES["PORT_NUMBERS"]
-MC = multicast(DEFINES["MC_MAX_NODES"], DEFINES["MC_MAX_REPLICAS"], DEFINES["MC_MAX_NODE_PORTS"])
 
 
 @functools.cache

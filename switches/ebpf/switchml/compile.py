@@ -18,12 +18,13 @@ from pathlib import Path
 from protocol import params
 from base.build_cache import source_hash
 from switches.ebpf.clang import CLANG_FLAGS, clang_once, system_includes
+from switches.ebpf.map_control import TC_SWITCH_H
 from switches.ebpf.switchml.maps import EBPF_DIR, SWITCHML_H
 
 log = logging.getLogger(__name__)
 
 SOURCE = EBPF_DIR / "switchml.bpf.c"
-SOURCES = (SOURCE, SWITCHML_H, params.CONSTANTS_P4)
+SOURCES = (SOURCE, SWITCHML_H, TC_SWITCH_H, params.CONSTANTS_P4)
 OBJECT = "switchml.bpf.o"
 BUILD_ROOT = params.BUILD_DIR / "ebpf"
 MAX_SLOT_LIMIT = 0xFFFF
@@ -48,7 +49,7 @@ class CompileOptions:
         """The clang command line (also what a student would type by hand)."""
         return [
             self.clang, *CLANG_FLAGS,
-            "-I", str(params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR), *system_includes(),
+            "-I", str(params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR), "-I", str(TC_SWITCH_H.parent), *system_includes(),
             f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}", f"-DSWITCHML_K={self.k}",
             "-c", str(SOURCE), "-o", str(output),
         ]  # fmt: skip

@@ -30,7 +30,6 @@ class EbpfControl(MapControl):
 
     tables = maps.TABLES
     counters = maps.COUNTERS
-    mc = maps.MC
 
     def __init__(self, map_ids: Mapping[str, int], k: int, command_log: Path | None = None) -> None:
         super().__init__(map_ids, maps.layouts(k), f"k = {k}", command_log)

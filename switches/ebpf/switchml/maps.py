@@ -23,7 +23,7 @@ from typing import Mapping
 from protocol import params
 from switches.control import Field, ProgramSchema, RegisterSchema
 from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
-from switches.ebpf.map_control import MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key, multicast
+from switches.ebpf.map_control import MC, MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key
 from switches.programming import value_registers
 
 EBPF_DIR = Path(__file__).resolve().parent
@@ -33,8 +33,6 @@ DEFINES = params.read_p4_constants(SWITCHML_H)
 INGRESS = "SwitchMLIngress"
 EGRESS = "SwitchMLEgress"
 
-MC = multicast(DEFINES["MC_MAX_NODES"], DEFINES["MC_MAX_REPLICAS"], DEFINES["MC_MAX_NODE_PORTS"])
-"""struct replica, mc_group and mc_node of switchml.bpf.c (switches/ebpf/map_control.py)."""
 
 
 # -- SwitchMLIngress registers ----------------------------------------------------------
