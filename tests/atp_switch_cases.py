@@ -26,7 +26,7 @@ from hosts.atp.parameter_server import ParameterServerCore
 from hosts.atp.worker import WorkerConfig, WorkerCore
 from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET, ATPHeader, decode_payload, encode_payload
-from protocol.packet import IPV4_OFFSET, Endpoint, build_frame
+from protocol.packet import IPV4_OFFSET, UDP_OFFSET, Endpoint, build_frame, ipv4_to_bytes, mac_to_bytes
 
 K, N, POOL = 32, 3, 16
 """K is SwitchML's smallest k, which every target builds."""
@@ -90,7 +90,9 @@ class SwitchCases:
         copies = switch.process(*result(1, 1, 5, values))
         assert [port for port, _ in copies] == [0, 1, 2]
         for w, (_, copy) in enumerate(copies):
-            assert copy[IPV4_OFFSET + 16:IPV4_OFFSET + 20] == bytes(int(b) for b in worker_endpoint(1, w).ipv4.split("."))
+            worker = worker_endpoint(1, w)
+            assert (copy[:6], copy[IPV4_OFFSET + 16:IPV4_OFFSET + 20]) == (mac_to_bytes(worker.mac), ipv4_to_bytes(worker.ipv4))
+            assert int.from_bytes(copy[UDP_OFFSET + 2:UDP_OFFSET + 4], "big") == worker.udp_port, "worker_addr_table's address"
             assert np.array_equal(decode(copy)[1], values) and decode(copy)[0].flags & params.FLAG_ACK
         assert switch.owner(5) == (0, 0) and switch.cell("bitmap", 5) == 0 and switch.cell("count", 5) == 0
         assert switch.events() == {"EV_AGGREGATED": 2, "EV_FULL_TO_PS": 1, "EV_RESULT_FREED": 1}
