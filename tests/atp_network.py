@@ -14,7 +14,7 @@ import heapq
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -77,6 +77,13 @@ def program_job(pipeline: ATPPipeline, app_id: int, worker_ports: list[int], ps_
     programming.program_job(control, app_id, workers, Host(ps_port, ps.mac, ps.ipv4))
 
 
+class FrameSwitch(Protocol):
+    """Any target's ATP switch as ATPNetwork drives it (tests/atp_switch_driver.py's drivers):
+    a frame in on a port, its copies out, by port."""
+
+    def process(self, in_port: int, frame: bytes) -> list[tuple[int, bytes]]: ...
+
+
 @dataclass
 class Job:
     app_id: int
@@ -100,9 +107,13 @@ class ATPNetwork:
     faults: Faults = field(default_factory=Faults)
     port_rate_bps: float | None = None
     """Each switch egress port's rate; None: frames leave at once (no queue, no ECN)."""
+    switch: FrameSwitch | None = None
+    """Another target's switch to run instead of the pipeline (tests/atp_switch_driver.py), which
+    comes programmed for the jobs' ports: the first job's workers on ports 0.., its PS next."""
 
     def __post_init__(self) -> None:
         self.pipeline = ATPPipeline(self.k, self.pool_size, self._queue_depth)
+        self._process = self.pipeline.process if self.switch is None else self.switch.process
         self.jobs: list[Job] = []
         self.now = 0.0
         self._events: list = []
@@ -127,7 +138,8 @@ class ATPNetwork:
         for w, port in enumerate(job.worker_ports):
             self._port_owner[port] = (job, w)
         self._port_owner[job.ps_port] = (job, None)
-        program_job(self.pipeline, app_id, job.worker_ports, job.ps_port)
+        if self.switch is None:
+            program_job(self.pipeline, app_id, job.worker_ports, job.ps_port)
         return job
 
     # -- running --------------------------------------------------------------------------
@@ -156,7 +168,7 @@ class ATPNetwork:
             self._at(due, "timer", job, w)
 
     def _switch(self, in_port: int, frame: bytes) -> None:
-        for port, out in self.pipeline.process(in_port, frame):
+        for port, out in self._process(in_port, frame):
             leave = self.now
             if self.port_rate_bps:
                 queue = self._departures.setdefault(port, [])

@@ -1,13 +1,16 @@
 """One driver for ATP's switch, whatever the target: frames in, the copies that leave out, state
 and counters through the control plane.
 
-The behaviour cases (tests/test_atp_switch.py) and the differential test
-(tests/test_atp_bmv2.py) are written once against ``ATPSwitchDriver``. Both targets are
-programmed with the same calls (switches/bmv2/atp/programming.py through a SwitchControl:
-``InProcessControl`` into the embedded ATPPipeline, Thrift into bmv2) and read alike, so
-only ``process`` differs: a function call for the embedded pipeline here, real frames through
-simple_switch in lock-step for bmv2 (tests/test_atp_bmv2.py's ``Bmv2ATPSwitch``). Ports are the
-cases' own (0, 1, ...); a target's driver maps them to its own (``switch_port``).
+The behaviour cases (tests/atp_switch_cases.py) and the differential test
+(tests/atp_differential.py) are written once against ``ATPSwitchDriver``. Every target is
+programmed with the same calls (switches/atp/programming.py through its SwitchControl:
+``InProcessControl`` into the embedded ATPPipeline, Thrift into bmv2, the maps of the eBPF
+program) and read alike, so only ``process`` differs: a function call for the embedded
+pipeline here; real frames on a test bed's veths for bmv2 (``Bmv2ATPSwitch`` in
+tests/test_atp_bmv2.py, in lock-step with probes) and for eBPF (``EbpfATPSwitch`` in
+tests/test_atp_ebpf.py, until the program's counters account for the frame). Each target's
+driver lives with its tests, so running one target's tests needs no other's harness. Ports are
+the cases' own (0, 1, ...); a target's driver maps them to its own (``switch_port``).
 """
 
 from __future__ import annotations
@@ -19,15 +22,14 @@ import numpy as np
 
 from atp_network import ps_endpoint, worker_endpoint
 from protocol.atp import params
-from switches.bmv2.atp import programming
-from switches.atp.programming import result_group
+from switches.atp import programming
 from switches.control import SwitchControl
+from switches.embedded.atp.egress import QueueDepth, no_queue
 from switches.embedded.atp.pipeline import ATPPipeline
 from switches.embedded.control_server import pipeline_handlers
 from switches.remote_control import InProcessControl
 
-Frames = list[tuple[int, bytes]]
-INGRESS = "ATPIngress."
+Copies = list[tuple[int, bytes]]
 
 
 class ATPSwitchDriver(ABC):
@@ -39,7 +41,7 @@ class ATPSwitchDriver(ABC):
         self.pool_size = pool_size
 
     @abstractmethod
-    def process(self, in_port: int, frame: bytes) -> Frames:
+    def process(self, in_port: int, frame: bytes) -> Copies:
         """The copies of ``frame``, received on ``in_port``, that leave: (port, bytes), by port,
         each port's in the order they left."""
 
@@ -50,11 +52,11 @@ class ATPSwitchDriver(ABC):
     # -- programming: the same calls on every target ---------------------------------------
 
     def program_job(self, app_id: int, worker_ports: Sequence[int], ps_port: int) -> None:
-        """A job with tests/atp_network.py's addresses (worker_endpoint, ps_endpoint, result_group)."""
-        workers = [programming.ATPWorker(self.switch_port(port), worker_endpoint(app_id, w).mac, worker_endpoint(app_id, w).ipv4)
-                   for w, port in enumerate(worker_ports)]
-        programming.program_job(self.control, programming.ATPJob(app_id, workers, self.switch_port(ps_port),
-                                                                  ps_endpoint(app_id).ipv4, result_group(app_id)))
+        """A job with tests/atp_network.py's addresses (worker_endpoint, ps_endpoint)."""
+        workers = [programming.Host(self.switch_port(port), address.mac, address.ipv4, address.udp_port)
+                   for port, address in ((port, worker_endpoint(app_id, w)) for w, port in enumerate(worker_ports))]
+        ps = ps_endpoint(app_id)
+        programming.program_job(self.control, app_id, workers, programming.Host(self.switch_port(ps_port), ps.mac, ps.ipv4))
 
     def program_flood(self, ports: Sequence[int]) -> None:
         programming.program_flood(self.control, [self.switch_port(port) for port in ports])
@@ -65,11 +67,17 @@ class ATPSwitchDriver(ABC):
     def set_ecn_threshold(self, packets: int) -> None:
         programming.set_ecn_threshold(self.control, packets)
 
+    def reset(self) -> None:
+        """Fresh aggregators and counters, and no known host: as between two tests on one
+        running switch (its jobs and flood group stay)."""
+        programming.reset_pool(self.control)
+        self.control.table_clear(programming.L2_TABLE)
+
     # -- state ------------------------------------------------------------------------------
 
     def cell(self, register: str, index: int) -> int:
         """ATPIngress.<register>[index]."""
-        return self.control.register_read(INGRESS + register, index)
+        return self.control.register_read(f"{programming.INGRESS}.{register}", index)
 
     def owner(self, index: int) -> tuple[int, int]:
         return self.cell("owner_app", index), self.cell("owner_seq", index)
@@ -97,11 +105,12 @@ class ATPSwitchDriver(ABC):
 
 
 class EmbeddedATPSwitch(ATPSwitchDriver):
-    """The reference: switches/embedded/atp's pipeline, called directly."""
+    """The reference: switches/embedded/atp's pipeline, called directly, its egress marking
+    ECN from the queue depth it is given (none by default)."""
 
-    def __init__(self, k: int, pool_size: int, pipeline: ATPPipeline | None = None) -> None:
-        self.pipeline = pipeline if pipeline is not None else ATPPipeline(k, pool_size)
+    def __init__(self, k: int, pool_size: int, queue_depth: QueueDepth = no_queue) -> None:
+        self.pipeline = ATPPipeline(k, pool_size, queue_depth)
         super().__init__(InProcessControl(pipeline_handlers(self.pipeline, dict)), k, pool_size)
 
-    def process(self, in_port: int, frame: bytes) -> Frames:
+    def process(self, in_port: int, frame: bytes) -> Copies:
         return sorted(self.pipeline.process(in_port, frame), key=lambda copy: copy[0])

@@ -27,6 +27,8 @@ from protocol import params
 from switches import programming, standalone
 from switches.control import ControlPlaneError
 from switches.ebpf.switchml import compile as ebpf_compile
+from switches.ebpf import loader
+from switches.ebpf.clang import EbpfCompileError
 from switches.ebpf.switchml import datapath, maps
 from switches.ebpf.bpf import BpfMap
 from switches.ebpf.switchml.control import EbpfControl
@@ -79,7 +81,7 @@ def test_build_hash_follows_options_and_sources(tmp_path: Path) -> None:
 
 
 def test_missing_clang_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ebpf_compile.EbpfCompileError, match="clang not found"):
+    with pytest.raises(EbpfCompileError, match="clang not found"):
         ebpf_compile.compile_program(ebpf_compile.CompileOptions(k=K, clang="no-such-clang"), build_root=tmp_path)
 
 
@@ -198,7 +200,7 @@ def test_killed_owner_leaves_nothing_once_its_ports_are_gone(bed: Testbed) -> No
 def test_start_removes_pins_of_a_dead_owner(bed: Testbed) -> None:
     """A kill while loading leaves a pin directory named after the owner's pid: the next start removes it."""
     dead_pid = 4_000_000  # above pid_max's largest value (2^22): never a live process
-    datapath.ensure_bpffs()
+    loader.ensure_bpffs()
     orphan = datapath.PIN_ROOT / f"{dead_pid}-crashed-0"
     orphan.mkdir(parents=True)
     switch = datapath.EbpfDataPlane(bed.switch_ports, k=K, name="sweeper", max_pool_size=POOL)
@@ -215,24 +217,24 @@ def test_the_bpf_filesystem_and_the_pins_are_roots_alone(bed: Testbed, tmp_path:
     pin directories and pins are writable by root only."""
     mount_point = tmp_path / "bpffs"
     mount_point.mkdir()
-    datapath.ensure_bpffs(mount_point)
+    loader.ensure_bpffs(mount_point)
     try:
-        assert mount_point.stat().st_mode & 0o777 == datapath.PRIVATE  # and the sticky bit, which the kernel sets
+        assert mount_point.stat().st_mode & 0o777 == loader.PRIVATE  # and the sticky bit, which the kernel sets
     finally:
         subprocess.run(["umount", str(mount_point)], check=True)
     seen: dict[str, int] = {}
-    real_run = datapath.run
+    real_run = loader.run
 
     def run_and_look(command: list[str]) -> subprocess.CompletedProcess:
         if command[:3] == ["tc", "filter", "add"] and not seen:  # loaded and pinned, not yet unpinned
             seen.update({str(path): path.lstat().st_mode & 0o7777 for path in [datapath.PIN_ROOT, *datapath.PIN_ROOT.rglob("*")]})
         return real_run(command)
 
-    monkeypatch.setattr(datapath, "run", run_and_look)
+    monkeypatch.setattr(loader, "run", run_and_look)
     switch = datapath.EbpfDataPlane(bed.switch_ports, k=K, name="private", max_pool_size=POOL)
     switch.start()
     switch.stop()
-    assert seen[str(datapath.PIN_ROOT)] == datapath.PRIVATE, seen
+    assert seen[str(datapath.PIN_ROOT)] == loader.PRIVATE, seen
     assert any(name.endswith(datapath.PROGRAM) for name in seen), f"no pinned program seen: {seen}"
     assert {name: f"{mode:o}" for name, mode in seen.items() if mode & 0o077} == {}, "pins others may read or write"
 

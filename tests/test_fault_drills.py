@@ -32,7 +32,7 @@ def test_an_ebpf_switch_detached_from_a_port_for_good_is_named_not_rank_0(tmp_pa
     """Its tc filter deleted mid-job: the run failed at the deadline blaming rank 0 from the
     registers' frozen state; nothing checked that the program was still attached."""
     require_target("ebpf")
-    from switches.ebpf.switchml.datapath import FILTER_PREF
+    from switches.ebpf.loader import FILTER_PREF
 
     def detach(runner: subprocess.Popen, worker: int) -> None:
         subprocess.run(["tc", "filter", "del", "dev", "s1-eth3", "ingress", "pref", str(FILTER_PREF)], check=True)

@@ -21,7 +21,7 @@ import numpy as np
 
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
 from hosts.switchml.core import SEQ_MASK, JobContext
-from hosts.switchml.job import AllReduceJob, AllReduceResult, UnsummableTensor
+from hosts.switchml.job import AllReduceJob, AllReduceResult
 from hosts.mmsg import BatchSocket
 from hosts.switchml.native import resolve
 from hosts.switchml.native.job import NativeJob, NativeRoundTrip

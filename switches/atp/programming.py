@@ -3,11 +3,15 @@
 
 Everything goes through ``SwitchControl`` with the names of docs/dataplane-atp.md, which the
 embedded pipeline (switches/embedded/atp/) has and the bmv2 and eBPF programs take, as
-switches/programming.py does for SwitchML. ``reset_job_state`` is ATP's
+switches/programming.py does for SwitchML: one set of calls programs every target, and the
+differential tests hold the targets to the same entries. ``reset_job_state`` is ATP's
 ``Aggregation.reset_switch`` (methods/atp.py); ``program_job`` is what a network installs for
-each ATP job once its workers and its parameter server are attached; ``program_fabric`` (the
-record's) does all of it for a network's fabric, on either clock, and ``read_event_counters``
-(its ``event_counters``) reads what the switch counted.
+each ATP job once its workers and its parameter server are attached; the flood group, the
+known hosts and the ECN threshold are per switch; ``program_fabric`` (the record's) does all of
+it for a network's fabric, on either clock, and ``read_event_counters`` (its
+``event_counters``) reads what the switch counted. What only one target has stays in its
+folder: bmv2's egress queue rate per port (switches/bmv2/atp/control.py), eBPF's phantom
+queue rate per port (switches/ebpf/atp/control.py).
 """
 
 from __future__ import annotations
@@ -18,15 +22,15 @@ from typing import Mapping, Sequence
 from base.yamlschema import ConfigError
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
-from switches.control import SwitchControl
+from switches.control import ControlPlaneError, SwitchControl
 from switches.fabric import Fabric, Jobs, Station
 
 INGRESS = "ATPIngress"
 EGRESS = "ATPEgress"
 SENDER_TABLE = f"{INGRESS}.sender_table"
-L2_TABLE = f"{INGRESS}.l2_table"
-"""hdr.ethernet.dstAddr -> l2_forward(port): ordinary traffic (ARP, anything not ATP); a miss floods."""
 """(ingress_port, ipv4.srcAddr) -> set_worker(app_id, worker_id, num_workers, ps_port) | set_ps(app_id, mcast_grp)."""
+L2_TABLE = f"{INGRESS}.l2_table"
+"""ethernet.dstAddr -> l2_forward(port); miss -> flood (ordinary traffic)."""
 WORKER_ADDR_TABLE = f"{EGRESS}.worker_addr_table"
 """(meta.app_id, egress_rid) -> set_worker_addr(mac, ipv4, udp_port): each worker's copy of a result."""
 ECN_THRESHOLD = f"{EGRESS}.ecn_threshold"
@@ -56,12 +60,14 @@ def reset_job_state(control: SwitchControl, parameters: ATPParameters) -> None:
     """Every aggregator free, and the ECN threshold the job's parameters give: the pool as
     the switch starts, before the first ATP job on a network (ATP's ``reset_switch``)."""
     control.registers_reset(AGGREGATOR_REGISTERS)
-    control.register_write(ECN_THRESHOLD, 0, parameters.ecn_threshold)
+    set_ecn_threshold(control, parameters.ecn_threshold)
 
 
 def program_job(control: SwitchControl, job_id: int, workers: Sequence[Host], ps: Host) -> None:
     """A job's senders (each worker, in rank order, and its PS), its result group (one node
     per worker, rid = its rank) and each worker's result address."""
+    if not 1 <= len(workers) <= params.MAX_WORKERS:
+        raise ControlPlaneError(f"ATP job {job_id}: 1..{params.MAX_WORKERS} workers (the bitmap's width), got {len(workers)}")
     group = result_group(job_id)
     control.mc_mgrp_create(group)
     for rank, worker in enumerate(workers):
@@ -75,6 +81,39 @@ def program_flood(control: SwitchControl, ports: Sequence[int]) -> None:
     """The flood group of ordinary traffic (``l2_table``'s miss): one node, rid 0, every port."""
     control.mc_mgrp_create(params.FLOOD_MCAST_GRP)
     control.mc_node_associate(params.FLOOD_MCAST_GRP, control.mc_node_create(0, sorted(ports)))
+
+
+def program_host(control: SwitchControl, mac: str, port: int) -> None:
+    """Ordinary traffic to ``mac`` leaves on ``port`` (no learning: the control plane knows the hosts)."""
+    control.table_add(L2_TABLE, "l2_forward", [mac], [port])
+
+
+def set_ecn_threshold(control: SwitchControl, packets: int = params.DEFAULT_ECN_THRESHOLD) -> None:
+    """Egress marks an ATP packet leaving a queue at least ``packets`` deep; 0 never marks.
+    bmv2's registers start at 0, so a bmv2 switch marks only once this is written."""
+    control.register_write(ECN_THRESHOLD, 0, packets)
+
+
+def reset_pool(control: SwitchControl) -> None:
+    """Every aggregator free and zeroed (its values too) and both counters at 0: a switch as
+    it started, between tests or runs (the tables stay)."""
+    control.registers_reset([name for name in control.schema.registers if name.startswith(f"{INGRESS}.")])
+    control.counter_reset(EVENT_COUNTER)
+    control.counter_reset(EGRESS_COUNTER)
+
+
+def read_counters(control: SwitchControl) -> dict[str, tuple[int, int]]:
+    """(packets, bytes) of every cell of both counters, by event name (params.INGRESS_EVENTS, EGRESS_EVENTS)."""
+    ingress = control.counter_read(EVENT_COUNTER)
+    egress = control.counter_read(EGRESS_COUNTER)
+    return {**dict(zip(params.INGRESS_EVENTS, map(tuple, ingress), strict=True)),
+            **dict(zip(params.EGRESS_EVENTS, map(tuple, egress), strict=True))}
+
+
+def read_event_counters(control: SwitchControl) -> dict[str, int]:
+    """ATP's record's ``event_counters``: packets per ingress event (collisions, full sums and
+    flushed partial sums to the PS, resends by cause, ...) and per egress event (sent, ECN-marked)."""
+    return {event: packets for event, (packets, _bytes) in read_counters(control).items()}
 
 
 def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Jobs) -> None:
@@ -92,7 +131,7 @@ def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: 
     program_flood(control, fabric.ports[switch])
     servers = {job_id: stations for job_id, stations in fabric.servers.items()}
     for station in (*fabric.hosts, *(s for stations in servers.values() for s in stations)):
-        control.table_add(L2_TABLE, "l2_forward", [station.mac], [fabric.towards[switch, station.name]])
+        program_host(control, station.mac, fabric.towards[switch, station.name])
 
     def host(station: Station) -> Host:
         return Host(fabric.towards[switch, station.name], station.mac, station.ipv4)
@@ -102,13 +141,3 @@ def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: 
         if not servers.get(job_id):
             raise ValueError(f"ATP job {job_id} has no parameter server on the fabric (Fabric.servers)")
         program_job(control, job_id, [host(w) for w in workers], host(servers[job_id][0]))
-
-
-def read_event_counters(control: SwitchControl) -> dict[str, int]:
-    """ATP's record's ``event_counters``: packets per ingress event (collisions, full sums and
-    flushed partial sums to the PS, resends by cause, ...) and per egress event (sent, ECN-marked)."""
-    ingress = control.counter_read(EVENT_COUNTER)
-    egress = control.counter_read(EGRESS_COUNTER)
-    counts = {name: ingress[i][0] for i, name in enumerate(params.INGRESS_EVENTS)}
-    counts.update({name: egress[i][0] for i, name in enumerate(params.EGRESS_EVENTS)})
-    return counts

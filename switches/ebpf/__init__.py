@@ -4,8 +4,9 @@ SwitchML's program is ``switchml/``: ``switchml.bpf.c`` is the data plane (read 
 p4/include/ingress.p4 and switches/embedded/ingress.py), ``compile.py`` builds it with clang,
 ``datapath.py`` loads it onto a switch's ports and takes it off, ``control.py`` programs it
 through the common control-plane interface over its BPF maps (``maps.py``). The target's own
-files serve any program: ``bpf.py`` (the bpf(2) calls), ``probe.py`` says whether this machine
-can run it, ``stats.py`` reads its run time, and ``node.py`` is its Mininet switch.
+files serve any program: ``tc_switch.h`` (the C every program includes), ``bpf.py`` (the
+bpf(2) calls), ``probe.py`` says whether this machine can run it, ``stats.py`` reads its run
+time, and ``node.py`` is its Mininet switch.
 
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it is compiled for
 the k (any of params.K_CHOICES) and the pool size it is given, one cached object each, and

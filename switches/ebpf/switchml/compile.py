@@ -12,28 +12,23 @@ over its defaults), so there is one cached object per k and pool size, built on 
 from __future__ import annotations
 
 import logging
-import platform
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from protocol import params
-from base.build_cache import build_once, source_hash
+from base.build_cache import source_hash
+from switches.ebpf.clang import CLANG_FLAGS, clang_once, system_includes
+from switches.ebpf.map_control import TC_SWITCH_H
 from switches.ebpf.switchml.maps import EBPF_DIR, SWITCHML_H
 
 log = logging.getLogger(__name__)
 
 SOURCE = EBPF_DIR / "switchml.bpf.c"
-SOURCES = (SOURCE, SWITCHML_H, params.CONSTANTS_P4)
+SOURCES = (SOURCE, SWITCHML_H, TC_SWITCH_H, params.CONSTANTS_P4)
 OBJECT = "switchml.bpf.o"
 BUILD_ROOT = params.BUILD_DIR / "ebpf"
 MAX_SLOT_LIMIT = 0xFFFF
 """switchml_h.slot is 16 bits wide."""
-
-
-class EbpfCompileError(RuntimeError):
-    """clang refused the program; the message carries its output verbatim."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,10 +48,8 @@ class CompileOptions:
     def command(self, output: Path) -> list[str]:
         """The clang command line (also what a student would type by hand)."""
         return [
-            self.clang, "-O2", "-g", "-Wall", "-Werror", "-target", "bpf",
-            "-I", str(params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR),
-            # asm/types.h, which linux/bpf.h includes, lives under the host's multiarch path.
-            "-I", f"/usr/include/{platform.machine()}-linux-gnu",
+            self.clang, *CLANG_FLAGS,
+            "-I", str(params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR), "-I", str(TC_SWITCH_H.parent), *system_includes(),
             f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}", f"-DSWITCHML_K={self.k}",
             "-c", str(SOURCE), "-o", str(output),
         ]  # fmt: skip
@@ -69,19 +62,6 @@ def build_hash(options: CompileOptions) -> str:
 
 def compile_program(options: CompileOptions, build_root: Path = BUILD_ROOT) -> Path:
     """Path of the BPF object for ``options``, compiling only if this build is not cached."""
-    output_dir = build_root / build_hash(options)
-    if not (output_dir / OBJECT).exists() and shutil.which(options.clang) is None:
-        raise EbpfCompileError(f"clang not found ({options.clang!r} is not on PATH); run scripts/bootstrap.sh")
-
-    def run_clang(staging: Path) -> None:
-        log.info("building the eBPF program for k = %d, pool %d (first use; cached in %s)", options.k, options.max_pool_size, output_dir)
-        command = options.command(staging / OBJECT)
-        log.info("clang: %s", " ".join(command))
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise EbpfCompileError(f"clang failed (exit {result.returncode}): {' '.join(command)}\n{result.stdout}{result.stderr}")
-
-    try:
-        return build_once(output_dir, OBJECT, run_clang)
-    except FileNotFoundError as error:
-        raise EbpfCompileError(str(error)) from error
+    what = f"the eBPF program for k = {options.k}, pool {options.max_pool_size}"
+    return clang_once(build_root / build_hash(options), OBJECT, options.clang, lambda staging: options.command(staging / OBJECT),
+                      what, log)

@@ -2,7 +2,8 @@
 
 Each ctypes structure below mirrors one struct of switchml.bpf.c field by field (the
 control plane checks every map's key and value sizes against them when it opens the
-maps, so a drift fails loudly). Table values start with the action number (from
+maps, so a drift fails loudly); those every program of the target shares (a table's
+layout, the multicast and counter cells) are switches/ebpf/map_control.py's. Table values start with the action number (from
 switchml.h, read the way protocol/params.py reads constants.p4) followed by the action's
 parameters under their P4 names, so an entry is written as ``Value(action=n, **params)``.
 
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from protocol import params
-from switches.control import Field, ProgramSchema, RegisterSchema, TableSchema
+from switches.control import Field, ProgramSchema, RegisterSchema
+from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
+from switches.ebpf.map_control import MC, MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key
 from switches.programming import value_registers
 
 EBPF_DIR = Path(__file__).resolve().parent
@@ -31,9 +33,6 @@ DEFINES = params.read_p4_constants(SWITCHML_H)
 INGRESS = "SwitchMLIngress"
 EGRESS = "SwitchMLEgress"
 
-MC_MAX_REPLICAS = DEFINES["MC_MAX_REPLICAS"]
-MC_MAX_NODES = DEFINES["MC_MAX_NODES"]
-MC_MAX_NODE_PORTS = DEFINES["MC_MAX_NODE_PORTS"]
 
 
 # -- SwitchMLIngress registers ----------------------------------------------------------
@@ -71,14 +70,6 @@ def switchml_data(k: int) -> type[ctypes.Structure]:
 
     SwitchMLData.__name__ = SwitchMLData.__qualname__ = f"SwitchMLData{k}"
     return SwitchMLData
-
-
-class Threshold(ctypes.Structure):
-    _fields_ = [("value", ctypes.c_uint32)]
-
-
-class CounterCell(ctypes.Structure):
-    _fields_ = [("packets", ctypes.c_uint64), ("bytes", ctypes.c_uint64)]
 
 
 # -- tables -------------------------------------------------------------------------------
@@ -119,16 +110,8 @@ class UplinkAction(ctypes.Structure):
     ]
 
 
-class MacKey(ctypes.Structure):
-    _fields_ = [("mac", ctypes.c_uint64)]
-
-
 class L2LearnAction(ctypes.Structure):
     _fields_ = [("action", ctypes.c_uint32)]
-
-
-class L2Action(ctypes.Structure):
-    _fields_ = [("action", ctypes.c_uint32), ("port", ctypes.c_uint32)]
 
 
 class RankKey(ctypes.Structure):
@@ -153,52 +136,7 @@ class SwitchAddrAction(ctypes.Structure):
     _fields_ = [("action", ctypes.c_uint32), ("reserved", ctypes.c_uint32), ("mac", ctypes.c_uint64)]
 
 
-class U32Key(ctypes.Structure):
-    _fields_ = [("value", ctypes.c_uint32)]
-
-
-# -- traffic manager ----------------------------------------------------------------------
-
-
-class Replica(ctypes.Structure):
-    _fields_ = [("rid", ctypes.c_uint16), ("port", ctypes.c_uint16)]
-
-
-class McGroup(ctypes.Structure):
-    _fields_ = [
-        ("num_nodes", ctypes.c_uint32),
-        ("nodes", ctypes.c_uint32 * MC_MAX_NODES),
-        ("num_replicas", ctypes.c_uint32),
-        ("replicas", Replica * MC_MAX_REPLICAS),
-    ]
-
-
-class McNode(ctypes.Structure):
-    _fields_ = [("rid", ctypes.c_uint32), ("num_ports", ctypes.c_uint32), ("ports", ctypes.c_uint16 * MC_MAX_NODE_PORTS)]
-
-
 # -- what the P4 names map to ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TableLayout:
-    """One P4 table: its entries map, its one-cell default map, keys and actions."""
-
-    map_name: str
-    keys: tuple[Field, ...]
-    key_type: type[ctypes.Structure]
-    actions: Mapping[str, tuple[int, tuple[Field, ...]]]
-    """Action name -> (its number in switchml.h, its parameters)."""
-    value_type: type[ctypes.Structure]
-    size: int
-    """The P4 table's size (constants.p4), which switchml.bpf.c gives the map as max_entries."""
-
-    @property
-    def default_map_name(self) -> str:
-        return f"{self.map_name}_default"
-
-    def schema(self) -> TableSchema:
-        return TableSchema(self.keys, {action: fields for action, (_number, fields) in self.actions.items()}, self.size)
 
 
 TABLES: Mapping[str, TableLayout] = {
@@ -304,18 +242,14 @@ THRESHOLDS: Mapping[str, str] = {
 
 COUNTERS: Mapping[str, str] = {f"{INGRESS}.event_counter": "event_counter", f"{EGRESS}.egress_counter": "egress_counter"}
 
-MC_GROUP_MAP = "mc_group"
-MC_NODE_MAP = "mc_node"
-PORT_OF_IFINDEX_MAP = "port_of_ifindex"
-IFINDEX_OF_PORT_MAP = "ifindex_of_port"
 
 FIXED_LAYOUTS: Mapping[str, tuple[type[ctypes.Structure], type[ctypes.Structure]]] = {
     **{name: (U32Key, Threshold) for name in THRESHOLDS.values()},
     **{name: (U32Key, CounterCell) for name in COUNTERS.values()},
     **{t.map_name: (t.key_type, t.value_type) for t in TABLES.values()},
     **{t.default_map_name: (U32Key, t.value_type) for t in TABLES.values()},
-    MC_GROUP_MAP: (U32Key, McGroup),
-    MC_NODE_MAP: (U32Key, McNode),
+    MC_GROUP_MAP: (U32Key, MC.group),
+    MC_NODE_MAP: (U32Key, MC.node),
     PORT_OF_IFINDEX_MAP: (U32Key, U32Key),
     IFINDEX_OF_PORT_MAP: (U32Key, U32Key),
 }

@@ -28,6 +28,9 @@
  * on the wire, and byte-swapped inside the element loops.
  * Counters are per-CPU (the control plane sums the cores); tables are hash maps, whose
  * lookups and updates are safe from any core.
+ *
+ * What every program of the target shares (the multicast maps, the port wiring, the
+ * counter cells, mac_key, ipv4_checksum, to_port) is in ../tc_switch.h.
  */
 #include <linux/bpf.h>
 #include <linux/errno.h>
@@ -41,6 +44,7 @@
 
 #include "constants.p4"
 #include "switchml.h"
+#include "tc_switch.h"
 
 #define SWITCHML_UDP_LENGTH (sizeof(struct udphdr) + sizeof(struct switchml_h) + 4 * SWITCHML_K)
 #define SWITCHML_OFFSET (ETH_HLEN + sizeof(struct iphdr) + sizeof(struct udphdr))
@@ -117,21 +121,12 @@ struct {
 	__type(value, struct slot_cells);
 } registers SEC(".maps");
 
-struct threshold {
-	__u32 value;
-};
-
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct threshold);
 } ingress_drop_threshold SEC(".maps");
-
-struct counter_cell {
-	__u64 packets;
-	__u64 bytes;
-};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -262,58 +257,6 @@ struct {
 	__type(value, struct switch_addr_action);
 } switch_addr_table_default SEC(".maps");
 
-/* ---- traffic manager ------------------------------------------------------------------ */
-
-/* A multicast group: the node handles the control plane associated (its bookkeeping) and
- * the copies they make, (rid, port) in association order (what the data path reads). */
-struct replica {
-	__u16 rid;
-	__u16 port;
-};
-
-struct mc_group {
-	__u32 num_nodes;
-	__u32 nodes[MC_MAX_NODES];
-	__u32 num_replicas;
-	struct replica replicas[MC_MAX_REPLICAS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MC_MAX_GROUPS);
-	__type(key, __u32);
-	__type(value, struct mc_group);
-} mc_group SEC(".maps");
-
-/* A multicast node (mc_node_create): its rid and ports. Only the control plane reads it. */
-struct mc_node {
-	__u32 rid;
-	__u32 num_ports;
-	__u16 ports[MC_MAX_NODE_PORTS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MC_MAX_NODE_HANDLES);
-	__type(key, __u32);
-	__type(value, struct mc_node);
-} mc_node SEC(".maps");
-
-/* The switch's wiring (bmv2's -i PORT@IFACE): port number <-> interface index. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, PORT_NUMBERS);
-	__type(key, __u32);   /* ifindex */
-	__type(value, __u32); /* port */
-} port_of_ifindex SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, PORT_NUMBERS);
-	__type(key, __u32);   /* port */
-	__type(value, __u32); /* ifindex; 0: no interface */
-} ifindex_of_port SEC(".maps");
-
 /* ---- SwitchMLEgress state ------------------------------------------------------------- */
 
 /* rank_addr_table: (meta.job_id, meta.dst_rank) -> set_rank_addr(mac, ipv4, udp_port) | drop
@@ -361,16 +304,6 @@ struct {
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static __always_inline void count(void *counter, __u32 index, __u32 bytes)
-{
-	struct counter_cell *cell = bpf_map_lookup_elem(counter, &index);
-
-	if (cell) {
-		cell->packets += 1;
-		cell->bytes += bytes;
-	}
-}
-
 /* random(meta.drop_draw, 0, 0xFFFFFFFE) < threshold[0]: the drop simulator of both sides. */
 static __always_inline int drop_simulator(void *threshold_map)
 {
@@ -380,42 +313,6 @@ static __always_inline int drop_simulator(void *threshold_map)
 	if (!threshold || threshold->value == 0)
 		return 0;
 	return bpf_get_prandom_u32() % DROP_DRAW_VALUES < threshold->value;
-}
-
-static __always_inline __u64 mac_key(const unsigned char *mac)
-{
-	return (__u64)mac[0] << 40 | (__u64)mac[1] << 32 | (__u64)mac[2] << 24 | (__u64)mac[3] << 16 |
-	       (__u64)mac[4] << 8 | (__u64)mac[5];
-}
-
-static __always_inline void mac_bytes(unsigned char *mac, __u64 key)
-{
-#pragma unroll
-	for (int i = 0; i < ETH_ALEN; i++)
-		mac[i] = key >> (8 * (ETH_ALEN - 1 - i));
-}
-
-/* SwitchMLComputeChecksum: csum16 over the 20-byte header, its checksum field as zero
- * (network byte order, like the field). */
-static __always_inline __be16 ipv4_checksum(const void *ipv4)
-{
-	const __u8 *byte = ipv4;
-	__u32 sum = 0;
-
-#pragma unroll
-	for (int i = 0; i < (int)sizeof(struct iphdr); i += 2)
-		if (i != offsetof(struct iphdr, check))
-			sum += (__u32)byte[i] << 8 | byte[i + 1];
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	sum = (sum & 0xFFFF) + (sum >> 16);
-	return bpf_htons(~sum & 0xFFFF);
-}
-
-static __always_inline __u32 ifindex_of(__u32 port)
-{
-	__u32 *ifindex = bpf_map_lookup_elem(&ifindex_of_port, &port);
-
-	return ifindex ? *ifindex : 0;
 }
 
 /* ---- SwitchMLEgress --------------------------------------------------------------------- */
@@ -459,16 +356,7 @@ static __always_inline int switchml_egress_result(struct __sk_buff *skb, struct 
 	return switchml_egress_forward(SWITCHML_FRAME_BYTES);
 }
 
-/* ---- traffic manager: unicast and multicast -------------------------------------------- */
-
-/* A frame to a port: redirect it to that port's egress, or drop it if no interface is
- * wired to the port (egress has already counted it, as the embedded switch does). */
-static __always_inline int to_port(__u32 port)
-{
-	__u32 ifindex = ifindex_of(port);
-
-	return ifindex ? bpf_redirect(ifindex, 0) : TC_ACT_SHOT;
-}
+/* ---- traffic manager: multicast (tc_switch.h has the maps and to_port) ------------------- */
 
 /* Multicast of a result: one copy per (rid, port) of the group, each addressed to rank
  * rid of job job_id by SwitchMLEgress, then the original is dropped. */

@@ -1,7 +1,8 @@
 /*
  * switchml.h -- what the eBPF data plane (switchml.bpf.c) and its control plane
  * (control.py, maps.py) share: action numbers of the tables, and the limits of the maps
- * that have no P4 counterpart. Plain "#define NAME number" lines only: maps.py reads them
+ * that have no P4 counterpart and are SwitchML's own (those every program of the target
+ * shares are in ../tc_switch.h). Plain "#define NAME number" lines only: maps.py reads them
  * with protocol.params.read_p4_constants, as the Python side reads constants.p4.
  *
  * Every table's action 0 is its P4 default action, so the one-cell <table>_default
@@ -36,16 +37,5 @@
 /* SwitchMLEgress.rank_addr_table */
 #define RANK_ADDR_TABLE_DROP 0
 #define RANK_ADDR_TABLE_SET_RANK_ADDR 1
-
-/* The traffic manager's multicast groups: copies per group, nodes per group, ports per
- * node, and groups. A flood group holds every port of the switch. */
-#define MC_MAX_REPLICAS 64
-#define MC_MAX_NODES 64
-#define MC_MAX_NODE_PORTS 64
-#define MC_MAX_GROUPS 64
-#define MC_MAX_NODE_HANDLES 1024
-
-/* Port numbers are bit<9>, as in v1model: ifindex_of_port has one cell per number. */
-#define PORT_NUMBERS 512
 
 #endif
