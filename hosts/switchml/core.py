@@ -8,6 +8,13 @@ with recvmmsg, sendmmsg, poll and the wall clock; a simulated clock; a test that
 hand-made results. The native data path (``hosts/switchml/native/``) is this module
 translated to C, function for function, and a differential test holds the two together.
 
+The core also holds the loop's policy, so that every driver does I/O only: ``start`` and
+``step`` (the results that arrived and the time in; how many packets to send, and when to
+call again, out) decide what to receive, when to fire the timers, how long to hold and when
+the deadline has passed. The drivers (job.py's socket loop, the SimPy worker, and in C
+worker.c's socket loop and simulation/native/star.c's event loop) send, wait and receive as
+the step says, and nothing else.
+
 The core works in batches. ``receive`` takes every result that arrived at once, checks
 and files them with array operations, quantizes the chunks those results make ready as
 one (B, k) block and writes the B next packets. Which packet a slot sends, its shadow set,
@@ -16,7 +23,9 @@ seq, exponent and data depend only on the results, not on how they were grouped.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -77,6 +86,24 @@ class JobContext:
     deadline_s: float
     rtt: RoundTripEstimator = field(default_factory=RoundTripEstimator)
     """The round-trip estimate, carried from one job of the client to the next."""
+
+
+RUNNING, DONE, TIMED_OUT = 4, 0, 1
+"""A step's ``status`` (worker.c's SML_RUNNING, SML_DONE, SML_TIMED_OUT): the job goes on, has
+its last result, or has passed its deadline with slots still waiting."""
+
+
+class Step(NamedTuple):
+    """What the driver does after ``start`` or ``step``: send ``tx[:send]``; then, while the
+    job is RUNNING, receive what has arrived at ``wake_at`` (at the latest) and call ``step``
+    with it. With ``on_arrival`` a datagram that arrives earlier wakes the driver at once (it
+    waits in poll); without, it lets the results gather until ``wake_at`` (a hold, or none:
+    ``wake_at`` is then the step's ``now``, and the driver receives again at once)."""
+
+    send: int
+    wake_at: float
+    on_arrival: bool
+    status: int
 
 
 def missing_slots(outstanding: np.ndarray, shadow_set: np.ndarray, seq_base: int) -> dict[int, tuple[int, int]]:
@@ -154,10 +181,11 @@ class WorkerCore:
     """One worker's all-reduce of ``tensor`` through the pool, as events.
 
     ``tx`` is the caller's buffer of outgoing records (payload_dtype(k), room for at least
-    two pools). ``start``, ``receive`` and ``expire`` each write packets to ``tx[:count]``
-    and return ``count``; the caller sends them. ``next_timer`` says when ``expire`` is
-    due, ``remaining`` how many slots still wait for their last result. ``timeline_bin_s``
-    is the send timeline's bin (the simulated clock's jobs are short: hosts/stats.py).
+    two pools). A driver calls ``start`` once and then ``step`` with every batch of
+    datagrams it received (or none), and does what the returned ``Step`` says; each writes
+    the packets to send to ``tx[:send]``. ``remaining`` is how many slots still wait for
+    their last result. ``timeline_bin_s`` is the send timeline's bin (the simulated
+    clock's jobs are short: hosts/stats.py).
     """
 
     def __init__(self, pool: SlotPool, ctx: JobContext, tensor: np.ndarray, block_exponents: np.ndarray | None,
@@ -171,6 +199,8 @@ class WorkerCore:
         self.chunks, self.packet_exponents, self.scales = arrays.chunks, arrays.packet_exponents, arrays.scales
         self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
         self.seq_base = seq_base
+        self.deadline = t0 + ctx.deadline_s
+        """When the job times out (JobContext.deadline_s after ``t0``, the call)."""
         self._sums = self.int_sum.reshape(plan.n_chunks, pool.k)
         self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
         self._timeline = SendTimeline(t0, timeline_bin_s)
@@ -195,10 +225,6 @@ class WorkerCore:
     def timeline(self) -> list[int]:
         return self._timeline.bins
 
-    def next_timer(self) -> float | None:
-        """When the earliest armed slot times out (None when none is armed)."""
-        return self._timers.next_deadline()
-
     def hold_s(self, received: int) -> float:
         """How long to let results gather after ``receive`` took ``received`` datagrams
         (HOLD_SHARE, HOLD_BELOW_SHARE): 0 when the worker should receive again at once."""
@@ -210,12 +236,39 @@ class WorkerCore:
     def missing(self) -> dict[int, tuple[int, int]]:
         return missing_slots(self.outstanding, self._pool.shadow_set, self.seq_base)
 
-    # -- sending -------------------------------------------------------------------------
+    # -- the loop's policy ------------------------------------------------------------------
 
-    def start(self, now: float) -> int:
+    def start(self, now: float) -> Step:
         """The first packet of every slot."""
         first = np.arange(self.plan.n_slots)
-        return self._send_next(first, first.astype(np.int64), now, 0)
+        return self._next_step(now, self._send_next(first, first.astype(np.int64), now, 0), 0)
+
+    def step(self, now: float, rx: np.ndarray, lengths: np.ndarray) -> Step:
+        """One turn of the loop at ``now``, with the datagrams received since the last one
+        (``rx``; ``lengths`` their sizes as received; none when nothing was waiting). The
+        timers fire only when nothing was: after the worker was descheduled, results already
+        queued answer slots whose timers have expired, and firing first would resend them
+        (``receive`` still checks the timers every pool's worth of datagrams, for a worker
+        that never finds its socket empty)."""
+        received = len(rx)
+        count = self.receive(rx, lengths, now) if received else self.expire(now)
+        return self._next_step(now, count, received)
+
+    def _next_step(self, now: float, count: int, received: int) -> Step:
+        """After writing ``count`` packets at ``now``: the job's end, its deadline (checked
+        after every turn, so the packets of the last one still go out), a hold after a batch
+        of ``received`` results (none: receive again at once), or, after a turn that found
+        nothing, a wait for a result, the next timer or the deadline, whichever comes first."""
+        if not self.remaining:
+            return Step(count, math.inf, False, DONE)
+        if now >= self.deadline:
+            return Step(count, math.inf, False, TIMED_OUT)
+        if received:
+            return Step(count, now + self.hold_s(received), False, RUNNING)
+        next_timer = self._timers.next_deadline()
+        return Step(count, self.deadline if next_timer is None or next_timer > self.deadline else next_timer, True, RUNNING)
+
+    # -- sending -------------------------------------------------------------------------
 
     def _send_next(self, slots: np.ndarray, packets: np.ndarray, now: float, at: int) -> int:
         """Build packet ``packets[i]`` for slot ``slots[i]`` into ``tx[at + i]``, keep each in
@@ -258,7 +311,7 @@ class WorkerCore:
 
     def expire(self, now: float, at: int = 0) -> int:
         """Resend, in one batch from ``tx[at]`` on, every slot whose timer has expired;
-        returns ``at`` + their count. The driver calls it whenever it finds nothing more
+        returns ``at`` + their count. ``step`` calls it whenever the driver found nothing
         to receive; ``receive`` calls it every pool's worth of datagrams."""
         self._since_timer_check = 0
         slots, packets = self._timers.pop_expired(now)
@@ -299,11 +352,9 @@ class WorkerCore:
                 self.remaining -= len(finished)
                 if more.any():
                     sending = self._send_next(slots[more], following[more], now, 0)
-        # Timers are due when the socket is drained (the driver calls expire then), not
-        # between queued results: after the worker was descheduled, results already waiting
-        # answer slots whose timers have expired, and firing first would resend them. A
-        # worker that never drains (results arriving faster than it reads) still checks
-        # every pool's worth of datagrams.
+        # Timers are due when the socket is drained (step calls expire then: why there), but
+        # a worker that never drains (results arriving faster than it reads) still checks
+        # them every pool's worth of datagrams.
         self._answered = sending > 0
         self._since_timer_check += count
         if self._since_timer_check >= plan.n_slots:

@@ -5,8 +5,9 @@ clock and the socket. The driver works in batches: when the worker wakes up it t
 result waiting in the socket at once (one recvmmsg), hands them to the core, and sends
 what the core wrote with one sendmmsg. A lightly loaded worker sees batches of one and
 pays a full call's overhead per packet; a busy one sees large batches, so its cost per
-packet falls exactly when it matters. When the socket is empty the driver fires the
-expired timers and sleeps in poll until the next timer, a result or the deadline.
+packet falls exactly when it matters. What to do next is the core's (``WorkerCore.step``):
+when the socket was empty it fires the expired timers, and the driver sleeps in poll until
+the next timer, a result or the deadline; after a batch it may hold (``time.sleep``).
 
 The driver owns nothing long-lived: the socket, its batch buffers and the slot pool belong
 to the client, so shadow sets and sequence numbers continue across jobs.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hosts.stats import JobStats
-from hosts.switchml.core import JobContext, WorkerCore
+from hosts.switchml.core import RUNNING, TIMED_OUT, JobContext, Step, WorkerCore
 from hosts.switchml.mmsg import BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 
@@ -135,29 +136,32 @@ class AllReduceJob:
             log.debug("rank %d: the kernel refused %d of %d packets", self._ctx.rank, refused, count)
 
     def run(self) -> None:
-        """Run the job to completion, or raise SwitchMLTimeout at the deadline."""
+        """Run the job to completion, or raise SwitchMLTimeout at the deadline: the core's
+        steps, with the socket and the wall clock."""
         core, io = self.core, self._io
-        self._send(core.start(time.perf_counter()))
-        deadline = self._t0 + self._ctx.deadline_s
-        while core.remaining:
+        now = time.perf_counter()
+        step = core.start(now)
+        while True:
+            self._send(step.send)
+            if step.status != RUNNING:
+                break
+            self._wait(step)
             count = io.receive()
-            if count == 0:
-                now = time.perf_counter()
-                self._send(core.expire(now))
-                if now >= deadline:
-                    raise self._timeout_error(now)
-                next_timer = core.next_timer()
-                wake = deadline if next_timer is None else min(next_timer, deadline)
-                self._poller.poll(max(0, math.ceil((wake - now) * 1000)))
-                continue
             now = time.perf_counter()
-            self._send(core.receive(io.rx[:count], io.lengths[:count], now))
-            if now >= deadline and core.remaining:
-                raise self._timeout_error(now)
-            if (hold := core.hold_s(count)) > 0:
-                time.sleep(hold)
+            step = core.step(now, io.rx[:count], io.lengths[:count])
+        if step.status == TIMED_OUT:
+            raise self._timeout_error(now)
         core.stats.timeline = core.timeline
         core.stats.socket_errors = errno_counts(self._io.refusals - self._refusals_before)
+
+    def _wait(self, step: Step) -> None:
+        """Until ``step.wake_at``: in poll, which a datagram ends earlier (``on_arrival``),
+        or asleep (a hold)."""
+        wait = step.wake_at - time.perf_counter()
+        if step.on_arrival:
+            self._poller.poll(max(0, math.ceil(wait * 1000)))
+        elif wait > 0:
+            time.sleep(wait)
 
     def _timeout_error(self, now: float) -> SwitchMLTimeout:
         return SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - self._t0, self.core.missing(),
