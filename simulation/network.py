@@ -21,7 +21,7 @@ import numpy as np
 import simpy
 
 from network.topology_fabric import topology_fabric
-from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
+from hosts.switchml.core import AllReduceResult, SwitchMLTimeout
 from protocol import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps

@@ -23,9 +23,8 @@ from typing import Generator
 import numpy as np
 import simpy
 
-from hosts.switchml.client import BATCH_PER_POOL, job_result, prepare_tensor
-from hosts.switchml.core import RUNNING, SEQ_MASK, TIMED_OUT, JobArrays, JobContext, WorkerCore, missing_slots
-from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
+from hosts.switchml.core import (BATCH_PER_POOL, RUNNING, SEQ_MASK, TIMED_OUT, AllReduceResult, JobArrays, JobContext, SwitchMLTimeout,
+                                 WorkerCore, job_result, missing_slots, prepare_tensor)
 from hosts.switchml.native.job import SML_DONE, NativeRoundTrip, job_stats, job_struct, slot_arrays
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy

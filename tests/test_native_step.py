@@ -22,8 +22,7 @@ import heapq
 import numpy as np
 import pytest
 
-from hosts.switchml.client import prepare_tensor
-from hosts.switchml.core import DONE, RUNNING, TIMED_OUT, JobArrays, JobContext, Step, WorkerCore
+from hosts.switchml.core import DONE, RUNNING, TIMED_OUT, JobArrays, JobContext, Step, WorkerCore, prepare_tensor
 from hosts.switchml.native import NativeUnavailable, library
 from hosts.switchml.native.job import NativeRoundTrip, job_stats, job_struct, slot_arrays
 from hosts.switchml.pool import SlotPool

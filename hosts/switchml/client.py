@@ -20,9 +20,8 @@ import time
 import numpy as np
 
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
-from hosts.stats import JobStats
-from hosts.switchml.core import SEQ_MASK, JobContext
-from hosts.switchml.job import AllReduceJob, AllReduceResult, UnsummableTensor
+from hosts.switchml.core import BATCH_PER_POOL, SEQ_MASK, AllReduceResult, JobContext, job_result, prepare_tensor
+from hosts.switchml.job import AllReduceJob
 from hosts.switchml.mmsg import BatchSocket
 from hosts.switchml.native import resolve
 from hosts.switchml.native.job import NativeJob, NativeRoundTrip
@@ -30,7 +29,6 @@ from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from protocol import params
 from protocol.packet import IPV4_MTU, MAX_K
-from protocol.quantize import UNSUMMABLE_EXPONENT, block_exponents, dequantize, element_scales
 
 log = logging.getLogger(__name__)
 
@@ -41,68 +39,12 @@ SO_SNDBUFFORCE = 32
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 """Room for a full pool of results (and retransmissions) while the worker is busy."""
 DEFAULT_JOB_DEADLINE_S = 60.0
-BATCH_PER_POOL = 2
-"""Datagrams one batch may hold, per slot: a whole pool of results plus as many
-duplicates (retransmissions answered twice); what does not fit waits for the next batch."""
-
-
 def _set_buffer(sock: socket.socket, force_option: int, option: int, size: int) -> None:
     """Ask for ``size`` bytes beyond net.core.[rw]mem_max when root, else as much as allowed."""
     try:
         sock.setsockopt(socket.SOL_SOCKET, force_option, size)
     except PermissionError:
         sock.setsockopt(socket.SOL_SOCKET, option, size)
-
-
-def prepare_tensor(tensor: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray | None]:
-    """The tensor as the library sends it (1-D, contiguous) and its block exponents (None for
-    int32): what every driver of WorkerCore starts a job from (this client, the simulator's)."""
-    x = np.ascontiguousarray(tensor)
-    if x.ndim != 1:
-        raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
-    if x.dtype == np.float32:
-        return lookahead_blocks(x, k)
-    if x.dtype == np.int32:
-        return x, None
-    raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
-
-
-def lookahead_blocks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """float32 ``x`` as it is quantized, and its blocks' exponents for the lookahead round.
-
-    A block the switch cannot sum (an inf, a NaN, |x| > 2^126) is sent as zeros with
-    ``UNSUMMABLE_EXPONENT``, so every rank learns of it from the round's maximum and the job
-    still completes on every rank (``job_result`` then raises ``UnsummableTensor``). The
-    common tensor costs what ``block_exponents`` costs, and one look at its exponents."""
-    try:
-        exponents = block_exponents(x, k)
-    except ValueError:  # an inf, a NaN or |x| >= 2^127 (check_quantizable)
-        exponents = None
-    if exponents is not None and not (exponents == UNSUMMABLE_EXPONENT).any():
-        return x, exponents
-    with np.errstate(invalid="ignore"):
-        beyond = ~(np.abs(x) <= 2.0 ** (UNSUMMABLE_EXPONENT - 1))  # NaN is not <=
-    unsummable = np.add.reduceat(beyond, np.arange(0, len(x), k)) > 0
-    clean = x.copy()
-    clean[np.repeat(unsummable, k)[: len(x)]] = 0
-    exponents = block_exponents(clean, k)
-    exponents[unsummable] = UNSUMMABLE_EXPONENT
-    return clean, exponents
-
-
-def job_result(int_sum: np.ndarray, e_max: np.ndarray, values: np.ndarray | None, quantized: bool, n_workers: int, k: int,
-               length: int, stats: JobStats) -> AllReduceResult:
-    """A finished job's result: the switch's int32 sums of the tensor's ``length`` elements,
-    dequantized with the chunks' ``e_max`` when ``quantized`` (unless a loop dequantized as the
-    results arrived: ``values``)."""
-    int_sum = int_sum[:length]
-    if not quantized:
-        return AllReduceResult(values=int_sum, int_sum=int_sum, exponents=None, stats=stats)
-    if (unsummable := np.flatnonzero(e_max == UNSUMMABLE_EXPONENT)).size:
-        raise UnsummableTensor(unsummable, stats)
-    if values is None:
-        values = dequantize(int_sum, element_scales(e_max, n_workers, k, length))
-    return AllReduceResult(values=values[:length], int_sum=int_sum, exponents=e_max, stats=stats)
 
 
 class SwitchMLClient:

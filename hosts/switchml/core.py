@@ -1,19 +1,22 @@
 """The SwitchML worker's protocol, without I/O: packets and time in, packets and timers out.
 
-``WorkerCore`` is one all-reduce of one worker as a state machine. It never touches a
-socket or a clock: the caller hands it the time and the results that arrived, and it
-writes the packets to send into a buffer of records the caller owns and says how many.
-What drives it decides everything else: the emulated worker (``hosts/switchml/job.py``)
-with recvmmsg, sendmmsg, poll and the wall clock; a simulated clock; a test that feeds it
-hand-made results. The native data path (``hosts/switchml/native/``) is this module
-translated to C, function for function, and a differential test holds the two together.
+``WorkerCore`` is one all-reduce of one worker as a state machine, the loop's policy
+included. It never touches a socket or a clock: the caller hands it the time and the
+results that arrived, and it writes the packets to send into a buffer of records the caller
+owns and says how many, and when to call it again. ``start`` and ``step`` decide what a
+turn does (file the results, or fire the expired timers when none arrived), the deadline,
+and how the driver waits (for a result or the next timer, or holding while results
+gather); the drivers only do the I/O they ask for: the emulated worker
+(``hosts/switchml/job.py``: recvmmsg, sendmmsg, poll and the wall clock), the simulated
+clock's (``simulation/worker.py``: links and SimPy events), and in C worker.c's socket loop
+and simulation/native/star.c's event loop. The native data path (``hosts/switchml/native/``)
+is this module translated to C, function for function, and differential tests hold the two
+together (tests/test_native_step.py turn by turn, tests/test_native_worker.py and
+tests/test_native_star.py whole jobs).
 
-The core also holds the loop's policy, so that every driver does I/O only: ``start`` and
-``step`` (the results that arrived and the time in; how many packets to send, and when to
-call again, out) decide what to receive, when to fire the timers, how long to hold and when
-the deadline has passed. The drivers (job.py's socket loop, the SimPy worker, and in C
-worker.c's socket loop and simulation/native/star.c's event loop) send, wait and receive as
-the step says, and nothing else.
+What every driver shares around a job is here too: the tensor as sent (``prepare_tensor``),
+the result (``job_result``, ``AllReduceResult``) and the failures (``SwitchMLTimeout``,
+``UnsummableTensor``).
 
 The core works in batches. ``receive`` takes every result that arrived at once, checks
 and files them with array operations, quantizes the chunks those results make ready as
@@ -23,7 +26,9 @@ seq, exponent and data depend only on the results, not on how they were grouped.
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -35,7 +40,7 @@ from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTime
 from protocol import params
 from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
 from protocol.switchml.plan import JobPlan
-from protocol.quantize import quantize, scale_for
+from protocol.quantize import UNSUMMABLE_EXPONENT, block_exponents, dequantize, element_scales, quantize, scale_for
 
 SEQ_MASK = 0xFFFFFFFF
 HOLD_SHARE = 0.75
@@ -86,6 +91,130 @@ class JobContext:
     deadline_s: float
     rtt: RoundTripEstimator = field(default_factory=RoundTripEstimator)
     """The round-trip estimate, carried from one job of the client to the next."""
+
+
+# -- what every driver shares: the batch, the tensor in, the result or the timeout out ----
+
+BATCH_PER_POOL = 2
+"""Datagrams one batch may hold, per slot: a whole pool of results plus as many
+duplicates (retransmissions answered twice); what does not fit waits for the next batch."""
+
+
+MISSING_SLOTS_SHOWN = 32
+"""A timeout message lists at most this many slots (all are in SwitchMLTimeout.missing)."""
+
+
+class SwitchMLTimeout(TimeoutError):
+    """A job did not complete within its deadline; names the slots still waiting.
+
+    ``missing`` maps slot -> (seq, shadow set) of the packet the slot is waiting for.
+    After this error the switch's registers and the client's shadow sets disagree: reset
+    both (programming.reset_aggregation_state and SwitchMLClient.reset_shadow_sets).
+    """
+
+    def __init__(self, job_id: int, rank: int, elapsed_s: float, missing: dict[int, tuple[int, int]],
+                 refusals: dict[int, int] | None = None) -> None:
+        self.job_id = job_id
+        self.rank = rank
+        self.elapsed_s = elapsed_s
+        self.missing = missing
+        self.refusals = dict(refusals or {})
+        """errno -> datagrams the kernel refused or reported lost with it (BatchSocket.refusals)."""
+        shown = ", ".join(f"slot {s} (seq {q}, set {v})" for s, (q, v) in list(missing.items())[:MISSING_SLOTS_SHOWN])
+        more = f" and {len(missing) - MISSING_SLOTS_SHOWN} more" if len(missing) > MISSING_SLOTS_SHOWN else ""
+        refused = "".join(f"; the kernel refused {n:,} of its datagrams with {errno.errorcode.get(code, code)} ({os.strerror(code)})"
+                          for code, n in sorted(self.refusals.items()))
+        super().__init__(
+            f"SwitchML job {job_id} rank {rank}: no result after {elapsed_s:.3f} s for "
+            f"{len(missing)} slot(s): {shown}{more}{refused}"
+        )
+
+
+class UnsummableTensor(ValueError):
+    """A float32 all-reduce whose lookahead round carried ``UNSUMMABLE_EXPONENT``
+    (protocol/quantize.py) for some blocks: a rank's block held an inf, a NaN or an element
+    beyond 2^126, which block floating point cannot carry. Every rank of the job raises it at
+    the same call, after a complete job (the switch's registers and the shadow sets stay in
+    step), so all take the same other route (hosts/torch_backend.py: Gloo's IEEE sum).
+
+    ``blocks`` are the chunks whose exponent said so; ``stats`` the job's statistics."""
+
+    def __init__(self, blocks: np.ndarray, stats: JobStats) -> None:
+        super().__init__(blocks, stats)  # its args rebuild it (SimPy rebuilds what escapes a process from them)
+        self.blocks = blocks
+        self.stats = stats
+
+    def __str__(self) -> str:
+        blocks = self.blocks
+        shown = ", ".join(map(str, blocks[:8].tolist())) + (f" and {len(blocks) - 8} more" if len(blocks) > 8 else "")
+        return (f"the switch cannot sum block(s) {shown}: a rank's block held an inf, a NaN or |x| > 2^126, "
+                "beyond block floating point's int8 exponent")
+
+
+@dataclass
+class AllReduceResult:
+    """The aggregated tensor and what it took.
+
+    ``int_sum`` is the raw int32 sum from the switch (for bit-exact verification against
+    protocol.quantize.expected_sum); ``values`` is float32 (dequantized) or int32 (equal to
+    int_sum); ``exponents`` is e_max per chunk for float32 jobs, None for int32.
+    """
+
+    values: np.ndarray
+    int_sum: np.ndarray
+    exponents: np.ndarray | None
+    stats: JobStats
+
+
+def prepare_tensor(tensor: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The tensor as the library sends it (1-D, contiguous) and its block exponents (None for
+    int32): what every driver of WorkerCore starts a job from (SwitchMLClient, the simulator)."""
+    x = np.ascontiguousarray(tensor)
+    if x.ndim != 1:
+        raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
+    if x.dtype == np.float32:
+        return lookahead_blocks(x, k)
+    if x.dtype == np.int32:
+        return x, None
+    raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
+
+
+def lookahead_blocks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``x`` as it is quantized, and its blocks' exponents for the lookahead round.
+
+    A block the switch cannot sum (an inf, a NaN, |x| > 2^126) is sent as zeros with
+    ``UNSUMMABLE_EXPONENT``, so every rank learns of it from the round's maximum and the job
+    still completes on every rank (``job_result`` then raises ``UnsummableTensor``). The
+    common tensor costs what ``block_exponents`` costs, and one look at its exponents."""
+    try:
+        exponents = block_exponents(x, k)
+    except ValueError:  # an inf, a NaN or |x| >= 2^127 (check_quantizable)
+        exponents = None
+    if exponents is not None and not (exponents == UNSUMMABLE_EXPONENT).any():
+        return x, exponents
+    with np.errstate(invalid="ignore"):
+        beyond = ~(np.abs(x) <= 2.0 ** (UNSUMMABLE_EXPONENT - 1))  # NaN is not <=
+    unsummable = np.add.reduceat(beyond, np.arange(0, len(x), k)) > 0
+    clean = x.copy()
+    clean[np.repeat(unsummable, k)[: len(x)]] = 0
+    exponents = block_exponents(clean, k)
+    exponents[unsummable] = UNSUMMABLE_EXPONENT
+    return clean, exponents
+
+
+def job_result(int_sum: np.ndarray, e_max: np.ndarray, values: np.ndarray | None, quantized: bool, n_workers: int, k: int,
+               length: int, stats: JobStats) -> AllReduceResult:
+    """A finished job's result: the switch's int32 sums of the tensor's ``length`` elements,
+    dequantized with the chunks' ``e_max`` when ``quantized`` (unless a loop dequantized as the
+    results arrived: ``values``)."""
+    int_sum = int_sum[:length]
+    if not quantized:
+        return AllReduceResult(values=int_sum, int_sum=int_sum, exponents=None, stats=stats)
+    if (unsummable := np.flatnonzero(e_max == UNSUMMABLE_EXPONENT)).size:
+        raise UnsummableTensor(unsummable, stats)
+    if values is None:
+        values = dequantize(int_sum, element_scales(e_max, n_workers, k, length))
+    return AllReduceResult(values=values[:length], int_sum=int_sum, exponents=e_max, stats=stats)
 
 
 RUNNING, DONE, TIMED_OUT = 4, 0, 1

@@ -15,88 +15,19 @@ to the client, so shadow sets and sequence numbers continue across jobs.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
-import os
 import select
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from hosts.stats import JobStats
-from hosts.switchml.core import RUNNING, TIMED_OUT, JobContext, Step, WorkerCore
+from hosts.switchml.core import RUNNING, TIMED_OUT, JobContext, Step, SwitchMLTimeout, WorkerCore
 from hosts.switchml.mmsg import BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 
 log = logging.getLogger(__name__)
-
-MISSING_SLOTS_SHOWN = 32
-"""A timeout message lists at most this many slots (all are in SwitchMLTimeout.missing)."""
-
-
-class SwitchMLTimeout(TimeoutError):
-    """A job did not complete within its deadline; names the slots still waiting.
-
-    ``missing`` maps slot -> (seq, shadow set) of the packet the slot is waiting for.
-    After this error the switch's registers and the client's shadow sets disagree: reset
-    both (programming.reset_aggregation_state and SwitchMLClient.reset_shadow_sets).
-    """
-
-    def __init__(self, job_id: int, rank: int, elapsed_s: float, missing: dict[int, tuple[int, int]],
-                 refusals: dict[int, int] | None = None) -> None:
-        self.job_id = job_id
-        self.rank = rank
-        self.elapsed_s = elapsed_s
-        self.missing = missing
-        self.refusals = dict(refusals or {})
-        """errno -> datagrams the kernel refused or reported lost with it (BatchSocket.refusals)."""
-        shown = ", ".join(f"slot {s} (seq {q}, set {v})" for s, (q, v) in list(missing.items())[:MISSING_SLOTS_SHOWN])
-        more = f" and {len(missing) - MISSING_SLOTS_SHOWN} more" if len(missing) > MISSING_SLOTS_SHOWN else ""
-        refused = "".join(f"; the kernel refused {n:,} of its datagrams with {errno.errorcode.get(code, code)} ({os.strerror(code)})"
-                          for code, n in sorted(self.refusals.items()))
-        super().__init__(
-            f"SwitchML job {job_id} rank {rank}: no result after {elapsed_s:.3f} s for "
-            f"{len(missing)} slot(s): {shown}{more}{refused}"
-        )
-
-
-class UnsummableTensor(ValueError):
-    """A float32 all-reduce whose lookahead round carried ``UNSUMMABLE_EXPONENT``
-    (protocol/quantize.py) for some blocks: a rank's block held an inf, a NaN or an element
-    beyond 2^126, which block floating point cannot carry. Every rank of the job raises it at
-    the same call, after a complete job (the switch's registers and the shadow sets stay in
-    step), so all take the same other route (hosts/torch_backend.py: Gloo's IEEE sum).
-
-    ``blocks`` are the chunks whose exponent said so; ``stats`` the job's statistics."""
-
-    def __init__(self, blocks: np.ndarray, stats: JobStats) -> None:
-        super().__init__(blocks, stats)  # its args rebuild it (SimPy rebuilds what escapes a process from them)
-        self.blocks = blocks
-        self.stats = stats
-
-    def __str__(self) -> str:
-        blocks = self.blocks
-        shown = ", ".join(map(str, blocks[:8].tolist())) + (f" and {len(blocks) - 8} more" if len(blocks) > 8 else "")
-        return (f"the switch cannot sum block(s) {shown}: a rank's block held an inf, a NaN or |x| > 2^126, "
-                "beyond block floating point's int8 exponent")
-
-
-@dataclass
-class AllReduceResult:
-    """The aggregated tensor and what it took.
-
-    ``int_sum`` is the raw int32 sum from the switch (for bit-exact verification against
-    protocol.quantize.expected_sum); ``values`` is float32 (dequantized) or int32 (equal to
-    int_sum); ``exponents`` is e_max per chunk for float32 jobs, None for int32.
-    """
-
-    values: np.ndarray
-    int_sum: np.ndarray
-    exponents: np.ndarray | None
-    stats: JobStats
-
 
 class AllReduceJob:
     """Sends ``tensor`` through the pool and collects the results; ``run`` does it once."""

@@ -20,8 +20,7 @@ import time
 import numpy as np
 
 from hosts.stats import TIMELINE_BIN_S, JobStats
-from hosts.switchml.core import JobArrays, JobContext, check_send_buffer, missing_slots
-from hosts.switchml.job import SwitchMLTimeout
+from hosts.switchml.core import JobArrays, JobContext, SwitchMLTimeout, check_send_buffer, missing_slots
 from hosts.switchml.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RoundTripEstimator
