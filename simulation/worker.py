@@ -111,6 +111,8 @@ class SimulatedWorker:
         """Up to one batch of arrived results as records and their UDP payload lengths."""
         inbox, size = self._inbox, self._record_bytes
         count = min(len(inbox), self._batch)
+        if not count:  # a timer woke the worker
+            return self._tx[:0], np.zeros(0, dtype=np.int64)
         payloads = [inbox.popleft()[SWITCHML_OFFSET:] for _ in range(count)]
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
         if (lengths != size).any():  # a runt or an oversized frame: the core counts it as a duplicate
