@@ -133,12 +133,18 @@ def _address(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
+def scratch_entries(n_slots: int, capacity: int) -> int:
+    """How many int64 a step's working arrays take in worker.c (struct scratch): five per
+    datagram of a batch of ``capacity``, four per slot."""
+    return 5 * capacity + 4 * n_slots
+
+
 def slot_arrays(n_slots: int, capacity: int) -> dict[str, np.ndarray]:
     """SlotTimers' arrays for worker.c, one entry per slot, unarmed, and the working arrays of
     its steps (struct scratch: per datagram of a batch of ``capacity``, or per slot)."""
     return {"deadline": np.full(n_slots, np.inf), "backoff": np.ones(n_slots), "sent_at": np.zeros(n_slots),
             "token": np.full(n_slots, -1, dtype=np.int64), "timeouts_per_slot": np.zeros(n_slots, dtype=np.int64),
-            "resent": np.zeros(n_slots, dtype=np.uint8), "scratch": np.zeros(5 * capacity + 4 * n_slots, dtype=np.int64)}
+            "resent": np.zeros(n_slots, dtype=np.uint8), "scratch": np.zeros(scratch_entries(n_slots, capacity), dtype=np.int64)}
 
 
 def job_struct(arrays: JobArrays, values: np.ndarray | None, slots: dict[str, np.ndarray], pool: SlotPool, ctx: JobContext,
@@ -150,6 +156,9 @@ def job_struct(arrays: JobArrays, values: np.ndarray | None, slots: dict[str, np
     worker.c's core its datagrams itself: simulation/native/star.c, the step's differential
     test). The arrays must outlive the struct."""
     plan, policy = arrays.plan, ctx.policy
+    if len(slots["scratch"]) < (needed := scratch_entries(plan.n_slots, len(rx))):  # worker.c writes into it unchecked
+        raise ValueError(f"the step's scratch holds {len(slots['scratch'])} entries, {len(rx)} datagrams and "
+                         f"{plan.n_slots} slots need {needed} (slot_arrays)")
     job = _Job(
         fd=fd, k=pool.k, n_slots=plan.n_slots, n_chunks=plan.n_chunks, lead=plan.lead, total_packets=plan.total_packets,
         quantized=int(arrays.quantized), capacity=len(rx), record_bytes=tx.dtype.itemsize, rx_stride=rx.strides[0],

@@ -556,7 +556,7 @@ static struct sml_step step(struct sml_job *job, double now, int64_t received)
     return next_step(job, now, count, received);
 }
 
-/* start and step for a driver outside C (tests/test_native_worker.py holds them to core.py's). */
+/* start and step for a driver outside C (tests/test_native_step.py holds them to core.py's). */
 struct sml_step sml_start(struct sml_job *job, double now) { return start(job, now); }
 struct sml_step sml_step(struct sml_job *job, double now, int64_t received) { return step(job, now, received); }
 
