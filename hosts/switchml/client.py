@@ -39,6 +39,8 @@ SO_SNDBUFFORCE = 32
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 """Room for a full pool of results (and retransmissions) while the worker is busy."""
 DEFAULT_JOB_DEADLINE_S = 60.0
+
+
 def _set_buffer(sock: socket.socket, force_option: int, option: int, size: int) -> None:
     """Ask for ``size`` bytes beyond net.core.[rw]mem_max when root, else as much as allowed."""
     try:

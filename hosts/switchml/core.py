@@ -98,8 +98,6 @@ class JobContext:
 BATCH_PER_POOL = 2
 """Datagrams one batch may hold, per slot: a whole pool of results plus as many
 duplicates (retransmissions answered twice); what does not fit waits for the next batch."""
-
-
 MISSING_SLOTS_SHOWN = 32
 """A timeout message lists at most this many slots (all are in SwitchMLTimeout.missing)."""
 
@@ -216,6 +214,8 @@ def job_result(int_sum: np.ndarray, e_max: np.ndarray, values: np.ndarray | None
         values = dequantize(int_sum, element_scales(e_max, n_workers, k, length))
     return AllReduceResult(values=values[:length], int_sum=int_sum, exponents=e_max, stats=stats)
 
+
+# -- what a step tells its driver -------------------------------------------------------------
 
 RUNNING, DONE, TIMED_OUT = 4, 0, 1
 """A step's ``status`` (worker.c's SML_RUNNING, SML_DONE, SML_TIMED_OUT): the job goes on, has

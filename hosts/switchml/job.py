@@ -29,6 +29,7 @@ from hosts.switchml.pool import SlotPool
 
 log = logging.getLogger(__name__)
 
+
 class AllReduceJob:
     """Sends ``tensor`` through the pool and collects the results; ``run`` does it once."""
 
