@@ -1,4 +1,4 @@
-"""A SwitchML worker on the simulated clock: ``WorkerCore`` under job.py's loop.
+"""A SwitchML worker on the simulated clock: ``WorkerCore``'s steps, driven by SimPy's events.
 
 ``SimulatedWorker.allreduce`` is a SimPy process that does what ``AllReduceJob.run``
 (hosts/switchml/job.py) does with a socket and the wall clock: the core's ``start`` and
