@@ -58,7 +58,7 @@ sum: one that holds an inf or a NaN, or an element whose own exponent would be t
 (|x| > 2^126), which no finite block then uses. It is the largest exponent, so the switch's
 maximum carries it to every worker of the job: all learn at the same call that the tensor
 needs another route, and none waits for a rank that could not send it
-(hosts/switchml/client.py, ``UnsummableTensor``)."""
+(hosts/switchml/core.py, ``UnsummableTensor``)."""
 
 PRODUCT_ERROR = 2.0**-22
 """Bound on |fl(x * f) - x * f|: float64 rounds to 2^-53 relative and |x * f| <= 2^31."""

@@ -2,7 +2,8 @@
 driven by discrete events instead of sockets and wall time (``run_experiment.py --simulate``).
 
 Nothing of the protocol is written again here. A worker is ``hosts/switchml/core.py``'s
-``WorkerCore`` under a driver that mirrors ``hosts/switchml/job.py``'s loop (worker.py); a
+``WorkerCore``, loop policy included, whose steps worker.py drives with events (as
+``hosts/switchml/job.py`` drives them with a socket); a
 switch is its target's own data plane (``SwitchTarget.simulated``: the embedded switch's
 ``SwitchMLPipeline``), programmed by ``switches/fabric.py`` and ``switches/programming.py``
 over an in-process ``SwitchControl``, as in emulation. What is modelled is only what sits

@@ -1,12 +1,12 @@
-"""A SwitchML worker on the simulated clock: ``WorkerCore`` under job.py's loop.
+"""A SwitchML worker on the simulated clock: ``WorkerCore``'s steps, driven by SimPy's events.
 
 ``SimulatedWorker.allreduce`` is a SimPy process that does what ``AllReduceJob.run``
-(hosts/switchml/job.py) does with a socket and the wall clock, step for step: send what
-``start`` wrote; while slots wait, take every result that has arrived (at most a batch
-of ``BATCH_PER_POOL`` pools, as one recvmmsg), hand them to ``receive`` and send what it
-wrote, hold for ``hold_s``; when nothing has arrived, fire the expired timers
-(``expire``) and sleep until the next timer, a result or the deadline. The job's packets,
-timers, retransmissions and statistics are therefore the core's own.
+(hosts/switchml/job.py) does with a socket and the wall clock: the core's ``start`` and
+``step`` decide (WorkerCore.step), the process does their I/O. It sends what a step wrote,
+waits as the step says (for a result or until ``wake_at``; or holds until ``wake_at``),
+takes every result that has arrived (at most a batch of ``BATCH_PER_POOL`` pools, as one
+recvmmsg) and hands them to the next step. The job's packets, timers, retransmissions and
+statistics are therefore the core's own.
 
 The host's network stack is an ideal NIC plus ``packet_cost_s`` of processing per packet
 received or sent (default 0): a batch of B results and the S packets they release keep
@@ -23,10 +23,9 @@ from typing import Generator
 import numpy as np
 import simpy
 
-from hosts.switchml.tensor import BATCH_PER_POOL, job_result, prepare_tensor
-from hosts.switchml.core import SEQ_MASK, JobArrays, JobContext, WorkerCore, missing_slots
-from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
-from hosts.switchml.native.job import SML_DONE, NativeRoundTrip, job_stats, job_struct, slot_timers
+from hosts.switchml.core import (BATCH_PER_POOL, RUNNING, SEQ_MASK, TIMED_OUT, AllReduceResult, JobArrays, JobContext, SwitchMLTimeout,
+                                 WorkerCore, job_result, missing_slots, prepare_tensor)
+from hosts.switchml.native.job import SML_DONE, NativeRoundTrip, job_stats, job_struct, slot_arrays
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from hosts.stats import JobStats, timeline_bin_for
@@ -112,6 +111,8 @@ class SimulatedWorker:
         """Up to one batch of arrived results as records and their UDP payload lengths."""
         inbox, size = self._inbox, self._record_bytes
         count = min(len(inbox), self._batch)
+        if not count:  # a timer woke the worker
+            return self._tx[:0], np.zeros(0, dtype=np.int64)
         payloads = [inbox.popleft()[SWITCHML_OFFSET:] for _ in range(count)]
         lengths = np.fromiter(map(len, payloads), dtype=np.int64, count=count)
         if (lengths != size).any():  # a runt or an oversized frame: the core counts it as a duplicate
@@ -149,41 +150,32 @@ class SimulatedWorker:
         return result
 
     def _run(self, core: WorkerCore, t0: float) -> Generator[simpy.Event, object, None]:
-        """job.py's AllReduceJob.run on the simulated clock."""
+        """job.py's AllReduceJob.run on the simulated clock: the core's steps, with the
+        links and SimPy's events."""
         env = self._env
-        deadline = t0 + self._ctx.deadline_s
-        count = core.start(env.now)
-        if (busy := self._busy(count)) is not None:
-            yield busy
-        self._send(count)
-        while core.remaining:
-            if not self._inbox:
-                now = env.now
-                count = core.expire(now)
-                if count:
-                    if (busy := self._busy(count)) is not None:
-                        yield busy
-                    self._send(count)
-                    continue  # look again: results may have arrived while it was busy
-                if now >= deadline:
-                    raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - t0, core.missing())
-                next_timer = core.next_timer()
-                wake = deadline if next_timer is None else min(next_timer, deadline)
-                self._arrival = env.event()
-                yield self._arrival | env.timeout(max(0.0, wake - now))
-                self._arrival = None
-                continue
+        now = env.now
+        step = core.start(now)
+        received = 0
+        while True:
+            if (busy := self._busy(received + step.send)) is not None:
+                yield busy
+            self._send(step.send)
+            if step.status != RUNNING:
+                break
+            wait = step.wake_at - env.now
+            if step.on_arrival:
+                if wait > 0 and not self._inbox:  # poll: a result, or the timeout
+                    self._arrival = env.event()
+                    yield self._arrival | env.timeout(wait)
+                    self._arrival = None
+            elif wait > 0:  # a hold
+                yield env.timeout(wait)
             rx, lengths = self._take()
             received = len(rx)
-            count = core.receive(rx, lengths, env.now)
-            if (busy := self._busy(received + count)) is not None:
-                yield busy
-            self._send(count)
             now = env.now
-            if now >= deadline and core.remaining:
-                raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - t0, core.missing())
-            if (hold := core.hold_s(received)) > 0:
-                yield env.timeout(hold)
+            step = core.step(now, rx, lengths)
+        if step.status == TIMED_OUT:
+            raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - t0, core.missing())
         core.stats.timeline = core.timeline
 
     # -- the same all-reduce by worker.c's core, driven by simulation/native/star.c ---------
@@ -198,15 +190,15 @@ class SimulatedWorker:
         x, exponents = prepare_tensor(tensor, setup.k)
         arrays = JobArrays.make(x, exponents, self._pool, setup.n_workers)
         values = np.zeros(arrays.plan.n_chunks * setup.k, dtype=np.float32) if arrays.quantized else None
-        timers = slot_timers(arrays.plan.n_slots)
+        slots = slot_arrays(arrays.plan.n_slots, self._batch)
         tx = np.zeros(self._batch, dtype=self._tx.dtype)
         rx = np.zeros(self._batch, dtype=self._tx.dtype)
         rx_lengths = np.zeros(self._batch, dtype=np.uint32)
         timeline_bin_s = self._timeline_bin(len(x))
-        job = job_struct(arrays, values, timers, self._pool, self._ctx, self._native_rtt, self._next_seq, now, timeline_bin_s,
+        job = job_struct(arrays, values, slots, self._pool, self._ctx, self._native_rtt, self._next_seq, now, timeline_bin_s,
                          tx, rx, rx_lengths)
         prepared = NativeAllReduce(job, arrays, values, exponents is not None, len(x), now, self._next_seq, timeline_bin_s,
-                                   (timers, tx, rx, rx_lengths))
+                                   (slots, tx, rx, rx_lengths))
         self._next_seq = (self._next_seq + arrays.plan.total_packets) & SEQ_MASK
         return prepared
 

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hosts.switchml.job import SwitchMLTimeout
+from hosts.switchml.core import SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 from protocol.params import mbps_to_bps

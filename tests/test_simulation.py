@@ -19,7 +19,7 @@ import simpy
 
 from experiments.config import CONFIG_DIR
 from hosts.stats import TIMELINE_BIN_S, TIMELINE_MIN_BINS, timeline_bin_for
-from hosts.switchml.job import SwitchMLTimeout
+from hosts.switchml.core import SwitchMLTimeout
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 import methods as methods_registry
 from methods import switchml

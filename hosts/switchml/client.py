@@ -20,13 +20,12 @@ import time
 import numpy as np
 
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
-from hosts.switchml.core import SEQ_MASK, JobContext
-from hosts.switchml.job import AllReduceJob, AllReduceResult
+from hosts.switchml.core import BATCH_PER_POOL, SEQ_MASK, AllReduceResult, JobContext, job_result, prepare_tensor
+from hosts.switchml.job import AllReduceJob
 from hosts.mmsg import BatchSocket
 from hosts.switchml.native import resolve
 from hosts.switchml.native.job import NativeJob, NativeRoundTrip
 from hosts.switchml.pool import SlotPool
-from hosts.switchml.tensor import BATCH_PER_POOL, job_result, prepare_tensor
 from hosts.switchml.timers import RetransmitPolicy
 from protocol import params
 from protocol.packet import IPV4_MTU, MAX_K
@@ -40,6 +39,7 @@ SO_SNDBUFFORCE = 32
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 """Room for a full pool of results (and retransmissions) while the worker is busy."""
 DEFAULT_JOB_DEADLINE_S = 60.0
+
 
 def _set_buffer(sock: socket.socket, force_option: int, option: int, size: int) -> None:
     """Ask for ``size`` bytes beyond net.core.[rw]mem_max when root, else as much as allowed."""

@@ -1,12 +1,22 @@
 """The SwitchML worker's protocol, without I/O: packets and time in, packets and timers out.
 
-``WorkerCore`` is one all-reduce of one worker as a state machine. It never touches a
-socket or a clock: the caller hands it the time and the results that arrived, and it
-writes the packets to send into a buffer of records the caller owns and says how many.
-What drives it decides everything else: the emulated worker (``hosts/switchml/job.py``)
-with recvmmsg, sendmmsg, poll and the wall clock; a simulated clock; a test that feeds it
-hand-made results. The native data path (``hosts/switchml/native/``) is this module
-translated to C, function for function, and a differential test holds the two together.
+``WorkerCore`` is one all-reduce of one worker as a state machine, the loop's policy
+included. It never touches a socket or a clock: the caller hands it the time and the
+results that arrived, and it writes the packets to send into a buffer of records the caller
+owns and says how many, and when to call it again. ``start`` and ``step`` decide what a
+turn does (file the results, or fire the expired timers when none arrived), the deadline,
+and how the driver waits (for a result or the next timer, or holding while results
+gather); the drivers only do the I/O they ask for: the emulated worker
+(``hosts/switchml/job.py``: recvmmsg, sendmmsg, poll and the wall clock), the simulated
+clock's (``simulation/worker.py``: links and SimPy events), and in C worker.c's socket loop
+and simulation/native/star.c's event loop. The native data path (``hosts/switchml/native/``)
+is this module translated to C, function for function, and differential tests hold the two
+together (tests/test_native_step.py turn by turn, tests/test_native_worker.py and
+tests/test_native_star.py whole jobs).
+
+What every driver shares around a job is here too: the tensor as sent (``prepare_tensor``),
+the result (``job_result``, ``AllReduceResult``) and the failures (``SwitchMLTimeout``,
+``UnsummableTensor``).
 
 The core works in batches. ``receive`` takes every result that arrived at once, checks
 and files them with array operations, quantizes the chunks those results make ready as
@@ -16,7 +26,11 @@ seq, exponent and data depend only on the results, not on how they were grouped.
 
 from __future__ import annotations
 
+import errno
+import math
+import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,7 +40,7 @@ from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTime
 from protocol import params
 from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
 from protocol.switchml.plan import JobPlan
-from protocol.quantize import quantize, scale_for
+from protocol.quantize import UNSUMMABLE_EXPONENT, block_exponents, dequantize, element_scales, quantize, scale_for
 
 SEQ_MASK = 0xFFFFFFFF
 HOLD_SHARE = 0.75
@@ -77,6 +91,148 @@ class JobContext:
     deadline_s: float
     rtt: RoundTripEstimator = field(default_factory=RoundTripEstimator)
     """The round-trip estimate, carried from one job of the client to the next."""
+
+
+# -- what every driver shares: the batch, the tensor in, the result or the timeout out ----
+
+BATCH_PER_POOL = 2
+"""Datagrams one batch may hold, per slot: a whole pool of results plus as many
+duplicates (retransmissions answered twice); what does not fit waits for the next batch."""
+MISSING_SLOTS_SHOWN = 32
+"""A timeout message lists at most this many slots (all are in SwitchMLTimeout.missing)."""
+
+
+class SwitchMLTimeout(TimeoutError):
+    """A job did not complete within its deadline; names the slots still waiting.
+
+    ``missing`` maps slot -> (seq, shadow set) of the packet the slot is waiting for.
+    After this error the switch's registers and the client's shadow sets disagree: reset
+    both (programming.reset_aggregation_state and SwitchMLClient.reset_shadow_sets).
+    """
+
+    def __init__(self, job_id: int, rank: int, elapsed_s: float, missing: dict[int, tuple[int, int]],
+                 refusals: dict[int, int] | None = None) -> None:
+        self.job_id = job_id
+        self.rank = rank
+        self.elapsed_s = elapsed_s
+        self.missing = missing
+        self.refusals = dict(refusals or {})
+        """errno -> datagrams the kernel refused or reported lost with it (BatchSocket.refusals)."""
+        shown = ", ".join(f"slot {s} (seq {q}, set {v})" for s, (q, v) in list(missing.items())[:MISSING_SLOTS_SHOWN])
+        more = f" and {len(missing) - MISSING_SLOTS_SHOWN} more" if len(missing) > MISSING_SLOTS_SHOWN else ""
+        refused = "".join(f"; the kernel refused {n:,} of its datagrams with {errno.errorcode.get(code, code)} ({os.strerror(code)})"
+                          for code, n in sorted(self.refusals.items()))
+        super().__init__(
+            f"SwitchML job {job_id} rank {rank}: no result after {elapsed_s:.3f} s for "
+            f"{len(missing)} slot(s): {shown}{more}{refused}"
+        )
+
+
+class UnsummableTensor(ValueError):
+    """A float32 all-reduce whose lookahead round carried ``UNSUMMABLE_EXPONENT``
+    (protocol/quantize.py) for some blocks: a rank's block held an inf, a NaN or an element
+    beyond 2^126, which block floating point cannot carry. Every rank of the job raises it at
+    the same call, after a complete job (the switch's registers and the shadow sets stay in
+    step), so all take the same other route (hosts/torch_backend.py: Gloo's IEEE sum).
+
+    ``blocks`` are the chunks whose exponent said so; ``stats`` the job's statistics."""
+
+    def __init__(self, blocks: np.ndarray, stats: JobStats) -> None:
+        super().__init__(blocks, stats)  # its args rebuild it (SimPy rebuilds what escapes a process from them)
+        self.blocks = blocks
+        self.stats = stats
+
+    def __str__(self) -> str:
+        blocks = self.blocks
+        shown = ", ".join(map(str, blocks[:8].tolist())) + (f" and {len(blocks) - 8} more" if len(blocks) > 8 else "")
+        return (f"the switch cannot sum block(s) {shown}: a rank's block held an inf, a NaN or |x| > 2^126, "
+                "beyond block floating point's int8 exponent")
+
+
+@dataclass
+class AllReduceResult:
+    """The aggregated tensor and what it took.
+
+    ``int_sum`` is the raw int32 sum from the switch (for bit-exact verification against
+    protocol.quantize.expected_sum); ``values`` is float32 (dequantized) or int32 (equal to
+    int_sum); ``exponents`` is e_max per chunk for float32 jobs, None for int32.
+    """
+
+    values: np.ndarray
+    int_sum: np.ndarray
+    exponents: np.ndarray | None
+    stats: JobStats
+
+
+def prepare_tensor(tensor: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The tensor as the library sends it (1-D, contiguous) and its block exponents (None for
+    int32): what every driver of WorkerCore starts a job from (SwitchMLClient, the simulator)."""
+    x = np.ascontiguousarray(tensor)
+    if x.ndim != 1:
+        raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
+    if x.dtype == np.float32:
+        return lookahead_blocks(x, k)
+    if x.dtype == np.int32:
+        return x, None
+    raise TypeError(f"allreduce aggregates float32 or int32 tensors, not {x.dtype}")
+
+
+def lookahead_blocks(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``x`` as it is quantized, and its blocks' exponents for the lookahead round.
+
+    A block the switch cannot sum (an inf, a NaN, |x| > 2^126) is sent as zeros with
+    ``UNSUMMABLE_EXPONENT``, so every rank learns of it from the round's maximum and the job
+    still completes on every rank (``job_result`` then raises ``UnsummableTensor``). The
+    common tensor costs what ``block_exponents`` costs, and one look at its exponents."""
+    try:
+        exponents = block_exponents(x, k)
+    except ValueError:  # an inf, a NaN or |x| >= 2^127 (check_quantizable)
+        exponents = None
+    if exponents is not None and not (exponents == UNSUMMABLE_EXPONENT).any():
+        return x, exponents
+    with np.errstate(invalid="ignore"):
+        beyond = ~(np.abs(x) <= 2.0 ** (UNSUMMABLE_EXPONENT - 1))  # NaN is not <=
+    unsummable = np.add.reduceat(beyond, np.arange(0, len(x), k)) > 0
+    clean = x.copy()
+    clean[np.repeat(unsummable, k)[: len(x)]] = 0
+    exponents = block_exponents(clean, k)
+    exponents[unsummable] = UNSUMMABLE_EXPONENT
+    return clean, exponents
+
+
+def job_result(int_sum: np.ndarray, e_max: np.ndarray, values: np.ndarray | None, quantized: bool, n_workers: int, k: int,
+               length: int, stats: JobStats) -> AllReduceResult:
+    """A finished job's result: the switch's int32 sums of the tensor's ``length`` elements,
+    dequantized with the chunks' ``e_max`` when ``quantized`` (unless a loop dequantized as the
+    results arrived: ``values``)."""
+    int_sum = int_sum[:length]
+    if not quantized:
+        return AllReduceResult(values=int_sum, int_sum=int_sum, exponents=None, stats=stats)
+    if (unsummable := np.flatnonzero(e_max == UNSUMMABLE_EXPONENT)).size:
+        raise UnsummableTensor(unsummable, stats)
+    if values is None:
+        values = dequantize(int_sum, element_scales(e_max, n_workers, k, length))
+    return AllReduceResult(values=values[:length], int_sum=int_sum, exponents=e_max, stats=stats)
+
+
+# -- what a step tells its driver -------------------------------------------------------------
+
+RUNNING, DONE, TIMED_OUT = 4, 0, 1
+"""A step's ``status`` (worker.c's SML_RUNNING, SML_DONE, SML_TIMED_OUT): the job goes on, has
+its last result, or has passed its deadline with slots still waiting."""
+
+
+class Step(NamedTuple):
+    """What the driver does after ``start`` or ``step``: send ``tx[:send]``; then, while the
+    job is RUNNING, receive what has arrived at ``wake_at`` (at the latest) and call ``step``
+    with it. With ``on_arrival`` a datagram that arrives earlier wakes the driver at once (it
+    waits in poll); without, it lets the results gather until ``wake_at`` (a hold, or none:
+    ``wake_at`` is then the step's ``now``, and the driver receives again at once)."""
+
+    send: int
+    wake_at: float
+    on_arrival: bool
+    status: int
 
 
 def missing_slots(outstanding: np.ndarray, shadow_set: np.ndarray, seq_base: int) -> dict[int, tuple[int, int]]:
@@ -154,10 +310,11 @@ class WorkerCore:
     """One worker's all-reduce of ``tensor`` through the pool, as events.
 
     ``tx`` is the caller's buffer of outgoing records (payload_dtype(k), room for at least
-    two pools). ``start``, ``receive`` and ``expire`` each write packets to ``tx[:count]``
-    and return ``count``; the caller sends them. ``next_timer`` says when ``expire`` is
-    due, ``remaining`` how many slots still wait for their last result. ``timeline_bin_s``
-    is the send timeline's bin (the simulated clock's jobs are short: hosts/stats.py).
+    two pools). A driver calls ``start`` once and then ``step`` with every batch of
+    datagrams it received (or none), and does what the returned ``Step`` says; each writes
+    the packets to send to ``tx[:send]``. ``remaining`` is how many slots still wait for
+    their last result. ``timeline_bin_s`` is the send timeline's bin (the simulated
+    clock's jobs are short: hosts/stats.py).
     """
 
     def __init__(self, pool: SlotPool, ctx: JobContext, tensor: np.ndarray, block_exponents: np.ndarray | None,
@@ -171,6 +328,8 @@ class WorkerCore:
         self.chunks, self.packet_exponents, self.scales = arrays.chunks, arrays.packet_exponents, arrays.scales
         self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
         self.seq_base = seq_base
+        self.deadline = t0 + ctx.deadline_s
+        """When the job times out (JobContext.deadline_s after ``t0``, the call)."""
         self._sums = self.int_sum.reshape(plan.n_chunks, pool.k)
         self._timers = SlotTimers(plan.n_slots, ctx.policy, ctx.rtt)
         self._timeline = SendTimeline(t0, timeline_bin_s)
@@ -195,10 +354,6 @@ class WorkerCore:
     def timeline(self) -> list[int]:
         return self._timeline.bins
 
-    def next_timer(self) -> float | None:
-        """When the earliest armed slot times out (None when none is armed)."""
-        return self._timers.next_deadline()
-
     def hold_s(self, received: int) -> float:
         """How long to let results gather after ``receive`` took ``received`` datagrams
         (HOLD_SHARE, HOLD_BELOW_SHARE): 0 when the worker should receive again at once."""
@@ -210,12 +365,39 @@ class WorkerCore:
     def missing(self) -> dict[int, tuple[int, int]]:
         return missing_slots(self.outstanding, self._pool.shadow_set, self.seq_base)
 
-    # -- sending -------------------------------------------------------------------------
+    # -- the loop's policy ------------------------------------------------------------------
 
-    def start(self, now: float) -> int:
+    def start(self, now: float) -> Step:
         """The first packet of every slot."""
         first = np.arange(self.plan.n_slots)
-        return self._send_next(first, first.astype(np.int64), now, 0)
+        return self._next_step(now, self._send_next(first, first.astype(np.int64), now, 0), 0)
+
+    def step(self, now: float, rx: np.ndarray, lengths: np.ndarray) -> Step:
+        """One turn of the loop at ``now``, with the datagrams received since the last one
+        (``rx``; ``lengths`` their sizes as received; none when nothing was waiting). The
+        timers fire only when nothing was: after the worker was descheduled, results already
+        queued answer slots whose timers have expired, and firing first would resend them
+        (``receive`` still checks the timers every pool's worth of datagrams, for a worker
+        that never finds its socket empty)."""
+        received = len(rx)
+        count = self.receive(rx, lengths, now) if received else self.expire(now)
+        return self._next_step(now, count, received)
+
+    def _next_step(self, now: float, count: int, received: int) -> Step:
+        """After writing ``count`` packets at ``now``: the job's end, its deadline (checked
+        after every turn, so the packets of the last one still go out), a hold after a batch
+        of ``received`` results (none: receive again at once), or, after a turn that found
+        nothing, a wait for a result, the next timer or the deadline, whichever comes first."""
+        if not self.remaining:
+            return Step(count, math.inf, False, DONE)
+        if now >= self.deadline:
+            return Step(count, math.inf, False, TIMED_OUT)
+        if received:
+            return Step(count, now + self.hold_s(received), False, RUNNING)
+        next_timer = self._timers.next_deadline()
+        return Step(count, self.deadline if next_timer is None or next_timer > self.deadline else next_timer, True, RUNNING)
+
+    # -- sending -------------------------------------------------------------------------
 
     def _send_next(self, slots: np.ndarray, packets: np.ndarray, now: float, at: int) -> int:
         """Build packet ``packets[i]`` for slot ``slots[i]`` into ``tx[at + i]``, keep each in
@@ -258,7 +440,7 @@ class WorkerCore:
 
     def expire(self, now: float, at: int = 0) -> int:
         """Resend, in one batch from ``tx[at]`` on, every slot whose timer has expired;
-        returns ``at`` + their count. The driver calls it whenever it finds nothing more
+        returns ``at`` + their count. ``step`` calls it whenever the driver found nothing
         to receive; ``receive`` calls it every pool's worth of datagrams."""
         self._since_timer_check = 0
         slots, packets = self._timers.pop_expired(now)
@@ -299,11 +481,9 @@ class WorkerCore:
                 self.remaining -= len(finished)
                 if more.any():
                     sending = self._send_next(slots[more], following[more], now, 0)
-        # Timers are due when the socket is drained (the driver calls expire then), not
-        # between queued results: after the worker was descheduled, results already waiting
-        # answer slots whose timers have expired, and firing first would resend them. A
-        # worker that never drains (results arriving faster than it reads) still checks
-        # every pool's worth of datagrams.
+        # Timers are due when the socket is drained (step calls expire then: why there), but
+        # a worker that never drains (results arriving faster than it reads) still checks
+        # them every pool's worth of datagrams.
         self._answered = sending > 0
         self._since_timer_check += count
         if self._since_timer_check >= plan.n_slots:

@@ -20,7 +20,7 @@
  *   - ARRIVAL, WAKE: a waiting worker's ``arrival`` event (succeeded by a delivery) and the
  *     timeout beside it in ``arrival | timeout``; whichever is processed first triggers
  *   - CONDITION: the AnyOf condition, whose processing resumes the worker;
- *   - HOLD: ``env.timeout(hold_s)``; INIT: the process's Initialize (SimPy's URGENT priority);
+ *   - HOLD: a hold's ``env.timeout(wake_at - now)``; INIT: the process's Initialize (SimPy's URGENT priority);
  *   - END, ALL_DONE: the finished process and ``env.all_of`` over them, whose processing
  *     stops the run (events due at the same instant after it wait for the next run).
  * Events that SimPy processes without effect (the losing half of a condition) are not
@@ -110,11 +110,9 @@ struct bucket { double at; int32_t head, tail, chain; };
 
 struct worker_state {
     int32_t phase, armed, triggered, status, uplink;
-    int64_t token, batch;
-    double t0, deadline, end;
+    int64_t token;
+    double end;
     struct sml_job *job;
-    struct scratch s;
-    int64_t *scratch_arrays;
     const uint8_t *header;
     int32_t *inbox; /* ring of frame ids */
     int64_t inbox_head, inbox_count, inbox_capacity;
@@ -598,58 +596,44 @@ static int worker_finish(struct sim *sim, struct worker_state *w, int32_t worker
     w->status = status;
     w->end = sim->now;
     w->phase = W_DONE;
-    free(w->scratch_arrays);
-    w->scratch_arrays = NULL;
     return schedule(sim, sim->now, PRIO_NORMAL, E_END, worker, 0);
 }
 
-/* SimulatedWorker._run from where the worker last yielded, until it yields again or ends. */
+/* SimulatedWorker._run from where the worker last yielded, until it yields again or ends:
+ * the core's steps, with the links and this loop's events. */
 static int worker_resume(struct sim *sim, struct sim_link *links, int32_t worker)
 {
     struct worker_state *w = &sim->workers[worker];
     struct sml_job *job = w->job;
-    struct scratch *s = &w->s;
     double now = sim->now;
-    int64_t count;
+    struct sml_step st;
     if (w->phase == W_STARTING) {
         if (!job->n_chunks) /* an empty tensor: nothing to send */
             return worker_finish(sim, w, worker, SML_DONE);
-        if ((count = start(job, now, s->slots)) < 0 || worker_send(sim, links, w, count))
-            return -1;
+        st = start(job, now);
+    } else {
+        st = step(job, now, worker_take(sim, w));
     }
     w->phase = W_RUNNING;
-    while (job->remaining) {
-        if (!w->inbox_count) {
-            if ((count = expire(job, now, 0, s->expired_slots, s->expired_tokens)) < 0)
-                return -1;
-            if (count) {
-                if (worker_send(sim, links, w, count))
-                    return -1;
-                continue; /* look again */
-            }
-            if (now >= w->deadline)
-                return worker_finish(sim, w, worker, SML_TIMED_OUT);
-            double next_timer = timers_next_deadline(job);
-            double wake = next_timer < w->deadline ? next_timer : w->deadline;
-            double wait = wake - now;
+    for (;;) {
+        if (st.status == SML_FAILED || worker_send(sim, links, w, st.send))
+            return -1;
+        if (st.status != SML_RUNNING)
+            return worker_finish(sim, w, worker, st.status);
+        double wait = st.wake_at - now;
+        if (wait > 0.0 && st.on_arrival && !w->inbox_count) { /* arrival | timeout */
             w->token++;
             w->armed = 1;
             w->triggered = 0;
             w->phase = W_WAITING;
-            return schedule(sim, now + (wait > 0.0 ? wait : 0.0), PRIO_NORMAL, E_WAKE, worker, w->token);
+            return schedule(sim, now + wait, PRIO_NORMAL, E_WAKE, worker, w->token);
         }
-        int64_t received = worker_take(sim, w);
-        if ((count = receive(job, received, now, ++w->batch, s)) < 0 || worker_send(sim, links, w, count))
-            return -1;
-        if (now >= w->deadline && job->remaining)
-            return worker_finish(sim, w, worker, SML_TIMED_OUT);
-        double hold = hold_s(job, received);
-        if (hold > 0) {
+        if (wait > 0.0 && !st.on_arrival) { /* a hold */
             w->phase = W_HOLDING;
-            return schedule(sim, now + hold, PRIO_NORMAL, E_HOLD, worker, ++w->token);
+            return schedule(sim, now + wait, PRIO_NORMAL, E_HOLD, worker, ++w->token);
         }
+        st = step(job, now, worker_take(sim, w));
     }
-    return worker_finish(sim, w, worker, SML_DONE);
 }
 
 /* ---- the API ------------------------------------------------------------------------------- */
@@ -680,10 +664,8 @@ void sim_destroy(struct sim *sim)
 {
     if (!sim)
         return;
-    for (int32_t i = 0; i < sim->n_workers; i++) {
+    for (int32_t i = 0; i < sim->n_workers; i++)
         free(sim->workers[i].inbox);
-        free(sim->workers[i].scratch_arrays);
-    }
     free(sim->workers);
     free(sim->heap);
     free(sim->frames);
@@ -730,8 +712,8 @@ static int deliver_bucket(struct sim *sim, struct sim_link *links, const struct 
 }
 
 /* One all-reduce of every worker, released at the simulated now (SimulatedNetwork.allreduce):
- * jobs[i] is worker i's job (filled as for sml_run, fd unused), uplinks[i] its link to the
- * switch, headers its ADDRESS_BYTES of headers, deadlines[i] its job's deadline_s. Runs until
+ * jobs[i] is worker i's job (filled as for sml_run, t0 the simulated now, fd unused),
+ * uplinks[i] its link to the switch, headers its ADDRESS_BYTES of headers. Runs until
  * every worker has ended (SIM_DONE); SIM_NO_MEMORY, or SIM_OFF_PATH for a frame the switch's
  * path here does not take (the network must then run on SimPy). */
 int sim_run(struct sim *sim, struct sim_link *links, const struct sim_switch *sw, struct sml_job **jobs, const int32_t *uplinks,
@@ -739,24 +721,9 @@ int sim_run(struct sim *sim, struct sim_link *links, const struct sim_switch *sw
 {
     for (int32_t i = 0; i < sim->n_workers; i++) {
         struct worker_state *w = &sim->workers[i];
-        struct sml_job *job = jobs[i];
-        int64_t capacity = job->capacity, slots = job->n_slots;
-        free(w->scratch_arrays);
-        w->scratch_arrays = calloc((size_t)(5 * capacity + 4 * slots), sizeof *w->scratch_arrays);
-        if (!w->scratch_arrays)
-            return SIM_NO_MEMORY;
-        int64_t *a = w->scratch_arrays;
-        w->s = (struct scratch){
-            .index = a, .slots = a + capacity, .packets = a + 2 * capacity, .more_slots = a + 3 * capacity,
-            .more_packets = a + 4 * capacity, .expired_slots = a + 5 * capacity, .expired_tokens = a + 5 * capacity + slots,
-            .taken = a + 5 * capacity + 2 * slots,
-        };
-        w->job = job;
+        w->job = jobs[i];
         w->uplink = uplinks[i];
         w->header = headers + (size_t)i * ADDRESS_BYTES;
-        w->t0 = sim->now;
-        w->deadline = sim->now + job->deadline_s;
-        w->batch = 0;
         w->armed = 0;
         w->phase = W_STARTING;
         w->status = -1;

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
+from hosts.switchml.core import AllReduceResult, SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
 from protocol.packet import SWITCHML_OFFSET, frame_bytes
 from simulation.link import Link

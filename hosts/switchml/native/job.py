@@ -20,8 +20,7 @@ import time
 import numpy as np
 
 from hosts.stats import TIMELINE_BIN_S, JobStats
-from hosts.switchml.core import JobArrays, JobContext, check_send_buffer, missing_slots
-from hosts.switchml.job import SwitchMLTimeout
+from hosts.switchml.core import JobArrays, JobContext, SwitchMLTimeout, check_send_buffer, missing_slots
 from hosts.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RoundTripEstimator
@@ -32,7 +31,7 @@ SIGNAL_CHECK_S = 0.010
 signal handler runs within about this long even while every call of the loop finds work
 (a flood, a busy job): a signal during a non-blocking call only marks it pending. A return
 and the next call cost microseconds."""
-SML_DONE, SML_TIMED_OUT, SML_INTERRUPTED, SML_FAILED = range(4)
+SML_DONE, SML_TIMED_OUT, SML_INTERRUPTED, SML_FAILED, SML_RUNNING = range(5)
 FAILED_CALLS = {1: "sendmmsg", 2: "recvmmsg", 3: "ppoll", 4: "malloc"}
 
 _p = ctypes.c_void_p
@@ -70,18 +69,24 @@ class _Job(ctypes.Structure):
         *[(name, _p) for name in ("chunks", "packet_exponents", "scales", "e_max", "sums", "values", "shadow_set", "pool_packets",
                                   "outstanding", "tx", "rx", "rx_lengths")],
         ("rtt", ctypes.POINTER(NativeRoundTrip)),
-        *[(name, _p) for name in ("deadline", "backoff", "sent_at", "token", "timeouts_per_slot", "resent")],
+        *[(name, _p) for name in ("deadline", "backoff", "sent_at", "token", "timeouts_per_slot", "resent", "scratch")],
         ("lost_errnos", _i32 * MAX_ERRNOS), ("n_lost_errnos", _i32),
         ("reported_errnos", _i32 * MAX_ERRNOS), ("n_reported_errnos", _i32),
         ("refusals", _i64 * MAX_ERRNOS),
-        ("started", _i32), ("unsent", _i64), ("remaining", _i64), ("since_timer_check", _i64), ("answered", _i32),
+        ("started", _i32), ("unsent", _i64), ("remaining", _i64), ("since_timer_check", _i64), ("batch", _i64), ("answered", _i32),
         ("stats", _Stats),
         ("timeline", ctypes.POINTER(_i64)), ("timeline_len", _i64), ("timeline_capacity", _i64),
         ("failed_call", _i32), ("failed_errno", _i32),
     ]  # fmt: skip
 
 
-STRUCTS = {"sml_job": _Job, "sml_rtt": NativeRoundTrip, "sml_policy": _Policy, "sml_stats": _Stats}
+class NativeStep(ctypes.Structure):
+    """struct sml_step: core.Step."""
+
+    _fields_ = [("send", _i64), ("wake_at", _f64), ("on_arrival", _i32), ("status", _i32)]
+
+
+STRUCTS = {"sml_job": _Job, "sml_rtt": NativeRoundTrip, "sml_policy": _Policy, "sml_stats": _Stats, "sml_step": NativeStep}
 """worker.c's name of each struct mirrored here."""
 
 
@@ -113,6 +118,9 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.sml_field_offset.restype = _i64
     lib.sml_run.argtypes = lib.sml_release.argtypes = [ctypes.POINTER(_Job)]
     lib.sml_run.restype = ctypes.c_int
+    lib.sml_start.argtypes = [ctypes.POINTER(_Job), _f64]
+    lib.sml_step.argtypes = [ctypes.POINTER(_Job), _f64, _i64]
+    lib.sml_start.restype = lib.sml_step.restype = NativeStep
     lib.sml_release.restype = None
     if differences := layout_differences(lib):
         raise NativeUnavailable(f"worker.c and hosts/switchml/native/job.py lay out the shared structs differently: {differences[0]}"
@@ -125,21 +133,32 @@ def _address(array: np.ndarray) -> int:
     return array.ctypes.data
 
 
-def slot_timers(n_slots: int) -> dict[str, np.ndarray]:
-    """SlotTimers' arrays for worker.c, one entry per slot, unarmed."""
+def scratch_entries(n_slots: int, capacity: int) -> int:
+    """How many int64 a step's working arrays take in worker.c (struct scratch): five per
+    datagram of a batch of ``capacity``, four per slot."""
+    return 5 * capacity + 4 * n_slots
+
+
+def slot_arrays(n_slots: int, capacity: int) -> dict[str, np.ndarray]:
+    """SlotTimers' arrays for worker.c, one entry per slot, unarmed, and the working arrays of
+    its steps (struct scratch: per datagram of a batch of ``capacity``, or per slot)."""
     return {"deadline": np.full(n_slots, np.inf), "backoff": np.ones(n_slots), "sent_at": np.zeros(n_slots),
             "token": np.full(n_slots, -1, dtype=np.int64), "timeouts_per_slot": np.zeros(n_slots, dtype=np.int64),
-            "resent": np.zeros(n_slots, dtype=np.uint8)}
+            "resent": np.zeros(n_slots, dtype=np.uint8), "scratch": np.zeros(scratch_entries(n_slots, capacity), dtype=np.int64)}
 
 
-def job_struct(arrays: JobArrays, values: np.ndarray | None, timers: dict[str, np.ndarray], pool: SlotPool, ctx: JobContext,
+def job_struct(arrays: JobArrays, values: np.ndarray | None, slots: dict[str, np.ndarray], pool: SlotPool, ctx: JobContext,
                rtt: NativeRoundTrip, seq_base: int, t0: float, timeline_bin_s: float, tx: np.ndarray, rx: np.ndarray,
                rx_lengths: np.ndarray, fd: int = -1) -> _Job:
-    """struct sml_job for one all-reduce: the job's arrays, the slot pool, the caller's send
-    and receive buffers (``rx``: one row per datagram) and its socket (-1 for a driver that
-    hands worker.c's core its datagrams itself, simulation/native/star.c). The arrays must
-    outlive the struct."""
+    """struct sml_job for one all-reduce: the job's arrays, the slot pool, the slots' arrays
+    (``slot_arrays``, for as many datagrams as ``rx`` holds), the caller's send and receive
+    buffers (``rx``: one row per datagram) and its socket (-1 for a driver that hands
+    worker.c's core its datagrams itself: simulation/native/star.c, the step's differential
+    test). The arrays must outlive the struct."""
     plan, policy = arrays.plan, ctx.policy
+    if len(slots["scratch"]) < (needed := scratch_entries(plan.n_slots, len(rx))):  # worker.c writes into it unchecked
+        raise ValueError(f"the step's scratch holds {len(slots['scratch'])} entries, {len(rx)} datagrams and "
+                         f"{plan.n_slots} slots need {needed} (slot_arrays)")
     job = _Job(
         fd=fd, k=pool.k, n_slots=plan.n_slots, n_chunks=plan.n_chunks, lead=plan.lead, total_packets=plan.total_packets,
         quantized=int(arrays.quantized), capacity=len(rx), record_bytes=tx.dtype.itemsize, rx_stride=rx.strides[0],
@@ -150,7 +169,7 @@ def job_struct(arrays: JobArrays, values: np.ndarray | None, timers: dict[str, n
         values=None if values is None else _address(values), shadow_set=_address(pool.shadow_set),
         pool_packets=_address(pool.packets), outstanding=_address(arrays.outstanding), tx=_address(tx),
         rx=rx.ctypes.data, rx_lengths=_address(rx_lengths), rtt=ctypes.pointer(rtt),
-        **{name: _address(array) for name, array in timers.items()},
+        **{name: _address(array) for name, array in slots.items()},
         n_lost_errnos=len(SEND_LOST_ERRNOS), n_reported_errnos=len(REPORTED_ERRNOS),
         started=0, unsent=plan.total_packets, remaining=plan.n_slots,
     )  # fmt: skip
@@ -186,10 +205,10 @@ class NativeJob:
         self.e_max, self.int_sum, self.outstanding = arrays.e_max, arrays.int_sum, arrays.outstanding
         self.values: np.ndarray | None = np.zeros(plan.n_chunks * pool.k, dtype=np.float32) if arrays.quantized else None
         """The sums dequantized, chunk by chunk as the results arrive (float32 jobs)."""
-        timers = slot_timers(plan.n_slots)
+        slots = slot_arrays(plan.n_slots, io.capacity)
         self._rx_lengths = np.zeros(io.capacity, dtype=np.uint32)
-        self._keep = (arrays, timers)  # alive while C points into them
-        self._job = job_struct(arrays, self.values, timers, pool, ctx, rtt, seq_base, t0, TIMELINE_BIN_S, io.tx, io.rx,
+        self._keep = (arrays, slots)  # alive while C points into them
+        self._job = job_struct(arrays, self.values, slots, pool, ctx, rtt, seq_base, t0, TIMELINE_BIN_S, io.tx, io.rx,
                                self._rx_lengths, sock_fd)
         self.stats = JobStats()
 

@@ -1,6 +1,6 @@
 /*
  * worker.c -- the SwitchML worker's data path in C: hosts/switchml/core.py and the driver
- * loop of hosts/switchml/job.py, function for function, with the same names.
+ * of hosts/switchml/job.py, function for function, with the same names.
  *
  * Why it exists: a Python worker spends 24-27 us of user time per packet at k = 256, and
  * eight of them on two cores set the emulator's pace instead of the links (issue 27). The
@@ -12,7 +12,10 @@
  * allocates every array and fills struct sml_job; sml_run then runs the job's whole
  * send/receive loop over the connected, non-blocking UDP socket and returns when the
  * job is done, its deadline passed, a signal arrived (Python runs its handlers and calls
- * again: every piece of progress lives in the struct), or a system call failed.
+ * again: every piece of progress lives in the struct), or a system call failed. The loop's
+ * policy is the core's (start, step: what to send, when to call again); sml_run and
+ * simulation/native/star.c's event loop only do the I/O it asks for, and sml_step lets a
+ * differential test drive the core directly.
  *
  * The arithmetic is protocol/quantize.py's: x (float32) times the block's scale in
  * double, rounded half to even (rint in the default rounding mode), as int32; a result's
@@ -46,8 +49,8 @@
 /* Offsets of switchml_h's fields in a payload (protocol.packet.payload_dtype). */
 enum { F_MSG_TYPE = 0, F_SHADOW_SET = 1, F_JOB_ID = 2, F_SLOT = 4, F_NUM_ELEMENTS = 6, F_EXPONENT = 8, F_SEQ = 9 };
 
-/* What sml_run returns. */
-enum { SML_DONE = 0, SML_TIMED_OUT = 1, SML_INTERRUPTED = 2, SML_FAILED = 3 };
+/* What sml_run returns; a step's status (core.RUNNING, DONE, TIMED_OUT; SML_FAILED: no memory). */
+enum { SML_DONE = 0, SML_TIMED_OUT = 1, SML_INTERRUPTED = 2, SML_FAILED = 3, SML_RUNNING = 4 };
 /* Which call failed (sml_job.failed_call) when SML_FAILED. */
 enum { CALL_NONE = 0, CALL_SENDMMSG = 1, CALL_RECVMMSG = 2, CALL_PPOLL = 3, CALL_MALLOC = 4 };
 
@@ -71,6 +74,14 @@ struct sml_policy {
 struct sml_stats {
     int64_t packets_sent, packets_received, retransmissions, timeouts, duplicates, bytes_sent, bytes_received;
     int64_t rejected_results;
+};
+
+/* core.Step: send tx[:send]; while SML_RUNNING, receive at wake_at (at the latest; at once
+ * when a datagram arrives if on_arrival) and call step. */
+struct sml_step {
+    int64_t send;
+    double wake_at;
+    int32_t on_arrival, status;
 };
 
 struct sml_job {
@@ -98,6 +109,7 @@ struct sml_job {
     double *deadline, *backoff, *sent_at;
     int64_t *token, *timeouts_per_slot;
     uint8_t *resent;
+    int64_t *scratch;               /* 5 x capacity + 4 x n_slots: one step's working arrays (struct scratch) */
     /* errnos that mean "lost" (mmsg.SEND_LOST_ERRNOS) and those a receive reports for an
      * earlier datagram (mmsg.REPORTED_ERRNOS); refusals[i] counts lost_errnos[i]. */
     int32_t lost_errnos[MAX_ERRNOS], n_lost_errnos;
@@ -105,7 +117,7 @@ struct sml_job {
     int64_t refusals[MAX_ERRNOS];
     /* -- progress: kept in the struct so that sml_run can return and be called again -- */
     int32_t started;
-    int64_t unsent, remaining, since_timer_check;
+    int64_t unsent, remaining, since_timer_check, batch;
     int32_t answered;
     struct sml_stats stats;
     int64_t *timeline;              /* C owns it (grows with the job): sml_release frees it */
@@ -135,11 +147,12 @@ static const struct {
     FIELD(sml_job, packet_exponents), FIELD(sml_job, scales), FIELD(sml_job, e_max), FIELD(sml_job, sums), FIELD(sml_job, values),
     FIELD(sml_job, shadow_set), FIELD(sml_job, pool_packets), FIELD(sml_job, outstanding), FIELD(sml_job, tx), FIELD(sml_job, rx),
     FIELD(sml_job, rx_lengths), FIELD(sml_job, rtt), FIELD(sml_job, deadline), FIELD(sml_job, backoff), FIELD(sml_job, sent_at),
-    FIELD(sml_job, token), FIELD(sml_job, timeouts_per_slot), FIELD(sml_job, resent), FIELD(sml_job, lost_errnos),
+    FIELD(sml_job, token), FIELD(sml_job, timeouts_per_slot), FIELD(sml_job, resent), FIELD(sml_job, scratch), FIELD(sml_job, lost_errnos),
     FIELD(sml_job, n_lost_errnos), FIELD(sml_job, reported_errnos), FIELD(sml_job, n_reported_errnos), FIELD(sml_job, refusals),
-    FIELD(sml_job, started), FIELD(sml_job, unsent), FIELD(sml_job, remaining), FIELD(sml_job, since_timer_check),
+    FIELD(sml_job, started), FIELD(sml_job, unsent), FIELD(sml_job, remaining), FIELD(sml_job, since_timer_check), FIELD(sml_job, batch),
     FIELD(sml_job, answered), FIELD(sml_job, stats), FIELD(sml_job, timeline), FIELD(sml_job, timeline_len),
     FIELD(sml_job, timeline_capacity), FIELD(sml_job, failed_call), FIELD(sml_job, failed_errno),
+    FIELD(sml_step, send), FIELD(sml_step, wake_at), FIELD(sml_step, on_arrival), FIELD(sml_step, status),
 };
 
 int64_t sml_field_count(void) { return (int64_t)(sizeof FIELDS / sizeof FIELDS[0]); }
@@ -292,6 +305,22 @@ static int64_t timers_pop_expired(struct sml_job *job, double now, int64_t *slot
 
 /* ---- WorkerCore: sending ------------------------------------------------------------ */
 
+/* A step's working arrays (per slot, or per datagram of a batch), laid out in job->scratch;
+ * ``taken`` outlives the step: a slot's entry is the last batch that accepted its result. */
+struct scratch {
+    int64_t *index, *slots, *packets, *more_slots, *more_packets, *expired_slots, *expired_tokens, *taken;
+};
+
+static struct scratch scratch_of(const struct sml_job *job)
+{
+    int64_t *a = job->scratch, capacity = job->capacity, slots = job->n_slots;
+    return (struct scratch){
+        .index = a, .slots = a + capacity, .packets = a + 2 * capacity, .more_slots = a + 3 * capacity,
+        .more_packets = a + 4 * capacity, .expired_slots = a + 5 * capacity, .expired_tokens = a + 5 * capacity + slots,
+        .taken = a + 5 * capacity + 2 * slots,
+    };
+}
+
 /* SendTimeline.record and JobStats' send counters. */
 static int sent(struct sml_job *job, int64_t count, double now, int64_t resent_count)
 {
@@ -378,20 +407,7 @@ static int64_t expire(struct sml_job *job, double now, int64_t at, int64_t *slot
     return at + count;
 }
 
-/* core.start */
-static int64_t start(struct sml_job *job, double now, int64_t *slots)
-{
-    for (int32_t s = 0; s < job->n_slots; s++)
-        slots[s] = s;
-    return send_next(job, slots, slots, job->n_slots, now, 0);
-}
-
 /* ---- WorkerCore: receiving ---------------------------------------------------------- */
-
-/* Scratch arrays of one batch (per slot, or per datagram of a batch). */
-struct scratch {
-    int64_t *index, *slots, *packets, *more_slots, *more_packets, *expired_slots, *expired_tokens, *taken;
-};
 
 /* core._accept: the datagrams of rx[:count] this job waits for, one per slot (the first
  * if a result arrived twice), checked against the state before the batch; a result whose
@@ -494,6 +510,56 @@ static double hold_s(struct sml_job *job, int64_t received)
     return hold_time(job->rtt);
 }
 
+/* ---- WorkerCore: the loop's policy ---------------------------------------------------- */
+
+/* core._next_step: after writing ``count`` packets at ``now`` (-1: no memory), the job's end,
+ * its deadline, a hold after a batch of ``received`` results, or a wait for a result, the
+ * next timer or the deadline. */
+static struct sml_step next_step(struct sml_job *job, double now, int64_t count, int64_t received)
+{
+    struct sml_step step = {.send = count, .wake_at = INFINITY, .on_arrival = 0, .status = SML_RUNNING};
+    double deadline = job->t0 + job->deadline_s;
+    if (count < 0) {
+        step.send = 0;
+        step.status = SML_FAILED;
+        job->failed_call = CALL_MALLOC;
+        job->failed_errno = ENOMEM;
+    } else if (!job->remaining) {
+        step.status = SML_DONE;
+    } else if (now >= deadline) {
+        step.status = SML_TIMED_OUT;
+    } else if (received) {
+        step.wake_at = now + hold_s(job, received);
+    } else {
+        double next_timer = timers_next_deadline(job);
+        step.wake_at = next_timer > deadline ? deadline : next_timer;
+        step.on_arrival = 1;
+    }
+    return step;
+}
+
+/* core.start */
+static struct sml_step start(struct sml_job *job, double now)
+{
+    struct scratch s = scratch_of(job);
+    for (int32_t slot = 0; slot < job->n_slots; slot++)
+        s.slots[slot] = slot;
+    return next_step(job, now, send_next(job, s.slots, s.slots, job->n_slots, now, 0), 0);
+}
+
+/* core.step: one turn of the loop at ``now`` with the ``received`` datagrams in rx (none:
+ * nothing was waiting, and the expired timers fire). */
+static struct sml_step step(struct sml_job *job, double now, int64_t received)
+{
+    struct scratch s = scratch_of(job);
+    int64_t count = received ? receive(job, received, now, ++job->batch, &s) : expire(job, now, 0, s.expired_slots, s.expired_tokens);
+    return next_step(job, now, count, received);
+}
+
+/* start and step for a driver outside C (tests/test_native_step.py holds them to core.py's). */
+struct sml_step sml_start(struct sml_job *job, double now) { return start(job, now); }
+struct sml_step sml_step(struct sml_job *job, double now, int64_t received) { return step(job, now, received); }
+
 /* ---- the driver (job.AllReduceJob.run) ---------------------------------------------- */
 
 static int errno_index(const int32_t *table, int32_t n, int code)
@@ -585,65 +651,48 @@ static struct timespec span(double seconds)
     return ts;
 }
 
-static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx_table, struct scratch *s)
+/* The core's steps over the socket: what a step wrote is sent, then the loop waits as the
+ * step says (in ppoll for a datagram or until wake_at, or asleep: a hold) and receives what
+ * is waiting for the next step. */
+static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx_table)
 {
-    double deadline = job->t0 + job->deadline_s;
     /* A signal that arrives during a non-blocking call only marks CPython's handler pending;
      * returning at this bound runs it (Ctrl-C under a flood), whatever the loop is doing. */
     double return_at = clock_now() + job->signal_check_s;
-    int64_t count;
-    if (!job->started) {
-        if ((count = start(job, clock_now(), s->slots)) < 0)
-            return fail(job, CALL_MALLOC, ENOMEM);
-        job->started = 1;
-        if (send_batch(job, tx_table, count))
+    for (;;) {
+        double now = clock_now();
+        struct sml_step st;
+        if (!job->started) {
+            st = start(job, now);
+            job->started = 1;
+        } else {
+            int64_t received = receive_batch(job, rx_table);
+            if (received < 0)
+                return fail(job, CALL_RECVMMSG, errno);
+            now = clock_now();
+            st = step(job, now, received);
+        }
+        if (st.status == SML_FAILED)
+            return SML_FAILED;
+        if (st.send && send_batch(job, tx_table, st.send))
             return fail(job, CALL_SENDMMSG, errno);
-    }
-    int64_t batch = 0;
-    while (job->remaining) {
-        int64_t received = receive_batch(job, rx_table);
-        if (received < 0)
-            return fail(job, CALL_RECVMMSG, errno);
-        if (received == 0) {
-            double now = clock_now();
-            if ((count = expire(job, now, 0, s->expired_slots, s->expired_tokens)) < 0)
-                return fail(job, CALL_MALLOC, ENOMEM);
-            if (count && send_batch(job, tx_table, count))
-                return fail(job, CALL_SENDMMSG, errno);
-            if (now >= deadline)
-                return SML_TIMED_OUT;
-            if (now >= return_at)
-                return SML_INTERRUPTED;
-            double next_timer = timers_next_deadline(job);
-            double wake = next_timer < deadline ? next_timer : deadline;
-            if (return_at < wake)
-                wake = return_at;
+        if (st.status != SML_RUNNING)
+            return st.status;
+        if (now >= return_at)
+            return SML_INTERRUPTED;
+        double wake = st.on_arrival && return_at < st.wake_at ? return_at : st.wake_at;
+        struct timespec wait = span(wake - clock_now());
+        if (st.on_arrival) {
             struct pollfd pfd = {.fd = job->fd, .events = POLLIN};
-            struct timespec wait = span(wake - now);
             if (ppoll(&pfd, 1, &wait, NULL) < 0) {
                 if (errno == EINTR)
                     return SML_INTERRUPTED;
                 return fail(job, CALL_PPOLL, errno);
             }
-            continue;
-        }
-        double now = clock_now();
-        if ((count = receive(job, received, now, ++batch, s)) < 0)
-            return fail(job, CALL_MALLOC, ENOMEM);
-        if (count && send_batch(job, tx_table, count))
-            return fail(job, CALL_SENDMMSG, errno);
-        if (now >= deadline && job->remaining)
-            return SML_TIMED_OUT;
-        if (now >= return_at && job->remaining)
+        } else if ((wait.tv_sec || wait.tv_nsec) && nanosleep(&wait, NULL) < 0 && errno == EINTR) {
             return SML_INTERRUPTED;
-        double hold = hold_s(job, received);
-        if (hold > 0) {
-            struct timespec wait = span(hold);
-            if (nanosleep(&wait, NULL) < 0 && errno == EINTR)
-                return SML_INTERRUPTED;
         }
     }
-    return SML_DONE;
 }
 
 /* Run the job until it is done (SML_DONE), its deadline passes (SML_TIMED_OUT), a signal
@@ -651,30 +700,22 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
  * calls again) or a call fails (SML_FAILED: failed_call and failed_errno say which). */
 int sml_run(struct sml_job *job)
 {
-    int64_t capacity = job->capacity, slots = job->n_slots;
+    int64_t capacity = job->capacity;
     struct mmsghdr *tx_table = malloc((size_t)capacity * sizeof *tx_table);
     struct mmsghdr *rx_table = malloc((size_t)capacity * sizeof *rx_table);
     struct iovec *tx_iov = malloc((size_t)capacity * sizeof *tx_iov);
     struct iovec *rx_iov = malloc((size_t)capacity * sizeof *rx_iov);
-    int64_t *arrays = calloc((size_t)(5 * capacity + 4 * slots), sizeof *arrays);
     int status;
-    if (!tx_table || !rx_table || !tx_iov || !rx_iov || !arrays) {
+    if (!tx_table || !rx_table || !tx_iov || !rx_iov) {
         status = fail(job, CALL_MALLOC, ENOMEM);
     } else {
         message_table(tx_table, tx_iov, job->tx, job->record_bytes, job->record_bytes, capacity);
         message_table(rx_table, rx_iov, job->rx, job->rx_stride, job->rx_stride, capacity);
-        struct scratch s = {
-            .index = arrays, .slots = arrays + capacity, .packets = arrays + 2 * capacity,
-            .more_slots = arrays + 3 * capacity, .more_packets = arrays + 4 * capacity,
-            .expired_slots = arrays + 5 * capacity, .expired_tokens = arrays + 5 * capacity + slots,
-            .taken = arrays + 5 * capacity + 2 * slots,
-        };
-        status = run(job, tx_table, rx_table, &s);
+        status = run(job, tx_table, rx_table);
     }
     free(tx_table);
     free(rx_table);
     free(tx_iov);
     free(rx_iov);
-    free(arrays);
     return status;
 }
