@@ -31,6 +31,9 @@ from protocol import results_format as fmt
 
 NAME = "multi_tenant"
 SHARE = "share"  # a job's pool_size that takes its design's part of the budget (experiments/kinds/shared_switch.py)
+SHARE_COUNTERS = ("collided_sequences", "sequences_from_switch", "sequences_from_parts", "partial_sums")
+"""The shared-pool PS's counts the shares are read from (hosts/atp/parameter_server.py's PSStats)."""
+CLAIM = "{label}'s paper (abstract): 38-66 % faster training in a cluster shared by several jobs; no figure numbers as text, compare shapes"
 
 
 def is_multi_tenant(run: Path) -> bool:
@@ -59,7 +62,13 @@ def sibling_runs(run: Path) -> dict[tuple[str, int], Path]:
     return {key: folder for key, (_, folder) in sorted(found.items())}
 
 
-def atp_shares(run: Path, jobs: pd.DataFrame, k: int) -> pd.DataFrame:
+def has_shared_pool_counters(run: Path) -> bool:
+    """A run whose servers counted collisions (the shared-pool design's PS)."""
+    path = run / fmt.PROTOCOL_COUNTERS.file
+    return path.is_file() and set(SHARE_COUNTERS) <= set(pd.read_csv(path)["counter"])
+
+
+def pool_shares(run: Path, jobs: pd.DataFrame, k: int) -> pd.DataFrame:
     """Per job count: the share of chunks that collided and of worker packets sent to the PS."""
     counters = pd.read_csv(run / fmt.PROTOCOL_COUNTERS.file)
     server = counters[counters["role"] == "server"].pivot_table(index=["point", "repetition"], columns="counter", values="value", aggfunc="sum")
@@ -86,9 +95,9 @@ def table(run: Path) -> pd.DataFrame:
         per_job = jobs.groupby(["n_jobs", "job_id"], as_index=False).agg(tat_s=("tat_s", "median"), pool_size=("pool_size", "first"))
         rows += [{**base, "n_jobs": r.n_jobs, "series": "job_tat_s", "job_id": r.job_id, "pool_size": r.pool_size, "value": r.tat_s}
                  for r in per_job.itertuples()]
-        if (folder / fmt.PROTOCOL_COUNTERS.file).is_file() and method != methods.SWITCHML.name:
+        if has_shared_pool_counters(folder):
             k = int(pd.read_csv(folder / fmt.JOBS.file)["k"].iloc[0])
-            for r in atp_shares(folder, jobs, k).itertuples():
+            for r in pool_shares(folder, jobs, k).itertuples():
                 rows += [{**base, "n_jobs": r.n_jobs, "series": name, "job_id": "", "pool_size": "", "value": getattr(r, name)}
                          for name in ("collision_share", "ps_fallback_share")]
     return pd.DataFrame(rows).astype({"n_jobs": int, "budget": int})
@@ -101,14 +110,15 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
     budgets = sorted(numbers["budget"].unique())
     shown = budgets[len(budgets) // 2]
     styles = ["-", "--", "-.", ":"]
-    for method, per_method in numbers.groupby("method"):
+    shared = sorted(set(numbers[numbers["series"] == "collision_share"]["method"]))
+    for order, (method, per_method) in enumerate(numbers.groupby("method")):
         colour = methods.by_name(method).colour
         label = methods.by_name(method).label
         for style, n in zip(styles, counts):
             rows = per_method[(per_method["series"] == "total_ate_per_s") & (per_method["n_jobs"] == n)].sort_values("budget")
             total.plot(rows["budget"], rows["value"], style, marker="o", color=colour, label=f"{label}, {n} job(s)")
         tats = per_method[(per_method["series"] == "job_tat_s") & (per_method["budget"] == shown)]
-        offset = -0.12 if method == methods.SWITCHML.name else 0.12
+        offset = (order - 0.5) * 0.24
         completion.scatter([counts.index(n) + offset for n in tats["n_jobs"]], tats["value"] * 1e3, color=colour, s=14, label=label)
         for kind, marker in (("collision_share", "o"), ("ps_fallback_share", "x")):
             for style, n in zip(styles, counts):
@@ -120,7 +130,7 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
     total.set_xlabel("register budget (aggregators of k values)")
     total.set_ylabel("total ATE/s (all jobs' elements / makespan)")
     total.legend(fontsize=6, ncol=2)
-    total.set_title("SwitchML: budget / (2 x jobs) slots per job; ATP: one shared pool", fontsize=8, loc="left")
+    total.set_title("static partition: budget / (2 x jobs) slots per job; shared pool: all of it", fontsize=8, loc="left")
     completion.set_xticks(range(len(counts)), [str(n) for n in counts])
     completion.set_xlabel("jobs sharing the switch (staggered starts)")
     completion.set_ylabel("each job's completion time (TAT, ms)")
@@ -128,12 +138,12 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
     completion.set_title(f"budget {shown} aggregators", fontsize=8, loc="left")
     shares.set_xscale("log", base=2)
     shares.set_xlabel("register budget (aggregators of k values)")
-    shares.set_ylabel("ATP: share (%)")
+    shares.set_ylabel("share (%)")
     shares.legend(fontsize=6)
-    shares.set_title("ATP's counters: collisions and PS fallback", fontsize=8, loc="left")
+    shares.set_title("shared pool's PS counters: collisions and PS fallback", fontsize=8, loc="left")
     clock = "simulated clock" if fmt.is_simulated(summary) else "emulated"
-    fig.suptitle(f"Jobs sharing one switch with the same register budget ({summary['link_mbps']:g} Mbit/s links, {clock})\n"
-                 "ATP's paper (abstract): 38-66 % faster training in a cluster shared by several jobs; no figure numbers as text, compare shapes")
+    fig.suptitle(f"Jobs sharing one switch with the same register budget ({summary['link_mbps']:g} Mbit/s links, {clock})"
+                 + "".join("\n" + CLAIM.format(label=methods.by_name(method).label) for method in shared))
     return fig
 
 
