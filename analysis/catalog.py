@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import figures, hierarchical, shared_switch, tables
+from analysis import figures, hierarchical, multi_tenant, shared_switch, tables
 from analysis.aggregate import runs_sweeping, runs_training, runs_with_lossy_switchml
 from analysis.context import EmulationContext, emulation_context
 from analysis.load import Results
@@ -220,7 +220,7 @@ on the same links.
 )  # fmt: skip
 
 
-RUN_FIGURES: tuple[RunFigure, ...] = (hierarchical.FIGURE, shared_switch.FIGURE)
+RUN_FIGURES: tuple[RunFigure, ...] = (hierarchical.FIGURE, shared_switch.FIGURE, multi_tenant.FIGURE)
 """Figures each drawn from the newest run of its own kind (analysis/run_figure.py), not
 from a runs.csv sweep: not in ``FIGURES``, which the notebooks and labs render from ``Results``."""
 

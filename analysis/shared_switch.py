@@ -19,6 +19,7 @@ import yaml
 from matplotlib.figure import Figure
 
 from experiments.metrics import shared_switch_jobs, shared_switch_totals
+from analysis.multi_tenant import is_multi_tenant
 from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 from protocol import results_format as fmt
@@ -31,7 +32,8 @@ OVERSUBSCRIPTION_FACTOR = 2
 
 def newest_run(roots: list[Path], simulated: bool | None = None) -> Path:
     """The shared-switch run (summary kind shared_switch, with jobs.csv) started last."""
-    return newest_run_of(roots, lambda summary, run: summary.get("kind") == fmt.SHARED_SWITCH_KIND and (run / fmt.JOBS.file).is_file(),
+    return newest_run_of(roots, lambda summary, run: summary.get("kind") == fmt.SHARED_SWITCH_KIND and (run / fmt.JOBS.file).is_file()
+                         and not is_multi_tenant(run),  # analysis/multi_tenant.py draws those
                          "shared-switch run (jobs.csv + summary.json)", simulated)
 
 

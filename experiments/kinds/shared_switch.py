@@ -34,7 +34,7 @@ from experiments.metrics import shared_switch_jobs, shared_switch_totals
 from base.yamlschema import ConfigError
 from experiments.config import Experiment, Point, point_label
 from workloads.kinds import point_inputs, workload_of
-from experiments.job_meter import machine_cpu
+from experiments.job_meter import JobMeasurement, machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.kinds.sweep import ExperimentRunner
@@ -56,6 +56,27 @@ def job_method(point: Point) -> str:
     return method
 
 
+SHARE = "share"
+"""A job's ``pool_size`` that says: the job's share of the switch's register budget."""
+SHADOW_COPIES = 2
+"""SwitchML's slot holds two shadow copies of its k values (docs/dataplane.md), ATP's aggregator one."""
+
+
+def job_pool(data: Mapping[str, Any], job: Mapping[str, Any]) -> int:
+    """The job's pool: its ``pool_size``, or for ``share`` its part of the same register
+    budget, ``switch.max_pool_size`` aggregators of k values, as each design spends it:
+    SwitchML partitions it statically, each of the point's jobs its own equal range of slots
+    of two copies each (budget // (2 * jobs)); ATP's jobs all hash into the whole shared pool
+    (budget), each its window's positions."""
+    pool = job["pool_size"]
+    if pool != SHARE:
+        return int(pool)
+    budget = int(data["switch"]["max_pool_size"])
+    if data["methods"] != [methods.SWITCHML.name]:
+        return budget
+    return max(1, budget // (SHADOW_COPIES * len(data["jobs"])))
+
+
 def job_elements(point: Point, job: dict[str, Any]) -> int:
     return int(job.get("elements", point.workload["elements"]))
 
@@ -68,7 +89,7 @@ def job_inputs(point: Point, job: dict[str, Any]) -> list[np.ndarray]:
 
 def point_jobs(point: Point) -> list[SharedJob]:
     hosts = point.topology.hosts
-    return [SharedJob(job["job_id"], tuple(hosts[i].name for i in job["hosts"]), job["pool_size"]) for job in point.data["jobs"]]
+    return [SharedJob(job["job_id"], tuple(hosts[i].name for i in job["hosts"]), job_pool(point.data, job)) for job in point.data["jobs"]]
 
 
 class SharedSwitchWriter(ResultsWriter):
@@ -81,7 +102,7 @@ class SharedSwitchWriter(ResultsWriter):
         self._append(fmt.JOBS, [
             {
                 "point": point.index, "n_jobs": len(point.data["jobs"]), "repetition": repetition, "job_id": job["job_id"], "rank": rank,
-                "n_workers": len(reports), "elements": job_elements(point, job), "pool_size": job["pool_size"],
+                "n_workers": len(reports), "elements": job_elements(point, job), "pool_size": job_pool(point.data, job),
                 "start_s": job.get("start_s", 0.0), "released_s": round(released_s, 6), "tat_s": report["stats"]["tat_s"],
                 "ate_per_s": metrics.ate_per_s(job_elements(point, job), report["stats"]["tat_s"]),
                 "retransmissions": report["stats"]["retransmissions"], "verified": verdict.verified,
@@ -89,6 +110,24 @@ class SharedSwitchWriter(ResultsWriter):
                 "machine_busy_fraction": "" if machine_busy is None else round(machine_busy, 4),
             }
             for rank, (report, verdict) in enumerate(zip(reports, verdicts))
+        ])
+
+    def add_counters(self, point: Point, repetition: int, jobs: Sequence[dict[str, Any]], reports: Sequence[list[dict[str, Any]]],
+                     measured: JobMeasurement) -> None:
+        """One repetition's protocol counters (each worker's, indexed by its topology host, and
+        each job's servers') and the switches' event counters, as a one-job run records them."""
+        method = job_method(point)
+        own = [{"point": point.index, "method": method, "repetition": repetition, "role": "worker", "index": host, "counter": name,
+                "value": value}
+               for job, job_reports in zip(jobs, reports) for host, report in zip(job["hosts"], job_reports)
+               for name, value in report["stats"].get("protocol", {}).items()]
+        own += [{"point": point.index, "method": method, "repetition": repetition, "role": "server", "index": index, "counter": name,
+                 "value": value} for index, counts in enumerate(measured.servers) for name, value in counts.items()]
+        if own:
+            self._append(fmt.PROTOCOL_COUNTERS, own)
+        self._append(fmt.SWITCH_COUNTERS, [
+            {"point": point.index, "method": method, "repetition": repetition, "switch": sw, "counter": name, "value": value}
+            for sw, values in measured.counters.items() for name, value in values.items()
         ])
 
     def finalize(self, verified: bool) -> dict[str, Any]:
@@ -172,9 +211,9 @@ class SharedSwitchRunner(ExperimentRunner):
         work.mkdir()
         inputs = job_inputs(point, job)
         method = job_method(point)
-        spec = worker_spec(point, method, job["job_id"]).with_job(n, job["job_id"], job["pool_size"])
+        spec = worker_spec(point, method, job["job_id"]).with_job(n, job["job_id"], job_pool(point.data, job))
         spec = replace(spec, inputs=held.write_inputs(inputs, work))
-        own = methods.own_sums(point.methods, {**point.protocol, "job_id": job["job_id"], "pool_size": job["pool_size"]})
+        own = methods.own_sums(point.methods, {**point.protocol, "job_id": job["job_id"], "pool_size": job_pool(point.data, job)})
         return spec.write(work / f"job{job['job_id']}.json"), expected_for(inputs, point.job.k, own)
 
     def _run_jobs(self, held: PointNetwork) -> bool:
@@ -190,10 +229,13 @@ class SharedSwitchRunner(ExperimentRunner):
                 groups.append((job, stack.enter_context(held.workers(method, spec_path, job["hosts"])), expected))
             for repetition in range(point.repetitions):
                 busy_before, total_before = machine_cpu()
+                meter = held.meter(groups[0][1])  # the switch's and every server's counts: all the jobs'
+                meter.start()
                 released = held.release_together([group for _, group, _ in groups], repetition,
                                                  [job.get("start_s", 0.0) for job, _, _ in groups])
                 collected = [group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S) for _, group, _ in groups]
                 busy_after, total_after = machine_cpu()
+                self.writer.add_counters(point, repetition, [job for job, _, _ in groups], collected, meter.stop())
                 # the machine's busy share measures an emulation keeping up; a simulated job ran on no CPU
                 machine_busy = None if self.clock.simulated else (busy_after - busy_before).busy / max(1e-9, total_after - total_before)
                 for (job, _group, expected), released_s, reports in zip(groups, released, collected):
@@ -230,7 +272,7 @@ def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None
     if data["methods"] != [methods.SWITCHML.name]:
         return
     try:
-        partition_slots([(job["job_id"], job["pool_size"]) for job in data["jobs"]], data["switch"]["max_pool_size"])
+        partition_slots([(job["job_id"], job_pool(data, job)) for job in data["jobs"]], data["switch"]["max_pool_size"])
     except AdmissionError as exc:
         raise ConfigError(f"{source}: jobs: {exc}") from None
 

@@ -1,0 +1,58 @@
+"""The multi-tenant figure's configs and a tiny version of its runs on the simulated clock:
+each job's share of one register budget as its design spends it, both methods verified,
+ATP's collision and PS-fallback shares read from its counters, and the figure drawn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import run_experiment
+from analysis.__main__ import main as analysis_main
+from experiments.config import CONFIG_DIR
+from experiments.kinds import load
+from experiments.kinds.shared_switch import job_pool
+
+CONFIGS = ("multi_tenant.yaml", "paper_multi_tenant.yaml")
+TWO_JOBS = "[[{job_id: 11, hosts: [0, 1], pool_size: share, start_s: 0}, {job_id: 12, hosts: [2, 3], pool_size: share, start_s: 0}]]"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("method", ["switchml", "atp"])
+def test_every_job_takes_its_designs_share_of_the_same_budget(config: str, method: str) -> None:
+    """SwitchML: budget / (2 x jobs) slots each (two shadow copies of k values per slot), so
+    the jobs' registers sum to the budget; ATP: every job hashes into the whole pool."""
+    experiment = load(CONFIG_DIR / config, [f"methods=[{method}]", "switch.target=embedded"])
+    assert [len(point.data["jobs"]) for point in experiment.points] == [1, 2, 4, 8]
+    for point in experiment.points:
+        budget = point.data["switch"]["max_pool_size"]
+        pools = [job_pool(point.data, job) for job in point.data["jobs"]]
+        if method == "switchml":
+            assert sum(2 * pool for pool in pools) == budget
+        else:
+            assert pools == [budget] * len(pools)
+
+
+def test_a_tiny_multi_tenant_sweep_runs_verified_and_draws(tmp_path: Path) -> None:
+    """Two jobs on a 64-aggregator budget for each method: both verified, ATP's windows of 64
+    collide in the shared pool (its PS counters say how often), SwitchML's do not."""
+    for method in ("switchml", "atp"):
+        status = run_experiment.main([str(CONFIG_DIR / "multi_tenant.yaml"), "--simulate", "--switch", "embedded",
+                                      "--out", str(tmp_path / "multi_tenant" / method),
+                                      *(arg for setting in (f"methods=[{method}]", "switch.max_pool_size=64", "workload.elements=65536",
+                                                            f"sweep.values={TWO_JOBS}") for arg in ("--set", setting))])
+        assert status == 0
+    summaries = [json.loads(path.read_text()) for path in (tmp_path / "multi_tenant").glob("*/summary.json")]
+    assert len(summaries) == 2 and all(summary["verified"] for summary in summaries)
+    assert analysis_main([str(tmp_path / "multi_tenant"), "--out", str(tmp_path / "figures"), "--clock", "simulated"]) == 0
+    table = pd.read_csv(tmp_path / "figures" / "multi_tenant.csv")
+    assert set(table["method"]) == {"switchml", "atp"}
+    pools = table[table["series"] == "job_tat_s"].groupby("method")["pool_size"].first()
+    assert pools["switchml"] == 16 and pools["atp"] == 64
+    shares = table[table["series"].isin(["collision_share", "ps_fallback_share"])]
+    assert set(shares["method"]) == {"atp"} and (shares["value"] > 0).all() and (shares["value"] < 1).all()
+    assert (table[table["series"] == "total_ate_per_s"]["value"] > 0).all()
+    assert not (tmp_path / "figures" / "shared_switch.png").exists()  # multi-tenant runs are this figure's alone
