@@ -24,7 +24,7 @@ import faulthandler
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -39,8 +39,13 @@ log = logging.getLogger("hosts.worker")
 def serve(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     """All-reduce this rank's tensor once per released repetition (the workloads that hand
     the workers their tensors); results next to the spec."""
-    out_dir = spec_path.parent
     tensor = np.load(spec.inputs[rank])
+    answer_jobs(spec, rank, spec_path, lambda repetition: tensor)
+
+
+def answer_jobs(spec: WorkerSpec, rank: int, spec_path: Path, tensor_of: Callable[[int], np.ndarray]) -> None:
+    """All-reduce ``tensor_of(r)`` when released with repetition r, until told to exit; results next to the spec."""
+    out_dir = spec_path.parent
     method = build(spec, rank)
     try:
         emit_ready()
@@ -51,7 +56,7 @@ def serve(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
             if len(command) != 2 or command[0] != "go":
                 raise ValueError(f"unexpected command from the runner: {line.strip()!r}")
             repetition = int(command[1])
-            values, int_sum, stats = method.allreduce(tensor)
+            values, int_sum, stats = method.allreduce(tensor_of(repetition))
             result_path = out_dir / f"{spec.method}-rank{rank}-rep{repetition}.npy"
             np.save(result_path, values)
             event: dict[str, Any] = {"event": "done", "repetition": repetition, "stats": dataclasses.asdict(stats), "result": str(result_path)}
