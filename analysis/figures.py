@@ -152,6 +152,40 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
     return fig
 
 
+def training_step_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """Per model: SwitchML's training speedup over each baseline with each layer's all-reduce
+    overlapping compute (bars), and without overlap (black ticks), beside the paper's headline."""
+    fig, ax = new_axes()
+    workloads = list(dict.fromkeys(table["workload"]))
+    baselines = _method_order(table["baseline"])
+    width = 0.8 / len(baselines)
+    positions = {workload: index for index, workload in enumerate(workloads)}
+    for offset, baseline in enumerate(baselines):
+        rows = table[table["baseline"] == baseline]
+        x = rows["workload"].map(positions) + (offset - (len(baselines) - 1) / 2) * width
+        modelled = rows["baseline_source"].str.startswith("model").all()
+        ax.bar(x, rows["speedup"], width, color=METHOD_COLORS[baseline],
+               label=f"over {METHOD_LABELS[baseline]}{' (its line-rate model)' if modelled else ''}, layers overlapping compute")
+        ax.plot(x, rows["serial_speedup"], "k_", markersize=12, markeredgewidth=2,
+                label="without overlap" if offset == 0 else None)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    paper.draw_training_headline(ax, context)
+    ax.set_xticks(range(len(workloads)), workloads, rotation=90)
+    ax.set_xlabel("model (every layer's gradients at full size, one all-reduce each)")
+    ax.set_ylabel("training speedup of SwitchML (iteration time ratio)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    first = table.iloc[0]
+    notes = ["Compute: each layer's share measured on a CPU (workloads/layers.py) x the trace's per-iteration GPU time"
+             + (f", x{first['time_dilation']:g} (time dilation) x{first['size_scale']:g} (size scale)"
+                if (first["time_dilation"], first["size_scale"]) != (1.0, 1.0) else ""),
+             "Schedule: the reference's dnn_benchmark (all-reduce after each layer's backward pass, waited for by its next forward pass)"]
+    if table["baseline_source"].str.startswith("model").any():
+        notes.append(f"Baselines: {first['baseline_source']}, not NCCL")
+    annotate(fig, context, f"Training speedup per model ({_workers(table)}, {first['link_mbps'] / 1000:g} Gbit/s)", notes=tuple(notes))
+    return fig
+
+
 def new_axes() -> tuple[Figure, Axes]:
     fig = Figure(figsize=(6.4, 4.6), layout="constrained")
     return fig, fig.add_subplot()
