@@ -168,6 +168,11 @@ def training_step_speedup(table: pd.DataFrame, context: EmulationContext) -> Fig
                label=f"over {METHOD_LABELS[baseline]}{' (its line-rate model)' if modelled else ''}, layers overlapping compute")
         ax.plot(x, rows["serial_speedup"], "k_", markersize=12, markeredgewidth=2,
                 label="without overlap" if offset == 0 else None)
+        nccl = rows["speedup_over_paper_nccl_ring"].notna()
+        if nccl.any():
+            ax.plot(x[nccl], rows.loc[nccl, "speedup_over_paper_nccl_ring"], "x", color="black", markersize=8,
+                    label=f"over a ring at the paper's NCCL ATE/s ({paper.NCCL_RING_ATE_PER_S[int(rows['n_workers'].iloc[0])]:.3g} "
+                          f"at {int(rows['n_workers'].iloc[0])} workers), with overlap")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     paper.draw_training_headline(ax, context)
     ax.set_xticks(range(len(workloads)), workloads, rotation=90)
