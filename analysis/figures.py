@@ -121,7 +121,7 @@ def pool_size_sensitivity(table: pd.DataFrame, context: EmulationContext) -> Fig
 def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
     """Per model: training speedup of SwitchML over each baseline, with the 2(n-1)/n expectation."""
     fig, ax = new_axes()
-    for offset, baseline, rows, x, width in _bars_per_baseline(ax, table):
+    for _, baseline, rows, x, width in _bars_per_baseline(ax, table):
         ax.bar(
             x, rows["speedup_median"], width, color=METHOD_COLORS[baseline],
             yerr=_spread(rows, "speedup"), capsize=3, label=f"over {METHOD_LABELS[baseline]} (measured)",

@@ -33,7 +33,6 @@ from typing import Any
 
 import yaml
 
-from workloads import architectures
 from workloads.layers import PROFILES_DIR, layer_counts, layer_name, profile_path, profile_record
 from workloads.trace import load_trace
 
@@ -303,7 +302,7 @@ def check_layers(model: Any, trace_name: str) -> None:
         raise ValueError(f"{trace_name}: the PyTorch model's layers differ from the trace's: {differ}")
 
 
-def time_layers(torch: Any, model: Any, make_input: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
+def time_layers(model: Any, make_input: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
     """(layer, elements, forward ns, backward ns) in forward order, medians over REPEATS after a warm-up."""
     layers = owners(model)
     forward_end: dict[str, int] = {}
@@ -350,7 +349,7 @@ def measure(name: str) -> dict[str, Any]:
     build, batch = MODELS[name]
     model, make_input = build(torch)
     check_layers(model, name)
-    rows = time_layers(torch, model, make_input)
+    rows = time_layers(model, make_input)
     source = (f"measured by python -m workloads.measure_layers on {platform.processor() or platform.machine()} "
               f"({THREADS} thread, PyTorch {torch.__version__}, {batch}, median of {REPEATS} after a warm-up, "
               f"{time.strftime('%Y-%m-%d', time.gmtime())}): each layer's time from the previous layer's hook to its own, "
