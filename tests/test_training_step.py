@@ -127,3 +127,27 @@ def test_a_job_of_a_size_already_simulated_takes_the_same_time(tmp_path: Path) -
     assert len(tats) == 3
     assert tats[1] == pytest.approx(tats[2], rel=1e-9)
     assert tats[0] == pytest.approx(tats[1], rel=0.02)
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg19", "ssd", "bert_base", "ncf"])  # BERT-large alike, at 1.3 GB
+def test_the_measured_pytorch_models_are_the_traces_architectures(name: str) -> None:
+    """The profiles were measured on PyTorch models built with exactly the trace's layer names and sizes."""
+    torch = pytest.importorskip("torch", reason="PyTorch (the optional extra) measures the profiles")
+    from workloads.measure_layers import MODELS, check_layers
+
+    model, _ = MODELS[name][0](torch)
+    check_layers(model, name)
+
+
+def test_a_measured_profile_loads_as_the_traces_layers(tmp_path: Path) -> None:
+    """NCF measured here: every layer timed, in forward order, written and read back as its trace's layers."""
+    pytest.importorskip("torch", reason="PyTorch (the optional extra) measures the profiles")
+    from workloads.layers import load_profile
+    from workloads.measure_layers import measure
+
+    record = measure("ncf")
+    assert [row["name"] for row in record["layers"]][:2] == ["mf_user_embed", "mf_item_embed"]
+    assert all(row["forward_ns"] > 0 and row["backward_ns"] > 0 for row in record["layers"])
+    (tmp_path / "ncf.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    found = model_layers(load_trace("ncf"), load_profile(tmp_path / "ncf.yaml"))
+    assert [layer.name for layer in found] == [row["name"] for row in record["layers"]]
