@@ -164,7 +164,7 @@ def training_step_speedup(table: pd.DataFrame, context: EmulationContext) -> Fig
                           f"at {int(rows['n_workers'].iloc[0])} workers), with overlap")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     paper.draw_training_headline(ax, context)
-    ax.set_xlabel("model (every layer's gradients at full size, one all-reduce each)")
+    ax.set_xlabel("model (every layer's gradients one all-reduce)")
     ax.set_ylabel("training speedup of SwitchML (iteration time ratio)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
@@ -175,7 +175,8 @@ def training_step_speedup(table: pd.DataFrame, context: EmulationContext) -> Fig
              "Schedule: the reference's dnn_benchmark (all-reduce after each layer's backward pass, waited for by its next forward pass)"]
     if table["baseline_source"].str.startswith("model").any():
         notes.append(f"Baselines: {first['baseline_source']}, not NCCL")
-    annotate(fig, context, f"Training speedup per model ({_workers(table)}, {first['link_mbps'] / 1000:g} Gbit/s)", notes=tuple(notes))
+    rate = f"{first['link_mbps'] / 1000:g} Gbit/s" if first["link_mbps"] >= 1000 else f"{first['link_mbps']:g} Mbit/s"
+    annotate(fig, context, f"Training speedup per model ({_workers(table)}, {rate})", notes=tuple(notes))
     return fig
 
 
