@@ -151,3 +151,12 @@ def test_a_measured_profile_loads_as_the_traces_layers(tmp_path: Path) -> None:
     (tmp_path / "ncf.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
     found = model_layers(load_trace("ncf"), load_profile(tmp_path / "ncf.yaml"))
     assert [layer.name for layer in found] == [row["name"] for row in record["layers"]]
+
+
+def test_a_dnn_benchmark_csv_gives_its_own_layer_times(tmp_path: Path) -> None:
+    """The reference's format carries each layer's passes: they are the layers' compute as they are."""
+    path = tmp_path / "mine.csv"
+    path.write_text("layer_index,numel,forward_pass_ns,backward_pass_ns\n0,1000,50,100\n1,2000,30,70\n")
+    found = model_layers(load_trace(path))
+    assert [(layer.name, layer.count) for layer in found] == [("layer0", 1000), ("layer1", 2000)]
+    assert [t for layer in found for t in (layer.forward_s, layer.backward_s)] == pytest.approx([50e-9, 100e-9, 30e-9, 70e-9])

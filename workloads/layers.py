@@ -12,7 +12,8 @@ recipe in workloads/trace.py hooks): a module that owns parameters. In a trace i
 tensors whose names share everything before the last dot (``layer1.0.conv1.weight`` is
 layer ``layer1.0.conv1``); a name without a dot is a layer of its own.
 
-Compute times come from a *layer profile*, ``workloads/traces/layers/<model>.yaml``,
+Compute times come from the trace where it gives them per layer (a dnn_benchmark CSV, in
+nanoseconds, used as they are), else from a *layer profile*, ``workloads/traces/layers/<model>.yaml``,
 written by :mod:`workloads.measure_layers`: each layer's forward and backward time measured
 on this CPU with PyTorch, in forward order, with the measurement's provenance. What is used
 is each layer's *share* of the measured total, times the trace's per-iteration GPU compute
@@ -101,9 +102,14 @@ def load_profile(path: Path) -> LayerProfile:
 def model_layers(trace: Trace, profile: LayerProfile | None = None) -> tuple[Layer, ...]:
     """``trace``'s layers in forward order with their GPU compute times (the module doc).
 
-    ``profile`` defaults to the shipped one of the trace's name, if any. A profile must name
-    exactly the trace's layers with the same sizes: it was measured on that architecture.
+    ``profile`` defaults to the times the trace file gives (a dnn_benchmark CSV), else to the
+    shipped profile of the trace's name, if any. A profile must name exactly the trace's layers
+    with the same sizes: it was measured on that architecture.
     """
+    if profile is None and trace.layer_ns is not None:
+        profile = LayerProfile(trace.name, trace.compute_source, tuple(
+            (tensor.name, tensor.count, forward, backward) for tensor, (forward, backward) in zip(trace.tensors, trace.layer_ns)),
+            trace.path)
     if profile is None and profile_path(trace.name).exists():
         profile = load_profile(profile_path(trace.name))
     counts = layer_counts(trace)
