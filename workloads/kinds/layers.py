@@ -86,12 +86,6 @@ def describe(workload: Mapping[str, Any]) -> WorkloadInfo:
                         compute_s=sum(layer.forward_s + layer.backward_s for layer in layers))
 
 
-def inputs(workload: Mapping[str, Any], n_workers: int) -> list[np.ndarray]:
-    """Per rank, every job's tensor concatenated in job order (the hosts all-reduce one slice per job)."""
-    jobs = layer_jobs(workload)
-    return [np.concatenate([job_tensor(workload, job, i, rank) for i, job in enumerate(jobs)]) for rank in range(n_workers)]
-
-
 def check(data: Mapping[str, Any], n_workers: int, source: str) -> None:
     """The trace and its layer profile are read here, so a bad one fails before anything runs."""
     check_trace(data, n_workers, source)
@@ -113,9 +107,9 @@ LAYERS = Workload(
     required=("model",),
     defaults={"size_scale": 1.0, "max_job_elements": DEFAULT_MAX_JOB_ELEMENTS},
     describe=describe,
-    inputs=inputs,
     check=check,
     paced=False,  # its jobs differ in size: the pace check (experiments/pace.py) paces one size per point
     host="hosts.layer_jobs:serve_layer_jobs",
+    rank_program="hosts.layer_jobs:LayerJobs",
     experiment="training_step",
 )
