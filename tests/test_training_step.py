@@ -129,6 +129,49 @@ def test_a_job_of_a_size_already_simulated_takes_the_same_time(tmp_path: Path) -
     assert tats[0] == pytest.approx(tats[1], rel=0.02)
 
 
+def test_a_rank_makes_each_jobs_tensor_from_its_spec() -> None:
+    """hosts/layer_jobs.py's rank program all-reduces job j's tensor, the one the runner verifies against."""
+    from dataclasses import replace
+
+    from experiments.config import load_experiment
+    from experiments.harness import worker_spec
+    from hosts.layer_jobs import LayerJobs
+    from workloads.kinds.layers import job_tensor
+
+    point = load_experiment(CONFIG_DIR / "training_speedup_layers.yaml", ["sweep.values=[ncf]"]).points[0]
+    spec = worker_spec(point, "switchml")
+    with pytest.raises(ValueError, match="no workload section"):
+        LayerJobs(spec, 0)
+    jobs = layer_jobs(point.workload)
+    program = LayerJobs(replace(spec, workload=dict(point.workload)), 2)
+    for index in (0, len(jobs) - 1):
+        assert program.tensor(index).tobytes() == job_tensor(point.workload, jobs[index], index, 2).tobytes()
+    assert program.tensor(0).tobytes() != job_tensor(point.workload, jobs[0], 0, 1).tobytes()
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.05])
+def test_repeated_sizes_are_simulated_once_on_lossless_links_only(tmp_path: Path, loss: float) -> None:
+    """NCF's layers in jobs of 1,000 elements: on lossless links their rows repeat the
+    first's and summary.json says why; on lossy links every job is simulated (its frames lost
+    its own way)."""
+    done = simulate(CONFIG_DIR / "training_speedup_layers.yaml", "--set", "sweep.values=[ncf]", "--set", "workload.size_scale=0.001",
+                    "--set", "workload.max_job_elements=1000", "--set", "topology.workers=3", "--set", "methods=[switchml]",
+                    "--set", f"topology.link.loss={loss}", out=tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    runs = pd.read_csv(tmp_path / "run" / "runs.csv")
+    assert summary["verified"] and runs["verified"].all()
+    full = runs[runs["elements"] == 1000].groupby("repetition")[["tat_s", "packets_sent"]].max()
+    workload = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["workload"] | {"model": "ncf"}
+    assert len(full) == sum(job.elements == 1000 for job in layer_jobs(workload)) > 1
+    if loss:
+        assert "repeated_sizes" not in summary["simulation"]
+        assert len(full.drop_duplicates()) > 1, "every job simulated: loss differs between them"
+    else:
+        assert summary["simulation"]["repeated_sizes"]
+        assert len(full.drop_duplicates()) == 1
+
+
 @pytest.mark.parametrize("name", ["resnet50", "vgg19", "ssd", "bert_base", "ncf"])  # BERT-large alike, at 1.3 GB
 def test_the_measured_pytorch_models_are_the_traces_architectures(name: str) -> None:
     """The profiles were measured on PyTorch models built with exactly the trace's layer names and sizes."""
