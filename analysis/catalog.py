@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import figures, hierarchical, multi_tenant, shared_switch, tables
+from analysis import figures, hierarchical, multi_tenant, shared_switch, tables, training_step
 from analysis.aggregate import runs_sweeping, runs_training, runs_with_lossy_switchml
 from analysis.context import EmulationContext, emulation_context
 from analysis.load import Results
@@ -48,6 +48,10 @@ def sweeping(column: str) -> RunSource:
 LOSSY_SWITCHML = RunSource("has a SwitchML job with loss > 0", runs_with_lossy_switchml)
 TRAINING = RunSource("trained a model (workload training)", runs_training)
 TORCH_TRAINING = RunSource("trained a model with PyTorch DDP (workload torch)", partial(runs_training, workload="torch"))
+LAYER_STEPS = RunSource("ran training iterations layer by layer (workload layers)", training_step.runs_layer_steps)
+ONE_BUCKET_MODELS = RunSource(
+    "sweeps workload with one all-reduce per iteration (workload trace)",
+    lambda runs: sorted(set(runs_sweeping(runs, "workload")) - set(training_step.runs_layer_steps(runs))))
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,7 @@ this to argue that a small amount of switch memory suffices.
 """,
     ),
     FigureSpec(
-        "training_speedup", sweeping("workload"), tables.training_speedup_table, figures.training_speedup,
+        "training_speedup", ONE_BUCKET_MODELS, tables.training_speedup_table, figures.training_speedup,
         """# Training speedup per model
 
 **Metric.** One training iteration = compute + gradient all-reduce (no overlap). Speedup
@@ -166,6 +170,32 @@ D next to the link slowdown (if they differ, the compute share is distorted) and
 **Model.** If SwitchML communicated exactly 2(n-1)/n times faster than the ring (both at
 line rate), the speedup would be the diamond. Communication-bound models (large gradients,
 little compute) approach 2(n-1)/n; compute-bound ones approach 1.
+""",
+    ),
+    FigureSpec(
+        "training_speedup_layers", LAYER_STEPS, training_step.training_step_table, figures.training_step_speedup,
+        """# Training speedup per model, layer by layer, with overlap
+
+**What ran.** One training iteration per model (workload `layers`): every layer's gradients
+(a layer is a module that owns parameters; full size at paper scale) all-reduced as one
+job, in the order the backward pass hands them over, one job at a time on an otherwise idle
+network. A layer larger than `max_job_elements` is several jobs back to back.
+
+**Metric.** The iteration is composed as the SwitchML reference's `dnn_benchmark` runs it
+(workloads/step_schedule.py): a layer's all-reduce starts when its backward pass is done
+and the previous all-reduce has finished, and the next forward pass waits for it only when
+it reaches that layer. Speedup = the baseline's steady-state iteration time / SwitchML's.
+The black ticks are the same without overlap: compute, then every all-reduce.
+
+**Compute.** Each layer's share of the iteration, measured with PyTorch on a CPU
+(workloads/measure_layers.py, `workloads/traces/layers/`), times the trace's per-iteration
+GPU time (its stated source). The fused traces (DeepLight, LSTM, UGATIT: one tensor) are
+one layer, so nothing of their all-reduce can hide.
+
+**Baselines.** On the simulated clock the ring and the PS are their line-rate bound times
+`simulation.baseline_efficiency`: a model, named in the legend. In emulation they ran over
+Linux TCP. The paper's are NCCL's, which is why its headline (grey lines, at 100 Gbit/s)
+is larger: docs/figures/README.md says why.
 """,
     ),
     FigureSpec(

@@ -9,6 +9,8 @@ confused; the paper's own numbers, where it states them, are grey crosses (analy
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -119,13 +121,7 @@ def pool_size_sensitivity(table: pd.DataFrame, context: EmulationContext) -> Fig
 def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
     """Per model: training speedup of SwitchML over each baseline, with the 2(n-1)/n expectation."""
     fig, ax = new_axes()
-    workloads = list(dict.fromkeys(table["workload"]))
-    baselines = _method_order(table["baseline"])
-    width = 0.8 / len(baselines)
-    positions = {workload: index for index, workload in enumerate(workloads)}
-    for offset, baseline in enumerate(baselines):
-        rows = table[table["baseline"] == baseline]
-        x = rows["workload"].map(positions) + (offset - (len(baselines) - 1) / 2) * width
+    for _, baseline, rows, x, width in _bars_per_baseline(ax, table):
         ax.bar(
             x, rows["speedup_median"], width, color=METHOD_COLORS[baseline],
             yerr=_spread(rows, "speedup"), capsize=3, label=f"over {METHOD_LABELS[baseline]} (measured)",
@@ -134,7 +130,6 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
         if expected.any():
             ax.plot(x[expected], rows.loc[expected, "expected_speedup"], "kD", label="over ring, 2(n-1)/n model")
     ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set_xticks(range(len(workloads)), workloads, rotation=90)  # upright labels of any length never overlap
     ax.set_xlabel("model (gradient trace)")
     ax.set_ylabel("training speedup of SwitchML")
     ax.set_ylim(bottom=0)
@@ -150,6 +145,52 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
     )
     annotate(fig, context, f"Training speedup ({_workers(table)})", notes=(dilation, scale, paper.TRAINING_SPEEDUP))
     return fig
+
+
+def training_step_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
+    """Per model: SwitchML's training speedup over each baseline with each layer's all-reduce
+    overlapping compute (bars), and without overlap (black ticks), beside the paper's headline."""
+    fig, ax = new_axes()
+    for offset, baseline, rows, x, width in _bars_per_baseline(ax, table):
+        modelled = rows["baseline_source"].str.startswith("model").all()
+        ax.bar(x, rows["speedup"], width, color=METHOD_COLORS[baseline],
+               label=f"over {METHOD_LABELS[baseline]}{' (its line-rate model)' if modelled else ''}, layers overlapping compute")
+        ax.plot(x, rows["serial_speedup"], "k_", markersize=12, markeredgewidth=2,
+                label="without overlap" if offset == 0 else None)
+        nccl = rows["speedup_over_paper_nccl_ring"].notna()
+        if nccl.any():
+            ax.plot(x[nccl], rows.loc[nccl, "speedup_over_paper_nccl_ring"], "x", color="black", markersize=8,
+                    label=f"over a ring at the paper's NCCL ATE/s ({paper.NCCL_RING_ATE_PER_S[int(rows['n_workers'].iloc[0])]:.3g} "
+                          f"at {int(rows['n_workers'].iloc[0])} workers), with overlap")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    paper.draw_training_headline(ax, context)
+    ax.set_xlabel("model (every layer's gradients one all-reduce)")
+    ax.set_ylabel("training speedup of SwitchML (iteration time ratio)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+    first = table.iloc[0]
+    notes = ["Compute: each layer's share measured on a CPU (workloads/layers.py) x the trace's per-iteration GPU time"
+             + (f", x{first['time_dilation']:g} (time dilation) x{first['size_scale']:g} (size scale)"
+                if (first["time_dilation"], first["size_scale"]) != (1.0, 1.0) else ""),
+             "Schedule: the reference's dnn_benchmark (all-reduce after each layer's backward pass, waited for by its next forward pass)"]
+    if table["baseline_source"].str.startswith("model").any():
+        notes.append(f"Baselines: {first['baseline_source']}, not NCCL")
+    rate = f"{first['link_mbps'] / 1000:g} Gbit/s" if first["link_mbps"] >= 1000 else f"{first['link_mbps']:g} Mbit/s"
+    annotate(fig, context, f"Training speedup per model ({_workers(table)}, {rate})", notes=tuple(notes))
+    return fig
+
+
+def _bars_per_baseline(ax: Axes, table: pd.DataFrame) -> Iterator[tuple[int, str, pd.DataFrame, pd.Series, float]]:
+    """Per baseline: (its index, name, rows, bar centres, bar width) of a speedup figure with one
+    group of bars per model, the models ticked upright (labels of any length never overlap)."""
+    workloads = list(dict.fromkeys(table["workload"]))
+    baselines = _method_order(table["baseline"])
+    width = 0.8 / len(baselines)
+    positions = {workload: index for index, workload in enumerate(workloads)}
+    ax.set_xticks(range(len(workloads)), workloads, rotation=90)
+    for offset, baseline in enumerate(baselines):
+        rows = table[table["baseline"] == baseline]
+        yield offset, baseline, rows, rows["workload"].map(positions) + (offset - (len(baselines) - 1) / 2) * width, width
 
 
 def new_axes() -> tuple[Figure, Axes]:

@@ -25,6 +25,17 @@ NCCL_RING_ATE_PER_S = {4: 1.38e9, 8: 1.25e9, 16: 0.97e9}
 """The NCCL ring's ATE/s at 4, 8 and 16 workers."""
 TRAINING_SPEEDUP = "Paper (8 workers, 100 Gbit/s): up to 5.5x over NCCL-TCP and 2.27x over NCCL-RDMA"
 """The paper's headline training speedup; it gives no per-model number as text."""
+HEADLINE_SPEEDUPS = {"NCCL-TCP": 5.5, "NCCL-RDMA": 2.27}
+"""The headline's two numbers: SwitchML's largest training speedup over each NCCL transport
+(its best model), at 100 Gbit/s with 8 workers."""
+
+
+def draw_training_headline(ax: Axes, context: EmulationContext) -> None:
+    """The paper's largest speedups as grey horizontal lines, on a 100 Gbit/s figure only."""
+    if not at_paper_rate(context):
+        return
+    for (baseline, speedup), style in zip(HEADLINE_SPEEDUPS.items(), ("--", ":")):
+        ax.axhline(speedup, color="grey", linestyle=style, linewidth=1.2, label=f"paper: up to {speedup:g}x over {baseline} (best model)")
 
 
 def at_paper_rate(context: EmulationContext) -> bool:

@@ -118,6 +118,12 @@ class PointNetwork(Protocol):
     def loss_mechanism(self) -> str:
         """How the links' loss is made (network.json's ``loss_mechanism``), for the results' rows."""
 
+    @property
+    def repeats_jobs_exactly(self) -> bool:
+        """Whether a job of the same size run again here, on its own, takes the time it took
+        (the simulated clock on lossless links: nothing random, nothing else running), so that
+        a kind may record it from its first run rather than run it again."""
+
     def write_inputs(self, tensors: Sequence[np.ndarray], folder: Path | None = None) -> tuple[str, ...]:
         """Each rank's input tensor for a worker spec's ``inputs`` (in ``folder``, default the work folder)."""
 
@@ -153,6 +159,10 @@ class Clock(Protocol):
 
     def modelled(self, point: Point, writer: ResultsWriter) -> list[str]:
         """The methods of ``point`` this clock gives by a model rather than runs, recorded in the results."""
+
+    def note(self, writer: ResultsWriter, key: str, text: str) -> None:
+        """``text`` recorded under ``key`` beside the clock's models (summary.json's
+        ``simulation``): how a kind ran its jobs on it. The emulated clock has no models to note."""
 
     def point(self, experiment: Experiment, point: Point, writer: ResultsWriter, jobs: Sequence[SharedJob] = ()) -> ContextManager[PointNetwork]:
         """``point``'s network, recorded in the results and held with its work folder."""
@@ -200,6 +210,11 @@ class EmulatedPoint:
     @property
     def loss_mechanism(self) -> str:
         return self.net.report.loss_mechanism
+
+    @property
+    def repeats_jobs_exactly(self) -> bool:
+        """Never: real processes on a real CPU."""
+        return False
 
     def write_inputs(self, tensors: Sequence[np.ndarray], folder: Path | None = None) -> tuple[str, ...]:
         """One .npy per rank in ``folder`` (default: the work folder); their paths, by rank."""
@@ -288,6 +303,9 @@ class EmulatedClock:
     def modelled(self, point: Point, writer: ResultsWriter) -> list[str]:
         return []
 
+    def note(self, writer: ResultsWriter, key: str, text: str) -> None:
+        """Nothing to note beside: emulated results record no models."""
+
     @contextlib.contextmanager
     def point(self, experiment: Experiment, point: Point, writer: ResultsWriter, jobs: Sequence[SharedJob] = ()) -> Iterator[EmulatedPoint]:
         """Build ``point``'s network, record it in the results, hold it with its work folder."""
@@ -366,15 +384,17 @@ def verify_results(method: str, expected: Expected, results: Sequence[tuple[np.n
     return verdicts
 
 
-def pending_methods(writer: ResultsWriter, point: Point, progress: Callable[[str], None], methods_run: Sequence[str]) -> list[str]:
-    """Of ``methods_run`` at ``point``, those still to run: one with every repetition in the
-    results already (``--resume``) is skipped, its units reported done; an interrupted one
-    has its rows discarded, to run again whole."""
+def pending_methods(writer: ResultsWriter, point: Point, progress: Callable[[str], None], methods_run: Sequence[str],
+                    units: int | None = None) -> list[str]:
+    """Of ``methods_run`` at ``point``, those still to run: one with all its ``units`` in the
+    results already (default: the point's repetitions; ``--resume``) is skipped, its units
+    reported done; an interrupted one has its rows discarded, to run again whole."""
+    units = point.repetitions if units is None else units
     pending = []
     for method in methods_run:
-        if writer.has_rows(point.index, method, point.repetitions):
+        if writer.has_rows(point.index, method, units):
             log.info("point %d %s: already in %s, skipped (resume)", point.index, method, writer.run_dir)
-            for _ in range(point.repetitions):
+            for _ in range(units):
                 progress("skipped")
         else:
             writer.discard(point.index, method)

@@ -49,7 +49,7 @@ from protocol.worker_spec import WorkerSpec
 from simulation.host import start_host, start_server
 from simulation.native import library as native_simulator
 from simulation.native.star import has_aggregation_path, star_problem
-from simulation.network import DROP_SIMULATOR, NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
+from simulation.network import DROP_SIMULATOR, NATIVE_CORE, NO_LOSS, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
 from switches.fabric import SharedJob, Station
 from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
 
@@ -232,6 +232,10 @@ class SimulatedClock:
                          model["model"], model["efficiency"])
         return list(models)
 
+    def note(self, writer: ResultsWriter, key: str, text: str) -> None:
+        self.record[key] = text
+        writer.mark_simulated(self.record)
+
     @contextlib.contextmanager
     def point(self, experiment: Experiment, point: Point, writer: ResultsWriter, jobs: Sequence[SharedJob] = ()) -> Iterator[SimulatedPoint]:
         work = writer.work_dir / f"point{point.index}"
@@ -268,6 +272,12 @@ class SimulatedPoint:
     @property
     def loss_mechanism(self) -> str:
         return loss_mechanism_of(self.point.topology, self.point.data["loss_mechanism"])
+
+    @property
+    def repeats_jobs_exactly(self) -> bool:
+        """On lossless links: the simulation draws no random number then (within 1.2 % for a
+        network's first job, which finds it fresh; tests/test_training_step.py)."""
+        return self.loss_mechanism == NO_LOSS
 
     def write_inputs(self, tensors: Sequence[np.ndarray], folder: Path | None = None) -> tuple[str, ...]:
         """Each rank's tensor under the name an emulated run would write it to, handed to the

@@ -79,6 +79,9 @@ class WorkerSpec:
     training: TrainingSection | None = None
     script: tuple[str, ...] = ()
     """A user's DDP script and its arguments (workload kind ddp_script), as every rank runs it."""
+    workload: dict[str, Any] | None = None
+    """The workload's config section, for a rank program that makes each job's tensor itself
+    (``layers``: hosts/layer_jobs.py), so that no process holds a whole iteration's tensors."""
     servers: tuple[str, ...] = ()
     """IPv4 of each host besides the workers the job's protocol needs (its record's
     ``servers_per_job``, attached to the aggregating switch: ATP's parameter server), in order."""

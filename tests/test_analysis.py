@@ -25,6 +25,7 @@ from analysis.__main__ import main
 from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchml
 from experiments.metrics import timed_cpu_samples
 from analysis.catalog import FIGURES, by_name, render
+from analysis.training_step import runs_layer_steps
 from analysis.context import NOT_KEPT_UP
 from analysis.figures import LINE_RATE_LABEL, METHOD_LABELS, RING_BOUND_LABEL
 from analysis.load import ResultsFormatError, load_results
@@ -120,13 +121,15 @@ SWEEP_PRIORITY = ("workload", "n_workers", "pool_size", "loss", "elements")
 
 
 def swept(rows: list[dict[str, str]]) -> str | None:
-    """The column a run sweeps: sweep_param if it is a column name, else the first one that varies."""
+    """The column a run sweeps: sweep_param if it is a column name, else the first one that
+    varies between points (a point's jobs may differ in size: a training iteration's layers)."""
     params = {row["sweep_param"] for row in rows}
     if params <= {""}:
         return None
     if len(params) == 1 and next(iter(params)) in SWEEP_PRIORITY:
         return next(iter(params))
-    return next((column for column in SWEEP_PRIORITY if len({row[column] for row in rows}) > 1), None)
+    points = {row["point"]: row for row in rows}.values()
+    return next((column for column in SWEEP_PRIORITY if len({row[column] for row in points}) > 1), None)
 
 
 def newest(candidates: list[Path], what: str) -> Path:
@@ -171,6 +174,9 @@ def figure_run(root: Path, name: str) -> Path:
     """The run directory figure ``name`` must be drawn from (skips the test if there is none)."""
     if name == "loss_timeline":
         return newest_run_with_lossy_switchml(root)
+    if name == "training_speedup_layers":
+        return newest([path.parent for path in root.rglob("runs.csv") if runs_layer_steps(load_results([path.parent]).runs)],
+                      "ran training iterations layer by layer")
     if name in TRAINING_FIGURES:
         return newest([path.parent for path in root.rglob("runs.csv") if is_training(path.parent, TRAINING_FIGURES[name])],
                       f"trained a model (workload {TRAINING_FIGURES[name]})")
@@ -315,10 +321,11 @@ def test_every_figure_with_data_is_written(tmp_path: Path, caplog) -> None:
     lossy = any(has_lossy_switchml(path.parent) for path in FIXTURE.rglob("runs.csv"))
     trained = {name: any(is_training(path.parent, workload) for path in FIXTURE.rglob("runs.csv"))
                for name, workload in TRAINING_FIGURES.items()}
+    layer_steps = bool(runs_layer_steps(load_results([FIXTURE]).runs))
     with caplog.at_level(logging.INFO):
-        assert main([str(FIXTURE), "--out", str(tmp_path)]) == 0
+        assert main([str(FIXTURE), "--out", str(tmp_path), "--mixed-commits"]) == 0  # its runs were written by different versions
     for spec in FIGURES:
-        special = {"loss_timeline": lossy, **trained}
+        special = {"loss_timeline": lossy, "training_speedup_layers": layer_steps, **trained}
         if special[spec.name] if spec.name in special else FIGURE_SWEEPS[spec.name] in present:
             for suffix in ("png", "pdf", "csv"):
                 assert (tmp_path / f"{spec.name}.{suffix}").stat().st_size > 0, f"{spec.name}.{suffix}"

@@ -247,7 +247,7 @@ UNMOVED: dict[str, str] = {
                      "switches.embedded.egress", "switches.embedded.ingress", "switches.embedded.responder",
                      "switches.embedded.simulated"),
                     NOT_YET),
-    **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",
+    **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables", "analysis.training_step",
                      "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
                      "benchmarks.simulation_validation", "experiments.capacity", "workloads.make_traces"), ABOUT),
     **dict.fromkeys(("hosts.ddp_script", "hosts.torch_backend", "hosts.torch_hook"), DDP),

@@ -64,7 +64,7 @@ def test_a_workload_is_its_record_plus_one_registry_line(monkeypatch: pytest.Mon
 
 
 def test_an_unregistered_workload_is_refused_naming_the_registered_ones() -> None:
-    with pytest.raises(ConfigError, match=r"'constant' is not one of \['synthetic', 'trace', 'training', 'torch', 'ddp_script'\]"):
+    with pytest.raises(ConfigError, match=r"'constant' is not one of \['synthetic', 'trace', 'layers', 'training', 'torch', 'ddp_script'\]"):
         load_experiment(MAIN, ["workload={kind: constant, length: 1000}"])
 
 

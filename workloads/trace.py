@@ -93,6 +93,9 @@ class Trace:
     compute_source: str
     tensors: tuple[TensorSpec, ...]
     path: Path | None = None
+    layer_ns: tuple[tuple[int, int], ...] | None = None
+    """Per tensor, its layer's (forward, backward) nanoseconds, where the file gives them (a
+    dnn_benchmark CSV: one tensor per layer); workloads/layers.py reads them."""
 
     @property
     def gradients_path(self) -> Path | None:
@@ -198,6 +201,7 @@ def parse_benchmark_csv(text: str, where: str, path: Path | None = None) -> Trac
     size: the trace says so, and its batch size is 1, the unit its per-iteration times are in.
     """
     tensors: list[TensorSpec] = []
+    times: list[tuple[int, int]] = []
     compute_ns = 0
     previous = -1
     for line_number, row in enumerate(csv.reader(text.splitlines()), start=1):
@@ -221,6 +225,7 @@ def parse_benchmark_csv(text: str, where: str, path: Path | None = None) -> Trac
             raise TraceError(f"{at}: pass times must not be negative, got {forward_ns} and {backward_ns} ns")
         previous = index
         tensors.append(TensorSpec(f"layer{index}", numel))
+        times.append((forward_ns, backward_ns))
         compute_ns += forward_ns + backward_ns
     if not tensors:
         raise TraceError(f"{where}: no layer rows")
@@ -231,7 +236,7 @@ def parse_benchmark_csv(text: str, where: str, path: Path | None = None) -> Trac
                  derivation="recorded", params_source=f"{where}: numel per layer", compute_s=compute_ns / NS_PER_S,
                  gpu="not recorded in the CSV", batch_size=1, compute_estimate=False,
                  compute_source=f"{where}: sum of forward_pass_ns and backward_pass_ns over the layers",
-                 tensors=tuple(tensors), path=path)
+                 tensors=tuple(tensors), path=path, layer_ns=tuple(times))
 
 
 def load_trace(name_or_path: str | Path) -> Trace:

@@ -8,7 +8,7 @@ repetitions), ``training`` (each method trains a model step by step, with
 ``training_replay`` and ``training_results``), ``torch_training`` (a PyTorch model trained
 with DDP on the hosts, with ``torch_replay``), ``ddp_script`` (a user's own DDP script on
 the hosts, with the testbed's DDP hook) and ``shared_switch`` (several jobs on one switch
-at once). A new kind is a module here and one line in ``KINDS``.
+at once), ``training_step`` (a model's training iteration, every layer's all-reduce a job). A new kind is a module here and one line in ``KINDS``.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from typing import Any
 from base.plugin import named
 from experiments.config import Experiment, load_experiment
 from experiments.harness import ExperimentKind
-from experiments.kinds import ddp_script, shared_switch, sweep, torch_training, training
+from experiments.kinds import ddp_script, shared_switch, sweep, torch_training, training, training_step
 
 KINDS: tuple[ExperimentKind, ...] = (
     shared_switch.KIND,
     training.KIND,
+    training_step.KIND,
     torch_training.KIND,
     ddp_script.KIND,
     sweep.KIND,

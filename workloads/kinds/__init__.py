@@ -16,12 +16,13 @@ from typing import Any, Mapping
 import numpy as np
 
 from base.plugin import named
-from workloads.kinds import ddp_script, synthetic, torch_training, trace, training
+from workloads.kinds import ddp_script, layers, synthetic, torch_training, trace, training
 from workloads.workload import Workload, WorkloadInfo
 
 REGISTRY: tuple[Workload, ...] = (
     synthetic.SYNTHETIC,
     trace.TRACE,
+    layers.LAYERS,
     training.TRAINING,
     torch_training.TORCH,
     ddp_script.DDP_SCRIPT,

@@ -56,9 +56,9 @@ def check(data: Mapping[str, Any], n_workers: int, source: str) -> None:
 TRACE = Workload(
     name="trace",
     properties={
-        "model": {"type": "string", "description": "trace only: a shipped trace's name (workloads/traces/), or a .yaml trace or dnn_benchmark .csv file, looked for next to the config, then in the current folder (as topology.file)"},
+        "model": {"type": "string", "description": "trace and layers: a shipped trace's name (workloads/traces/), or a .yaml trace or dnn_benchmark .csv file, looked for next to the config, then in the current folder (as topology.file)"},
         "size_scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "description":
-                       "trace only: every tensor is all-reduced at ceil(count * size_scale) elements and compute times "
+                       "trace and layers: every tensor is all-reduced at ceil(count * size_scale) elements and compute times "
                        "shrink by the same factor (1)"},
     },
     required=("model",),
