@@ -83,6 +83,26 @@ class Aggregation:
     reset_switch: str
     """"module:attribute" of ``(control, parameters) -> None``: a switch's protocol state
     zeroed before the first job on a network (its workers start from an empty pool)."""
+    program_switches: str | None = None
+    """"module:attribute" of ``(controls, fabric, jobs) -> None`` (switches/fabric.py's
+    ``ProgramSwitches``): every switch of an emulated or simulated network programmed for its
+    jobs, on whichever target (tables, multicast groups, its forwarding of ordinary traffic,
+    the switch's own address). None: it runs on no network yet (only in memory)."""
+    switch_address: bool = True
+    """Its workers send to the aggregating switch's IPv4 address, which the switch answers
+    ARP and ping for: every host resolves it once the switches are programmed. False for a
+    protocol whose frames carry no IP address."""
+    servers_per_job: int = 0
+    """Hosts each job needs beside its workers (ATP's parameter server), cabled to the
+    aggregating switch with the workers' link; the network adds them only for a protocol
+    that asks."""
+    server: str | None = None
+    """"module:attribute" of ``(spec, job_index, server_index) -> None``: what each of those
+    hosts runs for a job (hosts/server.py starts it), given the workers' spec; None when it needs none."""
+    waiting_evidence: str | None = None
+    """"module:attribute" of ``(control, switch, n_workers) -> {rank: what}``: what the
+    aggregating switch's state shows of the ranks a job waits for (network/evidence.py's
+    ``slots_evidence``), asked at a deadline that passed; None: its state shows nothing."""
     pace: PaceModel | None = None
     """Its pace model where its links and pool alone set its pace; None: only its bound is known."""
     data_path: str | None = None
@@ -95,3 +115,13 @@ class Aggregation:
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
     """The torch.distributed backend name a DDP script gets through it (hosts/torch_backend.py); None: none."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One in-network job as a network takes it: its protocol, its typed parameters (the job's
+    id and pool among them) and its workers' hosts in rank order."""
+
+    aggregation: Aggregation
+    parameters: JobParameters
+    hosts: tuple[str, ...]

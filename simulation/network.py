@@ -1,7 +1,7 @@
 """A topology on the simulated clock: its switches (their targets' own data planes), its
 links (link.py), its hosts' SwitchML workers (worker.py), programmed as in emulation.
 
-The switches are programmed by ``switches/fabric.py``'s ``program_fabric`` from the same
+The switches are programmed by ``switches/programming.py``'s ``program_fabric`` from the same
 ``Fabric`` the emulated network hands it (network/topology_fabric.py), over each simulated
 switch's in-process control plane: forwarding, the switch's address, aggregation (star,
 tree, hierarchical, or several jobs sharing the aggregating switch), the drop simulator. Port numbers follow the topology's links: a
@@ -30,7 +30,7 @@ from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, 
 from simulation.worker import SimulatedWorker, WorkerSetup
 from switches import programming
 from switches.control import SwitchControl
-from switches.fabric import Jobs, SharedJob, program_fabric
+from switches.fabric import SharedJob, jobs_sharing
 from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import Topology
 
@@ -130,7 +130,7 @@ class SimulatedNetwork:
         self.controls: dict[str, SwitchControl] = {name: switch.control() for name, switch in self.switches.items()}
         self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
                                       self.loss_mechanism == DROP_SIMULATOR)
-        program_fabric(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size, job.shared))
+        programming.program_fabric(self.controls, self.fabric, jobs_sharing(job, [host.name for host in topology.hosts], job.shared))
         self._native: NativeStar | None = None
         self.core = PYTHON_CORE
         """Which worker core and event loop run the network (WORKER_CORES)."""

@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ports = {int(number): interface for number, interface in (p.split("=", 1) for p in args.port)}
     target = lookup(args.target)
     args.log_dir.mkdir(parents=True, exist_ok=True)
+    options = json.loads(args.options)
     data_plane = target.data_plane(ports, args.log_dir, name=args.name, k=args.k, max_pool_size=args.max_pool_size,
-                                   **target.start_options(json.loads(args.options)))
+                                   protocol=options.pop("protocol", None), **target.start_options(options))
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     data_plane.start()

@@ -24,6 +24,7 @@ from typing import Iterator, Mapping
 from base.lifetime import ThreadWatch, dies_with_this_process
 from protocol import params
 from switches.control import ControlPlaneError
+from switches.embedded import TARGET
 from switches.remote_control import SocketControl
 from switches.target import DataPlaneStartError
 
@@ -75,6 +76,7 @@ class EmbeddedSwitchProcess:
         log_dir: Path,
         *,
         k: int,
+        program: str | None = None,
         name: str = "switch",
         max_pool_size: int = params.MAX_POOL_SIZE,
         seed: int | None = None,
@@ -87,6 +89,8 @@ class EmbeddedSwitchProcess:
         self.name = name
         self.log_file = Path(log_dir) / f"{name}.log"
         self.k = k
+        self.program = TARGET.program_of(None) if program is None else program
+        """"module:attribute" of the protocol's program class the process runs (None: the target's default)."""
         self.max_pool_size = max_pool_size
         self.seed = seed
         self.link_delay_ms = link_delay_ms
@@ -106,7 +110,7 @@ class EmbeddedSwitchProcess:
 
     def command(self) -> list[str]:
         profiler = [] if self.profile is None else ["-m", "cProfile", "-o", str(self.profile)]
-        argv = [sys.executable, *profiler, "-m", "switches.embedded", "--control-socket", str(self.control_socket)]
+        argv = [sys.executable, *profiler, "-m", "switches.embedded", "--program", self.program, "--control-socket", str(self.control_socket)]
         argv += [f"--port={port}={ifname}" for port, ifname in sorted(self.ports.items())]
         argv += ["--log-file", str(self.log_file), "--log-level", self.log_level]
         argv += ["--k", str(self.k), "--max-pool-size", str(self.max_pool_size)]

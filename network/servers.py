@@ -1,0 +1,93 @@
+"""The hosts a protocol runs beside its workers (``Aggregation.servers_per_job``: ATP's
+parameter server), and the processes they run.
+
+A network adds them only for the jobs of a protocol that asks: each job's servers are
+cabled to the aggregating switch with the workers' link (the first host link's shaping), and
+addressed from the top of the subnet down, below the aggregator's and the leaves' own
+addresses, so that no topology's host can clash with them. What a server runs is its
+protocol's (``Aggregation.server``), started by ``hosts/server.py`` with the workers' spec.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from methods.aggregation import Job
+from protocol.params import REPO_ROOT
+from topologies.model import LinkSpec, Topology
+
+log = logging.getLogger(__name__)
+
+SERVER_MAC_PREFIX = "02:00:00:01"
+"""Servers' MACs: 02:00:00:01:<number, 16 bits> (the workers' are 02:00:00:00:...)."""
+SERVER_ENTRY = "hosts.server"
+"""The module a server host runs (``python -m hosts.server REFERENCE SPEC --job J --server S``)."""
+STOP_WAIT_S = 5.0
+
+
+class ServerPlanError(ValueError):
+    """The jobs' servers do not fit the topology's subnet."""
+
+
+@dataclass(frozen=True)
+class ServerHost:
+    """One server host: its name and addresses, and the job (by position in the network's
+    jobs) and index among that job's servers it serves."""
+
+    name: str
+    ipv4: str
+    mac: str
+    job: int
+    index: int
+
+
+def plan_servers(topology: Topology, jobs: Sequence[Job]) -> tuple[ServerHost, ...]:
+    """Every server the jobs' protocols ask for, numbered srv1, srv2, ... in job order."""
+    taken = {ipaddress.IPv4Address(h.ipv4) for h in topology.hosts}
+    top = topology.subnet.broadcast_address - 2 - len(topology.leaves)
+    servers: list[ServerHost] = []
+    for position, job in enumerate(jobs):
+        for index in range(job.aggregation.servers_per_job):
+            number = len(servers) + 1
+            address = top - (number - 1)
+            if address in taken or address <= topology.subnet.network_address:
+                raise ServerPlanError(f"topology {topology.name}: subnet {topology.subnet} has no free address for server {number} "
+                                      f"({job.aggregation.label} asks for {job.aggregation.servers_per_job} per job)")
+            servers.append(ServerHost(f"srv{number}", str(address), f"{SERVER_MAC_PREFIX}:{number >> 8:02x}:{number & 0xFF:02x}",
+                                      position, index))
+    return tuple(servers)
+
+
+def server_link(topology: Topology) -> LinkSpec:
+    """The workers' link: what a server's link to the aggregating switch is shaped as."""
+    hosts = {h.name for h in topology.hosts}
+    return next(link.spec for link in topology.links if link.a in hosts or link.b in hosts)
+
+
+class ServerProcess:
+    """One server's process on its Mininet host, its output in its log."""
+
+    def __init__(self, node: Any, server: ServerHost, reference: str, spec_path: Path, log_dir: Path) -> None:
+        self.server = server
+        self.log_file = log_dir / f"{server.name}.log"
+        argv = [sys.executable, "-m", SERVER_ENTRY, reference, str(spec_path), "--job", str(server.job), "--server", str(server.index)]
+        with self.log_file.open("ab") as output:
+            self.process: subprocess.Popen = node.popen(argv, cwd=str(REPO_ROOT), stdout=output, stderr=subprocess.STDOUT)
+        log.info("started server %s (pid %d): %s", server.name, self.process.pid, reference)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a bounded wait."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
