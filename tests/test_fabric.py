@@ -113,3 +113,28 @@ def test_every_switch_answers_for_its_own_address() -> None:
     own = {"s1": SPINE, "s2": fabric.leaves["s2"].station, "s3": fabric.leaves["s3"].station}
     for name, station in own.items():
         assert table_adds(controls[name], programming.SWITCH_ADDR_TABLE) == [((ip(station.ipv4),), (mac(station.mac),))], name
+
+
+def test_with_no_job_every_switch_only_forwards_and_answers_for_its_address() -> None:
+    """The program a network starts with when no job needs a protocol (the baselines): no
+    worker, ordinary forwarding, the switch's own address."""
+    control = RecordingControl()
+    program_fabric({"s1": control}, star(), ())
+    assert not table_adds(control, programming.WORKER_TABLE)
+    assert len(table_adds(control, programming.L2_TABLE)) == len(HOSTS)
+    assert table_adds(control, programming.SWITCH_ADDR_TABLE) == [((ip(SPINE.ipv4),), (mac(SPINE.mac),))]
+
+
+def test_servers_are_forwarded_to_like_hosts_but_are_no_workers() -> None:
+    """A protocol's servers (Fabric.servers) get static L2 entries on every switch; SwitchML's
+    programmer makes only the job's hosts workers."""
+    server = Station("srv1", "02:00:00:01:00:01", "10.0.0.250")
+    fabric = tree()
+    towards = {**fabric.towards, ("s1", "srv1"): 4, ("s2", "srv1"): 3, ("s3", "srv1"): 3}
+    with_server = Fabric(fabric.switches, fabric.aggregator, {}, fabric.hosts, False, {"s1": (1, 2, 4)}, towards, servers=(server,))
+    assert with_server.l2_entries("s1")[server.mac] == 4
+    control = RecordingControl()
+    program_fabric({"s1": control}, Fabric(("s1",), SPINE, {}, HOSTS, False, {"s1": (1, 2, 3, 4, 5)},
+                                           {**star().towards, ("s1", "srv1"): 5}, servers=(server,)), job(1, 16))
+    assert ((mac(server.mac),), (5,)) in table_adds(control, programming.L2_TABLE)
+    assert [keys for keys, _ in table_adds(control, programming.WORKER_TABLE)] == [(i + 1, ip(h.ipv4)) for i, h in enumerate(HOSTS)]
