@@ -6,9 +6,10 @@ off NIC offloads (a user-space switch needs real frames), shapes every link with
 installs static ARP entries between the hosts (the switch's virtual address they resolve
 by ARP: the switch answers it, and every host asks once before a run starts), and hands the
 protocol's programmer (its record's ``program_switches``) what it needs to program the
-switches: names, addresses, the port towards every node (switches/fabric.py), the jobs. On exit -- normal, exception or Ctrl-C -- it stops the
-switches, kills every node's shell and deletes the veths, and then checks that none of its
-interfaces survived; a second Ctrl-C waits until that is done.
+switches: names, addresses, the port towards every node (switches/fabric.py), the jobs. On
+exit -- normal, exception or Ctrl-C -- it stops the switches, kills every node's shell and
+deletes the veths, and then checks that none of its interfaces survived; a second Ctrl-C
+waits until that is done.
 
 Every wait on a node's shell is bounded. Mininet talks to a shell through a pty whose
 other end it keeps open itself, so reading from a shell that died waits forever (a host
@@ -185,7 +186,6 @@ class EmulatedNetwork:
         if self.servers and cluster is not None:
             raise NetworkError("servers beside the workers (Aggregation.servers_per_job) run on one machine only, not on a cluster")
         self._server_processes: list[ServerProcess] = []
-        self._loss_mechanism = "none"
         self.fabric: Fabric | None = None
         self.requested_loss_mechanism = loss_mechanism
         self.tcp_congestion_control = tcp_congestion_control
