@@ -16,7 +16,9 @@ docs/architecture.md, "In-network aggregation", says where each piece of a proto
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Iterable, Mapping, Protocol
+
+from base.plugin import resolve
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,13 @@ class Aggregation:
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
     """The torch.distributed backend name a DDP script gets through it (hosts/torch_backend.py); None: none."""
+
+    def reset(self, controls: Iterable[Any], parameters: JobParameters) -> None:
+        """Its state zeroed on each of ``controls`` (switches/control.py's SwitchControl) by
+        ``reset_switch``, before its first job on a network."""
+        reset = resolve(self.reset_switch)
+        for control in controls:
+            reset(control, parameters)
 
 
 @dataclass(frozen=True)

@@ -503,9 +503,7 @@ class EmulatedNetwork:
             if not any(job.aggregation.name == aggregation.name for job in self.all_jobs):
                 raise NetworkError(f"method {method.name}: the network was built with no job of {aggregation.label}")
             self._load(aggregation)
-        reset = resolve(aggregation.reset_switch)
-        for control in self.aggregating_controls:
-            reset(control, self.jobs[0].parameters)
+        aggregation.reset(self.aggregating_controls, self.jobs[0].parameters)
 
     def _load(self, aggregation: Aggregation) -> None:
         """Every switch restarted with ``aggregation``'s program, and programmed for its jobs."""
