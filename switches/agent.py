@@ -3,6 +3,8 @@
     python -m switches.agent --target T --name S --socket PATH --log-dir DIR --k K --max-pool-size M \
         --port=1=s2-eth1 ... [--options JSON]
 
+(``--options``: the target's own options and ``protocol``, whose program it runs.)
+
 The controlling machine starts this over ssh on the server a switch node is placed on
 (network/cluster.py): it starts the target's data plane there on the node's ports
 (``SwitchTarget.data_plane``, as a Mininet node would: the embedded switch's process,

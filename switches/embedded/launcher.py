@@ -1,5 +1,8 @@
 """Start and stop an embedded switch process; the one launcher for Mininet, tests and benchmarks.
 
+The process runs one protocol's program class (``program``, a "module:attribute" from the
+target's ``PROGRAMS``; SwitchML's pipeline by default); another program means another process.
+
 The control socket lives in a fresh short directory under /tmp because a Unix socket path
 may not exceed 107 bytes (log directories from pytest easily do). Start-up waits until the
 switch answers ``ping`` on its control socket, bounded, and a switch that died is reported
