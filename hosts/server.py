@@ -1,10 +1,10 @@
-"""``python -m hosts.server MODULE:ATTRIBUTE SPEC.json --job J --server S``: one server host's
-process (network/servers.py starts it on a host a protocol runs beside its workers).
+"""``python -m hosts.server MODULE:ATTRIBUTE SPEC.json --index I``: one server host's process
+(network/servers.py starts it on a host a protocol runs beside its workers).
 
 ``MODULE:ATTRIBUTE`` is the protocol's server (``Aggregation.server``), called as
-``serve(spec, job, server)`` with the workers' spec (their method, job parameters and
-addresses), the position of the job it serves among the network's jobs, and its index among
-that job's servers. It runs until its job is done or it is told to stop (SIGTERM).
+``serve(spec, index)`` with its job's workers' spec (their method, job parameters and
+addresses, the job's servers' addresses) and its index among that job's servers. It runs
+until its job is done or it is told to stop (SIGTERM).
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from protocol.worker_spec import WorkerSpec
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hosts.server", description=__doc__.splitlines()[0])
     parser.add_argument("reference", help="module:attribute of the protocol's server")
-    parser.add_argument("spec", type=Path, help="the workers' spec (JSON)")
-    parser.add_argument("--job", type=int, required=True, help="the job it serves, by position among the network's jobs")
-    parser.add_argument("--server", type=int, default=0, help="its index among the job's servers")
+    parser.add_argument("spec", type=Path, help="its job's workers' spec (JSON)")
+    parser.add_argument("--index", type=int, default=0, help="which of the job's servers it is")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -32,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError, AttributeError, OSError) as exc:
         print(f"hosts.server: {exc}", file=sys.stderr)
         return 2
-    serve(spec, args.job, args.server)
+    serve(spec, args.index)
     return 0
 
 

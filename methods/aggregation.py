@@ -85,22 +85,24 @@ class Aggregation:
     reset_switch: str
     """"module:attribute" of ``(control, parameters) -> None``: a switch's protocol state
     zeroed before the first job on a network (its workers start from an empty pool)."""
-    program_switches: str | None = None
+    program_fabric: str | None = None
     """"module:attribute" of ``(controls, fabric, jobs) -> None`` (switches/fabric.py's
     ``ProgramSwitches``): every switch of an emulated or simulated network programmed for its
     jobs, on whichever target (tables, multicast groups, its forwarding of ordinary traffic,
     the switch's own address). None: it runs on no network yet (only in memory)."""
     switch_address: bool = True
-    """Its workers send to the aggregating switch's IPv4 address, which the switch answers
-    ARP and ping for: every host resolves it once the switches are programmed. False for a
-    protocol whose frames carry no IP address."""
+    """Its switch program answers ARP and ping for the aggregating switch's IPv4 address,
+    which every host resolves once the switches are programmed; False: the network gives
+    every host a static neighbour entry for it instead (a program that answers neither)."""
     servers_per_job: int = 0
     """Hosts each job needs beside its workers (ATP's parameter server), cabled to the
     aggregating switch with the workers' link; the network adds them only for a protocol
-    that asks."""
+    that asks, and gives their addresses (``EmulatedNetwork.server_addresses``: the workers'
+    spec's ``servers``)."""
     server: str | None = None
-    """"module:attribute" of ``(spec, job_index, server_index) -> None``: what each of those
-    hosts runs for a job (hosts/server.py starts it), given the workers' spec; None when it needs none."""
+    """"module:attribute" of ``serve(spec, index) -> Any``: what each of those hosts runs, with
+    its job's spec, until its job is done or SIGTERM (``python -m hosts.server`` starts it; index:
+    which of the job's servers it is); None when it needs none."""
     waiting_evidence: str | None = None
     """"module:attribute" of ``(control, switch, n_workers) -> {rank: what}``: what the
     aggregating switch's state shows of the ranks a job waits for (network/evidence.py's

@@ -5,7 +5,7 @@ one switch node per topology switch running the chosen target, plain veth links)
 off NIC offloads (a user-space switch needs real frames), shapes every link with tc,
 installs static ARP entries between the hosts (the switch's virtual address they resolve
 by ARP: the switch answers it, and every host asks once before a run starts), and hands the
-protocol's programmer (its record's ``program_switches``) what it needs to program the
+protocol's programmer (its record's ``program_fabric``) what it needs to program the
 switches: names, addresses, the port towards every node (switches/fabric.py), the jobs. On
 exit -- normal, exception or Ctrl-C -- it stops the switches, kills every node's shell and
 deletes the veths, and then checks that none of its interfaces survived; a second Ctrl-C
@@ -310,7 +310,7 @@ class EmulatedNetwork:
             links=[asdict(a) for a in applied],
             servers=dict(sorted(self.cluster.placement.items())) if self.cluster is not None else {},
         )
-        self._program_switches(loss_mechanism)
+        self._program_fabric(loss_mechanism)
 
     def _links(self) -> list[LinkDef]:
         """The topology's links, and each server's to the aggregating switch (the workers' link)."""
@@ -469,7 +469,7 @@ class EmulatedNetwork:
         servers = [Station(server.name, server.mac, server.ipv4) for server in self.servers]
         return topology_fabric(self.topology, self._port_towards, ports, loss_mechanism == "switch_drop_simulator", servers)
 
-    def _program_switches(self, loss_mechanism: str) -> None:
+    def _program_fabric(self, loss_mechanism: str) -> None:
         self.fabric = self._fabric(loss_mechanism)
         self._program()
 
@@ -482,14 +482,17 @@ class EmulatedNetwork:
         """Every switch programmed for the loaded protocol's jobs by its programmer, over new
         control connections (a switch's commands logged to ``<switch>.commands``)."""
         assert self.net is not None and self.fabric is not None
-        if self.loaded.program_switches is None:
-            raise NetworkError(f"{self.loaded.label} has no switch programmer (Aggregation.program_switches): it runs on no network")
+        if self.loaded.program_fabric is None:
+            raise NetworkError(f"{self.loaded.label} has no switch programmer (Aggregation.program_fabric): it runs on no network")
         for switch in self.fabric.switches:
             self.controls[switch] = self.net.get(switch).control(self.log_dir / f"{switch}.commands")
-        jobs = [FabricJob(job.parameters, job.hosts, tuple(s.name for s in self.servers if self.all_jobs[s.job] is job)) for job in self.jobs]
-        resolve(self.loaded.program_switches)(self.controls, self.fabric, jobs)
+        jobs = [FabricJob(job.parameters, job.hosts, tuple(s.name for s in self._job_servers(index)))
+                for index, job in enumerate(self.jobs)]
+        resolve(self.loaded.program_fabric)(self.controls, self.fabric, jobs)
         if self.loaded.switch_address:
             self._resolve_aggregator()
+        else:
+            self._pin_aggregator()
 
     def prepare(self, method: Method) -> None:
         """What ``method`` needs of the network before its first job here: its protocol's
@@ -518,19 +521,32 @@ class EmulatedNetwork:
             switch.load(aggregation.name)
         self._program()
 
+    def _job_servers(self, index: int) -> list[ServerHost]:
+        """The servers of the loaded protocol's job ``index`` (its position in ``jobs``)."""
+        job = self.jobs[index]
+        return [server for server in self.servers if self.all_jobs[server.job] is job]
+
+    def server_addresses(self, index: int) -> tuple[str, ...]:
+        """The IPv4 addresses of the servers of the loaded protocol's job ``index`` (its
+        position in ``jobs``), in order: what its workers' spec gives them (``servers``)."""
+        return tuple(server.ipv4 for server in self._job_servers(index))
+
     @contextlib.contextmanager
-    def serving(self, spec_path: Path) -> Iterator[list[ServerProcess]]:
+    def serving(self, spec_paths: Sequence[Path]) -> Iterator[list[ServerProcess]]:
         """The loaded protocol's server (``Aggregation.server``) on each server host of its
-        jobs, run with the workers' spec at ``spec_path``, while held; each server's death is
-        one of the network's ``dependencies`` meanwhile. Nothing for a protocol without servers."""
+        jobs, each run with its job's workers' spec (``spec_paths``, one per job of ``jobs``),
+        while held; each server's death is one of the network's ``dependencies`` meanwhile.
+        Nothing for a protocol without servers."""
         assert self.net is not None
+        if len(spec_paths) != len(self.jobs):
+            raise ValueError(f"{len(self.jobs)} job(s) of {self.loaded.label} run here; got {len(spec_paths)} spec(s)")
         reference = self.loaded.server
-        servers = [s for s in self.servers if self.all_jobs[s.job].aggregation.name == self.loaded.name]
-        if servers and reference is None:
+        if self.loaded.servers_per_job and reference is None:
             raise NetworkError(f"{self.loaded.label} asks for servers but names no server to run on them (Aggregation.server)")
         try:
-            for server in servers:
-                self._server_processes.append(ServerProcess(self.net.get(server.name), server, reference, spec_path, self.log_dir))
+            for index, spec_path in enumerate(spec_paths):
+                for server in self._job_servers(index):
+                    self._server_processes.append(ServerProcess(self.net.get(server.name), server, reference, spec_path, self.log_dir))
             yield list(self._server_processes)
         finally:
             self._stop_servers()
@@ -538,6 +554,17 @@ class EmulatedNetwork:
     def _stop_servers(self) -> None:
         while self._server_processes:
             self._server_processes.pop().stop()
+
+    def _pin_aggregator(self) -> None:
+        """Every host and server gets a static neighbour entry for the aggregator's virtual
+        address, for a program that answers no ARP (``Aggregation.switch_address`` False)."""
+        assert self.net is not None
+        for host in [*self.topology.hosts, *self.servers]:
+            node = self.net.get(host.name)
+            code, out = node_runner(node)(["ip", "neigh", "replace", self.topology.aggregator_ipv4, "lladdr", self.topology.aggregator_mac,
+                                           "dev", node.defaultIntf().name, "nud", "permanent"])
+            if code != 0:
+                raise NetworkError(f"{host.name}: static ARP entry for the switch's address {self.topology.aggregator_ipv4} failed: {out}")
 
     def _resolve_aggregator(self) -> None:
         """Every host resolves the aggregator's virtual address by ARP (the switch answers

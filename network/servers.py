@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 SERVER_MAC_PREFIX = "02:00:00:01"
 """Servers' MACs: 02:00:00:01:<number, 16 bits> (the workers' are 02:00:00:00:...)."""
 SERVER_ENTRY = "hosts.server"
-"""The module a server host runs (``python -m hosts.server REFERENCE SPEC --job J --server S``)."""
+"""The module a server host runs (``python -m hosts.server REFERENCE SPEC --index I``)."""
 STOP_WAIT_S = 5.0
 
 
@@ -38,8 +38,8 @@ class ServerPlanError(ValueError):
 
 @dataclass(frozen=True)
 class ServerHost:
-    """One server host: its name and addresses, and the job (by position in the network's
-    jobs) and index among that job's servers it serves."""
+    """One server host: its name and addresses, the job it serves (by position among the
+    network's jobs) and which of that job's servers it is."""
 
     name: str
     ipv4: str
@@ -77,7 +77,7 @@ class ServerProcess:
     def __init__(self, node: Any, server: ServerHost, reference: str, spec_path: Path, log_dir: Path) -> None:
         self.server = server
         self.log_file = log_dir / f"{server.name}.log"
-        argv = [sys.executable, "-m", SERVER_ENTRY, reference, str(spec_path), "--job", str(server.job), "--server", str(server.index)]
+        argv = [sys.executable, "-m", SERVER_ENTRY, reference, str(spec_path), "--index", str(server.index)]
         with self.log_file.open("ab") as output:
             self.process: subprocess.Popen = node.popen(argv, cwd=str(REPO_ROOT), stdout=output, stderr=subprocess.STDOUT)
         log.info("started server %s (pid %d): %s", server.name, self.process.pid, reference)

@@ -1,7 +1,7 @@
 """A topology as the switches' control plane sees it (switches/fabric.py's ``Fabric``),
 whatever numbers the switches' ports: the emulated network's Mininet ports, or the
 simulated network's (simulation/network.py). One function, so that both program their
-switches from the same facts with the same protocol programmer (``Aggregation.program_switches``)."""
+switches from the same facts with the same protocol programmer (``Aggregation.program_fabric``)."""
 
 from __future__ import annotations
 

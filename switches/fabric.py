@@ -3,7 +3,7 @@
 
 The network (network/emulation.py, simulation/network.py) knows the topology and which port
 of which switch leads where; it hands those facts over as a ``Fabric`` with the open
-control-plane connections, and the protocol's programmer (its record's ``program_switches``,
+control-plane connections, and the protocol's programmer (its record's ``program_fabric``,
 a ``ProgramSwitches``) decides what each switch holds: which aggregates what, its tables and
 multicast groups, how it forwards ordinary traffic and answers for its own address.
 SwitchML's is ``switches/programming.py``'s ``program_fabric``. Nothing here knows a protocol:
@@ -124,6 +124,6 @@ class Fabric:
 
 
 ProgramSwitches = Callable[[Mapping[str, SwitchControl], Fabric, Sequence[FabricJob]], None]
-"""A protocol's programmer (its record's ``program_switches``): every switch of ``fabric``
+"""A protocol's programmer (its record's ``program_fabric``): every switch of ``fabric``
 (``controls`` by switch name) programmed for ``jobs``, which all run that protocol; with no
 job, for ordinary forwarding alone. It is called on switches just started (empty tables)."""

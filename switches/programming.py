@@ -3,7 +3,7 @@
 Everything here goes through ``SwitchControl``; the names below are the P4 program's
 (``p4/``) and the embedded switch's (``switches/embedded/``) alike. See docs/dataplane.md
 for what each table, register and counter does. ``program_fabric`` is SwitchML's programmer
-of a whole network (its record's ``program_switches``, switches/fabric.py's ``ProgramSwitches``):
+of a whole network (its record's ``program_fabric``, switches/fabric.py's ``ProgramSwitches``):
 a switch with one job aggregates it (``program_aggregation``), the aggregating switch of
 several jobs gives each its share (``admit_jobs``), in hierarchical aggregation every leaf
 aggregates its own hosts and the spine the leaves, and every other switch passes SwitchML

@@ -176,7 +176,7 @@ def test_an_in_network_protocol_is_its_own_files_plus_registry_lines(monkeypatch
     star = Fabric(switches=("s1",), aggregator=Station("s1", "02:53:4d:4c:00:01", "10.0.0.254"), leaves={}, hosts=hosts,
                   hierarchical=False, ports={"s1": tuple(range(n_workers))}, towards={("s1", h.name): rank for rank, h in enumerate(hosts)})
     parameters = ToyParameters.read(spec.protocol)
-    resolve(toy.AGGREGATION.program_switches)({"s1": control}, star, jobs_sharing(parameters, [h.name for h in hosts]))
+    resolve(toy.AGGREGATION.program_fabric)({"s1": control}, star, jobs_sharing(parameters, [h.name for h in hosts]))
     control.register_write("ToyIngress.count", 0, 2)  # a stale count a previous job left...
     methods.by_name(toy.NAME).prepare(SimpleNamespace(aggregating_controls=[control]), point.protocol)
     assert control.register_read("ToyIngress.count", 0) == 0, "...which the record's reset_switch cleared"
@@ -217,7 +217,7 @@ def toy_network_run(net: Any, method: Method, tmp_path: Path, n_workers: int, se
                       inputs=tuple(paths))
     spec_path = spec.write(tmp_path / "spec.json")
     go = tmp_path / "go"
-    with net.serving(spec_path) as servers:
+    with net.serving([spec_path]) as servers:
         for server in servers:
             deadline = time.monotonic() + 30
             while "ready" not in server.log_file.read_text():
@@ -300,7 +300,8 @@ def test_a_protocol_that_asks_for_servers_gets_them_on_the_aggregating_switch(mo
         assert code == 0, f"a worker reaches the server through the toy's ordinary forwarding: {out}"
         inputs, verdicts = toy_network_run(net, method, tmp_path, n_workers, serving=True)
         assert [verdict.verified for verdict in verdicts] == [True] * n_workers, [v.detail for v in verdicts]
-        np.testing.assert_array_equal(np.load(tmp_path / "server-job0-0.npy"), np.sum(inputs, axis=0, dtype=np.int32))
+        np.testing.assert_array_equal(np.load(tmp_path / "server-job1-0.npy"), np.sum(inputs, axis=0, dtype=np.int32))
+        assert net.server_addresses(0) == (server.ipv4,)
 
 
 def test_a_target_without_a_protocols_data_plane_refuses_its_methods(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -227,8 +227,8 @@ def reset_switch(control: SwitchControl, parameters: ToyParameters) -> None:
     control.registers_reset(["ToyIngress.sum", "ToyIngress.count"])
 
 
-def program_switches(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Sequence[FabricJob]) -> None:
-    """Its record's ``program_switches``, on a star: ordinary frames flooded, results to the
+def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Sequence[FabricJob]) -> None:
+    """Its record's ``program_fabric``, on a star: ordinary frames flooded, results to the
     ports of the job's workers and servers (one multicast node with all of them)."""
     if len(fabric.switches) != 1 or len(jobs) > 1:
         raise ValueError(f"toy sum runs one job on a star; got {len(fabric.switches)} switches and {len(jobs)} jobs")
@@ -242,12 +242,12 @@ def program_switches(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs
         control.mc_node_associate(RESULT_GROUP, control.mc_node_create(0, ports))
 
 
-def server_output(spec: WorkerSpec, job: int, server: int) -> Path:
-    """Where a server of the job writes the sums it saw: beside the workers' inputs."""
-    return Path(spec.inputs[0]).parent / f"server-job{job}-{server}.npy"
+def server_output(spec: WorkerSpec, index: int) -> Path:
+    """Where server ``index`` of the spec's job writes the sums it saw: beside the workers' inputs."""
+    return Path(spec.inputs[0]).parent / f"server-job{ToyParameters.read(spec.protocol or {}).job_id}-{index}.npy"
 
 
-def serve(spec: WorkerSpec, job: int, server: int) -> None:
+def serve(spec: WorkerSpec, index: int) -> None:
     """A server of a toy job (the served variant's ``Aggregation.server``): it receives the
     job's results as its workers do, and writes them (``server_output``) once all came back."""
     parameters = ToyParameters.read(spec.protocol or {})
@@ -265,7 +265,7 @@ def serve(spec: WorkerSpec, job: int, server: int) -> None:
             if parsed is not None and parsed[0] == parameters.job_id and parsed[3] in missing:
                 sums[parsed[3] * parameters.k:(parsed[3] + 1) * parameters.k] = parsed[4]
                 missing.discard(parsed[3])
-    np.save(server_output(spec, job, server), sums)
+    np.save(server_output(spec, index), sums)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 AGGREGATION = Aggregation(
     name=NAME, label="Toy sum", parameters=ToyParameters.from_config, read_parameters=ToyParameters.read, k_choices=(32,),
     defaults={}, sum_bits=32, host="tests.toy_aggregation:ToyMethod", reset_switch="tests.toy_aggregation:reset_switch",
-    program_switches="tests.toy_aggregation:program_switches", switch_address=False,
+    program_fabric="tests.toy_aggregation:program_fabric", switch_address=False,
 )
 """Its frames carry no IP address (``switch_address=False``): no host resolves the switch's."""
 METHOD: Method = in_network(AGGREGATION, name=NAME, label="Toy sum", colour="tab:olive", verify=verification.float_sum,
