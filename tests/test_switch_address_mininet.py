@@ -46,7 +46,8 @@ def test_preparing_a_method_of_another_protocol_reloads_every_switch(target: str
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """``prepare`` of a method whose protocol's program is not loaded restarts every switch
     with it (here a second protocol whose program, on every target, is SwitchML's) and
-    programs it afresh: the hosts ping the switch again, and its counters start from zero."""
+    programs it afresh: the hosts ping the switch again, and its counters start from zero
+    (only the one echo each host's resolving of the address costs, on lossless links)."""
     require_target(target)
     again = replace(methods.SWITCHML.aggregation, name="again", label="SwitchML again")
     monkeypatch.setitem(REGISTRY[target].programs, again.name, REGISTRY[target].programs[methods.SWITCHML.aggregation.name])
@@ -59,7 +60,7 @@ def test_preparing_a_method_of_another_protocol_reloads_every_switch(target: str
         assert run(["ping", "-c", "2", "-i", "0.2", "-W", "2", params.SWITCH_IPV4])[0] == 0
         assert programming.read_event_counters(net.aggregator_control)["EV_ICMP_ECHO_REPLY"] >= 2
         net.prepare(in_network(again, name="again", label="again", colour="k", verify=methods.SWITCHML.verify, bound=methods.SWITCHML.bound))
-        assert net.loaded is again and programming.read_event_counters(net.aggregator_control)["EV_ICMP_ECHO_REPLY"] == 0
+        assert net.loaded is again and programming.read_event_counters(net.aggregator_control)["EV_ICMP_ECHO_REPLY"] == len(hosts)
         code, out = run(["ping", "-c", "3", "-i", "0.2", "-W", "2", params.SWITCH_IPV4])
         assert code == 0 and "3 received" in out, out
         worker_entries = net.aggregator_control.table_num_entries(programming.WORKER_TABLE)
