@@ -20,10 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from base.plugin import resolve
 from base.tool_version import first_line
 from protocol import params
 from switches.target import CpuReader, DataPlane, SwitchTarget
 
+
+PROGRAMS: dict[str, str] = {
+    "switchml": "switches.ebpf.switchml.datapath:EbpfDataPlane",
+}
+"""Protocol -> "module:attribute" of its data plane, ``cls(ports, *, name, k, max_pool_size)``:
+its TC program built for k and pool size and attached to the ports, one line each."""
 
 NEEDS_ROOT = "root (loading BPF programs and attaching them to ports needs it)"
 """What a process that is not root lacks; only root can ask the kernel the rest (probe.py)."""
@@ -40,12 +47,10 @@ class EbpfTarget(SwitchTarget):
         return list(detect_ebpf())
 
     def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
-                   **options: Any) -> DataPlane:
-        """The program built for ``k`` and ``max_pool_size`` on ``ports``' tc ingress hooks.
-        ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
-        from switches.ebpf.switchml.datapath import EbpfDataPlane
-
-        return EbpfDataPlane(ports, name=name, k=k, max_pool_size=max_pool_size)
+                   protocol: str | None = None, **options: Any) -> DataPlane:
+        """``protocol``'s program (``PROGRAMS``) built for ``k`` and ``max_pool_size`` on ``ports``' tc
+        ingress hooks. ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
+        return resolve(self.program_of(protocol))(ports, name=name, k=k, max_pool_size=max_pool_size)
 
     def remove_leftovers(self) -> list[str]:
         """Pins of a loader killed while loading (a running switch's go with its interfaces)."""
@@ -78,7 +83,8 @@ TARGET = EbpfTarget(
     remedy="scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
     refusable=True,
     program="eBPF program",
-    protocols=frozenset({"switchml"}),
+    protocols=frozenset(PROGRAMS),
+    programs=PROGRAMS,
     k_choices=params.K_CHOICES,
     root_to_tell=NEEDS_ROOT,
     link_rates={32: 3.5, 64: 8.0, 128: 10.0, 256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
