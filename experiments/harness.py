@@ -223,7 +223,7 @@ class EmulatedPoint:
         DependencyExited when a switch, its learning thread or a node's shell died meanwhile: that is its cause."""
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
-        with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
+        with self._serving(method, spec_path, [h.name for h in chosen]), WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
                          self.point.limits.limit("worker_exit_s"),
                          dependencies=self.net.dependencies(),
                          remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for,
@@ -231,6 +231,17 @@ class EmulatedPoint:
                 group.dependencies_checked():
             group.start(self.point.limits.limit("worker_start_s"))
             yield group
+
+    def _serving(self, method: str, spec_path: Path, hosts: Sequence[str]) -> ContextManager[Any]:
+        """The servers of the job on ``hosts`` (its protocol's ``server``, network/servers.py),
+        started with its workers' spec before they are; nothing for a method whose jobs need none."""
+        aggregation = methods.by_name(method).aggregation
+        if aggregation is None or not aggregation.servers_per_job:
+            return contextlib.nullcontext()
+        index = self.net.job_index(hosts)
+        if index is None:
+            raise ValueError(f"method {method}: no job of {aggregation.label} runs on hosts {', '.join(hosts)}")
+        return self.net.serving({index: spec_path})
 
     @staticmethod
     def release_together(groups: Sequence[WorkerGroup], repetition: int, offsets_s: Sequence[float]) -> list[float]:

@@ -45,7 +45,7 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mininet.link import Link
 from mininet.net import Mininet
@@ -532,24 +532,33 @@ class EmulatedNetwork:
         return tuple(server.ipv4 for server in self._job_servers(index))
 
     @contextlib.contextmanager
-    def serving(self, spec_paths: Sequence[Path]) -> Iterator[list[ServerProcess]]:
-        """The loaded protocol's server (``Aggregation.server``) on each server host of its
-        jobs, each run with its job's workers' spec (``spec_paths``, one per job of ``jobs``),
-        while held; each server's death is one of the network's ``dependencies`` meanwhile.
-        Nothing for a protocol without servers."""
+    def serving(self, spec_paths: Mapping[int, Path]) -> Iterator[list[ServerProcess]]:
+        """The loaded protocol's server (``Aggregation.server``) on each server host of the
+        jobs ``spec_paths`` names (a job's position in ``jobs`` -> its workers' spec), each run
+        with its job's spec, while held; each server's death is one of the network's
+        ``dependencies`` meanwhile. Nothing for a protocol without servers."""
         assert self.net is not None
-        if len(spec_paths) != len(self.jobs):
-            raise ValueError(f"{len(self.jobs)} job(s) of {self.loaded.label} run here; got {len(spec_paths)} spec(s)")
+        unknown = sorted(set(spec_paths) - set(range(len(self.jobs))))
+        if unknown:
+            raise ValueError(f"{len(self.jobs)} job(s) of {self.loaded.label} run here; no job at position(s) {unknown}")
         reference = self.loaded.server
         if self.loaded.servers_per_job and reference is None:
             raise NetworkError(f"{self.loaded.label} asks for servers but names no server to run on them (Aggregation.server)")
+        started: list[ServerProcess] = []
         try:
-            for index, spec_path in enumerate(spec_paths):
+            for index, spec_path in spec_paths.items():
                 for server in self._job_servers(index):
-                    self._server_processes.append(ServerProcess(self.net.get(server.name), server, reference, spec_path, self.log_dir))
-            yield list(self._server_processes)
+                    started.append(ServerProcess(self.net.get(server.name), server, reference, spec_path, self.log_dir))
+                    self._server_processes.append(started[-1])
+            yield started
         finally:
-            self._stop_servers()
+            for process in started:
+                process.stop()
+                self._server_processes.remove(process)
+
+    def job_index(self, hosts: Sequence[str]) -> int | None:
+        """The position in ``jobs`` of the loaded protocol's job on exactly ``hosts``; None: no such job."""
+        return next((index for index, job in enumerate(self.jobs) if set(job.hosts) == set(hosts)), None)
 
     def _stop_servers(self) -> None:
         while self._server_processes:

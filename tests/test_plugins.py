@@ -217,7 +217,7 @@ def toy_network_run(net: Any, method: Method, tmp_path: Path, n_workers: int, se
                       inputs=tuple(paths))
     spec_path = spec.write(tmp_path / "spec.json")
     go = tmp_path / "go"
-    with net.serving([spec_path]) as servers:
+    with net.serving({0: spec_path}) as servers:
         for server in servers:
             deadline = time.monotonic() + 30
             while "ready" not in server.log_file.read_text():

@@ -27,6 +27,7 @@ from switches.target import DataPlane, SimulatedSwitch, SwitchTarget
 
 PROGRAMS: dict[str, str] = {
     "switchml": "switches.embedded.pipeline:SwitchMLPipeline",
+    "atp": "switches.embedded.atp.simulated:ATPSwitch",
 }
 """Protocol -> "module:attribute" of its program class as the switch process runs it
 (program.py's ``PortProgram``, ``cls(k=, max_pool_size=, seed=)``): one line each; the first
