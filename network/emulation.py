@@ -72,6 +72,7 @@ from network.shaping import (
     silence_ipv6,
 )
 from network.servers import ServerHost, ServerPlanError, ServerProcess, plan_servers, server_link
+from protocol.params import mbps_to_bps
 from switches.control import SwitchControl
 from switches.fabric import Fabric, FabricJob, Station
 from switches.topology_fabric import topology_fabric
@@ -264,7 +265,7 @@ class EmulatedNetwork:
         self.declare_directory(self._scratch)
         # the switches' temporary files (control sockets) go into the scratch folder, which the lock records
         switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size, "scratch_dir": self._scratch,
-                          "protocol": self.loaded.name}
+                          "protocol": self.loaded.name, "port_rate_bps": None if self.topology.link_mbps is None else mbps_to_bps(self.topology.link_mbps)}
         if delay_mechanism == "switch_delay_line":
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         if self.cluster_spec is not None:
@@ -699,10 +700,12 @@ class EmulatedNetwork:
 
     def describe(self) -> dict[str, Any]:
         """The report for the results; ``servers`` only with a cluster, so that a run on one
-        machine writes what it always wrote."""
+        machine writes what it always wrote, and ``server_hosts`` only for jobs that have some."""
         assert self.report is not None
         described = asdict(self.report)
         if not described["servers"]:
             del described["servers"]
+        if self.servers:  # as the simulated network records them (simulation/network.py)
+            described["server_hosts"] = {s.name: {"ipv4": s.ipv4, "mac": s.mac, "cabled_to": self.topology.aggregator.name} for s in self.servers}
         return described
 

@@ -39,6 +39,7 @@ class TargetSwitch(Switch):
         log_dir: Path = Path("/tmp"),
         max_pool_size: int = params.MAX_POOL_SIZE,
         scratch_dir: Path | None = None,
+        port_rate_bps: float | None = None,
         **kwargs: Any,
     ) -> None:
         """The same keywords for every target; a k it is not built for is refused here,
@@ -54,6 +55,9 @@ class TargetSwitch(Switch):
         """The network's folder for a data plane's temporary files on this machine (the
         embedded switch's control socket), which its lock records for removal; None: the
         system's temporary folder."""
+        self.port_rate_bps = port_rate_bps
+        """Its links' rate (bits/s; None: unshaped), for a program that marks congestion by
+        the rate its ports drain at (ATP's phantom queues on eBPF, its queue rate on bmv2)."""
         self._data_plane: DataPlane | None = None
 
     def data_plane_options(self) -> dict[str, Any]:
