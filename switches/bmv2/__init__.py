@@ -20,10 +20,17 @@ from switches.target import DataPlane, PortQueueLimit, SwitchTarget, Toolchain
 
 PROGRAMS: dict[str, str] = {
     "switchml": "switches.bmv2.process:compiled_switchml",
+    "atp": "switches.bmv2.atp.switch:compiled_atp",
 }
 """Protocol -> "module:attribute" of ``(*, k, max_pool_size) -> Path``: its P4 program compiled
 for bmv2 (the JSON simple_switch loads, cached), one line each."""
 
+PROCESSES: dict[str, str] = {
+    "atp": "switches.bmv2.atp.switch:ATPBmv2Process",
+}
+"""Protocol -> "module:attribute" of the simple_switch process class that runs its program
+where it is not ``Bmv2Process`` (its ``for_ports``, given the ports' link rate:
+``port_rate_bps``): ATP's sets each port's queue rate and runs no learning controller."""
 EXECUTABLES = ("simple_switch", "p4c")
 PYTHON_MODULES = {
     "p4utils": "p4utils",
@@ -98,6 +105,11 @@ class Bmv2Target(SwitchTarget):
         from switches.bmv2.process import Bmv2Process
 
         json_path = options.pop("json_path", None) or self.build(protocol, k, max_pool_size)
+        port_rate_bps = options.pop("port_rate_bps", None)
+        chosen = protocol or self.default_protocol
+        if chosen in PROCESSES:
+            return resolve(PROCESSES[chosen]).for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, json_path=json_path,
+                                                       port_rate_bps=port_rate_bps, **options)
         return Bmv2Process.for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, json_path=json_path, **options)
 
     def describe_build(self) -> str:
