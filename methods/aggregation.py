@@ -138,9 +138,9 @@ class Aggregation:
     every host a static neighbour entry for it instead (a program that answers neither)."""
     servers_per_job: int = 0
     """Hosts each job needs beside its workers (ATP's parameter server), cabled to the
-    aggregating switch with the workers' link; the network adds them only for a protocol
-    that asks, and gives their addresses (``EmulatedNetwork.server_addresses``: the workers'
-    spec's ``servers``)."""
+    aggregating switch with the workers' link; the networks add them only for a protocol
+    that asks, named and addressed by switches/topology_fabric.py's ``server_stations`` on
+    both clocks, and their addresses are the workers' spec's ``servers``."""
     server: str | None = None
     """"module:attribute" of ``serve(spec, index) -> Any``: what each of those hosts runs, with
     its job's spec, until its job is done or SIGTERM (``python -m hosts.server`` starts it; index:
