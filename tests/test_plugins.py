@@ -310,5 +310,5 @@ def test_a_target_without_a_protocols_data_plane_refuses_its_methods(monkeypatch
     runs = ", ".join(sorted(targets.REGISTRY["embedded"].protocols))
     with pytest.raises(ConfigError, match=rf"methods: the embedded target has no data plane for Toy sum \(it runs {runs}\)"):
         load_experiment(MAIN, ["switch.target=embedded", f"methods=[{toy.NAME}]", "protocol.k=32", "topology.link.bw_mbps=10"])
-    with pytest.raises(ValueError, match=r"the embedded switch has no program for toysum \(it runs switchml\)"):
+    with pytest.raises(ValueError, match=r"the embedded switch has no program for toysum \(it runs switchml, atp\)"):
         targets.REGISTRY["embedded"].program_of(toy.NAME)
