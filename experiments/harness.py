@@ -40,10 +40,11 @@ from methods.verification import Expected, Verdict
 from experiments.limits import Limit
 from experiments.workers import RESULT_FILES, WorkerGroup
 import methods
+from methods.aggregation import Job
 from network.evidence import aggregation_evidence
 from protocol.worker_spec import WorkerSpec, job_section
 from experiments.servers import job_servers
-from switches.fabric import SharedJob
+from switches.fabric import SharedJob, jobs_sharing
 
 if TYPE_CHECKING:  # Mininet's; imported where a network is built, so that --simulate runs without Mininet installed
     from network.emulation import EmulatedNetwork
@@ -228,7 +229,7 @@ class EmulatedPoint:
 
     def prepare(self, method: str) -> None:
         """What ``method``'s record says the network needs before its first job here."""
-        methods.by_name(method).prepare(self.net, self.point.protocol)
+        self.net.prepare(methods.by_name(method))
 
     @contextlib.contextmanager
     def workers(self, method: str, spec_path: Path, host_indices: Sequence[int] | None = None) -> Iterator[WorkerGroup]:
@@ -237,7 +238,7 @@ class EmulatedPoint:
         DependencyExited when a switch, its learning thread or a node's shell died meanwhile: that is its cause."""
         hosts = self.point.topology.hosts
         chosen = [hosts[i] for i in host_indices] if host_indices is not None else list(hosts)
-        with WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
+        with self._serving(method, spec_path, [h.name for h in chosen]), WorkerGroup(method, [self.net.host(h.name) for h in chosen], spec_path, self.log_dir,
                          self.point.limits.limit("worker_exit_s"),
                          dependencies=self.net.dependencies(),
                          remote_shells=self.net.remote_host_shells(), waited_for=self.net.waited_for,
@@ -245,6 +246,17 @@ class EmulatedPoint:
                 group.dependencies_checked():
             group.start(self.point.limits.limit("worker_start_s"))
             yield group
+
+    def _serving(self, method: str, spec_path: Path, hosts: Sequence[str]) -> ContextManager[Any]:
+        """The servers of the job on ``hosts`` (its protocol's ``server``, network/servers.py),
+        started with its workers' spec before they are; nothing for a method whose jobs need none."""
+        aggregation = methods.by_name(method).aggregation
+        if aggregation is None or not aggregation.servers_per_job:
+            return contextlib.nullcontext()
+        index = self.net.job_index(hosts)
+        if index is None:
+            raise ValueError(f"method {method}: no job of {aggregation.label} runs on hosts {', '.join(hosts)}")
+        return self.net.serving({index: spec_path})
 
     @staticmethod
     def release_together(groups: Sequence[WorkerGroup], repetition: int, offsets_s: Sequence[float]) -> list[float]:
@@ -266,7 +278,7 @@ class EmulatedPoint:
         counters (network/evidence.py: ``aggregation_evidence``), and every rank holding the
         same wrong integer sum -- what the switch multicast, not what a worker made of it."""
         net = self.net
-        if method != methods.SWITCHML.name or net.fabric is None or net.fabric.hierarchical or net.jobs.shared or not reports:
+        if method != methods.SWITCHML.name or net.fabric is None or net.fabric.hierarchical or len(net.jobs) > 1 or not reports:
             return
         switch = net.fabric.aggregator.name
         stats = reports[0]["stats"]
@@ -318,11 +330,9 @@ class EmulatedClock:
             log_dir,
             k=point.job.k,
             max_pool_size=experiment.data["switch"]["max_pool_size"],
-            job_id=point.job.job_id,
-            pool_size=point.job.pool_size,
+            jobs=network_jobs(point, jobs),
             loss_mechanism=point.data["loss_mechanism"],
             tcp_congestion_control=point.data["tcp_congestion_control"],
-            jobs=jobs,
             cluster=point.cluster,
         ) as net:
             net.declare_directory(writer.work_dir)
@@ -348,6 +358,14 @@ def clock_of(experiment: Experiment, target: str, simulate: bool) -> Clock:
 
         return SimulatedClock(experiment, target)
     return EmulatedClock(experiment, target)
+
+
+def network_jobs(point: Point, shared: Sequence[SharedJob] = ()) -> list[Job]:
+    """The in-network jobs of every protocol ``point``'s methods run, as its network takes
+    them: one of every host, or the ``shared`` ones, each with its protocol's parameters."""
+    hosts = tuple(h.name for h in point.topology.hosts)
+    return [Job(aggregation, job.parameters, job.hosts) for aggregation in methods.aggregations_of(point.methods)
+            for job in jobs_sharing(aggregation.parameters(point.protocol, point.data_path.name), hosts, shared)]
 
 
 def take_result(report: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TypeVar
 from protocol.results_format import MACHINE
 from network.cluster_config import LOCAL
 from network.port_counters import SETTLE_S, PortCounters, account_switch, parse_ports, read_ports, read_ports_script
-from switches import programming
+from base.plugin import resolve
+from switches.control import SwitchControl
 
 if TYPE_CHECKING:  # Mininet's, which --simulate runs without
     from network.emulation import EmulatedNetwork
@@ -192,6 +193,12 @@ class JobMeter:
             processes |= {name: read.get(pid, stat_cpu("")) for name, pid in theirs.items()}
         return processes, machines
 
+    def _event_counters(self) -> Callable[[SwitchControl], dict[str, int]]:
+        """How the loaded protocol's switches count their events (its record's ``event_counters``;
+        a program that counts nothing the results record: none)."""
+        reference = self._net.loaded.event_counters
+        return (lambda control: {}) if reference is None else resolve(reference)
+
     def start(self) -> None:
         """The CPU first (another server's is an ssh round trip), then the switches' counters
         reset between two reads of their ports (``reset_while_still``): a frame that passes
@@ -199,9 +206,10 @@ class JobMeter:
         loss: 4 of Gloo's frames in a 16-worker job, whose connections carry frames between jobs)."""
         self._process_start, self._machine_start = self._cpu()
 
-        def reset() -> None:
+        def reset() -> None:  # every counter of the loaded program: its event counters among them
             for control in self._net.controls.values():
-                programming.reset_event_counters(control)
+                for counter in control.schema.counters:
+                    control.counter_reset(counter)
 
         self._port_counters, self._tx = reset_while_still(self._read, reset)
         self._t0 = time.monotonic()
@@ -216,7 +224,7 @@ class JobMeter:
         tx_now = self._read()[1]
         tx_mbps = {i: (tx_now[i] - self._tx[i]) * 8 / wall / 1e6 for i in self._interfaces}
         time.sleep(SETTLE_S)  # let the switches drain before their frames are accounted
-        ports_after, counters = settled(lambda: (self._read()[0], {sw: programming.read_event_counters(control)
-                                                                  for sw, control in self._net.controls.items()}))
+        read_counters = self._event_counters()
+        ports_after, counters = settled(lambda: (self._read()[0], {sw: read_counters(control) for sw, control in self._net.controls.items()}))
         frames = {sw: account_switch(self._port_counters, ports_after, self._ports[sw], counters[sw]) for sw in counters}
         return JobMeasurement(cpu, wall, tx_mbps, counters, frames)

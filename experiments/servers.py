@@ -19,4 +19,4 @@ def job_servers(point: Point, method: str) -> dict[int, tuple[Station, ...]]:
     if not per_job:
         return {}
     job_ids = [job["job_id"] for job in point.data.get("jobs") or ()] or [point.job.job_id]
-    return server_stations(point.topology, job_ids, per_job)
+    return dict(zip(job_ids, server_stations(point.topology, [per_job] * len(job_ids)), strict=True))

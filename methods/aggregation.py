@@ -16,10 +16,11 @@ docs/architecture.md, "In-network aggregation", says where each piece of a proto
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from base.plugin import resolve
 from protocol.quantize import ExpectedSum
 
 
@@ -126,6 +127,29 @@ class Aggregation:
     reset_switch: str
     """"module:attribute" of ``(control, parameters) -> None``: a switch's protocol state
     zeroed before the first job on a network (its workers start from an empty pool)."""
+    program_fabric: str | None = None
+    """"module:attribute" of ``(controls, fabric, jobs) -> None`` (switches/fabric.py's
+    ``ProgramSwitches``): every switch of an emulated or simulated network programmed for its
+    jobs, on whichever target (tables, multicast groups, its forwarding of ordinary traffic,
+    the switch's own address). None: it runs on no network yet (only in memory)."""
+    switch_address: bool = True
+    """Its switch program answers ARP and ping for the aggregating switch's IPv4 address,
+    which every host resolves once the switches are programmed; False: the network gives
+    every host a static neighbour entry for it instead (a program that answers neither)."""
+    servers_per_job: int = 0
+    """Hosts each job needs beside its workers (ATP's parameter server), cabled to the
+    aggregating switch with the workers' link; the networks add them only for a protocol
+    that asks, named and addressed by switches/topology_fabric.py's ``server_stations`` on
+    both clocks, and their addresses are the workers' spec's ``servers``."""
+    server: str | None = None
+    """"module:attribute" of ``serve(spec, index) -> Any``: what each of those hosts runs, with
+    its job's spec, until its job is done or SIGTERM (``python -m hosts.server`` starts it; index:
+    which of the job's servers it is); None when it needs none. ``server_core`` is the same
+    server on the simulated clock."""
+    waiting_evidence: str | None = None
+    """"module:attribute" of ``(control, switch, n_workers) -> {rank: what}``: what the
+    aggregating switch's state shows of the ranks a job waits for (network/evidence.py's
+    ``slots_evidence``), asked at a deadline that passed; None: its state shows nothing."""
     pace: PaceModel | None = None
     """Its pace model where its links and pool alone set its pace; None: only its bound is known."""
     data_path: str | None = None
@@ -138,10 +162,6 @@ class Aggregation:
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
     """The torch.distributed backend name a DDP script gets through it (hosts/torch_backend.py); None: none."""
-    program_fabric: str | None = None
-    """"module:attribute" of ``(controls, fabric, jobs) -> None`` (switches/fabric.py's
-    types): every switch of a network programmed for its jobs, on either clock; None: a
-    protocol no network can program yet."""
     event_counters: str | None = None
     """"module:attribute" of ``(control) -> {event: packets}``: a switch's event counters by
     name, which the results record per job; None: its program counts nothing they record."""
@@ -164,12 +184,6 @@ class Aggregation:
     """(all ranks' inputs, its job parameters) -> the exact sum a correct job produces, for a
     protocol that quantizes its own way (methods/verification.py, ``Expected.own``); None:
     SwitchML's quantizer (protocol/quantize.py)."""
-    servers_per_job: int = 0
-    """Hosts besides the workers each of its jobs needs, attached to the aggregating switch
-    (ATP: its parameter server); their IPv4 addresses go to the workers in the spec's ``servers``."""
-    server: str | None = None
-    """"module:attribute" of what each of those hosts runs: ``serve(spec, index)`` until SIGTERM
-    (hosts/atp/server.py), also ``python -m <module> SPEC.json --index I``."""
     server_core: str | None = None
     """"module:attribute" of the same server on the simulated clock, ``server_core(spec, index,
     host, switch)`` (``ServerCore``); None: its jobs need no server, or it runs none simulated."""
@@ -179,3 +193,20 @@ class Aggregation:
         """Whether its jobs run on the simulated clock: its workers (a driver, its own or the
         generic one over its core) and the servers its jobs need (``server_core``)."""
         return (self.simulated_host is not None or self.core is not None) and (self.servers_per_job == 0 or self.server_core is not None)
+
+    def reset(self, controls: Iterable[Any], parameters: JobParameters) -> None:
+        """Its state zeroed on each of ``controls`` (switches/control.py's SwitchControl) by
+        ``reset_switch``, before its first job on a network."""
+        reset = resolve(self.reset_switch)
+        for control in controls:
+            reset(control, parameters)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One in-network job as a network takes it: its protocol, its typed parameters (the job's
+    id and pool among them) and its workers' hosts in rank order."""
+
+    aggregation: Aggregation
+    parameters: JobParameters
+    hosts: tuple[str, ...]

@@ -16,7 +16,6 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from base.plugin import resolve
 from methods.aggregation import Aggregation, JobParameters
 from methods.verification import Expected, Verdict
 from protocol.packet import ELEMENT_BYTES
@@ -86,10 +85,7 @@ class Method:
         a method with no switch job."""
         if self.aggregation is None:
             return
-        reset = resolve(self.aggregation.reset_switch)
-        parameters = self.aggregation.parameters(protocol, protocol.get("data_path", "auto"))
-        for control in network.aggregating_controls:
-            reset(control, parameters)
+        self.aggregation.reset(network.aggregating_controls, self.aggregation.parameters(protocol, protocol.get("data_path", "auto")))
 
 
 def in_network(aggregation: Aggregation, *, name: str, label: str, colour: str, verify: Verify, bound: Bound) -> Method:

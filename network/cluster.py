@@ -416,7 +416,8 @@ def cluster_switch_class(node_class: type) -> type:
     class ClusterSwitch(ClusterNode, node_class):
         def start(self, controllers: list[Any]) -> None:
             self._data_plane = RemoteDataPlane(self.cluster, self.server, self.target.name, self.ports_up(), self.log_dir, name=self.name,
-                                               k=self.k, max_pool_size=self.max_pool_size, options=self.portable_data_plane_options())
+                                               k=self.k, max_pool_size=self.max_pool_size,
+                                               options={**self.portable_data_plane_options(), "protocol": self.protocol})
             self._data_plane.start()
 
         @property

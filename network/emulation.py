@@ -4,11 +4,12 @@
 one switch node per topology switch running the chosen target, plain veth links), turns
 off NIC offloads (a user-space switch needs real frames), shapes every link with tc,
 installs static ARP entries between the hosts (the switch's virtual address they resolve
-by ARP: the switch answers it, and every host asks once before a run starts), and hands the switches' control
-plane (switches/fabric.py) what it needs to program them: names, addresses, the port
-towards every node, the jobs. On exit -- normal, exception or Ctrl-C -- it stops the
-switches, kills every node's shell and deletes the veths, and then checks that none of its
-interfaces survived; a second Ctrl-C waits until that is done.
+by ARP: the switch answers it, and every host asks once before a run starts), and hands the
+protocol's programmer (its record's ``program_fabric``) what it needs to program the
+switches: names, addresses, the port towards every node (switches/fabric.py), the jobs. On
+exit -- normal, exception or Ctrl-C -- it stops the switches, kills every node's shell and
+deletes the veths, and then checks that none of its interfaces survived; a second Ctrl-C
+waits until that is done.
 
 Every wait on a node's shell is bounded. Mininet talks to a shell through a pty whose
 other end it keeps open itself, so reading from a shell that died waits forever (a host
@@ -18,6 +19,14 @@ makes a command fail (EIO) at once, and the failure is named by the process that
 (``dependencies``). Its teardown does not use the shells at all: it kills them (SIGKILL, a
 stopped shell included) and deletes the veths from the root namespace.
 
+The jobs are protocol-neutral (methods/aggregation.py's ``Job``: a protocol's record, its
+typed parameters, its hosts). A switch runs one protocol's program at a time: the first
+job's from the start (with no job, its target's default program), and ``prepare(method)``
+loads another protocol's on every switch (restarting their data planes: ``TargetSwitch.load``)
+when a run moves to a method of it; every program forwards ordinary traffic, so the
+baselines run on whichever is loaded. A protocol that runs servers beside its workers
+(``servers_per_job``) gets them as extra hosts on the aggregating switch (network/servers.py).
+
 A run killed with SIGKILL cannot do any of this, so the network records in its lock what it
 made (interfaces, its temporary folder, which holds the switches' control sockets, and
 folders the runner declares), and the next network to take the lock removes what a dead
@@ -26,6 +35,7 @@ holder recorded, and any interface with its own names, before it builds (network
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -35,17 +45,21 @@ import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
+import methods
+from base.plugin import resolve
+from methods.aggregation import Aggregation, Job
+from methods.method import Method
 from network.cleanup import SCRATCH_PREFIX, delete_interfaces, remove_leftovers, root_interfaces
 from network.cluster import Cluster, ClusterHost, VxlanLink, cluster_switch_class, preflight
 from network.cluster_config import LOCAL, ClusterSpec
 from base.lifetime import EXIT_NOTICE_S, Dependencies, Dependency, DependencyExited, deferred_signals
-from network.evidence import carrier_lost, slots_evidence
+from network.evidence import carrier_lost
 from network.lock import NetworkLock
 from network.shaping import (
     AppliedShaping,
@@ -57,11 +71,13 @@ from network.shaping import (
     shape_interface,
     silence_ipv6,
 )
+from network.servers import ServerHost, ServerPlanError, ServerProcess, plan_servers, server_link
+from protocol.params import mbps_to_bps
 from switches.control import SwitchControl
+from switches.fabric import Fabric, FabricJob, Station
 from switches.topology_fabric import topology_fabric
-from switches.fabric import Fabric, Jobs, SharedJob, program_fabric
 from switches.targets import delay_line_targets, lookup
-from topologies.model import Topology
+from topologies.model import LinkDef, Topology
 
 log = logging.getLogger(__name__)
 
@@ -143,22 +159,34 @@ class EmulatedNetwork:
         log_dir: Path,
         k: int,
         max_pool_size: int,
-        job_id: int,
-        pool_size: int,
+        jobs: Sequence[Job] = (),
         loss_mechanism: str = "auto",
         tcp_congestion_control: str = "cubic",
-        jobs: Sequence[SharedJob] = (),
         cluster: ClusterSpec | None = None,
     ) -> None:
-        """One job (``job_id`` with ``pool_size`` slots, every host a worker) unless ``jobs``
-        lists several; on this machine alone unless ``cluster`` names other servers
-        (network/cluster.py)."""
+        """``jobs``: every in-network job the run may prepare, of any protocols (each protocol's
+        jobs together on its program); ``k`` and ``max_pool_size`` (the switch's memory, in the
+        protocol's unit): what every switch program is built for. On this machine alone unless
+        ``cluster`` names other servers (network/cluster.py)."""
+        for job in jobs:
+            if job.parameters.k != k:
+                raise ValueError(f"job {job.parameters.job_id} of {job.aggregation.label} has k = {job.parameters.k}; "
+                                 f"the switches' programs are built for k = {k}")
         self.topology = topology
         self.target = target
         self.log_dir = log_dir
         self.k = k
         self.max_pool_size = max_pool_size
-        self.jobs = Jobs(job_id, pool_size, max_pool_size, tuple(jobs))
+        self.all_jobs: tuple[Job, ...] = tuple(jobs)
+        self.loaded: Aggregation = jobs[0].aggregation if jobs else methods.aggregation(lookup(target).default_protocol)
+        """The protocol whose program the switches run."""
+        try:
+            self.servers: tuple[ServerHost, ...] = plan_servers(topology, self.all_jobs)
+        except ServerPlanError as exc:
+            raise NetworkError(str(exc)) from None
+        if self.servers and cluster is not None:
+            raise NetworkError("servers beside the workers (Aggregation.servers_per_job) run on one machine only, not on a cluster")
+        self._server_processes: list[ServerProcess] = []
         self.fabric: Fabric | None = None
         self.requested_loss_mechanism = loss_mechanism
         self.tcp_congestion_control = tcp_congestion_control
@@ -206,7 +234,7 @@ class EmulatedNetwork:
             removed = remove_leftovers(previous)
             log.warning("the run with pid %d died holding the network; removed what it left: %s",
                         previous.pid, ", ".join(removed) or "nothing was left")
-        nodes = "|".join(re.escape(n.name) for n in [*self.topology.hosts, *self.topology.switches])
+        nodes = "|".join(re.escape(n.name) for n in [*self.topology.hosts, *self.servers, *self.topology.switches])
         ours = re.compile(rf"^({nodes})-eth\d+$")
         stale = delete_interfaces([name for name in root_interfaces() if ours.match(name)])
         if stale:
@@ -236,7 +264,8 @@ class EmulatedNetwork:
         self._scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         self.declare_directory(self._scratch)
         # the switches' temporary files (control sockets) go into the scratch folder, which the lock records
-        switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size, "scratch_dir": self._scratch}
+        switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size, "scratch_dir": self._scratch,
+                          "protocol": self.loaded.name, "port_rate_bps": None if self.topology.link_mbps is None else mbps_to_bps(self.topology.link_mbps)}
         if delay_mechanism == "switch_delay_line":
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         if self.cluster_spec is not None:
@@ -252,11 +281,11 @@ class EmulatedNetwork:
             log.info("cluster: %s", ", ".join(f"{n} on {s}" for n, s in sorted(self.cluster.placement.items())))
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
-        for host in self.topology.hosts:
+        for host in [*self.topology.hosts, *self.servers]:
             own_shell(net.addHost(host.name, ip=f"{host.ipv4}/{self.topology.subnet.prefixlen}", mac=host.mac, **self._host_class(host.name)))
         for switch in self.topology.switches:
             own_shell(net.addSwitch(switch.name, **self._switch_class(switch.name, switch_cls), **switch_options))
-        for link in self.topology.links:
+        for link in self._links():
             net.addLink(link.a, link.b, **self._link_class(link.a, link.b))
         self._lock.declare(interfaces=self._interface_names(net))
         net.build()
@@ -282,7 +311,14 @@ class EmulatedNetwork:
             links=[asdict(a) for a in applied],
             servers=dict(sorted(self.cluster.placement.items())) if self.cluster is not None else {},
         )
-        self._program_switches(loss_mechanism)
+        self._program_fabric(loss_mechanism)
+
+    def _links(self) -> list[LinkDef]:
+        """The topology's links, and each server's to the aggregating switch (the workers' link)."""
+        if not self.servers:
+            return list(self.topology.links)
+        spec = server_link(self.topology)
+        return [*self.topology.links, *(LinkDef(server.name, self.topology.aggregator.name, spec) for server in self.servers)]
 
     def _host_class(self, name: str) -> dict[str, Any]:
         """Mininet's host here; cluster.py's remote host where the cluster places it elsewhere."""
@@ -309,6 +345,7 @@ class EmulatedNetwork:
             self._close()
 
     def _close(self) -> None:
+        self._stop_servers()
         for control in self.controls.values():
             try:
                 control.close()
@@ -390,7 +427,7 @@ class EmulatedNetwork:
         if port_queue_limit is not None:
             log.info("switch ports' queues: at most %d packets (%s)", port_queue_limit.packets, port_queue_limit.why)
         applied = []
-        for link in self.topology.links:
+        for link in self._links():
             node_a, node_b = self.net.get(link.a), self.net.get(link.b)
             for node, other in ((node_a, node_b), (node_b, node_a)):
                 intf, _ = node.connectionsTo(other)[0]
@@ -399,11 +436,12 @@ class EmulatedNetwork:
         return applied
 
     def _static_arp(self) -> None:
-        """Every host knows every other host (the switch's address is the switch's business:
+        """Every host and server knows every other (the switch's address is the switch's business:
         ``_resolve_aggregator``)."""
         assert self.net is not None
-        entries = [(h.ipv4, h.mac) for h in self.topology.hosts]
-        for host in self.topology.hosts:
+        hosts = [*self.topology.hosts, *self.servers]
+        entries = [(h.ipv4, h.mac) for h in hosts]
+        for host in hosts:
             node = self.net.get(host.name)
             intf = node.defaultIntf().name
             run = node_runner(node)
@@ -414,10 +452,14 @@ class EmulatedNetwork:
                         raise NetworkError(f"{host.name}: static ARP entry {ipv4} -> {mac} failed: {out}")
 
     def _port_towards(self, switch: str, node: str) -> int:
-        """The switch port on the path from ``switch`` to ``node``."""
+        """The switch port on the path from ``switch`` to ``node`` (a server: by the aggregating switch)."""
         assert self.net is not None
         sw = self.net.get(switch)
-        hop = self.net.get(self.topology.next_hop(switch, node))
+        aggregator = self.topology.aggregator.name
+        if any(server.name == node for server in self.servers):
+            hop = self.net.get(node if switch == aggregator else self.topology.next_hop(switch, aggregator))
+        else:
+            hop = self.net.get(self.topology.next_hop(switch, node))
         intf, _ = sw.connectionsTo(hop)[0]
         return sw.ports[intf]
 
@@ -425,15 +467,114 @@ class EmulatedNetwork:
         """What the switches' control plane needs of this network (switches/fabric.py)."""
         assert self.net is not None
         ports = {s.name: tuple(p for intf, p in self.net.get(s.name).ports.items() if intf.name != "lo") for s in self.topology.switches}
-        return topology_fabric(self.topology, self._port_towards, ports, loss_mechanism == "switch_drop_simulator")
+        servers = [Station(server.name, server.mac, server.ipv4) for server in self.servers]
+        return topology_fabric(self.topology, self._port_towards, ports, loss_mechanism == "switch_drop_simulator", servers)
 
-    def _program_switches(self, loss_mechanism: str) -> None:
-        assert self.net is not None
+    def _program_fabric(self, loss_mechanism: str) -> None:
         self.fabric = self._fabric(loss_mechanism)
+        self._program()
+
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        """The jobs of the protocol whose program the switches run."""
+        return tuple(job for job in self.all_jobs if job.aggregation.name == self.loaded.name)
+
+    def _program(self) -> None:
+        """Every switch programmed for the loaded protocol's jobs by its programmer, over new
+        control connections (a switch's commands logged to ``<switch>.commands``)."""
+        assert self.net is not None and self.fabric is not None
+        if self.loaded.program_fabric is None:
+            raise NetworkError(f"{self.loaded.label} has no switch programmer (Aggregation.program_fabric): it runs on no network")
         for switch in self.fabric.switches:
             self.controls[switch] = self.net.get(switch).control(self.log_dir / f"{switch}.commands")
-        program_fabric(self.controls, self.fabric, self.jobs)
-        self._resolve_aggregator()
+        jobs = [FabricJob(job.parameters, job.hosts, tuple(s.name for s in self._job_servers(index)))
+                for index, job in enumerate(self.jobs)]
+        resolve(self.loaded.program_fabric)(self.controls, self.fabric, jobs)
+        if self.loaded.switch_address:
+            self._resolve_aggregator()
+        else:
+            self._pin_aggregator()
+
+    def prepare(self, method: Method) -> None:
+        """What ``method`` needs of the network before its first job here: its protocol's
+        program on every switch (loaded and programmed where another protocol's runs), and
+        its state zeroed on every aggregating switch (the workers start from an empty pool).
+        Nothing for a method with no switch job: whichever program runs forwards its traffic."""
+        aggregation = method.aggregation
+        if aggregation is None:
+            return
+        if aggregation.name != self.loaded.name:
+            if not any(job.aggregation.name == aggregation.name for job in self.all_jobs):
+                raise NetworkError(f"method {method.name}: the network was built with no job of {aggregation.label}")
+            self._load(aggregation)
+        aggregation.reset(self.aggregating_controls, self.jobs[0].parameters)
+
+    def _load(self, aggregation: Aggregation) -> None:
+        """Every switch restarted with ``aggregation``'s program, and programmed for its jobs."""
+        assert self.net is not None
+        log.info("loading %s's program on every switch", aggregation.label)
+        self._stop_servers()
+        for control in self.controls.values():
+            control.close()
+        self.controls.clear()
+        self.loaded = aggregation
+        for switch in self.net.switches:
+            switch.load(aggregation.name)
+        self._program()
+
+    def _job_servers(self, index: int) -> list[ServerHost]:
+        """The servers of the loaded protocol's job ``index`` (its position in ``jobs``)."""
+        job = self.jobs[index]
+        return [server for server in self.servers if self.all_jobs[server.job] is job]
+
+    def server_addresses(self, index: int) -> tuple[str, ...]:
+        """The IPv4 addresses of the servers of the loaded protocol's job ``index`` (its
+        position in ``jobs``), in order: what its workers' spec gives them (``servers``)."""
+        return tuple(server.ipv4 for server in self._job_servers(index))
+
+    @contextlib.contextmanager
+    def serving(self, spec_paths: Mapping[int, Path]) -> Iterator[list[ServerProcess]]:
+        """The loaded protocol's server (``Aggregation.server``) on each server host of the
+        jobs ``spec_paths`` names (a job's position in ``jobs`` -> its workers' spec), each run
+        with its job's spec, while held; each server's death is one of the network's
+        ``dependencies`` meanwhile. Nothing for a protocol without servers."""
+        assert self.net is not None
+        unknown = sorted(set(spec_paths) - set(range(len(self.jobs))))
+        if unknown:
+            raise ValueError(f"{len(self.jobs)} job(s) of {self.loaded.label} run here; no job at position(s) {unknown}")
+        reference = self.loaded.server
+        if self.loaded.servers_per_job and reference is None:
+            raise NetworkError(f"{self.loaded.label} asks for servers but names no server to run on them (Aggregation.server)")
+        started: list[ServerProcess] = []
+        try:
+            for index, spec_path in spec_paths.items():
+                for server in self._job_servers(index):
+                    started.append(ServerProcess(self.net.get(server.name), server, reference, spec_path, self.log_dir))
+                    self._server_processes.append(started[-1])
+            yield started
+        finally:
+            for process in started:
+                process.stop()
+                self._server_processes.remove(process)
+
+    def job_index(self, hosts: Sequence[str]) -> int | None:
+        """The position in ``jobs`` of the loaded protocol's job on exactly ``hosts``; None: no such job."""
+        return next((index for index, job in enumerate(self.jobs) if set(job.hosts) == set(hosts)), None)
+
+    def _stop_servers(self) -> None:
+        while self._server_processes:
+            self._server_processes.pop().stop()
+
+    def _pin_aggregator(self) -> None:
+        """Every host and server gets a static neighbour entry for the aggregator's virtual
+        address, for a program that answers no ARP (``Aggregation.switch_address`` False)."""
+        assert self.net is not None
+        for host in [*self.topology.hosts, *self.servers]:
+            node = self.net.get(host.name)
+            code, out = node_runner(node)(["ip", "neigh", "replace", self.topology.aggregator_ipv4, "lladdr", self.topology.aggregator_mac,
+                                           "dev", node.defaultIntf().name, "nud", "permanent"])
+            if code != 0:
+                raise NetworkError(f"{host.name}: static ARP entry for the switch's address {self.topology.aggregator_ipv4} failed: {out}")
 
     def _resolve_aggregator(self) -> None:
         """Every host resolves the aggregator's virtual address by ARP (the switch answers
@@ -467,9 +608,10 @@ class EmulatedNetwork:
             switch_end = link.intf2 if link.intf1 is own else link.intf1
             if self._where(switch_end.node.name) == "" and carrier_lost(switch_end.name):
                 found.setdefault(host.name, []).append(f"its link is down ({switch_end.name}, the switch's end of {own.name}, has no carrier)")
-        if not self.fabric.hierarchical and not self.jobs.shared:
+        if not self.fabric.hierarchical and len(self.jobs) <= 1 and self.loaded.waiting_evidence is not None:
             aggregator = self.fabric.aggregator.name
-            for rank, what in slots_evidence(self.controls[aggregator], aggregator, len(self.topology.hosts)).items():
+            evidence = resolve(self.loaded.waiting_evidence)
+            for rank, what in evidence(self.controls[aggregator], aggregator, len(self.topology.hosts)).items():
                 found.setdefault(self.topology.hosts[rank].name, []).append(what)
         return {host: "; ".join(what) for host, what in found.items()}
 
@@ -498,7 +640,8 @@ class EmulatedNetwork:
         shells = {f"the shell of {'host' if node in self.net.hosts else 'switch'} {node.name}{self._where(node.name)}": node.shell.pid
                   for node in [*self.net.hosts, *self.net.switches] if node.shell is not None}
         threads = {label: watch for sw in self.net.switches for label, watch in sw.switch_threads.items()}
-        return shells | {f"switch {name}": pid for name, pid in self.switch_processes().items()} | threads
+        servers = {f"server {process.server.name}": process.process.pid for process in self._server_processes}
+        return shells | {f"switch {name}": pid for name, pid in self.switch_processes().items()} | threads | servers
 
     def _where(self, node: str) -> str:
         """Where a node on another server runs, for messages: its shell there is an ssh
@@ -557,10 +700,12 @@ class EmulatedNetwork:
 
     def describe(self) -> dict[str, Any]:
         """The report for the results; ``servers`` only with a cluster, so that a run on one
-        machine writes what it always wrote."""
+        machine writes what it always wrote, and ``server_hosts`` only for jobs that have some."""
         assert self.report is not None
         described = asdict(self.report)
         if not described["servers"]:
             del described["servers"]
+        if self.servers:  # as the simulated network records them (simulation/network.py)
+            described["server_hosts"] = {s.name: {"ipv4": s.ipv4, "mac": s.mac, "cabled_to": self.topology.aggregator.name} for s in self.servers}
         return described
 

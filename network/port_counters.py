@@ -84,6 +84,11 @@ def frames_lost(lost: int, total: int) -> bool:
     return lost > max(TOLERANCE_FRAMES, TOLERANCE_SHARE * total)
 
 
+INGRESS_EVENT_PREFIX = "EV_"
+"""Every protocol's program counts each frame its ingress takes under exactly one event named
+so (SwitchML's ``INGRESS_EVENTS``, ATP's); SwitchML's notes (``INGRESS_NOTES``) count besides."""
+
+
 def account_switch(
     before: Mapping[str, PortCounters], after: Mapping[str, PortCounters], interfaces: Sequence[str], counters: Mapping[str, int]
 ) -> dict[str, int]:
@@ -92,7 +97,7 @@ def account_switch(
     tx = sum(after[i].tx_packets - before[i].tx_packets for i in interfaces)
     queue_drops = sum(after[i].queue_drops - before[i].queue_drops for i in interfaces)
     queued = sum(after[i].queued - before[i].queued for i in interfaces)
-    pipeline_in = sum(counters[name] for name in params.INGRESS_EVENTS)
+    pipeline_in = sum(count for name, count in counters.items() if name.startswith(INGRESS_EVENT_PREFIX) and name not in params.INGRESS_NOTES)
     pipeline_out = counters["EGV_SENT"]
     return {
         "port_rx_frames": rx,

@@ -3,7 +3,7 @@ links (link.py), its hosts' workers, programmed as in emulation.
 
 The switches run the program of the protocol the network is built for (``protocol``: the
 target's ``simulated`` data plane of it) and are programmed by that protocol's
-``program_fabric`` (its record, methods/aggregation.py; SwitchML's is switches/fabric.py's)
+``program_fabric`` (its record, methods/aggregation.py; SwitchML's is switches/programming.py's)
 from the same ``Fabric`` the emulated network hands it (switches/topology_fabric.py), over
 each simulated switch's in-process control plane: forwarding, the switch's address,
 aggregation (star, tree, hierarchical, or several jobs sharing the aggregating switch), the
@@ -21,7 +21,7 @@ the labs' benchmarks: ``JobSetup.worker``).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Generator, Mapping, Sequence
 
 import numpy as np
@@ -37,7 +37,7 @@ from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, 
 from simulation.worker import SimulatedWorker, WorkerSetup
 from switches import programming
 from switches.control import SwitchControl
-from switches.fabric import Fabric, Jobs, SharedJob, Station, program_fabric
+from switches.fabric import FabricJob, ProgramSwitches, SharedJob, Station, jobs_sharing
 from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import LinkDef, Topology
 
@@ -78,11 +78,6 @@ class JobSetup:
     shared: tuple[SharedJob, ...] = ()
 
 
-Program = Callable[[dict[str, SwitchControl], Fabric, Jobs], None]
-"""(every switch's control plane by name, the fabric, its jobs) -> None: a protocol's
-``program_fabric`` (methods/aggregation.py)."""
-
-
 class SimulatedNetwork:
     """``topology`` with switches of ``target``'s data-plane contract, programmed for ``job``:
     ``data_plane``'s simulated switches (``target``'s own if it has them: the targets share
@@ -90,7 +85,7 @@ class SimulatedNetwork:
 
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
                  link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, core: str = PYTHON_CORE,
-                 protocol: str | None = None, program: Program = program_fabric,
+                 protocol: str | None = None, program: ProgramSwitches = programming.program_fabric,
                  read_counters: Callable[[SwitchControl], dict[str, int]] | None = programming.read_event_counters,
                  servers: Mapping[int, tuple[Station, ...]] | None = None) -> None:
         """``protocol``: the program its switches run (None: the target's default one);
@@ -156,8 +151,8 @@ class SimulatedNetwork:
                     egress_queue(port, self.links[name, neighbour].depth)
         self.controls: dict[str, SwitchControl] = {name: switch.control() for name, switch in self.switches.items()}
         self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
-                                      self.loss_mechanism == DROP_SIMULATOR, servers)
-        program(self.controls, self.fabric, Jobs(job.job_id, job.pool_size, job.max_pool_size, job.shared))
+                                      self.loss_mechanism == DROP_SIMULATOR, tuple(self.servers.values()))
+        program(self.controls, self.fabric, self._fabric_jobs(job, servers or {}))
         self._read_counters = read_counters
         self._native: NativeStar | None = None
         self.core = core
@@ -171,6 +166,12 @@ class SimulatedNetwork:
                 costs.append(setup.packet_cost_s)
         if core == NATIVE_CORE and self.workers:
             self._native = self._native_star(max(costs, default=0.0))
+
+    def _fabric_jobs(self, job: JobSetup, servers: Mapping[int, tuple[Station, ...]]) -> tuple[FabricJob, ...]:
+        """``job`` (or the jobs sharing the switch) as the protocol's programmer takes them,
+        each with its server hosts (``servers``, by job id)."""
+        jobs = jobs_sharing(job, [host.name for host in self.topology.hosts], job.shared)
+        return tuple(replace(j, servers=tuple(s.name for s in servers.get(j.job_id, ()))) for j in jobs)
 
     @property
     def switch_station(self) -> Station:

@@ -3,6 +3,8 @@
     python -m switches.agent --target T --name S --socket PATH --log-dir DIR --k K --max-pool-size M \
         --port=1=s2-eth1 ... [--options JSON]
 
+(``--options``: the target's own options and ``protocol``, whose program it runs.)
+
 The controlling machine starts this over ssh on the server a switch node is placed on
 (network/cluster.py): it starts the target's data plane there on the node's ports
 (``SwitchTarget.data_plane``, as a Mininet node would: the embedded switch's process,
@@ -69,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ports = {int(number): interface for number, interface in (p.split("=", 1) for p in args.port)}
     target = lookup(args.target)
     args.log_dir.mkdir(parents=True, exist_ok=True)
+    options = json.loads(args.options)
     data_plane = target.data_plane(ports, args.log_dir, name=args.name, k=args.k, max_pool_size=args.max_pool_size,
-                                   **target.start_options(json.loads(args.options)))
+                                   protocol=options.pop("protocol", None), **target.start_options(options))
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     data_plane.start()

@@ -6,6 +6,10 @@ start()), start the target's data plane on them (``SwitchTarget.data_plane``) wi
 Mininet's port numbers (``self.ports[intf]``, which the testbed programs as it sees them in
 the topology), and stop it again. A target's node says only which target it is and what
 its data plane takes beyond the common keywords (``data_plane_options``).
+
+A node runs one protocol's program (``protocol``); ``load`` swaps it for another's by
+restarting its data plane on the same ports, the one way every target can (a bmv2, an eBPF
+switch and the embedded process alike come back with the new program and empty tables).
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ class TargetSwitch(Switch):
         name: str,
         *,
         k: int,
+        protocol: str | None = None,
         log_dir: Path = Path("/tmp"),
         max_pool_size: int = params.MAX_POOL_SIZE,
         scratch_dir: Path | None = None,
+        port_rate_bps: float | None = None,
         **kwargs: Any,
     ) -> None:
         """The same keywords for every target; a k it is not built for is refused here,
@@ -42,15 +48,20 @@ class TargetSwitch(Switch):
         super().__init__(name, **kwargs)
         self.log_dir = Path(log_dir)
         self.k = k
+        self.protocol = protocol
+        """The protocol whose program the node runs (None: its target's default program)."""
         self.max_pool_size = max_pool_size
         self.scratch_dir = scratch_dir
         """The network's folder for a data plane's temporary files on this machine (the
         embedded switch's control socket), which its lock records for removal; None: the
         system's temporary folder."""
+        self.port_rate_bps = port_rate_bps
+        """Its links' rate (bits/s; None: unshaped), for a program that marks congestion by
+        the rate its ports drain at (ATP's phantom queues on eBPF, its queue rate on bmv2)."""
         self._data_plane: DataPlane | None = None
 
     def data_plane_options(self) -> dict[str, Any]:
-        """Keywords of this target's data plane beyond ports, log_dir, name, k and max_pool_size."""
+        """Keywords of this target's data plane beyond ports, log_dir, name, k, max_pool_size and protocol."""
         return {}
 
     def portable_data_plane_options(self) -> dict[str, Any]:
@@ -72,14 +83,26 @@ class TargetSwitch(Switch):
     def start(self, controllers: list[Any]) -> None:
         """Run the data plane on this node's ports (Mininet calls this from net.start)."""
         self._data_plane = self.target.data_plane(
-            self.ports_up(), self.log_dir, name=self.name, k=self.k, max_pool_size=self.max_pool_size, **self.data_plane_options()
+            self.ports_up(), self.log_dir, name=self.name, k=self.k, max_pool_size=self.max_pool_size, protocol=self.protocol,
+            **self.data_plane_options()
         )
         self._data_plane.start()
 
-    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
+    def load(self, protocol: str) -> None:
+        """Run ``protocol``'s program instead of the current one: the data plane stopped and
+        started again on the same ports, with empty tables and registers (the caller programs it)."""
+        self.target.program_of(protocol)  # a protocol the target has no program for is refused before the switch stops
+        self._stop_data_plane()
+        self.protocol = protocol
+        self.start([])
+
+    def _stop_data_plane(self) -> None:
         if self._data_plane is not None:
             self._data_plane.stop()
             self._data_plane = None
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 (Mininet's signature)
+        self._stop_data_plane()
         super().stop(deleteIntfs)
 
     @property

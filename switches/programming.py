@@ -2,7 +2,13 @@
 
 Everything here goes through ``SwitchControl``; the names below are the P4 program's
 (``p4/``) and the embedded switch's (``switches/embedded/``) alike. See docs/dataplane.md
-for what each table, register and counter does.
+for what each table, register and counter does. ``program_fabric`` is SwitchML's programmer
+of a whole network (its record's ``program_fabric``, switches/fabric.py's ``ProgramSwitches``):
+a switch with one job aggregates it (``program_aggregation``), the aggregating switch of
+several jobs gives each its share (``admit_jobs``), in hierarchical aggregation every leaf
+aggregates its own hosts and the spine the leaves, and every other switch passes SwitchML
+through as ordinary traffic. Every switch gets static L2 entries for every host and a flood
+group, and answers ARP and ping for its own address (the aggregator's virtual one, a leaf's own).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Mapping, Sequence
 from protocol import params
 from protocol.worker_spec import SwitchMLParameters
 from switches.control import SLOT_REGISTER, SwitchControl
+from switches.fabric import Fabric, FabricJob, Leaf, Station
 
 INGRESS = "SwitchMLIngress"
 EGRESS = "SwitchMLEgress"
@@ -278,3 +285,62 @@ def read_event_counters(control: SwitchControl) -> dict[str, int]:
 def reset_event_counters(control: SwitchControl) -> None:
     control.counter_reset(EVENT_COUNTER)
     control.counter_reset(EGRESS_COUNTER)
+
+
+def worker_port(fabric: Fabric, switch: str, rank: int, station: Station, udp_port: int = params.WORKER_UDP_PORT) -> WorkerPort:
+    """``station`` as worker ``rank`` of ``switch``: attached where the path to it leaves."""
+    return WorkerPort(rank, fabric.towards[switch, station.name], station.mac, station.ipv4, udp_port)
+
+
+def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Sequence[FabricJob]) -> None:
+    """Program every switch of ``fabric`` (``controls`` by switch name) for SwitchML's ``jobs``
+    (none: ordinary forwarding only)."""
+    aggregator = fabric.aggregator.name
+    if fabric.hierarchical and len(jobs) > 1:
+        raise AdmissionError(f"hierarchical aggregation runs one job; got {len(jobs)}")
+    for switch in fabric.switches:
+        control = controls[switch]
+        if switch != aggregator:
+            if fabric.hierarchical and jobs:
+                program_aggregation(control, _leaf_job(fabric, fabric.leaves[switch], jobs[0]))
+            else:
+                program_pass_through(control)
+        elif fabric.hierarchical and jobs:
+            program_aggregation(control, _spine_job(fabric, jobs[0]))
+        elif len(jobs) > 1:
+            program_jobs(control, admit_jobs(_job_requests(fabric, jobs), control.schema.max_pool_size))
+        elif jobs:
+            [job] = jobs
+            workers = [worker_port(fabric, switch, rank, fabric.host(name)) for rank, name in enumerate(job.hosts)]
+            program_aggregation(control, JobProgram(job.job_id, workers, pool_size=job.pool_size))
+        program_forwarding(control, fabric.ports[switch], fabric.l2_entries(switch))
+        own = fabric.own_station(switch)
+        program_switch_address(control, own.mac, own.ipv4)
+        if fabric.drop_rates is not None:
+            set_drop_probability(control, *fabric.drop_rates[switch])
+
+
+def _job_requests(fabric: Fabric, jobs: Sequence[FabricJob]) -> list[JobRequest]:
+    """Each shared job's workers as the aggregating switch sees them, and its pool."""
+    aggregator = fabric.aggregator.name
+    return [JobRequest(job.job_id, [worker_port(fabric, aggregator, rank, fabric.host(name)) for rank, name in enumerate(job.hosts)],
+                       job.pool_size)
+            for job in jobs]
+
+
+def _spine_job(fabric: Fabric, job: FabricJob) -> JobProgram:
+    """Hierarchical aggregation at the spine: the leaves are its workers, answered on the
+    aggregation port so that their parsers take the results as SwitchML."""
+    spine = fabric.aggregator.name
+    leaves = [leaf.station for leaf in fabric.leaves.values() if leaf.hosts]
+    workers = [worker_port(fabric, spine, rank, leaf, udp_port=params.UDP_PORT_BASE) for rank, leaf in enumerate(leaves)]
+    return JobProgram(job.job_id, workers, pool_size=job.pool_size)
+
+
+def _leaf_job(fabric: Fabric, leaf: Leaf, job: FabricJob) -> JobProgram:
+    """Hierarchical aggregation at a leaf: its own hosts, and the spine above (the
+    aggregator's virtual address, which the workers send to)."""
+    name, up = leaf.station.name, fabric.aggregator
+    uplink = Uplink(fabric.towards[name, up.name], leaf.station.mac, leaf.station.ipv4, up.mac, up.ipv4)
+    workers = [worker_port(fabric, name, rank, fabric.host(host)) for rank, host in enumerate(leaf.hosts)]
+    return JobProgram(job.job_id, workers, uplink=uplink, pool_size=job.pool_size)

@@ -186,6 +186,11 @@ class SwitchTarget:
     protocols: frozenset[str] = frozenset()
     """The in-network aggregation protocols it has a data plane for (``methods.AGGREGATIONS``'
     names); a config whose methods run another one on it is refused as it loads."""
+    programs: Mapping[str, str] = field(default_factory=dict)
+    """Protocol -> "module:attribute" of its program on this target, one line each, in the
+    target's own terms (the embedded switch: its pipeline class; bmv2: what compiles its P4
+    program; eBPF: its data plane). The first is what a switch runs when no job needs a
+    protocol: every program forwards ordinary traffic."""
     k_choices: tuple[int, ...] | None = None
     """The k (elements per packet) it builds its program for, each on first use; None: any
     k a packet can carry (the embedded switch)."""
@@ -215,9 +220,26 @@ class SwitchTarget:
         return resolve(self.node)
 
     def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
-                   **options: Any) -> DataPlane:
-        """Its switch on a set of ports, not yet started, for its Mininet node and for test beds outside Mininet."""
+                   protocol: str | None = None, **options: Any) -> DataPlane:
+        """Its switch on a set of ports running ``protocol``'s program (None: ``default_protocol``),
+        not yet started, for its Mininet node and for test beds outside Mininet."""
         raise NotImplementedError(f"switch target {self.name} gives no data plane")
+
+    @property
+    def default_protocol(self) -> str:
+        """The protocol whose program a switch runs when no job asks for one (the first of ``programs``)."""
+        if not self.programs:
+            raise ValueError(f"switch target {self.name} declares no program (SwitchTarget.programs)")
+        return next(iter(self.programs))
+
+    def program_of(self, protocol: str | None) -> str:
+        """The "module:attribute" of ``protocol``'s program here (None: ``default_protocol``'s);
+        a ValueError naming the protocols it has one for."""
+        chosen = self.default_protocol if protocol is None else protocol
+        try:
+            return self.programs[chosen]
+        except KeyError:
+            raise ValueError(f"the {self.name} switch has no program for {chosen} (it runs {', '.join(self.programs)})") from None
 
     def describe_build(self) -> str:
         """Which switch binary runs (benchmarks record it: builds differ several-fold)."""

@@ -10,6 +10,7 @@ part of topologies/model.py's ``Topology`` it uses (the two packages share a lay
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from switches.fabric import Fabric, Leaf, Station
@@ -52,33 +53,41 @@ class FabricTopology(Protocol):
         """Its ipaddress.IPv4Network."""
 
 
-def server_stations(topology: FabricTopology, job_ids: Sequence[int], per_job: int) -> dict[int, tuple[Station, ...]]:
-    """The hosts a network adds beside the workers for each of ``job_ids`` (``per_job`` each,
-    ``Aggregation.servers_per_job``), cabled to the aggregating switch: named srv1, srv2, ...
-    in job order, addressed after the workers from the bottom of the subnet (the switches
-    take its top), MACs 02:00:00:01:<number, 16 bits>. ValueError when the subnet has no room."""
-    first = len(topology.hosts) + 1
-    count = len(job_ids) * per_job
-    last_free = topology.subnet.num_addresses - 2 - len(topology.switches)  # the switches count down from broadcast - 1
-    if first + count - 1 > last_free:
-        raise ValueError(f"subnet {topology.subnet} has no room for {count} server host(s) after {len(topology.hosts)} workers "
-                         f"and {len(topology.switches)} switches; give a wider subnet")
-    numbers = iter(range(1, count + 1))
-    return {job_id: tuple(Station(f"srv{n}", f"02:00:00:01:{n >> 8:02x}:{n & 0xFF:02x}",
-                                  str(topology.subnet.network_address + first + n - 1))
-                          for n in (next(numbers) for _ in range(per_job)))
-            for job_id in job_ids}
+SERVER_MAC_PREFIX = "02:00:00:01"
+"""Server hosts' MACs: 02:00:00:01:<number, 16 bits> (the workers' are 02:00:00:00:...)."""
+
+
+def server_stations(topology: FabricTopology, per_job: Sequence[int]) -> tuple[tuple[Station, ...], ...]:
+    """The hosts a network adds beside the workers (``Aggregation.servers_per_job``: ATP's
+    parameter server), ``per_job[i]`` for the i-th job, cabled to the aggregating switch:
+    named srv1, srv2, ... in job order, addressed from the top of the subnet down, below the
+    aggregator's and the leaves' own addresses, so that no topology's host clashes with them;
+    MACs ``SERVER_MAC_PREFIX``:<number>. The one naming of server hosts, on both clocks.
+    ValueError naming the first server that finds no free address."""
+    taken = {ipaddress.IPv4Address(h.ipv4) for h in topology.hosts}
+    top = topology.subnet.broadcast_address - 2 - len(topology.leaves)
+    jobs: list[tuple[Station, ...]] = []
+    number = 0
+    for count in per_job:
+        stations = []
+        for _ in range(count):
+            number += 1
+            address = top - (number - 1)
+            if address in taken or address <= topology.subnet.network_address:
+                raise ValueError(f"subnet {topology.subnet} has no free address for server {number}")
+            stations.append(Station(f"srv{number}", f"{SERVER_MAC_PREFIX}:{number >> 8:02x}:{number & 0xFF:02x}", str(address)))
+        jobs.append(tuple(stations))
+    return tuple(jobs)
 
 
 def topology_fabric(topology: FabricTopology, port_towards: Callable[[str, str], int], ports: Mapping[str, tuple[int, ...]],
-                    drop_simulator: bool, servers: Mapping[int, tuple[Station, ...]] | None = None) -> Fabric:
+                    drop_simulator: bool, servers: Sequence[Station] = ()) -> Fabric:
     """``topology``'s fabric: ``port_towards(switch, node)`` is the port of ``switch`` on the
     path to ``node``, ``ports`` every switch's data ports; ``drop_simulator``: the links'
     loss is emulated by the switches' drop simulators (Topology.drop_simulator_rates);
-    ``servers``: each job's server hosts (``server_stations``), which ``port_towards`` reaches."""
+    ``servers``: the jobs' server hosts (``server_stations``), which ``port_towards`` reaches."""
     switches = [s.name for s in topology.switches]
-    servers = dict(servers or {})
-    nodes = [*(h.name for h in topology.hosts), *switches, *(s.name for stations in servers.values() for s in stations)]
+    nodes = [*(h.name for h in topology.hosts), *switches, *(s.name for s in servers)]
     return Fabric(
         switches=tuple(switches),
         aggregator=Station(topology.aggregator.name, topology.aggregator_mac, topology.aggregator_ipv4),
@@ -89,5 +98,5 @@ def topology_fabric(topology: FabricTopology, port_towards: Callable[[str, str],
         ports={name: tuple(sorted(ports[name])) for name in switches},
         towards={(switch, node): port_towards(switch, node) for switch in switches for node in nodes if node != switch},
         drop_rates=topology.drop_simulator_rates() if drop_simulator else None,
-        servers=servers,
+        servers=tuple(servers),
     )

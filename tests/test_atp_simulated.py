@@ -51,9 +51,9 @@ def test_atp_beside_switchml_runs_verified_with_its_parameter_server(tmp_path: P
     assert sorted(runs["method"].unique()) == ["atp", "switchml"] and runs["verified"].all()
     atp = runs[runs["method"] == "atp"]
     assert len(atp) == 2 * N_WORKERS and (atp["packets_sent"] == PACKETS).all() and (atp["retransmissions"] == 0).all()
-    # the PS's host: after the workers in the subnet, on the aggregating switch with the workers' link
+    # the PS's host: from the top of the subnet, below the switch's .254, on the aggregating switch with the workers' link
     [(name, server)] = json.loads((out / "network.json").read_text())["0"]["server_hosts"].items()
-    assert name == "srv1" and server["ipv4"] == "10.0.0.9" and server["cabled_to"] == "s1"
+    assert name == "srv1" and server["ipv4"] == "10.0.0.253" and server["cabled_to"] == "s1"
     # the switch summed every chunk and sent it to the PS once, which freed it with its result
     switch = counts(pd.read_csv(out / "switch_counters.csv"), method="atp", repetition=1)
     assert switch["EV_AGGREGATED"] == PACKETS * (N_WORKERS - 1) and switch["EV_FULL_TO_PS"] == PACKETS

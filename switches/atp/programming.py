@@ -23,7 +23,7 @@ from base.yamlschema import ConfigError
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
 from switches.control import ControlPlaneError, SwitchControl
-from switches.fabric import Fabric, Jobs, Station
+from switches.fabric import Fabric, FabricJob
 
 INGRESS = "ATPIngress"
 EGRESS = "ATPEgress"
@@ -116,28 +116,27 @@ def read_event_counters(control: SwitchControl) -> dict[str, int]:
     return {event: packets for event, (packets, _bytes) in read_counters(control).items()}
 
 
-def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Jobs) -> None:
+def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Sequence[FabricJob]) -> None:
     """ATP's record's ``program_fabric``: the aggregating switch of a star programmed for every
-    job (its workers' hosts in rank order, its parameter server ``fabric.servers[job_id][0]``),
-    with the flood group and an ``l2_table`` entry for every host and server. A switch between
-    a worker and the aggregating one would drop its packets (ATP's program passes no other
-    job's ATP traffic), so a fabric with leaves is refused, naming them, in one line: a
-    ConfigError, before any job runs."""
+    job (its workers' hosts in rank order, its parameter server its first server host), with
+    the flood group and an ``l2_table`` entry for every host and server. A switch between a
+    worker and the aggregating one would drop its packets (ATP's program passes no other job's
+    ATP traffic), so a fabric with leaves is refused, naming them, in one line: a ConfigError,
+    before any job runs."""
     if fabric.leaves:
         raise ConfigError(f"topology: ATP's jobs run on a star (its program aggregates at the switch the workers are cabled to); "
                           f"this one's leaves {', '.join(fabric.leaves)} would drop their packets")
     switch = fabric.aggregator.name
     control = controls[switch]
     program_flood(control, fabric.ports[switch])
-    servers = {job_id: stations for job_id, stations in fabric.servers.items()}
-    for station in (*fabric.hosts, *(s for stations in servers.values() for s in stations)):
+    for station in (*fabric.hosts, *fabric.servers):
         program_host(control, station.mac, fabric.towards[switch, station.name])
 
-    def host(station: Station) -> Host:
-        return Host(fabric.towards[switch, station.name], station.mac, station.ipv4)
+    def host(name: str) -> Host:
+        station = fabric.host(name)
+        return Host(fabric.towards[switch, name], station.mac, station.ipv4)
 
-    placed = [(job.job_id, [fabric.host(name) for name in job.hosts]) for job in jobs.shared] or [(jobs.job_id, list(fabric.hosts))]
-    for job_id, workers in placed:
-        if not servers.get(job_id):
-            raise ValueError(f"ATP job {job_id} has no parameter server on the fabric (Fabric.servers)")
-        program_job(control, job_id, [host(w) for w in workers], host(servers[job_id][0]))
+    for job in jobs:
+        if not job.servers:
+            raise ValueError(f"ATP job {job.job_id} has no parameter server on the fabric (FabricJob.servers)")
+        program_job(control, job.job_id, [host(name) for name in job.hosts], host(job.servers[0]))

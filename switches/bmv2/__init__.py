@@ -13,10 +13,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from base.plugin import resolve
 from base.tool_version import first_line
 from protocol import params
 from switches.target import DataPlane, PortQueueLimit, SwitchTarget, Toolchain
 
+PROGRAMS: dict[str, str] = {
+    "switchml": "switches.bmv2.process:compiled_switchml",
+    "atp": "switches.bmv2.atp.switch:compiled_atp",
+}
+"""Protocol -> "module:attribute" of ``(*, k, max_pool_size) -> Path``: its P4 program compiled
+for bmv2 (the JSON simple_switch loads, cached), one line each."""
+
+PROCESSES: dict[str, str] = {
+    "atp": "switches.bmv2.atp.switch:ATPBmv2Process",
+}
+"""Protocol -> "module:attribute" of the simple_switch process class that runs its program
+where it is not ``Bmv2Process`` (its ``for_ports``, given the ports' link rate:
+``port_rate_bps``): ATP's sets each port's queue rate and runs no learning controller."""
 EXECUTABLES = ("simple_switch", "p4c")
 PYTHON_MODULES = {
     "p4utils": "p4utils",
@@ -80,11 +94,23 @@ class Bmv2Target(SwitchTarget):
                 f"(net.core.wmem_default = {buffer_bytes}); a deeper queue stalls every port",
         )
 
-    def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int, **options: Any) -> DataPlane:
-        """simple_switch on ``ports`` (``options``: Bmv2Process.for_ports's)."""
+    def build(self, protocol: str | None, k: int, max_pool_size: int) -> Path:
+        """``protocol``'s P4 program (None: the default one) compiled for ``k`` and ``max_pool_size``: its JSON (cached)."""
+        return resolve(self.program_of(protocol))(k=k, max_pool_size=max_pool_size)
+
+    def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
+                   protocol: str | None = None, **options: Any) -> DataPlane:
+        """simple_switch running ``protocol``'s program on ``ports`` (``options``: Bmv2Process.for_ports's;
+        a ``json_path`` given there runs that prebuilt program instead)."""
         from switches.bmv2.process import Bmv2Process
 
-        return Bmv2Process.for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, **options)
+        json_path = options.pop("json_path", None) or self.build(protocol, k, max_pool_size)
+        port_rate_bps = options.pop("port_rate_bps", None)
+        chosen = protocol or self.default_protocol
+        if chosen in PROCESSES:
+            return resolve(PROCESSES[chosen]).for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, json_path=json_path,
+                                                       port_rate_bps=port_rate_bps, **options)
+        return Bmv2Process.for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, json_path=json_path, **options)
 
     def describe_build(self) -> str:
         return shutil.which("simple_switch") or "simple_switch"
@@ -101,7 +127,8 @@ TARGET = Bmv2Target(
     remedy=("The Vagrant VM provides all of them: run `vagrant up` in the repository and use the testbed inside it "
             "(see docs/targets.md), or choose --switch embedded."),
     program="P4 program",
-    protocols=frozenset({"switchml"}),
+    protocols=frozenset(PROGRAMS),
+    programs=PROGRAMS,
     k_choices=params.K_CHOICES,
     max_pool_size=params.MAX_POOL_SIZE,
     link_rates={32: 0.5, 64: 1.0, 256: 1.5},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"

@@ -1,4 +1,4 @@
-"""``Bmv2SwitchNode``: a Mininet switch that runs p4/switchml.p4 in bmv2's simple_switch
+"""``Bmv2SwitchNode``: a Mininet switch that runs a protocol's P4 program in bmv2's simple_switch
 (switches/mininet_node.py has the lifecycle every target's node shares).
 
 What it adds: the program is compiled (or a prebuilt one chosen) when the node is made,
@@ -12,7 +12,6 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from switches.bmv2.compile import CompileOptions, compile_p4
 from switches.bmv2.process import THRIFT_PORT_BASE, free_tcp_port
 from switches.bmv2 import TARGET
 from switches.mininet_node import TargetSwitch
@@ -35,17 +34,25 @@ class Bmv2SwitchNode(TargetSwitch):
         **kwargs: Any,
     ) -> None:
         """``json_path`` runs a prebuilt program (built for its own k and pool size); without it
-        the node compiles p4/switchml.p4 for ``k`` and ``max_pool_size`` (cached by compile.py)."""
+        the node compiles its protocol's program for ``k`` and ``max_pool_size`` (the target's
+        ``build``, cached): here, so that a compile error stops the network before it starts,
+        and again when the node loads another protocol's program."""
         super().__init__(name, **kwargs)
         self.device_id = next(_device_ids) if device_id is None else device_id
         self.thrift_port = free_tcp_port(THRIFT_PORT_BASE + self.device_id) if thrift_port is None else thrift_port
         self.prebuilt = json_path is not None
-        self.json_path = json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=self.max_pool_size, k=self.k))
+        self.json_path = json_path if json_path is not None else self.compiled()
         self.log_level = log_level
 
+    def compiled(self) -> Path:
+        """The node's protocol's program compiled for its k and pool size."""
+        return self.target.build(self.protocol, self.k, self.max_pool_size)
+
     def data_plane_options(self) -> dict[str, Any]:
+        if not self.prebuilt:
+            self.json_path = self.compiled()
         return {"json_path": self.json_path, "device_id": self.device_id, "thrift_port": self.thrift_port,
-                "log_level": self.log_level, "popen": self.popen}
+                "log_level": self.log_level, "popen": self.popen, "port_rate_bps": self.port_rate_bps}
 
     def portable_data_plane_options(self) -> dict[str, Any]:
         """Without this process's popen (the other server launches simple_switch itself) and
@@ -54,4 +61,4 @@ class Bmv2SwitchNode(TargetSwitch):
         if self.prebuilt:
             raise ValueError(f"bmv2 switch {self.name}: a prebuilt program ({self.json_path}) exists only on this machine; "
                              "a switch on another server compiles its own")
-        return {"device_id": self.device_id, "thrift_port": self.thrift_port, "log_level": self.log_level}
+        return {"device_id": self.device_id, "thrift_port": self.thrift_port, "log_level": self.log_level, "port_rate_bps": self.port_rate_bps}

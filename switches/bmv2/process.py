@@ -43,6 +43,12 @@ THRIFT_PORT_BASE = 9090
 """simple_switch's usual Thrift port; switch number i prefers 9090 + i."""
 
 
+
+def compiled_switchml(*, k: int, max_pool_size: int) -> Path:
+    """SwitchML's program on bmv2 (the target's ``PROGRAMS`` line): p4/switchml.p4 compiled for
+    ``k`` and ``max_pool_size``, cached by compile.py."""
+    return compile_p4(CompileOptions(max_pool_size=max_pool_size, k=k))
+
 class Bmv2StartError(DataPlaneStartError):
     """simple_switch exited or did not answer on its Thrift port; carries its log's tail."""
 
@@ -112,7 +118,7 @@ class Bmv2Process:
         the Thrift port is 9090 + ``device_id`` unless taken or given."""
         return cls(
             name=name,
-            json_path=json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=max_pool_size, k=k)),
+            json_path=json_path if json_path is not None else compiled_switchml(k=k, max_pool_size=max_pool_size),
             interfaces=ports,
             thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
             device_id=device_id,

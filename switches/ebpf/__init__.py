@@ -20,10 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from base.plugin import resolve
 from base.tool_version import first_line
 from protocol import params
 from switches.target import CpuReader, DataPlane, SwitchTarget
 
+
+PROGRAMS: dict[str, str] = {
+    "switchml": "switches.ebpf.switchml.datapath:EbpfDataPlane",
+    "atp": "switches.ebpf.atp.datapath:data_plane",
+}
+"""Protocol -> "module:attribute" of its data plane, ``cls(ports, *, name, k, max_pool_size)``:
+its TC program built for k and pool size and attached to the ports, one line each."""
+PACED_BY_LINK_RATE = frozenset({"atp"})
+"""Protocols whose data plane also takes its ports' link rate (``port_rate_bps``): ATP's
+phantom queues drain at it to mark ECN (TC sees no queue of its own)."""
+ORPHANED_PINS = ("switches.ebpf.switchml.datapath:remove_orphaned_pins", "switches.ebpf.atp.datapath:remove_orphaned_pins")
+"""Each program's cleanup of the pins a loader killed while loading left behind."""
 
 NEEDS_ROOT = "root (loading BPF programs and attaching them to ports needs it)"
 """What a process that is not root lacks; only root can ask the kernel the rest (probe.py)."""
@@ -40,18 +53,16 @@ class EbpfTarget(SwitchTarget):
         return list(detect_ebpf())
 
     def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
-                   **options: Any) -> DataPlane:
-        """The program built for ``k`` and ``max_pool_size`` on ``ports``' tc ingress hooks.
+                   protocol: str | None = None, port_rate_bps: float | None = None, **options: Any) -> DataPlane:
+        """``protocol``'s program (``PROGRAMS``) built for ``k`` and ``max_pool_size`` on ``ports``' tc
+        ingress hooks, given the ports' link rate where it paces by it (``PACED_BY_LINK_RATE``).
         ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
-        from switches.ebpf.switchml.datapath import EbpfDataPlane
-
-        return EbpfDataPlane(ports, name=name, k=k, max_pool_size=max_pool_size)
+        paced = {"port_rate_bps": port_rate_bps} if (protocol or self.default_protocol) in PACED_BY_LINK_RATE else {}
+        return resolve(self.program_of(protocol))(ports, name=name, k=k, max_pool_size=max_pool_size, **paced)
 
     def remove_leftovers(self) -> list[str]:
         """Pins of a loader killed while loading (a running switch's go with its interfaces)."""
-        from switches.ebpf.switchml.datapath import remove_orphaned_pins
-
-        return [f"BPF pins {directory}" for directory in remove_orphaned_pins()]
+        return [f"BPF pins {directory}" for remove in ORPHANED_PINS for directory in resolve(remove)()]
 
     @contextlib.contextmanager
     def cpu_meter(self, pid: int | None, interfaces: Sequence[str]) -> Iterator[CpuReader]:
@@ -64,7 +75,7 @@ class EbpfTarget(SwitchTarget):
             yield lambda: (0.0, program_run(program_id)[0])
 
     def describe_build(self) -> str:
-        return f"switchml.bpf.c, kernel {os.uname().release}"
+        return f"switchml.bpf.c and atp.bpf.c, kernel {os.uname().release}"
 
     def tool_versions(self) -> dict[str, str | None]:
         return {"clang": first_line(["clang", "--version"])}
@@ -78,7 +89,8 @@ TARGET = EbpfTarget(
     remedy="scripts/bootstrap.sh installs the tools; or choose --switch embedded.",
     refusable=True,
     program="eBPF program",
-    protocols=frozenset({"switchml"}),
+    protocols=frozenset(PROGRAMS),
+    programs=PROGRAMS,
     k_choices=params.K_CHOICES,
     root_to_tell=NEEDS_ROOT,
     link_rates={32: 3.5, 64: 8.0, 128: 10.0, 256: 10.0},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"

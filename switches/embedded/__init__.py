@@ -11,7 +11,8 @@ As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs w
 this repository's Python packages do, with any k and pool size, and is the only target
 with a delay line (``--link-delay-ms``), which emulates link delay where the kernel has no
 netem. Its pipeline is also the simulator's switch (``simulated``: run_experiment.py
---simulate)."""
+--simulate). It runs one protocol's program at a time, the one its process was started with
+(``PROGRAMS``: SwitchML's pipeline, and each other protocol's as one line)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ from typing import Any, Mapping
 from base.plugin import resolve
 from switches.target import DataPlane, SimulatedSwitch, SwitchTarget
 
+
+PROGRAMS: dict[str, str] = {
+    "switchml": "switches.embedded.pipeline:SwitchMLPipeline",
+    "atp": "switches.embedded.atp.simulated:ATPSwitch",
+}
+"""Protocol -> "module:attribute" of its program class as the switch process runs it
+(program.py's ``PortProgram``, ``cls(k=, max_pool_size=, seed=)``): one line each; the first
+is what a switch runs when no job needs a protocol."""
 
 SIMULATED_PROGRAMS: dict[str, str] = {
     "switchml": "switches.embedded.simulated:PipelineSwitch",
@@ -37,11 +46,13 @@ class EmbeddedTarget(SwitchTarget):
     """The embedded Python switch: any k and pool size, a delay line, and a simulated twin."""
 
     def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
-                   **options: Any) -> DataPlane:
-        """``python -m switches.embedded`` on ``ports``; ``options`` as EmbeddedSwitchProcess takes them."""
+                   protocol: str | None = None, **options: Any) -> DataPlane:
+        """``python -m switches.embedded`` running ``protocol``'s program (``PROGRAMS``) on ``ports``;
+        ``options`` as EmbeddedSwitchProcess takes them."""
         from switches.embedded.launcher import EmbeddedSwitchProcess
 
-        return EmbeddedSwitchProcess(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, **options)
+        return EmbeddedSwitchProcess(ports, log_dir, name=name, program=self.program_of(protocol), k=k, max_pool_size=max_pool_size,
+                                     **options)
 
     def remove_leftovers(self) -> list[str]:
         from switches.embedded.launcher import remove_stale_socket_dirs
@@ -63,6 +74,7 @@ TARGET = EmbeddedTarget(
     auto_preference=3,
     delays_frames=True,
     protocols=frozenset(SIMULATED_PROGRAMS),
+    programs=PROGRAMS,
     options=frozenset({"seed", "log_level", "profile", "link_delay_ms", "scratch_dir"}),
     link_rates={32: 2.5, 64: 5.0, 256: 7.5},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"
 )

@@ -1,4 +1,7 @@
-"""``python -m switches.embedded --port 1=s1-eth1 --port 2=s1-eth2 --control-socket PATH``."""
+"""``python -m switches.embedded --program MODULE:CLASS --port 1=s1-eth1 --port 2=s1-eth2 --control-socket PATH``.
+
+``--program`` names the protocol's program class (program.py's ``PortProgram``; the target's
+``PROGRAMS`` line for the protocol), which the process imports and runs on the ports."""
 
 from __future__ import annotations
 
@@ -7,10 +10,10 @@ import logging
 import sys
 from pathlib import Path
 
+from base.plugin import resolve
 from protocol import params
 from protocol.packet import IPV4_MTU, MAX_K
 from switches.embedded.delay_line import DelayLine
-from switches.embedded.pipeline import SwitchMLPipeline
 from switches.embedded.switch import EmbeddedSwitch
 
 log = logging.getLogger("switches.embedded")
@@ -26,6 +29,7 @@ def _port(text: str) -> tuple[int, str]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m switches.embedded", description=__doc__)
     parser.add_argument("--port", type=_port, action="append", required=True, help="PORT=INTERFACE, repeatable")
+    parser.add_argument("--program", required=True, help="module:attribute of the protocol's program class (PortProgram)")
     parser.add_argument("--control-socket", type=Path, required=True, help="Unix socket the control plane connects to")
     parser.add_argument("--log-file", type=Path, help="log here instead of stderr")
     parser.add_argument("--log-level", default="INFO")
@@ -56,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     delay_line = DelayLine(2 * args.link_delay_ms / 1000) if args.link_delay_ms > 0 else None
-    switch = EmbeddedSwitch(SwitchMLPipeline(args.k, args.max_pool_size, args.seed), args.ports, args.control_socket, delay_line)
+    program = resolve(args.program)(k=args.k, max_pool_size=args.max_pool_size, seed=args.seed)
+    log.info("program %s: k=%d, pool=%d", args.program, args.k, args.max_pool_size)
+    switch = EmbeddedSwitch(program, args.ports, args.control_socket, delay_line)
     try:
         switch.run()
     finally:

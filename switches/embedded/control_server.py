@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Any, Callable
 
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.program import PortProgram, ProgramView
 from switches.remote_control import handle_request
 
 log = logging.getLogger(__name__)
@@ -25,9 +25,10 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 1 << 20
 
 
-def pipeline_handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> dict[str, Callable[..., Any]]:
-    """The control ops answered from ``pipeline``: over the control socket, and in process (a
-    simulated switch, switches/embedded/simulated.py)."""
+def pipeline_handlers(pipeline: PortProgram | ProgramView, stats: Callable[[], dict]) -> dict[str, Callable[..., Any]]:
+    """The control ops answered from ``pipeline``, any protocol's program (a ``ProgramView``
+    with a traffic manager): over the control socket, and in process (a simulated switch,
+    switches/embedded/simulated.py)."""
     tm = pipeline.traffic_manager
     return {
         "ping": lambda: "pong",
@@ -49,13 +50,13 @@ def pipeline_handlers(pipeline: SwitchMLPipeline, stats: Callable[[], dict]) -> 
     }
 
 
-def _reset_each(pipeline: SwitchMLPipeline, registers: list[str]) -> None:
+def _reset_each(pipeline: ProgramView, registers: list[str]) -> None:
     for register in registers:
         pipeline.register(register).reset()
 
 
 class ControlServer:
-    def __init__(self, pipeline: SwitchMLPipeline, path: Path, selector: selectors.BaseSelector, stats: Callable[[], dict]) -> None:
+    def __init__(self, pipeline: PortProgram, path: Path, selector: selectors.BaseSelector, stats: Callable[[], dict]) -> None:
         self._handlers = pipeline_handlers(pipeline, stats)
         self._selector = selector
         self._path = path

@@ -1,5 +1,8 @@
 """Start and stop an embedded switch process; the one launcher for Mininet, tests and benchmarks.
 
+The process runs one protocol's program class (``program``, a "module:attribute" from the
+target's ``PROGRAMS``; SwitchML's pipeline by default); another program means another process.
+
 The control socket lives in a fresh short directory under /tmp because a Unix socket path
 may not exceed 107 bytes (log directories from pytest easily do). Start-up waits until the
 switch answers ``ping`` on its control socket, bounded, and a switch that died is reported
@@ -24,6 +27,7 @@ from typing import Iterator, Mapping
 from base.lifetime import ThreadWatch, dies_with_this_process
 from protocol import params
 from switches.control import ControlPlaneError
+from switches.embedded import TARGET
 from switches.remote_control import SocketControl
 from switches.target import DataPlaneStartError
 
@@ -75,6 +79,7 @@ class EmbeddedSwitchProcess:
         log_dir: Path,
         *,
         k: int,
+        program: str | None = None,
         name: str = "switch",
         max_pool_size: int = params.MAX_POOL_SIZE,
         seed: int | None = None,
@@ -87,6 +92,8 @@ class EmbeddedSwitchProcess:
         self.name = name
         self.log_file = Path(log_dir) / f"{name}.log"
         self.k = k
+        self.program = TARGET.program_of(None) if program is None else program
+        """"module:attribute" of the protocol's program class the process runs (None: the target's default)."""
         self.max_pool_size = max_pool_size
         self.seed = seed
         self.link_delay_ms = link_delay_ms
@@ -106,7 +113,7 @@ class EmbeddedSwitchProcess:
 
     def command(self) -> list[str]:
         profiler = [] if self.profile is None else ["-m", "cProfile", "-o", str(self.profile)]
-        argv = [sys.executable, *profiler, "-m", "switches.embedded", "--control-socket", str(self.control_socket)]
+        argv = [sys.executable, *profiler, "-m", "switches.embedded", "--program", self.program, "--control-socket", str(self.control_socket)]
         argv += [f"--port={port}={ifname}" for port, ifname in sorted(self.ports.items())]
         argv += ["--log-file", str(self.log_file), "--log-level", self.log_level]
         argv += ["--k", str(self.k), "--max-pool-size", str(self.max_pool_size)]

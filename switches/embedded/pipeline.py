@@ -30,6 +30,8 @@ class SwitchMLPipeline(ProgramView):
     def __init__(self, k: int, max_pool_size: int, seed: int | None = None) -> None:
         drop_simulator = DropSimulator(seed)
         self.packet = PacketBuffer(k)
+        self.frame = self.packet.frame
+        """What the switch process receives each frame into (program.py's ``PortProgram``)."""
         self.parser = SwitchMLParser(k)
         self.ingress = SwitchMLIngress(k, max_pool_size, drop_simulator)
         self.traffic_manager = TrafficManager()

@@ -1,15 +1,48 @@
-"""What the control plane sees of a program on the embedded switch: tables, registers and
-counters by their P4 names, and the schema it checks requests against.
+"""A protocol's program on the embedded switch: what the switch process runs
+(``PortProgram``) and what the control plane sees of it (``ProgramView``: tables, registers
+and counters by their P4 names, and the schema it checks requests against).
 
 Any protocol's pipeline (SwitchML's, ATP's) fills ``_tables``, ``_registers`` and
-``_counters`` and inherits this view, so the control plane asks every program alike.
+``_counters`` and inherits this view, so the control plane asks every program alike. The
+target lists each protocol's program class (``PROGRAMS`` in switches/embedded/__init__.py),
+and the switch process is told which to build (``--program``).
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from switches.control import ProgramSchema, RegisterSchema, lookup
 from switches.embedded.registers import Counter, Register
 from switches.embedded.tables import ExactMatchTable
+from switches.embedded.traffic_manager import TrafficManager
+from switches.target import Transmit
+
+
+class PortProgram(Protocol):
+    """A protocol's program as the switch process runs it on real ports (switch.py), built
+    as ``cls(k=, max_pool_size=, seed=)``: each frame is received into ``frame`` and run by
+    ``process``, which sends what leaves through ``ports``. Whatever is not the protocol's
+    it forwards as ordinary traffic (the baselines run on whichever program is loaded)."""
+
+    frame: bytearray
+    """The buffer every received frame is written into (the largest frame fits)."""
+    ports: dict[int, Transmit]
+    """Port number -> its transmit function, filled by the switch process."""
+    tx_errors: int
+    """Frames the kernel refused to send (full queue, too large), counted by ``process``."""
+    traffic_manager: TrafficManager
+
+    def process(self, in_port: int, length: int) -> None:
+        """Run the frame in ``frame[:length]``, received on ``in_port``, to its ports."""
+
+    def table(self, name: str) -> ExactMatchTable: ...
+
+    def register(self, name: str) -> Register: ...
+
+    def counter(self, name: str) -> Counter: ...
+
+    def schema(self) -> ProgramSchema: ...
 
 
 class ProgramView:

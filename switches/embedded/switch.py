@@ -2,7 +2,8 @@
 
 Readiness of a port drains that socket until EAGAIN (bounded by ``BURST`` so one busy port
 cannot starve the others or the control plane), receiving each frame as it was on the
-wire (802.1Q tag included, see ports.py) into the pipeline's single preallocated buffer.
+wire (802.1Q tag included, see ports.py) into the program's single preallocated buffer. The
+program is whichever protocol's the process was started with (program.py's ``PortProgram``).
 Control requests are served between bursts by the same loop, so they never race the data
 path and never block it for longer than one request.
 """
@@ -20,7 +21,7 @@ from typing import Callable, Mapping
 
 from switches.embedded.control_server import ControlServer
 from switches.embedded.delay_line import DelayLine
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.program import PortProgram
 from switches.embedded.ports import WireFrameReceiver, open_port_socket, receive_drops
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ IDLE_WAKEUP_S = 0.2
 
 
 class EmbeddedSwitch:
-    def __init__(self, pipeline: SwitchMLPipeline, ports: Mapping[int, str], control_socket: Path,
+    def __init__(self, pipeline: PortProgram, ports: Mapping[int, str], control_socket: Path,
                  delay_line: DelayLine | None = None) -> None:
         self.pipeline = pipeline
         self.delay_line = delay_line
@@ -45,7 +46,7 @@ class EmbeddedSwitch:
                 sock = open_port_socket(ifname)
                 self._sockets[port] = sock
                 pipeline.ports[port] = sock.send if delay_line is None else delay_line.wrap(sock.send)
-                receiver = WireFrameReceiver(sock, pipeline.packet.frame)
+                receiver = WireFrameReceiver(sock, pipeline.frame)
                 self._selector.register(sock, selectors.EVENT_READ, functools.partial(self._drain, port, receiver.receive))
                 log.info("port %d = %s", port, ifname)
             self._control = ControlServer(pipeline, control_socket, self._selector, self.stats)
@@ -73,7 +74,7 @@ class EmbeddedSwitch:
         self._running = True
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: self.stop())
-        log.info("switch running: k=%d, pool=%d", self.pipeline.ingress.k, self.pipeline.ingress.max_pool_size)
+        log.info("switch running %s", type(self.pipeline).__name__)
         select = self._selector.select
         delay_line = self.delay_line
         if delay_line is None:

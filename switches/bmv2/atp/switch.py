@@ -9,17 +9,56 @@ hosts the control plane installs.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from protocol.atp import params
 from switches.bmv2.atp.compile import ATPCompileOptions, compile_atp
-from switches.bmv2.atp.control import ATPBmv2Control
-from switches.bmv2.process import THRIFT_PORT_BASE, Bmv2Process, free_tcp_port
+from protocol.atp.packet import frame_bytes
+from switches.bmv2.atp.control import ATPBmv2Control, packets_per_second
+from switches.bmv2.process import START_TIMEOUT_S, THRIFT_PORT_BASE, Bmv2Process, free_tcp_port
+
+PORT_QUEUE_PACKETS = 64
+"""Each port's egress queue depth on a network: bmv2's default, which the rate does not change."""
 
 
+def compiled_atp(*, k: int, max_pool_size: int) -> Path:
+    """ATP's program on bmv2 (the target's ``PROGRAMS`` line): p4/atp/atp.p4 compiled for ``k``
+    with as many aggregators as the switch's pool, cached."""
+    return compile_atp(ATPCompileOptions(k=k, pool_size=max_pool_size))
+
+
+@dataclass
 class ATPBmv2Process(Bmv2Process):
-    """One simple_switch running p4/atp/atp.p4 (a DataPlane, as SwitchML's Bmv2Process)."""
+    """One simple_switch running p4/atp/atp.p4 (a DataPlane, as SwitchML's Bmv2Process); on a
+    network, each port's egress queue drains at its link's rate, so that ECN marks where the
+    link is the bottleneck (switches/bmv2/atp/control.py)."""
+
+    port_rate_bps: float | None = None
+    """Every port's link rate (None: bmv2's default, which queues nothing and never marks)."""
+    frame_bytes: int = 0
+    """An ATP frame's bytes at the program's k: what the queue's rate is counted in."""
+
+    @classmethod
+    def for_ports(cls, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
+                  json_path: Path | None = None, device_id: int = 0, thrift_port: int | None = None,
+                  port_rate_bps: float | None = None, **options: Any) -> "ATPBmv2Process":
+        """The target's data plane for ATP (``PROCESSES``): ``for_atp`` with the switch's pool as
+        the aggregators (``json_path``: the node's compiled program) and its links' rate."""
+        process = cls.for_atp(ports, log_dir, name=name, k=k, pool_size=max_pool_size, device_id=device_id, thrift_port=thrift_port,
+                              **options)
+        process.json_path = json_path or process.json_path
+        process.port_rate_bps, process.frame_bytes = port_rate_bps, frame_bytes(k)
+        return process
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """simple_switch started, then every port's queue set to drain at its link's rate."""
+        super().start(timeout_s)
+        if self.port_rate_bps:
+            with self.control() as control:
+                for port in self.interfaces:
+                    control.set_port_queue(port, packets_per_second(self.port_rate_bps, self.frame_bytes), PORT_QUEUE_PACKETS)
 
     @classmethod
     def for_atp(

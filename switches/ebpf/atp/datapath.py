@@ -30,6 +30,12 @@ def remove_orphaned_pins() -> list[Path]:
     return loader.remove_orphaned_pins(PIN_ROOT)
 
 
+def data_plane(ports: Mapping[int, str], *, name: str, k: int, max_pool_size: int, port_rate_bps: float | None) -> AtpEbpfDataPlane:
+    """ATP's line of the target's ``PROGRAMS``: its program on a network switch's ports, with as
+    many aggregators as the switch's pool and each port's phantom queue draining at its link's rate."""
+    return AtpEbpfDataPlane(ports, name=name, k=k, pool_size=max_pool_size, port_rate_bps=port_rate_bps)
+
+
 class AtpEbpfDataPlane(loader.TcDataPlane):
     """ATP's program on a set of ports (port number -> interface), in this kernel."""
 
