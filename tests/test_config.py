@@ -540,3 +540,11 @@ def test_loading_a_config_builds_nothing_and_the_runner_refuses_a_data_path_it_l
         check_data_paths(experiment)
     check_data_paths(load_experiment(MAIN_CONFIG, ["protocol.data_path=native", "methods=[ring]"]))  # no SwitchML worker: no data path
     assert load_experiment(MAIN_CONFIG).points[0].data_path.name == "python", "auto falls back where native does not build"
+
+
+@pytest.mark.parametrize("value", ["1.0", "{a: 1}", "text"])
+def test_links_that_are_not_a_list_are_refused_by_the_schema(value: str) -> None:
+    """The loss-unit check reads a topology's links before the schema does; links that are
+    not a list are left to the schema's one line (it once iterated a float: a traceback)."""
+    with pytest.raises(ConfigError, match="topology.links: .* is not of type 'array'"):
+        load_experiment(MAIN_CONFIG, [f"topology.links={value}", "switch.target=embedded"])

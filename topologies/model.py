@@ -363,7 +363,9 @@ def _check_loss_unit(data: Mapping[str, Any], source: str, key_prefix: str) -> N
     (no all-reduce ends): a number like that is a percentage typed as a probability, and is
     refused saying so, before the schema's bare 'greater than the maximum'."""
     sections = [(f"{key_prefix}{name}", data.get(name)) for name in ("link", "uplink")]
-    sections += [(f"{key_prefix}links[{i}]", link) for i, link in enumerate(data.get("links") or [])]
+    links = data.get("links")
+    if isinstance(links, list):  # anything else: the schema says what links must be
+        sections += [(f"{key_prefix}links[{i}]", link) for i, link in enumerate(links)]
     for where, section in sections:
         loss = section.get("loss") if isinstance(section, Mapping) else None
         if isinstance(loss, (int, float)) and not isinstance(loss, bool) and loss >= 1:
