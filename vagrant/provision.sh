@@ -80,9 +80,9 @@ fi
 
 say "check"
 "${VENV}/bin/python" - <<'PY'
-from switches.targets import detect_bmv2, resolve_target
+from switches.targets import lookup, resolve_target
 
-missing = detect_bmv2()
+missing = lookup("bmv2").detect()
 if missing:
     raise SystemExit(f"bmv2 target still lacks: {', '.join(missing)}")
 import p4utils.utils.sswitch_thrift_API  # noqa: F401  (imports bmv2's bindings too)
