@@ -8,7 +8,8 @@ keys documented in docs/results-format.md: training_steps.csv's ``bytes_sent`` a
 the network's ``tcp_congestion_control``,
 summary.json's ``data_path`` (``switchml_data_path`` before it named its protocol), ``max_machine_steal_fraction`` and ``simulated``,
 fidelity.csv's ``cpu_steal_fraction``, runs.csv's and summary.json's ``socket_errors``,
-``socket_errnos`` and ``rejected_results``, timeline.csv's ``bin_ms``, summary.json's ``provenance``): a reader
+``socket_errnos`` and ``rejected_results``, timeline.csv's ``bin_ms``, summary.json's ``provenance``, and a shared-switch
+run's switch_counters.csv, in the one-job runs' format): a reader
 of the results format, or a user's notebook, must not notice. Values differ from run to
 run; the shape must not.
 """
