@@ -24,7 +24,7 @@ from methods.method import BITS_PER_BYTE, require_positive
 from methods import ps, ring
 from methods.ring import busbw
 from methods.switchml import SwitchMLJobPace, line_rate_ate as switchml_line_rate_ate, switchml_job_pace
-from protocol.packet import frame_bytes
+from protocol.switchml.packet import frame_bytes
 
 ring_traffic_per_tensor_byte = ring.traffic_per_tensor_byte
 ring_algbw_bound = ring.BOUND.algbw

@@ -15,7 +15,7 @@ docs/architecture.md, "In-network aggregation", says where each piece of a proto
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 
@@ -75,7 +75,8 @@ class Aggregation:
     k_choices: tuple[int, ...]
     """The k its packets can carry: the config schema's enum of ``protocol.k``."""
     defaults: Mapping[str, Any]
-    """Its keys of the config's ``protocol`` section that a config may leave out, and their values."""
+    """Its keys of the config's ``protocol`` section that a config may leave out, and their values
+    (its k and pool size among them)."""
     sum_bits: int
     """Width of the integer sums its switches compute (training_steps.csv ``bits``)."""
     host: str
@@ -95,3 +96,6 @@ class Aggregation:
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
     """The torch.distributed backend name a DDP script gets through it (hosts/torch_backend.py); None: none."""
+    switch_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Its keys of the config's ``switch`` section that a config may leave out, and their values
+    (SwitchML's: the switch memory all jobs share, ``max_pool_size``)."""

@@ -33,7 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(REPO_ROOT))
 
-from protocol import params  # noqa: E402  (needs the path set up above)
+from protocol.switchml import params
 
 INCLUDE_DIR = REPO_ROOT / "p4" / "include"
 DATA_HEADER = "data_header.p4"

@@ -22,7 +22,7 @@ import simpy
 
 from network.topology_fabric import topology_fabric
 from hosts.switchml.job import AllReduceResult, SwitchMLTimeout
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
 from simulation.link import Arrivals, Deliver, Link

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from protocol import params
+from protocol.switchml import params
 from switches import programming
 from switches.control import SwitchControl
 

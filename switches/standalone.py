@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from base.netns import Testbed
-from protocol import params
+from protocol.switchml import params
 from switches.control import SwitchControl
 from switches.targets import lookup
 

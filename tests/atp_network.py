@@ -20,13 +20,13 @@ import numpy as np
 from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.parameter_server import ParameterServerCore
 from hosts.atp.worker import WorkerConfig, WorkerCore
-from protocol import params as switchml_params
 from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET
 from protocol.packet import Endpoint, build_frame, ipv4_to_bytes, mac_to_bytes
+from protocol.params import SWITCH_IPV4, SWITCH_MAC
 from switches.embedded.atp.pipeline import ATPPipeline
 
-SWITCH = Endpoint(switchml_params.SWITCH_MAC, switchml_params.SWITCH_IPV4, params.SWITCH_UDP_PORT)
+SWITCH = Endpoint(SWITCH_MAC, SWITCH_IPV4, params.SWITCH_UDP_PORT)
 LINK_DELAY_S = 10e-6
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hosts.switchml.mmsg import RECEIVE_SLACK_BYTES, BatchSocket
-from protocol.packet import SWITCHML_HEADER_BYTES, SwitchMLHeader, pack_header, payload_bytes, payload_dtype, unpack_header
+from protocol.switchml.packet import pack_header, payload_bytes, payload_dtype, SWITCHML_HEADER_BYTES, SwitchMLHeader, unpack_header
 
 K = 32
 DTYPE = payload_dtype(K)

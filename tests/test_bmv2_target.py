@@ -21,15 +21,16 @@ from typing import Any, Callable
 import pytest
 
 from protocol import params
+from protocol.switchml import params as switchml_params
 from switches import programming
 from switches.bmv2 import compile as p4compile
 from switches.bmv2.control import THRIFT_TIMEOUT_S
 from switches.bmv2.process import Bmv2Process, Bmv2StartError, thrift_answers
 from switches.control import ControlPlaneError
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from tests.conftest import require_target
 
-K = params.P4_SOURCE_K
+K = switchml_params.P4_SOURCE_K
 """The k of p4/include's generated copies: the checked-in program, and the quickest build."""
 
 def executable(path: Path, body: str) -> Path:
@@ -388,7 +389,7 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
             assert control.register_read(programming.BITMAP_REGISTER)[3] == 0b11  # type: ignore[index]
             programming.reset_aggregation_state(control, K)
             assert control.register_read(programming.BITMAP_REGISTER, 3) == 0
-            assert programming.read_event_counters(control) == dict.fromkeys(params.EVENT_COUNTER_CELLS + params.EGRESS_EVENTS, 0)
+            assert programming.read_event_counters(control) == dict.fromkeys(switchml_params.EVENT_COUNTER_CELLS + switchml_params.EGRESS_EVENTS, 0)
             with pytest.raises(ControlPlaneError):
                 control.table_add(programming.WORKER_TABLE, "l2_forward", [1, "10.0.0.9"], [1])
             assert control._thrift_socket()._timeout == THRIFT_TIMEOUT_S, "a hung switch must not hang the run"

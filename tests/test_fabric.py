@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from protocol import params
+from protocol.switchml import params
 from switches import programming
 from switches.fabric import Fabric, Jobs, Leaf, SharedJob, Station, program_fabric
 from tests.test_p4_contract import RecordingControl

@@ -37,8 +37,8 @@ from labs.markers import MarkerError, marked_files, scan_file, scan_text
 from labs.figures import pool_model_figure
 from labs.plot import known_figures
 from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, fill_regions, make_skeleton, stub_text, tracked_files
-from protocol import params
-from protocol.packet import frame_bytes
+from protocol.switchml import params
+from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from switches.bmv2.compile import CompileOptions
 from tests.conftest import require_target, require_track_machine

@@ -9,6 +9,7 @@ import pytest
 
 from network.emulation import EmulatedNetwork, node_runner
 from protocol import params
+from protocol.switchml import params as switchml_params
 from switches import programming
 from switches.targets import REGISTRY
 from tests.conftest import TARGET_MARKS, require_target
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.mininet]
 def test_hosts_resolve_and_ping_the_switch(target: str, tmp_path: Path) -> None:
     require_target(target)
     topology = load_topology(find_topology("star"), {"workers": 2})
-    with EmulatedNetwork(topology, target, tmp_path, k=params.DEFAULT_K, max_pool_size=64, job_id=1, pool_size=8) as net:
+    with EmulatedNetwork(topology, target, tmp_path, k=switchml_params.DEFAULT_K, max_pool_size=64, job_id=1, pool_size=8) as net:
         run = node_runner(net.host("h1"))
         code, neighbours = run(["ip", "neigh", "show", params.SWITCH_IPV4])
         assert code == 0 and params.SWITCH_MAC in neighbours and "PERMANENT" not in neighbours, neighbours

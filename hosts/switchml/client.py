@@ -28,8 +28,9 @@ from hosts.switchml.native import resolve
 from hosts.switchml.native.job import NativeJob, NativeRoundTrip
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
-from protocol import params
-from protocol.packet import IPV4_MTU, MAX_K
+from protocol.switchml import params
+from protocol.packet import IPV4_MTU
+from protocol.switchml.packet import MAX_K
 from protocol.quantize import UNSUMMABLE_EXPONENT, block_exponents, dequantize, element_scales
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import numpy as np
 from hosts.stats import TIMELINE_BIN_S, JobStats, SendTimeline
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
 from protocol.switchml.plan import JobPlan
 from protocol.quantize import quantize, scale_for

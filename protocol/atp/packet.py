@@ -19,12 +19,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from protocol.packet import ELEMENT_BYTES, ELEMENT_DTYPE, UDP_OFFSET, UDP_HEADER_BYTES
+from protocol.packet import ELEMENT_BYTES, ELEMENT_DTYPE, UDP_OFFSET, UDP_HEADER_BYTES, max_elements
 
 ATP_HEADER = struct.Struct("!IBBHIHH")
 ATP_HEADER_BYTES = ATP_HEADER.size
 ATP_OFFSET = UDP_OFFSET + UDP_HEADER_BYTES
 DATA_OFFSET = ATP_OFFSET + ATP_HEADER_BYTES
+MAX_K = max_elements(ATP_HEADER_BYTES)
+"""The most values one ATP packet can carry without exceeding the MTU (364)."""
 SEQ_LIMIT = 1 << 32
 """Sequences run 1 .. 2^32 - 1 over a job's life; 0 (with app_id 0) would read as a free owner."""
 

@@ -1,47 +1,18 @@
-"""SwitchML build parameters, read from the P4 program's own constants file.
+"""SwitchML's build parameters, read from its P4 program's own constants file.
 
 ``p4/include/constants.p4`` is the one definition of k, the pool size, the UDP ports and
-the counter indices. This module parses its ``#define NAME value`` lines so the Python
-side (workers, embedded switch, control plane) can never disagree with the P4 program.
-It also holds the defaults a job takes when its config names none, and the one
-conversion of link rates from the Mbit/s they are written in to the bit/s the models take.
+the counter indices. This module reads its ``#define NAME value`` lines
+(``protocol.params.read_p4_constants``) so the Python side (workers, switches, control
+plane) can never disagree with the P4 program. It also holds the defaults a job takes when
+its config names none.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from pathlib import Path
-from types import MappingProxyType
-from typing import Mapping, TypeVar
+from protocol.params import P4_DIR, read_p4_constants
 
-from switchml_testbed import __version__
-from switchml_testbed.release import is_checkout
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-"""The testbed's tree: a checkout, or its copy inside site-packages/switchml_testbed."""
-P4_DIR = REPO_ROOT / "p4"
-BUILD_DIR = (REPO_ROOT / "build" if is_checkout()
-             else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "switchml-testbed" / __version__)
-"""Where compiled programs are cached: the checkout's build/, or the user's cache folder for
-an installed tree (site-packages is not ours to write into, and may not be writable)."""
-RESULTS_DIR = REPO_ROOT / "results" if is_checkout() else Path("results")
-"""Where a run's folder goes unless --out names one: the checkout's results/, or results/ in
-the current folder for an installed tree."""
 CONSTANTS_P4 = P4_DIR / "include" / "constants.p4"
-
-_DEFINE = re.compile(r"^\s*#define\s+([A-Z][A-Z0-9_]*)\s+(0[xX][0-9a-fA-F]+|\d+)\b", re.M)
-
-
-def read_p4_constants(path: Path = CONSTANTS_P4) -> Mapping[str, int]:
-    """Every integer ``#define`` in ``path``, by name (first definition wins, as with #ifndef)."""
-    constants: dict[str, int] = {}
-    for name, literal in _DEFINE.findall(path.read_text()):
-        constants.setdefault(name, int(literal, 0))
-    return MappingProxyType(constants)
-
-
-P4_CONSTANTS = read_p4_constants()
+P4_CONSTANTS = read_p4_constants(CONSTANTS_P4)
 
 P4_SOURCE_K: int = P4_CONSTANTS["SWITCHML_K"]
 """constants.p4's k (elements per packet): the k of the per-element code checked in under
@@ -113,21 +84,3 @@ _check_event_order(EGRESS_EVENTS, "EGV_COUNT")
 def is_aggregation_port(udp_dst_port: int) -> bool:
     """True for a UDP destination port in the aggregation range (as the P4 parser selects)."""
     return udp_dst_port & UDP_PORT_MASK == UDP_PORT_BASE
-
-
-SWITCH_MAC = "02:53:4d:4c:00:01"
-"""Virtual MAC of the aggregating switch: workers address their updates to it (and results come from it)."""
-SWITCH_IPV4 = "10.0.0.254"
-"""Virtual IPv4 of the aggregating switch, on the workers' 10.0.0.0/24 emulation subnet."""
-
-
-BITS_PER_MBIT = 1e6
-"""Mbit/s as tc, the topologies (``bw_mbps``) and the results (``link_mbps``) count them: SI, not 2^20."""
-
-Rate = TypeVar("Rate")
-"""A float, or an array or pandas Series of them."""
-
-
-def mbps_to_bps(mbps: Rate) -> Rate:
-    """A link rate in bit/s, what the models and timers take, from the Mbit/s configs and results write."""
-    return mbps * BITS_PER_MBIT

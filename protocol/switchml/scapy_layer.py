@@ -19,8 +19,8 @@ from scapy.fields import (
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from protocol import params
-from protocol.packet import MAX_K
+from protocol.switchml import params
+from protocol.switchml.packet import MAX_K
 
 
 

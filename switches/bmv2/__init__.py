@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from base.tool_version import first_line
-from protocol import params
+from protocol.switchml import params
 from switches.target import DataPlane, PortQueueLimit, SwitchTarget, Toolchain
 
 EXECUTABLES = ("simple_switch", "p4c")

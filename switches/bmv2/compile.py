@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol import params
+from protocol.switchml import params as switchml_params
 from base.build_cache import build_once, source_hash
 
 log = logging.getLogger(__name__)
@@ -43,14 +44,14 @@ class CompileOptions:
     """Everything besides the sources that changes the compiled program."""
 
     k: int
-    max_pool_size: int = params.MAX_POOL_SIZE
+    max_pool_size: int = switchml_params.MAX_POOL_SIZE
     p4c: str = "p4c"
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_pool_size <= MAX_SLOT_LIMIT:
             raise ValueError(f"max_pool_size must be within 1..{MAX_SLOT_LIMIT}, got {self.max_pool_size}")
-        if self.k not in params.K_CHOICES:
-            raise ValueError(f"k must be one of {params.K_CHOICES}, got {self.k}")
+        if self.k not in switchml_params.K_CHOICES:
+            raise ValueError(f"k must be one of {switchml_params.K_CHOICES}, got {self.k}")
 
     def defines(self) -> list[str]:
         return [f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}", f"-DSWITCHML_K={self.k}"]

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterator
 
 from base.lifetime import ThreadWatch
-from protocol import params
+from protocol.switchml import params
 from switches.bmv2.control import Bmv2Control
 from switches.control import ControlPlaneError, DuplicateEntryError, TableFullError
 

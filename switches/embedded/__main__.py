@@ -7,10 +7,11 @@ import logging
 import sys
 from pathlib import Path
 
-from protocol import params
-from protocol.packet import IPV4_MTU, MAX_K
+from protocol.switchml import params
+from protocol.packet import IPV4_MTU
+from protocol.switchml.packet import MAX_K
 from switches.embedded.delay_line import DelayLine
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from switches.embedded.switch import EmbeddedSwitch
 
 log = logging.getLogger("switches.embedded")

@@ -17,7 +17,7 @@ import socket
 from pathlib import Path
 from typing import Any, Callable
 
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from switches.remote_control import handle_request
 
 log = logging.getLogger(__name__)

@@ -23,6 +23,7 @@ from typing import Iterator, Mapping
 
 from base.lifetime import ThreadWatch, dies_with_this_process
 from protocol import params
+from protocol.switchml import params as switchml_params
 from switches.control import ControlPlaneError
 from switches.remote_control import SocketControl
 from switches.target import DataPlaneStartError
@@ -76,7 +77,7 @@ class EmbeddedSwitchProcess:
         *,
         k: int,
         name: str = "switch",
-        max_pool_size: int = params.MAX_POOL_SIZE,
+        max_pool_size: int = switchml_params.MAX_POOL_SIZE,
         seed: int | None = None,
         log_level: str = "INFO",
         profile: Path | None = None,

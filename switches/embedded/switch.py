@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 
 from switches.embedded.control_server import ControlServer
 from switches.embedded.delay_line import DelayLine
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from switches.embedded.ports import WireFrameReceiver, open_port_socket, receive_drops
 
 log = logging.getLogger(__name__)

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from protocol import params
+from protocol.switchml import params as switchml_params
 from base.build_cache import build_once, source_hash
 from switches.ebpf.switchml.maps import EBPF_DIR, SWITCHML_H
 
 log = logging.getLogger(__name__)
 
 SOURCE = EBPF_DIR / "switchml.bpf.c"
-SOURCES = (SOURCE, SWITCHML_H, params.CONSTANTS_P4)
+SOURCES = (SOURCE, SWITCHML_H, switchml_params.CONSTANTS_P4)
 OBJECT = "switchml.bpf.o"
 BUILD_ROOT = params.BUILD_DIR / "ebpf"
 MAX_SLOT_LIMIT = 0xFFFF
@@ -41,20 +42,20 @@ class CompileOptions:
     """Everything besides the sources that changes the compiled program."""
 
     k: int
-    max_pool_size: int = params.MAX_POOL_SIZE
+    max_pool_size: int = switchml_params.MAX_POOL_SIZE
     clang: str = "clang"
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_pool_size <= MAX_SLOT_LIMIT:
             raise ValueError(f"max_pool_size must be within 1..{MAX_SLOT_LIMIT}, got {self.max_pool_size}")
-        if self.k not in params.K_CHOICES:
-            raise ValueError(f"k must be one of {params.K_CHOICES}, got {self.k}")
+        if self.k not in switchml_params.K_CHOICES:
+            raise ValueError(f"k must be one of {switchml_params.K_CHOICES}, got {self.k}")
 
     def command(self, output: Path) -> list[str]:
         """The clang command line (also what a student would type by hand)."""
         return [
             self.clang, "-O2", "-g", "-Wall", "-Werror", "-target", "bpf",
-            "-I", str(params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR),
+            "-I", str(switchml_params.CONSTANTS_P4.parent), "-I", str(EBPF_DIR),
             # asm/types.h, which linux/bpf.h includes, lives under the host's multiarch path.
             "-I", f"/usr/include/{platform.machine()}-linux-gnu",
             f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}", f"-DSWITCHML_K={self.k}",

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Mapping
 
 from base.lifetime import ThreadWatch
-from protocol import params
+from protocol.switchml import params
 from switches.ebpf.switchml import maps
 from switches.ebpf.bpf import BpfMap, bind_map, open_pinned
 from switches.ebpf.switchml.compile import CompileOptions, compile_program

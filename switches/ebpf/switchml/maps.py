@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from protocol import params
+from protocol.switchml import params as switchml_params
 from switches.control import Field, ProgramSchema, RegisterSchema, TableSchema
 from switches.programming import value_registers
 
@@ -218,7 +219,7 @@ TABLES: Mapping[str, TableLayout] = {
             "drop_unknown_sender": (DEFINES["WORKER_TABLE_DROP_UNKNOWN_SENDER"], ()),
         },
         WorkerAction,
-        params.P4_CONSTANTS["SWITCHML_WORKER_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_WORKER_TABLE_SIZE"],
     ),
     f"{INGRESS}.uplink_table": TableLayout(
         "uplink_table",
@@ -235,7 +236,7 @@ TABLES: Mapping[str, TableLayout] = {
             "NoAction": (DEFINES["UPLINK_TABLE_NOACTION"], ()),
         },
         UplinkAction,
-        params.P4_CONSTANTS["SWITCHML_UPLINK_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_UPLINK_TABLE_SIZE"],
     ),
     f"{INGRESS}.l2_learn_table": TableLayout(
         "l2_learn_table",
@@ -243,7 +244,7 @@ TABLES: Mapping[str, TableLayout] = {
         MacKey,
         {"NoAction": (DEFINES["L2_LEARN_TABLE_NOACTION"], ()), "l2_learn": (DEFINES["L2_LEARN_TABLE_L2_LEARN"], ())},
         L2LearnAction,
-        params.L2_TABLE_SIZE,
+        switchml_params.L2_TABLE_SIZE,
     ),
     f"{INGRESS}.l2_table": TableLayout(
         "l2_table",
@@ -251,7 +252,7 @@ TABLES: Mapping[str, TableLayout] = {
         MacKey,
         {"l2_forward": (DEFINES["L2_TABLE_L2_FORWARD"], (Field("port", 9),)), "l2_flood": (DEFINES["L2_TABLE_L2_FLOOD"], ())},
         L2Action,
-        params.L2_TABLE_SIZE,
+        switchml_params.L2_TABLE_SIZE,
     ),
     f"{INGRESS}.switch_addr_table": TableLayout(
         "switch_addr_table",
@@ -262,7 +263,7 @@ TABLES: Mapping[str, TableLayout] = {
             "NoAction": (DEFINES["SWITCH_ADDR_TABLE_NOACTION"], ()),
         },
         SwitchAddrAction,
-        params.P4_CONSTANTS["SWITCHML_SWITCH_ADDR_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_SWITCH_ADDR_TABLE_SIZE"],
     ),
     f"{EGRESS}.rank_addr_table": TableLayout(
         "rank_addr_table",
@@ -276,7 +277,7 @@ TABLES: Mapping[str, TableLayout] = {
             "drop": (DEFINES["RANK_ADDR_TABLE_DROP"], ()),
         },
         RankAddrAction,
-        params.P4_CONSTANTS["SWITCHML_RANK_ADDR_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_RANK_ADDR_TABLE_SIZE"],
     ),
 }
 
@@ -338,5 +339,5 @@ def program_schema(k: int, max_pool_size: int) -> ProgramSchema:
     return ProgramSchema(
         tables={name: table.schema() for name, table in TABLES.items()},
         registers=registers,
-        counters={f"{INGRESS}.event_counter": len(params.EVENT_COUNTER_CELLS), f"{EGRESS}.egress_counter": len(params.EGRESS_EVENTS)},
+        counters={f"{INGRESS}.event_counter": len(switchml_params.EVENT_COUNTER_CELLS), f"{EGRESS}.egress_counter": len(switchml_params.EGRESS_EVENTS)},
     )

@@ -2,7 +2,7 @@
  * switchml.bpf.c -- the SwitchML data plane of docs/dataplane.md as one TC (clsact,
  * direct-action) program, attached to the ingress of every switch port.
  *
- * Read it beside p4/include/ingress.p4 and switches/embedded/ingress.py: the maps carry the
+ * Read it beside p4/include/ingress.p4 and switches/embedded/switchml/ingress.py: the maps carry the
  * P4 program's register, table and counter names, and the steps carry the numbers of
  * docs/dataplane.md. One program runs the whole v1model pipeline for a received frame:
  *
