@@ -2,7 +2,7 @@
 
 Nothing here needs p4c or bmv2. The P4 sources are read as text (comments stripped,
 quoted #includes inlined) and their headers, registers, counters, tables and actions are
-compared with protocol/packet.py, protocol/params.py and what switches/programming.py
+compared with protocol/switchml/packet.py, protocol/switchml/params.py and what switches/programming.py
 actually asks a switch to do. Each check names the side that drifted.
 """
 
@@ -131,7 +131,7 @@ CONTROLS = {name: parse_control(PROGRAM, name) for name in (programming.INGRESS,
 HEADERS_P4 = inline_includes(P4_INCLUDE / "headers.p4")
 
 # --------------------------------------------------------------------------------------
-# Headers: P4 text vs protocol/packet.py
+# Headers: P4 text vs protocol/switchml/packet.py
 
 
 def struct_layout(fmt: struct.Struct, names: Sequence[str]) -> list[tuple[str, int]]:
@@ -195,7 +195,7 @@ def test_frame_size_matches_udp_length_check() -> None:
 
 
 def test_results_are_cut_to_a_frame_of_k_elements() -> None:
-    """SwitchMLEgress truncates every result to SWITCHML_FRAME_BYTES, the frame protocol/packet.py builds."""
+    """SwitchMLEgress truncates every result to SWITCHML_FRAME_BYTES, the frame protocol/switchml/packet.py builds."""
     define = re.search(r"#define\s+SWITCHML_FRAME_BYTES\s+(.+)", PROGRAM)
     assert define, "SWITCHML_FRAME_BYTES not defined"
     assert evaluate(define.group(1)) == switchml_packet.frame_bytes(switchml_params.P4_SOURCE_K)

@@ -1,6 +1,6 @@
 """scapy layer for SwitchML: dissection, pcaps and tests (never the hot path).
 
-Same layout as ``protocol/packet.py`` (which the hot path uses without scapy): importing
+Same layout as ``protocol/switchml/packet.py`` (which the hot path uses without scapy): importing
 this module binds the layer to UDP on every aggregation port, so ``Ether(frame)`` shows
 SwitchML headers and elements.
 """
