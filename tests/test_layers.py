@@ -248,7 +248,7 @@ UNMOVED: dict[str, str] = {
     **dict.fromkeys(("p4.gen_elements", "switches.bmv2.compile", "switches.bmv2.learning", "switches.embedded.simulated"), NOT_YET),
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",
                      "analysis.hierarchical", "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.switch_throughput", "benchmarks.simulation_speed",
-                     "benchmarks.simulation_validation", "experiments.capacity", "workloads.make_traces"), ABOUT),
+                     "benchmarks.simulation_validation", "workloads.make_traces"), ABOUT),
     **dict.fromkeys(("hosts.ddp_script", "hosts.torch_backend", "hosts.torch_hook"), DDP),
     **dict.fromkeys(("experiments.simulated_sweep", "simulation.native", "simulation.native.star", "simulation.network",
                      "simulation.worker"), CLOCK),
