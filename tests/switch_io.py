@@ -1,6 +1,6 @@
 """Crafting SwitchML frames and capturing what a switch sends, for packet-level tests.
 
-Frames are built with protocol.packet (the bytes the worker library sends); captures are
+Frames are built with protocol.switchml.packet (the bytes the worker library sends); captures are
 dissected with scapy. ``SwitchPorts`` holds one raw socket per host of a Testbed and
 collects frames until the expected number arrived plus a short grace period, so tests
 wait only as long as the switch needs. Frames are captured as they were on the wire, with

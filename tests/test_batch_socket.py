@@ -1,5 +1,5 @@
 """hosts/switchml/mmsg.py: batches of datagrams through sendmmsg/recvmmsg, on loopback UDP,
-and the payload record that the worker builds batches of (protocol.packet.payload_dtype)."""
+and the payload record that the worker builds batches of (protocol.switchml.packet.payload_dtype)."""
 
 from __future__ import annotations
 

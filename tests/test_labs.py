@@ -237,7 +237,7 @@ def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
     make_skeleton(REPO_ROOT, tree, lab, lab.tracks["p4"])
     assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "include" / "ingress.p4").read_text()
     compiled = subprocess.run(
-        [sys.executable, "-c", "from switches.bmv2.compile import CompileOptions, compile_p4; from protocol import params; "
+        [sys.executable, "-c", "from switches.bmv2.compile import CompileOptions, compile_p4; from protocol.switchml import params; "
                          "print(compile_p4(CompileOptions(k=params.P4_SOURCE_K)))"],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
     )  # fmt: skip
