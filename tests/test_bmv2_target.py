@@ -24,6 +24,7 @@ from protocol import params
 from protocol.switchml import params as switchml_params
 from switches import programming
 from switches.bmv2 import compile as p4compile
+from switches.bmv2.switchml.program import PROGRAM
 from switches.bmv2.control import THRIFT_TIMEOUT_S
 from switches.bmv2.process import Bmv2Process, Bmv2StartError, thrift_answers
 from switches.control import ControlPlaneError
@@ -61,11 +62,11 @@ def fake_p4c(tmp_path: Path) -> Path:
 
 
 def test_compile_runs_p4c_once_per_options(tmp_path: Path, fake_p4c: Path) -> None:
-    options = p4compile.CompileOptions(k=K, max_pool_size=64, p4c=str(fake_p4c))
+    options = p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=64, p4c=str(fake_p4c))
     first = p4compile.compile_p4(options, build_root=tmp_path / "build")
     again = p4compile.compile_p4(options, build_root=tmp_path / "build")
     other = p4compile.compile_p4(
-        p4compile.CompileOptions(k=K, max_pool_size=128, p4c=str(fake_p4c)), build_root=tmp_path / "build"
+        p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=128, p4c=str(fake_p4c)), build_root=tmp_path / "build"
     )
     calls = (tmp_path / "calls").read_text().splitlines()
     assert first == again != other
@@ -87,7 +88,7 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
         """,
     )
     with pytest.raises(p4compile.P4CompileError) as error:
-        p4compile.compile_p4(p4compile.CompileOptions(k=K, p4c=str(failing)), build_root=tmp_path / "build")
+        p4compile.compile_p4(p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=switchml_params.MAX_POOL_SIZE, p4c=str(failing)), build_root=tmp_path / "build")
     assert message in str(error.value)
     assert str(error.value).splitlines()[0] == f"p4c: {message} (exit 1)", "a test report's one line names file, line and error"
     assert list((tmp_path / "build").iterdir()) == []
@@ -96,10 +97,10 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
 def test_build_hash_follows_sources_and_options(tmp_path: Path) -> None:
     sources = tmp_path / "p4"
     shutil.copytree(params.P4_DIR, sources, ignore=shutil.ignore_patterns("__pycache__"))
-    options = p4compile.CompileOptions(k=K)
+    options = p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=switchml_params.MAX_POOL_SIZE)
     before = p4compile.build_hash(options, sources)
     assert p4compile.build_hash(options, sources) == before
-    assert p4compile.build_hash(p4compile.CompileOptions(k=K, max_pool_size=8), sources) != before
+    assert p4compile.build_hash(p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=8), sources) != before
     ingress = sources / "include" / "ingress.p4"
     ingress.write_text(ingress.read_text() + "\n")
     assert p4compile.build_hash(options, sources) != before
@@ -107,9 +108,9 @@ def test_build_hash_follows_sources_and_options(tmp_path: Path) -> None:
 
 def test_pool_size_must_fit_the_slot_field() -> None:
     with pytest.raises(ValueError):
-        p4compile.CompileOptions(k=K, max_pool_size=0)
+        p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=0)
     with pytest.raises(ValueError):
-        p4compile.CompileOptions(k=K, max_pool_size=1 << 16)
+        p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=1 << 16)
 
 
 # --------------------------------------------------------------------------------------
@@ -354,7 +355,7 @@ def test_process_refuses_a_busy_thrift_port(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def compiled_json() -> Path:
     require_target("bmv2")
-    return p4compile.compile_p4(p4compile.CompileOptions(k=K, max_pool_size=16))
+    return p4compile.compile_p4(p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=16))
 
 
 @pytest.mark.bmv2

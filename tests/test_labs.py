@@ -41,6 +41,7 @@ from protocol.switchml import params
 from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from switches.bmv2.compile import CompileOptions
+from switches.bmv2.switchml.program import PROGRAM
 from tests.conftest import require_target, require_track_machine
 
 LABS = catalog.all_labs()
@@ -132,7 +133,7 @@ def test_lab_2_gives_the_p4c_command_the_grader_runs() -> None:
     (at the labs' k, params.P4_SOURCE_K, p4/include holds the generated per-element code the build
     writes into its own include directory: test_p4_contract.py checks they are the same)."""
     output = Path("build/p4-by-hand")
-    options = CompileOptions(k=params.P4_SOURCE_K)
+    options = CompileOptions(program=PROGRAM, k=params.P4_SOURCE_K, max_pool_size=params.MAX_POOL_SIZE)
     command = options.command(output)
     generated = command.index(str(output / "include"))
     command = command[: generated - 1] + command[generated + 1 :]
@@ -237,8 +238,9 @@ def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
     make_skeleton(REPO_ROOT, tree, lab, lab.tracks["p4"])
     assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "include" / "ingress.p4").read_text()
     compiled = subprocess.run(
-        [sys.executable, "-c", "from switches.bmv2.compile import CompileOptions, compile_p4; from protocol.switchml import params; "
-                         "print(compile_p4(CompileOptions(k=params.P4_SOURCE_K)))"],
+        [sys.executable, "-c", "from switches.bmv2.compile import CompileOptions, compile_p4; from switches.bmv2.switchml.program import PROGRAM; "
+                         "from protocol.switchml import params; "
+                         "print(compile_p4(CompileOptions(program=PROGRAM, k=params.P4_SOURCE_K, max_pool_size=params.MAX_POOL_SIZE)))"],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
     )  # fmt: skip
     assert compiled.returncode == 0, compiled.stderr

@@ -33,6 +33,9 @@ SWITCHML_HEADER_BYTES = SWITCHML_HEADER.size
 if SWITCHML_HEADER_BYTES != params.P4_CONSTANTS["SWITCHML_HEADER_BYTES"]:
     raise RuntimeError(f"switchml_h is {SWITCHML_HEADER_BYTES} bytes here, SWITCHML_HEADER_BYTES in {params.CONSTANTS_P4} says otherwise")
 DATA_OFFSET = SWITCHML_OFFSET + SWITCHML_HEADER_BYTES
+MAX_SLOT_LIMIT = 0xFFFF
+"""switchml_h.slot is 16 bits wide: the most slots any switch's pool has (the P4 program
+compares the slot with the pool size)."""
 
 MAX_K = max_elements(SWITCHML_HEADER_BYTES)
 """The most elements one SwitchML packet can carry without exceeding the MTU (364); experiments

@@ -1,8 +1,9 @@
-"""The bmv2 target: p4/switchml.p4 compiled by p4c, run by simple_switch, programmed over Thrift.
+"""The bmv2 target: a protocol's P4 program compiled by p4c, run by simple_switch, programmed over Thrift.
 
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs the P4
 build's k and at most its pool size, and ``auto`` prefers it wherever everything it needs
-is installed (most machines lack it: the Vagrant VM has it)."""
+is installed (most machines lack it: the Vagrant VM has it). ``PROGRAMS`` lists the P4
+program of each protocol it runs (``switchml/``: p4/switchml.p4)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,26 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
+from base.plugin import resolve
 from base.tool_version import first_line
 from protocol.switchml import params
 from switches.target import DataPlane, PortQueueLimit, SwitchTarget, Toolchain
+
+if TYPE_CHECKING:
+    from switches.bmv2.compile import P4Program
+
+PROGRAMS: dict[str, str] = {
+    "switchml": "switches.bmv2.switchml.program:PROGRAM",
+}
+"""Protocol -> "module:attribute" of its ``P4Program`` (switches/bmv2/compile.py): the in-network
+aggregation protocols this target runs, one line each."""
+
+
+def program(protocol: str | None = None) -> "P4Program":
+    """``protocol``'s P4 program; None: the first this target runs (the one, while it runs one)."""
+    return resolve(PROGRAMS[next(iter(PROGRAMS)) if protocol is None else protocol])
 
 EXECUTABLES = ("simple_switch", "p4c")
 PYTHON_MODULES = {
@@ -101,7 +117,7 @@ TARGET = Bmv2Target(
     remedy=("The Vagrant VM provides all of them: run `vagrant up` in the repository and use the testbed inside it "
             "(see docs/targets.md), or choose --switch embedded."),
     program="P4 program",
-    protocols=frozenset({"switchml"}),
+    protocols=frozenset(PROGRAMS),
     k_choices=params.K_CHOICES,
     max_pool_size=params.MAX_POOL_SIZE,
     link_rates={32: 0.5, 64: 1.0, 256: 1.5},  # benchmarks/README.md: "The main job", "Emulation capacity", "Per k"

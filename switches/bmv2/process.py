@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from switches.bmv2.learning import L2LearningController
 
 from base.lifetime import ThreadWatch, dies_with_this_process
+from switches.bmv2 import program
 from switches.bmv2.compile import CompileOptions, compile_p4
 from switches.target import DataPlaneStartError
 
@@ -103,16 +104,18 @@ class Bmv2Process:
         k: int,
         max_pool_size: int,
         json_path: Path | None = None,
+        protocol: str | None = None,
         device_id: int = 0,
         thrift_port: int | None = None,
         **options: Any,
     ) -> "Bmv2Process":
         """simple_switch on ``ports``: ``json_path`` runs a prebuilt program (built for its own
-        k and pool size), else p4/switchml.p4 compiled for ``k`` and ``max_pool_size`` (cached by compile.py);
+        k and pool size), else ``protocol``'s program (switches/bmv2/__init__.py, ``program``) compiled for
+        ``k`` and ``max_pool_size`` (cached by compile.py);
         the Thrift port is 9090 + ``device_id`` unless taken or given."""
         return cls(
             name=name,
-            json_path=json_path if json_path is not None else compile_p4(CompileOptions(max_pool_size=max_pool_size, k=k)),
+            json_path=json_path if json_path is not None else compile_p4(CompileOptions(program=program(protocol), max_pool_size=max_pool_size, k=k)),
             interfaces=ports,
             thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
             device_id=device_id,

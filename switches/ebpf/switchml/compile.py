@@ -20,6 +20,7 @@ from pathlib import Path
 
 from protocol import params
 from protocol.switchml import params as switchml_params
+from protocol.switchml.packet import MAX_SLOT_LIMIT
 from base.build_cache import build_once, source_hash
 from switches.ebpf.switchml.maps import EBPF_DIR, SWITCHML_H
 
@@ -29,8 +30,6 @@ SOURCE = EBPF_DIR / "switchml.bpf.c"
 SOURCES = (SOURCE, SWITCHML_H, switchml_params.CONSTANTS_P4)
 OBJECT = "switchml.bpf.o"
 BUILD_ROOT = params.BUILD_DIR / "ebpf"
-MAX_SLOT_LIMIT = 0xFFFF
-"""switchml_h.slot is 16 bits wide."""
 
 
 class EbpfCompileError(RuntimeError):

@@ -1,0 +1,1 @@
+"""SwitchML's data plane on bmv2: p4/switchml.p4 as the bmv2 build compiles it (``program``)."""
