@@ -448,7 +448,7 @@ def test_two_switches_with_the_same_device_id_run_side_by_side(tmp_path: Path, c
 
 
 def learning_message(samples: list[tuple[bytes, int, int]], topic: bytes = b"LEA|", cut: int = 0) -> bytes:
-    from switches.bmv2.learning import L2_LEARN_SAMPLE, NOTIFICATION_HEADER
+    from switches.bmv2.switchml.learning import L2_LEARN_SAMPLE, NOTIFICATION_HEADER
 
     header = NOTIFICATION_HEADER.pack(topic, 0, 0, 1, 42, len(samples))
     body = b"".join(L2_LEARN_SAMPLE.pack(mac, port, length) for mac, port, length in samples)
@@ -456,14 +456,14 @@ def learning_message(samples: list[tuple[bytes, int, int]], topic: bytes = b"LEA
 
 
 def test_learning_notification_gives_buffer_and_samples() -> None:
-    from switches.bmv2.learning import parse_learning_notification
+    from switches.bmv2.switchml.learning import parse_learning_notification
 
     message = learning_message([(bytes.fromhex("020000000007"), 1, 60), (bytes.fromhex("02000a000003"), 300, 1514)])
     assert parse_learning_notification(message) == ((0, 1, 42), [("02:00:00:00:00:07", 1, 60), ("02:00:0a:00:00:03", 300, 1514)])
 
 
 def test_learning_ignores_other_notifications_and_refuses_cut_ones() -> None:
-    from switches.bmv2.learning import parse_learning_notification
+    from switches.bmv2.switchml.learning import parse_learning_notification
 
     assert parse_learning_notification(learning_message([(bytes(6), 1, 60)], topic=b"AGE|")) is None
     with pytest.raises(ValueError, match="expected 44 for 1 samples"):

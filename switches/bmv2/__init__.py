@@ -29,7 +29,7 @@ PROGRAMS: dict[str, str] = {
 aggregation protocols this target runs, one line each."""
 
 
-def program(protocol: str | None = None) -> "P4Program":
+def program_for(protocol: str | None = None) -> "P4Program":
     """``protocol``'s P4 program; None: the first this target runs (the one, while it runs one)."""
     return resolve(PROGRAMS[next(iter(PROGRAMS)) if protocol is None else protocol])
 

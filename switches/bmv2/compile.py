@@ -51,6 +51,10 @@ class P4Program:
     """(k, max_pool_size) -> p4c's ``-D`` options."""
     check: Callable[[int, int], None]
     """(k, max_pool_size) -> None, or a ValueError naming what the program cannot be built for."""
+    controller: str | None = None
+    """"module:attribute" of the controller that answers its digests while simple_switch runs
+    (``cls(name, notifications_addr, thrift_port, json_path)``, started and stopped with it:
+    switches/bmv2/process.py); None: it sends none."""
 
 
 @dataclass(frozen=True, kw_only=True)

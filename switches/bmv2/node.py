@@ -14,7 +14,7 @@ from typing import Any
 
 from switches.bmv2.compile import CompileOptions, compile_p4
 from switches.bmv2.process import THRIFT_PORT_BASE, free_tcp_port
-from switches.bmv2 import TARGET, program
+from switches.bmv2 import TARGET, program_for
 from switches.mininet_node import TargetSwitch
 
 _device_ids = itertools.count()
@@ -36,13 +36,13 @@ class Bmv2SwitchNode(TargetSwitch):
         **kwargs: Any,
     ) -> None:
         """``json_path`` runs a prebuilt program (built for its own k and pool size); without it
-        the node compiles ``protocol``'s program (switches/bmv2/__init__.py, ``program``) for ``k``
+        the node compiles ``protocol``'s program (switches/bmv2/__init__.py, ``program_for``) for ``k``
         and ``max_pool_size`` (cached by compile.py)."""
         super().__init__(name, **kwargs)
         self.device_id = next(_device_ids) if device_id is None else device_id
         self.thrift_port = free_tcp_port(THRIFT_PORT_BASE + self.device_id) if thrift_port is None else thrift_port
         self.prebuilt = json_path is not None
-        self.json_path = json_path if json_path is not None else compile_p4(CompileOptions(program=program(protocol), max_pool_size=self.max_pool_size, k=self.k))
+        self.json_path = json_path if json_path is not None else compile_p4(CompileOptions(program=program_for(protocol), max_pool_size=self.max_pool_size, k=self.k))
         self.log_level = log_level
 
     def data_plane_options(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""p4/switchml.p4 as the bmv2 build compiles it: its files, its per-k generator, its defines.
+"""p4/switchml.p4 as the bmv2 build compiles it: its files, its per-k generator, its defines,
+and the controller that answers its L2 learning digests (learning.py).
 
 The build (switches/bmv2/compile.py) writes ``p4/gen_elements.py``'s per-element code for the
 run's k into its own include folder and compiles with ``-DSWITCHML_K`` and
@@ -24,4 +25,5 @@ def check(k: int, max_pool_size: int) -> None:
 
 
 PROGRAM = P4Program(main=P4_DIR / "switchml.p4", include=P4_DIR / "include", sources=P4_DIR,
-                    generator=P4_DIR / "gen_elements.py", defines=defines, check=check)
+                    generator=P4_DIR / "gen_elements.py", defines=defines, check=check,
+                    controller="switches.bmv2.switchml.learning:L2LearningController")
