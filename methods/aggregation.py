@@ -92,6 +92,9 @@ class Aggregation:
     tool_versions: str | None = None
     """"module:attribute" of ``(data path name) -> {tool: version}``: the tools its workers were
     built with on that data path (the native loop's C compiler), for a run's provenance."""
+    client: str | None = None
+    """"module:attribute" of ``(spec, rank) -> client``: the client of the switch its DDP backend
+    and hook all-reduce through (hosts/torch_backend.py, ``SwitchClient``); None: none."""
     ddp_hook: str | None = None
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None

@@ -127,7 +127,7 @@ AGGREGATION = Aggregation(
     k_choices=K_CHOICES, defaults={"k": DEFAULT_K, "pool_size": DEFAULT_POOL_SIZE, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "data_path": "auto"}, sum_bits=PROTOCOL_BITS, host="hosts.switchml.method:SwitchMLMethod",
     reset_switch="switches.programming:reset_job_state", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions",
-    ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml", switch_defaults={"max_pool_size": MAX_POOL_SIZE},
+    client="hosts.switchml.method:switchml_client", ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml", switch_defaults={"max_pool_size": MAX_POOL_SIZE},
 )
 """SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""
 

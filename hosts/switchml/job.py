@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hosts.allreduce import Unsummable
 from hosts.stats import JobStats
 from hosts.switchml.core import JobContext, WorkerCore
 from hosts.switchml.mmsg import BatchSocket, errno_counts
@@ -61,7 +62,7 @@ class SwitchMLTimeout(TimeoutError):
         )
 
 
-class UnsummableTensor(ValueError):
+class UnsummableTensor(Unsummable):
     """A float32 all-reduce whose lookahead round carried ``UNSUMMABLE_EXPONENT``
     (protocol/quantize.py) for some blocks: a rank's block held an inf, a NaN or an element
     beyond 2^126, which block floating point cannot carry. Every rank of the job raises it at
