@@ -20,7 +20,6 @@ from typing import Any, Callable
 
 import pytest
 
-from protocol import params
 from protocol.switchml import params as switchml_params
 from switches import programming
 from switches.bmv2 import compile as p4compile
@@ -32,7 +31,7 @@ from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from tests.conftest import require_target
 
 K = switchml_params.P4_SOURCE_K
-"""The k of p4/include's generated copies: the checked-in program, and the quickest build."""
+"""The k of p4/switchml/include's generated copies: the checked-in program, and the quickest build."""
 
 def executable(path: Path, body: str) -> Path:
     path.write_text(textwrap.dedent(body).lstrip())
@@ -73,7 +72,7 @@ def test_compile_runs_p4c_once_per_options(tmp_path: Path, fake_p4c: Path) -> No
     assert first.exists() and other.exists()
     assert len(calls) == 2
     assert "--target bmv2 --arch v1model -I " in calls[0]
-    assert "-DSWITCHML_MAX_POOL_SIZE=64" in calls[0] and calls[0].endswith("p4/switchml.p4")
+    assert "-DSWITCHML_MAX_POOL_SIZE=64" in calls[0] and calls[0].endswith("p4/switchml/switchml.p4")
     assert not [p for p in (tmp_path / "build").iterdir() if p.name.startswith(".")], "staging dir left behind"
 
 
@@ -96,7 +95,7 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
 
 def test_build_hash_follows_sources_and_options(tmp_path: Path) -> None:
     sources = tmp_path / "p4"
-    shutil.copytree(params.P4_DIR, sources, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PROGRAM.sources, sources, ignore=shutil.ignore_patterns("__pycache__"))
     options = p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=switchml_params.MAX_POOL_SIZE)
     before = p4compile.build_hash(options, sources)
     assert p4compile.build_hash(options, sources) == before

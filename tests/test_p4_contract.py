@@ -23,8 +23,8 @@ from switches import programming
 from switches.control import MatchValue, ProgramSchema, SwitchControl
 from switches.embedded.switchml.pipeline import SwitchMLPipeline
 
-P4_MAIN = params.P4_DIR / "switchml.p4"
-P4_INCLUDE = params.P4_DIR / "include"
+P4_MAIN = switchml_params.P4_PROGRAM_DIR / "switchml.p4"
+P4_INCLUDE = switchml_params.P4_PROGRAM_DIR / "include"
 
 # --------------------------------------------------------------------------------------
 # A reader for the small subset of P4_16 the program's declarations use.
@@ -37,7 +37,7 @@ def strip_comments(text: str) -> str:
 
 def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
     """The program as p4c's preprocessor sees it (each file once, as the include guards
-    make it): quoted includes, and angle-bracket ones found in p4/include (the per-element
+    make it): quoted includes, and angle-bracket ones found in p4/switchml/include (the per-element
     code generated for constants.p4's k); <core.p4>/<v1model.p4> are left out."""
     seen = set() if seen is None else seen
     if path in seen:
@@ -398,7 +398,7 @@ def test_table_keys_and_defaults_follow_dataplane_doc() -> None:
 
 
 def load_generator() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_elements", params.P4_DIR / "gen_elements.py")
+    spec = importlib.util.spec_from_file_location("gen_elements", switchml_params.P4_PROGRAM_DIR / "gen_elements.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -407,7 +407,7 @@ def load_generator() -> Any:
 
 def test_generated_elements_are_fresh() -> None:
     generator = load_generator()
-    assert generator.stale(switchml_params.P4_SOURCE_K, P4_INCLUDE) == [], "run: python p4/gen_elements.py"
+    assert generator.stale(switchml_params.P4_SOURCE_K, P4_INCLUDE) == [], "run: python p4/switchml/gen_elements.py"
 
 
 @pytest.mark.parametrize("k", switchml_params.K_CHOICES)

@@ -287,7 +287,7 @@ def _check_fan_in(topology: Topology, source: str, key_prefix: str) -> None:
         if workers > switchml_params.MAX_WORKERS:
             raise ConfigError(
                 f"{source}: {key_prefix}{key}: switch {switch} would aggregate {workers} workers; a switch aggregates at most {switchml_params.MAX_WORKERS} "
-                "(SWITCHML_MAX_WORKERS, p4/include/constants.p4): spread them over a tree (kind: tree) with aggregation: "
+                "(SWITCHML_MAX_WORKERS, p4/switchml/include/constants.p4): spread them over a tree (kind: tree) with aggregation: "
                 f"hierarchical and at most {switchml_params.MAX_WORKERS} workers per leaf"
             )
 

@@ -1,6 +1,6 @@
 """ATP's build parameters: the one definition every ATP component reads.
 
-SwitchML reads its constants from p4/include/constants.p4; ATP has no P4 program yet, so they
+SwitchML reads its constants from p4/switchml/include/constants.p4; ATP has no P4 program yet, so they
 are written here, and the P4_16 program, when it exists, will take them from a generated
 header (docs/dataplane-atp.md, "Constants"). The values follow the authors' code where it
 fits the testbed (one switch, one PS per job, <= 32 workers) and say so where they differ.

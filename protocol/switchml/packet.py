@@ -8,7 +8,7 @@ Two views of the same bytes:
 * tests, pcaps and debugging use the scapy layer in ``protocol/switchml/scapy_layer.py``, kept
   apart so that workers and the switch never pay for importing scapy.
 
-Layout (must match ``p4/include/headers.p4``; ``tests/test_p4_contract.py`` checks it)::
+Layout (must match ``p4/switchml/include/headers.p4``; ``tests/test_p4_contract.py`` checks it)::
 
     Ethernet 14 | IPv4 20 | UDP 8 (checksum 0) | switchml_h 13 | k x int32 (big-endian)
 """

@@ -1,6 +1,6 @@
 """SwitchML's build parameters, read from its P4 program's own constants file.
 
-``p4/include/constants.p4`` is the one definition of k, the pool size, the UDP ports and
+``p4/switchml/include/constants.p4`` is the one definition of k, the pool size, the UDP ports and
 the counter indices. This module reads its ``#define NAME value`` lines
 (``protocol.params.read_p4_constants``) so the Python side (workers, switches, control
 plane) can never disagree with the P4 program. It also holds the defaults a job takes when
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from protocol.params import P4_DIR, read_p4_constants
 
-CONSTANTS_P4 = P4_DIR / "include" / "constants.p4"
+P4_PROGRAM_DIR = P4_DIR / "switchml"
+"""SwitchML's P4 program: switchml.p4, its include/ folder and its per-k generator gen_elements.py."""
+CONSTANTS_P4 = P4_PROGRAM_DIR / "include" / "constants.p4"
 P4_CONSTANTS = read_p4_constants(CONSTANTS_P4)
 
 P4_SOURCE_K: int = P4_CONSTANTS["SWITCHML_K"]
 """constants.p4's k (elements per packet): the k of the per-element code checked in under
-p4/include (what p4c by hand builds, and what tests of the P4 source read). Not the k a
+p4/switchml/include (what p4c by hand builds, and what tests of the P4 source read). Not the k a
 job, a switch or a build gets when it names none: every one of them is given its k."""
 DEFAULT_K: int = 256
 """Elements per packet when a config or a command names none: the reference client's
@@ -26,7 +28,7 @@ DEFAULT_POOL_SIZE: int = 64
 """Slots a job uses when a config or a command names none."""
 K_CHOICES: tuple[int, ...] = (32, 64, 128, 256)
 """The k an experiment may choose: every switch target builds its program for each of them
-(p4/gen_elements.py, each target's compile.py); the experiment schema's protocol.k enum."""
+(p4/switchml/gen_elements.py, each target's compile.py); the experiment schema's protocol.k enum."""
 MAX_POOL_SIZE: int = P4_CONSTANTS["SWITCHML_MAX_POOL_SIZE"]
 MAX_WORKERS: int = P4_CONSTANTS["SWITCHML_MAX_WORKERS"]
 UDP_PORT_BASE: int = P4_CONSTANTS["SWITCHML_UDP_PORT_BASE"]

@@ -1,7 +1,7 @@
 """The eBPF switch target: docs/dataplane.md as a TC (clsact) program in the kernel.
 
 SwitchML's program is ``switchml/``: ``switchml.bpf.c`` is the data plane (read it beside
-p4/include/ingress.p4 and switches/embedded/switchml/ingress.py), ``compile.py`` builds it with clang,
+p4/switchml/include/ingress.p4 and switches/embedded/switchml/ingress.py), ``compile.py`` builds it with clang,
 ``datapath.py`` loads it onto a switch's ports and takes it off, ``control.py`` programs it
 through the common control-plane interface over its BPF maps (``maps.py``). The target's own
 files serve any program: ``bpf.py`` (the bpf(2) calls), ``probe.py`` says whether this machine

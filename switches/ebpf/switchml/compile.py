@@ -2,7 +2,7 @@
 
 The object is cached under ``build/ebpf/<hash of the sources and options>/`` like the
 bmv2 build (``base/build_cache.py``). The sources are the C file, its header and
-p4/include/constants.p4, which the C program includes as is: the port range, the message
+p4/switchml/include/constants.p4, which the C program includes as is: the port range, the message
 types and the counter indices have one definition for all three targets. k and the pool
 size are options (``-DSWITCHML_K``, ``-DSWITCHML_MAX_POOL_SIZE``, which constants.p4 takes
 over its defaults), so there is one cached object per k and pool size, built on first use

@@ -32,7 +32,7 @@ PARSE = struct.Struct(ADDRESS_HEADERS.format + SWITCHML_HEADER.format.lstrip("!"
 assert ADDRESS_HEADERS_BYTES == SWITCHML_OFFSET and PARSE.size == DATA_OFFSET
 
 # Where each switchml_h field is in parse()'s tuple, after the address headers' fields
-# (named as p4/include/headers.p4 names them, hdr.switchml.<field>).
+# (named as p4/switchml/include/headers.p4 names them, hdr.switchml.<field>).
 (SWITCHML_MSG_TYPE, SWITCHML_SHADOW_SET, SWITCHML_JOB_ID, SWITCHML_SLOT, SWITCHML_NUM_ELEMENTS,
  SWITCHML_EXPONENT, SWITCHML_SEQ) = range(ADDRESS_FIELDS, ADDRESS_FIELDS + len(SwitchMLHeader._fields))  # fmt: skip
 assert len(PARSE.unpack(bytes(PARSE.size))) == SWITCHML_SEQ + 1
