@@ -245,9 +245,9 @@ REVEALED = ("reads SwitchML's constants, which protocol/params.py and protocol/p
             "they were split (protocol/switchml/): a module this round's other helpers are making protocol-neutral")
 UNMOVED: dict[str, str] = {
     "switches.embedded.simulated": NOT_YET,
-    **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.models", "analysis.paper", "analysis.tables",
-                     "analysis.hierarchical", "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.switch_throughput", "benchmarks.simulation_speed",
-                     "benchmarks.simulation_validation", "workloads.make_traces"), ABOUT),
+    **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
+                     "analysis.tables", "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
+                     "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
     **dict.fromkeys(("experiments.simulated_sweep", "simulation.native", "simulation.native.star", "simulation.network",
                      "simulation.worker"), CLOCK),
     **dict.fromkeys(("network.port_counters", "switches.fabric", "switches.programming", "switches.mininet_node", "switches.standalone",
