@@ -31,8 +31,9 @@ import pytest
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
 from hosts.switchml import RetransmitPolicy, SwitchMLClient
 from hosts.mmsg import ICMP_ERRNOS, BatchSocket, errno_counts
-from protocol import params
-from protocol.packet import EXPONENT_MIN, SWITCHML_HEADER, payload_dtype
+from protocol.switchml import params
+from protocol.packet import EXPONENT_MIN
+from protocol.switchml.packet import SWITCHML_HEADER, payload_dtype
 from protocol.params import REPO_ROOT
 from protocol.switchml.plan import JobPlan
 from protocol.quantize import expected_sum
