@@ -244,15 +244,14 @@ CLOCK = "the simulated clock's SwitchML worker and its native event loop (simula
 REVEALED = ("reads SwitchML's constants, which protocol/params.py and protocol/packet.py served under a neutral name until "
             "they were split (protocol/switchml/): a module this round's other helpers are making protocol-neutral")
 UNMOVED: dict[str, str] = {
-    "switches.embedded.simulated": NOT_YET,
+    "switches.programming": NOT_YET + ": SwitchML's programmer of every target (its record's reset_switch and program_fabric), "
+                            "which the labs, the network's evidence and the shared-switch kind import by path",
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
-                     "analysis.tables", "benchmarks.emulation_capacity", "benchmarks.main_job", "benchmarks.simulation_speed",
-                     "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
-    **dict.fromkeys(("experiments.simulated_sweep", "simulation.native", "simulation.native.star", "simulation.network",
-                     "simulation.worker"), CLOCK),
-    **dict.fromkeys(("network.port_counters", "switches.fabric", "switches.programming", "switches.mininet_node", "switches.standalone",
-                     "switches.embedded.__main__", "switches.embedded.launcher", "switches.embedded.control_server",
-                     "switches.embedded.switch", "experiments.kinds.shared_switch"), REVEALED),
+                     "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "benchmarks.main_job",
+                     "benchmarks.simulation_speed", "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
+    **dict.fromkeys(("simulation.native", "simulation.native.star", "simulation.network", "simulation.worker"), CLOCK),
+    **dict.fromkeys(("network.port_counters", "switches.mininet_node", "switches.standalone", "switches.embedded.launcher",
+                     "experiments.kinds.shared_switch"), REVEALED),
     "workloads.synthetic": "its int32 tensors are sized so that SwitchML's most workers (SWITCHML_MAX_WORKERS) sum them without overflow",
     "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
     "topologies.model": "a star's most workers is SwitchML's (SWITCHML_MAX_WORKERS), named in its message",

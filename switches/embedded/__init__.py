@@ -35,7 +35,7 @@ PROGRAMS: dict[str, str] = {
 is what a switch runs when no job needs a protocol."""
 
 SIMULATED_PROGRAMS: dict[str, str] = {
-    "switchml": "switches.embedded.simulated:PipelineSwitch",
+    "switchml": "switches.embedded.switchml.simulated:PipelineSwitch",
     "atp": "switches.embedded.atp.simulated:ATPSwitch",
 }
 """Protocol -> "module:attribute" of its program as a ``SimulatedSwitch``, ``cls(*, k,
@@ -60,9 +60,10 @@ class EmbeddedTarget(SwitchTarget):
 
         return remove_stale_socket_dirs()
 
-    def simulated(self, *, k: int, max_pool_size: int, seed: int | None = None, protocol: str = "switchml") -> SimulatedSwitch:
-        """``protocol``'s program in a simulation (simulated.py: SwitchML's pipeline)."""
-        return resolve(SIMULATED_PROGRAMS[protocol])(k=k, max_pool_size=max_pool_size, seed=seed)
+    def simulated(self, *, k: int, max_pool_size: int, seed: int | None = None, protocol: str | None = None) -> SimulatedSwitch:
+        """``protocol``'s program in a simulation (``SIMULATED_PROGRAMS``; None: the default protocol's)."""
+        return resolve(SIMULATED_PROGRAMS[self.default_protocol if protocol is None else protocol])(k=k, max_pool_size=max_pool_size,
+                                                                                                   seed=seed)
 
     def describe_build(self) -> str:
         return f"python {sys.version.split()[0]}"

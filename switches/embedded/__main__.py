@@ -34,7 +34,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--seed", type=int, help="seed of the drop simulator's random draws")
     parser.add_argument("--k", type=int, required=True, help="elements per packet")
-    parser.add_argument("--max-pool-size", type=int, required=True, help="the program's pool: slots per shadow set (SwitchML), aggregators (ATP)")
+    parser.add_argument("--max-pool-size", type=int, required=True, help="the program's pool: the register cells its jobs share")
     parser.add_argument("--link-delay-ms", type=float, default=0.0,
                         help="propagation delay of each link; every frame is held twice this long (one link in, one out)")
     args = parser.parse_args(argv)
