@@ -2,8 +2,9 @@
 
 ``p4/atp/include/constants.p4`` is the one definition of the ports, flags, pool and table
 sizes and counter indices; this module reads its ``#define`` lines (protocol/params.py's
-reader), so the embedded pipeline, the hosts and the bmv2 program cannot disagree. The values follow the authors' code where it fits the testbed (one switch, one PS per job,
-<= 32 workers) and say so where they differ (constants.p4's comments, docs/dataplane-atp.md).
+reader), so the embedded pipeline, the hosts and the bmv2 program cannot disagree. The
+values follow the authors' code where it fits the testbed (one switch, one PS per job, <= 32
+workers) and say so where they differ (constants.p4's comments, docs/dataplane-atp.md).
 """
 
 from __future__ import annotations

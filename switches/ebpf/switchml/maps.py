@@ -3,9 +3,10 @@
 Each ctypes structure below mirrors one struct of switchml.bpf.c field by field (the
 control plane checks every map's key and value sizes against them when it opens the
 maps, so a drift fails loudly); those every program of the target shares (a table's
-layout, the multicast and counter cells) are switches/ebpf/map_control.py's. Table values start with the action number (from
-switchml.h, read the way protocol/switchml/params.py reads constants.p4) followed by the action's
-parameters under their P4 names, so an entry is written as ``Value(action=n, **params)``.
+layout, the multicast and counter cells) are switches/ebpf/map_control.py's. Table values
+start with the action number (from switchml.h, read the way protocol/switchml/params.py reads
+constants.p4) followed by the action's parameters under their P4 names, so an entry is
+written as ``Value(action=n, **params)``.
 
 The program is built per k (compile.py), and k sets the size of a register cell and of
 the scratch map, and how many value_XX registers there are: those layouts are functions
