@@ -314,7 +314,7 @@ def test_a_hostile_switch_changes_no_sum_and_every_forgery_is_counted(data_path:
 FLOOD_SCRIPT = """
 import socket, sys, time
 from hosts.mmsg import BatchSocket
-from protocol.packet import payload_dtype
+from protocol.switchml.packet import payload_dtype
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sock.bind((sys.argv[1], 0))
 print(sock.getsockname()[1], flush=True)
