@@ -25,8 +25,9 @@ from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 import methods
 from protocol import params
+from protocol.switchml import params as switchml_params
 from protocol import results_format as fmt
-from protocol.packet import frame_bytes
+from protocol.switchml.packet import frame_bytes
 from topologies.model import loss_probability
 
 NAME = "hierarchical"
@@ -66,7 +67,7 @@ def hierarchical_table(run: Path) -> pd.DataFrame:
     jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
     counters = pd.read_csv(run / fmt.SWITCH_COUNTERS.file)
     spine = counters[(counters["method"] == methods.SWITCHML.name) & (counters["switch"] == "s1")]
-    frames_in = spine[spine["counter"].isin(params.INGRESS_EVENTS)].groupby(["point", "repetition"])["value"].sum()
+    frames_in = spine[spine["counter"].isin(switchml_params.INGRESS_EVENTS)].groupby(["point", "repetition"])["value"].sum()
     frames_out = spine[spine["counter"] == "EGV_SENT"].groupby(["point", "repetition"])["value"].sum()
     spine_frames = (frames_in + frames_out).rename("spine_frames").reset_index()
     jobs = jobs.merge(spine_frames, on=["point", "repetition"])

@@ -7,7 +7,7 @@ cross them; how close they get is the result.
 
 Framing convention. The emulated links are shaped by htb, which meters *Ethernet frame
 bytes* (no FCS, no preamble, no inter-frame gap). The SwitchML bound therefore divides by
-``protocol.packet.frame_bytes(k)`` and deliberately does NOT add the 8-byte preamble and
+``protocol.switchml.packet.frame_bytes(k)`` and deliberately does NOT add the 8-byte preamble and
 12-byte IFG a physical 100 GbE port also spends: in emulation those bytes do not exist.
 The ring and parameter-server bounds count payload bytes only (they are upper bounds: the
 TCP/IP headers those baselines also carry can only lower them).
@@ -24,7 +24,7 @@ from methods.method import BITS_PER_BYTE, require_positive
 from methods import ps, ring
 from methods.ring import busbw
 from methods.switchml import SwitchMLJobPace, line_rate_ate as switchml_line_rate_ate, switchml_job_pace
-from protocol.packet import frame_bytes
+from protocol.switchml.packet import frame_bytes
 
 ring_traffic_per_tensor_byte = ring.traffic_per_tensor_byte
 ring_algbw_bound = ring.BOUND.algbw

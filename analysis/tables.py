@@ -15,7 +15,7 @@ from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchm
 from analysis.load import Results
 import methods
 from methods.ring import RING
-from protocol.packet import frame_bytes
+from protocol.switchml.packet import frame_bytes
 from protocol.params import mbps_to_bps
 
 TIMELINE_BIN_MS = 10.0

@@ -43,7 +43,7 @@ from tqdm import tqdm  # noqa: E402
 from experiments.capacity import CONFIG, KEEPS_UP_SHARE, Probe, Prober, ProbeSettings, search  # noqa: E402
 from experiments.config import load_experiment  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
-from protocol import params  # noqa: E402
+from protocol.switchml import params  # noqa: E402
 from switches.targets import REGISTRY  # noqa: E402
 
 log = logging.getLogger("emulation_capacity")

@@ -37,7 +37,9 @@ sys.path.insert(0, str(REPO_ROOT))
 import numpy as np  # noqa: E402
 
 from protocol import params  # noqa: E402
-from protocol.packet import SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes  # noqa: E402
+from protocol.switchml import params as switchml_params  # noqa: E402
+from protocol.packet import build_frame, Endpoint  # noqa: E402
+from protocol.switchml.packet import encode_payload, frame_bytes, SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, SwitchMLHeader  # noqa: E402
 from switches import programming, standalone  # noqa: E402
 from network.port_counters import SETTLE_S, account_switch, read_ports  # noqa: E402
 from switches.standalone import run_switch  # noqa: E402
@@ -85,15 +87,15 @@ class Measurement:
 
 def build_frames(hosts: list[Host], window: int, k: int) -> list[list[list[bytearray]]]:
     """frames[slot][set][rank]: every update the generator sends, built once (only seq changes)."""
-    switch = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
+    switch = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, switchml_params.UDP_PORT_BASE)
     rng = np.random.default_rng(0)
     return [
         [
             [
                 bytearray(build_frame(
-                    Endpoint(h.mac, h.ipv4, params.WORKER_UDP_PORT),
+                    Endpoint(h.mac, h.ipv4, switchml_params.WORKER_UDP_PORT),
                     switch,
-                    encode_payload(SwitchMLHeader(params.MSG_UPDATE, shadow_set, JOB, slot, k, 0, slot), rng.integers(-1000, 1000, k)),
+                    encode_payload(SwitchMLHeader(switchml_params.MSG_UPDATE, shadow_set, JOB, slot, k, 0, slot), rng.integers(-1000, 1000, k)),
                 ))
                 for h in hosts
             ]
@@ -151,7 +153,7 @@ def drive(
             except BlockingIOError:
                 break
             msg_type, shadow_set, slot = RESULT_FIELDS.unpack_from(buffer, SWITCHML_OFFSET)
-            if msg_type != params.MSG_RESULT or slot >= window or shadow_set != current[slot]:
+            if msg_type != switchml_params.MSG_RESULT or slot >= window or shadow_set != current[slot]:
                 continue  # a duplicate (unicast answer to a resend) or stray frame
             current[slot] = next_set = shadow_set ^ 1
             version[slot] += 1
@@ -170,7 +172,7 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
     options = described.start_options({"log_level": "WARNING", "profile": profile})
     with standalone.testbed(n) as bed, contextlib.ExitStack() as stack:
         for host in bed.hosts[1:]:
-            sink = stack.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
+            sink = stack.enter_context(host.udp_socket(switchml_params.WORKER_UDP_PORT))
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         max_pool_size = described.max_pool_size or max(window, 1)  # bmv2: its build of the most it can have
         switch = stack.enter_context(run_switch(target, bed.switch_ports, log_dir, name=f"{target}-n{n}", k=k,
@@ -235,8 +237,8 @@ def main() -> int:
     parser.add_argument("--target", choices=list(REGISTRY), default=max(REGISTRY.values(), key=lambda t: t.auto_preference).name,
                         help="default: the target that runs anywhere (auto's last choice)")
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--k", type=int, default=params.DEFAULT_K)
-    parser.add_argument("--window", type=int, default=params.DEFAULT_POOL_SIZE, help="slots in flight (pool size used)")
+    parser.add_argument("--k", type=int, default=switchml_params.DEFAULT_K)
+    parser.add_argument("--window", type=int, default=switchml_params.DEFAULT_POOL_SIZE, help="slots in flight (pool size used)")
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--profile", action="store_true", help="run the switch under cProfile (slower) and print the top functions")

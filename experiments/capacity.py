@@ -29,15 +29,18 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+import methods
 from experiments.config import load_experiment
-from methods.switchml import line_rate_ate
 from protocol import params
 from protocol import results_format as fmt
 from protocol.params import REPO_ROOT
 from protocol.results_format import MACHINE
 
 CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
-"""The config every probe runs, SwitchML only, with the probed values set."""
+"""The config every probe runs, the probed method only, with the probed values set."""
+PROBED = methods.SWITCHML
+"""The method a probe runs: the method under study (methods.SWITCHML), whose line-rate bound a
+target must reach to keep up."""
 KEEPS_UP_SHARE = 0.95
 """A rate keeps up when SwitchML reaches this share of its line-rate bound (and kept_up holds)."""
 KEPT_UP_REASONS = ("saturated_processes", "saturated_jobs", "switch_lost_frames", "paced_by_emulator")
@@ -104,14 +107,14 @@ class Probe:
                 f"busy (load {self.load_before:.1f} before)")
 
 
-def probe_elements(link_mbps: float, seconds: float, at_least_packets: int, k: int) -> int:
+def probe_elements(link_mbps: float, seconds: float, at_least_packets: int, k: int, workers: int) -> int:
     """A tensor of ``seconds`` of line-rate data at ``link_mbps`` in whole packets of k, and
     no fewer than ``at_least_packets`` packets: as many as the config's own tensor has, whose
     float32 lead round (one exponent-only packet per slot) is 1.5 % of them, so that no probe,
     whatever its k, is held further below the line-rate bound than the main job is (a
     131,072-element tensor is 4,096 packets at k = 32 but 512 at k = 256, where the lead
     round alone would cost 12.5 %)."""
-    packets = math.ceil(seconds * line_rate_ate(params.mbps_to_bps(link_mbps), k) / k)
+    packets = math.ceil(seconds * PROBED.bound(params.mbps_to_bps(link_mbps), workers, k) / k)
     return max(packets, at_least_packets) * k
 
 
@@ -120,7 +123,7 @@ def run_probe(target: str, workers: int, k: int, data_path: str, link_mbps: floa
     """One real run of the experiment runner into ``out``; its output goes to ``out``.log.
     ``extra``: more ``--set`` overrides (a calibration names its probes' experiment)."""
     overrides = [
-        "methods=[switchml]", f"switch.target={target}", f"topology.workers={workers}", f"protocol.k={k}",
+        f"methods=[{PROBED.name}]", f"switch.target={target}", f"topology.workers={workers}", f"protocol.k={k}",
         f"protocol.data_path={data_path}",
         f"topology.link.bw_mbps={link_mbps:g}", f"workload.elements={elements}", f"repetitions={repetitions}", *extra,
     ]
@@ -150,7 +153,7 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
     summary = json.loads((run_dir / "summary.json").read_text())
     runs = pd.read_csv(run_dir / "runs.csv")
     fidelity = pd.read_csv(run_dir / "fidelity.csv")
-    switchml = summary["methods"]["switchml"]
+    probed = summary["methods"][PROBED.name]
     updates = runs["packets_sent"].sum()
     job_seconds = runs.groupby("repetition")["tat_s"].max().sum()
     machine = fidelity[fidelity["host"] == MACHINE]
@@ -170,12 +173,12 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
         target=summary["switch_target"], workers=summary["workers"], k=k, data_path=fmt.data_path_of(summary)["used"],
         link_mbps=summary["link_mbps"], attempt=attempt,
         elements=int(runs["elements"].iloc[0]), repetitions=int(runs["repetition"].nunique()),
-        ate_per_s=round(switchml["ate_per_s"]),
-        share_of_bound=round(switchml["ate_fraction_of_bound"], 4),
-        share_of_pace=round(switchml.get("ate_fraction_of_pace_bound", math.nan), 4),
+        ate_per_s=round(probed["ate_per_s"]),
+        share_of_bound=round(probed["ate_fraction_of_bound"], 4),
+        share_of_pace=round(probed.get("ate_fraction_of_pace_bound", math.nan), 4),
         kept_up=bool(summary["kept_up"]),
         not_kept_up_because=" ".join(key for key in KEPT_UP_REASONS if summary[key]),
-        verified=bool(summary["verified"]), retransmissions=int(switchml["retransmissions"]),
+        verified=bool(summary["verified"]), retransmissions=int(probed["retransmissions"]),
         machine_busy=summary["max_machine_busy_fraction"],
         updates_per_s=round(updates / job_seconds),
         cpu_us_per_update=round(machine_us("cpu_busy_fraction"), 2),
@@ -224,7 +227,7 @@ class Prober:
             self.on_start(f"{link_mbps:g} Mbit/s, attempt {attempt}")
             load_before = os.getloadavg()[0]
             out = self.runs_dir / f"{link_mbps:g}mbps-a{attempt}"
-            elements = probe_elements(link_mbps, self.settings.seconds, self.config_packets, self.k)
+            elements = probe_elements(link_mbps, self.settings.seconds, self.config_packets, self.k, self.workers)
             run_probe(self.target, self.workers, self.k, self.data_path, link_mbps, elements, self.settings.repetitions, out,
                       self.extra)
             probe = read_probe(out, attempt, load_before)

@@ -27,7 +27,6 @@ from base.plugin import resolve
 import methods
 from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from network.cluster_config import ClusterSpec
-from protocol import params
 from switches.targets import AUTO, REGISTRY
 from topologies.model import Topology, find_topology, load_topology
 import workloads.kinds
@@ -49,9 +48,8 @@ def shipped_or_given(path: Path) -> Path:
     return shipped if shipped.is_file() else path
 
 DEFAULTS: dict[str, Any] = {
-    "switch": {"target": "auto", "max_pool_size": params.MAX_POOL_SIZE},
-    "protocol": {"k": params.DEFAULT_K, "pool_size": params.DEFAULT_POOL_SIZE, "job_id": 1,
-                 **{key: value for protocol in methods.AGGREGATIONS for key, value in protocol.defaults.items()}},
+    "switch": {"target": "auto", **{key: value for protocol in methods.AGGREGATIONS for key, value in protocol.switch_defaults.items()}},
+    "protocol": {"job_id": 1, **{key: value for protocol in methods.AGGREGATIONS for key, value in protocol.defaults.items()}},
     "workload": {"dtype": "float32", "seed": 1, "time_dilation": 1.0},
     "repetitions": 3,
     "loss_mechanism": "auto",
@@ -67,7 +65,7 @@ def experiment_schema() -> dict[str, Any]:
     method, a target or a workload is all it takes for configs to name it."""
     schema = load_schema(SCHEMA_PATH)
     schema["properties"]["methods"]["items"]["enum"] = [method.name for method in methods.REGISTRY]
-    schema["properties"]["protocol"]["properties"]["k"]["enum"] = sorted({k for protocol in methods.AGGREGATIONS for k in protocol.k_choices})
+    schema["properties"]["protocol"]["properties"]["k"]["enum"] = methods.k_choices()
     for protocol in methods.AGGREGATIONS:  # each protocol's own keys (ATP's protocol.atp), from its record
         schema["properties"]["protocol"]["properties"].update(copy.deepcopy(dict(protocol.properties)))
     workload = schema["properties"]["workload"]

@@ -25,6 +25,14 @@ Outcome = tuple[np.ndarray, np.ndarray | None, JobStats]
 """(result values, the switch's raw int32 sum or None, statistics)."""
 
 
+class Unsummable(ValueError):
+    """A tensor the switch cannot sum (an inf, a NaN, a value beyond what its integers carry),
+    raised by every rank at the same call after a complete job, so all ranks take the same
+    other route (hosts/torch_backend.py: Gloo's IEEE sum). ``stats``: the job's statistics."""
+
+    stats: JobStats
+
+
 class Method(Protocol):
     def allreduce(self, tensor: np.ndarray) -> Outcome: ...
 

@@ -46,13 +46,11 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
-from hosts.switchml.method import switchml_client
 from hosts.ddp_shapes import Rendezvous, script_shapes
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
-from hosts.switchml import SwitchMLClient
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_backend import GROUPS, SwitchMLProcessGroup, close_groups, fallback_counts, register
+from hosts.torch_backend import GROUPS, SwitchClient, SwitchMLProcessGroup, close_groups, fallback_counts, register, switch_client
 from hosts.torch_hook import SPEC_ENVIRONMENT
 from hosts.training import ARRAYS_RANK, steps
 import methods
@@ -123,10 +121,10 @@ def serve_script(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
     if backend is None:
         raise ValueError(f"method {spec.method} cannot run a DDP script (methods/{spec.method}.py: torch_backend)")
 
-    def client(group_rank: int, size: int) -> SwitchMLClient:
+    def client(group_rank: int, size: int) -> SwitchClient:
         if size != spec.n_workers:
-            raise ValueError(f"a switchml process group of {size} ranks: the switch's job has {spec.n_workers}")
-        return switchml_client(spec, rank)
+            raise ValueError(f"a {backend} process group of {size} ranks: the switch's job has {spec.n_workers}")
+        return switch_client(spec, rank)
 
     register(client)
     environment = script_environment(spec, rank, spec_path)

@@ -1,5 +1,6 @@
-"""The ``switchml`` torch.distributed backend: float32 and int32 SUM all-reduces through the
-switch, everything else through Gloo over the same links.
+"""The testbed's torch.distributed backends: an in-network protocol's (its record's
+``torch_backend``, SwitchML's ``switchml``) sends float32 and int32 SUM all-reduces through
+the switch, everything else through Gloo over the same links.
 
 Registered at torch's documented extension point for third-party process groups,
 ``torch.distributed.Backend.register_backend`` (``register``), so a script's
@@ -8,10 +9,11 @@ Registered at torch's documented extension point for third-party process groups,
 ``dist.barrier``, ...) calls like those of a built-in backend.
 
 - ``allreduce`` of one dense CPU float32 or int32 tensor with ``ReduceOp.SUM`` goes to this
-  rank's ``SwitchQueue``: one thread that runs the SwitchML client's all-reduces one after
-  the other, in the order they were asked for, which is the same on every rank (torch
-  requires every rank to issue its collectives in the same order; the SwitchML library
-  requires the same sequence of calls, hosts/switchml/README.md). The call returns at once
+  rank's ``SwitchQueue``: one thread that runs the protocol's client's all-reduces (its
+  record's ``client``, a ``SwitchClient``) one after the other, in the order they were asked
+  for, which is the same on every rank (torch requires every rank to issue its collectives
+  in the same order; SwitchML's library requires the same sequence of calls,
+  hosts/switchml/README.md). The call returns at once
   with a work handle (``wait()``, ``get_future()``), so several tensors may be in flight:
   they queue, and the next starts the moment the previous one's last result arrives.
 - Every other collective, dtype (float16, bfloat16, float64, ...) and op (AVG, MAX, ...)
@@ -25,7 +27,7 @@ Gloo, and the all-reduces the switch would have taken are recorded like the swit
 the testbed can verify a plain Gloo run of a user's script from the same records
 (hosts/ddp_script.py), and the two methods' fallback counts compare.
 
-Only the first group a process builds gets the switch (the SwitchML job spans the whole
+Only the first group a process builds gets the switch (the switch's job spans the whole
 world and the client binds the worker's one UDP port); any later group, a subgroup
 included, runs everything on Gloo, counted as fallbacks.
 
@@ -42,7 +44,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -50,8 +52,9 @@ import torch.distributed as dist
 
 from hosts.stats import JobStats, added
 import methods
-from hosts.switchml import SwitchMLClient, UnsummableTensor
-from protocol.quantize import flushed_to_zero
+from base.plugin import resolve
+from hosts.allreduce import Unsummable
+from protocol.worker_spec import WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +69,38 @@ RECORDED_BYTES = 16 * 1024 * 1024
 """The most recent all-reduces kept for verification, up to this many input bytes (at least
 one). Every rank makes the same calls with the same sizes, so every rank keeps the same ones."""
 
-ClientFactory = Callable[[int, int], SwitchMLClient]
+class SwitchResult(Protocol):
+    """One all-reduce's result as a protocol's client returns it."""
+
+    values: np.ndarray
+    """The sum: dequantized float32, or int32."""
+    int_sum: np.ndarray | None
+    """The switch's integer sum, for exact verification."""
+    stats: JobStats
+
+
+class SwitchClient(Protocol):
+    """A rank's client of the switch, as the queue drives it (SwitchML's: hosts/switchml/client.py)."""
+
+    def allreduce(self, array: np.ndarray) -> SwitchResult: ...
+
+    def flushed(self, inputs: np.ndarray, result: Any) -> int:
+        """How many nonzero elements of ``inputs`` the result's quantization lost to 0."""
+        ...
+
+    def close(self) -> None: ...
+
+
+ClientFactory = Callable[[int, int], SwitchClient]
 """(rank, world size) -> this rank's client of the switch."""
+
+
+def switch_client(spec: WorkerSpec, rank: int) -> SwitchClient:
+    """Rank ``rank``'s client of the switch for the spec's method: its protocol record's ``client``."""
+    protocol = methods.by_name(spec.method).aggregation
+    if protocol is None or protocol.client is None:
+        raise ValueError(f"method {spec.method} all-reduces through no switch (methods/aggregation.py: client)")
+    return resolve(protocol.client)(spec, rank)
 WATCH_INTERVAL_S = 0.25
 """While an all-reduce through the switch is pending, how often a rank looks for another
 rank's failure in the process group's store (``FailureBoard``): the bound on how late a
@@ -80,13 +113,13 @@ class Reduction:
 
     inputs: np.ndarray
     values: np.ndarray
-    """SwitchML: the dequantized float32 sum (or the int32 sum); Gloo: Gloo's sum."""
+    """Through the switch: the dequantized float32 sum (or the int32 sum); Gloo: Gloo's sum."""
     seconds: float
     """From the call to its result (queueing behind earlier calls included)."""
     int_sum: np.ndarray | None = None
-    """SwitchML: the switch's int32 sum of every rank's quantized inputs."""
+    """Through the switch: its int32 sum of every rank's quantized inputs."""
     stats: JobStats | None = None
-    """SwitchML: the library's statistics of the job."""
+    """Through the switch: the client's statistics of the job."""
 
 
 class Pending:
@@ -159,7 +192,7 @@ class AllReduceFailed(RuntimeError):
 
 
 class IeeeSums:
-    """Gloo's IEEE float sum of a tensor the switch cannot carry (``UnsummableTensor``: an inf,
+    """Gloo's IEEE float sum of a tensor the switch cannot carry (``Unsummable``: an inf,
     a NaN, |x| > 2^126 on some rank), on a Gloo group of its own, built when first needed.
 
     Its own group, because these calls come from the switch queue's thread: on the process
@@ -173,7 +206,7 @@ class IeeeSums:
 
     def __call__(self, array: np.ndarray) -> np.ndarray:
         if self._gloo is None:
-            self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("switchml-ieee/", self._store), self._rank, self._size, self._timeout)
+            self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("switch-ieee/", self._store), self._rank, self._size, self._timeout)
         summed = torch.from_numpy(array.copy())
         self._gloo.allreduce([summed]).wait()
         return summed.numpy()
@@ -193,7 +226,7 @@ class FailureBoard:
     KEY = "failed"
 
     def __init__(self, store: dist.Store, rank: int) -> None:
-        self._store = dist.PrefixStore("switchml-failure/", store)
+        self._store = dist.PrefixStore("switch-failure/", store)
         self._rank = rank
 
     def post(self, error: BaseException) -> None:
@@ -220,7 +253,7 @@ class SwitchQueue:
     (hosts/torch_hook.py), and torch's own collectives are issued in program order. The
     thread is a daemon only as a last resort: ``close`` ends it and the client.
 
-    A tensor the switch cannot carry reaches every rank as ``UnsummableTensor`` at the same
+    A tensor the switch cannot carry reaches every rank as ``Unsummable`` at the same
     call, and takes ``ieee`` (Gloo's IEEE sum, as PyTorch promises for a SUM: GradScaler
     sees the inf on every rank); without ``ieee`` that error is the call's result on every
     rank. Any other failure fails this call and every later one on this rank, and is posted
@@ -228,7 +261,7 @@ class SwitchQueue:
     fail their pending calls: no rank waits in the switch for one that has stopped.
     """
 
-    def __init__(self, client: SwitchMLClient, ieee: IeeeSums | None = None,
+    def __init__(self, client: SwitchClient, ieee: IeeeSums | None = None,
                  board: FailureBoard | None = None) -> None:
         self.client = client
         self.records = Records()
@@ -240,9 +273,9 @@ class SwitchQueue:
         """Guards ``_pending``, ``_failure`` and ``_closing``; the watcher waits on it for work."""
         self._closing = False
         self._jobs: queue.Queue[tuple[np.ndarray, Pending, float, torch.futures.Future[Reduction]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._serve, name="switchml-queue", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="switch-queue", daemon=True)
         self._thread.start()
-        self._watcher = threading.Thread(target=self._watch, name="switchml-watch", daemon=True) if board else None
+        self._watcher = threading.Thread(target=self._watch, name="switch-watch", daemon=True) if board else None
         if self._watcher is not None:
             self._watcher.start()
 
@@ -277,10 +310,10 @@ class SwitchQueue:
             try:
                 reduction = self._allreduce(array, pending, submitted)
             except Exception as error:
-                log.error("SwitchML all-reduce of %d %s elements failed: %s", array.size, array.dtype, error)
-                failure = AllReduceFailed(f"this rank's SwitchML all-reduce of {array.size} {array.dtype} elements failed: {error}")
+                log.error("all-reduce of %d %s elements through the switch failed: %s", array.size, array.dtype, error)
+                failure = AllReduceFailed(f"this rank's all-reduce of {array.size} {array.dtype} elements through the switch failed: {error}")
                 self._fail(failure, error)
-                if self._board is not None and not isinstance(error, UnsummableTensor):  # every rank raises that one itself
+                if self._board is not None and not isinstance(error, Unsummable):  # every rank raises that one itself
                     self._board.post(error)
                 continue
             if self._claim(future):
@@ -290,7 +323,7 @@ class SwitchQueue:
         inputs = array.copy()
         try:
             result = self.client.allreduce(inputs)
-        except UnsummableTensor as unsummable:
+        except Unsummable as unsummable:
             if self._ieee is None:
                 raise
             log.warning("%s: all-reduced by Gloo for the IEEE sum", unsummable)
@@ -298,8 +331,7 @@ class SwitchQueue:
             self.records.spent(unsummable.stats)
             return Reduction(array, self._ieee(array), time.perf_counter() - submitted)
         reduction = Reduction(inputs, result.values, time.perf_counter() - submitted, result.int_sum, result.stats)
-        if result.exponents is not None:
-            self.records.flushed += flushed_to_zero(inputs, result.exponents, self.client.n_workers, self.client.k)
+        self.records.flushed += self.client.flushed(inputs, result)
         self.records.fill(pending, reduction)
         return reduction
 
@@ -324,7 +356,7 @@ class SwitchQueue:
                     return
             if (posted := self._board.posted()) is not None:
                 log.error("another rank's all-reduce failed (%s): failing this rank's pending ones", posted)
-                self._fail(AllReduceFailed(f"SwitchML all-reduce failed on {posted}"))
+                self._fail(AllReduceFailed(f"all-reduce through the switch failed on {posted}"))
                 return
             with self._changed:
                 self._changed.wait_for(lambda: self._closing or self._failure is not None, WATCH_INTERVAL_S)
@@ -341,7 +373,7 @@ class SwitchQueue:
         self._jobs.put(None)
         self._thread.join(None if self._failure is None else WATCH_INTERVAL_S)
         if self._thread.is_alive():
-            log.warning("a SwitchML all-reduce still waits in the switch after the failure: left to end with the process")
+            log.warning("an all-reduce still waits in the switch after the failure: left to end with the process")
             return
         if self._ieee is not None:
             self._ieee.close()

@@ -51,9 +51,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from base.plugin import resolve
-from hosts.switchml.method import switchml_client
 from hosts.stats import JobStats, added
-from hosts.torch_backend import Reduction, SwitchMLProcessGroup, SwitchQueue
+from hosts.torch_backend import Reduction, SwitchMLProcessGroup, SwitchQueue, switch_client
 import methods
 from protocol.worker_spec import WorkerSpec
 
@@ -133,7 +132,7 @@ def switchml_allreduce(state: SwitchMLHookState, bucket: dist.GradBucket) -> tor
     """DDP's communication hook: the future of the bucket's average over the ranks, summed by the switch."""
     buffer = bucket.buffer()
     if buffer.dtype != torch.float32:
-        raise TypeError(f"the SwitchML hook all-reduces float32 gradients, got a bucket of {buffer.dtype}")
+        raise TypeError(f"the switch's hook all-reduces float32 gradients, got a bucket of {buffer.dtype}")
     index = bucket.index()
     state.expect(index, bucket.is_last())
 
@@ -165,7 +164,7 @@ def switchml_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep: b
     if isinstance(group, SwitchMLProcessGroup) and group.switch is not None:
         switch = group.switch
     else:
-        switch = SwitchQueue(switchml_client(spec, rank))
+        switch = SwitchQueue(switch_client(spec, rank))
     return SwitchMLHookState(switch, spec.n_workers, keep), switchml_allreduce
 
 

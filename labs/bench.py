@@ -22,24 +22,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from protocol import params
-from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload
+from protocol.switchml import params as switchml_params
+from protocol.packet import build_frame, Endpoint
+from protocol.switchml.packet import encode_payload, SwitchMLHeader
 from switches.embedded.drop_simulator import DropSimulator
-from switches.embedded.ingress import DROP, SwitchMLIngress
+from switches.embedded.switchml.ingress import DROP, SwitchMLIngress
 from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
-from switches.embedded.parser import SWITCHML_EXPONENT, SWITCHML_MSG_TYPE, PacketBuffer, SwitchMLParser
+from switches.embedded.switchml.parser import SWITCHML_EXPONENT, SWITCHML_MSG_TYPE, PacketBuffer, SwitchMLParser
 
 K = 4
 POOL = 8
 JOB = 5
 MCAST_GRP = 9
-SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
-SPINE = Endpoint("02:00:00:00:01:00", "10.0.1.1", params.UDP_PORT_BASE)
+SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, switchml_params.UDP_PORT_BASE)
+SPINE = Endpoint("02:00:00:00:01:00", "10.0.1.1", switchml_params.UDP_PORT_BASE)
 """The switch above a leaf (hierarchical aggregation, docs/dataplane.md), on UPLINK_PORT."""
 UPLINK_PORT = 16
 
 
 def worker(rank: int) -> Endpoint:
-    return Endpoint(f"02:00:00:00:00:{rank + 1:02x}", f"10.0.0.{rank + 1}", params.WORKER_UDP_PORT)
+    return Endpoint(f"02:00:00:00:00:{rank + 1:02x}", f"10.0.0.{rank + 1}", switchml_params.WORKER_UDP_PORT)
 
 
 def _ipv4(endpoint: Endpoint) -> int:
@@ -72,14 +74,14 @@ class IngressBench:
 
     def send(self, rank: int, slot: int, shadow_set: int, values: list[int], exponent: int = 0, seq: int = 0) -> tuple:
         """Run one update of ``rank`` through the ingress; returns its decision."""
-        header = SwitchMLHeader(params.MSG_UPDATE, shadow_set, JOB, slot, K, exponent, seq)
+        header = SwitchMLHeader(switchml_params.MSG_UPDATE, shadow_set, JOB, slot, K, exponent, seq)
         frame = build_frame(worker(rank), SWITCH, encode_payload(header, np.asarray(values, dtype=np.int32)))
         self.packet.frame[: len(frame)] = frame
         return self.ingress.apply(self.packet, rank + 1, len(frame), self._parser.parse(self.packet.frame, len(frame)))
 
     def result_from_above(self, slot: int, shadow_set: int, values: list[int], exponent: int = 0, seq: int = 0) -> tuple:
         """Run the spine's result for a leaf's slot through the ingress; returns its decision."""
-        header = SwitchMLHeader(params.MSG_RESULT, shadow_set, JOB, slot, K, exponent, seq)
+        header = SwitchMLHeader(switchml_params.MSG_RESULT, shadow_set, JOB, slot, K, exponent, seq)
         frame = build_frame(SPINE, SWITCH, encode_payload(header, np.asarray(values, dtype=np.int32)))
         self.packet.frame[: len(frame)] = frame
         return self.ingress.apply(self.packet, UPLINK_PORT, len(frame), self._parser.parse(self.packet.frame, len(frame)))
@@ -92,7 +94,7 @@ class IngressBench:
     def events(self) -> dict[str, int]:
         """The event counter's packet counts by EV_* name (the non-zero ones)."""
         counts = self.ingress.event_counter.packets
-        return {name: int(counts[index]) for index, name in enumerate(params.EVENT_COUNTER_CELLS) if counts[index]}
+        return {name: int(counts[index]) for index, name in enumerate(switchml_params.EVENT_COUNTER_CELLS) if counts[index]}
 
     def cell(self, register: str, slot: int, shadow_set: int) -> int:
         return getattr(self.ingress, register).cells[shadow_set * POOL + slot]
@@ -122,7 +124,7 @@ def scenario(steps: list[dict], n: int = 2, leaf: bool = False) -> dict:
                                       "values": bench.ingress.values.rows[shadow_set * POOL + slot].tolist()}
              for slot, shadow_set in sorted(touched)}  # fmt: skip
     counter = bench.ingress.event_counter
-    events = {name: [counter.packets[i], counter.bytes[i]] for i, name in enumerate(params.EVENT_COUNTER_CELLS) if counter.packets[i]}
+    events = {name: [counter.packets[i], counter.bytes[i]] for i, name in enumerate(switchml_params.EVENT_COUNTER_CELLS) if counter.packets[i]}
     return {"steps": decisions, "cells": cells, "events": events}
 
 
@@ -191,7 +193,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     topology = load_topology(TOPOLOGY_DIR / "star.yaml", {"workers": workers, "link": link})
     protocol = SwitchMLParameters(k=k, pool_size=pool_size, job_id=1, timeout_ms=timeout_ms, backoff_every=backoff_every)
     policy = retransmit_policy(protocol, link_mbps)
-    job = JobSetup(k, pool_size, params.MAX_POOL_SIZE, 1, lambda rank: WorkerSetup(rank, workers, 1, k, pool_size, policy, 60.0))
+    job = JobSetup(k, pool_size, switchml_params.MAX_POOL_SIZE, 1, lambda rank: WorkerSetup(rank, workers, 1, k, pool_size, policy, 60.0))
     network = SimulatedNetwork(topology, REGISTRY["embedded"], job, "auto", seed=seed, core=PYTHON_CORE)  # the tree's timers: not C's
     network.reset_aggregation()
     if not results_lost:

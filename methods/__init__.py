@@ -59,6 +59,12 @@ def aggregation(name: str) -> Aggregation:
     return named(AGGREGATIONS, name, "in-network aggregation protocol")
 
 
+def k_choices() -> list[int]:
+    """Every k some registered protocol's packets carry, in order: the config schema's
+    ``protocol.k`` enum, and the k a calibration measures."""
+    return sorted({k for protocol in AGGREGATIONS for k in protocol.k_choices})
+
+
 def aggregations_of(names: list[str] | tuple[str, ...]) -> list[Aggregation]:
     """The protocols the methods called ``names`` run on the switch, each once, in their order."""
     found: list[Aggregation] = []
@@ -83,4 +89,4 @@ def own_sums(names: list[str] | tuple[str, ...], protocol: Mapping[str, Any]) ->
 
 
 __all__ = ["AGGREGATIONS", "BASELINES", "NAMES", "REGISTRY", "SWITCHML", "Aggregation", "Method", "aggregation", "aggregations_of",
-           "by_name", "own_sums"]
+           "by_name", "k_choices", "own_sums"]

@@ -119,7 +119,8 @@ class Aggregation:
     k_choices: tuple[int, ...]
     """The k its packets can carry: the config schema's enum of ``protocol.k``."""
     defaults: Mapping[str, Any]
-    """Its keys of the config's ``protocol`` section that a config may leave out, and their values."""
+    """Its keys of the config's ``protocol`` section that a config may leave out, and their values
+    (its k and pool size among them)."""
     sum_bits: int
     """Width of the integer sums its switches compute (training_steps.csv ``bits``)."""
     host: str
@@ -158,6 +159,9 @@ class Aggregation:
     tool_versions: str | None = None
     """"module:attribute" of ``(data path name) -> {tool: version}``: the tools its workers were
     built with on that data path (the native loop's C compiler), for a run's provenance."""
+    client: str | None = None
+    """"module:attribute" of ``(spec, rank) -> client``: the client of the switch its DDP backend
+    and hook all-reduce through (hosts/torch_backend.py, ``SwitchClient``); None: none."""
     ddp_hook: str | None = None
     """"module:attribute" of its PyTorch DDP communication hook (hosts/torch_hook.py); None: none."""
     torch_backend: str | None = None
@@ -187,6 +191,10 @@ class Aggregation:
     server_core: str | None = None
     """"module:attribute" of the same server on the simulated clock, ``server_core(spec, index,
     host, switch)`` (``ServerCore``); None: its jobs need no server, or it runs none simulated."""
+
+    switch_defaults: Mapping[str, Any] = field(default_factory=dict)
+    """Its keys of the config's ``switch`` section that a config may leave out, and their values
+    (SwitchML's: the switch memory all jobs share, ``max_pool_size``)."""
 
     @property
     def simulated(self) -> bool:

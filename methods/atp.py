@@ -23,7 +23,7 @@ from protocol.atp import params
 from protocol.atp.job import SECTION, ATPParameters
 from protocol.atp.packet import frame_bytes
 from protocol.atp.quantize import expected_sum
-from protocol.params import K_CHOICES
+from protocol.atp.params import K_CHOICES
 from protocol.quantize import PROTOCOL_BITS, ExpectedSum
 
 NAME = "atp"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from protocol import params
+from protocol.switchml import params
 
 TOLERANCE_FRAMES = 2
 """Frames in flight while the counters are read (one on each side) are not a loss."""

@@ -91,5 +91,5 @@ fi
 
 # The eBPF switch's object for the default k and max_pool_size (cached under build/ebpf/; a run
 # with another k or pool size builds its own on first use).
-.venv/bin/python -c "from protocol import params; from switches.ebpf.switchml.compile import CompileOptions, compile_program; \
+.venv/bin/python -c "from protocol.switchml import params; from switches.ebpf.switchml.compile import CompileOptions, compile_program; \
 compile_program(CompileOptions(k=params.DEFAULT_K))"

@@ -28,7 +28,7 @@ import numpy as np
 import simpy
 
 from switches.topology_fabric import topology_fabric
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
 from simulation.host import ServerHost, SimulatedHost

@@ -9,7 +9,7 @@ from __future__ import annotations
 import simpy
 
 from hosts.switchml.spec import retransmit_policy, spec_parameters
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import Endpoint
 from protocol.worker_spec import WorkerSpec
 from simulation.worker import SimulatedWorker, WorkerSetup

@@ -29,7 +29,8 @@ from hosts.switchml.native.job import SML_DONE, NativeRoundTrip, job_stats, job_
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from hosts.stats import JobStats, timeline_bin_for
-from protocol.packet import SWITCHML_OFFSET, Endpoint, build_frame, frame_bytes, payload_bytes
+from protocol.packet import build_frame, Endpoint
+from protocol.switchml.packet import frame_bytes, payload_bytes, SWITCHML_OFFSET
 from simulation.link import Link
 
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Mapping
 from mininet.node import Switch
 
 from base.lifetime import ThreadWatch
-from protocol import params
+from protocol.switchml import params
 from switches.control import SwitchControl
 from switches.target import DataPlane, SwitchTarget
 

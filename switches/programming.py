@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from protocol import params
+from protocol.switchml import params
 from protocol.worker_spec import SwitchMLParameters
 from switches.control import SLOT_REGISTER, SwitchControl
 from switches.fabric import Fabric, FabricJob, Leaf, Station

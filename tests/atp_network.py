@@ -21,17 +21,17 @@ import numpy as np
 from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.parameter_server import ParameterServerCore
 from hosts.atp.worker import WorkerConfig, WorkerCore
-from protocol import params as switchml_params
 from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET
 from protocol.packet import Endpoint, build_frame
+from protocol.params import SWITCH_IPV4, SWITCH_MAC
 from switches.atp import programming
 from switches.atp.programming import Host
 from switches.embedded.atp.pipeline import ATPPipeline
 from switches.embedded.control_server import pipeline_handlers
 from switches.remote_control import InProcessControl
 
-SWITCH = Endpoint(switchml_params.SWITCH_MAC, switchml_params.SWITCH_IPV4, params.SWITCH_UDP_PORT)
+SWITCH = Endpoint(SWITCH_MAC, SWITCH_IPV4, params.SWITCH_UDP_PORT)
 LINK_DELAY_S = 10e-6
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from experiments.calibration.record import FILE_VARIABLE
 from protocol import params
+from protocol.switchml import params as switchml_params
 from switches import programming, standalone
 from switches.control import SwitchControl
 from switches.standalone import run_switch
@@ -41,7 +42,7 @@ N_HOSTS = 5
 N_WORKERS = 2
 JOB_HOSTS = {JOB: (0, 1), OTHER_JOB: (3, 4)}
 """Each job's workers (host indices, in rank order)."""
-JOB_POOL = params.MAX_POOL_SIZE // 2
+JOB_POOL = switchml_params.MAX_POOL_SIZE // 2
 """Slots per job: JOB owns cells 0..JOB_POOL-1 of each shadow set, OTHER_JOB the rest."""
 
 TESTED_K = (32, 256)
@@ -139,7 +140,7 @@ def require_track_machine(needs: tuple[str, ...]) -> None:
 
 @contextlib.contextmanager
 def _start(target: str, testbed: Testbed, log_dir: Path, k: int) -> Iterator[SwitchControl]:
-    """The target running on the test bed's switch ports at k (bmv2: p4/switchml.p4, compiled
+    """The target running on the test bed's switch ports at k (bmv2: p4/switchml/switchml.p4, compiled
     for k, cached)."""
     require_target(target)
     options = REGISTRY[target].start_options({"seed": 1})
@@ -166,7 +167,7 @@ def testbed() -> Iterator[Testbed]:
     _require_root()
     with standalone.testbed(N_HOSTS) as bed, contextlib.ExitStack() as sinks:
         for host in bed.hosts:
-            sinks.enter_context(host.udp_socket(params.WORKER_UDP_PORT))
+            sinks.enter_context(host.udp_socket(switchml_params.WORKER_UDP_PORT))
         yield bed
 
 
@@ -225,7 +226,7 @@ def job_programs(testbed: Testbed) -> list[programming.JobProgram]:
                                      for rank, h in enumerate(hosts)], JOB_POOL)
         for job, hosts in JOB_HOSTS.items()
     ]
-    return programming.admit_jobs(requests, params.MAX_POOL_SIZE)
+    return programming.admit_jobs(requests, switchml_params.MAX_POOL_SIZE)
 
 
 @dataclass

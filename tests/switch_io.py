@@ -1,6 +1,6 @@
 """Crafting SwitchML frames and capturing what a switch sends, for packet-level tests.
 
-Frames are built with protocol.packet (the bytes the worker library sends); captures are
+Frames are built with protocol.switchml.packet (the bytes the worker library sends); captures are
 dissected with scapy. ``SwitchPorts`` holds one raw socket per host of a Testbed and
 collects frames until the expected number arrived plus a short grace period, so tests
 wait only as long as the switch needs. Frames are captured as they were on the wire, with
@@ -21,14 +21,16 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from protocol import params
-from protocol.packet import SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, Endpoint, SwitchMLHeader, build_frame, encode_payload
+from protocol.switchml import params as switchml_params
+from protocol.packet import build_frame, Endpoint
+from protocol.switchml.packet import encode_payload, SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, SwitchMLHeader
 from protocol.switchml.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
 from switches.embedded.ports import ETH_P_8021Q, MAC_ADDRESSES_BYTES, VLAN_TAG, WireFrameReceiver
 from base.netns import Host, Testbed
 
-SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, params.UDP_PORT_BASE)
+SWITCH = Endpoint(params.SWITCH_MAC, params.SWITCH_IPV4, switchml_params.UDP_PORT_BASE)
 """Where workers send updates: the switch's virtual address."""
 GRACE_S = 0.1
 """After the expected frames, how long to wait for unexpected extra ones."""
@@ -40,7 +42,7 @@ NUM_ELEMENTS = slice(SWITCHML_FIELD_OFFSETS["num_elements"] - SWITCHML_OFFSET, S
 
 
 def worker_endpoint(host: Host) -> Endpoint:
-    return Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT)
+    return Endpoint(host.mac, host.ipv4, switchml_params.WORKER_UDP_PORT)
 
 
 def update_frame(
@@ -51,7 +53,7 @@ def update_frame(
     job_id: int,
     exponent: int = 0,
     seq: int = 0,
-    msg_type: int = params.MSG_UPDATE,
+    msg_type: int = switchml_params.MSG_UPDATE,
     num_elements: int | None = None,
 ) -> bytes:
     """An update from ``host`` to the switch, as the worker library would send it.

@@ -1,5 +1,5 @@
 """hosts/mmsg.py: batches of datagrams through sendmmsg/recvmmsg, on loopback UDP,
-and the payload record that the worker builds batches of (protocol.packet.payload_dtype)."""
+and the payload record that the worker builds batches of (protocol.switchml.packet.payload_dtype)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hosts.mmsg import RECEIVE_SLACK_BYTES, BatchSocket
-from protocol.packet import SWITCHML_HEADER_BYTES, SwitchMLHeader, pack_header, payload_bytes, payload_dtype, unpack_header
+from protocol.switchml.packet import SWITCHML_HEADER_BYTES, SwitchMLHeader, pack_header, payload_bytes, payload_dtype, unpack_header
 
 K = 32
 DTYPE = payload_dtype(K)

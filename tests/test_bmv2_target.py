@@ -20,17 +20,18 @@ from typing import Any, Callable
 
 import pytest
 
-from protocol import params
+from protocol.switchml import params as switchml_params
 from switches import programming
 from switches.bmv2 import compile as p4compile
+from switches.bmv2.switchml.program import PROGRAM
 from switches.bmv2.control import THRIFT_TIMEOUT_S
 from switches.bmv2.process import Bmv2Process, Bmv2StartError, thrift_answers
 from switches.control import ControlPlaneError
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from tests.conftest import require_target
 
-K = params.P4_SOURCE_K
-"""The k of p4/include's generated copies: the checked-in program, and the quickest build."""
+K = switchml_params.P4_SOURCE_K
+"""The k of p4/switchml/include's generated copies: the checked-in program, and the quickest build."""
 
 def executable(path: Path, body: str) -> Path:
     path.write_text(textwrap.dedent(body).lstrip())
@@ -60,18 +61,18 @@ def fake_p4c(tmp_path: Path) -> Path:
 
 
 def test_compile_runs_p4c_once_per_options(tmp_path: Path, fake_p4c: Path) -> None:
-    options = p4compile.CompileOptions(k=K, max_pool_size=64, p4c=str(fake_p4c))
+    options = p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=64, p4c=str(fake_p4c))
     first = p4compile.compile_p4(options, build_root=tmp_path / "build")
     again = p4compile.compile_p4(options, build_root=tmp_path / "build")
     other = p4compile.compile_p4(
-        p4compile.CompileOptions(k=K, max_pool_size=128, p4c=str(fake_p4c)), build_root=tmp_path / "build"
+        p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=128, p4c=str(fake_p4c)), build_root=tmp_path / "build"
     )
     calls = (tmp_path / "calls").read_text().splitlines()
     assert first == again != other
     assert first.exists() and other.exists()
     assert len(calls) == 2
     assert "--target bmv2 --arch v1model -I " in calls[0]
-    assert "-DSWITCHML_MAX_POOL_SIZE=64" in calls[0] and calls[0].endswith("p4/switchml.p4")
+    assert "-DSWITCHML_MAX_POOL_SIZE=64" in calls[0] and calls[0].endswith("p4/switchml/switchml.p4")
     assert not [p for p in (tmp_path / "build").iterdir() if p.name.startswith(".")], "staging dir left behind"
 
 
@@ -86,7 +87,7 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
         """,
     )
     with pytest.raises(p4compile.P4CompileError) as error:
-        p4compile.compile_p4(p4compile.CompileOptions(k=K, p4c=str(failing)), build_root=tmp_path / "build")
+        p4compile.compile_p4(p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=switchml_params.MAX_POOL_SIZE, p4c=str(failing)), build_root=tmp_path / "build")
     assert message in str(error.value)
     assert str(error.value).splitlines()[0] == f"p4c: {message} (exit 1)", "a test report's one line names file, line and error"
     assert list((tmp_path / "build").iterdir()) == []
@@ -94,11 +95,11 @@ def test_failure_shows_compiler_output_verbatim(tmp_path: Path) -> None:
 
 def test_build_hash_follows_sources_and_options(tmp_path: Path) -> None:
     sources = tmp_path / "p4"
-    shutil.copytree(params.P4_DIR, sources, ignore=shutil.ignore_patterns("__pycache__"))
-    options = p4compile.CompileOptions(k=K)
+    shutil.copytree(PROGRAM.sources, sources, ignore=shutil.ignore_patterns("__pycache__"))
+    options = p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=switchml_params.MAX_POOL_SIZE)
     before = p4compile.build_hash(options, sources)
     assert p4compile.build_hash(options, sources) == before
-    assert p4compile.build_hash(p4compile.CompileOptions(k=K, max_pool_size=8), sources) != before
+    assert p4compile.build_hash(p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=8), sources) != before
     ingress = sources / "include" / "ingress.p4"
     ingress.write_text(ingress.read_text() + "\n")
     assert p4compile.build_hash(options, sources) != before
@@ -106,9 +107,9 @@ def test_build_hash_follows_sources_and_options(tmp_path: Path) -> None:
 
 def test_pool_size_must_fit_the_slot_field() -> None:
     with pytest.raises(ValueError):
-        p4compile.CompileOptions(k=K, max_pool_size=0)
+        p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=0)
     with pytest.raises(ValueError):
-        p4compile.CompileOptions(k=K, max_pool_size=1 << 16)
+        p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=1 << 16)
 
 
 # --------------------------------------------------------------------------------------
@@ -353,7 +354,7 @@ def test_process_refuses_a_busy_thrift_port(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def compiled_json() -> Path:
     require_target("bmv2")
-    return p4compile.compile_p4(p4compile.CompileOptions(k=K, max_pool_size=16))
+    return p4compile.compile_p4(p4compile.CompileOptions(program=PROGRAM, k=K, max_pool_size=16))
 
 
 @pytest.mark.bmv2
@@ -388,7 +389,7 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
             assert control.register_read(programming.BITMAP_REGISTER)[3] == 0b11  # type: ignore[index]
             programming.reset_aggregation_state(control, K)
             assert control.register_read(programming.BITMAP_REGISTER, 3) == 0
-            assert programming.read_event_counters(control) == dict.fromkeys(params.EVENT_COUNTER_CELLS + params.EGRESS_EVENTS, 0)
+            assert programming.read_event_counters(control) == dict.fromkeys(switchml_params.EVENT_COUNTER_CELLS + switchml_params.EGRESS_EVENTS, 0)
             with pytest.raises(ControlPlaneError):
                 control.table_add(programming.WORKER_TABLE, "l2_forward", [1, "10.0.0.9"], [1])
             assert control._thrift_socket()._timeout == THRIFT_TIMEOUT_S, "a hung switch must not hang the run"
@@ -446,7 +447,7 @@ def test_two_switches_with_the_same_device_id_run_side_by_side(tmp_path: Path, c
 
 
 def learning_message(samples: list[tuple[bytes, int, int]], topic: bytes = b"LEA|", cut: int = 0) -> bytes:
-    from switches.bmv2.learning import L2_LEARN_SAMPLE, NOTIFICATION_HEADER
+    from switches.bmv2.switchml.learning import L2_LEARN_SAMPLE, NOTIFICATION_HEADER
 
     header = NOTIFICATION_HEADER.pack(topic, 0, 0, 1, 42, len(samples))
     body = b"".join(L2_LEARN_SAMPLE.pack(mac, port, length) for mac, port, length in samples)
@@ -454,14 +455,14 @@ def learning_message(samples: list[tuple[bytes, int, int]], topic: bytes = b"LEA
 
 
 def test_learning_notification_gives_buffer_and_samples() -> None:
-    from switches.bmv2.learning import parse_learning_notification
+    from switches.bmv2.switchml.learning import parse_learning_notification
 
     message = learning_message([(bytes.fromhex("020000000007"), 1, 60), (bytes.fromhex("02000a000003"), 300, 1514)])
     assert parse_learning_notification(message) == ((0, 1, 42), [("02:00:00:00:00:07", 1, 60), ("02:00:0a:00:00:03", 300, 1514)])
 
 
 def test_learning_ignores_other_notifications_and_refuses_cut_ones() -> None:
-    from switches.bmv2.learning import parse_learning_notification
+    from switches.bmv2.switchml.learning import parse_learning_notification
 
     assert parse_learning_notification(learning_message([(bytes(6), 1, 60)], topic=b"AGE|")) is None
     with pytest.raises(ValueError, match="expected 44 for 1 samples"):

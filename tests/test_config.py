@@ -486,7 +486,7 @@ def test_the_schema_offers_exactly_the_k_the_registered_protocols_carry(monkeypa
     from dataclasses import replace
 
     from experiments.config import experiment_schema
-    from protocol.params import K_CHOICES
+    from protocol.switchml.params import K_CHOICES
 
     def k_enum() -> list[int]:
         return experiment_schema()["properties"]["protocol"]["properties"]["k"]["enum"]

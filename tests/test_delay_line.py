@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol import params
+from protocol.switchml import params
 from switches import programming, standalone
 from switches.embedded.delay_line import DelayLine
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import pytest
 
 from protocol import params
+from protocol.switchml import params as switchml_params
 from switches import programming, standalone
 from switches.control import ControlPlaneError
 from switches.ebpf.switchml import compile as ebpf_compile
@@ -32,28 +33,28 @@ from switches.ebpf.clang import EbpfCompileError
 from switches.ebpf.switchml import datapath, maps
 from switches.ebpf.bpf import BpfMap
 from switches.ebpf.switchml.control import EbpfControl
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from tests.conftest import require_target
 from base.netns import Testbed
 
 POOL = 16
 """A small pool: a build of its own, and quick register resets."""
-MAX_K = max(params.K_CHOICES)
+MAX_K = max(switchml_params.K_CHOICES)
 """The k whose elements (1 KiB) cannot live on the BPF stack."""
-K = min(params.K_CHOICES)
+K = min(switchml_params.K_CHOICES)
 """The k of a case that does not depend on it: the smallest, whose elements fit the stack."""
 
 
 def test_schema_is_the_embedded_switchs() -> None:
     """Same tables (keys, actions, widths), registers and counters at every k: programming.py drives both."""
-    for k in params.K_CHOICES:
-        for pool in (POOL, params.MAX_POOL_SIZE):
+    for k in switchml_params.K_CHOICES:
+        for pool in (POOL, switchml_params.MAX_POOL_SIZE):
             assert maps.program_schema(k, pool) == SwitchMLPipeline(k, pool).schema(), (k, pool)
 
 
 def test_register_cells_follow_k() -> None:
     """struct slot_cells: a lock, then two cells of four u32 and k values each."""
-    for k in params.K_CHOICES:
+    for k in switchml_params.K_CHOICES:
         assert ctypes.sizeof(maps.slot_cells(k)) == 4 + 2 * 4 * (4 + k)
         assert maps.aggregation_fields(k)[f"SwitchMLIngress.value_{k - 1:02d}"] == ("value", k - 1)
 

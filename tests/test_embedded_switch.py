@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocol import params
+from protocol.switchml import params
 from switches import programming
 from switches.control import ControlPlaneError
 from switches.embedded.launcher import EmbeddedSwitchProcess, SwitchStartError, embedded_switch

@@ -48,11 +48,11 @@ def test_the_most_probes_is_reached() -> None:
 
 def test_probe_jobs_hold_the_same_seconds_of_data_at_every_rate() -> None:
     for k in (32, 256):
-        slow, fast = probe_elements(2.5, 2.0, 0, k), probe_elements(10.0, 2.0, 0, k)
+        slow, fast = probe_elements(2.5, 2.0, 0, k, 8), probe_elements(10.0, 2.0, 0, k, 8)
         assert slow % k == 0 and fast % k == 0  # whole packets
         assert fast / slow == pytest.approx(4, rel=1e-2)
-        assert probe_elements(2.5, 2.0, at_least_packets=10 * slow // k, k=k) == 10 * slow  # never fewer packets than the config's
-    assert probe_elements(0.1, 2.0, at_least_packets=4096, k=256) == 4096 * 256  # the main job's packets, whatever k
+        assert probe_elements(2.5, 2.0, at_least_packets=10 * slow // k, k=k, workers=8) == 10 * slow  # never fewer packets than the config's
+    assert probe_elements(0.1, 2.0, at_least_packets=4096, k=256, workers=8) == 4096 * 256  # the main job's packets, whatever k
 
 
 @pytest.mark.slow

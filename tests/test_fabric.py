@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from protocol import params
+from protocol.switchml import params
 from switches import programming
 from switches.fabric import Fabric, Leaf, SharedJob, Station, jobs_sharing
 from switches.programming import program_fabric

@@ -52,7 +52,7 @@ class Attempt:
 
 SWITCHML_BOUND, MODELS = "methods/switchml.py", "analysis/models.py"
 QUANTIZE, TIMERS = "protocol/quantize.py", "hosts/switchml/timers.py"
-INGRESS_PY, INGRESS_P4 = "switches/embedded/ingress.py", "p4/include/ingress.p4"
+INGRESS_PY, INGRESS_P4 = "switches/embedded/switchml/ingress.py", "p4/switchml/include/ingress.p4"
 
 LAB0 = Attempt(0, "python", "correct", {SWITCHML_BOUND: ("return k * link_bps / (8 * frame_bytes(k))",)})
 LAB1 = Attempt(1, "python", "correct", {QUANTIZE: (

@@ -37,10 +37,11 @@ from labs.markers import MarkerError, marked_files, scan_file, scan_text
 from labs.figures import pool_model_figure
 from labs.plot import known_figures
 from labs.skeleton import INSTRUCTOR_ONLY, copy_tree, fill_regions, make_skeleton, stub_text, tracked_files
-from protocol import params
-from protocol.packet import frame_bytes
+from protocol.switchml import params
+from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from switches.bmv2.compile import CompileOptions
+from switches.bmv2.switchml.program import PROGRAM
 from tests.conftest import require_target, require_track_machine
 
 LABS = catalog.all_labs()
@@ -129,10 +130,10 @@ def test_the_guide_says_what_each_default_handout_holds() -> None:
 
 def test_lab_2_gives_the_p4c_command_the_grader_runs() -> None:
     """A student reading a compile error runs p4c by hand with the include path the build uses
-    (at the labs' k, params.P4_SOURCE_K, p4/include holds the generated per-element code the build
+    (at the labs' k, params.P4_SOURCE_K, p4/switchml/include holds the generated per-element code the build
     writes into its own include directory: test_p4_contract.py checks they are the same)."""
     output = Path("build/p4-by-hand")
-    options = CompileOptions(k=params.P4_SOURCE_K)
+    options = CompileOptions(program=PROGRAM, k=params.P4_SOURCE_K, max_pool_size=params.MAX_POOL_SIZE)
     command = options.command(output)
     generated = command.index(str(output / "include"))
     command = command[: generated - 1] + command[generated + 1 :]
@@ -192,8 +193,8 @@ def test_stubs_keep_the_markers_and_the_indentation() -> None:
 
 
 def test_a_failures_line_loses_pytests_padding_not_what_went_wrong() -> None:
-    compile_error = 'failed on setup with "switches.bmv2.compile.P4CompileError: p4c: p4/include/ingress.p4(345):syntax error'
-    assert readable(compile_error) == "setup: P4CompileError: p4c: p4/include/ingress.p4(345):syntax error"
+    compile_error = 'failed on setup with "switches.bmv2.compile.P4CompileError: p4c: p4/switchml/include/ingress.p4(345):syntax error'
+    assert readable(compile_error) == "setup: P4CompileError: p4c: p4/switchml/include/ingress.p4(345):syntax error"
     assert readable("AssertionError: host 0 got 0 results: []") == "AssertionError: host 0 got 0 results: []"
 
 
@@ -235,10 +236,11 @@ def test_p4_skeleton_compiles(lab: catalog.Lab, tmp_path: Path) -> None:
     require_target("bmv2")
     tree = tmp_path / "tree"
     make_skeleton(REPO_ROOT, tree, lab, lab.tracks["p4"])
-    assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "include" / "ingress.p4").read_text()
+    assert "mark_to_drop(standard_metadata);" in (tree / "p4" / "switchml" / "include" / "ingress.p4").read_text()
     compiled = subprocess.run(
-        [sys.executable, "-c", "from switches.bmv2.compile import CompileOptions, compile_p4; from protocol import params; "
-                         "print(compile_p4(CompileOptions(k=params.P4_SOURCE_K)))"],
+        [sys.executable, "-c", "from switches.bmv2.compile import CompileOptions, compile_p4; from switches.bmv2.switchml.program import PROGRAM; "
+                         "from protocol.switchml import params; "
+                         "print(compile_p4(CompileOptions(program=PROGRAM, k=params.P4_SOURCE_K, max_pool_size=params.MAX_POOL_SIZE)))"],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
     )  # fmt: skip
     assert compiled.returncode == 0, compiled.stderr
@@ -434,7 +436,7 @@ def test_a_syntax_error_in_the_students_file_is_the_reports_first_line(tmp_path:
 @pytest.mark.parametrize(("lab", "track"), [(lab, track) for lab, track in (case.values for case in TRACK_CASES)],
                          ids=[case.id for case in TRACK_CASES])  # fmt: skip
 def test_the_reference_has_no_syntax_problem_in_any_track(lab: catalog.Lab, track: catalog.Track) -> None:
-    """Every p4 track's grade began 'your code does not run: p4/include/ingress.p4:6:
+    """Every p4 track's grade began 'your code does not run: p4/switchml/include/ingress.p4:6:
     SyntaxError': the P4 file was compiled as Python."""
     assert grading.syntax_problem(REPO_ROOT, track.files) is None
 

@@ -22,7 +22,7 @@ from simulation.link import Link
 from simulation.native.star import TRACE_LOST, TRACE_QUEUE_DROP, TRACE_SENT, LinkTrace
 from simulation.network import NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported
 from simulation.worker import WorkerSetup
-from protocol.packet import frame_bytes
+from protocol.switchml.packet import frame_bytes
 from switches.targets import REGISTRY
 from topologies.model import TOPOLOGY_DIR, load_topology
 

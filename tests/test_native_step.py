@@ -28,7 +28,7 @@ from hosts.switchml.native.job import NativeRoundTrip, job_stats, job_struct, sl
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from hosts.stats import JobStats
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import EXPONENT_MIN
 
 K, POOL, N_WORKERS, JOB_ID = 8, 6, 3, 9

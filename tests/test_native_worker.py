@@ -35,7 +35,7 @@ from hosts.switchml.job import AllReduceJob
 from hosts.mmsg import BatchSocket
 from hosts.switchml.native.job import STRUCTS, NativeJob, NativeRoundTrip, _Job, declare, layout_differences
 from hosts.switchml.pool import SlotPool
-from protocol.packet import payload_bytes, payload_dtype
+from protocol.switchml.packet import payload_bytes, payload_dtype
 from protocol.params import REPO_ROOT
 from protocol.quantize import block_exponents, expected_sum
 from tests.conftest import require_target

@@ -2,7 +2,7 @@
 
 Nothing here needs p4c or bmv2. The P4 sources are read as text (comments stripped,
 quoted #includes inlined) and their headers, registers, counters, tables and actions are
-compared with protocol/packet.py, protocol/params.py and what switches/programming.py
+compared with protocol/switchml/packet.py, protocol/switchml/params.py and what switches/programming.py
 actually asks a switch to do. Each check names the side that drifted.
 """
 
@@ -18,12 +18,13 @@ from typing import Any, Sequence
 import pytest
 
 from protocol import packet, params
+from protocol.switchml import packet as switchml_packet, params as switchml_params
 from switches import programming
 from switches.control import MatchValue, ProgramSchema, SwitchControl
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 
-P4_MAIN = params.P4_DIR / "switchml.p4"
-P4_INCLUDE = params.P4_DIR / "include"
+P4_MAIN = switchml_params.P4_PROGRAM_DIR / "switchml.p4"
+P4_INCLUDE = switchml_params.P4_PROGRAM_DIR / "include"
 
 # --------------------------------------------------------------------------------------
 # A reader for the small subset of P4_16 the program's declarations use.
@@ -36,7 +37,7 @@ def strip_comments(text: str) -> str:
 
 def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
     """The program as p4c's preprocessor sees it (each file once, as the include guards
-    make it): quoted includes, and angle-bracket ones found in p4/include (the per-element
+    make it): quoted includes, and angle-bracket ones found in p4/switchml/include (the per-element
     code generated for constants.p4's k); <core.p4>/<v1model.p4> are left out."""
     seen = set() if seen is None else seen
     if path in seen:
@@ -68,7 +69,7 @@ def block_after(text: str, start: int) -> str:
 
 def evaluate(expression: str) -> int:
     """A constant expression over the #defines of constants.p4 (register/counter sizes)."""
-    names = re.sub(r"[A-Z_][A-Z0-9_]*", lambda m: str(params.P4_CONSTANTS[m.group(0)]), expression)
+    names = re.sub(r"[A-Z_][A-Z0-9_]*", lambda m: str(switchml_params.P4_CONSTANTS[m.group(0)]), expression)
     if not re.fullmatch(r"[\d\s+*()x]+", names):
         raise ValueError(f"not a constant expression: {expression!r}")
     return int(eval(names, {"__builtins__": {}}))  # digits and + * ( ) only, checked above
@@ -130,7 +131,7 @@ CONTROLS = {name: parse_control(PROGRAM, name) for name in (programming.INGRESS,
 HEADERS_P4 = inline_includes(P4_INCLUDE / "headers.p4")
 
 # --------------------------------------------------------------------------------------
-# Headers: P4 text vs protocol/packet.py
+# Headers: P4 text vs protocol/switchml/packet.py
 
 
 def struct_layout(fmt: struct.Struct, names: Sequence[str]) -> list[tuple[str, int]]:
@@ -152,15 +153,15 @@ def layout_problems(p4: list[tuple[str, int]], python: list[tuple[str, int]]) ->
 
 
 def test_switchml_header_matches_packet_py() -> None:
-    python = struct_layout(packet.SWITCHML_HEADER, packet.SwitchMLHeader._fields)
+    python = struct_layout(switchml_packet.SWITCHML_HEADER, switchml_packet.SwitchMLHeader._fields)
     assert layout_problems(header_fields(HEADERS_P4, "switchml_h"), python) == []
-    assert packet.SWITCHML_HEADER_BYTES * 8 == sum(w for _, w in python)
+    assert switchml_packet.SWITCHML_HEADER_BYTES * 8 == sum(w for _, w in python)
 
 
 def test_layout_check_catches_drift() -> None:
     """The comparison above must notice a reordered or resized field."""
     p4 = header_fields(HEADERS_P4, "switchml_h")
-    python = struct_layout(packet.SWITCHML_HEADER, packet.SwitchMLHeader._fields)
+    python = struct_layout(switchml_packet.SWITCHML_HEADER, switchml_packet.SwitchMLHeader._fields)
     assert layout_problems([p4[1], p4[0], *p4[2:]], python)
     assert layout_problems([*p4[:-1], (p4[-1][0], 16)], python)
     assert layout_problems(p4[:-1], python)
@@ -168,14 +169,14 @@ def test_layout_check_catches_drift() -> None:
 
 def test_exponent_is_the_only_signed_field() -> None:
     """switchml_h.exponent is int8 on both sides (P4 compares it via int<8> casts)."""
-    signed = [n for n, c in zip(packet.SwitchMLHeader._fields, re.findall(r"[a-zA-Z]", packet.SWITCHML_HEADER.format)) if c.islower()]
+    signed = [n for n, c in zip(switchml_packet.SwitchMLHeader._fields, re.findall(r"[a-zA-Z]", switchml_packet.SWITCHML_HEADER.format)) if c.islower()]
     assert signed == ["exponent"]
     assert "(int<8>)hdr.switchml.exponent" in PROGRAM.replace(" ", "")
 
 
 def test_data_header_has_k_int32_elements() -> None:
     fields = header_fields(HEADERS_P4, "switchml_data_h")
-    assert fields == [(f"d{i:02d}", packet.ELEMENT_BYTES * 8) for i in range(params.P4_SOURCE_K)]
+    assert fields == [(f"d{i:02d}", packet.ELEMENT_BYTES * 8) for i in range(switchml_params.P4_SOURCE_K)]
 
 
 @pytest.mark.parametrize(
@@ -190,14 +191,14 @@ def test_frame_size_matches_udp_length_check() -> None:
     """SwitchMLIngress drops updates whose udp.length differs from SWITCHML_UDP_LENGTH."""
     define = re.search(r"#define\s+SWITCHML_UDP_LENGTH\s+(.+)", PROGRAM)
     assert define, "SWITCHML_UDP_LENGTH not defined"
-    assert evaluate(define.group(1)) == packet.UDP_HEADER_BYTES + packet.payload_bytes(params.P4_SOURCE_K)
+    assert evaluate(define.group(1)) == packet.UDP_HEADER_BYTES + switchml_packet.payload_bytes(switchml_params.P4_SOURCE_K)
 
 
 def test_results_are_cut_to_a_frame_of_k_elements() -> None:
-    """SwitchMLEgress truncates every result to SWITCHML_FRAME_BYTES, the frame protocol/packet.py builds."""
+    """SwitchMLEgress truncates every result to SWITCHML_FRAME_BYTES, the frame protocol/switchml/packet.py builds."""
     define = re.search(r"#define\s+SWITCHML_FRAME_BYTES\s+(.+)", PROGRAM)
     assert define, "SWITCHML_FRAME_BYTES not defined"
-    assert evaluate(define.group(1)) == packet.frame_bytes(params.P4_SOURCE_K)
+    assert evaluate(define.group(1)) == switchml_packet.frame_bytes(switchml_params.P4_SOURCE_K)
     assert re.search(r"truncate\(\(bit<32>\)SWITCHML_FRAME_BYTES\)", block_after(PROGRAM, PROGRAM.index("control SwitchMLEgress")))
 
 
@@ -208,19 +209,19 @@ def test_results_are_cut_to_a_frame_of_k_elements() -> None:
 def test_value_registers_cover_k_elements() -> None:
     ingress = CONTROLS[programming.INGRESS]
     values = sorted(r for r in ingress.registers if r.startswith("value_"))
-    assert values == [name.split(".")[-1] for name in programming.value_registers(params.P4_SOURCE_K)]
-    assert len(values) == params.P4_SOURCE_K
+    assert values == [name.split(".")[-1] for name in programming.value_registers(switchml_params.P4_SOURCE_K)]
+    assert len(values) == switchml_params.P4_SOURCE_K
 
 
 def test_aggregation_registers_hold_both_shadow_sets() -> None:
     ingress = CONTROLS[programming.INGRESS]
-    for qualified in programming.aggregation_registers(params.P4_SOURCE_K):
-        assert ingress.registers[qualified.split(".")[-1]] == (32, 2 * params.MAX_POOL_SIZE), qualified
+    for qualified in programming.aggregation_registers(switchml_params.P4_SOURCE_K):
+        assert ingress.registers[qualified.split(".")[-1]] == (32, 2 * switchml_params.MAX_POOL_SIZE), qualified
 
 
 def test_counters_have_one_cell_per_event() -> None:
-    assert CONTROLS[programming.INGRESS].counters == {"event_counter": len(params.EVENT_COUNTER_CELLS)}
-    assert CONTROLS[programming.EGRESS].counters == {"egress_counter": len(params.EGRESS_EVENTS)}
+    assert CONTROLS[programming.INGRESS].counters == {"event_counter": len(switchml_params.EVENT_COUNTER_CELLS)}
+    assert CONTROLS[programming.EGRESS].counters == {"egress_counter": len(switchml_params.EGRESS_EVENTS)}
 
 
 THRESHOLD_FORMULA = re.compile(r"(?i:drop probability) p (?:->|as) (round\(p \* [^|:]*?\))[ :|]")
@@ -258,7 +259,7 @@ class RecordingControl(SwitchControl):
 
     def _load_schema(self) -> ProgramSchema:
         """The embedded switch's program: the calls are then checked against the P4 text."""
-        return SwitchMLPipeline(params.P4_SOURCE_K, params.MAX_POOL_SIZE).schema()
+        return SwitchMLPipeline(switchml_params.P4_SOURCE_K, switchml_params.MAX_POOL_SIZE).schema()
 
     def _table_num_entries(self, table: str) -> int:
         self._note("table_num_entries", table)
@@ -313,7 +314,7 @@ def programming_calls() -> list[tuple[str, tuple[Any, ...]]]:
     programming.program_aggregation(control, programming.JobProgram(job_id=1, workers=workers))
     programming.program_pass_through(control)
     programming.set_drop_probability(control, 0.01, 0.01)
-    programming.reset_aggregation_state(control, params.P4_SOURCE_K)
+    programming.reset_aggregation_state(control, switchml_params.P4_SOURCE_K)
     programming.read_event_counters(control)
     programming.reset_event_counters(control)
     return control.calls
@@ -369,7 +370,7 @@ def test_name_check_catches_drift() -> None:
     assert name_problems([("table_add", (programming.WORKER_TABLE, "set_worker", (1, "10.0.0.1"), (0, 1, 2, 2)))])
     assert name_problems([("table_add", (programming.WORKER_TABLE, "set_rank_addr", (1, "10.0.0.1"), ()))])
     assert name_problems([("table_add", (f"{programming.INGRESS}.l2_tabel", "l2_forward", ("02:00:00:00:00:01",), (1,)))])
-    assert name_problems([("register_reset", (f"{programming.INGRESS}.value_{params.P4_SOURCE_K:02d}",))])
+    assert name_problems([("register_reset", (f"{programming.INGRESS}.value_{switchml_params.P4_SOURCE_K:02d}",))])
     assert name_problems([("counter_read", (f"{programming.EGRESS}.event_counter",))])
 
 
@@ -397,7 +398,7 @@ def test_table_keys_and_defaults_follow_dataplane_doc() -> None:
 
 
 def load_generator() -> Any:
-    spec = importlib.util.spec_from_file_location("gen_elements", params.P4_DIR / "gen_elements.py")
+    spec = importlib.util.spec_from_file_location("gen_elements", switchml_params.P4_PROGRAM_DIR / "gen_elements.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -406,10 +407,10 @@ def load_generator() -> Any:
 
 def test_generated_elements_are_fresh() -> None:
     generator = load_generator()
-    assert generator.stale(params.P4_SOURCE_K, P4_INCLUDE) == [], "run: python p4/gen_elements.py"
+    assert generator.stale(switchml_params.P4_SOURCE_K, P4_INCLUDE) == [], "run: python p4/switchml/gen_elements.py"
 
 
-@pytest.mark.parametrize("k", params.K_CHOICES)
+@pytest.mark.parametrize("k", switchml_params.K_CHOICES)
 def test_generated_actions_touch_every_element_once(k: int) -> None:
     """store/add/read each name every value register exactly once per access kind."""
     text = strip_comments(load_generator().render_elements(k))
@@ -423,7 +424,7 @@ def test_generated_actions_touch_every_element_once(k: int) -> None:
         assert [int(i) for i in re.findall(pattern, body)] == list(range(k)), (action, pattern)
 
 
-@pytest.mark.parametrize("k", params.K_CHOICES)
+@pytest.mark.parametrize("k", switchml_params.K_CHOICES)
 def test_generated_data_header_has_k_int32_elements(k: int) -> None:
     text = strip_comments(load_generator().render_data_header(k))
     assert header_fields(text, "switchml_data_h") == [(f"d{i:02d}", packet.ELEMENT_BYTES * 8) for i in range(k)]

@@ -34,6 +34,7 @@ from analysis.__main__ import main as analysis_main
 from experiments.limits import Limit
 from network.lock import LOCK_PATH, HolderRecord
 from protocol import params
+from protocol.switchml import params as switchml_params
 from protocol.params import REPO_ROOT
 from protocol.results_format import resume_command
 from tests.experiment_runs import (
@@ -977,7 +978,7 @@ def test_forged_icmp_errors_from_a_neighbour_host_are_losses_the_job_recovers_fr
         address = subprocess.run(["nsenter", "-t", str(h1), "-n", "ip", "-4", "-o", "addr", "show", "dev", "h1-eth0"],
                                  capture_output=True, text=True, check=True).stdout.split()[3].split("/")[0]
         subprocess.run(["nsenter", "-t", str(h2), "-n", sys.executable, "-m", "tests.icmp_errors",
-                        f"{address}:{params.WORKER_UDP_PORT}", f"{params.SWITCH_IPV4}:{params.UDP_PORT_BASE}",
+                        f"{address}:{switchml_params.WORKER_UDP_PORT}", f"{params.SWITCH_IPV4}:{switchml_params.UDP_PORT_BASE}",
                         "--rounds", "4", "--gap-s", "0.05"], cwd=REPO_ROOT)  # fails once the run is gone: its exit says why
 
     code, output = disturb_mid_run(out, [*STALL_JOB, "limits.job_timeout_s=30", "methods=[switchml]", "repetitions=1",

@@ -24,7 +24,7 @@ from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 import methods as methods_registry
 from methods import switchml
 from methods.verification import expected_for, integer_sum
-from protocol.packet import frame_bytes
+from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from simulation.link import Arrivals, Link
 from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork

@@ -14,7 +14,7 @@ import pytest
 
 from experiments.results import switch_frame_losses
 from network.port_counters import PortCounters, account_switch, frames_lost, read_ports
-from protocol import params
+from protocol.switchml import params
 from tests.conftest import JOB, SwitchUnderTest
 from tests.switch_io import update_frame
 from tests.test_switch_behaviour import values

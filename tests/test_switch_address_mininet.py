@@ -14,6 +14,7 @@ from methods.aggregation import Job
 from methods.method import in_network
 from network.emulation import EmulatedNetwork, node_runner
 from protocol import params
+from protocol.switchml import params as switchml_params
 from protocol.worker_spec import SwitchMLParameters
 from switches import programming
 from switches.targets import REGISTRY
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.mininet]
 def test_hosts_resolve_and_ping_the_switch(target: str, tmp_path: Path) -> None:
     require_target(target)
     topology = load_topology(find_topology("star"), {"workers": 2})
-    with EmulatedNetwork(topology, target, tmp_path, k=params.DEFAULT_K, max_pool_size=64) as net:
+    with EmulatedNetwork(topology, target, tmp_path, k=switchml_params.DEFAULT_K, max_pool_size=64) as net:
         run = node_runner(net.host("h1"))
         code, neighbours = run(["ip", "neigh", "show", params.SWITCH_IPV4])
         assert code == 0 and params.SWITCH_MAC in neighbours and "PERMANENT" not in neighbours, neighbours
@@ -53,9 +54,9 @@ def test_preparing_a_method_of_another_protocol_reloads_every_switch(target: str
     monkeypatch.setitem(REGISTRY[target].programs, again.name, REGISTRY[target].programs[methods.SWITCHML.aggregation.name])
     topology = load_topology(find_topology("star"), {"workers": 2})
     hosts = tuple(h.name for h in topology.hosts)
-    parameters = SwitchMLParameters(k=params.DEFAULT_K, pool_size=8, job_id=1, timeout_ms=20.0, backoff_every=1)
+    parameters = SwitchMLParameters(k=switchml_params.DEFAULT_K, pool_size=8, job_id=1, timeout_ms=20.0, backoff_every=1)
     jobs = [Job(methods.SWITCHML.aggregation, parameters, hosts), Job(again, parameters, hosts)]
-    with EmulatedNetwork(topology, target, tmp_path, k=params.DEFAULT_K, max_pool_size=64, jobs=jobs) as net:
+    with EmulatedNetwork(topology, target, tmp_path, k=switchml_params.DEFAULT_K, max_pool_size=64, jobs=jobs) as net:
         run = node_runner(net.host("h1"))
         assert run(["ping", "-c", "2", "-i", "0.2", "-W", "2", params.SWITCH_IPV4])[0] == 0
         assert programming.read_event_counters(net.aggregator_control)["EV_ICMP_ECHO_REPLY"] >= 2

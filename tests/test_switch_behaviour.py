@@ -18,7 +18,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from protocol import params
-from protocol.packet import IPV4_OFFSET, frame_bytes, ipv4_checksum
+from protocol.switchml import params as switchml_params
+from protocol.packet import ipv4_checksum, IPV4_OFFSET
+from protocol.switchml.packet import frame_bytes
 from switches import programming
 from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_HOSTS, SwitchUnderTest
 from tests.switch_io import Received, dissect, learned_entries, update_frame, vlan_tagged
@@ -42,8 +44,8 @@ def check_result(
     assert (eth.dst, eth.src) == (host.mac, params.SWITCH_MAC)
     assert (ip.src, ip.dst) == (params.SWITCH_IPV4, host.ipv4)
     assert ip.chksum == ipv4_checksum(bytes(results[0]), IPV4_OFFSET), "IPv4 checksum recomputed after the rewrite"
-    assert (udp.sport, udp.dport, udp.chksum) == (params.UDP_PORT_BASE, params.WORKER_UDP_PORT, 0)
-    assert sml.msg_type == params.MSG_RESULT
+    assert (udp.sport, udp.dport, udp.chksum) == (switchml_params.UDP_PORT_BASE, switchml_params.WORKER_UDP_PORT, 0)
+    assert sml.msg_type == switchml_params.MSG_RESULT
     assert (sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.num_elements) == (job, slot, shadow_set, seq, switch.k)
     assert sml.exponent == exponent
     assert sml.elements == expected.tolist()
@@ -75,7 +77,7 @@ def test_basic_reduction(switch: SwitchUnderTest) -> None:
 
 def assert_counted_once(switch: SwitchUnderTest, *events: str) -> None:
     """Each of ``events`` counted one frame, and its bytes (frame_bytes(k))."""
-    cells = dict(zip(params.EVENT_COUNTER_CELLS, switch.control.counter_read(programming.EVENT_COUNTER)))
+    cells = dict(zip(switchml_params.EVENT_COUNTER_CELLS, switch.control.counter_read(programming.EVENT_COUNTER)))
     frame = frame_bytes(switch.k)
     for event in events:
         packets, length = cells[event]
@@ -231,13 +233,13 @@ def test_retransmission_of_an_older_version_gets_no_result(switch: SwitchUnderTe
 def test_non_switchml_traffic_is_forwarded(switch: SwitchUnderTest) -> None:
     """Unknown destination floods (never back to the sender); a learned one is unicast."""
     hosts = switch.testbed.hosts
-    to_host2 = Ether(src=hosts[0].mac, dst=hosts[2].mac) / IP(src=hosts[0].ipv4, dst=hosts[2].ipv4) / UDP(sport=1234, dport=params.WORKER_UDP_PORT) / b"hello"
+    to_host2 = Ether(src=hosts[0].mac, dst=hosts[2].mac) / IP(src=hosts[0].ipv4, dst=hosts[2].ipv4) / UDP(sport=1234, dport=switchml_params.WORKER_UDP_PORT) / b"hello"
     switch.ports.send(0, bytes(to_host2))
     received = switch.ports.receive(2)
     assert [len(received.frames[i]) for i in range(3)] == [0, 1, 1]
     assert bytes(received.frames[2][0]) == bytes(to_host2)
     assert learned_entries(switch.control, 1) == 1, "host 0's address was not learned"  # bmv2 learns a few ms late
-    reply = Ether(src=hosts[2].mac, dst=hosts[0].mac) / IP(src=hosts[2].ipv4, dst=hosts[0].ipv4) / UDP(sport=1234, dport=params.WORKER_UDP_PORT) / b"back"
+    reply = Ether(src=hosts[2].mac, dst=hosts[0].mac) / IP(src=hosts[2].ipv4, dst=hosts[0].ipv4) / UDP(sport=1234, dport=switchml_params.WORKER_UDP_PORT) / b"back"
     switch.ports.send(2, bytes(reply))
     received = switch.ports.receive(1)
     assert [len(received.frames[i]) for i in range(3)] == [1, 0, 0], "host 0 was learned on port 1"
@@ -341,7 +343,7 @@ def test_a_reset_while_updates_arrive_leaves_every_cell_consistent(switch: Switc
     updates opened (its bit, a count of at least its bits, their seq)."""
     rank0 = JOB_HOSTS[JOB][0]
     frames = [update_frame(switch.testbed.hosts[rank0], slot, 0, [1] * switch.k, JOB, seq=REOPENED_SEQ) for slot in range(JOB_POOL)]
-    cells = [shadow_set * params.MAX_POOL_SIZE + slot for shadow_set in (0, 1) for slot in range(JOB_POOL)]
+    cells = [shadow_set * switchml_params.MAX_POOL_SIZE + slot for shadow_set in (0, 1) for slot in range(JOB_POOL)]
     for trial in range(RESET_TRIALS):
         stop = threading.Event()
         sender = threading.Thread(target=flood, args=(switch, rank0, frames, stop), daemon=True)

@@ -54,17 +54,9 @@ from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.l2 import ARP, Ether
 
 from protocol import params
-from protocol.packet import (
-    ETH_HEADER_BYTES,
-    IPV4_OFFSET,
-    UDP_OFFSET,
-    Endpoint,
-    SwitchMLHeader,
-    build_frame,
-    encode_payload,
-    frame_bytes,
-    mac_to_bytes,
-)
+from protocol.switchml import params as switchml_params
+from protocol.packet import build_frame, Endpoint, ETH_HEADER_BYTES, IPV4_OFFSET, mac_to_bytes, UDP_OFFSET
+from protocol.switchml.packet import encode_payload, frame_bytes, SwitchMLHeader
 from protocol.switchml.scapy_layer import SwitchML
 from switches import programming
 from switches.control import SwitchControl
@@ -139,7 +131,7 @@ class Outcome:
 
 UPPER_HOST = 2
 """Host 2 plays the switch above for OTHER_JOB, of which the switch under test is a leaf."""
-LEAF = Endpoint("02:53:4d:4c:01:01", "10.0.0.253", params.UDP_PORT_BASE)
+LEAF = Endpoint("02:53:4d:4c:01:01", "10.0.0.253", switchml_params.UDP_PORT_BASE)
 """The switch's own address as a worker of the switch above."""
 WORKERS = [host for hosts in JOB_HOSTS.values() for host in hosts]
 """Hosts that are workers of some job."""
@@ -253,7 +245,7 @@ class SequenceBuilder:
     def beyond_pool(self) -> Step:
         """A slot past the sender's job's pool but inside the registers (another job's cells)."""
         worker = self.pick(WORKERS)
-        slot = int(self.rng.integers(JOB_POOL, params.MAX_POOL_SIZE))
+        slot = int(self.rng.integers(JOB_POOL, switchml_params.MAX_POOL_SIZE))
         return Step(worker, f"update from worker {worker} to slot {slot}, beyond its job's pool", self.update(worker, slot=slot))
 
     def result_from_above(self) -> Step:
@@ -268,7 +260,7 @@ class SequenceBuilder:
         else:
             shadow_set, seq = int(self.rng.integers(2)), self.pick([rounds.round_seq[slot], int(self.rng.integers(1 << 32))])
         sender, job = self.pick([(UPPER_HOST, OTHER_JOB)] * 6 + [(0, OTHER_JOB), (UPPER_HOST, JOB)])
-        header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, self.k, int(self.rng.integers(-128, 128)), seq)
+        header = SwitchMLHeader(switchml_params.MSG_RESULT, shadow_set, job, slot, self.k, int(self.rng.integers(-128, 128)), seq)
         frame = build_frame(SWITCH, LEAF, encode_payload(header, self.elements()))
         return Step(sender, f"result from above from host {sender}: {describe(frame)}", frame)
 
@@ -283,10 +275,10 @@ class SequenceBuilder:
             "truncated": lambda: self.update(worker)[: int(self.rng.integers(ETH_HEADER_BYTES, frame_bytes(self.k)))],
             "k/2 elements": lambda: self.update(worker, elements=self.elements(self.k // 2)),
             "num_elements k-1": lambda: self.update(worker, num_elements=self.k - 1),
-            "msg_type result": lambda: self.update(worker, msg_type=params.MSG_RESULT),
+            "msg_type result": lambda: self.update(worker, msg_type=switchml_params.MSG_RESULT),
             "msg_type 7": lambda: self.update(worker, msg_type=7),
             "shadow_set 2": lambda: self.update(worker, shadow_set=2),
-            "slot out of range": lambda: self.update(worker, slot=int(self.rng.integers(params.MAX_POOL_SIZE, 1 << 16))),
+            "slot out of range": lambda: self.update(worker, slot=int(self.rng.integers(switchml_params.MAX_POOL_SIZE, 1 << 16))),
             "udp.length + 4": lambda: with_udp_length_delta(self.update(worker), 4),
             "udp.length - 4": lambda: with_udp_length_delta(self.update(worker), -4),
         }
@@ -311,7 +303,7 @@ class SequenceBuilder:
             "IPv4 cut after its header, wrong checksum": lambda: with_wrong_ipv4_checksum(ipv4)[: UDP_OFFSET + 4],
             "IPv4 cut inside its header": lambda: ipv4[: IPV4_OFFSET + int(self.rng.integers(1, 20))],
             "update to the switch with IPv4 options": lambda: bytes(
-                eth / IP(src=self.hosts[sender].ipv4, dst=params.SWITCH_IPV4, options=b"\x01\x01\x01\x00") / UDP(dport=params.UDP_PORT_BASE) / bytes(64)
+                eth / IP(src=self.hosts[sender].ipv4, dst=params.SWITCH_IPV4, options=b"\x01\x01\x01\x00") / UDP(dport=switchml_params.UDP_PORT_BASE) / bytes(64)
             ),
             "etherType 0x88B6": lambda: bytes(Ether(src=src, dst=dst, type=0x88B6) / payload),
             "802.1Q-tagged IPv4, wrong checksum": lambda: vlan_tagged(with_wrong_ipv4_checksum(ipv4), self.tci()),
@@ -421,7 +413,7 @@ def probe_frame(sender: int, step: int) -> bytes:
 
 
 def ingress_events(counters: dict[str, int]) -> int:
-    return sum(counters[name] for name in params.INGRESS_EVENTS)
+    return sum(counters[name] for name in switchml_params.INGRESS_EVENTS)
 
 
 def wait_for_ingress(control: SwitchControl, events_before: int, target: str, step: int) -> None:

@@ -17,7 +17,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import IPV4_OFFSET
 from switches import programming
 from switches.control import ControlPlaneError, TableFullError

@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 
 from protocol import params
-from protocol.packet import Endpoint, SwitchMLHeader, build_frame, encode_payload, frame_bytes
+from protocol.switchml import params as switchml_params
+from protocol.packet import build_frame, Endpoint
+from protocol.switchml.packet import encode_payload, frame_bytes, SwitchMLHeader
 from switches import programming
 from tests.conftest import TARGETS, SwitchTarget, SwitchUnderTest
 from base.netns import Testbed
@@ -37,7 +39,7 @@ WORKERS = (0, 1)
 SPINE_HOST = 2
 LEAF_HOSTS = (3, 4)
 POOL = 64
-LEAF = Endpoint("02:53:4d:4c:01:01", "10.0.0.253", params.WORKER_UDP_PORT)
+LEAF = Endpoint("02:53:4d:4c:01:01", "10.0.0.253", switchml_params.WORKER_UDP_PORT)
 """The switch's own address as a worker of the switch above (host 2)."""
 
 
@@ -46,7 +48,7 @@ def leaf_sinks(testbed: Testbed) -> Iterator[None]:
     """Hosts playing leaves receive results on the aggregation port: no ICMP back."""
     with contextlib.ExitStack() as sinks:
         for index in LEAF_HOSTS:
-            sinks.enter_context(testbed.hosts[index].udp_socket(params.UDP_PORT_BASE))
+            sinks.enter_context(testbed.hosts[index].udp_socket(switchml_params.UDP_PORT_BASE))
         yield
 
 
@@ -64,7 +66,7 @@ def target(request: pytest.FixtureRequest, testbed: Testbed, leaf_sinks: None, t
     )
     spine = programming.JobProgram(
         SPINE_JOB,
-        [programming.WorkerPort(rank, hosts[h].switch_port, hosts[h].mac, hosts[h].ipv4, params.UDP_PORT_BASE) for rank, h in enumerate(LEAF_HOSTS)],
+        [programming.WorkerPort(rank, hosts[h].switch_port, hosts[h].mac, hosts[h].ipv4, switchml_params.UDP_PORT_BASE) for rank, h in enumerate(LEAF_HOSTS)],
         result_mcast_grp=3, slot_base=POOL, pool_size=POOL,
     )
     with TARGETS[name](testbed, log_dir, k) as control:
@@ -76,8 +78,8 @@ def target(request: pytest.FixtureRequest, testbed: Testbed, leaf_sinks: None, t
 def result_from_above(slot: int, shadow_set: int, seq: int, elements: np.ndarray, exponent: int, job: int = LEAF_JOB,
                       source: Endpoint = SWITCH) -> bytes:
     """What the switch above sends the leaf: a result from its address to the leaf's."""
-    header = SwitchMLHeader(params.MSG_RESULT, shadow_set, job, slot, len(elements), exponent, seq)
-    destination = Endpoint(LEAF.mac, LEAF.ipv4, params.UDP_PORT_BASE)
+    header = SwitchMLHeader(switchml_params.MSG_RESULT, shadow_set, job, slot, len(elements), exponent, seq)
+    destination = Endpoint(LEAF.mac, LEAF.ipv4, switchml_params.UDP_PORT_BASE)
     return build_frame(source, destination, encode_payload(header, elements))
 
 
@@ -87,8 +89,8 @@ def check_partial(received: Received, *, slot: int, shadow_set: int, seq: int, e
     assert received.total() == len(frames) == 1, f"one partial sum up, nothing else: {[f.summary() for fs in received.frames.values() for f in fs]}"
     eth, ip, udp, sml = dissect(frames[0])
     assert (eth.src, eth.dst, ip.src, ip.dst) == (LEAF.mac, params.SWITCH_MAC, LEAF.ipv4, params.SWITCH_IPV4)
-    assert (udp.dport, udp.chksum, len(frames[0])) == (params.UDP_PORT_BASE, 0, frame_bytes(len(expected)))
-    assert (sml.msg_type, sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.exponent) == (params.MSG_UPDATE, LEAF_JOB, slot, shadow_set, seq, exponent)
+    assert (udp.dport, udp.chksum, len(frames[0])) == (switchml_params.UDP_PORT_BASE, 0, frame_bytes(len(expected)))
+    assert (sml.msg_type, sml.job_id, sml.slot, sml.shadow_set, sml.seq, sml.exponent) == (switchml_params.MSG_UPDATE, LEAF_JOB, slot, shadow_set, seq, exponent)
     assert sml.elements == expected.tolist()
 
 
@@ -162,7 +164,7 @@ def test_results_not_from_the_jobs_uplink_are_refused(switch: SwitchUnderTest) -
     partial = workers_contribute(switch, slot=7, shadow_set=0, seq=12)
     switch.ports.receive(1)
     total = partial + values(5, switch.k)
-    impostor = Endpoint(switch.testbed.hosts[SPINE_HOST].mac, switch.testbed.hosts[SPINE_HOST].ipv4, params.UDP_PORT_BASE)
+    impostor = Endpoint(switch.testbed.hosts[SPINE_HOST].mac, switch.testbed.hosts[SPINE_HOST].ipv4, switchml_params.UDP_PORT_BASE)
     switch.ports.send(0, result_from_above(7, 0, 12, total, 0))  # a worker's port
     switch.ports.send(SPINE_HOST, result_from_above(7, 0, 12, total, 0, source=impostor))  # not the upper switch's address
     switch.ports.send(SPINE_HOST, result_from_above(7, 0, 12, total, 0, job=SPINE_JOB))  # a job without an uplink here
@@ -189,8 +191,8 @@ def test_spine_aggregates_leaves_and_answers_them_on_the_aggregation_port(switch
     for index in LEAF_HOSTS:
         (result,) = received.results(index)
         eth, ip, udp, sml = dissect(result)
-        assert (eth.dst, ip.src, ip.dst, udp.dport) == (hosts[index].mac, params.SWITCH_IPV4, hosts[index].ipv4, params.UDP_PORT_BASE)
-        assert (sml.msg_type, sml.job_id, sml.exponent, sml.elements) == (params.MSG_RESULT, SPINE_JOB, 6, (a + b).tolist())
+        assert (eth.dst, ip.src, ip.dst, udp.dport) == (hosts[index].mac, params.SWITCH_IPV4, hosts[index].ipv4, switchml_params.UDP_PORT_BASE)
+        assert (sml.msg_type, sml.job_id, sml.exponent, sml.elements) == (switchml_params.MSG_RESULT, SPINE_JOB, 6, (a + b).tolist())
     assert received.total() == 2
     switch.ports.send(LEAF_HOSTS[1], update_frame(hosts[LEAF_HOSTS[1]], 2, 0, b, SPINE_JOB, 6, 77))
     again = switch.ports.receive(1)

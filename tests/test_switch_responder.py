@@ -16,8 +16,9 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Packet, Raw
 
 from protocol import params
+from protocol.switchml import params as switchml_params
 from protocol.packet import IPV4_OFFSET, ipv4_checksum
-from switches.embedded.responder import echo_reply_checksum
+from switches.embedded.switchml.responder import echo_reply_checksum
 from tests.conftest import N_HOSTS, SwitchUnderTest
 
 pytestmark = pytest.mark.netns
@@ -50,7 +51,7 @@ def only_frame(switch: SwitchUnderTest, index: int) -> Packet:
 def events(switch: SwitchUnderTest) -> dict[str, int]:
     """The ingress events that happened (the one-per-packet ones), and EGV_SENT."""
     counts = switch.counters()
-    return {name: counts[name] for name in (*params.INGRESS_EVENTS, "EGV_SENT") if counts[name]}
+    return {name: counts[name] for name in (*switchml_params.INGRESS_EVENTS, "EGV_SENT") if counts[name]}
 
 
 def test_arp_request_for_the_switch_is_answered_out_of_its_port(switch: SwitchUnderTest) -> None:

@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from protocol import params
+from protocol.switchml import params
 from switches import targets
 from switches import bmv2
 

@@ -21,8 +21,9 @@ from hosts.switchml.core import HOLD_MAX_S, HOLD_SHARE, hold_time
 from hosts.switchml.timers import RoundTripEstimator, SlotTimers, pool_drain_s
 from hosts.switchml.spec import retransmit_policy
 from protocol.worker_spec import SwitchMLParameters
-from protocol import params
-from protocol.packet import SWITCHML_HEADER, SWITCHML_HEADER_BYTES, decode_elements, payload_bytes
+from protocol.switchml import params
+from protocol.packet import decode_elements
+from protocol.switchml.packet import payload_bytes, SWITCHML_HEADER, SWITCHML_HEADER_BYTES
 from protocol.quantize import expected_sum
 
 K = 4

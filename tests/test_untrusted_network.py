@@ -31,8 +31,9 @@ import pytest
 from base.linux_sockets import IP_MTU_DISCOVER, IP_PMTUDISC_PROBE
 from hosts.switchml import RetransmitPolicy, SwitchMLClient
 from hosts.mmsg import ICMP_ERRNOS, BatchSocket, errno_counts
-from protocol import params
-from protocol.packet import EXPONENT_MIN, SWITCHML_HEADER, payload_dtype
+from protocol.switchml import params
+from protocol.packet import EXPONENT_MIN
+from protocol.switchml.packet import SWITCHML_HEADER, payload_dtype
 from protocol.params import REPO_ROOT
 from protocol.switchml.plan import JobPlan
 from protocol.quantize import expected_sum
@@ -313,7 +314,7 @@ def test_a_hostile_switch_changes_no_sum_and_every_forgery_is_counted(data_path:
 FLOOD_SCRIPT = """
 import socket, sys, time
 from hosts.mmsg import BatchSocket
-from protocol.packet import payload_dtype
+from protocol.switchml.packet import payload_dtype
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sock.bind((sys.argv[1], 0))
 print(sock.getsockname()[1], flush=True)

@@ -24,7 +24,7 @@ import pytest
 
 from hosts.switchml import AllReduceResult, RetransmitPolicy, SwitchMLClient
 from protocol import params
-from protocol.packet import payload_bytes
+from protocol.switchml.packet import payload_bytes
 from protocol.quantize import expected_sum
 from switches import programming, standalone
 from switches.control import SwitchControl

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol.params import MAX_WORKERS
+from protocol.switchml.params import MAX_WORKERS
 
 INT32_SAFE = (2**31 - 1) // MAX_WORKERS
 """Largest |value| whose sum over MAX_WORKERS ranks still fits in int32."""

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+import methods
 from experiments.calibration import record
 from experiments.capacity import Probe, Prober, ProbeSettings, most_probes, search
 from experiments.config import Experiment
-from protocol import params
 from switches.targets import AUTO, REGISTRY
 
 MARGIN = 0.25
@@ -87,7 +87,7 @@ def plan(experiment: Experiment, mode: Mode, targets: Iterable[str]) -> list[Sea
     searches = []
     for name in targets:
         target = REGISTRY[name]
-        for k in ([k for k in params.K_CHOICES if target.builds(k)] if mode.every_k else [k for k in ks if target.builds(k)]):
+        for k in ([k for k in methods.k_choices() if target.builds(k)] if mode.every_k else [k for k in ks if target.builds(k)]):
             for count in (workers if mode.every_k else workers[-1:]):
                 start = target.link_mbps(k) or FIRST_GUESS_MBPS
                 searches.append(Search(name, k, count, data_path, start))

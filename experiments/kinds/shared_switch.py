@@ -43,7 +43,7 @@ from experiments.workers import REPORT_GRACE_S
 import methods
 from switches.fabric import SharedJob
 from protocol import results_format as fmt
-from protocol import params
+from protocol.switchml import params
 from protocol.params import mbps_to_bps
 from switches.programming import AdmissionError, partition_slots
 from topologies.model import Topology

@@ -25,7 +25,7 @@ import numpy as np
 from hosts.atp.aggregators import AggregatorMap
 from protocol.atp import params
 from protocol.atp.packet import SEQ_LIMIT, ATPHeader, decode_payload, encode_payload
-from protocol.packet import MAX_K
+from protocol.atp.packet import MAX_K
 
 DEFAULT_RESEND_TIMEOUT_S = 0.005
 DEFAULT_STALL_S = 20.0

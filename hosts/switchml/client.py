@@ -27,8 +27,10 @@ from hosts.switchml.native import resolve
 from hosts.switchml.native.job import NativeJob, NativeRoundTrip
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
-from protocol import params
-from protocol.packet import IPV4_MTU, MAX_K
+from protocol.switchml import params
+from protocol.packet import IPV4_MTU
+from protocol.switchml.packet import MAX_K
+from protocol.quantize import flushed_to_zero
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,13 @@ class SwitchMLClient:
         result.stats.tat_s = time.perf_counter() - t0
         log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._ctx.rank, len(x), x.dtype, result.stats.tat_s, result.stats)
         return result
+
+    def flushed(self, inputs: np.ndarray, result: AllReduceResult) -> int:
+        """How many nonzero elements of this rank's ``inputs`` the result's block exponents
+        quantized to 0 (protocol.quantize.flushed_to_zero; none for an int32 sum)."""
+        if result.exponents is None:
+            return 0
+        return flushed_to_zero(inputs, result.exponents, self._ctx.n_workers, self._pool.k)
 
     def close(self) -> None:
         self._sock.close()

@@ -34,10 +34,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hosts.allreduce import Unsummable
 from hosts.stats import TIMELINE_BIN_S, JobStats, SendTimeline
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy, RoundTripEstimator, SlotTimers
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import EXPONENT_MAX, EXPONENT_MIN
 from protocol.switchml.plan import JobPlan
 from protocol.quantize import UNSUMMABLE_EXPONENT, block_exponents, dequantize, element_scales, quantize, scale_for
@@ -128,7 +129,7 @@ class SwitchMLTimeout(TimeoutError):
         )
 
 
-class UnsummableTensor(ValueError):
+class UnsummableTensor(Unsummable):
     """A float32 all-reduce whose lookahead round carried ``UNSUMMABLE_EXPONENT``
     (protocol/quantize.py) for some blocks: a rank's block held an inf, a NaN or an element
     beyond 2^126, which block floating point cannot carry. Every rank of the job raises it at

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol.packet import payload_dtype
+from protocol.switchml.packet import payload_dtype
 
 
 class SlotPool:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from protocol.packet import frame_bytes
-from protocol.params import DEFAULT_BACKOFF_EVERY
+from protocol.switchml.packet import frame_bytes
+from protocol.switchml.params import DEFAULT_BACKOFF_EVERY
 
 DEFAULT_MIN_TIMEOUT_S = 0.010
 """The reference's 10 ms, as the floor of the adaptive timeout, which is what makes so low

@@ -15,7 +15,7 @@ its own statements; generating them keeps 256 blocks uniform. Two files come out
 
 The copies in ``p4/atp/include/`` are for ATP_K's default in constants.p4 (so that reading the
 program, or running p4c by hand, needs no Python), and tests/test_atp_bmv2.py fails when they
-are stale. A build for another k (switches/bmv2/atp/compile.py) writes both into its own
+are stale. A build for another k (switches/bmv2/compile.py) writes both into its own
 directory and puts it first on p4c's include path with ``-DATP_K=k``; each file records its k
 and the program refuses to compile if they disagree.
 

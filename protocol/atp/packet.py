@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from protocol.atp import params
-from protocol.packet import ELEMENT_BYTES, ELEMENT_DTYPE, UDP_OFFSET, UDP_HEADER_BYTES
+from protocol.packet import ELEMENT_BYTES, ELEMENT_DTYPE, UDP_OFFSET, UDP_HEADER_BYTES, max_elements
 
 ATP_HEADER = struct.Struct("!IBBHIHH")
 ATP_HEADER_BYTES = ATP_HEADER.size
@@ -28,6 +28,8 @@ if ATP_HEADER_BYTES != params.P4_CONSTANTS["ATP_HEADER_BYTES"]:
     raise RuntimeError(f"atp_h is {ATP_HEADER_BYTES} bytes here but ATP_HEADER_BYTES in {params.CONSTANTS_P4} says otherwise")
 ATP_OFFSET = UDP_OFFSET + UDP_HEADER_BYTES
 DATA_OFFSET = ATP_OFFSET + ATP_HEADER_BYTES
+MAX_K = max_elements(ATP_HEADER_BYTES)
+"""The most values one ATP packet can carry without exceeding the MTU (364)."""
 SEQ_LIMIT = 1 << 32
 """Sequences run 1 .. 2^32 - 1 over a job's life; 0 (with app_id 0) would read as a free owner."""
 

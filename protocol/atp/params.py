@@ -1,17 +1,17 @@
 """ATP's build parameters, read from the P4 program's own constants file.
 
 ``p4/atp/include/constants.p4`` is the one definition of the ports, flags, pool and table
-sizes and counter indices; this module reads its ``#define`` lines as protocol/params.py
-reads SwitchML's, so the embedded pipeline, the hosts and the bmv2 program cannot disagree.
-The values follow the authors' code where it fits the testbed (one switch, one PS per job,
-<= 32 workers) and say so where they differ (constants.p4's comments, docs/dataplane-atp.md).
+sizes and counter indices; this module reads its ``#define`` lines (protocol/params.py's
+reader), so the embedded pipeline, the hosts and the bmv2 program cannot disagree. The
+values follow the authors' code where it fits the testbed (one switch, one PS per job, <= 32
+workers) and say so where they differ (constants.p4's comments, docs/dataplane-atp.md).
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
-from protocol.params import K_CHOICES, P4_DIR, read_p4_constants  # noqa: F401  (K_CHOICES: ATP builds the same k)
+from protocol.params import P4_DIR, read_p4_constants
 
 ATP_P4_DIR = P4_DIR / "atp"
 CONSTANTS_P4 = ATP_P4_DIR / "include" / "constants.p4"
@@ -19,7 +19,10 @@ P4_CONSTANTS = read_p4_constants(CONSTANTS_P4)
 
 P4_SOURCE_K: int = P4_CONSTANTS["ATP_K"]
 """The k of the per-value code checked in under p4/atp/include (what p4c by hand builds). A
-switch or job is always given its k, one of K_CHOICES: SwitchML's, so the frames compare."""
+switch or job is always given its k, one of K_CHOICES."""
+K_CHOICES: tuple[int, ...] = (32, 64, 128, 256)
+"""The k an ATP job may choose, each a build of every target's program: the same k as
+SwitchML's, so the two protocols' runs compare frame for frame."""
 
 UDP_PORT_BASE: int = P4_CONSTANTS["ATP_UDP_PORT_BASE"]
 """ATP packets carry a UDP destination port in 0xBEF0..0xBEFF (SwitchML's range is 0xBEE0..0xBEEF),

@@ -11,7 +11,7 @@ from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
 from protocol.atp import params
-from protocol.packet import MAX_K
+from protocol.atp.packet import MAX_K
 
 FLAG_NAMES = ["ack", "collision", "resend", "ecn", "", "", "", "overflow"]
 """FlagsField names, least significant bit first (params.FLAG_*)."""

@@ -1,6 +1,6 @@
 """scapy layer for SwitchML: dissection, pcaps and tests (never the hot path).
 
-Same layout as ``protocol/packet.py`` (which the hot path uses without scapy): importing
+Same layout as ``protocol/switchml/packet.py`` (which the hot path uses without scapy): importing
 this module binds the layer to UDP on every aggregation port, so ``Ether(frame)`` shows
 SwitchML headers and elements.
 """
@@ -19,8 +19,8 @@ from scapy.fields import (
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
-from protocol import params
-from protocol.packet import MAX_K
+from protocol.switchml import params
+from protocol.switchml.packet import MAX_K
 
 
 

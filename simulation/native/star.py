@@ -21,7 +21,7 @@ import numpy as np
 
 from hosts.switchml.core import AllReduceResult, SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
-from protocol.packet import SWITCHML_OFFSET, frame_bytes
+from protocol.switchml.packet import frame_bytes, SWITCHML_OFFSET
 from simulation.link import Link
 from simulation.worker import SimulatedWorker
 from switches.target import SimulatedSwitch

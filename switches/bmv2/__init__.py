@@ -1,8 +1,9 @@
-"""The bmv2 target: p4/switchml.p4 compiled by p4c, run by simple_switch, programmed over Thrift.
+"""The bmv2 target: a protocol's P4 program compiled by p4c, run by simple_switch, programmed over Thrift.
 
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs the P4
 build's k and at most its pool size, and ``auto`` prefers it wherever everything it needs
-is installed (most machines lack it: the Vagrant VM has it)."""
+is installed (most machines lack it: the Vagrant VM has it). ``PROGRAMS`` lists the P4
+program of each protocol it runs (``switchml/``: p4/switchml/switchml.p4)."""
 
 from __future__ import annotations
 
@@ -11,26 +12,29 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from base.plugin import resolve
 from base.tool_version import first_line
-from protocol import params
+from protocol.switchml import params
 from switches.target import DataPlane, PortQueueLimit, SwitchTarget, Toolchain
 
-PROGRAMS: dict[str, str] = {
-    "switchml": "switches.bmv2.process:compiled_switchml",
-    "atp": "switches.bmv2.atp.switch:compiled_atp",
-}
-"""Protocol -> "module:attribute" of ``(*, k, max_pool_size) -> Path``: its P4 program compiled
-for bmv2 (the JSON simple_switch loads, cached), one line each."""
+if TYPE_CHECKING:
+    from switches.bmv2.compile import P4Program
 
-PROCESSES: dict[str, str] = {
-    "atp": "switches.bmv2.atp.switch:ATPBmv2Process",
+PROGRAMS: dict[str, str] = {
+    "switchml": "switches.bmv2.switchml.program:PROGRAM",
+    "atp": "switches.bmv2.atp.program:PROGRAM",
 }
-"""Protocol -> "module:attribute" of the simple_switch process class that runs its program
-where it is not ``Bmv2Process`` (its ``for_ports``, given the ports' link rate:
-``port_rate_bps``): ATP's sets each port's queue rate and runs no learning controller."""
+"""Protocol -> "module:attribute" of its ``P4Program`` (switches/bmv2/compile.py: its source,
+build, digest controller and simple_switch process class): the in-network aggregation
+protocols this target runs, one line each."""
+
+
+def program_for(protocol: str | None = None) -> "P4Program":
+    """``protocol``'s P4 program; None: the target's default protocol's."""
+    return resolve(TARGET.program_of(protocol))
+
 EXECUTABLES = ("simple_switch", "p4c")
 PYTHON_MODULES = {
     "p4utils": "p4utils",
@@ -96,21 +100,19 @@ class Bmv2Target(SwitchTarget):
 
     def build(self, protocol: str | None, k: int, max_pool_size: int) -> Path:
         """``protocol``'s P4 program (None: the default one) compiled for ``k`` and ``max_pool_size``: its JSON (cached)."""
-        return resolve(self.program_of(protocol))(k=k, max_pool_size=max_pool_size)
+        from switches.bmv2.compile import CompileOptions, compile_p4
+
+        return compile_p4(CompileOptions(program=program_for(protocol), k=k, max_pool_size=max_pool_size))
 
     def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
                    protocol: str | None = None, **options: Any) -> DataPlane:
-        """simple_switch running ``protocol``'s program on ``ports`` (``options``: Bmv2Process.for_ports's;
-        a ``json_path`` given there runs that prebuilt program instead)."""
-        from switches.bmv2.process import Bmv2Process
-
+        """simple_switch running ``protocol``'s program on ``ports``, as its program's process class
+        (``P4Program.process``) starts it (``options``: that class's ``for_ports``'s; a ``json_path``
+        given there runs that prebuilt program instead)."""
         json_path = options.pop("json_path", None) or self.build(protocol, k, max_pool_size)
-        port_rate_bps = options.pop("port_rate_bps", None)
-        chosen = protocol or self.default_protocol
-        if chosen in PROCESSES:
-            return resolve(PROCESSES[chosen]).for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, json_path=json_path,
-                                                       port_rate_bps=port_rate_bps, **options)
-        return Bmv2Process.for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, json_path=json_path, **options)
+        process = resolve(program_for(protocol).process)
+        return process.for_ports(ports, log_dir, name=name, k=k, max_pool_size=max_pool_size, json_path=json_path, protocol=protocol,
+                                 **options)
 
     def describe_build(self) -> str:
         return shutil.which("simple_switch") or "simple_switch"

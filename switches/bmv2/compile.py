@@ -1,13 +1,16 @@
-"""Compile p4/switchml.p4 for bmv2 (v1model) with p4c, once per distinct source and options.
+"""Compile a protocol's P4 program for bmv2 (v1model) with p4c, once per distinct source and options.
 
 Every switch node of every run needs the same JSON; compiling takes a second or more per
-call (about 10 s at k = 256). The build is cached under a hash of every file under ``p4/``
-plus the compiler options (``base/build_cache.py``): an edit, another k or another pool
-size gets a fresh build, an unchanged tree reuses the existing one.
+call (about 10 s at k = 256). The build is cached under a hash of every file of the
+program's source folder plus the compiler options (``base/build_cache.py``): an edit,
+another k or another pool size gets a fresh build, an unchanged tree reuses the existing one.
 
-A build is two steps, both logged as the commands a student would type: p4/gen_elements.py
-writes the per-element code for the build's k into the build's own ``include/``, and p4c
-compiles with that directory first on its include path and ``-DSWITCHML_K=k``.
+What is built is the program's record (``P4Program``: its main file, include folder, per-k
+generator and defines), which the target declares for each protocol it runs
+(switches/bmv2/__init__.py, ``PROGRAMS``). A build is two steps, both logged as the commands
+a student would type: the generator writes the per-element code for the build's k into the
+build's own ``include/``, and p4c compiles with that directory first on its include path
+and the program's defines.
 """
 
 from __future__ import annotations
@@ -18,20 +21,14 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from protocol import params
 from base.build_cache import build_once, source_hash
 
 log = logging.getLogger(__name__)
 
-P4_DIR = params.P4_DIR
-P4_MAIN = P4_DIR / "switchml.p4"
-P4_INCLUDE = P4_DIR / "include"
-GENERATOR = P4_DIR / "gen_elements.py"
 BUILD_ROOT = params.BUILD_DIR / "p4"
-
-MAX_SLOT_LIMIT = 0xFFFF
-"""switchml_h.slot is 16 bits wide, and the P4 program compares it with the pool size."""
 
 
 class P4CompileError(RuntimeError):
@@ -39,25 +36,49 @@ class P4CompileError(RuntimeError):
 
 
 @dataclass(frozen=True, kw_only=True)
+class P4Program:
+    """One protocol's P4 program as p4c builds it for bmv2."""
+
+    main: Path
+    """The file p4c compiles; its stem names the JSON."""
+    include: Path
+    """Its include folder, searched after the build's own generated one."""
+    sources: Path
+    """The folder whose every file the build's hash covers."""
+    generator: Path
+    """``python generator --k K --out DIR`` writes the per-k code into a build's include folder."""
+    defines: Callable[[int, int], list[str]]
+    """(k, max_pool_size) -> p4c's ``-D`` options."""
+    check: Callable[[int, int], None]
+    """(k, max_pool_size) -> None, or a ValueError naming what the program cannot be built for."""
+    controller: str | None = None
+    """"module:attribute" of the controller that answers its digests while simple_switch runs
+    (``cls(name, notifications_addr, thrift_port, json_path)``, started and stopped with it:
+    switches/bmv2/process.py); None: it sends none."""
+    process: str = "switches.bmv2.process:Bmv2Process"
+    """"module:attribute" of the simple_switch process class that runs it (its ``for_ports``, as
+    the target's ``data_plane`` calls it): ``Bmv2Process``, or a subclass that sets up more
+    once the switch runs (ATP's paces each port at its link's rate)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class CompileOptions:
     """Everything besides the sources that changes the compiled program."""
 
+    program: P4Program
     k: int
-    max_pool_size: int = params.MAX_POOL_SIZE
+    max_pool_size: int
     p4c: str = "p4c"
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_pool_size <= MAX_SLOT_LIMIT:
-            raise ValueError(f"max_pool_size must be within 1..{MAX_SLOT_LIMIT}, got {self.max_pool_size}")
-        if self.k not in params.K_CHOICES:
-            raise ValueError(f"k must be one of {params.K_CHOICES}, got {self.k}")
+        self.program.check(self.k, self.max_pool_size)
 
     def defines(self) -> list[str]:
-        return [f"-DSWITCHML_MAX_POOL_SIZE={self.max_pool_size}", f"-DSWITCHML_K={self.k}"]
+        return self.program.defines(self.k, self.max_pool_size)
 
     def generate_command(self, output_dir: Path) -> list[str]:
         """The command that writes the per-element code for this k into ``output_dir/include``."""
-        return [sys.executable, str(GENERATOR), "--k", str(self.k), "--out", str(output_dir / "include")]
+        return [sys.executable, str(self.program.generator), "--k", str(self.k), "--out", str(output_dir / "include")]
 
     def command(self, output_dir: Path) -> list[str]:
         """The p4c command line (also what a student would type by hand)."""
@@ -66,22 +87,24 @@ class CompileOptions:
             "--target", "bmv2",
             "--arch", "v1model",
             "-I", str(output_dir / "include"),
-            "-I", str(P4_INCLUDE),
+            "-I", str(self.program.include),
             *self.defines(),
             "-o", str(output_dir),
-            str(P4_MAIN),
+            str(self.program.main),
         ]  # fmt: skip
 
 
-def source_files(p4_dir: Path = P4_DIR) -> list[Path]:
-    """Every regular file under p4/, in a stable order (sources, generator, README alike:
+def source_files(sources: Path) -> list[Path]:
+    """Every regular file under ``sources``, in a stable order (sources, generator, README alike:
     hashing a little too much only costs a rebuild, hashing too little runs stale code)."""
-    return sorted(p for p in p4_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(p for p in sources.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
-def build_hash(options: CompileOptions, p4_dir: Path = P4_DIR) -> str:
-    """Hash of the sources (path and content) and the options; names the output directory."""
-    files = [(path.relative_to(p4_dir).as_posix(), path) for path in source_files(p4_dir)]
+def build_hash(options: CompileOptions, sources: Path | None = None) -> str:
+    """Hash of the program's sources (path and content; ``sources`` replaces its folder) and
+    the options; names the output directory."""
+    sources = options.program.sources if sources is None else sources
+    files = [(path.relative_to(sources).as_posix(), path) for path in source_files(sources)]
     return source_hash(files, repr((options.defines(), options.p4c)))
 
 
@@ -94,9 +117,9 @@ def first_error(output: str) -> str:
 
 
 def compile_p4(options: CompileOptions, build_root: Path = BUILD_ROOT) -> Path:
-    """Path of switchml.json for ``options``, compiling only if this build is not cached."""
+    """Path of the program's JSON for ``options``, compiling only if this build is not cached."""
     output_dir = build_root / build_hash(options)
-    json_name = f"{P4_MAIN.stem}.json"
+    json_name = f"{options.program.main.stem}.json"
     if (output_dir / json_name).exists():
         log.debug("p4c: using cached %s", output_dir / json_name)
     elif shutil.which(options.p4c) is None:
@@ -108,7 +131,8 @@ def compile_p4(options: CompileOptions, build_root: Path = BUILD_ROOT) -> Path:
         log.info("generate: %s", " ".join(generate))
         generated = subprocess.run(generate, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)
         if generated.returncode != 0:
-            raise P4CompileError(f"p4/gen_elements.py failed (exit {generated.returncode}): {generated.stderr.strip()}")
+            generator = options.program.generator.relative_to(params.REPO_ROOT)
+            raise P4CompileError(f"{generator} failed (exit {generated.returncode}): {generated.stderr.strip()}")
         command = options.command(staging)
         log.info("p4c: %s", " ".join(command))
         result = subprocess.run(command, capture_output=True, text=True, cwd=params.REPO_ROOT, check=False)

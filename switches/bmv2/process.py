@@ -13,17 +13,28 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Mapping
+from typing import IO, TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
     from switches.bmv2.control import Bmv2Control
-    from switches.bmv2.learning import L2LearningController
 
 from base.lifetime import ThreadWatch, dies_with_this_process
-from switches.bmv2.compile import CompileOptions, compile_p4
+from base.plugin import resolve
+from switches.bmv2 import program_for
+from switches.bmv2.compile import CompileOptions, P4Program, compile_p4
 from switches.target import DataPlaneStartError
 
 log = logging.getLogger(__name__)
+
+
+class DigestController(Protocol):
+    """What the process needs of its program's digest controller (``P4Program.controller``)."""
+
+    watch: ThreadWatch
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 THRIFT_HOST = "127.0.0.1"
 NOTIFICATIONS_DIR = Path("/tmp")
@@ -43,11 +54,6 @@ THRIFT_PORT_BASE = 9090
 """simple_switch's usual Thrift port; switch number i prefers 9090 + i."""
 
 
-
-def compiled_switchml(*, k: int, max_pool_size: int) -> Path:
-    """SwitchML's program on bmv2 (the target's ``PROGRAMS`` line): p4/switchml.p4 compiled for
-    ``k`` and ``max_pool_size``, cached by compile.py."""
-    return compile_p4(CompileOptions(max_pool_size=max_pool_size, k=k))
 
 class Bmv2StartError(DataPlaneStartError):
     """simple_switch exited or did not answer on its Thrift port; carries its log's tail."""
@@ -92,11 +98,13 @@ class Bmv2Process:
     executable: str = "simple_switch"
     popen: Popen = subprocess.Popen
     """How to launch; a Mininet node passes its own popen to run inside its namespace."""
+    program: P4Program = field(default_factory=program_for)
+    """The program ``json_path`` was built from: its digests' controller runs with the switch."""
     learning: bool = True
-    """Answer the program's l2_learn digests (switches/bmv2/learning.py); off only for
-    stand-ins of simple_switch that have no notification socket."""
+    """Answer the program's digests (``P4Program.controller``: SwitchML's L2 learning); off only
+    for stand-ins of simple_switch that have no notification socket."""
     _process: subprocess.Popen | None = field(default=None, init=False, repr=False)
-    _learner: "L2LearningController | None" = field(default=None, init=False, repr=False)
+    _learner: "DigestController | None" = field(default=None, init=False, repr=False)
     _log_file: IO[bytes] | None = field(default=None, init=False, repr=False)
 
     @classmethod
@@ -109,16 +117,23 @@ class Bmv2Process:
         k: int,
         max_pool_size: int,
         json_path: Path | None = None,
+        protocol: str | None = None,
         device_id: int = 0,
         thrift_port: int | None = None,
+        port_rate_bps: float | None = None,
         **options: Any,
     ) -> "Bmv2Process":
         """simple_switch on ``ports``: ``json_path`` runs a prebuilt program (built for its own
-        k and pool size), else p4/switchml.p4 compiled for ``k`` and ``max_pool_size`` (cached by compile.py);
-        the Thrift port is 9090 + ``device_id`` unless taken or given."""
+        k and pool size), else ``protocol``'s program (switches/bmv2/__init__.py, ``program_for``) compiled for
+        ``k`` and ``max_pool_size`` (cached by compile.py);
+        the Thrift port is 9090 + ``device_id`` unless taken or given. ``port_rate_bps``, the
+        ports' link rate, is for a program whose process paces its ports (``P4Program.process``:
+        ATP's); this one leaves bmv2's default queues."""
+        program = program_for(protocol)
         return cls(
             name=name,
-            json_path=json_path if json_path is not None else compiled_switchml(k=k, max_pool_size=max_pool_size),
+            json_path=json_path if json_path is not None else compile_p4(CompileOptions(program=program, max_pool_size=max_pool_size, k=k)),
+            program=program,
             interfaces=ports,
             thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
             device_id=device_id,
@@ -178,11 +193,9 @@ class Bmv2Process:
                 )
             time.sleep(0.1)
         log.info("%s: simple_switch pid %d ready, Thrift port %d", self.name, self._process.pid, self.thrift_port)
-        if self.learning:
-            from switches.bmv2.learning import L2LearningController
-
+        if self.learning and self.program.controller is not None:
             try:
-                self._learner = L2LearningController(self.name, self.notifications_addr, self.thrift_port, self.json_path)
+                self._learner = resolve(self.program.controller)(self.name, self.notifications_addr, self.thrift_port, self.json_path)
             except BaseException:
                 self.stop()
                 raise

@@ -1,7 +1,7 @@
 """The eBPF switch target: docs/dataplane.md as a TC (clsact) program in the kernel.
 
 SwitchML's program is ``switchml/``: ``switchml.bpf.c`` is the data plane (read it beside
-p4/include/ingress.p4 and switches/embedded/ingress.py), ``compile.py`` builds it with clang,
+p4/switchml/include/ingress.p4 and switches/embedded/switchml/ingress.py), ``compile.py`` builds it with clang,
 ``datapath.py`` loads it onto a switch's ports and takes it off, ``control.py`` programs it
 through the common control-plane interface over its BPF maps (``maps.py``). The target's own
 files serve any program: ``tc_switch.h`` (the C every program includes), ``bpf.py`` (the
@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from base.plugin import resolve
 from base.tool_version import first_line
-from protocol import params
+from protocol.switchml import params
 from switches.target import CpuReader, DataPlane, SwitchTarget
 
 

@@ -1,10 +1,11 @@
-"""The embedded software switch: a Python model of p4/switchml.p4 that owns real ports.
+"""The embedded software switch: a Python model of p4/switchml/switchml.p4 that owns real ports.
 
 It runs as its own process (``python -m switches.embedded``), reads and writes frames on
 Linux interfaces through AF_PACKET sockets, and is programmed through the same
-``SwitchControl`` vocabulary as bmv2. Modules follow docs/dataplane.md control by control:
-``parser`` (SwitchMLParser/Deparser), ``ingress`` (SwitchMLIngress), ``traffic_manager``,
-``egress`` (SwitchMLEgress), ``pipeline`` (one packet through all of them), ``switch``
+``SwitchControl`` vocabulary as bmv2. Each protocol's program is a folder of its own,
+control by control as its data-plane document names them (``switchml/``: docs/dataplane.md;
+``atp/``: docs/dataplane-atp.md); this folder holds what they share (``parser``: the
+address headers; ``traffic_manager``, ``tables``, ``registers``, ``checksum``), ``switch``
 (the port I/O loop) and ``control_server`` (the runtime API, switches/remote_control.py's protocol).
 
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs wherever
@@ -26,7 +27,7 @@ from switches.target import DataPlane, SimulatedSwitch, SwitchTarget
 
 
 PROGRAMS: dict[str, str] = {
-    "switchml": "switches.embedded.pipeline:SwitchMLPipeline",
+    "switchml": "switches.embedded.switchml.pipeline:SwitchMLPipeline",
     "atp": "switches.embedded.atp.simulated:ATPSwitch",
 }
 """Protocol -> "module:attribute" of its program class as the switch process runs it
@@ -34,7 +35,7 @@ PROGRAMS: dict[str, str] = {
 is what a switch runs when no job needs a protocol."""
 
 SIMULATED_PROGRAMS: dict[str, str] = {
-    "switchml": "switches.embedded.simulated:PipelineSwitch",
+    "switchml": "switches.embedded.switchml.simulated:PipelineSwitch",
     "atp": "switches.embedded.atp.simulated:ATPSwitch",
 }
 """Protocol -> "module:attribute" of its program as a ``SimulatedSwitch``, ``cls(*, k,
@@ -59,9 +60,10 @@ class EmbeddedTarget(SwitchTarget):
 
         return remove_stale_socket_dirs()
 
-    def simulated(self, *, k: int, max_pool_size: int, seed: int | None = None, protocol: str = "switchml") -> SimulatedSwitch:
-        """``protocol``'s program in a simulation (simulated.py: SwitchML's pipeline)."""
-        return resolve(SIMULATED_PROGRAMS[protocol])(k=k, max_pool_size=max_pool_size, seed=seed)
+    def simulated(self, *, k: int, max_pool_size: int, seed: int | None = None, protocol: str | None = None) -> SimulatedSwitch:
+        """``protocol``'s program in a simulation (``SIMULATED_PROGRAMS``; None: the default protocol's)."""
+        return resolve(SIMULATED_PROGRAMS[self.default_protocol if protocol is None else protocol])(k=k, max_pool_size=max_pool_size,
+                                                                                                   seed=seed)
 
     def describe_build(self) -> str:
         return f"python {sys.version.split()[0]}"

@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 from base.plugin import resolve
-from protocol import params
-from protocol.packet import IPV4_MTU, MAX_K
+from protocol.packet import IPV4_MTU, max_elements
 from switches.embedded.delay_line import DelayLine
 from switches.embedded.switch import EmbeddedSwitch
 
@@ -35,15 +34,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--seed", type=int, help="seed of the drop simulator's random draws")
     parser.add_argument("--k", type=int, required=True, help="elements per packet")
-    parser.add_argument("--max-pool-size", type=int, default=params.MAX_POOL_SIZE, help="slots per shadow set")
+    parser.add_argument("--max-pool-size", type=int, required=True, help="the program's pool: the register cells its jobs share")
     parser.add_argument("--link-delay-ms", type=float, default=0.0,
                         help="propagation delay of each link; every frame is held twice this long (one link in, one out)")
     args = parser.parse_args(argv)
     ports = dict(args.port)
     if len(ports) != len(args.port):
         parser.error("a port number is given twice")
-    if not 1 <= args.k <= MAX_K:
-        parser.error(f"--k must be within 1..{MAX_K} (a packet must fit the {IPV4_MTU}-byte MTU)")
+    if not 1 <= args.k <= max_elements(0):  # each protocol's header narrows it; its config checks its own k
+        parser.error(f"--k must be within 1..{max_elements(0)} (a packet must fit the {IPV4_MTU}-byte MTU)")
     if args.link_delay_ms < 0:
         parser.error("--link-delay-ms must not be negative")
     if not 1 <= args.max_pool_size <= 0x10000:

@@ -3,7 +3,7 @@
 checksum.p4 recomputes the IPv4 header checksum of every departing packet whose ipv4
 header is valid (the parser extracted it: etherType 0x0800 and 20 bytes after Ethernet)
 and has ihl 5, whatever else the packet is. Results get theirs in their precomputed
-headers (SwitchMLDeparser); everything else that leaves, i.e. ordinary traffic and
+headers (parser.py: result_address_headers); everything else that leaves, i.e. ordinary traffic and
 updates a pass-through switch forwards, gets it here, so a wrong checksum leaves
 corrected, as on bmv2. A tagged frame (etherType 0x8100), a truncated IPv4 header or one
 with options (ihl != 5) leaves untouched, as on bmv2.

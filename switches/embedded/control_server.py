@@ -28,7 +28,7 @@ MAX_REQUEST_BYTES = 1 << 20
 def pipeline_handlers(pipeline: PortProgram | ProgramView, stats: Callable[[], dict]) -> dict[str, Callable[..., Any]]:
     """The control ops answered from ``pipeline``, any protocol's program (a ``ProgramView``
     with a traffic manager): over the control socket, and in process (a simulated switch,
-    switches/embedded/simulated.py)."""
+    switches/embedded/switchml/simulated.py)."""
     tm = pipeline.traffic_manager
     return {
         "ping": lambda: "pong",

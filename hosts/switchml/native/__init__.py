@@ -34,6 +34,7 @@ from base.build_cache import build_once, source_hash
 from base.tool_version import first_line
 from methods.aggregation import DataPath, DataPathUnavailable
 from protocol import params
+from protocol.switchml import params as switchml_params
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def compile_command(cc: str, output: Path, source: Path = SOURCE) -> list[str]:
     No -ffast-math and no contraction into fused multiply-adds: the quantized values must
     be numpy's, bit for bit."""
     return [cc, "-O3", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno",
-            "-I", str(params.CONSTANTS_P4.parent), "-I", str(SOURCE.parent), str(source), "-o", str(output), "-lm"]
+            "-I", str(switchml_params.CONSTANTS_P4.parent), "-I", str(SOURCE.parent), str(source), "-o", str(output), "-lm"]
 
 
 def build(cc: str | None = None, build_root: Path = BUILD_ROOT, source: Path = SOURCE, library: str = LIBRARY) -> Path:
@@ -76,7 +77,7 @@ def build(cc: str | None = None, build_root: Path = BUILD_ROOT, source: Path = S
     cc = cc or compiler()
     if cc is None:
         raise NativeUnavailable(f"no C compiler ($CC, or one of {', '.join(COMPILERS)} on the PATH; scripts/bootstrap.sh installs clang)")
-    sources = dict.fromkeys((source, SOURCE, params.CONSTANTS_P4))
+    sources = dict.fromkeys((source, SOURCE, switchml_params.CONSTANTS_P4))
     output_dir = build_root / source_hash([(path.name, path) for path in sources], " ".join(compile_command(cc, Path(library), source)))
 
     def run_compiler(staging: Path) -> None:

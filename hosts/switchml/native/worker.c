@@ -46,7 +46,7 @@
 #define HOLD_MAX_S 0.010        /* core.HOLD_MAX_S */
 #define MAX_ERRNOS 16
 
-/* Offsets of switchml_h's fields in a payload (protocol.packet.payload_dtype). */
+/* Offsets of switchml_h's fields in a payload (protocol.switchml.packet.payload_dtype). */
 enum { F_MSG_TYPE = 0, F_SHADOW_SET = 1, F_JOB_ID = 2, F_SLOT = 4, F_NUM_ELEMENTS = 6, F_EXPONENT = 8, F_SEQ = 9 };
 
 /* What sml_run returns; a step's status (core.RUNNING, DONE, TIMED_OUT; SML_FAILED: no memory). */

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from labs.bench import JOB, MCAST_GRP, UPLINK_PORT, IngressBench
-from protocol import params
-from switches.embedded.ingress import DROP, RESULT_TO_GROUP, UPDATE_TO_PORT
+from protocol.switchml import params
+from switches.embedded.switchml.ingress import DROP, RESULT_TO_GROUP, UPDATE_TO_PORT
 
 
 def test_first_update_is_stored_and_dropped() -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from labs.bench import JOB, MCAST_GRP, IngressBench
-from protocol import params
-from switches.embedded.ingress import DROP, RESULT_TO_GROUP, RESULT_TO_PORT
+from protocol.switchml import params
+from switches.embedded.switchml.ingress import DROP, RESULT_TO_GROUP, RESULT_TO_PORT
 
 
 def test_retransmission_to_a_complete_slot_is_answered_to_its_sender_only() -> None:

@@ -13,7 +13,7 @@
 
 /* Values (int32) per packet: SwitchML's k (32, 64, 128 or 256), so the two designs' frames
  * compare. A build for another k than this default passes -DATP_K=... and puts the
- * generated per-element code for it first on the include path (switches/bmv2/atp/compile.py). */
+ * generated per-element code for it first on the include path (switches/bmv2/compile.py, ATP's P4Program). */
 #ifndef ATP_K
 #define ATP_K 32
 #endif

@@ -1,3 +1,3 @@
-"""ATP on bmv2: p4/atp/atp.p4 compiled per k and pool size (``compile``), run by simple_switch,
-and programmed over Thrift (``control``). Not yet a protocol of the bmv2 target: the methods
-registry and the target's declared protocols wire it in (hosts/atp/README.md)."""
+"""ATP on bmv2: p4/atp/atp.p4 as the build compiles it (``program``: its ``P4Program``, the
+target's ``PROGRAMS`` line), run by simple_switch with its ports paced (``switch``), and
+programmed over Thrift (``control``)."""

@@ -14,19 +14,14 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from protocol.atp import params
-from switches.bmv2.atp.compile import ATPCompileOptions, compile_atp
 from protocol.atp.packet import frame_bytes
+from switches.bmv2.atp.program import PROGRAM
+from switches.bmv2.compile import CompileOptions, compile_p4
 from switches.bmv2.atp.control import ATPBmv2Control, packets_per_second
 from switches.bmv2.process import START_TIMEOUT_S, THRIFT_PORT_BASE, Bmv2Process, free_tcp_port
 
 PORT_QUEUE_PACKETS = 64
 """Each port's egress queue depth on a network: bmv2's default, which the rate does not change."""
-
-
-def compiled_atp(*, k: int, max_pool_size: int) -> Path:
-    """ATP's program on bmv2 (the target's ``PROGRAMS`` line): p4/atp/atp.p4 compiled for ``k``
-    with as many aggregators as the switch's pool, cached."""
-    return compile_atp(ATPCompileOptions(k=k, pool_size=max_pool_size))
 
 
 @dataclass
@@ -43,12 +38,11 @@ class ATPBmv2Process(Bmv2Process):
     @classmethod
     def for_ports(cls, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
                   json_path: Path | None = None, device_id: int = 0, thrift_port: int | None = None,
-                  port_rate_bps: float | None = None, **options: Any) -> "ATPBmv2Process":
-        """The target's data plane for ATP (``PROCESSES``): ``for_atp`` with the switch's pool as
+                  port_rate_bps: float | None = None, protocol: str | None = None, **options: Any) -> "ATPBmv2Process":
+        """The target's data plane for ATP (``PROGRAM.process``): ``for_atp`` with the switch's pool as
         the aggregators (``json_path``: the node's compiled program) and its links' rate."""
-        process = cls.for_atp(ports, log_dir, name=name, k=k, pool_size=max_pool_size, device_id=device_id, thrift_port=thrift_port,
-                              **options)
-        process.json_path = json_path or process.json_path
+        process = cls.for_atp(ports, log_dir, name=name, k=k, pool_size=max_pool_size, json_path=json_path, device_id=device_id,
+                              thrift_port=thrift_port, **options)
         process.port_rate_bps, process.frame_bytes = port_rate_bps, frame_bytes(k)
         return process
 
@@ -69,21 +63,22 @@ class ATPBmv2Process(Bmv2Process):
         name: str,
         k: int,
         pool_size: int = params.DEFAULT_POOL_SIZE,
+        json_path: Path | None = None,
         device_id: int = 0,
         thrift_port: int | None = None,
         **options: Any,
     ) -> "ATPBmv2Process":
         """simple_switch on ``ports`` (bmv2 port -> interface) with atp.json for ``k`` and
-        ``pool_size`` (compiled and cached on first use); the Thrift port is 9090 + ``device_id``
-        unless taken or given. ``options`` are Bmv2Process's (log_level, executable, popen)."""
+        ``pool_size`` (compiled and cached on first use; ``json_path``: a prebuilt one); the
+        Thrift port is 9090 + ``device_id`` unless taken or given. ``options`` are Bmv2Process's (log_level, executable, popen)."""
         return cls(
             name=name,
-            json_path=compile_atp(ATPCompileOptions(k=k, pool_size=pool_size)),
+            json_path=json_path or compile_p4(CompileOptions(program=PROGRAM, k=k, max_pool_size=pool_size)),
+            program=PROGRAM,
             interfaces=ports,
             thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
             device_id=device_id,
             log_dir=log_dir,
-            learning=False,
             **options,
         )
 

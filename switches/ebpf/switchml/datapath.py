@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from protocol import params
+from protocol.switchml import params
 from switches.ebpf import loader
 from switches.ebpf.loader import BPFFS, TcDataPlane
 from switches.ebpf.switchml.compile import CompileOptions, compile_program

@@ -3,9 +3,10 @@
 Each ctypes structure below mirrors one struct of switchml.bpf.c field by field (the
 control plane checks every map's key and value sizes against them when it opens the
 maps, so a drift fails loudly); those every program of the target shares (a table's
-layout, the multicast and counter cells) are switches/ebpf/map_control.py's. Table values start with the action number (from
-switchml.h, read the way protocol/params.py reads constants.p4) followed by the action's
-parameters under their P4 names, so an entry is written as ``Value(action=n, **params)``.
+layout, the multicast and counter cells) are switches/ebpf/map_control.py's. Table values
+start with the action number (from switchml.h, read the way protocol/switchml/params.py reads
+constants.p4) followed by the action's parameters under their P4 names, so an entry is
+written as ``Value(action=n, **params)``.
 
 The program is built per k (compile.py), and k sets the size of a register cell and of
 the scratch map, and how many value_XX registers there are: those layouts are functions
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from protocol import params
+from protocol.switchml import params as switchml_params
 from switches.control import Field, ProgramSchema, RegisterSchema
 from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
 from switches.ebpf.map_control import MC, MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key
@@ -156,7 +158,7 @@ TABLES: Mapping[str, TableLayout] = {
             "drop_unknown_sender": (DEFINES["WORKER_TABLE_DROP_UNKNOWN_SENDER"], ()),
         },
         WorkerAction,
-        params.P4_CONSTANTS["SWITCHML_WORKER_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_WORKER_TABLE_SIZE"],
     ),
     f"{INGRESS}.uplink_table": TableLayout(
         "uplink_table",
@@ -173,7 +175,7 @@ TABLES: Mapping[str, TableLayout] = {
             "NoAction": (DEFINES["UPLINK_TABLE_NOACTION"], ()),
         },
         UplinkAction,
-        params.P4_CONSTANTS["SWITCHML_UPLINK_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_UPLINK_TABLE_SIZE"],
     ),
     f"{INGRESS}.l2_learn_table": TableLayout(
         "l2_learn_table",
@@ -181,7 +183,7 @@ TABLES: Mapping[str, TableLayout] = {
         MacKey,
         {"NoAction": (DEFINES["L2_LEARN_TABLE_NOACTION"], ()), "l2_learn": (DEFINES["L2_LEARN_TABLE_L2_LEARN"], ())},
         L2LearnAction,
-        params.L2_TABLE_SIZE,
+        switchml_params.L2_TABLE_SIZE,
     ),
     f"{INGRESS}.l2_table": TableLayout(
         "l2_table",
@@ -189,7 +191,7 @@ TABLES: Mapping[str, TableLayout] = {
         MacKey,
         {"l2_forward": (DEFINES["L2_TABLE_L2_FORWARD"], (Field("port", 9),)), "l2_flood": (DEFINES["L2_TABLE_L2_FLOOD"], ())},
         L2Action,
-        params.L2_TABLE_SIZE,
+        switchml_params.L2_TABLE_SIZE,
     ),
     f"{INGRESS}.switch_addr_table": TableLayout(
         "switch_addr_table",
@@ -200,7 +202,7 @@ TABLES: Mapping[str, TableLayout] = {
             "NoAction": (DEFINES["SWITCH_ADDR_TABLE_NOACTION"], ()),
         },
         SwitchAddrAction,
-        params.P4_CONSTANTS["SWITCHML_SWITCH_ADDR_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_SWITCH_ADDR_TABLE_SIZE"],
     ),
     f"{EGRESS}.rank_addr_table": TableLayout(
         "rank_addr_table",
@@ -214,7 +216,7 @@ TABLES: Mapping[str, TableLayout] = {
             "drop": (DEFINES["RANK_ADDR_TABLE_DROP"], ()),
         },
         RankAddrAction,
-        params.P4_CONSTANTS["SWITCHML_RANK_ADDR_TABLE_SIZE"],
+        switchml_params.P4_CONSTANTS["SWITCHML_RANK_ADDR_TABLE_SIZE"],
     ),
 }
 
@@ -272,5 +274,5 @@ def program_schema(k: int, max_pool_size: int) -> ProgramSchema:
     return ProgramSchema(
         tables={name: table.schema() for name, table in TABLES.items()},
         registers=registers,
-        counters={f"{INGRESS}.event_counter": len(params.EVENT_COUNTER_CELLS), f"{EGRESS}.egress_counter": len(params.EGRESS_EVENTS)},
+        counters={f"{INGRESS}.event_counter": len(switchml_params.EVENT_COUNTER_CELLS), f"{EGRESS}.egress_counter": len(switchml_params.EGRESS_EVENTS)},
     )

@@ -2,7 +2,7 @@
  * switchml.bpf.c -- the SwitchML data plane of docs/dataplane.md as one TC (clsact,
  * direct-action) program, attached to the ingress of every switch port.
  *
- * Read it beside p4/include/ingress.p4 and switches/embedded/ingress.py: the maps carry the
+ * Read it beside p4/switchml/include/ingress.p4 and switches/embedded/switchml/ingress.py: the maps carry the
  * P4 program's register, table and counter names, and the steps carry the numbers of
  * docs/dataplane.md. One program runs the whole v1model pipeline for a received frame:
  *
@@ -54,7 +54,7 @@
 #define VLAN_TAG_BYTES 4
 #define DROP_DRAW_VALUES 0xFFFFFFFFu /* random(draw, 0, 0xFFFFFFFE): 2^32 - 1 values */
 
-/* ---- headers (p4/include/headers.p4) ------------------------------------------------- */
+/* ---- headers (p4/switchml/include/headers.p4) ------------------------------------------------- */
 
 struct switchml_h {
 	__u8 msg_type;
@@ -464,7 +464,7 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 
 /* ---- SwitchMLIngress step 1b: ARP and ICMP echo for the switch's own address ------------ */
 
-/* arp_h (p4/include/headers.p4): ARP for IPv4 over Ethernet. */
+/* arp_h (p4/switchml/include/headers.p4): ARP for IPv4 over Ethernet. */
 struct arp_h {
 	__be16 htype;
 	__be16 ptype;

@@ -14,7 +14,7 @@ from protocol.atp import params
 from protocol.atp.packet import ATP_OFFSET, FIELD_OFFSETS
 from protocol.packet import IPV4_OFFSET
 from switches.embedded.checksum import compute_checksum
-from switches.embedded.parser import SwitchMLDeparser
+from switches.embedded.parser import result_address_headers
 from switches.embedded.registers import CellRegister, Counter
 from switches.embedded.tables import ExactMatchTable, Field
 
@@ -56,7 +56,7 @@ class ATPEgress:
         action, action_params = self.worker_addr_table.lookup((app_id, rid))
         if action != "set_worker_addr":
             return None
-        headers = SwitchMLDeparser.result_headers(frame[:ATP_OFFSET], *action_params)
+        headers = result_address_headers(frame[:ATP_OFFSET], *action_params)
         return bytearray(headers) + frame[ATP_OFFSET:]
 
     def apply(self, frame: bytearray, port: int, is_atp: bool) -> bytearray:

@@ -23,10 +23,9 @@ from switches.embedded.atp.parser import (
     ATP_BITMAP,
     ATP_FLAGS,
     ATP_SEQ,
-    IPV4_SRC_ADDR,
     PARSER_ERROR,
-    UDP_LENGTH,
 )
+from switches.embedded.parser import IPV4_SRC_ADDR, UDP_LENGTH
 from switches.embedded.registers import CellRegister, Counter, ValueRegisters
 from switches.embedded.tables import ExactMatchTable, Field
 

@@ -11,14 +11,14 @@ import struct
 from protocol.atp import params
 from protocol.atp.packet import ATP_HEADER, ATPHeader, frame_bytes
 from protocol.packet import ETHERTYPE_IPV4, IPPROTO_UDP
-from switches.embedded.parser import HEADERS_TO_SWITCHML as ADDRESS_HEADERS
+from switches.embedded.parser import ADDRESS_FIELDS, ADDRESS_HEADERS
 
 PARSE = struct.Struct(ADDRESS_HEADERS.format + ATP_HEADER.format.lstrip("!"))
 """etherType, version/ihl, protocol, srcAddr, dstAddr, UDP srcPort, dstPort, length, then atp_h."""
 
-(ETHERNET_ETHER_TYPE, IPV4_VERSION_IHL, IPV4_PROTOCOL, IPV4_SRC_ADDR, IPV4_DST_ADDR,
- UDP_SRC_PORT, UDP_DST_PORT, UDP_LENGTH) = range(8)  # fmt: skip
-(ATP_BITMAP, ATP_FAN_IN, ATP_FLAGS, ATP_APP_ID, ATP_SEQ, ATP_AGTR, ATP_NEW_AGTR) = range(8, 8 + len(ATPHeader._fields))  # fmt: skip
+(ATP_BITMAP, ATP_FAN_IN, ATP_FLAGS, ATP_APP_ID, ATP_SEQ, ATP_AGTR, ATP_NEW_AGTR) = range(
+    ADDRESS_FIELDS, ADDRESS_FIELDS + len(ATPHeader._fields))  # fmt: skip
+"""Where each atp_h field is in a parse tuple, after the address headers' (switches/embedded/parser.py)."""
 
 PARSER_ERROR = ()
 """parse() of a frame on an ATP port that is not exactly atp_h + k values."""

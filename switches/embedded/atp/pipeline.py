@@ -2,7 +2,8 @@
 
 Sans-IO: ``process`` takes a frame and its ingress port and returns the (port, frame) copies
 that leave, in order, so tests, a simulated clock and (later) the switch's port loop drive
-the same code. The traffic manager and the tables are the SwitchML pipeline's own classes.
+the same code. The traffic manager, tables and registers are the embedded switch's, which
+every protocol's program shares (one folder up).
 """
 
 from __future__ import annotations

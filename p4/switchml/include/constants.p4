@@ -12,7 +12,7 @@
 #define SWITCHML_CONSTANTS_P4
 
 /* Elements (int32) per packet: 32, 64, 128 or 256. A build for another k than this default
- * passes -DSWITCHML_K=... and puts the per-element code p4/gen_elements.py generates for it
+ * passes -DSWITCHML_K=... and puts the per-element code p4/switchml/gen_elements.py generates for it
  * first on the include path (switches/bmv2/compile.py does both). */
 #ifndef SWITCHML_K
 #define SWITCHML_K 32

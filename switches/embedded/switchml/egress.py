@@ -8,9 +8,9 @@ header; any change to the table empties it.
 
 from __future__ import annotations
 
-from protocol import params
+from protocol.switchml import params
 from switches.embedded.drop_simulator import DropSimulator
-from switches.embedded.parser import SwitchMLDeparser
+from switches.embedded.parser import result_address_headers
 from switches.embedded.registers import CellRegister, Counter
 from switches.embedded.tables import ExactMatchTable, Field
 
@@ -58,7 +58,7 @@ class SwitchMLEgress:
         if action != "set_rank_addr":
             return None
         mac, ipv4, udp_port = action_params
-        return SwitchMLDeparser.result_headers(update_headers, mac, ipv4, udp_port)
+        return result_address_headers(update_headers, mac, ipv4, udp_port)
 
     def admit(self, length: int) -> bool:
         """Drop simulator (egress) and egress_counter for one departing copy."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-from protocol import params
+from protocol.switchml import params
 from protocol.packet import ETH_HEADER_BYTES, ETHERTYPE_IPV4, IPV4_HEADER_BYTES, IPV4_OFFSET
 from switches.embedded.tables import ExactMatchTable, Field
 

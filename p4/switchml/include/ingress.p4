@@ -36,7 +36,7 @@ control SwitchMLIngress(inout headers_t hdr,
      * generated for the build's k (see headers.p4 on the angle brackets). */
 #include <elements.p4>
 #if SWITCHML_ELEMENTS_K != SWITCHML_K
-#error "elements.p4 was generated for another k than SWITCHML_K: run p4/gen_elements.py --k K"
+#error "elements.p4 was generated for another k than SWITCHML_K: run p4/switchml/gen_elements.py --k K"
 #endif
 
     /* The sender's result multicast group, set by worker_table (metadata_t has no field

@@ -13,9 +13,10 @@ import logging
 
 from switches.embedded.checksum import compute_checksum
 from switches.embedded.drop_simulator import DropSimulator
-from switches.embedded.egress import SwitchMLEgress
-from switches.embedded.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, UPDATE_TO_PORT, SwitchMLIngress
-from switches.embedded.parser import ADDRESS_HEADERS_BYTES, PacketBuffer, SwitchMLParser
+from switches.embedded.switchml.egress import SwitchMLEgress
+from switches.embedded.switchml.ingress import RESULT_TO_GROUP, RESULT_TO_PORT, TO_PORT, UPDATE_TO_PORT, SwitchMLIngress
+from switches.embedded.parser import ADDRESS_HEADERS_BYTES
+from switches.embedded.switchml.parser import PacketBuffer, SwitchMLParser
 from switches.embedded.program import ProgramView
 from switches.embedded.registers import Register
 from switches.embedded.traffic_manager import TrafficManager

@@ -1,7 +1,7 @@
 """SwitchMLIngress: drop simulator, L2 forwarding with learning, worker table, aggregation.
 
 Written in the order of docs/dataplane.md ("SwitchMLIngress (in this order)") so it can be
-read beside p4/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
+read beside p4/switchml/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
 (the traffic manager's input): DROP, (TO_PORT, port), (TO_GROUP, group),
 (RESULT_TO_GROUP, group, job_id), (RESULT_TO_PORT, port, rank, job_id) or
 (UPDATE_TO_PORT, port), a partial sum to the switch above (hierarchical aggregation). A
@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import struct
 
-from protocol import params
-from protocol.packet import IPV4_OFFSET, UDP_HEADER_BYTES, UDP_OFFSET, payload_bytes
+from protocol.switchml import params
+from protocol.packet import IPV4_OFFSET, UDP_HEADER_BYTES, UDP_OFFSET
+from protocol.switchml.packet import payload_bytes
 from switches.control import TableFullError
 from switches.embedded.drop_simulator import DropSimulator
-from switches.embedded.parser import (
+from switches.embedded.switchml.parser import (
     EXPONENT_OFFSET,
-    IPV4_SRC_ADDR,
     MSG_TYPE_OFFSET,
     PARSER_ERROR,
     SWITCHML_EXPONENT,
@@ -30,11 +30,11 @@ from switches.embedded.parser import (
     SWITCHML_SEQ,
     SWITCHML_SHADOW_SET,
     SWITCHML_SLOT,
-    UDP_LENGTH,
     PacketBuffer,
 )
+from switches.embedded.parser import IPV4_SRC_ADDR, UDP_LENGTH
 from switches.embedded.registers import BIT32, CellRegister, Counter, ExponentRegister, ValueRegisters
-from switches.embedded.responder import answer, switch_addr_table
+from switches.embedded.switchml.responder import answer, switch_addr_table
 from switches.embedded.tables import ExactMatchTable, Field
 
 log = logging.getLogger(__name__)

@@ -19,11 +19,11 @@ from typing import Mapping
 
 import numpy as np
 
-from protocol.packet import SWITCHML_OFFSET, frame_bytes
+from protocol.switchml.packet import frame_bytes, SWITCHML_OFFSET
 from switches.control import SwitchControl
 from switches.embedded.control_server import pipeline_handlers
 from switches.embedded.parser import IPV4_SRC_ADDR, UDP_LENGTH
-from switches.embedded.pipeline import SwitchMLPipeline
+from switches.embedded.switchml.pipeline import SwitchMLPipeline
 from switches.remote_control import InProcessControl
 from switches.target import Transmit
 
