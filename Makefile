@@ -14,6 +14,9 @@ PAPER_CONFIGS := ate_vs_workers_16 tat_vs_size tat_inflation_vs_loss loss_timeli
 NOT_IN_PAPER := 8workers ate_vs_workers ddp_script training_torch training_torch_comm multi_tenant
 # The paper's figures at the paper's scale (100 Gbit/s, 1 us links, 1 ms timeout) on the simulated clock: no root, no Mininet.
 PAPER_SIM_CONFIGS := paper_ate_vs_workers paper_tat_vs_size paper_pool_size_sensitivity paper_tat_inflation_vs_loss paper_training_speedup
+# The single-job and loss figures with ATP beside SwitchML (issue 42), drawn apart from the SwitchML ones as $(FIGURES)/paper_atp_*:
+# a figure is drawn from the newest run that provides it, so one analysis of both sets would replace paper_ate_vs_workers.
+PAPER_SIM_ATP_CONFIGS := paper_atp_ate_vs_workers paper_atp_tat_inflation_vs_loss
 # The multi-tenant figure's runs: each in-network method over a sweep of the register budget (switch.max_pool_size),
 # one run per (method, budget) into the config's folder (docs/figures.md, "Multi-tenant").
 MULTI_TENANT_METHODS := switchml atp
@@ -48,8 +51,9 @@ paper: setup  ## every paper-figure experiment, then the figures
 	$(MAKE) figures
 
 paper-sim: setup-user  ## the paper-scale configs with --simulate, then their figures as $(FIGURES)/paper_*
-	for config in $(PAPER_SIM_CONFIGS) paper_hierarchical paper_training_speedup_10g; do $(PYTHON) run_experiment.py configs/$$config.yaml --simulate || exit 1; done
+	for config in $(PAPER_SIM_CONFIGS) $(PAPER_SIM_ATP_CONFIGS) paper_hierarchical paper_training_speedup_10g; do $(PYTHON) run_experiment.py configs/$$config.yaml --simulate || exit 1; done
 	$(PYTHON) -m analysis $(PAPER_SIM_CONFIGS:%=results/%) --out $(FIGURES) --prefix paper_ --clock simulated
+	$(PYTHON) -m analysis $(PAPER_SIM_ATP_CONFIGS:%=results/%) --out $(FIGURES) --prefix paper_atp_ --clock simulated
 	$(PYTHON) -m analysis results/paper_hierarchical --out $(FIGURES) --prefix paper_hierarchical_ --clock simulated
 	$(PYTHON) -m analysis results/paper_training_speedup_10g --out $(FIGURES) --prefix paper_10g_ --clock simulated
 	$(call multi_tenant_runs,paper_multi_tenant,$(PAPER_MULTI_TENANT_BUDGETS))

@@ -1,6 +1,7 @@
 """The multi-tenant figure's configs and a tiny version of its runs on the simulated clock:
 each job's share of one register budget as its design spends it, both methods verified,
-ATP's collision and PS-fallback shares read from its counters, and the figure drawn."""
+ATP's collision and PS-fallback shares read from its counters, and the figure drawn; and the
+paper-scale single-job and loss configs with ATP (make paper-sim's paper_atp_* figures)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import run_experiment
 from analysis.__main__ import main as analysis_main
 from experiments.config import CONFIG_DIR
 from experiments.kinds import load
+from experiments.harness import worker_spec
 from experiments.kinds.shared_switch import job_pool
 
 CONFIGS = ("multi_tenant.yaml", "paper_multi_tenant.yaml")
@@ -56,3 +58,43 @@ def test_a_tiny_multi_tenant_sweep_runs_verified_and_draws(tmp_path: Path) -> No
     assert set(shares["method"]) == {"atp"} and (shares["value"] > 0).all() and (shares["value"] < 1).all()
     assert (table[table["series"] == "total_ate_per_s"]["value"] > 0).all()
     assert not (tmp_path / "figures" / "shared_switch.png").exists()  # multi-tenant runs are this figure's alone
+
+
+# --- paper scale, one job: make paper-sim's paper_atp_* figures ------------------------------------------------------
+
+PAPER_ATP = {"paper_atp_ate_vs_workers": "paper_ate_vs_workers", "paper_atp_tat_inflation_vs_loss": "paper_tat_inflation_vs_loss"}
+"""Each paper-scale config with ATP, and the SwitchML-only paper config whose settings it takes."""
+TINY = {"paper_atp_ate_vs_workers": ("sweep.values=[2,3]", "ate_vs_workers"),
+        "paper_atp_tat_inflation_vs_loss": ("sweep.values=[0%,1%]", "tat_inflation_vs_loss")}
+"""A two-point sweep of each, and the figure it draws."""
+
+
+@pytest.mark.parametrize("config", sorted(PAPER_ATP))
+def test_a_paper_scale_atp_config_runs_switchmls_jobs_of_the_paper_config(config: str) -> None:
+    """ATP is added beside SwitchML, not in place of the paper's settings: at every point the
+    two configs share, SwitchML's workers get the same spec (links, k, pool, timer, tensor),
+    so the paper_atp_* figures' SwitchML lines are the paper_* figures'."""
+    with_atp = load(CONFIG_DIR / f"{config}.yaml")
+    paper = load(CONFIG_DIR / f"{PAPER_ATP[config]}.yaml", ["switch.target=embedded"])
+    assert {"switchml", "atp"} <= set(with_atp.points[0].methods)
+    points = {point.sweep_value: point for point in with_atp.points}
+    assert {point.sweep_value for point in paper.points} <= set(points)
+    for point in paper.points:
+        assert worker_spec(points[point.sweep_value], "switchml") == worker_spec(point, "switchml"), point.sweep_value
+        assert points[point.sweep_value].topology.link_mbps == 100_000
+
+
+@pytest.mark.parametrize("config", sorted(PAPER_ATP))
+def test_a_tiny_paper_scale_atp_sweep_runs_verified_and_draws_both_designs(config: str, tmp_path: Path) -> None:
+    """Two points of 16,384 elements, the Makefile's analysis line: both designs verified at
+    every point, both in the figure's numbers under the paper_atp_ prefix."""
+    sweep, figure = TINY[config]
+    status = run_experiment.main([str(CONFIG_DIR / f"{config}.yaml"), "--simulate", "--out", str(tmp_path / config),
+                                  "--set", sweep, "--set", "workload.elements=16384", "--set", "repetitions=1"])
+    assert status == 0
+    runs = pd.read_csv(tmp_path / config / "runs.csv")
+    in_network = runs[runs["method"].isin(["switchml", "atp"])]
+    assert set(in_network["method"]) == {"switchml", "atp"} and in_network["verified"].all()
+    assert analysis_main([str(tmp_path / config), "--out", str(tmp_path / "figures"), "--prefix", "paper_atp_", "--clock", "simulated"]) == 0
+    table = pd.read_csv(tmp_path / "figures" / f"paper_atp_{figure}.csv")
+    assert {"switchml", "atp"} <= set(table["method"])
