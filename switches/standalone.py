@@ -49,7 +49,7 @@ def run_switch(
     """Start ``target`` on ``ports`` (port number -> interface), yield it, stop it.
 
     ``options`` are the target's own (``SwitchTarget.options``: the embedded switch's seed,
-    log_level, profile, ...). bmv2 runs p4/switchml/switchml.p4 and ebpf switches/ebpf/switchml/switchml.bpf.c,
+    log_level, profile, ...). bmv2 runs p4/switchml.p4 and ebpf switches/ebpf/switchml/switchml.bpf.c,
     each compiled for ``max_pool_size`` (cached).
     """
     described = lookup(target)

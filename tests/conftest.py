@@ -140,7 +140,7 @@ def require_track_machine(needs: tuple[str, ...]) -> None:
 
 @contextlib.contextmanager
 def _start(target: str, testbed: Testbed, log_dir: Path, k: int) -> Iterator[SwitchControl]:
-    """The target running on the test bed's switch ports at k (bmv2: p4/switchml/switchml.p4, compiled
+    """The target running on the test bed's switch ports at k (bmv2: p4/switchml.p4, compiled
     for k, cached)."""
     require_target(target)
     options = REGISTRY[target].start_options({"seed": 1})

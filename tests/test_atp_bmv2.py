@@ -98,7 +98,7 @@ def key_fields(keys: tuple) -> list[tuple[str, int]]:
 
 
 class Bmv2ATPSwitch(ATPSwitchDriver):
-    """simple_switch running p4/atp/atp.p4, host p of ``ports``' test bed on bmv2 port p + 1.
+    """simple_switch running p4/atp.p4, host p of ``ports``' test bed on bmv2 port p + 1.
 
     Lock-step, as tests/test_switch_differential.py drives SwitchML's bmv2: send the frame,
     wait until the ingress counter counted it, then send a broadcast probe from two hosts;

@@ -72,7 +72,7 @@ def test_compile_runs_p4c_once_per_options(tmp_path: Path, fake_p4c: Path) -> No
     assert first.exists() and other.exists()
     assert len(calls) == 2
     assert "--target bmv2 --arch v1model -I " in calls[0]
-    assert "-DSWITCHML_MAX_POOL_SIZE=64" in calls[0] and calls[0].endswith("p4/switchml/switchml.p4")
+    assert "-DSWITCHML_MAX_POOL_SIZE=64" in calls[0] and calls[0].endswith("p4/switchml.p4")
     assert not [p for p in (tmp_path / "build").iterdir() if p.name.startswith(".")], "staging dir left behind"
 
 

@@ -23,7 +23,7 @@ from switches import programming
 from switches.control import MatchValue, ProgramSchema, SwitchControl
 from switches.embedded.switchml.pipeline import SwitchMLPipeline
 
-P4_MAIN = switchml_params.P4_PROGRAM_DIR / "switchml.p4"
+P4_MAIN = switchml_params.P4_MAIN
 P4_INCLUDE = switchml_params.P4_PROGRAM_DIR / "include"
 
 # --------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_four_workers_through_the_embedded_switch(tmp_path: Path) -> None:
 
 @pytest.mark.bmv2
 def test_bmv2_target_runs_and_verifies(tmp_path: Path) -> None:
-    """p4/switchml/switchml.p4 in simple_switch under Mininet: SwitchML and the ring (TCP, forwarded
+    """p4/switchml.p4 in simple_switch under Mininet: SwitchML and the ring (TCP, forwarded
     by the P4 program's L2 tables) verify, and the run cleans up after simple_switch too."""
     require_target("bmv2")
     out = tmp_path / "run"

@@ -13,6 +13,8 @@ from types import MappingProxyType
 
 from protocol.params import P4_DIR, read_p4_constants
 
+ATP_P4_MAIN = P4_DIR / "atp.p4"
+"""ATP's P4 program, the file p4c compiles (its parts in ATP_P4_DIR)."""
 ATP_P4_DIR = P4_DIR / "atp"
 CONSTANTS_P4 = ATP_P4_DIR / "include" / "constants.p4"
 P4_CONSTANTS = read_p4_constants(CONSTANTS_P4)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from protocol.params import P4_DIR, read_p4_constants
 
+P4_MAIN = P4_DIR / "switchml.p4"
+"""SwitchML's P4 program, the file p4c compiles (its parts in P4_PROGRAM_DIR)."""
 P4_PROGRAM_DIR = P4_DIR / "switchml"
-"""SwitchML's P4 program: switchml.p4, its include/ folder and its per-k generator gen_elements.py."""
+"""The program's parts: its include/ folder and its per-k generator gen_elements.py."""
 CONSTANTS_P4 = P4_PROGRAM_DIR / "include" / "constants.p4"
 P4_CONSTANTS = read_p4_constants(CONSTANTS_P4)
 

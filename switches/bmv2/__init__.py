@@ -3,7 +3,7 @@
 As a switch target (``TARGET`` below, a switches/target.py descriptor) it runs the P4
 build's k and at most its pool size, and ``auto`` prefers it wherever everything it needs
 is installed (most machines lack it: the Vagrant VM has it). ``PROGRAMS`` lists the P4
-program of each protocol it runs (``switchml/``: p4/switchml/switchml.p4)."""
+program of each protocol it runs (``switchml/``: p4/switchml.p4)."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ class P4Program:
     include: Path
     """Its include folder, searched after the build's own generated one."""
     sources: Path
-    """The folder whose every file the build's hash covers."""
+    """The folder of its parts, whose every file the build's hash covers (``main`` too)."""
     generator: Path
     """``python generator --k K --out DIR`` writes the per-k code into a build's include folder."""
     defines: Callable[[int, int], list[str]]
@@ -101,10 +101,11 @@ def source_files(sources: Path) -> list[Path]:
 
 
 def build_hash(options: CompileOptions, sources: Path | None = None) -> str:
-    """Hash of the program's sources (path and content; ``sources`` replaces its folder) and
-    the options; names the output directory."""
+    """Hash of the program's main file and sources (path and content; ``sources`` replaces its
+    folder) and the options; names the output directory."""
     sources = options.program.sources if sources is None else sources
-    files = [(path.relative_to(sources).as_posix(), path) for path in source_files(sources)]
+    main = options.program.main
+    files = [(main.name, main)] + [(path.relative_to(sources).as_posix(), path) for path in source_files(sources)]
     return source_hash(files, repr((options.defines(), options.p4c)))
 
 

@@ -1,4 +1,4 @@
-"""The embedded software switch: a Python model of p4/switchml/switchml.p4 that owns real ports.
+"""The embedded software switch: a Python model of p4/switchml.p4 that owns real ports.
 
 It runs as its own process (``python -m switches.embedded``), reads and writes frames on
 Linux interfaces through AF_PACKET sockets, and is programmed through the same

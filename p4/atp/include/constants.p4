@@ -1,7 +1,7 @@
 /*
  * constants.p4 -- the single definition of ATP's build parameters.
  *
- * p4/atp/atp.p4 includes this file, and the Python side (protocol/atp/params.py) reads the
+ * p4/atp.p4 includes this file, and the Python side (protocol/atp/params.py) reads the
  * same #define lines, so k, the pool size, the UDP ports, the flags and the counter indices
  * cannot drift apart between the bmv2 program and the embedded pipeline
  * (switches/embedded/atp/). Keep every value a plain decimal or hex literal: params.py

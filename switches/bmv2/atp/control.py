@@ -25,7 +25,7 @@ def packets_per_second(link_bps: float, frame_bytes: int) -> int:
 
 
 class ATPBmv2Control(Bmv2Control):
-    """Control plane of one simple_switch running p4/atp/atp.p4."""
+    """Control plane of one simple_switch running p4/atp.p4."""
 
     def set_port_queue(self, port: int, rate_pps: int, depth_packets: int) -> None:
         """Port ``port``'s egress queue drains ``rate_pps`` packets per second and holds

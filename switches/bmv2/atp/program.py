@@ -1,4 +1,4 @@
-"""p4/atp/atp.p4 as the bmv2 build compiles it: its files, its per-k generator and its defines.
+"""p4/atp.p4 as the bmv2 build compiles it: its files, its per-k generator and its defines.
 
 The build (switches/bmv2/compile.py) writes ``p4/atp/gen_elements.py``'s per-value code for the
 run's k into its own include folder and compiles with ``-DATP_K`` and ``-DATP_POOL_SIZE`` (the
@@ -24,6 +24,6 @@ def check(k: int, max_pool_size: int) -> None:
         raise ValueError(f"ATP pool size must be 1..{params.MAX_POOL_SIZE}, got {max_pool_size}")
 
 
-PROGRAM = P4Program(main=params.ATP_P4_DIR / "atp.p4", include=params.ATP_P4_DIR / "include", sources=params.ATP_P4_DIR,
+PROGRAM = P4Program(main=params.ATP_P4_MAIN, include=params.ATP_P4_DIR / "include", sources=params.ATP_P4_DIR,
                     generator=params.ATP_P4_DIR / "gen_elements.py", defines=defines, check=check,
                     process="switches.bmv2.atp.switch:ATPBmv2Process")

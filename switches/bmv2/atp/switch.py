@@ -26,7 +26,7 @@ PORT_QUEUE_PACKETS = 64
 
 @dataclass
 class ATPBmv2Process(Bmv2Process):
-    """One simple_switch running p4/atp/atp.p4 (a DataPlane, as SwitchML's Bmv2Process); on a
+    """One simple_switch running p4/atp.p4 (a DataPlane, as SwitchML's Bmv2Process); on a
     network, each port's egress queue drains at its link's rate, so that ECN marks where the
     link is the bottleneck (switches/bmv2/atp/control.py)."""
 

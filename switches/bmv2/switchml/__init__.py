@@ -1,2 +1,2 @@
-"""SwitchML's data plane on bmv2: p4/switchml/switchml.p4 as the bmv2 build compiles it (``program``),
+"""SwitchML's data plane on bmv2: p4/switchml.p4 as the bmv2 build compiles it (``program``),
 and the controller that answers its L2 learning digests while it runs (``learning``)."""

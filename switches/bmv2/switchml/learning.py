@@ -1,4 +1,4 @@
-"""The L2 learning controller for bmv2: answers the ``l2_learn`` digests of p4/switchml/switchml.p4.
+"""The L2 learning controller for bmv2: answers the ``l2_learn`` digests of p4/switchml.p4.
 
 SwitchMLIngress sends a digest ``{srcAddr, ingress_port, packet_length}`` for every frame
 whose source MAC is not in ``l2_learn_table`` (docs/dataplane.md, step 2). bmv2 publishes

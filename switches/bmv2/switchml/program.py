@@ -1,4 +1,4 @@
-"""p4/switchml/switchml.p4 as the bmv2 build compiles it: its files, its per-k generator, its defines,
+"""p4/switchml.p4 as the bmv2 build compiles it: its files, its per-k generator, its defines,
 and the controller that answers its L2 learning digests (learning.py).
 
 The build (switches/bmv2/compile.py) writes ``p4/switchml/gen_elements.py``'s per-element code for the
@@ -23,6 +23,6 @@ def check(k: int, max_pool_size: int) -> None:
         raise ValueError(f"k must be one of {params.K_CHOICES}, got {k}")
 
 
-PROGRAM = P4Program(main=params.P4_PROGRAM_DIR / "switchml.p4", include=params.P4_PROGRAM_DIR / "include",
+PROGRAM = P4Program(main=params.P4_MAIN, include=params.P4_PROGRAM_DIR / "include",
                     sources=params.P4_PROGRAM_DIR, generator=params.P4_PROGRAM_DIR / "gen_elements.py", defines=defines, check=check,
                     controller="switches.bmv2.switchml.learning:L2LearningController")

@@ -1,4 +1,4 @@
-"""SwitchML's data plane on the embedded switch: p4/switchml/switchml.p4 in Python, control by control.
+"""SwitchML's data plane on the embedded switch: p4/switchml.p4 in Python, control by control.
 
 ``parser`` (SwitchMLParser), ``ingress`` (SwitchMLIngress), ``responder`` (its ARP and ICMP
 echo answers), ``egress`` (SwitchMLEgress) and ``pipeline`` (one packet through all of them

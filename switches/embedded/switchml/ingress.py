@@ -1,7 +1,7 @@
 """SwitchMLIngress: drop simulator, L2 forwarding with learning, worker table, aggregation.
 
 Written in the order of docs/dataplane.md ("SwitchMLIngress (in this order)") so it can be
-read beside p4/switchml/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
+read beside p4/switchml.p4. ``apply`` returns where the packet goes next as a small tuple
 (the traffic manager's input): DROP, (TO_PORT, port), (TO_GROUP, group),
 (RESULT_TO_GROUP, group, job_id), (RESULT_TO_PORT, port, rank, job_id) or
 (UPDATE_TO_PORT, port), a partial sum to the switch above (hierarchical aggregation). A

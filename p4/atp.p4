@@ -10,7 +10,7 @@
  *
  * Build: python p4/atp/gen_elements.py --k K --out DIR/include   (only for k != 32)
  *        p4c --target bmv2 --arch v1model [-I DIR/include] -I p4/atp/include -DATP_K=K
- *            [-DATP_POOL_SIZE=<aggregators>] -o DIR p4/atp/atp.p4
+ *            [-DATP_POOL_SIZE=<aggregators>] -o DIR p4/atp.p4
  */
 #include <core.p4>
 #include <v1model.p4>

@@ -7,7 +7,7 @@
  * the specification (shared with the embedded software switch); p4/README.md walks
  * through the packet paths.
  *
- * Build: p4c --target bmv2 --arch v1model -I p4/switchml/include -o build/p4 p4/switchml/switchml.p4
+ * Build: p4c --target bmv2 --arch v1model -I p4/switchml/include -o build/p4 p4/switchml.p4
  *        [-DSWITCHML_MAX_POOL_SIZE=<slots>]
  */
 #include <core.p4>
