@@ -25,7 +25,6 @@ Usage: ``python p4/atp/gen_elements.py`` (rewrite p4/atp/include/ for the defaul
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -33,7 +32,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(REPO_ROOT))
 
-from protocol.atp import params  # noqa: E402  (needs the path set up above)
+from protocol import p4_elements  # noqa: E402  (needs the path set up above)
+from protocol.atp import params  # noqa: E402
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 
@@ -49,10 +49,7 @@ GENERATED = """\
 
 
 def value_names(k: int) -> list[str]:
-    """'00' .. : the suffixes of dXX and value_XX (two digits at least, as SwitchML's)."""
-    if k not in params.K_CHOICES:
-        raise ValueError(f"k must be one of {params.K_CHOICES}, got {k}")
-    return [f"{i:02d}" for i in range(k)]
+    return p4_elements.element_names(k, params.K_CHOICES)
 
 
 def render_data_header(k: int) -> str:
@@ -81,27 +78,12 @@ def rendered(k: int) -> dict[str, str]:
 
 def stale(k: int, directory: Path) -> list[str]:
     """The generated files in ``directory`` that are missing or differ from what k gives."""
-    return [name for name, text in rendered(k).items()
-            if not (directory / name).is_file() or (directory / name).read_text() != text]
+    return p4_elements.stale(rendered(k), directory)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--k", type=int, default=params.P4_SOURCE_K, choices=params.K_CHOICES,
-                        help=f"values per packet (default {params.P4_SOURCE_K}, the k of p4/atp/include's copies)")
-    parser.add_argument("--out", type=Path, default=INCLUDE_DIR, help="directory to write into (default p4/atp/include)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the files in --out are not up to date")
-    args = parser.parse_args(argv)
-    if args.check:
-        if problems := stale(args.k, args.out):
-            print(f"{', '.join(problems)} stale in {args.out}: run python p4/atp/gen_elements.py", file=sys.stderr)
-            return 1
-        return 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered(args.k).items():
-        (args.out / name).write_text(text)
-    print(f"wrote {', '.join(rendered(args.k))} in {args.out} (k = {args.k})")
-    return 0
+    return p4_elements.main(argv, description=__doc__.splitlines()[0], script="p4/atp/gen_elements.py", rendered=rendered,
+                            default_k=params.P4_SOURCE_K, k_choices=params.K_CHOICES, include_dir=INCLUDE_DIR)
 
 
 if __name__ == "__main__":

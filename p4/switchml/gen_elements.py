@@ -24,8 +24,6 @@ Usage: ``python p4/switchml/gen_elements.py`` (rewrite p4/switchml/include/ for 
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -33,13 +31,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere in the checkout
     sys.path.insert(0, str(REPO_ROOT))
 
+from protocol import p4_elements
 from protocol.switchml import params
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 DATA_HEADER = "data_header.p4"
 ELEMENTS = "elements.p4"
-
-log = logging.getLogger("gen_elements")
 
 GENERATED = """\
 /*
@@ -66,11 +63,7 @@ ELEMENTS_TEXT = """\
 
 
 def element_names(k: int) -> list[str]:
-    """Suffixes '00', '01', .. '99', '100', ..: headers' d00.. and the registers' value_00..
-    (two digits at least, so k = 32 keeps the names it has always had)."""
-    if k not in params.K_CHOICES:
-        raise ValueError(f"k must be one of {params.K_CHOICES}, got {k}")
-    return [f"{i:02d}" for i in range(k)]
+    return p4_elements.element_names(k, params.K_CHOICES)
 
 
 def guard(name: str, k: int) -> list[str]:
@@ -114,35 +107,14 @@ def rendered(k: int) -> dict[str, str]:
     return {DATA_HEADER: render_data_header(k), ELEMENTS: render_elements(k)}
 
 
-def write(k: int, directory: Path) -> None:
-    """Write every generated file for k into ``directory`` (created if missing)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered(k).items():
-        (directory / name).write_text(text)
-
-
 def stale(k: int, directory: Path) -> list[str]:
     """The generated files in ``directory`` that are missing or differ from what k gives."""
-    return [name for name, text in rendered(k).items() if not (directory / name).is_file() or (directory / name).read_text() != text]
+    return p4_elements.stale(rendered(k), directory)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--k", type=int, default=params.P4_SOURCE_K, choices=params.K_CHOICES,
-                        help=f"elements per packet (default {params.P4_SOURCE_K}, the k of p4/switchml/include's copies)")
-    parser.add_argument("--out", type=Path, default=INCLUDE_DIR, help="directory to write into (default p4/switchml/include)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the files in --out are not up to date")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.check:
-        if problems := stale(args.k, args.out):
-            log.error("%s stale in %s: run python p4/switchml/gen_elements.py", ", ".join(problems), args.out)
-            return 1
-        log.info("%s is up to date (k = %d)", args.out, args.k)
-        return 0
-    write(args.k, args.out)
-    log.info("wrote %s in %s (k = %d)", ", ".join(rendered(args.k)), args.out, args.k)
-    return 0
+    return p4_elements.main(argv, description=__doc__.splitlines()[0], script="p4/switchml/gen_elements.py", rendered=rendered,
+                            default_k=params.P4_SOURCE_K, k_choices=params.K_CHOICES, include_dir=INCLUDE_DIR)
 
 
 if __name__ == "__main__":
