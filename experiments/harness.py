@@ -418,3 +418,37 @@ def pending_methods(writer: ResultsWriter, point: Point, progress: Callable[[str
             writer.discard(point.index, method)
             pending.append(method)
     return pending
+
+
+class PointRunner:
+    """A kind's runner that takes the points one by one: at each, the clock's modelled methods
+    are reported done, the ones already in the results skipped (``--resume``), and the rest run
+    on one network by ``run_point``, the kind's own part."""
+
+    def __init__(self, experiment: Experiment, clock: Clock, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
+        self.experiment = experiment
+        self.clock = clock
+        self.writer = writer
+        self.progress = progress
+
+    def units(self, point: Point) -> int:
+        """How many result rows one method makes at ``point``: its repetitions by default."""
+        return point.repetitions
+
+    def run(self) -> bool:
+        """Run every point not already in the results; True when every result verified."""
+        verified = True
+        for point in self.experiment.points:
+            units = self.units(point)
+            modelled = self.clock.modelled(point, self.writer)
+            for method in modelled:
+                for _ in range(units):
+                    self.progress(f"{method} (model)")
+            pending = pending_methods(self.writer, point, self.progress, [m for m in point.methods if m not in modelled], units)
+            if pending:
+                verified &= self.run_point(point, pending)
+        return verified
+
+    def run_point(self, point: Point, methods_left: list[str]) -> bool:
+        """Run ``methods_left`` at ``point``; True when every result verified."""
+        raise NotImplementedError

@@ -13,38 +13,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
-from experiments.config import Experiment, Point
+from experiments.config import Point
 from workloads.kinds import point_inputs
-from experiments.harness import Clock, ExperimentKind, PointNetwork, pending_methods, point_network, verify_reports, worker_spec
+from experiments.harness import ExperimentKind, PointNetwork, PointRunner, point_network, verify_reports, worker_spec
 from experiments.results import ResultsWriter, format_table
 from methods import own_sums
 from methods.verification import Expected, expected_for
 from experiments.workers import REPORT_GRACE_S
 
 
-class ExperimentRunner:
-    def __init__(self, experiment: Experiment, clock: Clock, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
-        self.experiment = experiment
-        self.clock = clock
-        self.writer = writer
-        self.progress = progress
-
-    def run(self) -> bool:
-        """Run every point not already in the results; True when every result verified."""
-        verified = True
-        for point in self.experiment.points:
-            modelled = self.clock.modelled(point, self.writer)
-            for method in modelled:
-                for _ in range(point.repetitions):
-                    self.progress(f"{method} (model)")
-            pending = pending_methods(self.writer, point, self.progress, [m for m in point.methods if m not in modelled])
-            if pending:
-                verified &= self._run_point(point, pending)
-        return verified
-
-    def _run_point(self, point: Point, methods: list[str]) -> bool:
+class ExperimentRunner(PointRunner):
+    def run_point(self, point: Point, methods: list[str]) -> bool:
         """One network for the point: every pending method on the same inputs."""
         with point_network(self.experiment, point, self.clock, self.writer) as held:
             inputs = point_inputs(point.workload, len(point.topology.hosts))

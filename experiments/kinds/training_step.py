@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from experiments.config import Experiment, Point
-from experiments.harness import Clock, ExperimentKind, PointNetwork, pending_methods, point_network, verify_reports, worker_spec
+from experiments.config import Point
+from experiments.harness import ExperimentKind, PointNetwork, PointRunner, point_network, verify_reports, worker_spec
 from experiments.job_meter import JobMeasurement
 from experiments.results import ResultsWriter, format_table
 from experiments.workers import REPORT_GRACE_S, RESULT_FILES
@@ -30,29 +30,14 @@ from methods import own_sums
 from methods.verification import Verdict, expected_for
 from workloads.kinds.layers import LayerJob, job_tensor, layer_jobs
 
-class TrainingStepRunner:
+class TrainingStepRunner(PointRunner):
     """Every point's iteration: one network per point, each method's workers released job by job."""
 
-    def __init__(self, experiment: Experiment, clock: Clock, writer: ResultsWriter, progress: Callable[[str], None]) -> None:
-        self.experiment = experiment
-        self.clock = clock
-        self.writer = writer
-        self.progress = progress
+    def units(self, point: Point) -> int:
+        return len(layer_jobs(point.workload))
 
-    def run(self) -> bool:
-        verified = True
-        for point in self.experiment.points:
-            jobs = layer_jobs(point.workload)
-            modelled = self.clock.modelled(point, self.writer)
-            for method in modelled:
-                for _ in jobs:
-                    self.progress(f"{method} (model)")
-            methods_left = pending_methods(self.writer, point, self.progress, [m for m in point.methods if m not in modelled], len(jobs))
-            if methods_left:
-                verified &= self._run_point(point, jobs, methods_left)
-        return verified
-
-    def _run_point(self, point: Point, jobs: Sequence[LayerJob], methods_left: list[str]) -> bool:
+    def run_point(self, point: Point, methods_left: list[str]) -> bool:
+        jobs = layer_jobs(point.workload)
         with point_network(self.experiment, point, self.clock, self.writer) as held:
             if held.repeats_jobs_exactly:
                 self.clock.note(self.writer, "repeated_sizes", REPEATED_SIZES)
