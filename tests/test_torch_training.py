@@ -32,6 +32,8 @@ CONFIG = CONFIG_DIR / "training_torch.yaml"
 SCRIPT_CONFIG = CONFIG_DIR / "ddp_script.yaml"
 K = 32
 N = 3
+ATP_OVERRIDES = ["methods=[atp,gloo]", "protocol.atp.window=16"]
+"""ATP against Gloo on the DDP configs: their pool of 16 (SwitchML's slots) holds a window of 16 of ATP's aggregators."""
 
 
 def pretend_pytorch_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,7 +51,7 @@ def test_a_torch_training_is_refused_as_the_config_loads_without_pytorch(monkeyp
 
 def test_a_torch_training_runs_the_hook_or_gloo_once_per_method(monkeypatch: pytest.MonkeyPatch) -> None:
     pretend_pytorch_is_installed(monkeypatch)  # the rules, not this machine's PyTorch
-    with pytest.raises(ConfigError, match=r"methods: a torch training all-reduces through DDP with switchml or gloo, got switchml, ring"):
+    with pytest.raises(ConfigError, match=r"methods: a torch training all-reduces through DDP with switchml or atp or gloo, got switchml, ring"):
         load_experiment(CONFIG, ["methods=[switchml,ring]"])
     with pytest.raises(ConfigError, match=r"repetitions: a training runs once per method"):
         load_experiment(CONFIG, ["repetitions=2"])
@@ -131,6 +133,36 @@ def test_a_switchml_step_verifies_its_integer_sums_and_every_ranks_parameters(tm
     drifted = [params, params, params + 1]
     verdicts, _ = verify_torch_step("switchml", step_reports(tmp_path, "switchml", inputs, sums, params, drifted), K)
     assert [v.verified for v in verdicts] == [True, True, False] and "parameters differ" in verdicts[2].detail
+
+
+def test_both_ddp_kinds_take_atp_as_they_take_switchml() -> None:
+    require_torch()
+    for config in (CONFIG, SCRIPT_CONFIG):
+        point = load_experiment(config, ATP_OVERRIDES).points[0]
+        assert list(point.methods) == ["atp", "gloo"] and "atp" in point.protocol
+
+
+def test_an_atp_step_verifies_its_integer_sums_against_atps_own_quantization(tmp_path: Path) -> None:
+    """ATP's buckets are checked against ATP's job-wide scale (methods.own_sums), not SwitchML's
+    block floating point; without its own sums the verifier refuses to guess."""
+    import methods
+    from protocol.atp.quantize import expected_sum as atp_expected_sum
+
+    require_torch()
+    config = load_experiment(CONFIG, ATP_OVERRIDES).points[0]
+    own = methods.own_sums(config.methods, config.protocol)
+    exponent = config.protocol["atp"]["exponent"]
+    inputs = bucket_inputs(2)
+    expected = [atp_expected_sum([ranks[i] for ranks in inputs], N, exponent) for i in range(2)]
+    sums = {f"int_sum{i}": e.int_sum for i, e in enumerate(expected)} | {f"values{i}": e.values for i, e in enumerate(expected)}
+    params = np.arange(5, dtype=np.float32)
+    verdicts, _ = verify_torch_step("atp", step_reports(tmp_path, "atp", inputs, sums, params, [params] * N), K, own)
+    assert [v.verified for v in verdicts] == [True] * N, verdicts[0].detail
+    wrong = dict(sums, int_sum0=sums["int_sum0"] + np.int32(1))
+    verdicts, _ = verify_torch_step("atp", step_reports(tmp_path, "atp", inputs, wrong, params, [params] * N), K, own)
+    assert not any(v.verified for v in verdicts) and "bucket 0: integer sum" in verdicts[0].detail
+    verdicts, _ = verify_torch_step("atp", step_reports(tmp_path, "atp", inputs, sums, params, [params] * N), K)
+    assert not any(v.verified for v in verdicts) and "no expected atp sum" in verdicts[0].detail
 
 
 def test_a_gloo_step_verifies_the_average_within_the_float32_bound(tmp_path: Path) -> None:

@@ -94,6 +94,11 @@ class ATPClient:
                   stats)
         return ATPResult(values=values, int_sum=int_sum, stats=stats)
 
+    def flushed(self, inputs: np.ndarray, result: ATPResult) -> int:
+        """How many nonzero elements of this rank's ``inputs`` to ``result`` the job's scale
+        rounded to 0 (none for int32): what a DDP backend reports (hosts/torch_backend.py)."""
+        return self._job.flushed(inputs)
+
     def _run(self, core: WorkerCore, started: float) -> JobStats:
         """The loop: results in batches, timers when idle, until every packet has its result."""
         io, poller = self._io, self._poller
