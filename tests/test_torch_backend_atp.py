@@ -1,0 +1,205 @@
+"""Conformance of the ``atp`` torch.distributed backend (hosts/torch_backend.py over ATP's
+client, methods/atp.py's ``client``) for the calls it claims, without Mininet: three ranks
+on loopback, each one ``ATPClient`` for its whole job, the embedded ATP pipeline relaying
+between them (tests/atp_relay.py) and the job's parameter server a process of its own
+(``python -m hosts.atp.server``, as a network starts it), serving every all-reduce.
+
+What the ranks report for the parent to check against ATP's exact sums
+(protocol/atp/quantize.py's ``expected_sum``: the job-wide scale): float32 and int32 SUM
+through the switch, several in flight; float64, AVG, broadcast and barrier through Gloo,
+each counted as a fallback; elements the job's scale flushed to 0, counted; DDP with no hook
+on it, several buckets a step, its parameters the same on every rank and every bucket's sum
+exact; and a value beyond the job's bound on one rank failing that call on every rank,
+naming the element, rather than leaving the others waiting in the switch.
+
+Needs the optional torch extra: skipped where it is absent, a failure where
+SWITCHML_REQUIRE_TORCH=1 (.ci/run).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocol.atp import params
+from protocol.atp.job import ATPParameters
+from protocol.atp.quantize import expected_sum
+from protocol.params import REPO_ROOT
+from protocol.worker_spec import WorkerSpec
+from tests.atp_relay import PS_HOST, RelayJob, UDPRelay, job_address, wait_bound
+from tests.conftest import require_torch
+from tests.test_torch_hook import collect
+
+pytestmark = [pytest.mark.torch]
+
+N = 3
+K = 32
+NET = 79
+"""The loopback addresses of this test's hosts: 127.79.<job>.<host> (tests/atp_relay.py)."""
+PARAMETERS = ATPParameters(k=K, pool_size=64, job_id=3, window=16, exponent=8, resend_timeout_ms=20.0, congestion_control=True,
+                           ecn_threshold=params.DEFAULT_ECN_THRESHOLD)
+"""The DDP configs' exponent (methods/atp.py: |x| <= 2^8); a resend timeout above the spawned ranks' scheduling on two cores."""
+SIZES = (1000, 37, 4096)
+"""The float32 tensors all-reduced at once: one longer than the window, one shorter than a packet."""
+TINY = np.float32(1e-9)
+"""Below half a unit of the job's scale (2^8 / floor(INT32_MAX / 3) ~ 3.6e-7): flushed to 0."""
+BEYOND = 3
+"""Where rank 0's last tensor holds a value beyond 2^exponent."""
+
+
+def float_input(rank: int, index: int) -> np.ndarray:
+    return np.random.default_rng(100 * rank + index).normal(size=SIZES[index]).astype(np.float32)
+
+
+def int_input(rank: int) -> np.ndarray:
+    return (np.arange(50, dtype=np.int64) * (rank + 1) * 2**29 - 7).astype(np.int32)  # wraps: the sum is modulo 2^32
+
+
+def tiny_input(rank: int) -> np.ndarray:
+    return np.array([TINY, 0.5, 0.0, -TINY * (rank + 1), 2.0], dtype=np.float32)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port: int, queue: mp.Queue) -> None:
+    """Every claimed call once, a few DDP steps, then a tensor beyond the bound on rank 0."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hosts.atp.client import ATPClient
+    from hosts.torch_backend import GROUPS, close_groups, register
+
+    def client(group_rank: int, size: int) -> ATPClient:
+        return ATPClient(group_rank, size, PARAMETERS, ps, switch, bind_ipv4=job_address(NET, PARAMETERS.job_id, group_rank + 1),
+                         bind_port=params.WORKER_UDP_PORT, job_deadline_s=30.0)
+
+    register(client)
+    dist.init_process_group("atp", init_method=f"tcp://127.0.0.1:{store_port}", rank=rank, world_size=N, timeout=timedelta(seconds=60))
+    try:
+        report: dict = {"backend": dist.get_backend()}
+        floats = [torch.from_numpy(float_input(rank, i)) for i in range(len(SIZES))]
+        works = [dist.all_reduce(t, async_op=True) for t in floats]  # all three in flight at once
+        assert all(work.wait() for work in works) and all(work.is_completed() for work in works)
+        report["floats"] = [t.numpy().copy() for t in floats]
+        ints = torch.from_numpy(int_input(rank))
+        dist.all_reduce(ints)
+        report["ints"] = ints.numpy().copy()
+        flushed_before = GROUPS[0].records.flushed
+        tiny = torch.from_numpy(tiny_input(rank))
+        dist.all_reduce(tiny)
+        report["tiny"], report["flushed"] = tiny.numpy().copy(), GROUPS[0].records.flushed - flushed_before
+
+        t = torch.tensor([1.0 + rank, -3.0], dtype=torch.float64)
+        dist.all_reduce(t)
+        assert t.tolist() == [sum(1.0 + r for r in range(N)), -3.0 * N]
+        t = torch.tensor([3.0 * rank])
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert t.tolist() == [3.0 * (N - 1) / 2]
+        t = torch.full((4,), float(rank))
+        dist.broadcast(t, src=1)
+        assert t.tolist() == [1.0] * 4
+        dist.barrier()
+        report["fallbacks"] = dict(GROUPS[0].fallbacks)
+
+        torch.manual_seed(rank)  # differing starts: DDP broadcasts rank 0's
+        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+        ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)  # ~2.6k floats a bucket: several in the first step
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        calls_before = GROUPS[0].records.calls
+        generator = torch.Generator().manual_seed(rank)
+        for _ in range(3):
+            optimizer.zero_grad()
+            ddp(torch.randn(8, 20, generator=generator)).sum().backward()
+            optimizer.step()
+        report["ddp_calls"] = GROUPS[0].records.calls - calls_before
+        report["parameters"] = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+        report["kept"] = [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]
+        report["packets"] = GROUPS[0].records.stats.packets_sent
+
+        beyond = float_input(rank, 1)
+        if rank == 0:
+            beyond[BEYOND] = 300.0
+        try:
+            dist.all_reduce(torch.from_numpy(beyond))
+            report["beyond"] = "returned"
+        except Exception as error:  # torch may wrap the backend's exception
+            report["beyond"] = f"{type(error).__name__}: {error}"
+        queue.put((rank, report))
+    finally:
+        dist.destroy_process_group()
+        close_groups()
+
+
+def test_the_atp_backend_sums_on_the_switch_with_its_ps_and_falls_back_to_gloo_for_the_rest(tmp_path: Path) -> None:
+    require_torch()
+    ps_ipv4 = job_address(NET, PARAMETERS.job_id, PS_HOST)
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    with UDPRelay(K, PARAMETERS.pool_size, net=NET, switch_face_address=(job_address(NET, 0, 254), params.SWITCH_UDP_PORT)) as relay:
+        spec = WorkerSpec(method="atp", n_workers=N, switch_ipv4=relay.switch_address[0], link_mbps=None, protocol=PARAMETERS,
+                          peers=(), job_timeout_s=30.0, connect_timeout_s=5.0, servers=(ps_ipv4,))
+        stats_path = tmp_path / "ps.json"
+        server = subprocess.Popen([sys.executable, "-m", "hosts.atp.server", str(spec.write(tmp_path / "atp.json")), "--stats", str(stats_path),
+                                   "--bind", ps_ipv4], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
+        procs = []
+        try:
+            wait_bound(ps_ipv4, params.PS_UDP_PORT, server)
+            relay.add_job(RelayJob(PARAMETERS.job_id, [(job_address(NET, PARAMETERS.job_id, rank + 1), params.WORKER_UDP_PORT)
+                                                      for rank in range(N)], (ps_ipv4, params.PS_UDP_PORT)))
+            store_port = free_port()
+            procs = [context.Process(target=atp_rank, args=(rank, relay.ps_address, relay.switch_address, store_port, queue))
+                     for rank in range(N)]
+            for proc in procs:
+                proc.start()
+            reports = collect(procs, queue, timeout_s=240.0)
+        finally:
+            for proc in procs:
+                if proc.is_alive():
+                    proc.kill()
+            server.send_signal(signal.SIGTERM)
+            _, stderr = server.communicate(timeout=10)
+    assert server.returncode == 0, stderr
+
+    assert {reports[rank]["backend"] for rank in range(N)} == {"atp"}
+    for index in range(len(SIZES)):
+        want = expected_sum([float_input(rank, index) for rank in range(N)], N, PARAMETERS.exponent)
+        for rank in range(N):
+            assert np.array_equal(reports[rank]["floats"][index], want.values), f"tensor {index} on rank {rank}"
+    want_ints = expected_sum([int_input(rank) for rank in range(N)], N, PARAMETERS.exponent).int_sum
+    want_tiny = expected_sum([tiny_input(rank) for rank in range(N)], N, PARAMETERS.exponent).values
+    for rank in range(N):
+        assert np.array_equal(reports[rank]["ints"], want_ints)
+        assert np.array_equal(reports[rank]["tiny"], want_tiny) and reports[rank]["tiny"][[0, 3]].tolist() == [0.0, 0.0]
+        assert reports[rank]["flushed"] == 2, "TINY and -TINY * (rank + 1) flushed to 0 at the job's scale"
+        assert reports[rank]["fallbacks"] == {"allreduce torch.float64 SUM": 1, "allreduce torch.float32 AVG": 1, "broadcast": 1,
+                                              "barrier": 1}, reports[rank]["fallbacks"]
+        assert np.array_equal(reports[rank]["parameters"], reports[0]["parameters"]), "DDP's ranks diverged"
+        assert reports[rank]["packets"] > 0
+        said = reports[rank]["beyond"]
+        assert f"element {BEYOND} = 300.0" in said and "> 2^8" in said, (rank, said)
+        assert rank == 0 or "on rank 0" in said, (rank, said)
+    assert reports[0]["ddp_calls"] > 3 and len({reports[rank]["ddp_calls"] for rank in range(N)}) == 1
+    kept = [reports[rank]["kept"] for rank in range(N)]
+    assert len({len(k) for k in kept}) == 1 and len(kept[0]) >= reports[0]["ddp_calls"]
+    for index in range(len(kept[0])):
+        want = expected_sum([kept[rank][index][0] for rank in range(N)], N, PARAMETERS.exponent)  # gradient buckets and DDP's int32 counts
+        for rank in range(N):
+            assert np.array_equal(kept[rank][index][1], want.int_sum) and np.array_equal(kept[rank][index][2], want.values), (index, rank)
+    core = json.loads(stats_path.read_text())["core"]
+    assert core["sequences_from_switch"] + core["sequences_from_parts"] > 0, "the one PS served the whole job"
