@@ -1,5 +1,5 @@
 """The testbed's torch.distributed backends: each in-network protocol's (its record's
-``torch_backend``: ``switchml``, ``atp``) sends float32 and int32 SUM all-reduces through the
+``torch_backend``, methods/aggregation.py) sends float32 and int32 SUM all-reduces through the
 switch, everything else through Gloo over the same links.
 
 Registered at torch's documented extension point for third-party process groups,
@@ -148,7 +148,8 @@ class Records:
 
     def __init__(self) -> None:
         self.unsummable = 0
-        """Sums the switch could not carry (an inf, a NaN, |x| > 2^126 on some rank), which
+        """Sums the switch could not carry (an inf, a NaN, a value beyond what the protocol's
+        integers carry, on some rank: ``Unsummable``), which
         took Gloo's IEEE sum instead: neither counted in ``calls`` nor kept."""
         self.flushed = 0
         """This rank's nonzero float32 inputs that the protocol's quantization rounded to 0,
@@ -200,12 +201,14 @@ class AllReduceFailed(RuntimeError):
 
 class IeeeSums:
     """Gloo's IEEE float sum of a tensor the switch cannot carry (``Unsummable``: an inf,
-    a NaN, |x| > 2^126 on some rank), on a Gloo group of its own, built when first needed.
+    a NaN, a value beyond the protocol's integers on some rank), on a Gloo group of its own,
+    built when first needed.
 
     Its own group, because these calls come from the switch queue's thread: on the process
     group's Gloo group they would interleave with the script's own Gloo calls in an order
     that differs from rank to rank. Every rank needs it at the same call of its queue (the
-    lookahead round told them all), so they build it and sum in step."""
+    protocol's client told them all, ``SwitchClient.allreduce``), so they build it and sum in
+    step."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
         self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
@@ -494,7 +497,7 @@ def op_name(op: dist.ReduceOp) -> str:
     return str(op)
 
 
-UNSUMMABLE = "allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)"
+UNSUMMABLE = "allreduce torch.float32 SUM the switch cannot carry (Gloo's IEEE sum)"
 """How the report counts the sums the switch could not carry, beside the group's fallbacks."""
 
 

@@ -1,6 +1,6 @@
 """Conformance of the ``atp`` torch.distributed backend (hosts/torch_backend.py over ATP's
-client, methods/atp.py's ``client``) for the calls it claims, without Mininet: three ranks
-on loopback, each one ``ATPClient`` for its whole job, the embedded ATP pipeline relaying
+client, methods/atp.py's ``client``: hosts/atp/ddp_client.py) for the calls it claims,
+without Mininet: three ranks on loopback, each one ``ATPClient`` for its whole job, the embedded ATP pipeline relaying
 between them (tests/atp_relay.py) and the job's parameter server a process of its own
 (``python -m hosts.atp.server``, as a network starts it), serving every all-reduce.
 
@@ -9,8 +9,8 @@ What the ranks report for the parent to check against ATP's exact sums
 through the switch, several in flight; float64, AVG, broadcast and barrier through Gloo,
 each counted as a fallback; elements the job's scale flushed to 0, counted; DDP with no hook
 on it, several buckets a step, its parameters the same on every rank and every bucket's sum
-exact; and a value beyond the job's bound on one rank failing that call on every rank,
-naming the element, rather than leaving the others waiting in the switch.
+exact; and an inf on one rank and a value beyond the job's bound on another giving every rank
+Gloo's IEEE sum at the same call (the ranks' refusal count), the next sum exact again.
 
 Needs the optional torch extra: skipped where it is absent, a failure where
 SWITCHML_REQUIRE_TORCH=1 (.ci/run).
@@ -51,8 +51,8 @@ SIZES = (1000, 37, 4096)
 """The float32 tensors all-reduced at once: one longer than the window, one shorter than a packet."""
 TINY = np.float32(1e-9)
 """Below half a unit of the job's scale (2^8 / floor(INT32_MAX / 3) ~ 3.6e-7): flushed to 0."""
-BEYOND = 3
-"""Where rank 0's last tensor holds a value beyond 2^exponent."""
+REFUSED = {0: (3, np.inf), 1: (5, 300.0)}
+"""rank -> (index, value) its refused tensor holds: an inf, and a value beyond 2^8."""
 
 
 def float_input(rank: int, index: int) -> np.ndarray:
@@ -65,6 +65,14 @@ def int_input(rank: int) -> np.ndarray:
 
 def tiny_input(rank: int) -> np.ndarray:
     return np.array([TINY, 0.5, 0.0, -TINY * (rank + 1), 2.0], dtype=np.float32)
+
+
+def refused_input(rank: int) -> np.ndarray:
+    tensor = float_input(rank, 1)
+    if rank in REFUSED:
+        index, value = REFUSED[rank]
+        tensor[index] = value
+    return tensor
 
 
 def free_port() -> int:
@@ -83,11 +91,12 @@ def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port
     from torch.nn.parallel import DistributedDataParallel
 
     from hosts.atp.client import ATPClient
-    from hosts.torch_backend import GROUPS, close_groups, register
+    from hosts.atp.ddp_client import DDPClient
+    from hosts.torch_backend import GROUPS, close_groups, fallback_counts, register
 
-    def client(group_rank: int, size: int) -> ATPClient:
-        return ATPClient(group_rank, size, PARAMETERS, ps, switch, bind_ipv4=job_address(NET, PARAMETERS.job_id, group_rank + 1),
-                         bind_port=params.WORKER_UDP_PORT, job_deadline_s=30.0)
+    def client(group_rank: int, size: int) -> DDPClient:
+        return DDPClient(ATPClient(group_rank, size, PARAMETERS, ps, switch, bind_ipv4=job_address(NET, PARAMETERS.job_id, group_rank + 1),
+                                   bind_port=params.WORKER_UDP_PORT, job_deadline_s=30.0))
 
     register(client)
     dist.init_process_group("atp", init_method=f"tcp://127.0.0.1:{store_port}", rank=rank, world_size=N, timeout=timedelta(seconds=60))
@@ -132,14 +141,12 @@ def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port
         report["kept"] = [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]
         report["packets"] = GROUPS[0].records.stats.packets_sent
 
-        beyond = float_input(rank, 1)
-        if rank == 0:
-            beyond[BEYOND] = 300.0
-        try:
-            dist.all_reduce(torch.from_numpy(beyond))
-            report["beyond"] = "returned"
-        except Exception as error:  # torch may wrap the backend's exception
-            report["beyond"] = f"{type(error).__name__}: {error}"
+        refused, after = torch.from_numpy(refused_input(rank)), torch.from_numpy(float_input(rank, 2))
+        works = [dist.all_reduce(refused, async_op=True), dist.all_reduce(after, async_op=True)]
+        for work in reversed(works):
+            work.wait()
+        report["refused"], report["after"] = refused.numpy().copy(), after.numpy().copy()
+        report["unsummable"] = dict(fallback_counts(GROUPS))
         queue.put((rank, report))
     finally:
         dist.destroy_process_group()
@@ -191,9 +198,12 @@ def test_the_atp_backend_sums_on_the_switch_with_its_ps_and_falls_back_to_gloo_f
                                               "barrier": 1}, reports[rank]["fallbacks"]
         assert np.array_equal(reports[rank]["parameters"], reports[0]["parameters"]), "DDP's ranks diverged"
         assert reports[rank]["packets"] > 0
-        said = reports[rank]["beyond"]
-        assert f"element {BEYOND} = 300.0" in said and "> 2^8" in said, (rank, said)
-        assert rank == 0 or "on rank 0" in said, (rank, said)
+        ieee = np.sum(np.stack([refused_input(r) for r in range(N)]).astype(np.float64), axis=0).astype(np.float32)
+        assert np.isposinf(ieee[3]) and ieee[5] > 256
+        np.testing.assert_allclose(reports[rank]["refused"], ieee, rtol=1e-6, atol=1e-6)  # Gloo's IEEE sum, the inf included
+        assert np.array_equal(reports[rank]["refused"], reports[0]["refused"]), "every rank the same sum"
+        assert np.array_equal(reports[rank]["after"], expected_sum([float_input(r, 2) for r in range(N)], N, PARAMETERS.exponent).values)
+        assert reports[rank]["unsummable"]["allreduce torch.float32 SUM the switch cannot carry (Gloo's IEEE sum)"] == 1
     assert reports[0]["ddp_calls"] > 3 and len({reports[rank]["ddp_calls"] for rank in range(N)}) == 1
     kept = [reports[rank]["kept"] for rank in range(N)]
     assert len({len(k) for k in kept}) == 1 and len(kept[0]) >= reports[0]["ddp_calls"]

@@ -16,7 +16,9 @@ loop early or make it wait longer than its deadline.
 Workers of one job make the same sequence of all-reduce calls (the same lengths): sequence
 numbers keep counting from call to call, and the aggregator map keeps what collisions
 re-pointed. After a job that failed (a timeout) the next one needs no reset: its sequences
-are new, so an aggregator the failed one still holds only makes them collide to the PS.
+are new, so an aggregator the failed one still holds only makes them collide to the PS. So
+one client serves a whole training (a DDP backend's, hosts/atp/ddp_client.py), every bucket
+of every step one all-reduce of the same job, the one parameter server answering them all.
 """
 
 from __future__ import annotations
@@ -72,6 +74,14 @@ class ATPClient:
         self._io = PayloadSockets(parameters.k, BATCH_PER_WINDOW * parameters.window, (bind_ipv4, bind_port), ps, switch)
         self._poller = select.poll()
         self._poller.register(self._io.receiving, select.POLLIN)
+
+    @property
+    def rank(self) -> int:
+        return self._config.worker_id
+
+    @property
+    def n_workers(self) -> int:
+        return self._config.n_workers
 
     @property
     def address(self) -> tuple[str, int]:

@@ -1,6 +1,6 @@
 """ATP's worker as a method of the testbed: the class its record names as ``host``
-(methods/atp.py), built by ``hosts.allreduce.build`` as ``cls(spec, rank)``, and the client a
-DDP backend or hook joins the job with (its record's ``client``, hosts/torch_backend.py).
+(methods/atp.py), built by ``hosts.allreduce.build`` as ``cls(spec, rank)``, and the client
+it and a DDP backend or hook (hosts/atp/ddp_client.py) join the job with.
 
 The spec gives the job's parameters (``protocol``), the switch's address (where results come
 from) and the job's parameter server (``servers[0]``: the host the network attached for it).
@@ -32,9 +32,8 @@ class ATPMethod:
 
 
 def atp_client(spec: WorkerSpec, rank: int) -> ATPClient:
-    """Rank ``rank``'s client of the spec's ATP job: the method's, and the DDP backend's and
-    hook's, which keep it for the whole training (every bucket of every step one all-reduce
-    of the same job, its sequences counting on, served by the one parameter server)."""
+    """Rank ``rank``'s client of the spec's ATP job: the method's, and under the DDP backend's
+    and hook's (hosts/atp/ddp_client.py), which keep it for the whole training."""
     parameters = resend_floor(job_parameters(spec, needs_server=True), spec.link_mbps)
     return ATPClient(rank, spec.n_workers, parameters, (spec.servers[0], params.PS_UDP_PORT),
                      (spec.switch_ipv4, params.SWITCH_UDP_PORT), job_deadline_s=spec.job_timeout_s)
