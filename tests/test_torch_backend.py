@@ -44,14 +44,48 @@ def int_input(rank: int) -> np.ndarray:
     return np.arange(50, dtype=np.int32) * (rank + 1) - 7
 
 
+def floats_in_flight(rank: int) -> list[np.ndarray]:
+    """This rank's ``float_input`` tensors all-reduced on the default group, all in flight at once: their sums."""
+    import torch
+    import torch.distributed as dist
+
+    floats = [torch.from_numpy(float_input(rank, i)) for i in range(len(SIZES))]
+    works = [dist.all_reduce(t, async_op=True) for t in floats]
+    assert all(work.wait() for work in works) and all(work.is_completed() for work in works)
+    return [t.numpy().copy() for t in floats]
+
+
+def ddp_steps(rank: int) -> dict:
+    """Three DDP steps with no hook on the default group, several buckets a step: the group's
+    all-reduces they made (``ddp_calls``), this rank's ``parameters`` after them, and every
+    record the group kept (``kept``: inputs, integer sum, values)."""
+    import torch
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hosts.torch_backend import GROUPS
+
+    torch.manual_seed(rank)  # differing starts: DDP broadcasts rank 0's
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+    ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)  # ~2.6k floats a bucket: several in the first step
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls_before = GROUPS[0].records.calls
+    generator = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        optimizer.zero_grad()
+        ddp(torch.randn(8, 20, generator=generator)).sum().backward()
+        optimizer.step()
+    return {"ddp_calls": GROUPS[0].records.calls - calls_before,
+            "parameters": np.concatenate([p.detach().numpy().ravel() for p in model.parameters()]),
+            "kept": [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]}
+
+
 def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -> None:
     """Every claimed call once (their checks local where no switch sum is involved), then a few DDP steps."""
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel
 
     from hosts.switchml import SwitchMLClient
     from hosts.torch_backend import GROUPS, close_groups, register
@@ -65,10 +99,7 @@ def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) 
                             timeout=timedelta(seconds=60))
     try:
         report: dict = {"backend": dist.get_backend()}
-        floats = [torch.from_numpy(float_input(rank, i)) for i in range(len(SIZES))]
-        works = [dist.all_reduce(t, async_op=True) for t in floats]  # all three in flight at once
-        assert all(work.wait() for work in works) and all(work.is_completed() for work in works)
-        report["floats"] = [t.numpy().copy() for t in floats]
+        report["floats"] = floats_in_flight(rank)
         ints = torch.from_numpy(int_input(rank))
         dist.all_reduce(ints)
         report["ints"] = ints.numpy().copy()
@@ -96,19 +127,7 @@ def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) 
         dist.barrier()
         report["fallbacks"] = dict(GROUPS[0].fallbacks)
 
-        torch.manual_seed(rank)  # differing starts: DDP broadcasts rank 0's
-        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
-        ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)  # ~2.6k floats a bucket: several in the first step
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        calls_before = GROUPS[0].records.calls
-        generator = torch.Generator().manual_seed(rank)
-        for _ in range(3):
-            optimizer.zero_grad()
-            ddp(torch.randn(8, 20, generator=generator)).sum().backward()
-            optimizer.step()
-        report["ddp_calls"] = GROUPS[0].records.calls - calls_before
-        report["parameters"] = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
-        report["kept"] = [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]
+        report |= ddp_steps(rank)
         queue.put((rank, report))
     finally:
         dist.destroy_process_group()

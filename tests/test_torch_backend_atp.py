@@ -36,6 +36,7 @@ from protocol.params import REPO_ROOT
 from protocol.worker_spec import WorkerSpec
 from tests.atp_relay import PS_HOST, RelayJob, UDPRelay, job_address, wait_bound
 from tests.conftest import require_torch
+from tests.test_torch_backend import SIZES, ddp_steps, float_input, floats_in_flight
 from tests.test_torch_hook import collect
 
 pytestmark = [pytest.mark.torch]
@@ -47,16 +48,10 @@ NET = 79
 PARAMETERS = ATPParameters(k=K, pool_size=64, job_id=3, window=16, exponent=8, resend_timeout_ms=20.0, congestion_control=True,
                            ecn_threshold=params.DEFAULT_ECN_THRESHOLD)
 """The DDP configs' exponent (methods/atp.py: |x| <= 2^8); a resend timeout above the spawned ranks' scheduling on two cores."""
-SIZES = (1000, 37, 4096)
-"""The float32 tensors all-reduced at once: one longer than the window, one shorter than a packet."""
 TINY = np.float32(1e-9)
 """Below half a unit of the job's scale (2^8 / floor(INT32_MAX / 3) ~ 3.6e-7): flushed to 0."""
 REFUSED = {0: (3, np.inf), 1: (5, 300.0)}
 """rank -> (index, value) its refused tensor holds: an inf, and a value beyond 2^8."""
-
-
-def float_input(rank: int, index: int) -> np.ndarray:
-    return np.random.default_rng(100 * rank + index).normal(size=SIZES[index]).astype(np.float32)
 
 
 def int_input(rank: int) -> np.ndarray:
@@ -87,8 +82,6 @@ def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port
 
     import torch
     import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel
 
     from hosts.atp.client import ATPClient
     from hosts.atp.ddp_client import DDPClient
@@ -102,10 +95,7 @@ def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port
     dist.init_process_group("atp", init_method=f"tcp://127.0.0.1:{store_port}", rank=rank, world_size=N, timeout=timedelta(seconds=60))
     try:
         report: dict = {"backend": dist.get_backend()}
-        floats = [torch.from_numpy(float_input(rank, i)) for i in range(len(SIZES))]
-        works = [dist.all_reduce(t, async_op=True) for t in floats]  # all three in flight at once
-        assert all(work.wait() for work in works) and all(work.is_completed() for work in works)
-        report["floats"] = [t.numpy().copy() for t in floats]
+        report["floats"] = floats_in_flight(rank)  # tensors longer than the window and shorter than a packet
         ints = torch.from_numpy(int_input(rank))
         dist.all_reduce(ints)
         report["ints"] = ints.numpy().copy()
@@ -126,19 +116,7 @@ def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port
         dist.barrier()
         report["fallbacks"] = dict(GROUPS[0].fallbacks)
 
-        torch.manual_seed(rank)  # differing starts: DDP broadcasts rank 0's
-        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
-        ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)  # ~2.6k floats a bucket: several in the first step
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        calls_before = GROUPS[0].records.calls
-        generator = torch.Generator().manual_seed(rank)
-        for _ in range(3):
-            optimizer.zero_grad()
-            ddp(torch.randn(8, 20, generator=generator)).sum().backward()
-            optimizer.step()
-        report["ddp_calls"] = GROUPS[0].records.calls - calls_before
-        report["parameters"] = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
-        report["kept"] = [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]
+        report |= ddp_steps(rank)
         report["packets"] = GROUPS[0].records.stats.packets_sent
 
         refused, after = torch.from_numpy(refused_input(rank)), torch.from_numpy(float_input(rank, 2))

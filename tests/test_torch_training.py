@@ -204,6 +204,65 @@ def test_ddp_trains_through_mininet_with_the_hook_and_with_gloo(tmp_path: Path) 
     assert not leftovers(str(out))
 
 
+TEST_IMAGE = 1 / 360
+"""One of the digits' 360 test images: accuracies closer than this are the same count."""
+
+
+@pytest.mark.torch
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_ddp_trains_through_mininet_on_atp_to_gloos_accuracy(tmp_path: Path) -> None:
+    """As the SwitchML test: 4 DDP ranks, 12 steps with ATP's hook (each bucket one all-reduce
+    of the rank's one ATP job, its PS on srv1 for the whole training) and with Gloo, every step
+    verified against ATP's own exact sums, ATP's parameters next to the exact replay's and its
+    test accuracy Gloo's."""
+    require_torch()
+    if os.geteuid() != 0:
+        pytest.skip("Mininet tests need root")
+    out = tmp_path / "run"
+    argv = experiment_argv(out, "topology.workers=4", "workload.steps=12", *ATP_OVERRIDES, config=CONFIG)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] is True
+    series = {row["series"]: row for row in summary["training"]}
+    assert set(series) == {"exact", "atp", "gloo"}
+    assert series["atp"]["verified"] is True and series["gloo"]["verified"] is True
+    assert series["atp"]["final_param_diff"] < 1e-4  # the job-wide scale's rounding and float32's, 12 steps from the replay
+    assert abs(series["atp"]["final_test_accuracy"] - series["gloo"]["final_test_accuracy"]) < TEST_IMAGE
+    runs = pd.read_csv(out / "runs.csv")
+    atp = runs[(runs["method"] == "atp") & (runs["repetition"] > 0)]
+    assert len(atp) == 12 * 4 and atp["verified"].all() and (atp["packets_sent"] > 0).all()
+    assert not leftovers(str(out))
+
+
+@pytest.mark.torch
+@pytest.mark.mininet
+@pytest.mark.slow
+def test_a_users_ddp_script_on_the_atp_backend_reaches_gloos_accuracy(tmp_path: Path) -> None:
+    """examples/ddp_digits.py on 2 hosts, 40 steps: its init_process_group("gloo") builds the
+    atp backend, whose queue over ATP's client takes every bucket; its last all-reduces
+    verified against ATP's own sums, and its test accuracy Gloo's on the same links."""
+    require_torch()
+    if os.geteuid() != 0:
+        pytest.skip("Mininet tests need root")
+    out = tmp_path / "run"
+    argv = experiment_argv(out, "topology.workers=2", "workload.args=[--steps, 40]", *ATP_OVERRIDES, config=SCRIPT_CONFIG)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout + done.stderr
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == 4 and runs["verified"].all()
+    layers = 64 * 64 + 64 + 64 * 10 + 10  # the example's MLP: one bucket per backward pass
+    assert (runs.groupby("method")["elements"].first() == 40 * layers).all()
+    accuracy = {}
+    for method in ("atp", "gloo"):
+        said = [line for line in (out / "logs" / "point0" / f"{method}-rank0.log").read_text().splitlines() if "test accuracy" in line]
+        assert said, method
+        accuracy[method] = float(said[-1].split("test accuracy ")[1].split()[0])
+    assert abs(accuracy["atp"] - accuracy["gloo"]) < TEST_IMAGE, accuracy
+    assert not leftovers(str(out))
+
+
 @pytest.mark.torch
 @pytest.mark.mininet
 @pytest.mark.slow
