@@ -240,14 +240,15 @@ def test_ddp_trains_through_mininet_on_atp_to_gloos_accuracy(tmp_path: Path) -> 
 @pytest.mark.mininet
 @pytest.mark.slow
 def test_a_users_ddp_script_on_the_atp_backend_reaches_gloos_accuracy(tmp_path: Path) -> None:
-    """examples/ddp_digits.py on 2 hosts, 40 steps: its init_process_group("gloo") builds the
-    atp backend, whose queue over ATP's client takes every bucket; its last all-reduces
-    verified against ATP's own sums, and its test accuracy Gloo's on the same links."""
+    """examples/ddp_digits.py --no-hook on 2 hosts, 40 steps: its init_process_group("gloo")
+    builds the atp backend, whose all-reduce takes DDP's every bucket through ATP's client; its
+    last all-reduces verified against ATP's own sums, and its test accuracy Gloo's on the same links."""
     require_torch()
     if os.geteuid() != 0:
         pytest.skip("Mininet tests need root")
     out = tmp_path / "run"
-    argv = experiment_argv(out, "topology.workers=2", "workload.args=[--steps, 40]", *ATP_OVERRIDES, config=SCRIPT_CONFIG)
+    argv = experiment_argv(out, "topology.workers=2", "workload.args=[--steps, 40, --no-hook]", *ATP_OVERRIDES,
+                           config=SCRIPT_CONFIG)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     runs = pd.read_csv(out / "runs.csv")
