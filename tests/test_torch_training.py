@@ -208,6 +208,15 @@ TEST_IMAGE = 1 / 360
 """One of the digits' 360 test images: accuracies closer than this are the same count."""
 
 
+def ps_sequences(out: Path) -> int:
+    """The sequences ATP's parameter server on srv1 finished over the run, from the statistics
+    it logs on SIGTERM (hosts/atp/server.py)."""
+    stopped = [line for line in (out / "logs" / "point0" / "srv1.log").read_text().splitlines() if "parameter server stopped: " in line]
+    assert len(stopped) == 1, stopped
+    core = json.loads(stopped[0].split("parameter server stopped: ", 1)[1])["core"]
+    return core["sequences_from_switch"] + core["sequences_from_parts"]
+
+
 @pytest.mark.torch
 @pytest.mark.mininet
 @pytest.mark.slow
@@ -233,6 +242,7 @@ def test_ddp_trains_through_mininet_on_atp_to_gloos_accuracy(tmp_path: Path) -> 
     runs = pd.read_csv(out / "runs.csv")
     atp = runs[(runs["method"] == "atp") & (runs["repetition"] > 0)]
     assert len(atp) == 12 * 4 and atp["verified"].all() and (atp["packets_sent"] > 0).all()
+    assert ps_sequences(out) == 12 * -(-(4538 + 1) // 256), "one PS finished every step's sums (the model and the refusal count)"
     assert not leftovers(str(out))
 
 
@@ -240,21 +250,22 @@ def test_ddp_trains_through_mininet_on_atp_to_gloos_accuracy(tmp_path: Path) -> 
 @pytest.mark.mininet
 @pytest.mark.slow
 def test_a_users_ddp_script_on_the_atp_backend_reaches_gloos_accuracy(tmp_path: Path) -> None:
-    """examples/ddp_digits.py --no-hook on 2 hosts, 40 steps: its init_process_group("gloo")
+    """examples/ddp_digits.py --no-hook on 2 hosts, 100 steps: its init_process_group("gloo")
     builds the atp backend, whose all-reduce takes DDP's every bucket through ATP's client; its
     last all-reduces verified against ATP's own sums, and its test accuracy Gloo's on the same links."""
     require_torch()
     if os.geteuid() != 0:
         pytest.skip("Mininet tests need root")
     out = tmp_path / "run"
-    argv = experiment_argv(out, "topology.workers=2", "workload.args=[--steps, 40, --no-hook]", *ATP_OVERRIDES,
+    argv = experiment_argv(out, "topology.workers=2", "workload.args=[--steps, 100, --no-hook]", *ATP_OVERRIDES,
                            config=SCRIPT_CONFIG)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=NETWORK_WAIT_S + 300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     runs = pd.read_csv(out / "runs.csv")
     assert len(runs) == 4 and runs["verified"].all()
     layers = 64 * 64 + 64 + 64 * 10 + 10  # the example's MLP: one bucket per backward pass
-    assert (runs.groupby("method")["elements"].first() == 40 * layers).all()
+    assert (runs.groupby("method")["elements"].first() == 100 * layers).all()
+    assert ps_sequences(out) == 100 * -(-(layers + 1) // 256), "one PS finished every step's sums (the model and the refusal count)"
     accuracy = {}
     for method in ("atp", "gloo"):
         said = [line for line in (out / "logs" / "point0" / f"{method}-rank0.log").read_text().splitlines() if "test accuracy" in line]
