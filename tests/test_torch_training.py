@@ -140,6 +140,8 @@ def test_both_ddp_kinds_take_atp_as_they_take_switchml() -> None:
     for config in (CONFIG, SCRIPT_CONFIG):
         point = load_experiment(config, ATP_OVERRIDES).points[0]
         assert list(point.methods) == ["atp", "gloo"] and "atp" in point.protocol
+        with pytest.raises(ConfigError, match=r"protocol.atp.window must be 1..pool_size \(16\), got 64"):
+            load_experiment(config, ["methods=[atp,gloo]"])  # refused as it loads, not when the workers' specs are made
 
 
 def test_an_atp_step_verifies_its_integer_sums_against_atps_own_quantization(tmp_path: Path) -> None:
