@@ -12,8 +12,8 @@ on it, several buckets a step, its parameters the same on every rank and every b
 exact; and an inf on one rank and a value beyond the job's bound on another giving every rank
 Gloo's IEEE sum at the same call (the ranks' refusal count), the next sum exact again.
 
-Needs the optional torch extra: skipped where it is absent, a failure where
-SWITCHML_REQUIRE_TORCH=1 (.ci/run).
+The backend's test needs the optional torch extra (skipped where it is absent, a failure
+where SWITCHML_REQUIRE_TORCH=1, .ci/run); the refusal count's test beside it needs none.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +39,6 @@ from tests.atp_relay import PS_HOST, RelayJob, UDPRelay, job_address, wait_bound
 from tests.conftest import require_torch
 from tests.test_torch_backend import SIZES, ddp_steps, float_input, floats_in_flight
 from tests.test_torch_hook import collect
-
-pytestmark = [pytest.mark.torch]
 
 N = 3
 K = 32
@@ -131,6 +130,43 @@ def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port
         close_groups()
 
 
+def test_every_rank_learns_of_a_refused_tensor_at_the_same_call_and_the_job_goes_on() -> None:
+    """The refusal count without torch (hosts/atp/ddp_client.py): an inf on rank 0 and a value
+    beyond 2^8 on rank 1 make every rank raise RefusedTensor naming two ranks, after a complete
+    job; the sums before and after are exact, int32 carries no count, and flushed elements
+    are counted."""
+    from hosts.atp.ddp_client import DDPClient, RefusedTensor
+    from tests.test_atp_udp import UDPJob
+
+    def on_every_rank(inputs: list[np.ndarray]) -> list:
+        def one(pair):
+            client, tensor = pair
+            try:
+                return client.allreduce(tensor)
+            except RefusedTensor as refused:
+                return refused
+        with ThreadPoolExecutor(N) as pool:
+            return list(pool.map(one, zip(clients, inputs)))
+
+    with UDPRelay(K, PARAMETERS.pool_size, net=NET + 1) as relay:
+        job = UDPJob(relay, PARAMETERS, N)
+        clients = [DDPClient(client) for client in job.clients]
+        try:
+            before = on_every_rank([float_input(rank, 0) for rank in range(N)])
+            refused = on_every_rank([refused_input(rank) for rank in range(N)])
+            ints = on_every_rank([int_input(rank) for rank in range(N)])
+            after = on_every_rank([tiny_input(rank) for rank in range(N)])
+        finally:
+            job.close()
+    for results, inputs in ((before, [float_input(r, 0) for r in range(N)]), (after, [tiny_input(r) for r in range(N)])):
+        want = expected_sum(inputs, N, PARAMETERS.exponent)
+        assert all(np.array_equal(r.int_sum, want.int_sum) and np.array_equal(r.values, want.values) for r in results)
+    assert all(isinstance(r, RefusedTensor) and r.ranks == 2 and r.stats.packets_sent > 0 for r in refused), refused
+    assert all(np.array_equal(r.int_sum, expected_sum([int_input(x) for x in range(N)], N, PARAMETERS.exponent).int_sum) for r in ints)
+    assert [client.flushed(tiny_input(rank), after[rank]) for rank, client in enumerate(clients)] == [2] * N
+
+
+@pytest.mark.torch
 def test_the_atp_backend_sums_on_the_switch_with_its_ps_and_falls_back_to_gloo_for_the_rest(tmp_path: Path) -> None:
     require_torch()
     ps_ipv4 = job_address(NET, PARAMETERS.job_id, PS_HOST)
