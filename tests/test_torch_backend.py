@@ -80,6 +80,44 @@ def ddp_steps(rank: int) -> dict:
             "kept": [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]}
 
 
+def gloo_calls(rank: int) -> dict[str, int]:
+    """Every call the backend hands to Gloo, once, each checked here (the sums exact in every
+    dtype): the world group's fallback counts after them."""
+    import torch
+    import torch.distributed as dist
+
+    from hosts.torch_backend import GROUPS
+
+    small = [1.0 + rank, 2.0 * rank, -3.0]  # sums exact in every dtype
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        t = torch.tensor(small, dtype=dtype)
+        dist.all_reduce(t)
+        assert t.tolist() == [sum(1.0 + r for r in range(N)), sum(2.0 * r for r in range(N)), -3.0 * N], dtype
+    t = torch.tensor(small)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert t.tolist() == [float(N), 2.0 * (N - 1), -3.0]
+    t = torch.tensor([3.0 * rank])
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    assert t.tolist() == [3.0 * (N - 1) / 2]
+    t = torch.full((4,), float(rank))
+    dist.broadcast(t, src=1)
+    assert t.tolist() == [1.0] * 4
+    gathered = [torch.zeros(2) for _ in range(N)]
+    dist.all_gather(gathered, torch.full((2,), float(rank)))
+    assert [g.tolist() for g in gathered] == [[float(r)] * 2 for r in range(N)]
+    flat = torch.zeros(2 * N)
+    dist.all_gather_into_tensor(flat, torch.full((2,), float(rank)))
+    assert flat.tolist() == [float(r) for r in range(N) for _ in range(2)]
+    dist.barrier()
+    return dict(GROUPS[0].fallbacks)
+
+
+FALLBACKS = {"allreduce torch.float64 SUM": 1, "allreduce torch.float16 SUM": 1, "allreduce torch.bfloat16 SUM": 1,
+             "allreduce torch.float32 MAX": 1, "allreduce torch.float32 AVG": 1, "broadcast": 1, "allgather": 1,
+             "all_gather_single": 1, "barrier": 1}
+"""What ``gloo_calls`` hands to Gloo, by the name the backend counts it under."""
+
+
 def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -> None:
     """Every claimed call once (their checks local where no switch sum is involved), then a few DDP steps."""
     from datetime import timedelta
@@ -88,7 +126,7 @@ def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) 
     import torch.distributed as dist
 
     from hosts.switchml import SwitchMLClient
-    from hosts.torch_backend import GROUPS, close_groups, register
+    from hosts.torch_backend import close_groups, register
 
     def client(group_rank: int, size: int) -> SwitchMLClient:
         return SwitchMLClient(group_rank, size, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
@@ -104,28 +142,7 @@ def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) 
         dist.all_reduce(ints)
         report["ints"] = ints.numpy().copy()
 
-        small = [1.0 + rank, 2.0 * rank, -3.0]  # sums exact in every dtype
-        for dtype in (torch.float64, torch.float16, torch.bfloat16):
-            t = torch.tensor(small, dtype=dtype)
-            dist.all_reduce(t)
-            assert t.tolist() == [sum(1.0 + r for r in range(N)), sum(2.0 * r for r in range(N)), -3.0 * N], dtype
-        t = torch.tensor(small)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        assert t.tolist() == [float(N), 2.0 * (N - 1), -3.0]
-        t = torch.tensor([3.0 * rank])
-        dist.all_reduce(t, op=dist.ReduceOp.AVG)
-        assert t.tolist() == [3.0 * (N - 1) / 2]
-        t = torch.full((4,), float(rank))
-        dist.broadcast(t, src=1)
-        assert t.tolist() == [1.0] * 4
-        gathered = [torch.zeros(2) for _ in range(N)]
-        dist.all_gather(gathered, torch.full((2,), float(rank)))
-        assert [g.tolist() for g in gathered] == [[float(r)] * 2 for r in range(N)]
-        flat = torch.zeros(2 * N)
-        dist.all_gather_into_tensor(flat, torch.full((2,), float(rank)))
-        assert flat.tolist() == [float(r) for r in range(N) for _ in range(2)]
-        dist.barrier()
-        report["fallbacks"] = dict(GROUPS[0].fallbacks)
+        report["fallbacks"] = gloo_calls(rank)
 
         report |= ddp_steps(rank)
         queue.put((rank, report))
@@ -145,9 +162,7 @@ def test_the_switchml_backend_sums_on_the_switch_and_falls_back_to_gloo_for_the_
     for rank in range(N):
         assert np.array_equal(reports[rank]["ints"], sum(int_input(r) for r in range(N)))
         fallbacks = reports[rank]["fallbacks"]
-        assert fallbacks == {"allreduce torch.float64 SUM": 1, "allreduce torch.float16 SUM": 1, "allreduce torch.bfloat16 SUM": 1,
-                             "allreduce torch.float32 MAX": 1, "allreduce torch.float32 AVG": 1, "broadcast": 1,
-                             "allgather": 1, "all_gather_single": 1, "barrier": 1}, fallbacks
+        assert fallbacks == FALLBACKS, fallbacks
         assert np.array_equal(reports[rank]["parameters"], reports[0]["parameters"]), "DDP's ranks diverged"
     # more than one all-reduce a step (the first step's buckets are the small ones; DDP rebuilds them after it)
     assert reports[0]["ddp_calls"] > 3 and len({reports[rank]["ddp_calls"] for rank in range(N)}) == 1

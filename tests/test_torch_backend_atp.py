@@ -6,8 +6,8 @@ between them (tests/atp_relay.py) and the job's parameter server a process of it
 
 What the ranks report for the parent to check against ATP's exact sums
 (protocol/atp/quantize.py's ``expected_sum``: the job-wide scale): float32 and int32 SUM
-through the switch, several in flight; float64, AVG, broadcast and barrier through Gloo,
-each counted as a fallback; elements the job's scale flushed to 0, counted; DDP with no hook
+through the switch, several in flight; the calls SwitchML's backend test hands to Gloo
+(float64, float16, bfloat16, AVG, MAX, broadcast, all_gather, barrier), each counted; elements the job's scale flushed to 0, counted; DDP with no hook
 on it, several buckets a step, its parameters the same on every rank and every bucket's sum
 exact; and an inf on one rank and a value beyond the job's bound on another giving every rank
 Gloo's IEEE sum at the same call (the ranks' refusal count), the next sum exact again.
@@ -37,7 +37,7 @@ from protocol.params import REPO_ROOT
 from protocol.worker_spec import WorkerSpec
 from tests.atp_relay import PS_HOST, RelayJob, UDPRelay, job_address, wait_bound
 from tests.conftest import require_torch
-from tests.test_torch_backend import SIZES, ddp_steps, float_input, floats_in_flight
+from tests.test_torch_backend import FALLBACKS, SIZES, ddp_steps, float_input, floats_in_flight, gloo_calls
 from tests.test_torch_hook import collect
 
 N = 3
@@ -103,17 +103,7 @@ def atp_rank(rank: int, ps: tuple[str, int], switch: tuple[str, int], store_port
         dist.all_reduce(tiny)
         report["tiny"], report["flushed"] = tiny.numpy().copy(), GROUPS[0].records.flushed - flushed_before
 
-        t = torch.tensor([1.0 + rank, -3.0], dtype=torch.float64)
-        dist.all_reduce(t)
-        assert t.tolist() == [sum(1.0 + r for r in range(N)), -3.0 * N]
-        t = torch.tensor([3.0 * rank])
-        dist.all_reduce(t, op=dist.ReduceOp.AVG)
-        assert t.tolist() == [3.0 * (N - 1) / 2]
-        t = torch.full((4,), float(rank))
-        dist.broadcast(t, src=1)
-        assert t.tolist() == [1.0] * 4
-        dist.barrier()
-        report["fallbacks"] = dict(GROUPS[0].fallbacks)
+        report["fallbacks"] = gloo_calls(rank)
 
         report |= ddp_steps(rank)
         report["packets"] = GROUPS[0].records.stats.packets_sent
@@ -208,8 +198,7 @@ def test_the_atp_backend_sums_on_the_switch_with_its_ps_and_falls_back_to_gloo_f
         assert np.array_equal(reports[rank]["ints"], want_ints)
         assert np.array_equal(reports[rank]["tiny"], want_tiny) and reports[rank]["tiny"][[0, 3]].tolist() == [0.0, 0.0]
         assert reports[rank]["flushed"] == 2, "TINY and -TINY * (rank + 1) flushed to 0 at the job's scale"
-        assert reports[rank]["fallbacks"] == {"allreduce torch.float64 SUM": 1, "allreduce torch.float32 AVG": 1, "broadcast": 1,
-                                              "barrier": 1}, reports[rank]["fallbacks"]
+        assert reports[rank]["fallbacks"] == FALLBACKS, reports[rank]["fallbacks"]
         assert np.array_equal(reports[rank]["parameters"], reports[0]["parameters"]), "DDP's ranks diverged"
         assert reports[rank]["packets"] > 0
         ieee = np.sum(np.stack([refused_input(r) for r in range(N)]).astype(np.float64), axis=0).astype(np.float32)
