@@ -7,8 +7,9 @@ on scikit-learn's digits, each rank its own shard, plain SGD) plus the two marke
 The testbed starts one copy per emulated host with the environment torchrun gives (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), and
 ``testbed_hook()`` hands DDP the SwitchML hook (or, for the run's gloo method, Gloo's own
-all-reduce). The two lines are optional (examples/ddp_tutorial.py has none: its process
-group's backend takes the buckets); this script shows the hook API. Its output goes to
+all-reduce). The two lines are optional (examples/ddp_tutorial.py has none, and ``--no-hook``
+skips the hook here: the process group's backend then takes the buckets); this script shows
+the hook API. Its output goes to
 each rank's log in the run's ``logs/``.
 """
 
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.5)
+    parser.add_argument("--no-hook", action="store_true", help="leave DDP's buckets to the process group's backend")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
     torch.set_num_threads(1)
@@ -50,7 +52,8 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10)))
-    model.register_comm_hook(*testbed_hook())  # testbed: every gradient bucket through the switch
+    if not args.no_hook:
+        model.register_comm_hook(*testbed_hook())  # testbed: every gradient bucket through the switch
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     generator = torch.Generator().manual_seed(rank)
     for _ in range(args.steps):

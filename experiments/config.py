@@ -357,6 +357,12 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             if aggregation.name not in target.protocols:
                 raise ConfigError(f"{source}: methods: the {target.name} target has no data plane for {aggregation.label} "
                                   f"(it runs {', '.join(sorted(target.protocols)) or 'no in-network aggregation'})")
+    if not data.get("jobs"):  # shared-switch points give each job its own pool (experiments/kinds/shared_switch.py)
+        for aggregation in methods.aggregations_of(data["methods"]):
+            try:  # what the protocol's record refuses of the section (ATP: a window beyond pool_size), here and not mid-run
+                aggregation.parameters(protocol, None)
+            except ValueError as error:
+                raise ConfigError(f"{source}: {error}") from None
     if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
         raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
     workload_of(data["workload"]).check(data, len(topology.hosts), source)

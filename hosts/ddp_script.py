@@ -11,18 +11,18 @@ spec, which ``hosts.torch_hook.testbed_hook`` reads).
 
 The method decides where the script's collectives go, with no line of the script changed:
 the testbed's backends are registered with torch (hosts/torch_backend.py), and while the
-script runs, its ``init_process_group`` asking for Gloo (or for no backend, for switchml,
-or for NCCL on a host without CUDA) builds the method's backend instead (its record's
-``torch_backend``; hosts/ddp_shapes.py also brings a script's own MASTER_ADDR and the
-tutorial's ``mp.spawn`` to the testbed's rendezvous): for
-``switchml``, a process group whose float32/int32 SUM all-reduces (DDP's gradient buckets
+script runs, its ``init_process_group`` asking for Gloo (or for no backend, for an
+in-network backend, or for NCCL on a host without CUDA) builds the method's backend instead
+(its record's ``torch_backend``; hosts/ddp_shapes.py also brings a script's own MASTER_ADDR
+and the tutorial's ``mp.spawn`` to the testbed's rendezvous): for an in-network method
+(``switchml``, ``atp``), a process group whose float32/int32 SUM all-reduces (DDP's gradient buckets
 among them) go through the switch and everything else through Gloo; for ``gloo``, Gloo
 itself, its float32 and int32 sums recorded. A script may still register ``testbed_hook()`` as its
 DDP hook; the buckets then take the hook's path to the same switch queue.
 
 Then the script runs here, in this process (``runpy``, with ``sys.argv`` its own), so its
 process group is at hand when it returns. The report: the all-reduce statistics of the
-whole script (SwitchML: the library's, added over every all-reduce through the switch;
+whole script (in-network: its client's, added over every all-reduce through the switch;
 Gloo: this host's TCP counters and this process's payload bytes), the elements all-reduced,
 the calls that fell back to Gloo, the script's wall time, and its last all-reduces (every
 rank's inputs, rank 0's sums; hosts/torch_backend.py's ``RECORDED_BYTES``), from which the
@@ -50,7 +50,7 @@ from hosts.ddp_shapes import Rendezvous, script_shapes
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import interface_with_address
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_backend import GROUPS, SwitchClient, SwitchMLProcessGroup, close_groups, fallback_counts, register, switch_client
+from hosts.torch_backend import GROUPS, SwitchClient, SwitchProcessGroup, close_groups, fallback_counts, register, switch_client
 from hosts.torch_hook import SPEC_ENVIRONMENT
 from hosts.training import ARRAYS_RANK, steps
 import methods
@@ -103,7 +103,7 @@ def run_script(script: str) -> None:
         raise RuntimeError(f"{script} called sys.exit({exited.code!r}): exit status 1") from None
 
 
-def world_group(script: Path) -> SwitchMLProcessGroup:
+def world_group(script: Path) -> SwitchProcessGroup:
     """The first process group the script built, which all-reduced through the method."""
     if not GROUPS:
         raise RuntimeError(f"{script} never called torch.distributed.init_process_group: it has no process group to report")

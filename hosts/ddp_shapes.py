@@ -4,8 +4,8 @@ A user's script (hosts/ddp_script.py) runs on every emulated host as that host's
 with torchrun's environment. Scripts meet their ranks in a few common ways, and each is made
 to meet them through the testbed's rendezvous and the run's method while the script runs:
 
-- ``init_process_group`` asking for Gloo, for no backend, or for switchml builds the
-  method's backend (hosts/torch_backend.py). Asking for NCCL does too on a host without
+- ``init_process_group`` asking for Gloo, for no backend, or for an in-network backend
+  (``switchml``, ``atp``) builds the method's backend (hosts/torch_backend.py). Asking for NCCL does too on a host without
   CUDA (every emulated host here): torch's NCCL needs GPUs, and a script that asks for it
   but keeps its tensors on the CPU then runs as it would with Gloo, as the p4app plugin falls
   back to Gloo. On a host with CUDA it is refused: GPU tensors would never cross the switch.

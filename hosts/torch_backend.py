@@ -1,19 +1,21 @@
-"""The testbed's torch.distributed backends: an in-network protocol's (its record's
-``torch_backend``, SwitchML's ``switchml``) sends float32 and int32 SUM all-reduces through
-the switch, everything else through Gloo over the same links.
+"""The testbed's torch.distributed backends: each in-network protocol's (its record's
+``torch_backend``, methods/aggregation.py) sends float32 and int32 SUM all-reduces through the
+switch, everything else through Gloo over the same links.
 
 Registered at torch's documented extension point for third-party process groups,
 ``torch.distributed.Backend.register_backend`` (``register``), so a script's
-``dist.init_process_group("switchml")`` builds a ``SwitchMLProcessGroup``: a Python
+``dist.init_process_group(<backend>)`` builds a ``SwitchProcessGroup``: a Python
 ``dist.ProcessGroup`` whose methods torch's C++ side (DDP's reducer, ``dist.all_reduce``,
-``dist.barrier``, ...) calls like those of a built-in backend.
+``dist.barrier``, ...) calls like those of a built-in backend. Nothing here knows a
+protocol: each rank's client of the switch is its record's ``client``
+(methods/aggregation.py), a ``SwitchClient``.
 
 - ``allreduce`` of one dense CPU float32 or int32 tensor with ``ReduceOp.SUM`` goes to this
-  rank's ``SwitchQueue``: one thread that runs the protocol's client's all-reduces (its
-  record's ``client``, a ``SwitchClient``) one after the other, in the order they were asked
-  for, which is the same on every rank (torch requires every rank to issue its collectives
-  in the same order; SwitchML's library requires the same sequence of calls,
-  hosts/switchml/README.md). The call returns at once
+  rank's ``SwitchQueue``: one thread that runs the client's all-reduces one after the other,
+  in the order they were asked for, which is the same on every rank (torch requires every
+  rank to issue its collectives in the same order, and an in-network job's workers must
+  make the same sequence of calls: their packets' sequence numbers continue from call to
+  call). The call returns at once
   with a work handle (``wait()``, ``get_future()``), so several tensors may be in flight:
   they queue, and the next starts the moment the previous one's last result arrives.
 - Every other collective, dtype (float16, bfloat16, float64, ...) and op (AVG, MAX, ...)
@@ -64,7 +66,7 @@ aggregation protocol's (its record's ``torch_backend``, methods/aggregation.py).
 TESTBED_GLOO = "testbed_gloo"
 """Gloo for every call, its float32 SUM all-reduces recorded for verification."""
 SWITCH_DTYPES = (torch.float32, torch.int32)
-"""What the switch sums (hosts/switchml/client.py): float32 quantized, int32 as is."""
+"""What the switch sums: float32 quantized by the protocol's client, int32 as is."""
 RECORDED_BYTES = 16 * 1024 * 1024
 """The most recent all-reduces kept for verification, up to this many input bytes (at least
 one). Every rank makes the same calls with the same sizes, so every rank keeps the same ones."""
@@ -80,9 +82,14 @@ class SwitchResult(Protocol):
 
 
 class SwitchClient(Protocol):
-    """A rank's client of the switch, as the queue drives it (SwitchML's: hosts/switchml/client.py)."""
+    """A rank's client of the switch, as the queue drives it: one for the rank's whole job, which
+    spans every all-reduce of the training (its protocol record's ``client`` builds it)."""
 
-    def allreduce(self, array: np.ndarray) -> SwitchResult: ...
+    def allreduce(self, array: np.ndarray) -> SwitchResult:
+        """``array``'s sum over the ranks. A tensor the switch cannot carry raises ``Unsummable``
+        (hosts/allreduce.py) on every rank at the same call, which then takes Gloo's IEEE sum;
+        any other error fails this rank's job, and the queue tells the other ranks."""
+        ...
 
     def flushed(self, inputs: np.ndarray, result: Any) -> int:
         """How many nonzero elements of ``inputs`` the result's quantization lost to 0."""
@@ -141,11 +148,12 @@ class Records:
 
     def __init__(self) -> None:
         self.unsummable = 0
-        """Sums the switch could not carry (an inf, a NaN, |x| > 2^126 on some rank), which
+        """Sums the switch could not carry (an inf, a NaN, a value beyond what the protocol's
+        integers carry, on some rank: ``Unsummable``), which
         took Gloo's IEEE sum instead: neither counted in ``calls`` nor kept."""
         self.flushed = 0
-        """This rank's nonzero float32 inputs that block floating point quantized to 0, over
-        every sum through the switch (protocol/quantize.py, ``flushed_to_zero``)."""
+        """This rank's nonzero float32 inputs that the protocol's quantization rounded to 0,
+        over every sum through the switch (its client's ``flushed``)."""
         self.calls = 0
         self.elements = 0
         self.seconds = 0.0
@@ -193,12 +201,14 @@ class AllReduceFailed(RuntimeError):
 
 class IeeeSums:
     """Gloo's IEEE float sum of a tensor the switch cannot carry (``Unsummable``: an inf,
-    a NaN, |x| > 2^126 on some rank), on a Gloo group of its own, built when first needed.
+    a NaN, a value beyond the protocol's integers on some rank), on a Gloo group of its own,
+    built when first needed.
 
     Its own group, because these calls come from the switch queue's thread: on the process
     group's Gloo group they would interleave with the script's own Gloo calls in an order
     that differs from rank to rank. Every rank needs it at the same call of its queue (the
-    lookahead round told them all), so they build it and sum in step."""
+    protocol's client told them all, ``SwitchClient.allreduce``), so they build it and sum in
+    step."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
         self._store, self._rank, self._size, self._timeout = store, rank, size, timeout
@@ -401,7 +411,7 @@ class FutureWork(dist._Work):
 def _falls_back(name: str, gloo_name: str | None = None) -> Callable[..., Any]:
     """A ProcessGroup method that hands its call to the Gloo group unchanged, counted."""
 
-    def method(self: SwitchMLProcessGroup, *args: Any, **kwargs: Any) -> Any:
+    def method(self: SwitchProcessGroup, *args: Any, **kwargs: Any) -> Any:
         self.fallbacks[name] += 1
         return getattr(self.gloo, gloo_name or name)(*args, **kwargs)
 
@@ -409,7 +419,7 @@ def _falls_back(name: str, gloo_name: str | None = None) -> Callable[..., Any]:
     return method
 
 
-class SwitchMLProcessGroup(dist.ProcessGroup):
+class SwitchProcessGroup(dist.ProcessGroup):
     """A torch.distributed process group: SUM all-reduces of float32/int32 through the
     switch when it has a ``switch`` queue, everything else through its Gloo group.
 
@@ -487,11 +497,11 @@ def op_name(op: dist.ReduceOp) -> str:
     return str(op)
 
 
-UNSUMMABLE = "allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)"
+UNSUMMABLE = "allreduce torch.float32 SUM the switch cannot carry (Gloo's IEEE sum)"
 """How the report counts the sums the switch could not carry, beside the group's fallbacks."""
 
 
-def fallback_counts(groups: list[SwitchMLProcessGroup]) -> Counter[str]:
+def fallback_counts(groups: list[SwitchProcessGroup]) -> Counter[str]:
     """The calls every group handed to Gloo, and the sums the switch could not carry (``UNSUMMABLE``)."""
     counts = sum((group.fallbacks for group in groups), start=Counter())
     unsummable = sum(group.switch.records.unsummable for group in groups if group.switch is not None)
@@ -500,7 +510,7 @@ def fallback_counts(groups: list[SwitchMLProcessGroup]) -> Counter[str]:
     return counts
 
 
-GROUPS: list[SwitchMLProcessGroup] = []
+GROUPS: list[SwitchProcessGroup] = []
 """Every group the backends built in this process, first the world's (for the report)."""
 
 
@@ -509,12 +519,12 @@ def register(clients: ClientFactory) -> None:
 
     Called again, it replaces the client factory (torch's registry keeps the last)."""
 
-    def create(name: str) -> Callable[[dist.Store, int, int, timedelta], SwitchMLProcessGroup]:
-        def creator(store: dist.Store, rank: int, size: int, timeout: timedelta) -> SwitchMLProcessGroup:
+    def create(name: str) -> Callable[[dist.Store, int, int, timedelta], SwitchProcessGroup]:
+        def creator(store: dist.Store, rank: int, size: int, timeout: timedelta) -> SwitchProcessGroup:
             switch = None
             if name in SWITCH_BACKENDS and not GROUPS:
                 switch = SwitchQueue(clients(rank, size), IeeeSums(store, rank, size, timeout), FailureBoard(store, rank))
-            group = SwitchMLProcessGroup(name, store, rank, size, timeout, switch)
+            group = SwitchProcessGroup(name, store, rank, size, timeout, switch)
             GROUPS.append(group)
             log.info("rank %d of %d: a %s process group%s", rank, size, name, "" if switch or name not in SWITCH_BACKENDS else " (all on Gloo: not the first group)")
             return group

@@ -1,18 +1,18 @@
-"""DDP communication hooks that all-reduce every gradient bucket through the SwitchML switch, or through Gloo.
+"""DDP communication hooks that all-reduce every gradient bucket through the switch, or through Gloo.
 
 PyTorch's DistributedDataParallel hands each bucket of gradients to a communication hook
 (``model.register_comm_hook(state, hook)``, torch.distributed's documented extension point)
-and waits for the torch Future it returns. ``switchml_allreduce`` submits the bucket's flat
+and waits for the torch Future it returns. ``switch_allreduce`` submits the bucket's flat
 float32 buffer to this rank's ``SwitchQueue`` (hosts/torch_backend.py: one thread running
-the SwitchML client's all-reduces in order; quantized with one exponent per packet,
+the in-network protocol's client's all-reduces in order, its record's ``client``: quantized,
 retransmitted on loss, summed by the switch) and returns at once a Future that completes
 with the sum divided by the world size, the average DDP's own all-reduce returns. So the
 backward pass goes on computing the next buckets' gradients while the switch sums this
 one, and the buckets queue behind each other. The process group DDP is built on still
 serves its start-up broadcast of rank 0's parameters; every gradient goes through the switch.
 
-Why every rank submits the same sequence of all-reduces, as the SwitchML library requires
-(hosts/switchml/README.md: set and seq continue from call to call): DDP assigns parameters
+Why every rank submits the same sequence of all-reduces, as an in-network job's workers
+must (their packets' sequence numbers continue from call to call): DDP assigns parameters
 to buckets from the model's parameter order and sizes alone (rebuilt once after the first
 iteration, from the order rank 0 saw, which it broadcasts), so ranks of the same model have
 the same buckets; and its reducer launches a bucket's all-reduce only when every bucket of
@@ -52,7 +52,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from base.plugin import resolve
 from hosts.stats import JobStats, added
-from hosts.torch_backend import Reduction, SwitchMLProcessGroup, SwitchQueue, switch_client
+from hosts.torch_backend import Reduction, SwitchProcessGroup, SwitchQueue, switch_client
 import methods
 from protocol.worker_spec import WorkerSpec
 
@@ -66,7 +66,7 @@ SPEC_ENVIRONMENT = "SWITCHML_WORKER_SPEC"
 class BucketAllReduce(Reduction):
     """One bucket's all-reduce on this rank: a ``Reduction`` of its float32 gradients (a
     copy) and its place in DDP's order; Gloo's ``values`` are the average DDP's own hook
-    returns, SwitchML's the sum before the division by the world size."""
+    returns, the switch's the sum before the division by the world size."""
 
     index: int
 
@@ -103,8 +103,8 @@ class HookState:
         return sorted(taken, key=lambda bucket: bucket.index)
 
 
-class SwitchMLHookState(HookState):
-    """The SwitchML hook's state: this rank's queue of all-reduces through the switch."""
+class SwitchHookState(HookState):
+    """The switch's hook's state: this rank's queue of all-reduces through the switch."""
 
     def __init__(self, switch: SwitchQueue, world_size: int, keep: bool = True) -> None:
         super().__init__(world_size, keep)
@@ -120,7 +120,7 @@ class GlooHookState(HookState):
 
 
 def step_stats(buckets: list[BucketAllReduce]) -> JobStats:
-    """The SwitchML statistics of some buckets (one step's), added up."""
+    """The switch client's statistics of some buckets (one step's), added up."""
     total = JobStats()
     for bucket in buckets:
         if bucket.stats is not None:
@@ -128,7 +128,7 @@ def step_stats(buckets: list[BucketAllReduce]) -> JobStats:
     return total
 
 
-def switchml_allreduce(state: SwitchMLHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def switch_allreduce(state: SwitchHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP's communication hook: the future of the bucket's average over the ranks, summed by the switch."""
     buffer = bucket.buffer()
     if buffer.dtype != torch.float32:
@@ -158,14 +158,15 @@ def gloo_allreduce(state: GlooHookState, bucket: dist.GradBucket) -> torch.futur
     return allreduce_hook(state.group, bucket).then(finished)
 
 
-def switchml_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep: bool) -> tuple[HookState, Hook]:
-    """The SwitchML method's DDP hook (its ``Method.ddp_hook``): buckets through the switch,
-    on the queue of ``group`` when it is a switchml process group (one client per rank), else on one of its own."""
-    if isinstance(group, SwitchMLProcessGroup) and group.switch is not None:
+def switch_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep: bool) -> tuple[HookState, Hook]:
+    """An in-network method's DDP hook (its ``Method.ddp_hook``): buckets through the switch,
+    on the queue of ``group`` when it is the method's process group (one client per rank), else
+    on one of its own over the client its record's ``client`` builds."""
+    if isinstance(group, SwitchProcessGroup) and group.switch is not None:
         switch = group.switch
     else:
         switch = SwitchQueue(switch_client(spec, rank))
-    return SwitchMLHookState(switch, spec.n_workers, keep), switchml_allreduce
+    return SwitchHookState(switch, spec.n_workers, keep), switch_allreduce
 
 
 def gloo_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep: bool) -> tuple[HookState, Hook]:
@@ -184,7 +185,7 @@ def method_hook(spec: WorkerSpec, rank: int, group: dist.ProcessGroup, keep: boo
 def testbed_hook() -> tuple[HookState, Hook]:
     """(state, hook) for ``model.register_comm_hook(*testbed_hook())`` in a user's DDP script
     that the testbed runs on an emulated host (workload kind ddp_script, hosts/ddp_script.py),
-    after ``torch.distributed.init_process_group``: the SwitchML hook on the default group's
+    after ``torch.distributed.init_process_group``: the switch's hook on the default group's
     switch queue, or Gloo's own all-reduce when the run's method is gloo. A script without
     it runs the same way through its process group's backend; the hook is for those who
     want the switch's all-reduce behind DDP's hook API."""

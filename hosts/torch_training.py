@@ -8,8 +8,9 @@ training's shards and draws, workloads/training.py), runs forward and backward, 
 which DDP all-reduces the gradient buckets, and applies the average with SGD. The
 all-reduce is the method's:
 
-- ``switchml``: the SwitchML communication hook (hosts/torch_hook.py) through the switch,
-  asynchronous: DDP goes on with the backward pass while the buckets queue on the switch;
+- an in-network method (``switchml``, ``atp``): the switch's communication hook
+  (hosts/torch_hook.py) over the protocol's client, asynchronous: DDP goes on with the
+  backward pass while the buckets queue on the switch;
 - ``gloo``: Gloo's own all-reduce, through torch's ``allreduce_hook``, which its
   documentation says gives the results of DDP without a hook (it is what DDP does by
   default), timed from the bucket's launch to the completion of Gloo's future.
@@ -19,14 +20,14 @@ The conversation is hosts/training.py's (ready, ``go <step>``, ``done``, ``exit`
     {"event": "done", "repetition": step, "stats": {...}, "compute_s": s,
      "digests": {"parameters": .., "int_sum": ..}, "buckets": "inputs.npz"}   (its buckets' gradients)
     rank 0 also: "evaluation": [loss, train accuracy, test accuracy], "parameters": "params.npy",
-                 "sums": "sums.npz" (switchml: each bucket's int32 sum and float32 values;
+                 "sums": "sums.npz" (in-network: each bucket's int32 sum and float32 values;
                  gloo: each bucket's average)
 
-so the runner verifies each bucket's all-reduce from every rank's inputs (SwitchML's
-integer sums bit for bit, Gloo's within the float32 bound), checks that every rank holds
-rank 0's parameters, and compares those with its exact replay. The step's statistics are
-its all-reduces' (``tat_s`` their time, the rest of the step ``compute_s``): SwitchML's
-from the library, Gloo's from the kernel's TCP counters of this host and the payload bytes
+so the runner verifies each bucket's all-reduce from every rank's inputs (the switch's
+integer sums bit for bit against the protocol's own quantization, Gloo's within the
+float32 bound), checks that every rank holds rank 0's parameters, and compares those with
+its exact replay. The step's statistics are its all-reduces' (``tat_s`` their time, the
+rest of the step ``compute_s``): an in-network method's from its client, Gloo's from the kernel's TCP counters of this host and the payload bytes
 of this process's sockets, as the gloo method counts them.
 """
 
@@ -47,7 +48,7 @@ from torch.nn.parallel import DistributedDataParallel
 from hosts.events import emit, emit_ready
 from hosts.gloo_allreduce import join_gloo_group
 from hosts.tcp_counters import ProcessTcpMeter
-from hosts.torch_hook import SwitchMLHookState, method_hook, step_stats
+from hosts.torch_hook import SwitchHookState, method_hook, step_stats
 from hosts.training import ARRAYS_RANK, steps, training_inputs
 from protocol.worker_spec import WorkerSpec
 from workloads.torch_cnn import batch_loss, build_model, evaluate, flat_parameters
@@ -78,7 +79,7 @@ def serve_torch_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
             event: dict[str, Any] = {"event": "done", "repetition": step, "digests": {"parameters": array_digest(params)}}
             buckets = hook.take()
             inputs = [b.inputs for b in buckets]
-            if isinstance(hook, SwitchMLHookState):
+            if isinstance(hook, SwitchHookState):
                 stats = step_stats(buckets)
                 sums = {f"int_sum{i}": b.int_sum for i, b in enumerate(buckets)} | {f"values{i}": b.values for i, b in enumerate(buckets)}
                 event["digests"]["int_sum"] = array_digest(np.concatenate([b.int_sum for b in buckets]))
@@ -96,6 +97,6 @@ def serve_torch_training(spec: WorkerSpec, rank: int, spec_path: Path) -> None:
                 np.savez(event["sums"], **sums)
             emit(event)
     finally:
-        if isinstance(hook, SwitchMLHookState):
+        if isinstance(hook, SwitchHookState):
             hook.switch.close()
         dist.destroy_process_group()

@@ -82,9 +82,10 @@ AGGREGATION = Aggregation(
     reset_switch="switches.atp.programming:reset_job_state", properties=PROPERTIES, expected_sum=job_expected_sum,
     servers_per_job=1, server="hosts.atp.server:serve", switch_address=False, core="hosts.atp.core:WorkerHostCore",
     server_core="hosts.atp.core:ServerHostCore", program_fabric="switches.atp.programming:program_fabric",
-    event_counters="switches.atp.programming:read_event_counters",
+    event_counters="switches.atp.programming:read_event_counters", client="hosts.atp.ddp_client:ddp_client",
+    ddp_hook="hosts.torch_hook:switch_hook", torch_backend="atp",
 )
 """ATP as an in-network aggregation protocol (methods/aggregation.py): SwitchML's k, so the two
-designs' frames compare; one parameter server per job."""
+designs' frames compare; one parameter server per job; DDP through the ``atp`` backend or hook."""
 
 ATP = in_network(AGGREGATION, name=NAME, label="ATP", colour="tab:purple", verify=verification.own_integer_sum(NAME), bound=bound)

@@ -129,7 +129,7 @@ AGGREGATION = Aggregation(
     reset_switch="switches.programming:reset_job_state", program_fabric="switches.programming:program_fabric",
     waiting_evidence="network.evidence:slots_evidence", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions", client="hosts.switchml.method:switchml_client",
-    ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml",
+    ddp_hook="hosts.torch_hook:switch_hook", torch_backend="switchml",
     event_counters="switches.programming:read_event_counters", simulated_host="simulation.switchml:simulated_worker",
 )
 """SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""

@@ -44,17 +44,89 @@ def int_input(rank: int) -> np.ndarray:
     return np.arange(50, dtype=np.int32) * (rank + 1) - 7
 
 
+def floats_in_flight(rank: int) -> list[np.ndarray]:
+    """This rank's ``float_input`` tensors all-reduced on the default group, all in flight at once: their sums."""
+    import torch
+    import torch.distributed as dist
+
+    floats = [torch.from_numpy(float_input(rank, i)) for i in range(len(SIZES))]
+    works = [dist.all_reduce(t, async_op=True) for t in floats]
+    assert all(work.wait() for work in works) and all(work.is_completed() for work in works)
+    return [t.numpy().copy() for t in floats]
+
+
+def ddp_steps(rank: int) -> dict:
+    """Three DDP steps with no hook on the default group, several buckets a step: the group's
+    all-reduces they made (``ddp_calls``), this rank's ``parameters`` after them, and every
+    record the group kept (``kept``: inputs, integer sum, values)."""
+    import torch
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from hosts.torch_backend import GROUPS
+
+    torch.manual_seed(rank)  # differing starts: DDP broadcasts rank 0's
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
+    ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)  # ~2.6k floats a bucket: several in the first step
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls_before = GROUPS[0].records.calls
+    generator = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        optimizer.zero_grad()
+        ddp(torch.randn(8, 20, generator=generator)).sum().backward()
+        optimizer.step()
+    return {"ddp_calls": GROUPS[0].records.calls - calls_before,
+            "parameters": np.concatenate([p.detach().numpy().ravel() for p in model.parameters()]),
+            "kept": [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]}
+
+
+def gloo_calls(rank: int) -> dict[str, int]:
+    """Every call the backend hands to Gloo, once, each checked here (the sums exact in every
+    dtype): the world group's fallback counts after them."""
+    import torch
+    import torch.distributed as dist
+
+    from hosts.torch_backend import GROUPS
+
+    small = [1.0 + rank, 2.0 * rank, -3.0]  # sums exact in every dtype
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        t = torch.tensor(small, dtype=dtype)
+        dist.all_reduce(t)
+        assert t.tolist() == [sum(1.0 + r for r in range(N)), sum(2.0 * r for r in range(N)), -3.0 * N], dtype
+    t = torch.tensor(small)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert t.tolist() == [float(N), 2.0 * (N - 1), -3.0]
+    t = torch.tensor([3.0 * rank])
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    assert t.tolist() == [3.0 * (N - 1) / 2]
+    t = torch.full((4,), float(rank))
+    dist.broadcast(t, src=1)
+    assert t.tolist() == [1.0] * 4
+    gathered = [torch.zeros(2) for _ in range(N)]
+    dist.all_gather(gathered, torch.full((2,), float(rank)))
+    assert [g.tolist() for g in gathered] == [[float(r)] * 2 for r in range(N)]
+    flat = torch.zeros(2 * N)
+    dist.all_gather_into_tensor(flat, torch.full((2,), float(rank)))
+    assert flat.tolist() == [float(r) for r in range(N) for _ in range(2)]
+    dist.barrier()
+    return dict(GROUPS[0].fallbacks)
+
+
+FALLBACKS = {"allreduce torch.float64 SUM": 1, "allreduce torch.float16 SUM": 1, "allreduce torch.bfloat16 SUM": 1,
+             "allreduce torch.float32 MAX": 1, "allreduce torch.float32 AVG": 1, "broadcast": 1, "allgather": 1,
+             "all_gather_single": 1, "barrier": 1}
+"""What ``gloo_calls`` hands to Gloo, by the name the backend counts it under."""
+
+
 def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -> None:
     """Every claimed call once (their checks local where no switch sum is involved), then a few DDP steps."""
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel
 
     from hosts.switchml import SwitchMLClient
-    from hosts.torch_backend import GROUPS, close_groups, register
+    from hosts.torch_backend import close_groups, register
 
     def client(group_rank: int, size: int) -> SwitchMLClient:
         return SwitchMLClient(group_rank, size, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
@@ -65,50 +137,14 @@ def backend_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) 
                             timeout=timedelta(seconds=60))
     try:
         report: dict = {"backend": dist.get_backend()}
-        floats = [torch.from_numpy(float_input(rank, i)) for i in range(len(SIZES))]
-        works = [dist.all_reduce(t, async_op=True) for t in floats]  # all three in flight at once
-        assert all(work.wait() for work in works) and all(work.is_completed() for work in works)
-        report["floats"] = [t.numpy().copy() for t in floats]
+        report["floats"] = floats_in_flight(rank)
         ints = torch.from_numpy(int_input(rank))
         dist.all_reduce(ints)
         report["ints"] = ints.numpy().copy()
 
-        small = [1.0 + rank, 2.0 * rank, -3.0]  # sums exact in every dtype
-        for dtype in (torch.float64, torch.float16, torch.bfloat16):
-            t = torch.tensor(small, dtype=dtype)
-            dist.all_reduce(t)
-            assert t.tolist() == [sum(1.0 + r for r in range(N)), sum(2.0 * r for r in range(N)), -3.0 * N], dtype
-        t = torch.tensor(small)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        assert t.tolist() == [float(N), 2.0 * (N - 1), -3.0]
-        t = torch.tensor([3.0 * rank])
-        dist.all_reduce(t, op=dist.ReduceOp.AVG)
-        assert t.tolist() == [3.0 * (N - 1) / 2]
-        t = torch.full((4,), float(rank))
-        dist.broadcast(t, src=1)
-        assert t.tolist() == [1.0] * 4
-        gathered = [torch.zeros(2) for _ in range(N)]
-        dist.all_gather(gathered, torch.full((2,), float(rank)))
-        assert [g.tolist() for g in gathered] == [[float(r)] * 2 for r in range(N)]
-        flat = torch.zeros(2 * N)
-        dist.all_gather_into_tensor(flat, torch.full((2,), float(rank)))
-        assert flat.tolist() == [float(r) for r in range(N) for _ in range(2)]
-        dist.barrier()
-        report["fallbacks"] = dict(GROUPS[0].fallbacks)
+        report["fallbacks"] = gloo_calls(rank)
 
-        torch.manual_seed(rank)  # differing starts: DDP broadcasts rank 0's
-        model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 5))
-        ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)  # ~2.6k floats a bucket: several in the first step
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        calls_before = GROUPS[0].records.calls
-        generator = torch.Generator().manual_seed(rank)
-        for _ in range(3):
-            optimizer.zero_grad()
-            ddp(torch.randn(8, 20, generator=generator)).sum().backward()
-            optimizer.step()
-        report["ddp_calls"] = GROUPS[0].records.calls - calls_before
-        report["parameters"] = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
-        report["kept"] = [(r.inputs, r.int_sum, r.values) for r in GROUPS[0].records.kept()]
+        report |= ddp_steps(rank)
         queue.put((rank, report))
     finally:
         dist.destroy_process_group()
@@ -126,9 +162,7 @@ def test_the_switchml_backend_sums_on_the_switch_and_falls_back_to_gloo_for_the_
     for rank in range(N):
         assert np.array_equal(reports[rank]["ints"], sum(int_input(r) for r in range(N)))
         fallbacks = reports[rank]["fallbacks"]
-        assert fallbacks == {"allreduce torch.float64 SUM": 1, "allreduce torch.float16 SUM": 1, "allreduce torch.bfloat16 SUM": 1,
-                             "allreduce torch.float32 MAX": 1, "allreduce torch.float32 AVG": 1, "broadcast": 1,
-                             "allgather": 1, "all_gather_single": 1, "barrier": 1}, fallbacks
+        assert fallbacks == FALLBACKS, fallbacks
         assert np.array_equal(reports[rank]["parameters"], reports[0]["parameters"]), "DDP's ranks diverged"
     # more than one all-reduce a step (the first step's buckets are the small ones; DDP rebuilds them after it)
     assert reports[0]["ddp_calls"] > 3 and len({reports[rank]["ddp_calls"] for rank in range(N)}) == 1
@@ -303,7 +337,7 @@ def test_an_inf_or_nan_on_one_rank_gives_every_rank_the_ieee_sum() -> None:
         assert reports[rank]["calls"] == 3
         assert reports[rank]["example"][[0, 2, 3, 4]].tolist() == [0.0] * 4 and reports[rank]["example"][1] > 5e20
         assert reports[rank]["flushed"] == 3, "1e-20, -3.5 and 123456.789 times rank + 1: flushed beside 1e20"
-        assert reports[rank]["fallbacks"] == {"allreduce torch.float32 SUM with an inf or NaN (Gloo's IEEE sum)": 1}
+        assert reports[rank]["fallbacks"] == {"allreduce torch.float32 SUM the switch cannot carry (Gloo's IEEE sum)": 1}
 
 
 FAILING_CALL = 2

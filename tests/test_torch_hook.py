@@ -41,7 +41,7 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
 
     from hosts.switchml import SwitchMLClient
     from hosts.torch_backend import SwitchQueue
-    from hosts.torch_hook import SwitchMLHookState, switchml_allreduce
+    from hosts.torch_hook import SwitchHookState, switch_allreduce
     from workloads.torch_cnn import batch_loss, build_model, flat_parameters
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{store_port}", rank=rank, world_size=N,
@@ -53,8 +53,8 @@ def hooked_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queue) -
         client = SwitchMLClient(rank, N, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
                                 bind_port=BIND_PORT + rank, k=K, pool_size=POOL, retransmit=LOSSLESS, job_deadline_s=20)
         switch = SwitchQueue(client)
-        state = SwitchMLHookState(switch, N)
-        ddp.register_comm_hook(state, switchml_allreduce)
+        state = SwitchHookState(switch, N)
+        ddp.register_comm_hook(state, switch_allreduce)
         optimizer = torch.optim.SGD(model.parameters(), lr=CONFIG.learning_rate)
         reports = [("start", flat_parameters(model))]
         for step in range(1, STEPS + 1):
@@ -154,7 +154,7 @@ def overlapped_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queu
 
     from hosts.switchml import SwitchMLClient
     from hosts.torch_backend import SwitchQueue
-    from hosts.torch_hook import SwitchMLHookState, switchml_allreduce
+    from hosts.torch_hook import SwitchHookState, switch_allreduce
 
     class SlowBackward(torch.autograd.Function):
         @staticmethod
@@ -185,8 +185,8 @@ def overlapped_rank(rank: int, switch_port: int, store_port: int, queue: mp.Queu
         client = SwitchMLClient(rank, OVERLAP_N, JOB, "127.0.0.1", switch_port=switch_port, bind_ipv4="127.0.0.1",
                                 bind_port=BIND_PORT + rank, k=K, pool_size=POOL, retransmit=LOSSLESS, job_deadline_s=20)
         switch = SwitchQueue(client)
-        state = SwitchMLHookState(switch, OVERLAP_N)
-        ddp.register_comm_hook(state, switchml_allreduce)
+        state = SwitchHookState(switch, OVERLAP_N)
+        ddp.register_comm_hook(state, switch_allreduce)
         x = torch.randn(4, OVERLAP_WIDTH, requires_grad=True)  # its gradient makes the first layer's SlowBackward run too
         steps = []
         for step in range(OVERLAP_STEPS + 1):  # the first step's buckets are DDP's provisional ones

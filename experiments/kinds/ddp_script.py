@@ -1,16 +1,20 @@
 """Running a user's own DDP script (workload kind ``ddp_script``) on the emulated hosts.
 
 Per method, one rank of the script per host (hosts/ddp_script.py), on one network, once:
-the script's process group is the method's backend (``switchml``: float32/int32 sums
-through the switch, the rest on Gloo; ``gloo``: Gloo), whether or not the script registers
+the script's process group is the method's backend (an in-network method's, ``switchml`` or
+``atp``: float32/int32 sums through the switch, the rest on Gloo; ``gloo``: Gloo), whether
+or not the script registers
 ``testbed_hook()``, so the same unmodified script compares the two on the same links.
 The run is one job per method in the usual tables: runs.csv's row of a rank counts every
 all-reduce of the script through the method (``tat_s`` their time, ``elements`` all their
 elements, packets, retransmissions and bytes), and its ``verified`` is the script's last
 all-reduces verified from every rank's inputs (experiments/kinds/torch_training.py's
-``verify_buckets``: SwitchML's integer sums bit for bit, Gloo's sums within the float32
-bound). The calls that fell back to Gloo are counted in the log, and so are the input
-elements block floating point flushed to 0 (docs/pytorch.md). The script's own output
+``verify_buckets``: an in-network method's integer sums bit for bit against its protocol's
+own quantization, ``methods.own_sums``; Gloo's sums within the float32 bound). The calls
+that fell back to Gloo are counted in the log, and so are the input elements the
+protocol's quantization flushed to 0 (docs/pytorch.md). A protocol whose jobs need servers
+(ATP's parameter server) has them started on their hosts around the workers, as for every
+kind (``PointNetwork.workers``). The script's own output
 is in each rank's log (``logs/point0/<method>-rank<r>.log``).
 """
 
@@ -69,7 +73,7 @@ class ScriptRunner:
             meter.start()
             group.release(1)
             reports = group.collect("done", held.job_limit(method), grace_s=REPORT_GRACE_S)
-            verdicts = verify_buckets(method, reports, self.point.job.k)
+            verdicts = verify_buckets(method, reports, self.point.job.k, methods.own_sums(self.point.methods, self.point.protocol))
             self.writer.add_repetition(self.point, method, 1, reports, verdicts, meter.stop(), held.loss_mechanism,
                                        elements=reports[0]["elements"])
             group.finish()
@@ -79,9 +83,9 @@ class ScriptRunner:
         fallbacks = reports[0]["fallbacks"]
         log.info("%s: %d all-reduces through the method, %d calls fell back to Gloo (rank 0%s)", method, reports[0]["all_reduces"],
                  sum(fallbacks.values()), "".join(f"; {name}: {count}" for name, count in sorted(fallbacks.items())))
-        if methods.by_name(method).aggregation is not None:  # the switch sums integers: block floating point
+        if methods.by_name(method).aggregation is not None:  # the switch sums integers: quantized floats
             flushed = [report["flushed"] for report in reports]
-            log.info("%s: block floating point flushed %d nonzero input elements to 0 (by rank: %s; docs/pytorch.md)", method,
+            log.info("%s: quantization flushed %d nonzero input elements to 0 (by rank: %s; docs/pytorch.md)", method,
                      sum(flushed), ", ".join(map(str, flushed)))
         log.info("%s: %s ran %.1f s, %.1f s of it all-reducing %d elements (slowest rank)", method,
                  self.script.name, max(r["script_s"] for r in reports), max(r["stats"]["tat_s"] for r in reports),

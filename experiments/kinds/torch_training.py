@@ -1,5 +1,6 @@
 """Running a ``torch`` workload: a PyTorch model trained with DistributedDataParallel on the
-emulated hosts, once per method: the SwitchML communication hook, and Gloo's own all-reduce.
+emulated hosts, once per method: an in-network method's communication hook (SwitchML's,
+ATP's: the switch's all-reduce over the protocol's client), and Gloo's own all-reduce.
 
 Before the network is built, the exact reference is replayed in this process
 (experiments/kinds/torch_replay.py: the ranks' gradients averaged in float64) and its
@@ -8,8 +9,10 @@ trains step by step (hosts/torch_training.py), released by the runner as the num
 training is (experiments/kinds/training.py's ``StepTrainingRunner``). The runner cannot
 compute the ranks' gradients itself (torch's kernels are theirs), so each rank reports its
 buckets' gradients, and every step is checked from them (``verify_torch_step``): each
-bucket's all-reduce as any all-reduce is -- SwitchML's integer sums bit for bit against
-the quantized inputs, Gloo's average within the float32 summation bound -- and every rank
+bucket's all-reduce as any all-reduce is -- an in-network method's integer sums bit for bit
+against the inputs quantized as its protocol quantizes them (SwitchML's block floating
+point, ATP's job-wide scale: ``methods.own_sums``), Gloo's average within the float32
+summation bound -- and every rank
 must hold rank 0's parameters (digests), which are compared with the exact replay's.
 
 torch is imported when a runner is built, never when this module is: the kinds registry
@@ -20,14 +23,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from experiments.harness import ExperimentKind
 from experiments.kinds.training import Evaluation, StepTrainingRunner, step_row, training_report
 from experiments.kinds.training_results import EXACT, TrainingResultsWriter
-from methods.verification import Verdict, expected_for
+from methods.verification import OwnSum, Verdict, expected_for
 from hosts.training import ARRAYS_RANK
 import methods
 from workloads.training import array_digest
@@ -50,23 +53,24 @@ class TorchTrainingRunner(StepTrainingRunner):
         return exact
 
     def _step_check(self, method: str, exact: TorchTrajectory) -> ReportCheck:
-        return ReportCheck(method, self.point.job.k, exact)
+        return ReportCheck(method, self.point.job.k, exact, methods.own_sums(self.point.methods, self.point.protocol))
 
 
 class ReportCheck:
     """A DDP method's steps checked from its ranks' reports, against the exact replay."""
 
-    def __init__(self, method: str, k: int, exact: TorchTrajectory) -> None:
+    def __init__(self, method: str, k: int, exact: TorchTrajectory, own: Mapping[str, OwnSum]) -> None:
         self.method = method
         self.k = k
         self.exact = exact
+        self.own = own
 
     def start(self) -> tuple[Evaluation, float]:
         """DDP starts every rank from rank 0's parameters, which are the replay's (the same seeded model)."""
         return tuple(self.exact.evaluations[0]), 0.0
 
     def step(self, step: int, reports: list[dict[str, Any]]) -> tuple[list[Verdict], Evaluation, float]:
-        verdicts, params = verify_torch_step(self.method, reports, self.k)
+        verdicts, params = verify_torch_step(self.method, reports, self.k, self.own)
         diff = float(np.max(np.abs(params.astype(np.float64) - self.exact.params[step])))
         return verdicts, tuple(reports[ARRAYS_RANK]["evaluation"]), diff
 
@@ -87,11 +91,13 @@ def take_sums(report: dict[str, Any]) -> dict[str, np.ndarray]:
     return sums
 
 
-def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: dict[str, str] | None = None) -> list[Verdict]:
+def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, own: Mapping[str, OwnSum] | None = None,
+                   shared: dict[str, str] | None = None) -> list[Verdict]:
     """Every rank's verdict on one backward pass's all-reduces, from its reports' bucket files.
 
-    Each bucket's expected sum comes from every rank's inputs (protocol/quantize.py's, for
-    SwitchML); rank 0's result is verified as the method's results are. Gloo's hook returns
+    Each bucket's expected sum comes from every rank's inputs (protocol/quantize.py's, and
+    ``own``'s for a protocol that quantizes its own way: ``methods.own_sums``, as the sweep
+    verifies); rank 0's result is verified as the method's results are. Gloo's hook returns
     the average: multiplied back by n (exact in float64), it is checked against the float64
     sum with the bound of n + 1 float32 roundings (the division by n before the sum is one
     more); a process group's records (``sum<i>``, a user's script) are sums, checked as they are.
@@ -106,7 +112,7 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
         return [Verdict(False, float("inf"), f"the ranks all-reduced different numbers of buckets: {[len(b) for b in inputs]}")] * n
     bucket_verdicts = []
     for index in range(len(inputs[0])):
-        expected = expected_for([buckets[index] for buckets in inputs], k)
+        expected = expected_for([buckets[index] for buckets in inputs], k, own)
         if registered.aggregation is not None:  # the hook reports the network's integer sums
             verdict = registered.verify(expected, sums[f"values{index}"], sums[f"int_sum{index}"])
         elif f"sum{index}" in sums:  # a process group's float sum (hosts/torch_backend.py)
@@ -134,12 +140,13 @@ def verify_buckets(method: str, reports: list[dict[str, Any]], k: int, shared: d
     return verdicts
 
 
-def verify_torch_step(method: str, reports: list[dict[str, Any]], k: int) -> tuple[list[Verdict], np.ndarray]:
+def verify_torch_step(method: str, reports: list[dict[str, Any]], k: int,
+                      own: Mapping[str, OwnSum] | None = None) -> tuple[list[Verdict], np.ndarray]:
     """Every rank's verdict on one DDP step (its buckets, and rank 0's parameters on every
-    rank), and rank 0's parameters after it."""
+    rank), and rank 0's parameters after it (``own``: as ``verify_buckets``)."""
     params = np.load(reports[ARRAYS_RANK]["parameters"])
     Path(reports[ARRAYS_RANK]["parameters"]).unlink()
-    return verify_buckets(method, reports, k, {"parameters": array_digest(params)}), params
+    return verify_buckets(method, reports, k, own, {"parameters": array_digest(params)}), params
 
 
 KIND = ExperimentKind(

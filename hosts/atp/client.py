@@ -16,7 +16,9 @@ loop early or make it wait longer than its deadline.
 Workers of one job make the same sequence of all-reduce calls (the same lengths): sequence
 numbers keep counting from call to call, and the aggregator map keeps what collisions
 re-pointed. After a job that failed (a timeout) the next one needs no reset: its sequences
-are new, so an aggregator the failed one still holds only makes them collide to the PS.
+are new, so an aggregator the failed one still holds only makes them collide to the PS. So
+one client serves a whole training (a DDP backend's, hosts/atp/ddp_client.py), every bucket
+of every step one all-reduce of the same job, the one parameter server answering them all.
 """
 
 from __future__ import annotations
@@ -74,6 +76,14 @@ class ATPClient:
         self._poller.register(self._io.receiving, select.POLLIN)
 
     @property
+    def rank(self) -> int:
+        return self._config.worker_id
+
+    @property
+    def n_workers(self) -> int:
+        return self._config.n_workers
+
+    @property
     def address(self) -> tuple[str, int]:
         """Local (IPv4, UDP port) results must be sent to."""
         return self._io.receiving.getsockname()
@@ -93,6 +103,11 @@ class ATPClient:
         log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._config.worker_id, core.length, tensor.dtype, stats.tat_s,
                   stats)
         return ATPResult(values=values, int_sum=int_sum, stats=stats)
+
+    def flushed(self, inputs: np.ndarray, result: ATPResult) -> int:
+        """How many nonzero elements of this rank's ``inputs`` to ``result`` the job's scale
+        rounded to 0 (none for int32): what a DDP backend reports (hosts/torch_backend.py)."""
+        return self._job.flushed(inputs)
 
     def _run(self, core: WorkerCore, started: float) -> JobStats:
         """The loop: results in batches, timers when idle, until every packet has its result."""

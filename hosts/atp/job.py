@@ -18,7 +18,7 @@ from hosts.atp.worker import DEFAULT_STALL_S, WorkerConfig, WorkerCore
 from hosts.stats import JobStats, SendTimeline
 from protocol.atp.job import ATPParameters
 from protocol.atp.packet import frame_bytes
-from protocol.atp.quantize import dequantize_sum, quantize_tensor
+from protocol.atp.quantize import dequantize_sum, flushed_to_zero, quantize_tensor
 from protocol.worker_spec import WorkerSpec
 
 
@@ -66,6 +66,10 @@ class WorkerJob:
         core = WorkerCore(self.config, self._map, values, self._next_seq, now)  # refuses sequences beyond 32 bits
         self._next_seq += core.n_packets
         return core
+
+    def flushed(self, tensor: np.ndarray) -> int:
+        """How many nonzero elements of ``tensor``, once all-reduced, the job's scale rounded to 0."""
+        return flushed_to_zero(tensor, self.parameters.exponent, self.config.n_workers)
 
     def values(self, tensor: np.ndarray, core: WorkerCore) -> tuple[np.ndarray, np.ndarray]:
         """A finished all-reduce's (values, int32 sum): the sum itself for an int32 tensor, else dequantized."""

@@ -1,5 +1,6 @@
 """ATP's worker as a method of the testbed: the class its record names as ``host``
-(methods/atp.py), built by ``hosts.allreduce.build`` as ``cls(spec, rank)``.
+(methods/atp.py), built by ``hosts.allreduce.build`` as ``cls(spec, rank)``, and the client
+it and a DDP backend or hook (hosts/atp/ddp_client.py) join the job with.
 
 The spec gives the job's parameters (``protocol``), the switch's address (where results come
 from) and the job's parameter server (``servers[0]``: the host the network attached for it).
@@ -20,9 +21,7 @@ class ATPMethod:
     """ATPClient with the worker's result shape."""
 
     def __init__(self, spec: WorkerSpec, rank: int) -> None:
-        parameters = resend_floor(job_parameters(spec, needs_server=True), spec.link_mbps)
-        self._client = ATPClient(rank, spec.n_workers, parameters, (spec.servers[0], params.PS_UDP_PORT),
-                                 (spec.switch_ipv4, params.SWITCH_UDP_PORT), job_deadline_s=spec.job_timeout_s)
+        self._client = atp_client(spec, rank)
 
     def allreduce(self, tensor: np.ndarray) -> Outcome:
         result = self._client.allreduce(tensor)
@@ -30,3 +29,11 @@ class ATPMethod:
 
     def close(self) -> None:
         self._client.close()
+
+
+def atp_client(spec: WorkerSpec, rank: int) -> ATPClient:
+    """Rank ``rank``'s client of the spec's ATP job: the method's, and under the DDP backend's
+    and hook's (hosts/atp/ddp_client.py), which keep it for the whole training."""
+    parameters = resend_floor(job_parameters(spec, needs_server=True), spec.link_mbps)
+    return ATPClient(rank, spec.n_workers, parameters, (spec.servers[0], params.PS_UDP_PORT),
+                     (spec.switch_ipv4, params.SWITCH_UDP_PORT), job_deadline_s=spec.job_timeout_s)

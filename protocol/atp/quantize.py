@@ -61,6 +61,15 @@ def quantize_tensor(x: np.ndarray, exponent: int, n_workers: int) -> np.ndarray:
     return quantize(x, job_scale(exponent, n_workers))
 
 
+def flushed_to_zero(x: np.ndarray, exponent: int, n_workers: int) -> int:
+    """How many nonzero elements of one worker's ``x`` the job's scale rounds to 0, so that
+    its part of the sum is lost (at most 2^exponent / floor(INT32_MAX / n) / 2 in
+    magnitude); none for int32, which travels unscaled. ``x`` is within the job's bound."""
+    if x.dtype == np.int32:
+        return 0
+    return int(np.count_nonzero(quantize_tensor(x, exponent, n_workers) == 0) - np.count_nonzero(x == 0))
+
+
 def dequantize_sum(int_sum: np.ndarray, exponent: int, n_workers: int) -> np.ndarray:
     """The float32 all-reduce result of a float job's int32 sum."""
     return dequantize(int_sum, np.float64(job_scale(exponent, n_workers)))
