@@ -29,13 +29,14 @@ from protocol.quantize import PROTOCOL_BITS, ExpectedSum
 NAME = "atp"
 
 DEFAULTS: dict[str, Any] = {
-    "window": params.DEFAULT_WINDOW,
     "exponent": 8,
     "resend_timeout_ms": 5.0,
     "congestion_control": True,
     "ecn_threshold": params.DEFAULT_ECN_THRESHOLD,
 }
-"""``protocol.atp`` where a config leaves it out. The exponent bounds |x| by 2^8 = 256, beyond
+"""``protocol.atp`` where a config leaves it out; ``window`` left out is the smaller of
+protocol/atp/params.py's DEFAULT_WINDOW and the pool (ATPParameters.from_config), so a config
+with a small pool runs ATP without naming it. The exponent bounds |x| by 2^8 = 256, beyond
 the synthetic workloads' values and a gradient's; the resend timeout is hosts/atp/worker.py's."""
 
 PROPERTIES: dict[str, Any] = {
@@ -45,7 +46,7 @@ PROPERTIES: dict[str, Any] = {
         "description": "ATP's own parameters (methods/atp.py); k, pool_size (the shared pool of aggregators its positions hash into) and job_id are the section's",
         "properties": {
             "window": {"type": "integer", "minimum": 1, "maximum": params.MAX_POOL_SIZE,
-                       "description": "W: the positions a worker cycles through and the most packets it has in flight (at most pool_size)"},
+                       "description": f"W: the positions a worker cycles through and the most packets it has in flight (at most pool_size; default the smaller of {params.DEFAULT_WINDOW} and pool_size)"},
             "exponent": {"type": "integer", "minimum": -128, "maximum": 127,
                          "description": "2^exponent bounds |x| over the job: the one scale every worker quantizes with (protocol/atp/quantize.py); a larger value is refused, naming it"},
             "resend_timeout_ms": {"type": "number", "exclusiveMinimum": 0,

@@ -23,6 +23,7 @@ from experiments.config import CONFIG_DIR, load_experiment
 from experiments.kinds.torch_training import verify_torch_step
 from base import optional
 from protocol.params import REPO_ROOT
+from protocol.atp.job import ATPParameters
 from protocol.quantize import expected_sum
 from tests.conftest import require_torch
 from tests.experiment_runs import NETWORK_WAIT_S, experiment_argv, leftovers
@@ -32,8 +33,8 @@ CONFIG = CONFIG_DIR / "training_torch.yaml"
 SCRIPT_CONFIG = CONFIG_DIR / "ddp_script.yaml"
 K = 32
 N = 3
-ATP_OVERRIDES = ["methods=[atp,gloo]", "protocol.atp.window=16"]
-"""ATP against Gloo on the DDP configs: their pool of 16 (SwitchML's slots) holds a window of 16 of ATP's aggregators."""
+ATP_OVERRIDES = ["methods=[atp,gloo]"]
+"""ATP against Gloo on the DDP configs: their pool of 16 (SwitchML's slots) makes ATP's window 16 where none is named."""
 
 
 def pretend_pytorch_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,8 +141,9 @@ def test_both_ddp_kinds_take_atp_as_they_take_switchml() -> None:
     for config in (CONFIG, SCRIPT_CONFIG):
         point = load_experiment(config, ATP_OVERRIDES).points[0]
         assert list(point.methods) == ["atp", "gloo"] and "atp" in point.protocol
+        assert ATPParameters.from_config(point.protocol).window == 16, "no window named: the pool's 16, not the default 64"
         with pytest.raises(ConfigError, match=r"protocol.atp.window must be 1..pool_size \(16\), got 64"):
-            load_experiment(config, ["methods=[atp,gloo]"])  # refused as it loads, not when the workers' specs are made
+            load_experiment(config, [*ATP_OVERRIDES, "protocol.atp.window=64"])  # refused as it loads, not when the workers' specs are made
 
 
 def test_an_atp_step_verifies_its_integer_sums_against_atps_own_quantization(tmp_path: Path) -> None:

@@ -59,12 +59,14 @@ class ATPParameters:
     @classmethod
     def from_config(cls, protocol: Mapping[str, Any], data_path: str | None = None) -> ATPParameters:
         """From the config's ``protocol`` section (its ``atp`` subsection filled in by the
-        defaults). ``data_path``, the runner's resolution of ``protocol.data_path``, picks
+        defaults; the window, where it names none, the smaller of DEFAULT_WINDOW and the pool,
+        which it may not exceed). ``data_path``, the runner's resolution of ``protocol.data_path``, picks
         among SwitchML's loops; ATP runs its Python loop whatever it says."""
         own = protocol[SECTION]
-        return cls(k=int(protocol["k"]), pool_size=int(protocol["pool_size"]), job_id=int(protocol["job_id"]),
-                   window=int(own["window"]), exponent=int(own["exponent"]), resend_timeout_ms=float(own["resend_timeout_ms"]),
-                   congestion_control=bool(own["congestion_control"]), ecn_threshold=int(own["ecn_threshold"]))
+        pool_size = int(protocol["pool_size"])
+        window = int(own["window"]) if "window" in own else min(params.DEFAULT_WINDOW, pool_size)
+        return cls(k=int(protocol["k"]), pool_size=pool_size, job_id=int(protocol["job_id"]), window=window,
+                   exponent=int(own["exponent"]), resend_timeout_ms=float(own["resend_timeout_ms"]), congestion_control=bool(own["congestion_control"]), ecn_threshold=int(own["ecn_threshold"]))
 
     @classmethod
     def read(cls, section: Mapping[str, Any]) -> ATPParameters:
