@@ -1,7 +1,7 @@
 """How many SwitchML updates per second a switch target aggregates, at --k elements per packet.
 
 Creates its own namespaces and veth pairs (base/netns.py), starts the switch,
-programs one job of n ranks through switches/programming.py and drives it from this one
+programs one job of n ranks through switches/switchml/programming.py and drives it from this one
 process: pre-built update frames, one raw socket per rank, self-clocked like the worker
 protocol — when rank 0 receives a slot's result, all ranks send that slot's next round
 (the other set). A stall (no result for STALL_S) resends every outstanding update, as the
@@ -40,7 +40,8 @@ from protocol import params  # noqa: E402
 from protocol.switchml import params as switchml_params  # noqa: E402
 from protocol.packet import build_frame, Endpoint  # noqa: E402
 from protocol.switchml.packet import encode_payload, frame_bytes, SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, SwitchMLHeader  # noqa: E402
-from switches import programming, standalone  # noqa: E402
+from switches import standalone  # noqa: E402
+from switches.switchml import programming  # noqa: E402
 from network.port_counters import SETTLE_S, account_switch, read_ports  # noqa: E402
 from switches.standalone import run_switch  # noqa: E402
 from switches.targets import REGISTRY, lookup  # noqa: E402

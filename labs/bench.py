@@ -184,7 +184,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     from protocol.worker_spec import SwitchMLParameters
     from simulation.network import PYTHON_CORE, JobSetup, SimulatedNetwork
     from simulation.worker import WorkerSetup
-    from switches import programming
+    from switches.switchml import programming
     from switches.targets import REGISTRY
     from topologies.model import TOPOLOGY_DIR, load_topology
 

@@ -149,7 +149,7 @@ class Aggregation:
     server on the simulated clock."""
     waiting_evidence: str | None = None
     """"module:attribute" of ``(control, switch, n_workers) -> {rank: what}``: what the
-    aggregating switch's state shows of the ranks a job waits for (network/evidence.py's
+    aggregating switch's state shows of the ranks a job waits for (switches/switchml/evidence.py's
     ``slots_evidence``), asked at a deadline that passed; None: its state shows nothing."""
     pace: PaceModel | None = None
     """Its pace model where its links and pool alone set its pace; None: only its bound is known."""

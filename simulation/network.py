@@ -3,7 +3,7 @@ links (link.py), its hosts' workers, programmed as in emulation.
 
 The switches run the program of the protocol the network is built for (``protocol``: the
 target's ``simulated`` data plane of it) and are programmed by that protocol's
-``program_fabric`` (its record, methods/aggregation.py; SwitchML's is switches/programming.py's)
+``program_fabric`` (its record, methods/aggregation.py; SwitchML's is switches/switchml/programming.py's)
 from the same ``Fabric`` the emulated network hands it (switches/topology_fabric.py), over
 each simulated switch's in-process control plane: forwarding, the switch's address,
 aggregation (star, tree, hierarchical, or several jobs sharing the aggregating switch), the
@@ -35,7 +35,7 @@ from simulation.host import ServerHost, SimulatedHost
 from simulation.link import Arrivals, Deliver, Link
 from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
 from simulation.worker import SimulatedWorker, WorkerSetup
-from switches import programming
+from switches.switchml import programming
 from switches.control import SwitchControl
 from switches.fabric import FabricJob, ProgramSwitches, SharedJob, Station, jobs_sharing
 from switches.target import SimulatedSwitch, SwitchTarget

@@ -25,7 +25,8 @@ import pytest
 from experiments.calibration.record import FILE_VARIABLE
 from protocol import params
 from protocol.switchml import params as switchml_params
-from switches import programming, standalone
+from switches import standalone
+from switches.switchml import programming
 from switches.control import SwitchControl
 from switches.standalone import run_switch
 from switches.targets import REGISTRY

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from protocol.switchml import params
-from switches import programming, standalone
+from switches import standalone
+from switches.switchml import programming
 from switches.embedded.delay_line import DelayLine
 
 LINK_DELAY_MS = 20.0

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from protocol.switchml import params
-from switches import programming
+from switches.switchml import programming
 from switches.control import ControlPlaneError
 from switches.embedded.launcher import EmbeddedSwitchProcess, SwitchStartError, embedded_switch
 from base.netns import Testbed

@@ -26,7 +26,8 @@ from hosts.switchml import AllReduceResult, RetransmitPolicy, SwitchMLClient
 from protocol import params
 from protocol.switchml.packet import payload_bytes
 from protocol.quantize import expected_sum
-from switches import programming, standalone
+from switches import standalone
+from switches.switchml import programming
 from switches.control import SwitchControl
 from base.netns import Testbed, in_namespace
 from tests.conftest import DEFAULT_TESTED_K

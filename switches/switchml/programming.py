@@ -5,7 +5,7 @@ Everything here goes through ``SwitchControl``; the names below are the P4 progr
 for what each table, register and counter does. ``program_fabric`` is SwitchML's programmer
 of a whole network (its record's ``program_fabric``, switches/fabric.py's ``ProgramSwitches``):
 a switch with one job aggregates it (``program_aggregation``), the aggregating switch of
-several jobs gives each its share (``admit_jobs``), in hierarchical aggregation every leaf
+several jobs gives each its share (``admit_jobs``, over switches/fabric.py's ``partition_slots``), in hierarchical aggregation every leaf
 aggregates its own hosts and the spine the leaves, and every other switch passes SwitchML
 through as ordinary traffic. Every switch gets static L2 entries for every host and a flood
 group, and answers ARP and ping for its own address (the aggregator's virtual one, a leaf's own).
@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 from protocol.switchml import params
 from protocol.worker_spec import SwitchMLParameters
 from switches.control import SLOT_REGISTER, SwitchControl
-from switches.fabric import Fabric, FabricJob, Leaf, Station
+from switches.fabric import AdmissionError, Fabric, FabricJob, Leaf, Station, partition_slots
 
 INGRESS = "SwitchMLIngress"
 EGRESS = "SwitchMLEgress"
@@ -90,11 +90,6 @@ class Uplink:
     upper_ipv4: str
 
 
-class AdmissionError(ValueError):
-    """Jobs that cannot share one switch: their pools do not fit its registers together,
-    or they would share a job id, a multicast group or a worker."""
-
-
 @dataclass(frozen=True)
 class JobProgram:
     """What one switch needs to aggregate a job (or to forward it, if not aggregating).
@@ -141,30 +136,6 @@ class JobRequest:
     job_id: int
     workers: Sequence[WorkerPort]
     pool_size: int
-
-
-def partition_slots(pools: Sequence[tuple[int, int]], max_pool_size: int) -> list[range]:
-    """(job id, pool size) per job -> each job's cells: consecutive ranges in the given order.
-
-    Refuses (AdmissionError) when the pools together exceed the switch's slots, rather than
-    shrinking them: a job's pool size is a protocol parameter its workers were started with
-    (they send slots 0..pool-1), and a smaller pool than asked for would change the job's
-    throughput without anyone having chosen it."""
-    ids = [job_id for job_id, _ in pools]
-    if len(set(ids)) != len(ids):
-        raise AdmissionError(f"job ids must differ between jobs sharing a switch, got {ids}")
-    total = sum(pool for _, pool in pools)
-    if total > max_pool_size:
-        asked = " + ".join(f"{pool} (job {job_id})" for job_id, pool in pools)
-        raise AdmissionError(
-            f"admission refused: the jobs' pools need {asked} = {total} slots, the switch has {max_pool_size} "
-            f"(switch.max_pool_size); give the jobs smaller pools or fewer jobs"
-        )
-    ranges, base = [], 0
-    for _, pool in pools:
-        ranges.append(range(base, base + pool))
-        base += pool
-    return ranges
 
 
 def admit_jobs(requests: Sequence[JobRequest], max_pool_size: int, first_mcast_grp: int = 2) -> list[JobProgram]:
