@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each case (a fresh network each; the first also pays "
                         "for the process's first allocations)")
     parser.add_argument("--data-path", choices=("auto", "native", "python"), default="auto",
-                        help="protocol.data_path: native is worker.c on simulation/native/star.c's loop, python core.py on SimPy")
+                        help="protocol.data_path: native is worker.c on simulation/switchml/native/star.c's loop, python core.py on SimPy")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_speed.csv")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

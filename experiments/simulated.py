@@ -47,8 +47,8 @@ from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import WorkerSpec
 from simulation.host import start_host, start_server
-from simulation.native import library as native_simulator
-from simulation.native.star import has_aggregation_path, star_problem
+from simulation.switchml.native import library as native_simulator
+from simulation.switchml.native.star import has_aggregation_path, star_problem
 from simulation.network import DROP_SIMULATOR, NATIVE_CORE, NO_LOSS, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
 from switches.fabric import SharedJob, Station
 from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 BASELINE_MODELS = "baseline_models"
 """summary.json ``simulation`` key: point -> method -> its model (``baseline_model``)."""
 SIMPY_LOOP = "on the simulated clock (simulation/host.py's drivers, on SimPy)"
-NATIVE_LOOP = "on the simulated clock (simulation/native/star.c's event loop: the same events as on SimPy, in C)"
+NATIVE_LOOP = "on the simulated clock (simulation/switchml/native/star.c's event loop: the same events as on SimPy, in C)"
 DEFAULT_SEED = 1
 US = 1e-6
 
@@ -118,7 +118,7 @@ def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
     """Which worker loop simulates ``point``: the native core on star.c's loop where the
     config's ``protocol.data_path`` allows it (``auto``: where it builds) and the network is
     a star of one job whose switch program has the aggregation path that loop runs
-    (simulation/native/star.py, ``star_problem``), else the protocol's core on SimPy, with the reason."""
+    (simulation/switchml/native/star.py, ``star_problem``), else the protocol's core on SimPy, with the reason."""
     protocol = in_network(point)[0]
     simpy = DataPath(PYTHON_CORE, f"{protocol.label}'s worker core {SIMPY_LOOP}")
     choice = point.protocol["data_path"]

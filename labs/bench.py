@@ -183,7 +183,7 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     from methods.verification import expected_for, integer_sum
     from protocol.worker_spec import SwitchMLParameters
     from simulation.network import PYTHON_CORE, JobSetup, SimulatedNetwork
-    from simulation.worker import WorkerSetup
+    from simulation.switchml.worker import WorkerSetup
     from switches.switchml import programming
     from switches.targets import REGISTRY
     from topologies.model import TOPOLOGY_DIR, load_topology

@@ -177,7 +177,7 @@ class Aggregation:
     """"module:attribute" of its own driver on the simulated clock, ``(env, spec, rank, host,
     switch, packet_cost_s) -> a simulated host`` (simulation/host.py, ``SimulatedHost``), for a
     protocol whose driver must match a compiled event loop event for event (SwitchML's,
-    simulation/native/); None: the generic driver over ``core``."""
+    simulation/switchml/native/); None: the generic driver over ``core``."""
     section_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Defaults of its own subsection of the ``protocol`` section (ATP's ``atp``), which only a
     config naming one of its methods gets: a config without it records nothing of it."""

@@ -9,8 +9,8 @@ in simulated seconds). Nothing of any protocol is here: the toy protocol of the 
 tests and ATP run on it as their cores are.
 
 A protocol whose driver must match a compiled event loop event for event gives its own
-(``Aggregation.simulated_host``: SwitchML's simulation/worker.py, which
-simulation/native/star.c mirrors). Either is a ``SimulatedHost`` to the network.
+(``Aggregation.simulated_host``: SwitchML's simulation/switchml/worker.py, which
+simulation/switchml/native/star.c mirrors). Either is a ``SimulatedHost`` to the network.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
 from simulation.host import ServerHost, SimulatedHost
 from simulation.link import Arrivals, Deliver, Link
-from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
-from simulation.worker import SimulatedWorker, WorkerSetup
+from simulation.switchml.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
+from simulation.switchml.worker import SimulatedWorker, WorkerSetup
 from switches.switchml import programming
 from switches.control import SwitchControl
 from switches.fabric import FabricJob, ProgramSwitches, SharedJob, Station, jobs_sharing
@@ -42,9 +42,9 @@ from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import LinkDef, Topology
 
 PYTHON_CORE = "python"
-"""hosts/switchml/core.py under simulation/worker.py's driver, on SimPy: every network."""
+"""hosts/switchml/core.py under simulation/switchml/worker.py's driver, on SimPy: every network."""
 NATIVE_CORE = "native"
-"""hosts/switchml/native/worker.c under simulation/native/star.c's event loop: a star of one job."""
+"""hosts/switchml/native/worker.c under simulation/switchml/native/star.c's event loop: a star of one job."""
 WORKER_CORES = (PYTHON_CORE, NATIVE_CORE)
 LINK_LOSS = "simulated_link_loss"
 DROP_SIMULATOR = "switch_drop_simulator"
@@ -194,13 +194,13 @@ class SimulatedNetwork:
         self.server_hosts[name] = server
 
     def _native_star(self, packet_cost_s: float) -> NativeStar:
-        """This star on star.c's loop (simulation/native/star.py); SimulationUnsupported naming
+        """This star on star.c's loop (simulation/switchml/native/star.py); SimulationUnsupported naming
         what of the network that loop does not run."""
         problem = star_problem(len(self.switches), len(self.workers), len(self.topology.hosts), self._shared,
                                self.loss_mechanism == DROP_SIMULATOR, packet_cost_s,
                                all(has_aggregation_path(switch) for switch in self.switches.values()))
         if problem is not None:
-            raise SimulationUnsupported(f"the native core runs a star of one job with loss on its links (simulation/native); "
+            raise SimulationUnsupported(f"the native core runs a star of one job with loss on its links (simulation/switchml/native); "
                                         f"this network has {problem}")
         [(name, switch)] = self.switches.items()
         order = list(self.links)

@@ -246,7 +246,7 @@ UNMOVED: dict[str, str] = {
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
                      "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "benchmarks.main_job",
                      "benchmarks.simulation_speed", "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
-    **dict.fromkeys(("simulation.native", "simulation.native.star", "simulation.network", "simulation.worker"), CLOCK),
+    **dict.fromkeys(("simulation.network", "experiments.simulated"), CLOCK),
     **dict.fromkeys(("network.port_counters", "switches.mininet_node", "switches.standalone", "switches.embedded.launcher",
                      "experiments.kinds.shared_switch"), REVEALED),
     "workloads.synthetic": "its int32 tensors are sized so that SwitchML's most workers (SWITCHML_MAX_WORKERS) sum them without overflow",

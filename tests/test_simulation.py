@@ -28,7 +28,7 @@ from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from simulation.link import Arrivals, Link
 from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
-from simulation.worker import WorkerSetup
+from simulation.switchml.worker import WorkerSetup
 from switches.control import ControlPlaneError
 from switches.targets import REGISTRY
 from topologies.model import TOPOLOGY_DIR, load_topology

@@ -23,7 +23,7 @@ from hosts.switchml.core import AllReduceResult, SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
 from protocol.switchml.packet import frame_bytes, SWITCHML_OFFSET
 from simulation.link import Link
-from simulation.worker import SimulatedWorker
+from simulation.switchml.worker import SimulatedWorker
 from switches.target import SimulatedSwitch
 
 _p, _i32, _i64, _f64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
@@ -117,7 +117,7 @@ class NativeStar:
 
     def __init__(self, switch: SimulatedSwitch, ports: dict[int, int], links: Sequence[Link], destinations: Sequence[tuple[int, int]],
                  workers: Sequence[SimulatedWorker], uplinks: Sequence[int], k: int) -> None:
-        from simulation.native import library
+        from simulation.switchml.native import library
 
         self._lib = library()
         self._switch = switch

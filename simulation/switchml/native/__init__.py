@@ -23,7 +23,7 @@ LIBRARY = "libswitchml_star.so"
 def library() -> ctypes.CDLL:
     """star.c, built and loaded once per process (NativeUnavailable if it cannot be)."""
     from hosts.switchml.native.job import declare
-    from simulation.native.star import declare_star
+    from simulation.switchml.native.star import declare_star
 
     worker_library()  # worker.c builds and its structs match: star.c is worker.c plus the loop
     path = build(source=SOURCE, library=LIBRARY)

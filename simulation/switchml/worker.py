@@ -36,7 +36,7 @@ from simulation.link import Link
 
 @dataclass(frozen=True)
 class NativeAllReduce:
-    """One all-reduce of a worker made ready for worker.c's core (simulation/native/star.c):
+    """One all-reduce of a worker made ready for worker.c's core (simulation/switchml/native/star.c):
     ``job`` is its struct sml_job, pointing into ``keep``."""
 
     job: object
@@ -179,7 +179,7 @@ class SimulatedWorker:
             raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - t0, core.missing())
         core.stats.timeline = core.timeline
 
-    # -- the same all-reduce by worker.c's core, driven by simulation/native/star.c ---------
+    # -- the same all-reduce by worker.c's core, driven by simulation/switchml/native/star.c ---------
 
     def native_allreduce(self, tensor: np.ndarray, now: float) -> NativeAllReduce:
         """``tensor``'s all-reduce, released at ``now``, as worker.c's struct: prepared as

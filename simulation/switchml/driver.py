@@ -1,6 +1,6 @@
 """SwitchML's worker on the simulated clock, built from the worker spec as a host builds its
 client (hosts/switchml/spec.py, shared with hosts/switchml/method.py): the same job parameters, retransmission policy and
-deadline, under simulation/worker.py's driver, which simulation/native/star.c mirrors event
+deadline, under simulation/switchml/worker.py's driver, which simulation/switchml/native/star.c mirrors event
 for event (so SwitchML gives its own driver rather than the generic one: methods/switchml.py,
 ``simulated_host``)."""
 
@@ -12,7 +12,7 @@ from hosts.switchml.spec import retransmit_policy, spec_parameters
 from protocol.switchml import params
 from protocol.packet import Endpoint
 from protocol.worker_spec import WorkerSpec
-from simulation.worker import SimulatedWorker, WorkerSetup
+from simulation.switchml.worker import SimulatedWorker, WorkerSetup
 from switches.fabric import Station
 
 
