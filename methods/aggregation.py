@@ -178,6 +178,10 @@ class Aggregation:
     switch, packet_cost_s) -> a simulated host`` (simulation/host.py, ``SimulatedHost``), for a
     protocol whose driver must match a compiled event loop event for event (SwitchML's,
     simulation/switchml/native/); None: the generic driver over ``core``."""
+    simulated_loop: str | None = None
+    """"module:attribute" of its event loop in C for the simulated clock (simulation/network.py's
+    ``NativeLoop``: SwitchML's star.c, simulation/switchml/native/), which runs the networks of
+    the shapes it takes when a config's data path is native; None: its workers run on SimPy only."""
     section_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Defaults of its own subsection of the ``protocol`` section (ATP's ``atp``), which only a
     config naming one of its methods gets: a config without it records nothing of it."""

@@ -131,6 +131,7 @@ AGGREGATION = Aggregation(
     tool_versions="hosts.switchml.native:tool_versions", client="hosts.switchml.method:switchml_client",
     ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml",
     event_counters="switches.switchml.programming:read_event_counters", simulated_host="simulation.switchml.driver:simulated_worker",
+    simulated_loop="simulation.switchml.native:STAR",
 )
 """SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""
 

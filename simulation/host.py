@@ -34,6 +34,8 @@ class SimulatedHost(Protocol):
 
     uplink: Link | None
     """The link towards its switch (the network connects it)."""
+    packet_cost_s: float
+    """The host's processing per packet it models (0: an ideal host)."""
 
     def deliver(self, frames: list[bytes]) -> None:
         """Frames that reached the host."""
@@ -83,6 +85,8 @@ class CoreHost:
         self._inbox: deque[bytes] = deque()
         self._arrival: simpy.Event | None = None
         self.uplink: Link | None = None
+        self.packet_cost_s = 0.0
+        """An ideal host: the generic driver models no cost per packet."""
 
     def deliver(self, frames: list[bytes]) -> None:
         self._inbox.extend(frames)

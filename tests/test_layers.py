@@ -239,14 +239,12 @@ PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|networ
 commands switchml-<command>, its scratch files and its environment, SWITCHML_WORKER_SPEC among it): not the protocol."""
 
 ABOUT = "measures or draws SwitchML itself by name: the paper's figures and SwitchML's own benchmarks"
-CLOCK = "the simulated clock's SwitchML worker and its native event loop (simulation/), written around SwitchML's core"
 REVEALED = ("reads SwitchML's constants, which protocol/params.py and protocol/packet.py served under a neutral name until "
             "they were split (protocol/switchml/): a module this round's other helpers are making protocol-neutral")
 UNMOVED: dict[str, str] = {
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
                      "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "benchmarks.main_job",
                      "benchmarks.simulation_speed", "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
-    **dict.fromkeys(("simulation.network", "experiments.simulated"), CLOCK),
     **dict.fromkeys(("network.port_counters", "switches.mininet_node", "switches.standalone", "switches.embedded.launcher",
                      "experiments.kinds.shared_switch"), REVEALED),
     "workloads.synthetic": "its int32 tensors are sized so that SwitchML's most workers (SWITCHML_MAX_WORKERS) sum them without overflow",

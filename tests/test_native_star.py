@@ -21,7 +21,8 @@ from protocol.params import mbps_to_bps
 from simulation.link import Link
 from simulation.switchml.native.star import TRACE_LOST, TRACE_QUEUE_DROP, TRACE_SENT, LinkTrace
 from simulation.network import NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported
-from simulation.switchml.worker import WorkerSetup
+from simulation.switchml.native import STAR
+from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
 from protocol.switchml.packet import frame_bytes
 from switches.targets import REGISTRY
 from topologies.model import TOPOLOGY_DIR, load_topology
@@ -49,8 +50,8 @@ def network(core: str, workers: int, mbps: float, loss: float = 0.0, queue: int 
     topo = load_topology(TOPOLOGY_DIR / topology, {"workers": workers, "link": link, **keys})
     floor = max(2e-4, 2 * pool_drain_s(POOL, K, mbps_to_bps(mbps)))
     policy = RetransmitPolicy(min_s=floor, max_s=max(0.01, floor), first_s=floor)
-    job = JobSetup(K, POOL, 512, 1, lambda rank: WorkerSetup(rank, workers, 1, K, POOL, policy, deadline_s, cost_s))
-    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=11, core=core)
+    job = JobSetup(K, POOL, 512, 1, switchml_workers(lambda rank: WorkerSetup(rank, workers, 1, K, POOL, policy, deadline_s, cost_s)))
+    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=11, native=STAR if core == NATIVE_CORE else None)
     net.reset_aggregation()
     return net
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import simpy
 
 from hosts.switchml.spec import retransmit_policy, spec_parameters
-from protocol.switchml import params
-from protocol.packet import Endpoint
 from protocol.worker_spec import WorkerSpec
 from simulation.switchml.worker import SimulatedWorker, WorkerSetup
 from switches.fabric import Station
@@ -22,5 +20,4 @@ def simulated_worker(env: simpy.Environment, spec: WorkerSpec, rank: int, host: 
     job = spec_parameters(spec)
     setup = WorkerSetup(rank, spec.n_workers, job.job_id, job.k, job.pool_size, retransmit_policy(job, spec.link_mbps),
                         spec.job_timeout_s, packet_cost_s)
-    return SimulatedWorker(env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT),
-                           Endpoint(switch.mac, switch.ipv4, params.UDP_PORT_BASE))
+    return SimulatedWorker.at(env, setup, host, switch)

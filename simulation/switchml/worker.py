@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Generator
+from typing import Callable, Generator
 
 import numpy as np
 import simpy
@@ -30,8 +30,11 @@ from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from hosts.stats import JobStats, timeline_bin_for
 from protocol.packet import build_frame, Endpoint
+from protocol.switchml import params
 from protocol.switchml.packet import frame_bytes, payload_bytes, SWITCHML_OFFSET
 from simulation.link import Link
+from simulation.network import HostFactory
+from switches.fabric import Station
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,15 @@ class SimulatedWorker:
         """The link towards the switch (the network connects it)."""
         self._native_rtt: NativeRoundTrip | None = None
         """worker.c's round-trip estimate, carried across the native all-reduces of this worker."""
+
+    @classmethod
+    def at(cls, env: simpy.Environment, setup: WorkerSetup, host: Station, switch: Station) -> SimulatedWorker:
+        """The worker on ``host``, sending from its worker port to ``switch``'s aggregation port."""
+        return cls(env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), Endpoint(switch.mac, switch.ipv4, params.UDP_PORT_BASE))
+
+    @property
+    def packet_cost_s(self) -> float:
+        return self._setup.packet_cost_s
 
     def deliver(self, frames: list[bytes]) -> None:
         """Frames that reached the host (the downlink's far end): queued for the next receive."""
@@ -215,3 +227,14 @@ class SimulatedWorker:
                             prepared.length, stats)
         result.stats.tat_s = end - prepared.t0
         return result
+
+
+def workers(setup_of: Callable[[int], WorkerSetup | None]) -> HostFactory:
+    """A network's SwitchML workers, built with it from each host's setup (by index; None: no
+    worker): ``JobSetup.worker`` of a network made by hand (the tests', the labs' benchmarks)."""
+
+    def build(env: simpy.Environment, index: int, host: Station, switch: Station) -> SimulatedWorker | None:
+        setup = setup_of(index)
+        return None if setup is None else SimulatedWorker.at(env, setup, host, switch)
+
+    return build
