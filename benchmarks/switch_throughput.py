@@ -191,7 +191,7 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
         rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(switch_cpu()))
         time.sleep(SETTLE_S)  # the switch drains before its frames are accounted
         counts = programming.read_event_counters(control)
-        frames_accounted = account_switch(ports_before, read_ports(interfaces), interfaces, counts)
+        frames_accounted = account_switch(ports_before, read_ports(interfaces), interfaces, counts, switchml_params.INGRESS_NOTES)
     switch_cpu_s = sum(cpu[1]) - sum(cpu[0])
     return Measurement(
         target=target,

@@ -169,6 +169,9 @@ class Aggregation:
     event_counters: str | None = None
     """"module:attribute" of ``(control) -> {event: packets}``: a switch's event counters by
     name, which the results record per job; None: its program counts nothing they record."""
+    event_notes: tuple[str, ...] = ()
+    """Its ingress events (``EV_*``) counted besides a frame's own event, so not frames of their
+    own when the switch's frames are accounted (network/port_counters.py's ``account_switch``)."""
     core: str | None = None
     """"module:attribute" of its sans-IO worker core, ``core(spec, rank, host, switch)`` (``HostCore``), which
     the simulated clock's generic driver runs (simulation/host.py); None: the protocol gives

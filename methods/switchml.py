@@ -16,7 +16,7 @@ from methods.aggregation import Aggregation
 from methods.method import BITS_PER_BYTE, in_network, require_positive
 from protocol.packet import ELEMENT_BYTES
 from protocol.switchml.packet import frame_bytes
-from protocol.switchml.params import DEFAULT_BACKOFF_EVERY, DEFAULT_K, DEFAULT_POOL_SIZE, K_CHOICES, MAX_POOL_SIZE
+from protocol.switchml.params import DEFAULT_BACKOFF_EVERY, DEFAULT_K, DEFAULT_POOL_SIZE, INGRESS_NOTES, K_CHOICES, MAX_POOL_SIZE
 from protocol.switchml.plan import JobPlan
 from protocol.quantize import PROTOCOL_BITS
 from protocol.worker_spec import SwitchMLParameters
@@ -130,7 +130,7 @@ AGGREGATION = Aggregation(
     waiting_evidence="switches.switchml.evidence:slots_evidence", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions", client="hosts.switchml.method:switchml_client",
     ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml",
-    event_counters="switches.switchml.programming:read_event_counters", simulated_host="simulation.switchml.driver:simulated_worker",
+    event_counters="switches.switchml.programming:read_event_counters", event_notes=INGRESS_NOTES, simulated_host="simulation.switchml.driver:simulated_worker",
     simulated_loop="simulation.switchml.native:STAR",
 )
 """SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""

@@ -146,7 +146,7 @@ def _start(target: str, testbed: Testbed, log_dir: Path, k: int) -> Iterator[Swi
     require_target(target)
     options = REGISTRY[target].start_options({"seed": 1})
     with run_switch(target, testbed.switch_ports, log_dir, name=f"{target}-packet-tests", k=k,
-                    command_log=log_dir / "commands.txt", **options) as running:
+                    max_pool_size=switchml_params.MAX_POOL_SIZE, command_log=log_dir / "commands.txt", **options) as running:
         yield running.control
 
 

@@ -245,11 +245,8 @@ UNMOVED: dict[str, str] = {
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
                      "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "benchmarks.main_job",
                      "benchmarks.simulation_speed", "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
-    **dict.fromkeys(("network.port_counters", "switches.mininet_node", "switches.standalone", "switches.embedded.launcher",
-                     "experiments.kinds.shared_switch"), REVEALED),
-    "workloads.synthetic": "its int32 tensors are sized so that SwitchML's most workers (SWITCHML_MAX_WORKERS) sum them without overflow",
+    "experiments.kinds.shared_switch": REVEALED,
     "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
-    "topologies.model": "a star's most workers is SwitchML's (SWITCHML_MAX_WORKERS), named in its message",
 }
 """Where SwitchML is still the frame: module -> why. The rule holds everywhere else, and for
 every other protocol (ATP's folders) without exception; an entry that no longer crosses fails
