@@ -626,6 +626,7 @@ def test_the_data_path_is_read_under_its_current_key_and_the_one_results_wrote_b
     from protocol.results_format import data_path_of
 
     earlier = {"switchml_data_path": {"requested": "auto", "used": "native", "reason": "built"}}
-    assert data_path_of(earlier)["used"] == "native"
+    assert data_path_of(earlier) == {"protocol": "switchml", "requested": "auto", "used": "native", "reason": "built"}
+    assert data_path_of({"points": [{"switchml_data_path": "native"}]}) is None and data_path_of({"switchml_data_path": "native"}) == "native"
     assert data_path_of({"points": [], "data_path": {"protocol": "switchml", "used": "python"}})["used"] == "python"
     assert data_path_of({"switch_target": "embedded"}) is None

@@ -246,7 +246,6 @@ UNMOVED: dict[str, str] = {
                      "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "benchmarks.main_job",
                      "benchmarks.simulation_speed", "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
     "experiments.kinds.shared_switch": REVEALED,
-    "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
 }
 """Where SwitchML is still the frame: module -> why. The rule holds everywhere else, and for
 every other protocol (ATP's folders) without exception; an entry that no longer crosses fails
