@@ -8,7 +8,7 @@ protocol — when rank 0 receives a slot's result, all ranks send that slot's ne
 workers' timers would. Ranks other than 0 never read their results: UDP sinks absorb them
 so the hosts' kernels stay quiet.
 
-Run as root:  .venv/bin/python benchmarks/switch_throughput.py [--target embedded|bmv2|ebpf] [--ranks 2 4 8] [--seconds 5]
+Run as root:  .venv/bin/python benchmarks/switchml/switch_throughput.py [--target embedded|bmv2|ebpf] [--ranks 2 4 8] [--seconds 5]
 Writes results/benchmarks/switch_throughput-<target>.csv and .md. For bmv2, put simple_switch
 on PATH first (the Vagrant VM has it; BMV2_BUILD=perf with the prebuilt toolchain picks its
 optimised build, and the table records which simple_switch ran). The eBPF switch has no
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 import numpy as np  # noqa: E402
