@@ -243,7 +243,7 @@ REVEALED = ("reads SwitchML's constants, which protocol/params.py and protocol/p
             "they were split (protocol/switchml/): a module this round's other helpers are making protocol-neutral")
 UNMOVED: dict[str, str] = {
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
-                     "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "workloads.make_traces"), ABOUT),
+                     "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity"), ABOUT),
     "experiments.kinds.shared_switch": REVEALED,
 }
 """Where SwitchML is still the frame: module -> why. The rule holds everywhere else, and for
