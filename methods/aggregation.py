@@ -169,6 +169,9 @@ class Aggregation:
     event_counters: str | None = None
     """"module:attribute" of ``(control) -> {event: packets}``: a switch's event counters by
     name, which the results record per job; None: its program counts nothing they record."""
+    frame_bytes: Callable[[int], int] | None = None
+    """The bytes of one of its frames carrying k elements, Ethernet header to last element (what
+    its line rate is counted in: a figure's packets per bin at line rate); None: not given."""
     event_notes: tuple[str, ...] = ()
     """Its ingress events (``EV_*``) counted besides a frame's own event, so not frames of their
     own when the switch's frames are accounted (network/port_counters.py's ``account_switch``)."""

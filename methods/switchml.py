@@ -130,7 +130,7 @@ AGGREGATION = Aggregation(
     waiting_evidence="switches.switchml.evidence:slots_evidence", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions", client="hosts.switchml.method:switchml_client",
     ddp_hook="hosts.torch_hook:switchml_hook", torch_backend="switchml",
-    event_counters="switches.switchml.programming:read_event_counters", event_notes=INGRESS_NOTES, simulated_host="simulation.switchml.driver:simulated_worker",
+    event_counters="switches.switchml.programming:read_event_counters", event_notes=INGRESS_NOTES, frame_bytes=frame_bytes, simulated_host="simulation.switchml.driver:simulated_worker",
     simulated_loop="simulation.switchml.native:STAR",
 )
 """SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""

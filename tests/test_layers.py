@@ -238,14 +238,9 @@ PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|networ
 """The project's own names, which begin like the protocol's (its package switchml_testbed, its
 commands switchml-<command>, its scratch files and its environment, SWITCHML_WORKER_SPEC among it): not the protocol."""
 
-ABOUT = "measures or draws SwitchML itself by name: the paper's figures and SwitchML's own benchmarks"
 REVEALED = ("reads SwitchML's constants, which protocol/params.py and protocol/packet.py served under a neutral name until "
             "they were split (protocol/switchml/): a module this round's other helpers are making protocol-neutral")
-UNMOVED: dict[str, str] = {
-    **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
-                     "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity"), ABOUT),
-    "experiments.kinds.shared_switch": REVEALED,
-}
+UNMOVED: dict[str, str] = dict.fromkeys(("benchmarks.emulation_capacity", "experiments.kinds.shared_switch"), REVEALED)
 """Where SwitchML is still the frame: module -> why. The rule holds everywhere else, and for
 every other protocol (ATP's folders) without exception; an entry that no longer crosses fails
 ``test_the_protocol_rule_lists_only_real_crossings``, so this list only shrinks."""
