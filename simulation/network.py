@@ -30,7 +30,7 @@ import simpy
 
 from base.plugin import resolve
 import methods
-from methods.aggregation import Aggregation
+from methods.aggregation import Aggregation, JobParameters
 from switches.topology_fabric import topology_fabric
 from protocol.params import mbps_to_bps
 from simulation.host import ServerHost, SimulatedHost
@@ -293,9 +293,12 @@ class SimulatedNetwork:
         """The switches that hold aggregation state (Fabric.aggregating)."""
         return [self.controls[name] for name in self.fabric.aggregating()]
 
-    def reset_aggregation(self) -> None:
-        """Every aggregating switch's protocol state zeroed for the job (its record's ``reset_switch``)."""
-        self._protocol.reset(self.aggregating_controls, self._job)
+    def reset_aggregation(self, parameters: JobParameters | None = None) -> None:
+        """Every aggregating switch's protocol state zeroed by its record's ``reset_switch``, for
+        a network made by hand (a run's method prepares its own: ``Method.prepare``), with the
+        job's typed ``parameters`` (None: the switch's part of them, ``JobSetup``'s k, pool and
+        job id, which is all SwitchML's reset reads)."""
+        self._protocol.reset(self.aggregating_controls, self._job if parameters is None else parameters)
 
     def allreduce(self, tensors: Sequence[np.ndarray]) -> list[Any]:
         """Every worker all-reduces its tensor (by host index), all released at the simulated
