@@ -44,7 +44,7 @@ test-fast: setup  ## the suite without the Mininet end-to-end runs
 	$(PYTHON) -m pytest -m "not slow"
 
 bench: setup  ## embedded switch throughput (results/benchmarks/)
-	$(PYTHON) benchmarks/switch_throughput.py
+	$(PYTHON) benchmarks/switchml/switch_throughput.py
 
 paper: setup  ## every paper-figure experiment, then the figures
 	for config in $(PAPER_CONFIGS); do $(PYTHON) run_experiment.py configs/$$config.yaml || exit 1; done

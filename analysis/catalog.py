@@ -27,8 +27,12 @@ from analysis.context import EmulationContext, emulation_context
 from analysis.load import Results
 from analysis.run_figure import RunFigure
 from analysis.tables import MissingData
+import methods
 
 log = logging.getLogger(__name__)
+
+SUBJECT, SUBJECT_NAME = methods.SWITCHML.label, methods.SWITCHML.name
+"""The method under study (the registry's), whose model the figures' notes describe."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ def sweeping(column: str) -> RunSource:
     return RunSource(f"sweeps {column}", partial(runs_sweeping, column=column))
 
 
-LOSSY_SWITCHML = RunSource("has a SwitchML job with loss > 0", runs_with_lossy_switchml)
+LOSSY_SWITCHML = RunSource(f"has a {SUBJECT} job with loss > 0", runs_with_lossy_switchml)
 TRAINING = RunSource("trained a model (workload training)", runs_training)
 TORCH_TRAINING = RunSource("trained a model with PyTorch DDP (workload torch)", partial(runs_training, workload="torch"))
 LAYER_STEPS = RunSource("ran training iterations layer by layer (workload layers)", training_step.runs_layer_steps)
@@ -65,12 +69,12 @@ class FigureSpec:
     explanation: str
 
 
-_ATE_NOTE = """
+_ATE_NOTE = f"""
 **Metric.** ATE/s (aggregated tensor elements per second) = elements / TAT, where TAT is
 the time until the *slowest* worker holds the full sum. Points are medians over
 repetitions; error bars span min to max.
 
-**Models.** SwitchML sends every element once and receives the result once, in frames of
+**Models.** {SUBJECT} sends every element once and receives the result once, in frames of
 `frame_bytes(k)` bytes, so on links of B bit/s it can reach at most
 `B * (4k / frame_bytes(k)) / 32` elements/s whatever the number of workers (dashed line;
 preamble and inter-frame gap are not counted because htb shapes frame bytes). A ring
@@ -89,8 +93,8 @@ FIGURES: tuple[FigureSpec, ...] = (
         "ate_vs_workers_normalised", sweeping("n_workers"), tables.ate_vs_workers_table,
         partial(figures.ate_vs_workers, normalised=True),
         "# ATE/s vs number of workers, normalised by the line-rate bound\n" + _ATE_NOTE
-        + "\nDividing by the SwitchML line-rate bound removes the emulated link rate, so these"
-        " fractions can be compared with the paper's 100 Gbit/s numbers (SwitchML near its"
+        + f"\nDividing by the {SUBJECT} line-rate bound removes the emulated link rate, so these"
+        f" fractions can be compared with the paper's 100 Gbit/s numbers ({SUBJECT} near its"
         " bound, the NCCL ring falling as workers are added).\n",
     ),
     FigureSpec(
@@ -108,13 +112,13 @@ above them because a fixed start-up cost (first round trip, pool ramp-up, for th
     ),
     FigureSpec(
         "tat_inflation_vs_loss", sweeping("loss"), tables.tat_inflation_table, figures.tat_inflation_vs_loss,
-        """# TAT inflation vs loss rate
+        f"""# TAT inflation vs loss rate
 
 **Metric.** TAT at a given per-link loss probability divided by the median TAT of the
 same method without loss (1 = unaffected). Error bars: min-max over repetitions, each
 divided by the lossless median.
 
-**Model.** No closed form is drawn. SwitchML recovers a lost update or result with a
+**Model.** No closed form is drawn. {SUBJECT} recovers a lost update or result with a
 per-slot timeout (10 ms in the reference), so a lost packet stalls one slot while the rest
 of the pool keeps the link busy: inflation should stay small until losses are frequent
 enough to stall most slots at once. TCP-based baselines instead shrink their congestion
@@ -123,10 +127,10 @@ window on every loss.
     ),
     FigureSpec(
         "loss_timeline", LOSSY_SWITCHML, tables.loss_timeline_table, figures.loss_timeline,
-        """# Packets sent per bin under loss
+        f"""# Packets sent per bin under loss
 
-**Metric.** For one SwitchML job at the run's highest loss rate (the newest run with a
-lossy SwitchML job: configs/loss_timeline.yaml, or a loss sweep), the number of packets
+**Metric.** For one {SUBJECT} job at the run's highest loss rate (the newest run with a
+lossy {SUBJECT} job: configs/loss_timeline.yaml, or a loss sweep), the number of packets
 each worker sent in each bin (timeline.csv): 10 ms, as in the paper, or finer for a job
 that lasts only a few of them (a simulated job at 100 Gbit/s), merged into wider bins
 when a long job would have more than 200.
@@ -150,10 +154,10 @@ this to argue that a small amount of switch memory suffices.
     ),
     FigureSpec(
         "training_speedup", ONE_BUCKET_MODELS, tables.training_speedup_table, figures.training_speedup,
-        """# Training speedup per model
+        f"""# Training speedup per model
 
 **Metric.** One training iteration = compute + gradient all-reduce (no overlap). Speedup
-of SwitchML over a baseline = `(compute * D + comm_baseline) / (compute * D + comm_switchml)`,
+of {SUBJECT} over a baseline = `(compute * D + comm_baseline) / (compute * D + comm_{SUBJECT_NAME})`,
 with comm times measured (median TAT of the model's gradients) and compute times from the
 model trace.
 
@@ -167,24 +171,24 @@ the speedup, is unchanged (fixed per-job latency makes very small scaled tensors
 pessimistic). `compute_s` in runs.csv is already multiplied by D and s. The figure prints
 D next to the link slowdown (if they differ, the compute share is distorted) and s.
 
-**Model.** If SwitchML communicated exactly 2(n-1)/n times faster than the ring (both at
+**Model.** If {SUBJECT} communicated exactly 2(n-1)/n times faster than the ring (both at
 line rate), the speedup would be the diamond. Communication-bound models (large gradients,
 little compute) approach 2(n-1)/n; compute-bound ones approach 1.
 """,
     ),
     FigureSpec(
         "training_speedup_layers", LAYER_STEPS, training_step.training_step_table, figures.training_step_speedup,
-        """# Training speedup per model, layer by layer, with overlap
+        f"""# Training speedup per model, layer by layer, with overlap
 
 **What ran.** One training iteration per model (workload `layers`): every layer's gradients
 (a layer is a module that owns parameters; full size at paper scale) all-reduced as one
 job, in the order the backward pass hands them over, one job at a time on an otherwise idle
 network. A layer larger than `max_job_elements` is several jobs back to back.
 
-**Metric.** The iteration is composed as the SwitchML reference's `dnn_benchmark` runs it
+**Metric.** The iteration is composed as the {SUBJECT} reference's `dnn_benchmark` runs it
 (workloads/step_schedule.py): a layer's all-reduce starts when its backward pass is done
 and the previous all-reduce has finished, and the next forward pass waits for it only when
-it reaches that layer. Speedup = the baseline's steady-state iteration time / SwitchML's.
+it reaches that layer. Speedup = the baseline's steady-state iteration time / {SUBJECT}'s.
 The black ticks are the same without overlap: compute, then every all-reduce.
 
 **Compute.** Each layer's share of the iteration, measured with PyTorch on a CPU
@@ -200,18 +204,18 @@ is larger: docs/figures/README.md says why.
     ),
     FigureSpec(
         "training_convergence", TRAINING, tables.training_convergence_table, figures.training_convergence,
-        """# Training convergence: quantized in-network aggregation against exact all-reduce
+        f"""# Training convergence: quantized in-network aggregation against exact all-reduce
 
 **What ran.** Data-parallel SGD of a small MLP on scikit-learn's digits
 (configs/training_convergence.yaml): every worker computes the gradient of its own
-minibatch, the gradients are all-reduced through the emulated network by SwitchML (int32
+minibatch, the gradients are all-reduced through the emulated network by {SUBJECT} (int32
 sums of quantized values in the switch), ring all-reduce or the parameter server, and every
 worker applies the same averaged gradient. Every step is verified as any all-reduce is
-(SwitchML's integer sum bit for bit), and every worker's parameters are checked equal after
+({SUBJECT}'s integer sum bit for bit), and every worker's parameters are checked equal after
 every step.
 
-**Series.** `exact` applies float64 sums of the same gradients; `switchml 8-bit` and
-`switchml 5-bit` apply SwitchML's arithmetic with 8- or 5-bit sums instead of 32-bit
+**Series.** `exact` applies float64 sums of the same gradients; `{SUBJECT_NAME} 8-bit` and
+`{SUBJECT_NAME} 5-bit` apply {SUBJECT}'s arithmetic with 8- or 5-bit sums instead of 32-bit
 (scale floor((2^(b-1)-1)/n) / 2^e). These three are replayed offline: a quantization
 ablation is a property of the arithmetic, not of the network.
 
@@ -219,21 +223,21 @@ ablation is a property of the arithmetic, not of the network.
 methods took (middle: the slowest worker's compute + all-reduce, summed over steps), and
 the largest difference between a series' parameters and the exact reference's (bottom, log
 scale). Accuracy curves can coincide although the parameters drift apart (8 bits): the
-bottom panel is the stricter comparison. 32-bit SwitchML stays within float32
+bottom panel is the stricter comparison. 32-bit {SUBJECT} stays within float32
 rounding of exact; the ring and PS differ by their own float32 summation order.
 """,
     ),
     FigureSpec(
         "training_torch", TORCH_TRAINING, tables.training_convergence_table, figures.training_torch,
-        """# PyTorch DDP through the emulated switch: the SwitchML hook against Gloo
+        f"""# PyTorch DDP through the emulated switch: the {SUBJECT} hook against Gloo
 
 **What ran.** A small CNN (conv 3x3 to 8 maps, a 32-unit hidden layer, 4,538 parameters)
 on scikit-learn's digits, trained with PyTorch's DistributedDataParallel by one rank per
 emulated host (configs/training_torch.yaml), twice from the same seed, shards and
-minibatches: once with the SwitchML communication hook (hosts/torch_hook.py: every gradient
+minibatches: once with the {SUBJECT} communication hook (hosts/torch_hook.py: every gradient
 bucket quantized, summed as int32 in the switch, averaged) and once with Gloo's own
 all-reduce (a float32 ring over TCP on the same links). Every step is verified from the
-ranks' bucket gradients (SwitchML's integer sums bit for bit, Gloo's average within the
+ranks' bucket gradients ({SUBJECT}'s integer sums bit for bit, Gloo's average within the
 float32 summation bound) and every rank's parameters are checked equal.
 
 **Series.** `exact` is the same training in one process with the float64 average of every

@@ -23,8 +23,10 @@ import methods
 
 METHOD_LABELS = {method.name: method.label for method in methods.REGISTRY}
 METHOD_COLORS = {method.name: method.colour for method in methods.REGISTRY}
-LINE_RATE_LABEL = "SwitchML line-rate bound (model)"
-SPEEDUP_SPREAD_NOTE = "error bars: best baseline run with worst SwitchML run, and the reverse"
+SUBJECT = methods.SWITCHML.label
+"""The method under study (the registry's), which the figures compare the baselines with."""
+LINE_RATE_LABEL = f"{SUBJECT} line-rate bound (model)"
+SPEEDUP_SPREAD_NOTE = f"error bars: best baseline run with worst {SUBJECT} run, and the reverse"
 RING_BOUND_LABEL = "ring = sharded-PS bound (model)"
 
 
@@ -45,7 +47,7 @@ def ate_vs_workers(table: pd.DataFrame, context: EmulationContext, normalised: b
         paper.draw_ate_vs_workers(ax, context, bounds["n_workers"])
     log_axis_at(ax, bounds["n_workers"], base=2)
     ax.set_xlabel("number of workers")
-    ax.set_ylabel("ATE/s ÷ SwitchML line-rate bound" if normalised else "ATE/s (aggregated elements / s)")
+    ax.set_ylabel(f"ATE/s ÷ {SUBJECT} line-rate bound" if normalised else "ATE/s (aggregated elements / s)")
     ax.set_ylim(bottom=0)
     legend(ax, table)
     title = "Aggregation throughput vs workers" + (" (normalised to line rate)" if normalised else "")
@@ -99,7 +101,7 @@ def loss_timeline(table: pd.DataFrame, context: EmulationContext) -> Figure:
     ax.set_ylabel(f"packets sent per {bin_ms:g} ms")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, ncol=2)
-    annotate(fig, context, f"SwitchML send timeline at {table['loss'].iloc[0]:.2%} loss per link")
+    annotate(fig, context, f"{SUBJECT} send timeline at {table['loss'].iloc[0]:.2%} loss per link")
     return fig
 
 
@@ -131,7 +133,7 @@ def training_speedup(table: pd.DataFrame, context: EmulationContext) -> Figure:
             ax.plot(x[expected], rows.loc[expected, "expected_speedup"], "kD", label="over ring, 2(n-1)/n model")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xlabel("model (gradient trace)")
-    ax.set_ylabel("training speedup of SwitchML")
+    ax.set_ylabel(f"training speedup of {SUBJECT}")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, title=SPEEDUP_SPREAD_NOTE, title_fontsize=7)
     first = table.iloc[0]
@@ -165,7 +167,7 @@ def training_step_speedup(table: pd.DataFrame, context: EmulationContext) -> Fig
     ax.axhline(1.0, color="grey", linewidth=0.8)
     paper.draw_training_headline(ax, context)
     ax.set_xlabel("model (every layer's gradients one all-reduce)")
-    ax.set_ylabel("training speedup of SwitchML (iteration time ratio)")
+    ax.set_ylabel(f"training speedup of {SUBJECT} (iteration time ratio)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
     first = table.iloc[0]
@@ -254,7 +256,7 @@ ABLATION_COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:pink")
 
 def training_convergence(table: pd.DataFrame, context: EmulationContext) -> Figure:
     """The numpy MLP's training: learning curves of the network's methods, exact and the ablations."""
-    offline = "exact (float64 sums), fewer-bit SwitchML: replayed offline (quantization is arithmetic, not network)"
+    offline = f"exact (float64 sums), fewer-bit {SUBJECT}: replayed offline (quantization is arithmetic, not network)"
     return learning_curves(table, context, f"Data-parallel training through the emulated network ({_workers(table)})", offline)
 
 

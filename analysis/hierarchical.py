@@ -5,10 +5,13 @@ differ in ``topology.aggregation`` (the summary's ``network`` records it per poi
 leaf-spine links' rate and in their loss, such as configs/hierarchical.yaml. Three panels, one bar per mode:
 - ATE/s without loss (median over repetitions, min-max bars) per leaf-spine rate, and the
   line-rate bound of the host links;
-- the spine's load: bytes through its ports (frames its pipeline took in, SwitchMLIngress's
-  events, plus frames it sent, EGV_SENT, at ``frame_bytes(k)`` each) per aggregated element;
+- the spine's load: bytes through its ports (frames its pipeline took in, its ingress events
+  but the notes its protocol's record names, plus frames it sent, EGV_SENT, at the record's
+  ``frame_bytes(k)`` each) per aggregated element;
 - TAT with loss on the leaf-spine links ÷ TAT without, per mode and rate.
-It writes hierarchical.png, .pdf and .csv (the numbers plotted).
+It writes hierarchical.png, .pdf and .csv (the numbers plotted). The jobs are the method under
+study's (the registry's ``methods.SWITCHML``: the protocol that aggregates hierarchically),
+its bound and frames its record's.
 """
 
 from __future__ import annotations
@@ -20,19 +23,18 @@ import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
-from analysis.models import switchml_line_rate_ate
 from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 import methods
 from protocol import params
-from protocol.switchml import params as switchml_params
 from protocol import results_format as fmt
-from protocol.switchml.packet import frame_bytes
+from network.port_counters import INGRESS_EVENT_PREFIX
 from topologies.model import loss_probability
 
 NAME = "hierarchical"
 MODES = ("spine", "hierarchical")
 COLORS = {"spine": "tab:orange", "hierarchical": "tab:blue"}
+SUBJECT = methods.SWITCHML
 
 
 def newest_run(roots: list[Path], simulated: bool | None = None) -> Path:
@@ -61,17 +63,18 @@ def point_settings(run: Path) -> pd.DataFrame:
 def hierarchical_table(run: Path) -> pd.DataFrame:
     """Per (uplink rate, mode, uplink loss): ATE/s and TAT (median, min, max), spine bytes per element, TAT inflation."""
     runs = pd.read_csv(run / fmt.RUNS.file)
-    runs = runs[runs["method"] == methods.SWITCHML.name]
+    runs = runs[runs["method"] == SUBJECT.name]
     jobs = runs.groupby(["point", "repetition"], as_index=False).agg(
         tat_s=("tat_s", "max"), elements=("elements", "first"), k=("k", "first"), link_mbps=("link_mbps", "first"))
     jobs["ate_per_s"] = jobs["elements"] / jobs["tat_s"]
     counters = pd.read_csv(run / fmt.SWITCH_COUNTERS.file)
-    spine = counters[(counters["method"] == methods.SWITCHML.name) & (counters["switch"] == "s1")]
-    frames_in = spine[spine["counter"].isin(switchml_params.INGRESS_EVENTS)].groupby(["point", "repetition"])["value"].sum()
+    spine = counters[(counters["method"] == SUBJECT.name) & (counters["switch"] == "s1")]
+    ingress = spine["counter"].str.startswith(INGRESS_EVENT_PREFIX) & ~spine["counter"].isin(SUBJECT.aggregation.event_notes)
+    frames_in = spine[ingress].groupby(["point", "repetition"])["value"].sum()
     frames_out = spine[spine["counter"] == "EGV_SENT"].groupby(["point", "repetition"])["value"].sum()
     spine_frames = (frames_in + frames_out).rename("spine_frames").reset_index()
     jobs = jobs.merge(spine_frames, on=["point", "repetition"])
-    jobs["spine_bytes_per_element"] = jobs["spine_frames"] * jobs["k"].map(frame_bytes) / jobs["elements"]
+    jobs["spine_bytes_per_element"] = jobs["spine_frames"] * jobs["k"].map(SUBJECT.aggregation.frame_bytes) / jobs["elements"]
     table = jobs.groupby("point", as_index=False).agg(
         ate_per_s_median=("ate_per_s", "median"), ate_per_s_min=("ate_per_s", "min"), ate_per_s_max=("ate_per_s", "max"),
         tat_s_median=("tat_s", "median"), tat_s_min=("tat_s", "min"), tat_s_max=("tat_s", "max"),
@@ -79,7 +82,9 @@ def hierarchical_table(run: Path) -> pd.DataFrame:
     ).merge(point_settings(run), on="point")
     clean = table[table["uplink_loss"] == 0].set_index(["uplink_mbps", "aggregation"])["tat_s_median"]
     table["tat_inflation"] = [tat / clean[(rate, mode)] for tat, rate, mode in zip(table["tat_s_median"], table["uplink_mbps"], table["aggregation"])]
-    table["line_rate_bound_ate_per_s"] = [switchml_line_rate_ate(params.mbps_to_bps(rate), k) for rate, k in zip(table["link_mbps"], table["k"])]
+    workers = runs.groupby("point")["n_workers"].first()
+    table["line_rate_bound_ate_per_s"] = [SUBJECT.bound(params.mbps_to_bps(rate), int(workers[point]), k)
+                                          for rate, k, point in zip(table["link_mbps"], table["k"], table["point"])]
     return table.sort_values(["uplink_mbps", "uplink_loss", "aggregation"], ascending=[False, True, True]).reset_index(drop=True)
 
 

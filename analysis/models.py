@@ -1,4 +1,5 @@
-"""Analytic models the figures are drawn against.
+"""Analytic models the figures are drawn against, whatever the method: the baselines' bounds and
+the speedups (SwitchML's own, its pace and pool window, are analysis/switchml/models.py's).
 
 Every bound here is a *bandwidth* bound: it assumes the only limit is the host link of
 rate B (bit/s, full duplex, same rate in each direction) and asks how many bytes each host
@@ -13,9 +14,9 @@ The ring and parameter-server bounds count payload bytes only (they are upper bo
 TCP/IP headers those baselines also carry can only lower them).
 
 Each method's own link-rate bound is derived in its module of ``methods/`` (the registry
-the runner reads too), as is SwitchML's pace model (its record's ``pace``) and the bus
-bandwidth; they are imported here under the names the figures, labs and notebooks use,
-next to the models that compose them (pool window, speedups).
+the runner reads too; a figure asks ``Method.bound``), as is the bus bandwidth; the
+baselines' are imported here under the names the figures, labs and notebooks use, next to
+the models that compose them (speedups).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from __future__ import annotations
 from methods.method import BITS_PER_BYTE, require_positive
 from methods import ps, ring
 from methods.ring import busbw
-from methods.switchml import SwitchMLJobPace, line_rate_ate as switchml_line_rate_ate, switchml_job_pace
-from protocol.switchml.packet import frame_bytes
 
 ring_traffic_per_tensor_byte = ring.traffic_per_tensor_byte
 ring_algbw_bound = ring.BOUND.algbw
@@ -34,10 +33,9 @@ ps_algbw_bound = ps.BOUND.algbw
 ps_ate_bound = ps.BOUND.ate
 
 __all__ = [
-    "BITS_PER_BYTE", "SwitchMLJobPace", "busbw", "expected_speedup_over_ring",
-    "expected_training_speedup_over_ring", "ps_algbw_bound", "ps_ate_bound", "ps_traffic_per_tensor_byte",
-    "ring_algbw_bound", "ring_ate_bound", "ring_traffic_per_tensor_byte", "slot_round_trip_s", "switchml_job_pace",
-    "switchml_line_rate_ate", "switchml_pool_bound_ate", "time_dilation_factor", "training_speedup",
+    "BITS_PER_BYTE", "busbw", "expected_speedup_over_ring", "expected_training_speedup_over_ring", "ps_algbw_bound", "ps_ate_bound",
+    "ps_traffic_per_tensor_byte", "ring_algbw_bound", "ring_ate_bound", "ring_traffic_per_tensor_byte", "time_dilation_factor",
+    "training_speedup",
 ]  # fmt: skip
 
 
@@ -47,7 +45,7 @@ def expected_speedup_over_ring(n_workers: int) -> float:
     SwitchML sends each tensor byte once per host, the ring 2(n-1)/n times, so at equal
     per-byte framing efficiency the ring needs 2(n-1)/n times longer (1.75x for n=8).
     SwitchML's own headers cost it a further factor 4k/frame_bytes(k) relative to raw
-    payload, which ``switchml_line_rate_ate`` accounts for and this ratio does not.
+    payload, which its line-rate bound (analysis/switchml/models.py) accounts for and this ratio does not.
     """
     return ring_traffic_per_tensor_byte(n_workers)
 
@@ -93,37 +91,3 @@ def expected_training_speedup_over_ring(compute_s: float, comm_ring_s: float, n_
     # SwitchML's all-reduce time is the ring's divided by expected_speedup_over_ring(n_workers)
     return training_speedup(compute_s, comm_ring_s, comm_ring_s / expected_speedup_over_ring(n_workers))
     # END LAB 5
-
-
-def slot_round_trip_s(link_bps: float, k: int, link_delay_s: float) -> float:
-    """Round trip of one slot on an idle star: from the moment a worker starts sending a
-    slot's update until the slot's result has arrived, on links of ``link_bps`` with
-    ``link_delay_s`` of delay each way.
-
-    The switch's own processing time is left out (microseconds here, against milliseconds
-    on the links at a few Mbit/s), as are queues: this is the round trip of the first slot,
-    the shortest a pool can see, which is what sizes the pool.
-    """
-    require_positive(link_bps=link_bps, k=k)
-    if link_delay_s < 0:
-        raise ValueError(f"link_delay_s must be non-negative, got {link_delay_s}")
-    # BEGIN LAB 4: the idle round trip of one slot: its update out to the switch and its result back
-    # each way a frame of frame_bytes(k) bytes serialised at link_bps, then the link's delay
-    return 2 * (frame_bytes(k) * BITS_PER_BYTE / link_bps + link_delay_s)
-    # END LAB 4
-
-
-def switchml_pool_bound_ate(link_bps: float, k: int, pool_size: int, round_trip_s: float) -> float:
-    """Most aggregated elements/s a pool of ``pool_size`` slots of k elements allows, on
-    links of ``link_bps`` where a slot's round trip is ``round_trip_s``.
-
-    A worker has at most one update outstanding per slot and reuses a slot only when its
-    result is back: the pool is a sliding window. Past the bandwidth-delay product of the
-    links in frames more slots add nothing: the paper's argument that a little switch
-    memory suffices.
-    """
-    require_positive(link_bps=link_bps, k=k, pool_size=pool_size, round_trip_s=round_trip_s)
-    # BEGIN LAB 4: the most elements/s a window of pool_size slots allows on these links
-    # pool_size * k elements per round trip (the window limit), never above the line rate
-    return min(switchml_line_rate_ate(link_bps, k), pool_size * k / round_trip_s)
-    # END LAB 4

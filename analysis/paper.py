@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from matplotlib.axes import Axes
 
 from analysis.context import EmulationContext
+import methods
 
 LINK_MBPS = 100_000.0
 """The paper's link rate: 100 Gbit/s."""
@@ -50,5 +51,5 @@ def draw_ate_vs_workers(ax: Axes, context: EmulationContext, measured: Iterable[
     workers = [n for n in sorted(NCCL_RING_ATE_PER_S) if measured and measured[0] <= n <= measured[-1]]
     if not at_paper_rate(context) or not workers:
         return
-    ax.plot(workers, [SWITCHML_ATE_PER_S] * len(workers), marker="x", label="paper: SwitchML (~2.8e9, Tofino)", **STYLE)
+    ax.plot(workers, [SWITCHML_ATE_PER_S] * len(workers), marker="x", label=f"paper: {methods.SWITCHML.label} (~2.8e9, Tofino)", **STYLE)
     ax.plot(workers, [NCCL_RING_ATE_PER_S[n] for n in workers], marker="+", label="paper: NCCL ring", **STYLE)

@@ -5,7 +5,7 @@
 jobs' elements over the makespan, against the number of jobs, with a job's line-rate
 bound. Right: how the control plane partitions the switch's slots for each measured set of
 jobs, and what it does with the 4-job set at twice the pools (more slots than the switch
-has): it refuses admission (``switches.programming.partition_slots``), it never shrinks a
+has): it refuses admission (``switches.fabric.partition_slots``), it never shrinks a
 pool. It writes shared_switch.png, .pdf and .csv (the numbers plotted).
 """
 
@@ -23,7 +23,7 @@ from analysis.multi_tenant import is_multi_tenant
 from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 from protocol import results_format as fmt
-from switches.programming import AdmissionError, partition_slots
+from switches.fabric import AdmissionError, partition_slots
 
 NAME = "shared_switch"
 OVERSUBSCRIPTION_FACTOR = 2

@@ -15,7 +15,6 @@ from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchm
 from analysis.load import Results
 import methods
 from methods.ring import RING
-from protocol.switchml.packet import frame_bytes
 from protocol.params import mbps_to_bps
 
 TIMELINE_BIN_MS = 10.0
@@ -28,7 +27,10 @@ MAX_TIMELINE_BINS = 200
 MERGE_STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 REFERENCE_LINK_BPS = 100e9
 """Link rate of the paper's testbed; the training figure dilates compute times to it."""
-SWITCHML = methods.SWITCHML.name
+SUBJECT = methods.SWITCHML
+"""The method under study (the registry's): the figures' line-rate bound, loss timeline and
+training speedups are its, against the baselines."""
+SWITCHML = SUBJECT.name
 BASELINES = tuple(method.name for method in methods.BASELINES)
 
 
@@ -82,7 +84,7 @@ def loss_timeline_table(results: Results) -> pd.DataFrame:
     """
     runs = results.runs[results.runs["run"].isin(runs_with_lossy_switchml(results.runs))]
     if runs.empty:
-        raise MissingData("no SwitchML job with loss > 0")
+        raise MissingData(f"no {SUBJECT.label} job with loss > 0")
     jobs = job_table(runs)
     jobs = jobs[(jobs["method"] == SWITCHML) & (jobs["loss"] > 0)]
     _require_link_rate(jobs)
@@ -102,7 +104,7 @@ def loss_timeline_table(results: Results) -> pd.DataFrame:
         point=job["point"], repetition=job["repetition"], loss=job["loss"], loss_mechanism=job["loss_mechanism"]
     )
     link_bytes_per_bin = mbps_to_bps(job["link_mbps"]) * table["bin_ms"].iloc[0] / 1000 / models.BITS_PER_BYTE
-    table["line_rate_packets_per_bin"] = link_bytes_per_bin / frame_bytes(int(job["k"]))
+    table["line_rate_packets_per_bin"] = link_bytes_per_bin / SUBJECT.aggregation.frame_bytes(int(job["k"]))
     return table
 
 
@@ -134,7 +136,7 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
     switchml = comm[comm["method"] == SWITCHML].set_index("workload")
     baselines = comm[comm["method"].isin(BASELINES)]
     if switchml.empty or baselines.empty:
-        raise MissingData("training speedup needs SwitchML and a ring or PS baseline")
+        raise MissingData(f"training speedup needs {SUBJECT.label} and a ring or PS baseline")
     _require_link_rate(comm)
     scaling = results.summary.set_index("run")[["time_dilation", "size_scale"]]
     rows = []
@@ -156,7 +158,7 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
                 "size_scale": scaling.at[base.run, "size_scale"],
                 "compute_s": compute,
                 "comm_baseline_s": base.tat_s_median,
-                "comm_switchml_s": sml["tat_s_median"],
+                f"comm_{SWITCHML}_s": sml["tat_s_median"],
                 "speedup_median": models.training_speedup(compute, base.tat_s_median, sml["tat_s_median"]),
                 "speedup_min": models.training_speedup(compute, base.tat_s_min, sml["tat_s_max"]),
                 "speedup_max": models.training_speedup(compute, base.tat_s_max, sml["tat_s_min"]),
@@ -164,7 +166,7 @@ def training_speedup_table(results: Results, reference_link_bps: float = REFEREN
             }
         )
     if not rows:
-        raise MissingData("no workload was measured with both SwitchML and a baseline")
+        raise MissingData(f"no workload was measured with both {SUBJECT.label} and a baseline")
     return pd.DataFrame(rows)
 
 
@@ -207,11 +209,11 @@ def _rate_table(results: Results, x: str) -> pd.DataFrame:
 
 
 def _with_bounds(stats: pd.DataFrame) -> pd.DataFrame:
-    """Add the SwitchML line-rate and ring ATE/s bounds for each row's link rate, k and n."""
+    """Add the method under study's line-rate and the ring's ATE/s bounds for each row's link rate, k and n."""
     _require_link_rate(stats)
     link_bps = mbps_to_bps(stats["link_mbps"])
     stats["line_rate_bound_ate_per_s"] = [
-        models.switchml_line_rate_ate(bps, int(k)) for bps, k in zip(link_bps, stats["k"], strict=True)
+        SUBJECT.bound(bps, int(n), int(k)) for bps, n, k in zip(link_bps, stats["n_workers"], stats["k"], strict=True)
     ]
     stats["ring_bound_ate_per_s"] = [
         models.ring_ate_bound(bps, int(n), int(size))

@@ -32,7 +32,9 @@ from workloads.kinds.layers import LayerJob, layer_jobs, scaled_layers
 from workloads.layers import Layer
 from workloads.step_schedule import overlapped_iteration_s, serial_iteration_s
 
-SWITCHML = methods.SWITCHML.name
+SUBJECT = methods.SWITCHML
+"""The method under study (the registry's), whose speedup over each baseline the table gives."""
+SWITCHML = SUBJECT.name
 BASELINES = tuple(method.name for method in methods.BASELINES)
 MEASURED, MODELLED = "measured", "model"
 
@@ -113,14 +115,14 @@ def training_step_table(results: Results) -> pd.DataFrame:
                 "workload": str(at_point["workload"].iloc[0]), "baseline": baseline, "baseline_source": source,
                 "n_workers": n_workers, "link_mbps": link_mbps,
                 "layers": len(layers), "jobs": len(jobs), "elements": sum(layer.count for layer in layers),
-                "compute_s": compute, "comm_switchml_s": sml_comm, "comm_baseline_s": comm,
-                "iteration_switchml_s": sml_overlap, "iteration_baseline_s": overlap,
+                "compute_s": compute, f"comm_{SWITCHML}_s": sml_comm, "comm_baseline_s": comm,
+                f"iteration_{SWITCHML}_s": sml_overlap, "iteration_baseline_s": overlap,
                 "speedup": overlap / sml_overlap,
-                "serial_iteration_switchml_s": sml_serial, "serial_iteration_baseline_s": serial,
+                f"serial_iteration_{SWITCHML}_s": sml_serial, "serial_iteration_baseline_s": serial,
                 "serial_speedup": serial / sml_serial,
                 "speedup_over_paper_nccl_ring": nccl / sml_overlap if baseline == RING.name and nccl is not None else float("nan"),
                 "time_dilation": float(workload["time_dilation"]), "size_scale": float(workload["size_scale"]),
             })
     if not rows:
-        raise MissingData("no model was run with both SwitchML and a baseline")
+        raise MissingData(f"no model was run with both {SUBJECT.label} and a baseline")
     return pd.DataFrame(rows)

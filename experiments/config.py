@@ -102,7 +102,7 @@ EMULATED_MEMORY = MemoryModel("in an emulated run", base_bytes=240_000_000, byte
 SIMULATED_MEMORY = MemoryModel("even on the simulated clock, which needs the least", base_bytes=70_000_000, bytes_per_element=24)
 
 MAX_EMULATED_HOSTS = 32
-"""The most hosts an emulated network has (one switch's workers, SWITCHML_MAX_WORKERS, and
+"""The most hosts an emulated network has (one switch's workers, protocol/params.py's MAX_WORKERS, and
 what one machine's Mininet carries); the topology schema allows more for --simulate, whose
 trees aggregate hierarchically (``check_emulable``)."""
 

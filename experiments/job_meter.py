@@ -226,5 +226,6 @@ class JobMeter:
         time.sleep(SETTLE_S)  # let the switches drain before their frames are accounted
         read_counters = self._event_counters()
         ports_after, counters = settled(lambda: (self._read()[0], {sw: read_counters(control) for sw, control in self._net.controls.items()}))
-        frames = {sw: account_switch(self._port_counters, ports_after, self._ports[sw], counters[sw]) for sw in counters}
+        notes = self._net.loaded.event_notes
+        frames = {sw: account_switch(self._port_counters, ports_after, self._ports[sw], counters[sw], notes) for sw in counters}
         return JobMeasurement(cpu, wall, tx_mbps, counters, frames)

@@ -47,9 +47,8 @@ from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import WorkerSpec
 from simulation.host import start_host, start_server
-from simulation.native import library as native_simulator
-from simulation.native.star import has_aggregation_path, star_problem
-from simulation.network import DROP_SIMULATOR, NATIVE_CORE, NO_LOSS, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported, loss_mechanism_of
+from simulation.network import (DROP_SIMULATOR, NATIVE_CORE, NO_LOSS, PYTHON_CORE, JobSetup, LoopShape, NativeLoop, SimulatedNetwork,
+                                SimulationUnsupported, loss_mechanism_of)
 from switches.fabric import SharedJob, Station
 from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
 
@@ -58,7 +57,7 @@ log = logging.getLogger(__name__)
 BASELINE_MODELS = "baseline_models"
 """summary.json ``simulation`` key: point -> method -> its model (``baseline_model``)."""
 SIMPY_LOOP = "on the simulated clock (simulation/host.py's drivers, on SimPy)"
-NATIVE_LOOP = "on the simulated clock (simulation/native/star.c's event loop: the same events as on SimPy, in C)"
+NATIVE_LOOP = "on the simulated clock ({loop}: the same events as on SimPy, in C)"
 DEFAULT_SEED = 1
 US = 1e-6
 
@@ -114,31 +113,43 @@ def check_simulable(experiment: Experiment) -> Experiment:
     return experiment.with_data_paths({point.index: simulated_data_path(experiment, point) for point in experiment.points})
 
 
+def native_loop(protocol: Aggregation) -> NativeLoop | None:
+    """``protocol``'s compiled event loop for the simulated clock (its record's ``simulated_loop``), if it has one."""
+    return None if protocol.simulated_loop is None else resolve(protocol.simulated_loop)
+
+
 def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
-    """Which worker loop simulates ``point``: the native core on star.c's loop where the
-    config's ``protocol.data_path`` allows it (``auto``: where it builds) and the network is
-    a star of one job whose switch program has the aggregation path that loop runs
-    (simulation/native/star.py, ``star_problem``), else the protocol's core on SimPy, with the reason."""
+    """Which worker loop simulates ``point``: the protocol's native core on its compiled loop
+    (its record's ``simulated_loop``) where the config's ``protocol.data_path`` allows it
+    (``auto``: where it builds) and the loop runs the network's shape (``NativeLoop.problem``),
+    else the protocol's core on SimPy, with the reason."""
     protocol = in_network(point)[0]
     simpy = DataPath(PYTHON_CORE, f"{protocol.label}'s worker core {SIMPY_LOOP}")
     choice = point.protocol["data_path"]
     if choice == "python":
         return replace(simpy, reason=f"{simpy.reason}: protocol.data_path: python")
+    loop = native_loop(protocol)
+    if loop is None:
+        if choice == "native":
+            raise SimulationUnsupported(f"{experiment.source}: point {point.index}: protocol.data_path: native: {protocol.label} has "
+                                        "no native core on the simulated clock (its record names no simulated_loop)")
+        return replace(simpy, reason=f"{simpy.reason}: {protocol.label} has no native core on the simulated clock")
     topology = point.topology
     plane = simulated_data_plane(experiment.data["switch"]["target"])
     switch = plane.simulated(k=point.job.k, max_pool_size=point.job.pool_size, seed=0, protocol=protocol.name)
-    problem = star_problem(len(topology.switches), len(topology.hosts), len(topology.hosts), len(point.data.get("jobs") or ()),
-                           loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
-                           float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)), has_aggregation_path(switch))
+    shape = LoopShape(len(topology.switches), len(topology.hosts), len(topology.hosts), len(point.data.get("jobs") or ()),
+                      loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
+                      float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)) * US)
+    problem = loop.problem(shape, switch)
     try:
-        native_simulator()
+        loop.build()
     except DataPathUnavailable as exc:
         problem = problem or str(exc)
     if problem is None:
-        return DataPath(NATIVE_CORE, f"{protocol.label}'s native worker core {NATIVE_LOOP}")
+        return DataPath(NATIVE_CORE, f"{protocol.label}'s native worker core {NATIVE_LOOP.format(loop=loop.name)}")
     if choice == "native":
         raise SimulationUnsupported(f"{experiment.source}: point {point.index}: protocol.data_path: native: the native core is "
-                                    f"simulated for a star of one job with loss on its links only; this one has {problem}")
+                                    f"simulated for {loop.scope} only; this one has {problem}")
     return replace(simpy, reason=f"{simpy.reason}: the native core's loop does not take {problem}")
 
 
@@ -179,15 +190,12 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
     protocol = methods.by_name(method).aggregation
     record = simulation_record(experiment)
     job = point.job
-    # the point's data path is its first protocol's; one with a single loop (no ``data_path``) runs it on SimPy
-    native = point.data_path.name == NATIVE_CORE and not jobs and protocol.data_path is not None
-    core = NATIVE_CORE if native else PYTHON_CORE
+    # the point's data path is its first protocol's; one without a compiled loop runs on SimPy
+    native = native_loop(protocol) if point.data_path.name == NATIVE_CORE and not jobs else None
     return SimulatedNetwork(point.topology, lookup(target), JobSetup(job.k, job.pool_size, experiment.data["switch"]["max_pool_size"],
                                                                       job.job_id, shared=tuple(jobs)),
-                            point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"], simulated_data_plane(target), core,
-                            protocol=protocol.name, program=resolve(protocol.program_fabric),
-                            read_counters=None if protocol.event_counters is None else resolve(protocol.event_counters),
-                            servers=job_servers(point, method))
+                            point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"], simulated_data_plane(target), native,
+                            protocol=protocol, servers=job_servers(point, method))
 
 
 def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequence[int] | None = None,

@@ -182,9 +182,9 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     from hosts.switchml.spec import retransmit_policy
     from methods.verification import expected_for, integer_sum
     from protocol.worker_spec import SwitchMLParameters
-    from simulation.network import PYTHON_CORE, JobSetup, SimulatedNetwork
-    from simulation.worker import WorkerSetup
-    from switches import programming
+    from simulation.network import JobSetup, SimulatedNetwork
+    from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
+    from switches.switchml import programming
     from switches.targets import REGISTRY
     from topologies.model import TOPOLOGY_DIR, load_topology
 
@@ -193,8 +193,9 @@ def lossy_allreduce(workers: int, elements: int, loss: float, seed: int, link_mb
     topology = load_topology(TOPOLOGY_DIR / "star.yaml", {"workers": workers, "link": link})
     protocol = SwitchMLParameters(k=k, pool_size=pool_size, job_id=1, timeout_ms=timeout_ms, backoff_every=backoff_every)
     policy = retransmit_policy(protocol, link_mbps)
-    job = JobSetup(k, pool_size, switchml_params.MAX_POOL_SIZE, 1, lambda rank: WorkerSetup(rank, workers, 1, k, pool_size, policy, 60.0))
-    network = SimulatedNetwork(topology, REGISTRY["embedded"], job, "auto", seed=seed, core=PYTHON_CORE)  # the tree's timers: not C's
+    job = JobSetup(k, pool_size, switchml_params.MAX_POOL_SIZE, 1,
+                   switchml_workers(lambda rank: WorkerSetup(rank, workers, 1, k, pool_size, policy, 60.0)))
+    network = SimulatedNetwork(topology, REGISTRY["embedded"], job, "auto", seed=seed)  # on SimPy: the tree's timers, not C's
     network.reset_aggregation()
     if not results_lost:
         programming.set_drop_probability(network.controls["s1"], loss, 0.0)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import models
+from analysis.switchml import models as switchml_models
 from analysis.catalog import FigureSpec, sweeping
 from analysis.context import EmulationContext, annotate
 from analysis.figures import LINE_RATE_LABEL, log_axis_at, new_axes
@@ -96,9 +96,9 @@ def pool_model_table(results: Results) -> pd.DataFrame:
         raise MissingData(f"the pool model needs one link delay per run, found {list(delays)}")
     delay_s = float(delays[0]) / 1e3
     link_bps = mbps_to_bps(table["link_mbps"])
-    table["round_trip_s"] = [models.slot_round_trip_s(bps, int(k), delay_s) for bps, k in zip(link_bps, table["k"])]
+    table["round_trip_s"] = [switchml_models.slot_round_trip_s(bps, int(k), delay_s) for bps, k in zip(link_bps, table["k"])]
     table["model_ate_per_s"] = [
-        models.switchml_pool_bound_ate(bps, int(k), int(pool), rtt)
+        switchml_models.switchml_pool_bound_ate(bps, int(k), int(pool), rtt)
         for bps, k, pool, rtt in zip(link_bps, table["k"], table["pool_size"], table["round_trip_s"])
     ]
     table["model_normalised"] = table["model_ate_per_s"] / table["line_rate_bound_ate_per_s"]

@@ -149,7 +149,7 @@ class Aggregation:
     server on the simulated clock."""
     waiting_evidence: str | None = None
     """"module:attribute" of ``(control, switch, n_workers) -> {rank: what}``: what the
-    aggregating switch's state shows of the ranks a job waits for (network/evidence.py's
+    aggregating switch's state shows of the ranks a job waits for (switches/switchml/evidence.py's
     ``slots_evidence``), asked at a deadline that passed; None: its state shows nothing."""
     pace: PaceModel | None = None
     """Its pace model where its links and pool alone set its pace; None: only its bound is known."""
@@ -169,6 +169,12 @@ class Aggregation:
     event_counters: str | None = None
     """"module:attribute" of ``(control) -> {event: packets}``: a switch's event counters by
     name, which the results record per job; None: its program counts nothing they record."""
+    frame_bytes: Callable[[int], int] | None = None
+    """The bytes of one of its frames carrying k elements, Ethernet header to last element (what
+    its line rate is counted in: a figure's packets per bin at line rate); None: not given."""
+    event_notes: tuple[str, ...] = ()
+    """Its ingress events (``EV_*``) counted besides a frame's own event, so not frames of their
+    own when the switch's frames are accounted (network/port_counters.py's ``account_switch``)."""
     core: str | None = None
     """"module:attribute" of its sans-IO worker core, ``core(spec, rank, host, switch)`` (``HostCore``), which
     the simulated clock's generic driver runs (simulation/host.py); None: the protocol gives
@@ -177,7 +183,11 @@ class Aggregation:
     """"module:attribute" of its own driver on the simulated clock, ``(env, spec, rank, host,
     switch, packet_cost_s) -> a simulated host`` (simulation/host.py, ``SimulatedHost``), for a
     protocol whose driver must match a compiled event loop event for event (SwitchML's,
-    simulation/native/); None: the generic driver over ``core``."""
+    simulation/switchml/native/); None: the generic driver over ``core``."""
+    simulated_loop: str | None = None
+    """"module:attribute" of its event loop in C for the simulated clock (simulation/network.py's
+    ``NativeLoop``: SwitchML's star.c, simulation/switchml/native/), which runs the networks of
+    the shapes it takes when a config's data path is native; None: its workers run on SimPy only."""
     section_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Defaults of its own subsection of the ``protocol`` section (ATP's ``atp``), which only a
     config naming one of its methods gets: a config without it records nothing of it."""

@@ -16,7 +16,7 @@ from methods.aggregation import Aggregation
 from methods.method import BITS_PER_BYTE, in_network, require_positive
 from protocol.packet import ELEMENT_BYTES
 from protocol.switchml.packet import frame_bytes
-from protocol.switchml.params import DEFAULT_BACKOFF_EVERY, DEFAULT_K, DEFAULT_POOL_SIZE, K_CHOICES, MAX_POOL_SIZE
+from protocol.switchml.params import DEFAULT_BACKOFF_EVERY, DEFAULT_K, DEFAULT_POOL_SIZE, INGRESS_NOTES, K_CHOICES, MAX_POOL_SIZE
 from protocol.switchml.plan import JobPlan
 from protocol.quantize import PROTOCOL_BITS
 from protocol.worker_spec import SwitchMLParameters
@@ -126,11 +126,12 @@ AGGREGATION = Aggregation(
     name="switchml", label="SwitchML", parameters=SwitchMLParameters.from_config, read_parameters=read_parameters,
     k_choices=K_CHOICES, defaults={"k": DEFAULT_K, "pool_size": DEFAULT_POOL_SIZE, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "data_path": "auto"},
     switch_defaults={"max_pool_size": MAX_POOL_SIZE}, sum_bits=PROTOCOL_BITS, host="hosts.switchml.method:SwitchMLMethod",
-    reset_switch="switches.programming:reset_job_state", program_fabric="switches.programming:program_fabric",
-    waiting_evidence="network.evidence:slots_evidence", pace=job_pace, data_path="hosts.switchml.native:resolve",
+    reset_switch="switches.switchml.programming:reset_job_state", program_fabric="switches.switchml.programming:program_fabric",
+    waiting_evidence="switches.switchml.evidence:slots_evidence", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions", client="hosts.switchml.method:switchml_client",
     ddp_hook="hosts.torch_hook:switch_hook", torch_backend="switchml",
-    event_counters="switches.programming:read_event_counters", simulated_host="simulation.switchml:simulated_worker",
+    event_counters="switches.switchml.programming:read_event_counters", event_notes=INGRESS_NOTES, frame_bytes=frame_bytes, simulated_host="simulation.switchml.driver:simulated_worker",
+    simulated_loop="simulation.switchml.native:STAR",
 )
 """SwitchML as an in-network aggregation protocol (methods/aggregation.py)."""
 

@@ -596,7 +596,7 @@ class EmulatedNetwork:
 
     def waited_for(self) -> dict[str, str]:
         """Host -> what the network shows of why the other hosts wait for it (a link that is
-        down, the aggregating switch's slots waiting for its updates: network/evidence.py);
+        down, the aggregating switch's slots waiting for its updates: switches/switchml/evidence.py, its record's waiting_evidence);
         asked at a deadline that passed with no process stopped."""
         assert self.net is not None and self.fabric is not None
         found: dict[str, list[str]] = {}

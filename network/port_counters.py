@@ -21,9 +21,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
-
-from protocol.switchml import params
+from typing import Collection, Mapping, Sequence
 
 TOLERANCE_FRAMES = 2
 """Frames in flight while the counters are read (one on each side) are not a loss."""
@@ -86,18 +84,20 @@ def frames_lost(lost: int, total: int) -> bool:
 
 INGRESS_EVENT_PREFIX = "EV_"
 """Every protocol's program counts each frame its ingress takes under exactly one event named
-so (SwitchML's ``INGRESS_EVENTS``, ATP's); SwitchML's notes (``INGRESS_NOTES``) count besides."""
+so; the notes its record names (``Aggregation.event_notes``) count besides."""
 
 
 def account_switch(
-    before: Mapping[str, PortCounters], after: Mapping[str, PortCounters], interfaces: Sequence[str], counters: Mapping[str, int]
+    before: Mapping[str, PortCounters], after: Mapping[str, PortCounters], interfaces: Sequence[str], counters: Mapping[str, int],
+    notes: Collection[str] = (),
 ) -> dict[str, int]:
-    """One switch's frames over one job: what its ports and its pipeline saw, and the gaps."""
+    """One switch's frames over one job: what its ports and its pipeline saw, and the gaps;
+    ``notes``: the ingress events its program counts besides a frame's own (not frames)."""
     rx = sum(after[i].rx_packets - before[i].rx_packets for i in interfaces)
     tx = sum(after[i].tx_packets - before[i].tx_packets for i in interfaces)
     queue_drops = sum(after[i].queue_drops - before[i].queue_drops for i in interfaces)
     queued = sum(after[i].queued - before[i].queued for i in interfaces)
-    pipeline_in = sum(count for name, count in counters.items() if name.startswith(INGRESS_EVENT_PREFIX) and name not in params.INGRESS_NOTES)
+    pipeline_in = sum(count for name, count in counters.items() if name.startswith(INGRESS_EVENT_PREFIX) and name not in notes)
     pipeline_out = counters["EGV_SENT"]
     return {
         "port_rx_frames": rx,

@@ -41,6 +41,20 @@ def read_p4_constants(path: Path) -> Mapping[str, int]:
     return MappingProxyType(constants)
 
 
+MAX_WORKERS = 32
+"""The most workers one switch aggregates for one job, whatever its protocol: every protocol's
+switch program keeps a bitmap of 32 bits per slot or aggregator (each one's parameters check
+at import that its program takes this many). A topology's fan-in (topologies/model.py) and the
+synthetic workload's int32 range (workloads/synthetic.py) are sized for it."""
+
+
+def check_max_workers(protocol: str, max_workers: int, source: Path) -> None:
+    """A protocol's most workers per switch (``source``'s constant), refused when below ``MAX_WORKERS``."""
+    if max_workers < MAX_WORKERS:
+        raise RuntimeError(f"{source}: {protocol}'s switch aggregates at most {max_workers} workers, "
+                           f"fewer than the {MAX_WORKERS} every topology may give it (protocol/params.py, MAX_WORKERS)")
+
+
 SWITCH_MAC = "02:53:4d:4c:00:01"
 """Virtual MAC of the aggregating switch: workers address their updates to it (and results come from it)."""
 SWITCH_IPV4 = "10.0.0.254"

@@ -119,14 +119,23 @@ def is_simulated(summary: dict) -> bool:
 DATA_PATH_KEY = "data_path"
 """summary.json: the in-network worker's loop, ``{"protocol", "requested", "used", "reason"}``;
 each of its points: the loop that ran there (``used``)."""
-EARLIER_DATA_PATH_KEY = "switchml_data_path"
-"""What runs written before in-network aggregation became a plug-in axis call ``DATA_PATH_KEY``
-(without ``protocol``: theirs was SwitchML's)."""
+EARLIER_DATA_PATH_SUFFIX = "_" + DATA_PATH_KEY
+"""Runs written before in-network aggregation became a plug-in axis call ``DATA_PATH_KEY``
+``<protocol>_data_path``, naming the one protocol they ran in the key rather than in the
+record (docs/results-format.md)."""
 
 
 def data_path_of(record: dict) -> Any:
-    """A summary's or a point's data path, under its current key or its earlier one (None: neither)."""
-    return record.get(DATA_PATH_KEY, record.get(EARLIER_DATA_PATH_KEY))
+    """A summary's or a point's data path, under its current key or its earlier one, whose
+    protocol it then names as the current one does (None: neither)."""
+    if DATA_PATH_KEY in record:
+        return record[DATA_PATH_KEY]
+    earlier = [key for key in record if key.endswith(EARLIER_DATA_PATH_SUFFIX)]
+    if not earlier:
+        return None
+    [key] = earlier
+    value = record[key]
+    return {"protocol": key.removesuffix(EARLIER_DATA_PATH_SUFFIX), **value} if isinstance(value, dict) else value
 
 
 SHARED_SWITCH_KIND = "shared_switch"

@@ -5,7 +5,7 @@ Nothing of the protocol is written again here. A worker is ``hosts/switchml/core
 ``WorkerCore``, loop policy included, whose steps worker.py drives with events (as
 ``hosts/switchml/job.py`` drives them with a socket); a
 switch is its target's own data plane (``SwitchTarget.simulated``: the embedded switch's
-``SwitchMLPipeline``), programmed by ``switches/fabric.py`` and ``switches/programming.py``
+``SwitchMLPipeline``), programmed by ``switches/fabric.py`` and ``switches/switchml/programming.py``
 over an in-process ``SwitchControl``, as in emulation. What is modelled is only what sits
 between them: links (link.py: serialization at the link rate, propagation delay, a
 drop-tail queue, loss) and the hosts' per-packet cost.

@@ -9,8 +9,8 @@ in simulated seconds). Nothing of any protocol is here: the toy protocol of the 
 tests and ATP run on it as their cores are.
 
 A protocol whose driver must match a compiled event loop event for event gives its own
-(``Aggregation.simulated_host``: SwitchML's simulation/worker.py, which
-simulation/native/star.c mirrors). Either is a ``SimulatedHost`` to the network.
+(``Aggregation.simulated_host``: SwitchML's simulation/switchml/worker.py, which
+simulation/switchml/native/star.c mirrors). Either is a ``SimulatedHost`` to the network.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class SimulatedHost(Protocol):
 
     uplink: Link | None
     """The link towards its switch (the network connects it)."""
+    packet_cost_s: float
+    """The host's processing per packet it models (0: an ideal host)."""
 
     def deliver(self, frames: list[bytes]) -> None:
         """Frames that reached the host."""
@@ -83,6 +85,8 @@ class CoreHost:
         self._inbox: deque[bytes] = deque()
         self._arrival: simpy.Event | None = None
         self.uplink: Link | None = None
+        self.packet_cost_s = 0.0
+        """An ideal host: the generic driver models no cost per packet."""
 
     def deliver(self, frames: list[bytes]) -> None:
         self._inbox.extend(frames)

@@ -108,7 +108,7 @@ class Link:
     @property
     def queue(self) -> tuple[float, float, list[float]]:
         """(free_at, tokens, departures): the queue's state, which another event loop may
-        take over and hand back (simulation/native/star.py) with ``set_queue``."""
+        take over and hand back (simulation/switchml/native/star.py) with ``set_queue``."""
         return self._free_at, self._tokens, list(self._departures)
 
     def depth(self) -> int:

@@ -3,7 +3,7 @@ links (link.py), its hosts' workers, programmed as in emulation.
 
 The switches run the program of the protocol the network is built for (``protocol``: the
 target's ``simulated`` data plane of it) and are programmed by that protocol's
-``program_fabric`` (its record, methods/aggregation.py; SwitchML's is switches/programming.py's)
+``program_fabric`` (its record, methods/aggregation.py)
 from the same ``Fabric`` the emulated network hands it (switches/topology_fabric.py), over
 each simulated switch's in-process control plane: forwarding, the switch's address,
 aggregation (star, tree, hierarchical, or several jobs sharing the aggregating switch), the
@@ -14,38 +14,36 @@ its LinkSpec's rate, delay and queue; the links' loss is either each link's own
 (``switch_drop_simulator``), as ``loss_mechanism`` asks.
 
 A host's worker is attached to the network (``attach``: any ``SimulatedHost``, host.py),
-or built from a ``WorkerSetup`` for a network of SwitchML workers made by hand (the tests',
-the labs' benchmarks: ``JobSetup.worker``).
+or built with it for a network made by hand (the tests', the labs' benchmarks:
+``JobSetup.worker``). The hosts' workers run on SimPy, or on their protocol's compiled event
+loop (``native``: its record's ``simulated_loop``) where it runs the network's shape.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generator, Mapping, Sequence
+from typing import Any, Callable, Generator, Mapping, Protocol, Sequence
 
 import numpy as np
 import simpy
 
+from base.plugin import resolve
+import methods
+from methods.aggregation import Aggregation, JobParameters
 from switches.topology_fabric import topology_fabric
-from protocol.switchml import params
-from protocol.packet import Endpoint
 from protocol.params import mbps_to_bps
 from simulation.host import ServerHost, SimulatedHost
 from simulation.link import Arrivals, Deliver, Link
-from simulation.native.star import TO_NOBODY, TO_SWITCH, TO_WORKER, NativeStar, has_aggregation_path, star_problem
-from simulation.worker import SimulatedWorker, WorkerSetup
-from switches import programming
 from switches.control import SwitchControl
-from switches.fabric import FabricJob, ProgramSwitches, SharedJob, Station, jobs_sharing
+from switches.fabric import FabricJob, SharedJob, Station, jobs_sharing
 from switches.target import SimulatedSwitch, SwitchTarget
 from topologies.model import LinkDef, Topology
 
 PYTHON_CORE = "python"
-"""hosts/switchml/core.py under simulation/worker.py's driver, on SimPy: every network."""
+"""The hosts' workers on SimPy (simulation/host.py's drivers): every network."""
 NATIVE_CORE = "native"
-"""hosts/switchml/native/worker.c under simulation/native/star.c's event loop: a star of one job."""
-WORKER_CORES = (PYTHON_CORE, NATIVE_CORE)
+"""The hosts' workers on their protocol's compiled event loop (``NativeLoop``): the shapes it runs."""
 LINK_LOSS = "simulated_link_loss"
 DROP_SIMULATOR = "switch_drop_simulator"
 NO_LOSS = "none"
@@ -63,19 +61,70 @@ def loss_mechanism_of(topology: Topology, requested: str) -> str:
     return DROP_SIMULATOR if requested == "switch" else LINK_LOSS
 
 
+HostFactory = Callable[[simpy.Environment, int, Station, Station], "SimulatedHost | None"]
+"""(the network's clock, a host's index in topology order, its station, the aggregating
+switch's station) -> the worker it runs, or None for a host in no job or whose worker is
+attached later (``SimulatedNetwork.attach``)."""
+
+
 @dataclass(frozen=True)
 class JobSetup:
-    """The SwitchML job of a simulated network (every host a worker, in rank order), or the
-    jobs sharing its aggregating switch (``shared``: each its own hosts, slots and group)."""
+    """The job of a simulated network (every host a worker, in rank order), or the jobs
+    sharing its aggregating switch (``shared``: each its own hosts, slots and group): the
+    switch's part of its protocol's job parameters (methods/aggregation.py's ``JobParameters``)."""
 
     k: int
     pool_size: int
     max_pool_size: int
     job_id: int
-    worker: Callable[[int], WorkerSetup | None] = lambda index: None
-    """host index (topology order) -> the setup of its SwitchML worker, built with the network;
-    None for a host in no job or whose worker is attached later (``SimulatedNetwork.attach``)."""
+    worker: HostFactory = lambda env, index, host, switch: None
+    """Each host's worker, built with the network (a network made by hand: the tests', the labs')."""
     shared: tuple[SharedJob, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    """What of a network decides whether a compiled event loop runs it."""
+
+    switches: int
+    hosts_in_job: int
+    hosts: int
+    shared_jobs: int
+    drop_simulator: bool
+    """Loss by the switches' drop simulator (else on the links, or none)."""
+    packet_cost_s: float
+    """The hosts' processing per packet (0: ideal hosts)."""
+
+
+class LoopRun(Protocol):
+    """A compiled event loop holding a network's state between its all-reduces."""
+
+    @property
+    def now(self) -> float:
+        """The simulated clock."""
+
+    def allreduce(self, tensors: Sequence[np.ndarray]) -> list[Any]:
+        """Every worker's all-reduce of its tensor (by host index), released at once; each
+        one's result or TimeoutError, as its SimPy driver returns them."""
+
+
+class NativeLoop(Protocol):
+    """A protocol's event loop in C for the simulated clock (its record's ``simulated_loop``):
+    the same events as its SimPy driver, for the shapes of network it runs."""
+
+    name: str
+    """What it is, in words ("simulation/switchml/native/star.c's event loop")."""
+    scope: str
+    """The networks it runs, in words ("a star of one job with loss on its links (...)")."""
+
+    def build(self) -> None:
+        """Build and load it here, once per process; DataPathUnavailable naming why it cannot be."""
+
+    def problem(self, shape: LoopShape, switch: SimulatedSwitch) -> str | None:
+        """What of a network of ``shape``, whose switches are like ``switch``, it does not run (None: it runs it)."""
+
+    def run(self, network: "SimulatedNetwork") -> LoopRun:
+        """``network`` (of a shape it runs) handed over to it, with its workers attached."""
 
 
 class SimulatedNetwork:
@@ -84,13 +133,12 @@ class SimulatedNetwork:
     one contract, docs/dataplane.md, so one target's simulated pipeline stands for another's)."""
 
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
-                 link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, core: str = PYTHON_CORE,
-                 protocol: str | None = None, program: ProgramSwitches = programming.program_fabric,
-                 read_counters: Callable[[SwitchControl], dict[str, int]] | None = programming.read_event_counters,
-                 servers: Mapping[int, tuple[Station, ...]] | None = None) -> None:
-        """``protocol``: the program its switches run (None: the target's default one);
-        ``program``: how that protocol programs a fabric for ``job``; ``read_counters``: its
-        switch's event counters by name (its record's ``event_counters``; None: it has none to record);
+                 link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, native: NativeLoop | None = None,
+                 protocol: Aggregation | None = None, servers: Mapping[int, tuple[Station, ...]] | None = None) -> None:
+        """``native``: the protocol's compiled event loop that runs the workers (None: SimPy);
+        ``protocol``: the record of the protocol whose program its switches run, which
+        programs them for ``job`` (``program_fabric``), reads their event counters
+        (``event_counters``) and resets them (None: the data plane's default protocol's);
         ``servers``: each job's hosts besides its workers (switches/topology_fabric.py's
         ``server_stations``), cabled to the aggregating switch with the workers' link spec,
         their programs attached later (``attach_server``)."""
@@ -100,19 +148,22 @@ class SimulatedNetwork:
         unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
         if unshaped:
             raise SimulationUnsupported(f"links without a rate cannot be simulated: {', '.join(unshaped)} (give bw_mbps)")
-        if core not in WORKER_CORES:
-            raise ValueError(f"core must be one of {', '.join(WORKER_CORES)}, got {core!r}")
+        protocol = protocol or methods.aggregation(data_plane.default_protocol)
+        if protocol.program_fabric is None:
+            raise SimulationUnsupported(f"{protocol.label} programs no network (its record names no program_fabric)")
         self.env = simpy.Environment()
         self.topology = topology
-        self._k = job.k
-        self._shared = len(job.shared)
+        self.k = job.k
+        """Elements per packet, which its switches were built for."""
+        self._job = job
+        self._protocol = protocol
+        self.shared_jobs = len(job.shared)
         self._target = target.name
         self._data_plane = data_plane.name
         self.loss_mechanism = loss_mechanism_of(topology, loss_mechanism)
         rng = random.Random(seed)
-        program_of = {} if protocol is None else {"protocol": protocol}
         self.switches: dict[str, SimulatedSwitch] = {
-            s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32), **program_of)
+            s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32), protocol=protocol.name)
             for s in topology.switches
         }
         self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
@@ -152,20 +203,18 @@ class SimulatedNetwork:
         self.controls: dict[str, SwitchControl] = {name: switch.control() for name, switch in self.switches.items()}
         self.fabric = topology_fabric(topology, self._port_towards, {n: tuple(p.values()) for n, p in self.ports.items()},
                                       self.loss_mechanism == DROP_SIMULATOR, tuple(self.servers.values()))
-        program(self.controls, self.fabric, self._fabric_jobs(job, servers or {}))
-        self._read_counters = read_counters
-        self._native: NativeStar | None = None
-        self.core = core
-        """Which worker core and event loop run the network (WORKER_CORES)."""
-        costs = []
+        resolve(protocol.program_fabric)(self.controls, self.fabric, self._fabric_jobs(job, servers or {}))
+        self._read_counters = None if protocol.event_counters is None else resolve(protocol.event_counters)
+        self._loop = native
+        self._native: LoopRun | None = None
+        self.core = PYTHON_CORE if native is None else NATIVE_CORE
+        """Which loop runs the workers: SimPy's (PYTHON_CORE) or their protocol's compiled one (NATIVE_CORE)."""
         for index, host in enumerate(topology.hosts):
-            setup = job.worker(index)
-            if setup is not None:
-                switch_endpoint = Endpoint(self._switch_station.mac, self._switch_station.ipv4, params.UDP_PORT_BASE)
-                self.attach(index, SimulatedWorker(self.env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), switch_endpoint))
-                costs.append(setup.packet_cost_s)
-        if core == NATIVE_CORE and self.workers:
-            self._native = self._native_star(max(costs, default=0.0))
+            worker = job.worker(self.env, index, Station(host.name, host.mac, host.ipv4), self._switch_station)
+            if worker is not None:
+                self.attach(index, worker)
+        if native is not None and self.workers:
+            self._native = self._native_loop()
 
     def _fabric_jobs(self, job: JobSetup, servers: Mapping[int, tuple[Station, ...]]) -> tuple[FabricJob, ...]:
         """``job`` (or the jobs sharing the switch) as the protocol's programmer takes them,
@@ -193,25 +242,15 @@ class SimulatedNetwork:
         server.uplink = self.links[name, self.topology.aggregator.name]
         self.server_hosts[name] = server
 
-    def _native_star(self, packet_cost_s: float) -> NativeStar:
-        """This star on star.c's loop (simulation/native/star.py); SimulationUnsupported naming
-        what of the network that loop does not run."""
-        problem = star_problem(len(self.switches), len(self.workers), len(self.topology.hosts), self._shared,
-                               self.loss_mechanism == DROP_SIMULATOR, packet_cost_s,
-                               all(has_aggregation_path(switch) for switch in self.switches.values()))
+    def _native_loop(self) -> LoopRun:
+        """This network on its protocol's compiled loop; SimulationUnsupported naming what of
+        the network that loop does not run."""
+        shape = LoopShape(len(self.switches), len(self.workers), len(self.topology.hosts), self.shared_jobs,
+                          self.loss_mechanism == DROP_SIMULATOR, max((w.packet_cost_s for w in self.workers.values()), default=0.0))
+        problem = self._loop.problem(shape, next(iter(self.switches.values())))  # every switch runs one data plane
         if problem is not None:
-            raise SimulationUnsupported(f"the native core runs a star of one job with loss on its links (simulation/native); "
-                                        f"this network has {problem}")
-        [(name, switch)] = self.switches.items()
-        order = list(self.links)
-        index = {pair: i for i, pair in enumerate(order)}
-        hosts = {host.name: i for i, host in enumerate(self.topology.hosts)}
-        destinations = [(TO_SWITCH, self.ports[b][a]) if b == name else (TO_WORKER, hosts[b]) if hosts.get(b) in self.workers
-                        else (TO_NOBODY, 0) for a, b in order]
-        workers = [self.workers[i] for i in range(len(self.topology.hosts))]
-        uplinks = [index[host.name, name] for host in self.topology.hosts]
-        ports = {port: index[name, neighbour] for neighbour, port in self.ports[name].items()}
-        return NativeStar(switch, ports, [self.links[pair] for pair in order], destinations, workers, uplinks, self._k)
+            raise SimulationUnsupported(f"the native core runs {self._loop.scope}; this network has {problem}")
+        return self._loop.run(self)
 
     @property
     def now(self) -> float:
@@ -254,10 +293,12 @@ class SimulatedNetwork:
         """The switches that hold aggregation state (Fabric.aggregating)."""
         return [self.controls[name] for name in self.fabric.aggregating()]
 
-    def reset_aggregation(self) -> None:
-        """Every aggregating switch's registers to zero (what a method's ``prepare`` asks of a network)."""
-        for control in self.aggregating_controls:
-            programming.reset_aggregation_state(control, self._k)
+    def reset_aggregation(self, parameters: JobParameters | None = None) -> None:
+        """Every aggregating switch's protocol state zeroed by its record's ``reset_switch``, for
+        a network made by hand (a run's method prepares its own: ``Method.prepare``), with the
+        job's typed ``parameters`` (None: the switch's part of them, ``JobSetup``'s k, pool and
+        job id, which is all SwitchML's reset reads)."""
+        self._protocol.reset(self.aggregating_controls, self._job if parameters is None else parameters)
 
     def allreduce(self, tensors: Sequence[np.ndarray]) -> list[Any]:
         """Every worker all-reduces its tensor (by host index), all released at the simulated
@@ -274,8 +315,8 @@ class SimulatedNetwork:
         switches' counters count these jobs only (else they go on from ``reset_counters``)."""
         if reset_counters:
             self.reset_counters()
-        if self.core == NATIVE_CORE and self._native is None:
-            self._native = self._native_star(0.0)
+        if self._loop is not None and self._native is None:
+            self._native = self._native_loop()
         if self._native is not None:
             outcomes = [self._native_job(jobs)]
         else:

@@ -3,7 +3,7 @@
 The vocabulary is bmv2's runtime CLI (simple_switch_CLI / p4-utils' Thrift API): tables,
 multicast groups and nodes, registers, counters, each named by its fully qualified P4
 name (``SwitchMLIngress.worker_table``). The embedded and eBPF switches use exactly the
-same names, so one piece of code (``switches/programming.py``) programs every target, and
+same names, so one piece of code (``switches/switchml/programming.py``) programs every target, and
 every call is also logged as the simple_switch_CLI command a user could type by hand.
 
 A target implements the ``_``-prefixed primitives and describes its program's tables,

@@ -6,7 +6,7 @@ of which switch leads where; it hands those facts over as a ``Fabric`` with the 
 control-plane connections, and the protocol's programmer (its record's ``program_fabric``,
 a ``ProgramSwitches``) decides what each switch holds: which aggregates what, its tables and
 multicast groups, how it forwards ordinary traffic and answers for its own address.
-SwitchML's is ``switches/programming.py``'s ``program_fabric``. Nothing here knows a protocol:
+SwitchML's is ``switches/switchml/programming.py``'s ``program_fabric``. Nothing here knows a protocol:
 a job is its protocol's typed parameters (a dataclass with at least ``k``, ``job_id`` and
 ``pool_size``, methods/aggregation.py's ``JobParameters``), its workers and its servers.
 """
@@ -127,3 +127,32 @@ ProgramSwitches = Callable[[Mapping[str, SwitchControl], Fabric, Sequence[Fabric
 """A protocol's programmer (its record's ``program_fabric``): every switch of ``fabric``
 (``controls`` by switch name) programmed for ``jobs``, which all run that protocol; with no
 job, for ordinary forwarding alone. It is called on switches just started (empty tables)."""
+
+
+class AdmissionError(ValueError):
+    """Jobs that cannot share one switch: their pools do not fit its registers together,
+    or they would share a job id, a multicast group or a worker."""
+
+
+def partition_slots(pools: Sequence[tuple[int, int]], max_pool_size: int) -> list[range]:
+    """(job id, pool size) per job -> each job's cells: consecutive ranges in the given order.
+
+    Refuses (AdmissionError) when the pools together exceed the switch's slots, rather than
+    shrinking them: a job's pool size is a protocol parameter its workers were started with
+    (they send slots 0..pool-1), and a smaller pool than asked for would change the job's
+    throughput without anyone having chosen it."""
+    ids = [job_id for job_id, _ in pools]
+    if len(set(ids)) != len(ids):
+        raise AdmissionError(f"job ids must differ between jobs sharing a switch, got {ids}")
+    total = sum(pool for _, pool in pools)
+    if total > max_pool_size:
+        asked = " + ".join(f"{pool} (job {job_id})" for job_id, pool in pools)
+        raise AdmissionError(
+            f"admission refused: the jobs' pools need {asked} = {total} slots, the switch has {max_pool_size} "
+            f"(switch.max_pool_size); give the jobs smaller pools or fewer jobs"
+        )
+    ranges, base = [], 0
+    for _, pool in pools:
+        ranges.append(range(base, base + pool))
+        base += pool
+    return ranges

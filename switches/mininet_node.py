@@ -20,7 +20,6 @@ from typing import Any, ClassVar, Mapping
 from mininet.node import Switch
 
 from base.lifetime import ThreadWatch
-from protocol.switchml import params
 from switches.control import SwitchControl
 from switches.target import DataPlane, SwitchTarget
 
@@ -37,7 +36,7 @@ class TargetSwitch(Switch):
         k: int,
         protocol: str | None = None,
         log_dir: Path = Path("/tmp"),
-        max_pool_size: int = params.MAX_POOL_SIZE,
+        max_pool_size: int,
         scratch_dir: Path | None = None,
         port_rate_bps: float | None = None,
         **kwargs: Any,

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from base.netns import Testbed
-from protocol.switchml import params
 from switches.control import SwitchControl
 from switches.targets import lookup
 
@@ -42,7 +41,7 @@ def run_switch(
     *,
     k: int,
     name: str = "switch",
-    max_pool_size: int = params.MAX_POOL_SIZE,
+    max_pool_size: int,
     command_log: Path | None = None,
     **options: Any,
 ) -> Iterator[RunningSwitch]:

@@ -263,7 +263,7 @@ class SwitchTarget:
         return []
 
     def cpu_meter(self, pid: int | None, interfaces: Sequence[str]) -> ContextManager[CpuReader]:
-        """While open, what its switching has cost in CPU so far (benchmarks/switch_throughput.py):
+        """While open, what its switching has cost in CPU so far (benchmarks/switchml/switch_throughput.py):
         by default its data plane's process's CPU time (the eBPF switch: its program's run time)."""
         return process_cpu_meter(pid, interfaces)
 

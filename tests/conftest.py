@@ -25,7 +25,8 @@ import pytest
 from experiments.calibration.record import FILE_VARIABLE
 from protocol import params
 from protocol.switchml import params as switchml_params
-from switches import programming, standalone
+from switches import standalone
+from switches.switchml import programming
 from switches.control import SwitchControl
 from switches.standalone import run_switch
 from switches.targets import REGISTRY
@@ -145,7 +146,7 @@ def _start(target: str, testbed: Testbed, log_dir: Path, k: int) -> Iterator[Swi
     require_target(target)
     options = REGISTRY[target].start_options({"seed": 1})
     with run_switch(target, testbed.switch_ports, log_dir, name=f"{target}-packet-tests", k=k,
-                    command_log=log_dir / "commands.txt", **options) as running:
+                    max_pool_size=switchml_params.MAX_POOL_SIZE, command_log=log_dir / "commands.txt", **options) as running:
         yield running.control
 
 

@@ -25,7 +25,7 @@ from protocol.switchml import params as switchml_params
 from protocol.packet import build_frame, Endpoint
 from protocol.switchml.packet import encode_payload, SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, SwitchMLHeader
 from protocol.switchml.scapy_layer import SwitchML
-from switches import programming
+from switches.switchml import programming
 from switches.control import SwitchControl
 from switches.embedded.ports import ETH_P_8021Q, MAC_ADDRESSES_BYTES, VLAN_TAG, WireFrameReceiver
 from base.netns import Host, Testbed

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from analysis import models
+from analysis.switchml import models as switchml_models
 from analysis.__main__ import main
 from analysis.aggregate import job_table, runs_sweeping, runs_with_lossy_switchml
 from experiments.metrics import timed_cpu_samples
@@ -41,12 +42,12 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "analysis" / "notebooks"
 def test_switchml_line_rate_at_emulated_rate() -> None:
     # k=32: frame = 14 Eth + 20 IPv4 + 8 UDP + 13 switchml_h + 4*32 = 183 bytes (no preamble/IFG)
     # 20e6 bit/s * (128 / 183) / 32 = 437158.47 elements/s
-    assert models.switchml_line_rate_ate(20e6, 32) == pytest.approx(437158.47, rel=1e-8)
+    assert switchml_models.switchml_line_rate_ate(20e6, 32) == pytest.approx(437158.47, rel=1e-8)
 
 
 def test_switchml_line_rate_at_paper_rate() -> None:
     # k=256: frame = 55 + 1024 = 1079 bytes; 100e9 * (1024 / 1079) / 32 = 1.024e14 / 34528 = 2.965709e9
-    assert models.switchml_line_rate_ate(100e9, 256) == pytest.approx(2.965709e9, rel=1e-6)
+    assert switchml_models.switchml_line_rate_ate(100e9, 256) == pytest.approx(2.965709e9, rel=1e-6)
 
 
 def test_ring_bounds() -> None:
@@ -92,7 +93,7 @@ def test_expected_training_speedup_over_ring() -> None:
     "call",
     [
         lambda: models.ring_ate_bound(20e6, 1),
-        lambda: models.switchml_line_rate_ate(0, 32),
+        lambda: switchml_models.switchml_line_rate_ate(0, 32),
         lambda: models.training_speedup(-1.0, 1.0, 1.0),
     ],
 )
@@ -356,7 +357,7 @@ def test_ate_vs_workers(results) -> None:
     row = next(iter(point_rows(run).values()))
     link_bps, k = float(row["link_mbps"]) * 1e6, int(row["k"])
     x, y = model_line(ax, LINE_RATE_LABEL)
-    assert y == pytest.approx([models.switchml_line_rate_ate(link_bps, k)] * len(x))
+    assert y == pytest.approx([switchml_models.switchml_line_rate_ate(link_bps, k)] * len(x))
     # ... and bounds what SwitchML measured on those links, which ran at 93-95 % of it: the
     # line above holds for any number the model returns (lab 0's `return 1.0` passed it).
     for measured in medians_by(run, "n_workers", ate)["switchml"].values():
@@ -368,7 +369,7 @@ def test_ate_vs_workers(results) -> None:
 def test_ate_vs_workers_normalised(results) -> None:
     run = newest_run_sweeping(FIXTURE, "n_workers")
     row = next(iter(point_rows(run).values()))
-    bound = models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"]))
+    bound = switchml_models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"]))
     _, fig = render(by_name("ate_vs_workers_normalised"), results)
     ax = fig.axes[0]
     assert ax.get_ylabel() == "ATE/s ÷ SwitchML line-rate bound"
@@ -385,7 +386,7 @@ def test_tat_vs_size(results) -> None:
     assert_series(ax, medians_by(run, "elements", lambda r, tat: tat))
     row = next(iter(point_rows(run).values()))
     x, y = model_line(ax, LINE_RATE_LABEL)
-    assert y == pytest.approx(x / models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"])))
+    assert y == pytest.approx(x / switchml_models.switchml_line_rate_ate(float(row["link_mbps"]) * 1e6, int(row["k"])))
 
 
 def with_gloo(tmp_path: Path, column: str) -> Path:
@@ -626,6 +627,7 @@ def test_the_data_path_is_read_under_its_current_key_and_the_one_results_wrote_b
     from protocol.results_format import data_path_of
 
     earlier = {"switchml_data_path": {"requested": "auto", "used": "native", "reason": "built"}}
-    assert data_path_of(earlier)["used"] == "native"
+    assert data_path_of(earlier) == {"protocol": "switchml", "requested": "auto", "used": "native", "reason": "built"}
+    assert data_path_of({"points": [{"switchml_data_path": "native"}]}) is None and data_path_of({"switchml_data_path": "native"}) == "native"
     assert data_path_of({"points": [], "data_path": {"protocol": "switchml", "used": "python"}})["used"] == "python"
     assert data_path_of({"switch_target": "embedded"}) is None

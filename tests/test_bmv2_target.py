@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pytest
 
 from protocol.switchml import params as switchml_params
-from switches import programming
+from switches.switchml import programming
 from switches.bmv2 import compile as p4compile
 from switches.bmv2.switchml.program import PROGRAM
 from switches.bmv2.control import THRIFT_TIMEOUT_S

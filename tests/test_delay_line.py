@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from protocol.switchml import params
-from switches import programming, standalone
+from switches import standalone
+from switches.switchml import programming
 from switches.embedded.delay_line import DelayLine
 
 LINK_DELAY_MS = 20.0
@@ -51,7 +52,8 @@ def test_ping_through_the_switch_takes_four_link_delays(tmp_path: Path) -> None:
         pytest.skip("network namespaces need root")
     from switches.embedded.launcher import embedded_switch
 
-    with standalone.testbed(2) as bed, embedded_switch(bed.switch_ports, tmp_path, k=params.DEFAULT_K, link_delay_ms=LINK_DELAY_MS) as control:
+    with standalone.testbed(2) as bed, embedded_switch(bed.switch_ports, tmp_path, k=params.DEFAULT_K, max_pool_size=params.MAX_POOL_SIZE,
+                                                 link_delay_ms=LINK_DELAY_MS) as control:
         programming.program_forwarding(control, list(bed.switch_ports), {h.mac: h.switch_port for h in bed.hosts})
         done = subprocess.run(["ip", "netns", "exec", bed.hosts[0].netns, "ping", "-c", "5", "-i", "0.2", "-W", "2",
                                bed.hosts[1].ipv4], capture_output=True, text=True, timeout=30)

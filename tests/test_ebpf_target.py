@@ -25,7 +25,8 @@ import pytest
 
 from protocol import params
 from protocol.switchml import params as switchml_params
-from switches import programming, standalone
+from switches import standalone
+from switches.switchml import programming
 from switches.control import ControlPlaneError
 from switches.ebpf.switchml import compile as ebpf_compile
 from switches.ebpf import loader

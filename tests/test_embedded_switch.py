@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from protocol.switchml import params
-from switches import programming
+from switches.switchml import programming
 from switches.control import ControlPlaneError
 from switches.embedded.launcher import EmbeddedSwitchProcess, SwitchStartError, embedded_switch
 from base.netns import Testbed
@@ -64,14 +64,14 @@ def test_value_register_is_a_column(testbed: Testbed, tmp_path) -> None:
 
 
 def test_launcher_reports_a_switch_that_cannot_start(tmp_path) -> None:
-    switch = EmbeddedSwitchProcess({1: "sml-no-such-if"}, tmp_path, k=params.DEFAULT_K)
+    switch = EmbeddedSwitchProcess({1: "sml-no-such-if"}, tmp_path, k=params.DEFAULT_K, max_pool_size=params.MAX_POOL_SIZE)
     with pytest.raises(SwitchStartError, match="exited with .*no-such|No such device"):
         switch.start(timeout=20)
     assert not switch.running
 
 
 def test_stop_removes_the_control_socket(testbed: Testbed, tmp_path) -> None:
-    switch = EmbeddedSwitchProcess(testbed.switch_ports, tmp_path, k=params.DEFAULT_K)
+    switch = EmbeddedSwitchProcess(testbed.switch_ports, tmp_path, k=params.DEFAULT_K, max_pool_size=params.MAX_POOL_SIZE)
     switch.start()
     socket_path = switch.control_socket
     assert socket_path.exists()

@@ -1,4 +1,4 @@
-"""SwitchML's programmer (switches/programming.py's ``program_fabric``) programs a network from
+"""SwitchML's programmer (switches/switchml/programming.py's ``program_fabric``) programs a network from
 the facts the network hands it (switches/fabric.py): who aggregates, with which pool, and how
 the rest is forwarded."""
 
@@ -8,9 +8,9 @@ import ipaddress
 from dataclasses import dataclass
 
 from protocol.switchml import params
-from switches import programming
+from switches.switchml import programming
 from switches.fabric import Fabric, Leaf, SharedJob, Station, jobs_sharing
-from switches.programming import program_fabric
+from switches.switchml.programming import program_fabric
 from tests.test_p4_contract import RecordingControl
 
 HOSTS = tuple(Station(f"h{i}", f"02:00:00:00:00:{i + 1:02x}", f"10.0.0.{i + 1}") for i in range(4))

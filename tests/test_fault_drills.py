@@ -67,7 +67,7 @@ def test_aggregation_registers_cleared_mid_job_are_named_where_the_sums_are_wron
     Here the embedded switch's value registers are cleared through its control socket while
     its bitmaps and counts stay, as such a reset leaves them between two registers: slots
     complete with partial sums, and every rank gets the same wrong integer sum."""
-    from switches import programming
+    from switches.switchml import programming
     from switches.embedded.launcher import SOCKET_DIR_PREFIX
     from switches.remote_control import SocketControl
 

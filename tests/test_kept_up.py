@@ -12,7 +12,7 @@ import json
 import pytest
 
 from analysis.load import load_results
-from analysis.models import switchml_job_pace, switchml_line_rate_ate
+from analysis.switchml.models import switchml_job_pace, switchml_line_rate_ate
 from experiments.config import CONFIG_DIR, load_experiment
 from experiments.job_meter import CLOCK_TICKS, CpuSplit, JobMeasurement, machine_cpu
 from experiments.pace import BANDWIDTH_BOUND, MIN_PACED_S

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import models
+from analysis.switchml import models as switchml_models
 from base.cgroup import CappedGroup, CgroupError, find_parent
 from labs import catalog, sandbox
 from labs.__main__ import main
@@ -224,7 +224,7 @@ class _Bounds(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         link_bps, k = self.rfile.readline().split()
-        self.wfile.write(f"{models.switchml_line_rate_ate(float(link_bps), int(k))!r}\n".encode())
+        self.wfile.write(f"{switchml_models.switchml_line_rate_ate(float(link_bps), int(k))!r}\n".encode())
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ def test_an_output_is_the_value_the_buffer_or_the_exception_never_a_verdict() ->
     got = output(quantize, [{"array": [0.5, 1.5], "dtype": "float64"}, 1.0], {"out": {"array": [0, 0], "dtype": ">i4"}})
     assert got["returned"] == {"argument": 1}, "quantize returned its out argument"
     assert got["arrays"][1] == {"dtype": ">i4", "shape": [2], "values": [0, 2]}, "the buffer written in place is an output"
-    assert output("analysis.models.slot_round_trip_s", [2.5e6, 32, -1.0], {})["raises"] == "ValueError"
+    assert output("analysis.switchml.models.slot_round_trip_s", [2.5e6, 32, -1.0], {})["raises"] == "ValueError"
     assert encode(float("nan")) == {"float": "nan"}, "strict JSON has no NaN"
 
 
@@ -176,11 +176,11 @@ def fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _require_sandbox()
     fork = tmp_path_factory.mktemp("course") / "fork"
     copy_tree(REPO_ROOT, fork)
-    (fork / HIDDEN_FILE).write_text(f'"""{SECRET}"""\nfrom analysis import models\n\n\ndef {HIDDEN_NAME}():\n'
+    (fork / HIDDEN_FILE).write_text(f'"""{SECRET}"""\nfrom analysis.switchml import models\n\n\ndef {HIDDEN_NAME}():\n'
                                     f"    assert round(models.switchml_line_rate_ate(7e6, 32)) == {EXPECTED}\n")  # fmt: skip
     with (fork / "labs" / "00-run-and-measure" / "lab.yaml").open("a") as description:
         description.write(f'      - {{id: "{HIDDEN_FILE}::{HIDDEN_NAME}", points: 5, skeleton: fail, visibility: hidden,\n'
-                          "         calls: [[analysis.models.switchml_line_rate_ate, 7.0e+6, 32]]}\n")  # fmt: skip
+                          "         calls: [[analysis.switchml.models.switchml_line_rate_ate, 7.0e+6, 32]]}\n")  # fmt: skip
     git_checkout(fork)
     for name, text in PRIVATE.items():
         (fork / name).parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,7 @@ class Attempt:
         return dataclasses.replace(self, name=name, regions=regions, tests=tests, says=says)
 
 
-SWITCHML_BOUND, MODELS = "methods/switchml.py", "analysis/models.py"
+SWITCHML_BOUND, MODELS, SWITCHML_MODELS = "methods/switchml.py", "analysis/models.py", "analysis/switchml/models.py"
 QUANTIZE, TIMERS = "protocol/quantize.py", "hosts/switchml/timers.py"
 INGRESS_PY, INGRESS_P4 = "switches/embedded/switchml/ingress.py", "p4/switchml/include/ingress.p4"
 
@@ -167,7 +167,7 @@ LAB3_P4 = Attempt(3, "p4", "correct", {TIMERS: LAB3_TIMERS, INGRESS_P4: (
     mark_to_drop(standard_metadata);
     """,
 )})
-LAB4 = Attempt(4, "python", "correct", {MODELS: (
+LAB4 = Attempt(4, "python", "correct", {SWITCHML_MODELS: (
     "return 2 * link_delay_s + 2 * 8 * frame_bytes(k) / link_bps",
     """
     window = pool_size * k / round_trip_s
@@ -217,7 +217,7 @@ ATTEMPTS = [
                    ("test_timeout_adapts",), "never below the floor"),  # fmt: skip
     LAB3_PY.broken("backs off on every timeout", TIMERS, 2, "self._backoff[slots] *= 2", ("test_timers_back_off",), "assert"),
     LAB4,
-    LAB4.broken("one way only", MODELS, 0, "return link_delay_s + 8 * frame_bytes(k) / link_bps", ("test_lab4.py",), "the update up and the result back"),
+    LAB4.broken("one way only", SWITCHML_MODELS, 0, "return link_delay_s + 8 * frame_bytes(k) / link_bps", ("test_lab4.py",), "the update up and the result back"),
     LAB5,
     LAB5.broken("communication only", MODELS, 0, "return comm_baseline_s / comm_switchml_s", ("test_lab5.py",), "compute plus all-reduce"),
 ]

@@ -25,7 +25,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.text import Text
 
-from analysis import models
+from analysis.switchml import models as switchml_models
 from analysis.context import EmulationContext
 from base.yamlschema import load_schema, load_yaml, validate
 from hosts.switchml.native import STANDS_IN_FOR
@@ -382,12 +382,12 @@ def test_hidden_tests_of_a_private_fork_are_graded(tmp_path: Path) -> None:
     copy_tree(REPO_ROOT, fork)
     hidden = "labs/00-run-and-measure/tests/test_hidden.py"
     (fork / hidden).write_text(
-        "from analysis import models\n\n\ndef test_bound_at_ten_megabits():\n"
+        "from analysis.switchml import models\n\n\ndef test_bound_at_ten_megabits():\n"
         "    assert round(models.switchml_line_rate_ate(10e6, 32)) == 218579\n"
     )
     with (fork / "labs" / "00-run-and-measure" / "lab.yaml").open("a") as description:
         description.write(f'      - {{id: "{hidden}::test_bound_at_ten_megabits", points: 5, skeleton: fail, visibility: hidden,\n'
-                          "         calls: [[analysis.models.switchml_line_rate_ate, 10.0e+6, 32]]}\n")
+                          "         calls: [[analysis.switchml.models.switchml_line_rate_ate, 10.0e+6, 32]]}\n")
     git_checkout(fork)
     report = tmp_path / "grade.json"
     assert main(["grade", "0", "--tree", str(REPO_ROOT), "--tests-from", str(fork), "--report", str(report)]) == 0
@@ -490,8 +490,8 @@ def test_lab4s_sweep_samples_around_the_knee_its_question_asks_about() -> None:
     config = load_yaml(REPO_ROOT / "configs" / "labs" / "lab4-pool.yaml")
     link, k = config["topology"]["link"], config["protocol"]["k"]
     link_bps = mbps_to_bps(link["bw_mbps"])
-    round_trip_s = models.slot_round_trip_s(link_bps, k, link["delay_ms"] / 1e3)
-    knee = models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k  # where the window reaches the line rate
+    round_trip_s = switchml_models.slot_round_trip_s(link_bps, k, link["delay_ms"] / 1e3)
+    knee = switchml_models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k  # where the window reaches the line rate
     pools = config["sweep"]["values"]
     assert math.ceil(knee) in pools, f"knee at {knee:.1f} slots, sweep {pools}"
     assert any(0.8 * knee <= pool < knee for pool in pools) and any(knee < pool <= 1.25 * knee for pool in pools), pools
@@ -547,15 +547,15 @@ def test_the_answer_keys_computed_numbers_are_the_models() -> None:
     lab0, lab4 = ((INSTRUCTOR_DIR / f"lab{n}.md").read_text() for n in (0, 4))
     shares = [100 * 4 * k / frame_bytes(k) for k in (32, 256)]
     assert f"**{shares[0]:.1f} %** at k = 32" in lab0 and f"**{shares[1]:.1f} %** at k = 256" in lab0
-    assert f"**{models.switchml_line_rate_ate(100e9, 256):.2e} elements/s**".replace("e+09", "e9") in lab0
+    assert f"**{switchml_models.switchml_line_rate_ate(100e9, 256):.2e} elements/s**".replace("e+09", "e9") in lab0
     link_bps, k = mbps_to_bps(2.5), 32
-    round_trip_s = models.slot_round_trip_s(link_bps, k, 0.010)
-    knee = models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k
+    round_trip_s = switchml_models.slot_round_trip_s(link_bps, k, 0.010)
+    knee = switchml_models.switchml_line_rate_ate(link_bps, k) * round_trip_s / k
     assert f"**{round_trip_s * 1e3:.2f} ms**" in lab4 and f"**{knee:.1f} frames**" in lab4
-    slots = math.ceil(models.switchml_line_rate_ate(100e9, 256) * 10e-6 / 256)
+    slots = math.ceil(switchml_models.switchml_line_rate_ate(100e9, 256) * 10e-6 / 256)
     assert f"**{slots} slots**" in lab4 and f"**{slots * 256 * 4 * 2:,} bytes" in lab4
     row = next(line for line in lab4.splitlines() if line.startswith("| model"))
     pools = [int(p) for p in next(line for line in lab4.splitlines() if line.startswith("| pool")).split("|")[2:-1]]
-    line_rate = models.switchml_line_rate_ate(link_bps, k)
-    expected = [models.switchml_pool_bound_ate(link_bps, k, pool, round_trip_s) / line_rate for pool in pools]
+    line_rate = switchml_models.switchml_line_rate_ate(link_bps, k)
+    expected = [switchml_models.switchml_pool_bound_ate(link_bps, k, pool, round_trip_s) / line_rate for pool in pools]
     assert [cell.strip() for cell in row.split("|")[2:-1]] == [f"{100 * share:.3g} %" for share in expected]

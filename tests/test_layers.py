@@ -238,24 +238,9 @@ PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|networ
 """The project's own names, which begin like the protocol's (its package switchml_testbed, its
 commands switchml-<command>, its scratch files and its environment, SWITCHML_WORKER_SPEC among it): not the protocol."""
 
-NOT_YET = "SwitchML's own code, not yet in a switchml/ folder of its layer (docs/architecture.md, \"In-network aggregation\")"
-ABOUT = "measures or draws SwitchML itself by name: the paper's figures and SwitchML's own benchmarks"
-CLOCK = "the simulated clock's SwitchML worker and its native event loop (simulation/), written around SwitchML's core"
 REVEALED = ("reads SwitchML's constants, which protocol/params.py and protocol/packet.py served under a neutral name until "
             "they were split (protocol/switchml/): a module this round's other helpers are making protocol-neutral")
-UNMOVED: dict[str, str] = {
-    "switches.programming": NOT_YET + ": SwitchML's programmer of every target (its record's reset_switch and program_fabric), "
-                            "which the labs, the network's evidence and the shared-switch kind import by path",
-    **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
-                     "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "benchmarks.main_job",
-                     "benchmarks.simulation_speed", "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
-    **dict.fromkeys(("simulation.native", "simulation.native.star", "simulation.network", "simulation.worker"), CLOCK),
-    **dict.fromkeys(("network.port_counters", "switches.mininet_node", "switches.standalone", "switches.embedded.launcher",
-                     "experiments.kinds.shared_switch"), REVEALED),
-    "workloads.synthetic": "its int32 tensors are sized so that SwitchML's most workers (SWITCHML_MAX_WORKERS) sum them without overflow",
-    "protocol.results_format": "reads results written before the data path named its protocol (switchml_data_path)",
-    "topologies.model": "a star's most workers is SwitchML's (SWITCHML_MAX_WORKERS), named in its message",
-}
+UNMOVED: dict[str, str] = dict.fromkeys(("benchmarks.emulation_capacity", "experiments.kinds.shared_switch"), REVEALED)
 """Where SwitchML is still the frame: module -> why. The rule holds everywhere else, and for
 every other protocol (ATP's folders) without exception; an entry that no longer crosses fails
 ``test_the_protocol_rule_lists_only_real_crossings``, so this list only shrinks."""

@@ -10,6 +10,7 @@ import pytest
 
 import methods
 from analysis import models
+from analysis.switchml import models as switchml_models
 from analysis.figures import METHOD_COLORS, METHOD_LABELS
 from base.yamlschema import ConfigError
 from experiments.config import CONFIG_DIR, experiment_schema, load_experiment
@@ -72,7 +73,7 @@ def test_bounds_are_positive_and_below_the_link_rate(method) -> None:
 def test_the_records_carry_what_the_analysis_and_verifier_used_to_write_out() -> None:
     switchml, atp, ring, ps, gloo_ = (methods.by_name(name) for name in ("switchml", "atp", "ring", "ps", "gloo"))
     assert methods.REGISTRY[0] is methods.SWITCHML is switchml and methods.BASELINES == (atp, ring, ps, gloo_)
-    assert switchml.bound(5e6, 8, 32) == models.switchml_line_rate_ate(5e6, 32)
+    assert switchml.bound(5e6, 8, 32) == switchml_models.switchml_line_rate_ate(5e6, 32)
     assert ring.bound(5e6, 8, 32) == models.ring_ate_bound(5e6, 8) == ps.bound(5e6, 8, 32) == gloo_.bound(5e6, 8, 32)
     assert (switchml.verify, ring.verify, ps.verify, gloo_.verify) == (
         verification.integer_sum, verification.float_sum, verification.float_sum, verification.float_sum)

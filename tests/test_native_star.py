@@ -1,4 +1,4 @@
-"""The native simulator (simulation/native/star.c: worker.c's core and the embedded
+"""The native simulator (simulation/switchml/native/star.c: worker.c's core and the embedded
 pipeline's aggregation path on a C event loop) against the Python one (core.py and the
 pipeline on SimPy): on the same star, lossless and lossy, every link must be handed the
 same frames at the same simulated times with the same fates, and every worker must end
@@ -19,9 +19,10 @@ from hosts.switchml.native import NativeUnavailable
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
 from protocol.params import mbps_to_bps
 from simulation.link import Link
-from simulation.native.star import TRACE_LOST, TRACE_QUEUE_DROP, TRACE_SENT, LinkTrace
+from simulation.switchml.native.star import TRACE_LOST, TRACE_QUEUE_DROP, TRACE_SENT, LinkTrace
 from simulation.network import NATIVE_CORE, PYTHON_CORE, JobSetup, SimulatedNetwork, SimulationUnsupported
-from simulation.worker import WorkerSetup
+from simulation.switchml.native import STAR
+from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
 from protocol.switchml.packet import frame_bytes
 from switches.targets import REGISTRY
 from topologies.model import TOPOLOGY_DIR, load_topology
@@ -31,7 +32,7 @@ SIMULATED = next(t for t in REGISTRY.values() if t.simulated is not None)
 
 
 def native_available() -> bool:
-    from simulation.native import library
+    from simulation.switchml.native import library
 
     try:
         library()
@@ -40,7 +41,7 @@ def native_available() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(not native_available(), reason="no C compiler builds simulation/native/star.c here")
+pytestmark = pytest.mark.skipif(not native_available(), reason="no C compiler builds simulation/switchml/native/star.c here")
 
 
 def network(core: str, workers: int, mbps: float, loss: float = 0.0, queue: int = 200, topology: str = "star.yaml",
@@ -49,8 +50,8 @@ def network(core: str, workers: int, mbps: float, loss: float = 0.0, queue: int 
     topo = load_topology(TOPOLOGY_DIR / topology, {"workers": workers, "link": link, **keys})
     floor = max(2e-4, 2 * pool_drain_s(POOL, K, mbps_to_bps(mbps)))
     policy = RetransmitPolicy(min_s=floor, max_s=max(0.01, floor), first_s=floor)
-    job = JobSetup(K, POOL, 512, 1, lambda rank: WorkerSetup(rank, workers, 1, K, POOL, policy, deadline_s, cost_s))
-    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=11, core=core)
+    job = JobSetup(K, POOL, 512, 1, switchml_workers(lambda rank: WorkerSetup(rank, workers, 1, K, POOL, policy, deadline_s, cost_s)))
+    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=11, native=STAR if core == NATIVE_CORE else None)
     net.reset_aggregation()
     return net
 

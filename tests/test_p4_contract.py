@@ -2,7 +2,7 @@
 
 Nothing here needs p4c or bmv2. The P4 sources are read as text (comments stripped,
 quoted #includes inlined) and their headers, registers, counters, tables and actions are
-compared with protocol/switchml/packet.py, protocol/switchml/params.py and what switches/programming.py
+compared with protocol/switchml/packet.py, protocol/switchml/params.py and what switches/switchml/programming.py
 actually asks a switch to do. Each check names the side that drifted.
 """
 
@@ -19,7 +19,7 @@ import pytest
 
 from protocol import packet, params
 from protocol.switchml import packet as switchml_packet, params as switchml_params
-from switches import programming
+from switches.switchml import programming
 from switches.control import MatchValue, ProgramSchema, SwitchControl
 from switches.embedded.switchml.pipeline import SwitchMLPipeline
 
@@ -244,7 +244,7 @@ def test_documented_drop_threshold_is_the_one_programmed(document: Path) -> None
 
 
 # --------------------------------------------------------------------------------------
-# Everything switches/programming.py does must exist in the P4 program
+# Everything switches/switchml/programming.py does must exist in the P4 program
 
 
 class RecordingControl(SwitchControl):

@@ -17,7 +17,7 @@ from methods.verification import Verdict
 from protocol import results_format as fmt
 from experiments.metrics import shared_switch_jobs, shared_switch_totals
 from base.yamlschema import ConfigError
-from switches import programming
+from switches.switchml import programming
 
 SHARED = CONFIG_DIR / "shared_switch.yaml"
 

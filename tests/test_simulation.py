@@ -28,7 +28,7 @@ from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from simulation.link import Arrivals, Link
 from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
-from simulation.worker import WorkerSetup
+from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
 from switches.control import ControlPlaneError
 from switches.targets import REGISTRY
 from topologies.model import TOPOLOGY_DIR, load_topology
@@ -44,7 +44,7 @@ def network(workers: int, mbps: float, *, delay_ms: float = 0.0, loss: float = 0
     topo = load_topology(TOPOLOGY_DIR / topology, {"workers": workers, "link": link, **keys})
     floor = max(0.02, 2 * pool_drain_s(pool, K, mbps_to_bps(mbps)))
     policy = RetransmitPolicy(min_s=floor, max_s=max(1.0, floor))
-    job = JobSetup(K, pool, 512, 1, lambda rank: WorkerSetup(rank, workers, 1, K, pool, policy, 60.0, cost_s))
+    job = JobSetup(K, pool, 512, 1, switchml_workers(lambda rank: WorkerSetup(rank, workers, 1, K, pool, policy, 60.0, cost_s)))
     net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=7)
     net.reset_aggregation()
     return net

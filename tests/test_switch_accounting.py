@@ -50,7 +50,7 @@ def burst(switch: SwitchUnderTest, frames: int, interval_s: float = 0.0) -> dict
         if interval_s:
             time.sleep(interval_s)
     counters = counters_at_rest(switch)
-    return account_switch(before, read_ports(interfaces), interfaces, counters)
+    return account_switch(before, read_ports(interfaces), interfaces, counters, params.INGRESS_NOTES)
 
 
 def test_accounting_balances_when_the_switch_keeps_up(switch: SwitchUnderTest) -> None:
@@ -78,7 +78,7 @@ def test_accounting_arithmetic() -> None:
     counters = dict.fromkeys(params.EVENT_COUNTER_CELLS + params.EGRESS_EVENTS, 0)
     # EV_L2_NOT_LEARNED is counted besides a frame's EV_FORWARDED: not a frame of its own.
     counters.update(EV_RESULT_MULTICAST=100, EV_UPDATE_CONSUMED=40, EGV_SENT=80, EV_L2_NOT_LEARNED=5)
-    assert account_switch(before, after, ["a", "b"], counters) == {
+    assert account_switch(before, after, ["a", "b"], counters, params.INGRESS_NOTES) == {
         "port_rx_frames": 150, "pipeline_in_frames": 140, "input_lost": 10,
         "pipeline_out_frames": 80, "port_tx_frames": 70, "queue_drops": 2, "output_lost": 7,
     }

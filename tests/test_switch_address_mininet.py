@@ -16,7 +16,7 @@ from network.emulation import EmulatedNetwork, node_runner
 from protocol import params
 from protocol.switchml import params as switchml_params
 from protocol.worker_spec import SwitchMLParameters
-from switches import programming
+from switches.switchml import programming
 from switches.targets import REGISTRY
 from tests.conftest import TARGET_MARKS, require_target
 from topologies.model import find_topology, load_topology

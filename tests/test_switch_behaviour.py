@@ -21,7 +21,7 @@ from protocol import params
 from protocol.switchml import params as switchml_params
 from protocol.packet import ipv4_checksum, IPV4_OFFSET
 from protocol.switchml.packet import frame_bytes
-from switches import programming
+from switches.switchml import programming
 from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_HOSTS, SwitchUnderTest
 from tests.switch_io import Received, dissect, learned_entries, update_frame, vlan_tagged
 

@@ -58,7 +58,7 @@ from protocol.switchml import params as switchml_params
 from protocol.packet import build_frame, Endpoint, ETH_HEADER_BYTES, IPV4_OFFSET, mac_to_bytes, UDP_OFFSET
 from protocol.switchml.packet import encode_payload, frame_bytes, SwitchMLHeader
 from protocol.switchml.scapy_layer import SwitchML
-from switches import programming
+from switches.switchml import programming
 from switches.control import SwitchControl
 from switches.targets import REGISTRY
 from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_target

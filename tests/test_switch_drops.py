@@ -19,7 +19,7 @@ from scapy.layers.l2 import Ether
 
 from protocol.switchml import params
 from protocol.packet import IPV4_OFFSET
-from switches import programming
+from switches.switchml import programming
 from switches.control import ControlPlaneError, TableFullError
 from tests.conftest import JOB, N_HOSTS, SwitchUnderTest
 from tests.switch_io import update_frame

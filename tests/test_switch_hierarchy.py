@@ -24,7 +24,7 @@ from protocol import params
 from protocol.switchml import params as switchml_params
 from protocol.packet import build_frame, Endpoint
 from protocol.switchml.packet import encode_payload, frame_bytes, SwitchMLHeader
-from switches import programming
+from switches.switchml import programming
 from tests.conftest import TARGETS, SwitchTarget, SwitchUnderTest
 from base.netns import Testbed
 from tests.switch_io import SWITCH, Received, dissect, update_frame

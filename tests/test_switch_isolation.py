@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from switches import programming
+from switches.switchml import programming
 from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, OTHER_JOB, SwitchUnderTest
 from tests.switch_io import update_frame
 from tests.test_switch_behaviour import check_result, values

@@ -24,9 +24,11 @@ import pytest
 
 from hosts.switchml import AllReduceResult, RetransmitPolicy, SwitchMLClient
 from protocol import params
+from protocol.switchml import params as switchml_params
 from protocol.switchml.packet import payload_bytes
 from protocol.quantize import expected_sum
-from switches import programming, standalone
+from switches import standalone
+from switches.switchml import programming
 from switches.control import SwitchControl
 from base.netns import Testbed, in_namespace
 from tests.conftest import DEFAULT_TESTED_K
@@ -141,7 +143,8 @@ def switch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Testbed, 
     from switches.embedded.launcher import embedded_switch
 
     log_dir = tmp_path_factory.mktemp("switchml-e2e")
-    with standalone.testbed(N) as bed, embedded_switch(bed.switch_ports, log_dir, command_log=log_dir / "commands.txt", k=K, seed=3) as control:
+    with standalone.testbed(N) as bed, embedded_switch(bed.switch_ports, log_dir, command_log=log_dir / "commands.txt", k=K,
+                                                            max_pool_size=switchml_params.MAX_POOL_SIZE, seed=3) as control:
         programming.program_forwarding(control, list(bed.switch_ports), {})
         workers = [programming.WorkerPort(h.index, h.switch_port, h.mac, h.ipv4) for h in bed.hosts]
         programming.program_aggregation(control, programming.JobProgram(JOB, workers))

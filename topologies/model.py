@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from protocol import params
-from protocol.switchml import params as switchml_params
 from base.yamlschema import ConfigError, deep_merge, load_schema, load_yaml, reject_keys, validate
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent
@@ -281,14 +280,14 @@ def _check_addresses(topology: Topology, source: str, key_prefix: str) -> None:
 
 
 def _check_fan_in(topology: Topology, source: str, key_prefix: str) -> None:
-    """No aggregating switch sums more workers than its bitmap has bits (SWITCHML_MAX_WORKERS)."""
+    """No aggregating switch sums more workers than its bitmap has bits (protocol/params.py's MAX_WORKERS)."""
     key = "hosts" if topology.kind == "explicit" else "workers"
     for switch, workers in topology.fan_in().items():
-        if workers > switchml_params.MAX_WORKERS:
+        if workers > params.MAX_WORKERS:
             raise ConfigError(
-                f"{source}: {key_prefix}{key}: switch {switch} would aggregate {workers} workers; a switch aggregates at most {switchml_params.MAX_WORKERS} "
-                "(SWITCHML_MAX_WORKERS, p4/switchml/include/constants.p4): spread them over a tree (kind: tree) with aggregation: "
-                f"hierarchical and at most {switchml_params.MAX_WORKERS} workers per leaf"
+                f"{source}: {key_prefix}{key}: switch {switch} would aggregate {workers} workers; a switch aggregates at most {params.MAX_WORKERS} "
+                "(the width of its programs' bitmaps, MAX_WORKERS in protocol/params.py): spread them over a tree (kind: tree) with "
+                f"aggregation: hierarchical and at most {params.MAX_WORKERS} workers per leaf"
             )
 
 

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 GPU = "NVIDIA P100 16 GB (one per worker) [check]"
 MIB = 2**20
-RECALLED = ("size recalled from the SwitchML paper's model table [check]; total = {mib} MiB / 4 bytes "
+RECALLED = ("size recalled from the model table of Sapio et al., NSDI'21 [check]; total = {mib} MiB / 4 bytes "
             "(float32), +-131072 for the rounding to 1 MiB")
 
 

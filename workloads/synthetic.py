@@ -8,7 +8,7 @@ Distributions:
   magnitude of He-initialised weights, so layers differ in exponent as real gradients do
   (which is what SwitchML's per-block exponents react to).
 - int32: uniform integers in [-INT32_SAFE, INT32_SAFE] with INT32_SAFE = (2**31 - 1) // 32,
-  so the sum over up to 32 workers (the switch's maximum) never wraps: the expected sum is
+  so the sum over up to 32 workers (a switch's most, protocol/params.py) never wraps: the expected sum is
   the plain integer sum, unambiguous whether a method wraps or saturates.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from protocol.switchml.params import MAX_WORKERS
+from protocol.params import MAX_WORKERS
 
 INT32_SAFE = (2**31 - 1) // MAX_WORKERS
 """Largest |value| whose sum over MAX_WORKERS ranks still fits in int32."""

@@ -8,8 +8,8 @@ turn does (file the results, or fire the expired timers when none arrived), the 
 and how the driver waits (for a result or the next timer, or holding while results
 gather); the drivers only do the I/O they ask for: the emulated worker
 (``hosts/switchml/job.py``: recvmmsg, sendmmsg, poll and the wall clock), the simulated
-clock's (``simulation/worker.py``: links and SimPy events), and in C worker.c's socket loop
-and simulation/native/star.c's event loop. The native data path (``hosts/switchml/native/``)
+clock's (``simulation/switchml/worker.py``: links and SimPy events), and in C worker.c's socket loop
+and simulation/switchml/native/star.c's event loop. The native data path (``hosts/switchml/native/``)
 is this module translated to C, function for function, and differential tests hold the two
 together (tests/test_native_step.py turn by turn, tests/test_native_worker.py and
 tests/test_native_star.py whole jobs).

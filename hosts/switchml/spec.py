@@ -1,7 +1,7 @@
 """A SwitchML job as the worker spec gives it: its parameters and its retransmission policy.
 
 Every driver of the worker core builds its worker from these: the socket client's method
-(method.py) and the simulated clock's (simulation/switchml.py), which needs nothing of the
+(method.py) and the simulated clock's (simulation/switchml/driver.py), which needs nothing of the
 socket client.
 """
 
@@ -15,7 +15,7 @@ from protocol.worker_spec import SwitchMLParameters, WorkerSpec
 
 def spec_parameters(spec: WorkerSpec) -> SwitchMLParameters:
     """The spec's SwitchML job: what every worker of it is built from, on a host (the client)
-    or on the simulated clock (simulation/switchml.py)."""
+    or on the simulated clock (simulation/switchml/driver.py)."""
     if spec.protocol is None:
         raise ValueError(f"method {spec.method}'s spec has no protocol section (its record names no aggregation): no SwitchML job to join")
     return methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)

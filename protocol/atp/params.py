@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from protocol.params import P4_DIR, read_p4_constants
+from protocol.params import P4_DIR, check_max_workers, read_p4_constants
 
 ATP_P4_MAIN = P4_DIR / "atp.p4"
 """ATP's P4 program, the file p4c compiles (its parts in ATP_P4_DIR)."""
@@ -40,6 +40,7 @@ WORKER_UDP_PORT: int = P4_CONSTANTS["ATP_WORKER_UDP_PORT"]
 
 MAX_WORKERS: int = P4_CONSTANTS["ATP_MAX_WORKERS"]
 """The bitmap is 32 bits: one bit per worker of a job."""
+check_max_workers("ATP", MAX_WORKERS, CONSTANTS_P4)
 DEFAULT_POOL_SIZE: int = P4_CONSTANTS["ATP_POOL_SIZE"]
 """Aggregators shared by every job on the switch (the authors' Tofino build has 20,000; the
 embedded and bmv2 switches keep the same k int32 registers per aggregator as SwitchML's slots,

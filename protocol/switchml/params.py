@@ -9,7 +9,7 @@ its config names none.
 
 from __future__ import annotations
 
-from protocol.params import P4_DIR, read_p4_constants
+from protocol.params import P4_DIR, check_max_workers, read_p4_constants
 
 P4_MAIN = P4_DIR / "switchml.p4"
 """SwitchML's P4 program, the file p4c compiles (its parts in P4_PROGRAM_DIR)."""
@@ -33,6 +33,7 @@ K_CHOICES: tuple[int, ...] = (32, 64, 128, 256)
 (p4/switchml/gen_elements.py, each target's compile.py); the experiment schema's protocol.k enum."""
 MAX_POOL_SIZE: int = P4_CONSTANTS["SWITCHML_MAX_POOL_SIZE"]
 MAX_WORKERS: int = P4_CONSTANTS["SWITCHML_MAX_WORKERS"]
+check_max_workers("SwitchML", MAX_WORKERS, CONSTANTS_P4)
 UDP_PORT_BASE: int = P4_CONSTANTS["SWITCHML_UDP_PORT_BASE"]
 UDP_PORT_MASK: int = P4_CONSTANTS["SWITCHML_UDP_PORT_MASK"]
 WORKER_UDP_PORT: int = P4_CONSTANTS["SWITCHML_WORKER_UDP_PORT"]

@@ -3,7 +3,7 @@
 
 Everything goes through ``SwitchControl`` with the names of docs/dataplane-atp.md, which the
 embedded pipeline (switches/embedded/atp/) has and the bmv2 and eBPF programs take, as
-switches/programming.py does for SwitchML: one set of calls programs every target, and the
+switches/switchml/programming.py does for SwitchML: one set of calls programs every target, and the
 differential tests hold the targets to the same entries. ``reset_job_state`` is ATP's
 ``Aggregation.reset_switch`` (methods/atp.py); ``program_job`` is what a network installs for
 each ATP job once its workers and its parameter server are attached; the flood group, the

@@ -26,7 +26,6 @@ from typing import Iterator, Mapping
 
 from base.lifetime import ThreadWatch, dies_with_this_process
 from protocol import params
-from protocol.switchml import params as switchml_params
 from switches.control import ControlPlaneError
 from switches.embedded import TARGET
 from switches.remote_control import SocketControl
@@ -82,7 +81,7 @@ class EmbeddedSwitchProcess:
         k: int,
         program: str | None = None,
         name: str = "switch",
-        max_pool_size: int = switchml_params.MAX_POOL_SIZE,
+        max_pool_size: int,
         seed: int | None = None,
         log_level: str = "INFO",
         profile: Path | None = None,

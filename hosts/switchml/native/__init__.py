@@ -63,7 +63,7 @@ def compiler() -> str | None:
 
 def compile_command(cc: str, output: Path, source: Path = SOURCE) -> list[str]:
     """The compiler's command line (also what a reader would type to build it by hand).
-    ``source`` is worker.c or a file that includes it (simulation/native/star.c).
+    ``source`` is worker.c or a file that includes it (simulation/switchml/native/star.c).
 
     No -ffast-math and no contraction into fused multiply-adds: the quantized values must
     be numpy's, bit for bit."""

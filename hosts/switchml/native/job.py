@@ -153,7 +153,7 @@ def job_struct(arrays: JobArrays, values: np.ndarray | None, slots: dict[str, np
     """struct sml_job for one all-reduce: the job's arrays, the slot pool, the slots' arrays
     (``slot_arrays``, for as many datagrams as ``rx`` holds), the caller's send and receive
     buffers (``rx``: one row per datagram) and its socket (-1 for a driver that hands
-    worker.c's core its datagrams itself: simulation/native/star.c, the step's differential
+    worker.c's core its datagrams itself: simulation/switchml/native/star.c, the step's differential
     test). The arrays must outlive the struct."""
     plan, policy = arrays.plan, ctx.policy
     if len(slots["scratch"]) < (needed := scratch_entries(plan.n_slots, len(rx))):  # worker.c writes into it unchecked

@@ -14,7 +14,7 @@
  * job is done, its deadline passed, a signal arrived (Python runs its handlers and calls
  * again: every piece of progress lives in the struct), or a system call failed. The loop's
  * policy is the core's (start, step: what to send, when to call again); sml_run and
- * simulation/native/star.c's event loop only do the I/O it asks for, and sml_step lets a
+ * simulation/switchml/native/star.c's event loop only do the I/O it asks for, and sml_step lets a
  * differential test drive the core directly.
  *
  * The arithmetic is protocol/quantize.py's: x (float32) times the block's scale in

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import models
+from analysis.switchml import models
 
 
 def test_bound_of_the_main_job() -> None:

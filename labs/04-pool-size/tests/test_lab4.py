@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from analysis import models
+from analysis.switchml import models
 
 LINK_BPS, K, DELAY_S = 2.5e6, 32, 0.010
 

@@ -1,5 +1,5 @@
-"""``Bmv2Control`` for ATP's program: the egress queues ECN is marked from, and a reset
-without SwitchML's ingress gate.
+"""``Bmv2Control`` for ATP's program: the egress queues ECN is marked from (its program has
+no drop simulator, so Bmv2Control resets its registers without closing the ingress).
 
 ECN on bmv2 reads ``deq_qdepth``, the packets left in a port's egress queue. simple_switch
 queues a port's packets only at a rate it is given (packets per second); without one a
@@ -10,10 +10,7 @@ builds exactly where the link is the bottleneck.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 from switches.bmv2.control import Bmv2Control
-from switches.control import SwitchControl
 
 ETHERNET_OVERHEAD_BYTES = 24
 """Preamble, start delimiter, FCS and inter-frame gap: what a frame costs a link beyond its bytes."""
@@ -34,9 +31,3 @@ class ATPBmv2Control(Bmv2Control):
         self._call("set_queue_rate", str(rate_pps), str(port))
         self._record("set_queue_depth", depth_packets, port)
         self._call("set_queue_depth", str(depth_packets), str(port))
-
-    def _registers_reset(self, registers: Sequence[str]) -> None:
-        """One register after the other, as SwitchControl does: ATP's program has no drop
-        simulator to close the ingress with (Bmv2Control's gate), so reset a pool only while
-        no job sends, as between tests and jobs."""
-        SwitchControl._registers_reset(self, registers)

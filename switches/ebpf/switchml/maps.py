@@ -26,7 +26,7 @@ from protocol.switchml import params as switchml_params
 from switches.control import Field, ProgramSchema, RegisterSchema
 from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
 from switches.ebpf.map_control import MC, MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key
-from switches.programming import value_registers
+from switches.switchml.programming import value_registers
 
 EBPF_DIR = Path(__file__).resolve().parent
 SWITCHML_H = EBPF_DIR / "switchml.h"
@@ -223,7 +223,7 @@ TABLES: Mapping[str, TableLayout] = {
 @functools.cache
 def aggregation_fields(k: int) -> Mapping[str, tuple[str, int | None]]:
     """Register name -> (field of struct register_cell, element index for value_XX), for a
-    build for k (value_00 .. value_{k-1}, named as switches/programming.py names them)."""
+    build for k (value_00 .. value_{k-1}, named as switches/switchml/programming.py names them)."""
     return {
         **{name: ("value", i) for i, name in enumerate(value_registers(k))},
         f"{INGRESS}.bitmap": ("bitmap", None),

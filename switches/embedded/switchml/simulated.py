@@ -6,7 +6,7 @@ is the emulated one's exact code: each frame is copied into the pipeline's buffe
 processed, and leaves through the transmit function the simulator connected to its port.
 Its control plane is the control socket's handlers (control_server.py), called in process.
 
-``aggregation_path`` and ``take_back`` hand a compiled event loop (simulation/native/star.c)
+``aggregation_path`` and ``take_back`` hand a compiled event loop (simulation/switchml/native/star.c)
 the part of the program a star's workers exercise, SwitchMLIngress steps 3-6 without an
 uplink, the traffic manager's group and SwitchMLEgress's result headers, as arrays, and
 take its registers and counters back; tests/test_native_star.py holds the two equal.

@@ -11,10 +11,10 @@ prints where the time of the first case goes (cProfile, top 25 by own time). Eac
 asserted: the target (8 workers, 100 Gbit/s, 4 MiB in <= 10 s) is read off the table
 (benchmarks/README.md, "Simulation speed").
 
-    .venv/bin/python benchmarks/simulation_speed.py                # 8 and 32 workers, 4 MiB
-    .venv/bin/python benchmarks/simulation_speed.py --large        # also 32 workers, 100 MiB (int32)
-    .venv/bin/python benchmarks/simulation_speed.py --profile
-    .venv/bin/python benchmarks/simulation_speed.py --data-path python   # core.py on SimPy
+    .venv/bin/python benchmarks/switchml/simulation_speed.py                # 8 and 32 workers, 4 MiB
+    .venv/bin/python benchmarks/switchml/simulation_speed.py --large        # also 32 workers, 100 MiB (int32)
+    .venv/bin/python benchmarks/switchml/simulation_speed.py --profile
+    .venv/bin/python benchmarks/switchml/simulation_speed.py --data-path python   # core.py on SimPy
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.config import CONFIG_DIR, load_experiment  # noqa: E402
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each case (a fresh network each; the first also pays "
                         "for the process's first allocations)")
     parser.add_argument("--data-path", choices=("auto", "native", "python"), default="auto",
-                        help="protocol.data_path: native is worker.c on simulation/native/star.c's loop, python core.py on SimPy")
+                        help="protocol.data_path: native is worker.c on simulation/switchml/native/star.c's loop, python core.py on SimPy")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_speed.csv")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -1,14 +1,14 @@
 """How many SwitchML updates per second a switch target aggregates, at --k elements per packet.
 
 Creates its own namespaces and veth pairs (base/netns.py), starts the switch,
-programs one job of n ranks through switches/programming.py and drives it from this one
+programs one job of n ranks through switches/switchml/programming.py and drives it from this one
 process: pre-built update frames, one raw socket per rank, self-clocked like the worker
 protocol — when rank 0 receives a slot's result, all ranks send that slot's next round
 (the other set). A stall (no result for STALL_S) resends every outstanding update, as the
 workers' timers would. Ranks other than 0 never read their results: UDP sinks absorb them
 so the hosts' kernels stay quiet.
 
-Run as root:  .venv/bin/python benchmarks/switch_throughput.py [--target embedded|bmv2|ebpf] [--ranks 2 4 8] [--seconds 5]
+Run as root:  .venv/bin/python benchmarks/switchml/switch_throughput.py [--target embedded|bmv2|ebpf] [--ranks 2 4 8] [--seconds 5]
 Writes results/benchmarks/switch_throughput-<target>.csv and .md. For bmv2, put simple_switch
 on PATH first (the Vagrant VM has it; BMV2_BUILD=perf with the prebuilt toolchain picks its
 optimised build, and the table records which simple_switch ran). The eBPF switch has no
@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 import numpy as np  # noqa: E402
@@ -40,7 +40,8 @@ from protocol import params  # noqa: E402
 from protocol.switchml import params as switchml_params  # noqa: E402
 from protocol.packet import build_frame, Endpoint  # noqa: E402
 from protocol.switchml.packet import encode_payload, frame_bytes, SWITCHML_FIELD_OFFSETS, SWITCHML_OFFSET, SwitchMLHeader  # noqa: E402
-from switches import programming, standalone  # noqa: E402
+from switches import standalone  # noqa: E402
+from switches.switchml import programming  # noqa: E402
 from network.port_counters import SETTLE_S, account_switch, read_ports  # noqa: E402
 from switches.standalone import run_switch  # noqa: E402
 from switches.targets import REGISTRY, lookup  # noqa: E402
@@ -190,7 +191,7 @@ def measure(target: str, n: int, k: int, window: int, seconds: float, warmup: fl
         rounds, elapsed, stalls = drive(sockets, frames, seconds, warmup, lambda: cpu.append(switch_cpu()))
         time.sleep(SETTLE_S)  # the switch drains before its frames are accounted
         counts = programming.read_event_counters(control)
-        frames_accounted = account_switch(ports_before, read_ports(interfaces), interfaces, counts)
+        frames_accounted = account_switch(ports_before, read_ports(interfaces), interfaces, counts, switchml_params.INGRESS_NOTES)
     switch_cpu_s = sum(cpu[1]) - sum(cpu[0])
     return Measurement(
         target=target,

@@ -9,9 +9,9 @@ whether it verified. A run's results folder and log are kept under
 results/benchmarks/main_job/. ``--tabulate RUN_DIR...`` writes and prints the rows of runs
 made already (their status and wall time as their summaries give them).
 
-    .venv/bin/python benchmarks/main_job.py --runs 3                 # auto's target
-    .venv/bin/python benchmarks/main_job.py --runs 10 --target ebpf
-    .venv/bin/python benchmarks/main_job.py --tabulate results/8workers/2026*
+    .venv/bin/python benchmarks/switchml/main_job.py --runs 3                 # auto's target
+    .venv/bin/python benchmarks/switchml/main_job.py --runs 10 --target ebpf
+    .venv/bin/python benchmarks/switchml/main_job.py --tabulate results/8workers/2026*
 
 Run as root; a run takes 1-6 minutes (eBPF switch to bmv2).
 """
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.results import utc_stamp  # noqa: E402

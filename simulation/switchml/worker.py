@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Generator
+from typing import Callable, Generator
 
 import numpy as np
 import simpy
@@ -30,13 +30,16 @@ from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RetransmitPolicy
 from hosts.stats import JobStats, timeline_bin_for
 from protocol.packet import build_frame, Endpoint
+from protocol.switchml import params
 from protocol.switchml.packet import frame_bytes, payload_bytes, SWITCHML_OFFSET
 from simulation.link import Link
+from simulation.network import HostFactory
+from switches.fabric import Station
 
 
 @dataclass(frozen=True)
 class NativeAllReduce:
-    """One all-reduce of a worker made ready for worker.c's core (simulation/native/star.c):
+    """One all-reduce of a worker made ready for worker.c's core (simulation/switchml/native/star.c):
     ``job`` is its struct sml_job, pointing into ``keep``."""
 
     job: object
@@ -94,6 +97,15 @@ class SimulatedWorker:
         """The link towards the switch (the network connects it)."""
         self._native_rtt: NativeRoundTrip | None = None
         """worker.c's round-trip estimate, carried across the native all-reduces of this worker."""
+
+    @classmethod
+    def at(cls, env: simpy.Environment, setup: WorkerSetup, host: Station, switch: Station) -> SimulatedWorker:
+        """The worker on ``host``, sending from its worker port to ``switch``'s aggregation port."""
+        return cls(env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT), Endpoint(switch.mac, switch.ipv4, params.UDP_PORT_BASE))
+
+    @property
+    def packet_cost_s(self) -> float:
+        return self._setup.packet_cost_s
 
     def deliver(self, frames: list[bytes]) -> None:
         """Frames that reached the host (the downlink's far end): queued for the next receive."""
@@ -179,7 +191,7 @@ class SimulatedWorker:
             raise SwitchMLTimeout(self._ctx.job_id, self._ctx.rank, now - t0, core.missing())
         core.stats.timeline = core.timeline
 
-    # -- the same all-reduce by worker.c's core, driven by simulation/native/star.c ---------
+    # -- the same all-reduce by worker.c's core, driven by simulation/switchml/native/star.c ---------
 
     def native_allreduce(self, tensor: np.ndarray, now: float) -> NativeAllReduce:
         """``tensor``'s all-reduce, released at ``now``, as worker.c's struct: prepared as
@@ -215,3 +227,14 @@ class SimulatedWorker:
                             prepared.length, stats)
         result.stats.tat_s = end - prepared.t0
         return result
+
+
+def workers(setup_of: Callable[[int], WorkerSetup | None]) -> HostFactory:
+    """A network's SwitchML workers, built with it from each host's setup (by index; None: no
+    worker): ``JobSetup.worker`` of a network made by hand (the tests', the labs' benchmarks)."""
+
+    def build(env: simpy.Environment, index: int, host: Station, switch: Station) -> SimulatedWorker | None:
+        setup = setup_of(index)
+        return None if setup is None else SimulatedWorker.at(env, setup, host, switch)
+
+    return build

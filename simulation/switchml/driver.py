@@ -1,6 +1,6 @@
 """SwitchML's worker on the simulated clock, built from the worker spec as a host builds its
 client (hosts/switchml/spec.py, shared with hosts/switchml/method.py): the same job parameters, retransmission policy and
-deadline, under simulation/worker.py's driver, which simulation/native/star.c mirrors event
+deadline, under simulation/switchml/worker.py's driver, which simulation/switchml/native/star.c mirrors event
 for event (so SwitchML gives its own driver rather than the generic one: methods/switchml.py,
 ``simulated_host``)."""
 
@@ -9,10 +9,8 @@ from __future__ import annotations
 import simpy
 
 from hosts.switchml.spec import retransmit_policy, spec_parameters
-from protocol.switchml import params
-from protocol.packet import Endpoint
 from protocol.worker_spec import WorkerSpec
-from simulation.worker import SimulatedWorker, WorkerSetup
+from simulation.switchml.worker import SimulatedWorker, WorkerSetup
 from switches.fabric import Station
 
 
@@ -22,5 +20,4 @@ def simulated_worker(env: simpy.Environment, spec: WorkerSpec, rank: int, host: 
     job = spec_parameters(spec)
     setup = WorkerSetup(rank, spec.n_workers, job.job_id, job.k, job.pool_size, retransmit_policy(job, spec.link_mbps),
                         spec.job_timeout_s, packet_cost_s)
-    return SimulatedWorker(env, setup, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT),
-                           Endpoint(switch.mac, switch.ipv4, params.UDP_PORT_BASE))
+    return SimulatedWorker.at(env, setup, host, switch)

@@ -1,6 +1,6 @@
 /*
  * star.c -- the simulated clock's event loop for a star, in C: the same events, in the same
- * order, as simulation/link.py, simulation/worker.py and simulation/network.py on SimPy, with
+ * order, as simulation/link.py, simulation/switchml/worker.py and simulation/network.py on SimPy, with
  * hosts/switchml/native/worker.c's core as every worker and the embedded switch's
  * SwitchMLIngress/SwitchMLEgress aggregation path as the switch.
  *
@@ -45,7 +45,7 @@ enum { W_IDLE, W_STARTING, W_RUNNING, W_WAITING, W_HOLDING, W_DONE };
 /* What sim_run returns. */
 enum { SIM_DONE = 0, SIM_NO_MEMORY = 1, SIM_OFF_PATH = 2 };
 
-/* ---- what Python hands in (mirrored in simulation/native/star.py) ---------------------- */
+/* ---- what Python hands in (mirrored in simulation/switchml/native/star.py) ---------------------- */
 
 /* One direction of a link: simulation/link.py's Link, with its random.Random's state. */
 struct sim_link {
@@ -527,7 +527,7 @@ static int switch_process(struct sim *sim, struct sim_link *links, const struct 
     return 0;
 }
 
-/* ---- the workers: simulation/worker.py's SimulatedWorker -------------------------------- */
+/* ---- the workers: simulation/switchml/worker.py's SimulatedWorker -------------------------------- */
 
 static int worker_send(struct sim *sim, struct sim_link *links, struct worker_state *w, int64_t count)
 {

@@ -2,7 +2,8 @@
 
 ``NativeStar`` runs a ``SimulatedNetwork``'s all-reduces in C when the network is a star
 whose switch is the embedded pipeline, running one job of every host, with loss (if any)
-on the links and ideal hosts (``star_problem`` names what else it is not). The Python
+on the links and ideal hosts (``star_problem`` names what else it is not); ``star_of``
+hands it a network. The Python
 objects stay the network's state: before a run the links' queues and random generators,
 the pipeline's registers, counters and tables are read into star.c's structs; after it
 they are written back, so the control plane, the results and a later run see what SimPy
@@ -15,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import weakref
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -23,8 +24,11 @@ from hosts.switchml.core import AllReduceResult, SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
 from protocol.switchml.packet import frame_bytes, SWITCHML_OFFSET
 from simulation.link import Link
-from simulation.worker import SimulatedWorker
+from simulation.switchml.worker import SimulatedWorker
 from switches.target import SimulatedSwitch
+
+if TYPE_CHECKING:
+    from simulation.network import LoopShape, SimulatedNetwork
 
 _p, _i32, _i64, _f64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
 TO_SWITCH, TO_WORKER, TO_NOBODY = range(3)
@@ -84,12 +88,12 @@ def has_aggregation_path(switch: object) -> bool:
     return callable(getattr(switch, "aggregation_path", None)) and callable(getattr(switch, "take_back", None))
 
 
-def star_problem(n_switches: int, hosts_in_job: int, n_hosts: int, shared_jobs: int, drop_simulator: bool, packet_cost_s: float,
-                 aggregation_path: bool) -> str | None:
-    """Why star.c cannot run a network of this shape (None: it can)."""
-    problems = [(n_switches != 1, f"{n_switches} switches"), (not aggregation_path, "a switch with no aggregation path for star.c"),
-                (shared_jobs > 0, "several jobs on one switch"), (hosts_in_job != n_hosts, "hosts that run no worker"),
-                (drop_simulator, "loss by the switches' drop simulator"), (packet_cost_s > 0, "a host cost per packet")]
+def star_problem(shape: LoopShape, switch: SimulatedSwitch) -> str | None:
+    """Why star.c cannot run a network of ``shape`` whose switches are like ``switch`` (None: it can)."""
+    problems = [(shape.switches != 1, f"{shape.switches} switches"),
+                (not has_aggregation_path(switch), "a switch with no aggregation path for star.c"),
+                (shape.shared_jobs > 0, "several jobs on one switch"), (shape.hosts_in_job != shape.hosts, "hosts that run no worker"),
+                (shape.drop_simulator, "loss by the switches' drop simulator"), (shape.packet_cost_s > 0, "a host cost per packet")]
     found = [what for wrong, what in problems if wrong]
     return ", ".join(found) or None
 
@@ -117,7 +121,7 @@ class NativeStar:
 
     def __init__(self, switch: SimulatedSwitch, ports: dict[int, int], links: Sequence[Link], destinations: Sequence[tuple[int, int]],
                  workers: Sequence[SimulatedWorker], uplinks: Sequence[int], k: int) -> None:
-        from simulation.native import library
+        from simulation.switchml.native import library
 
         self._lib = library()
         self._switch = switch
@@ -224,3 +228,18 @@ class NativeStar:
 
     def _import_switch(self, arrays: dict[str, np.ndarray]) -> None:
         self._switch.take_back(arrays)
+
+
+def star_of(network: SimulatedNetwork) -> NativeStar:
+    """``network`` (a star ``star_problem`` takes, its workers attached) on star.c's loop: each
+    link direction delivering to the switch's port, a worker or nobody."""
+    [(name, switch)] = network.switches.items()
+    order = list(network.links)
+    index = {pair: i for i, pair in enumerate(order)}
+    hosts = {host.name: i for i, host in enumerate(network.topology.hosts)}
+    destinations = [(TO_SWITCH, network.ports[b][a]) if b == name else (TO_WORKER, hosts[b]) if hosts.get(b) in network.workers
+                    else (TO_NOBODY, 0) for a, b in order]
+    workers = [network.workers[i] for i in range(len(network.topology.hosts))]
+    uplinks = [index[host.name, name] for host in network.topology.hosts]
+    ports = {port: index[name, neighbour] for neighbour, port in network.ports[name].items()}
+    return NativeStar(switch, ports, [network.links[pair] for pair in order], destinations, workers, uplinks, network.k)
