@@ -55,6 +55,23 @@ def test_bad_jobs_name_what_is_wrong(override: str, message: str) -> None:
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sweep.values=[[{job_id: 1, hosts: [0, 1], pool_size: 64}, {job_id: 1, hosts: [2, 3], pool_size: 64}]]",
+         "job ids must differ between jobs sharing a switch, got [1, 1]"),
+        ("sweep.values=[[{job_id: 1, hosts: [0, 1], pool_size: 64}, {job_id: 2, hosts: [2, 3], pool_size: 512}]]",
+         "pools of 512 (job 2) are larger than the switch's shared pool of 256"),
+    ],
+)
+def test_bad_shared_pool_jobs_name_what_is_wrong(override: str, message: str) -> None:
+    """ATP's jobs all hash into one pool, so their pools may add up to more than the switch
+    has; each must still fit it, and their ids (the owner tag) must differ."""
+    with pytest.raises(ConfigError) as error:
+        load(SHARED, ["methods=[atp]", override])
+    assert message in str(error.value)
+
+
 def test_total_is_all_elements_over_the_makespan() -> None:
     """Job 1 (2 workers) runs 0..2 s, job 2 starts at 1 s and takes 3 s: 300 elements in 4 s."""
     rows = pd.DataFrame([
