@@ -125,7 +125,8 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
     budgets = sorted(numbers["budget"].unique())
     shown = budgets[len(budgets) // 2]
     styles = ["-", "--", "-.", ":"]
-    shared = sorted(set(numbers[numbers["series"] == "collision_share"]["method"]))
+    shared = sorted(method for method in numbers["method"].unique() if methods.by_name(method).aggregation.pool_sharing.partition is None)
+    counted = (numbers["series"] == "collision_share").any()
     for order, (method, per_method) in enumerate(numbers.groupby("method")):
         colour = methods.by_name(method).colour
         label = methods.by_name(method).label
@@ -154,7 +155,10 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
     shares.set_xscale("log", base=2)
     shares.set_xlabel("register budget (aggregators of k values)")
     shares.set_ylabel("share (%)")
-    shares.legend(fontsize=6)
+    if counted:
+        shares.legend(fontsize=6)
+    else:  # runs whose servers' counts were not recorded (emulated runs before they were)
+        shares.text(0.5, 0.5, "these runs recorded no parameter-server counts", ha="center", va="center", transform=shares.transAxes)
     shares.set_title("shared pool's PS counters: collisions and PS fallback", fontsize=8, loc="left")
     fig.suptitle(f"Jobs sharing one switch with the same register budget ({summary['link_mbps']:g} Mbit/s links, {clock_stamp(numbers, summary)})"
                  + "".join("\n" + CLAIM.format(label=methods.by_name(method).label) for method in shared))
