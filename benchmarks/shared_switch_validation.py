@@ -19,7 +19,6 @@ tolerance is asserted: the README says where and why they differ.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import subprocess
@@ -33,6 +32,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.simulation_validation import write_csv  # noqa: E402
 from experiments.metrics import shared_switch_jobs, shared_switch_totals  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
@@ -70,7 +70,8 @@ def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
     """One row per job and one per point's total of ``run`` against its config on the simulated clock."""
     emulated = json.loads((run / fmt.SUMMARY_FILE).read_text())
     if emulated.get("kind") != fmt.SHARED_SWITCH_KIND or fmt.is_simulated(emulated):
-        raise ValueError(f"{run}: not an emulated shared-switch run (summary.json kind {emulated.get('kind')!r})")
+        clock = "simulated" if fmt.is_simulated(emulated) else "emulated"
+        raise ValueError(f"{run}: not an emulated shared-switch run (summary.json: kind {emulated.get('kind')!r}, {clock})")
     [method] = yaml.safe_load((run / fmt.CONFIG_FILE).read_text())["methods"]
     out = out_root / f"{emulated['config']}-{method}-{emulated['max_pool_size']}-{run.name}"
     simulate(run, out)
@@ -88,15 +89,6 @@ def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
     rows = [row(e, s, e.job_id) for e, s in zip(e_jobs.itertuples(), s_jobs.itertuples(), strict=True)]
     rows += [row(e, s, TOTAL) for e, s in zip(e_totals.itertuples(), s_totals.itertuples(), strict=True)]
     return sorted(rows, key=lambda r: (r["point"], r["job"] == TOTAL, str(r["job"])))
-
-
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    log.info("rows in %s", path)
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -125,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         log.error("%s", exc)
         return 2
-    write_csv(args.output, rows)
+    write_csv(args.output, COLUMNS, rows)
     sys.stdout.write(markdown(rows) + "\n")
     return 0 if all(r["simulated_verified"] for r in rows) else 1
 
