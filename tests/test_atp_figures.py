@@ -1,6 +1,7 @@
 """The multi-tenant figure's configs and a tiny version of its runs on the simulated clock:
 each job's share of one register budget as its design spends it, both methods verified,
-ATP's collision and PS-fallback shares read from its counters, and the figure drawn."""
+ATP's collision and PS-fallback shares read from its counters, and the figure drawn; the
+emulated figure's title says its target and whether every run kept up."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import run_experiment
 from analysis.__main__ import main as analysis_main
+from analysis.multi_tenant import clock_stamp
 from experiments.config import CONFIG_DIR
 from experiments.kinds import load
 from experiments.kinds.shared_switch import job_pool
@@ -56,3 +58,14 @@ def test_a_tiny_multi_tenant_sweep_runs_verified_and_draws(tmp_path: Path) -> No
     assert set(shares["method"]) == {"atp"} and (shares["value"] > 0).all() and (shares["value"] < 1).all()
     assert (table[table["series"] == "total_ate_per_s"]["value"] > 0).all()
     assert not (tmp_path / "figures" / "shared_switch.png").exists()  # multi-tenant runs are this figure's alone
+
+
+@pytest.mark.parametrize(("busiest", "stamp"), [(0.62, "every run kept up: machine busy at most 62%"),
+                                                 (0.97, "NOT every run kept up: machine busy at most 97%")])
+def test_an_emulated_figure_says_its_target_and_whether_every_run_kept_up(busiest: float, stamp: str) -> None:
+    """The emulated figure's title: the switch target, and the busiest repetition of any of
+    its runs against the machine's saturation (a run that did not keep up measured the emulator)."""
+    numbers = pd.DataFrame([{"method": method, "budget": 16, "n_jobs": n, "series": "machine_busy_fraction", "value": value}
+                            for method, n, value in (("atp", 1, 0.3), ("switchml", 4, busiest))])
+    assert clock_stamp(numbers, {"switch_target": "ebpf"}) == f"emulated, ebpf switch; {stamp}"
+    assert clock_stamp(numbers, {"switch_target": "ebpf", "simulated": True}) == "simulated clock"
