@@ -113,7 +113,7 @@ def test_python_m_analysis_draws_the_newest_shared_switch_run(tmp_path, caplog) 
     assert "skipped hierarchical: no run comparing aggregation modes" in caplog.text
 
 
-ATP_ELEMENTS, ATP_K, ATP_POOL = 16384, 256, 8
+ATP_ELEMENTS, ATP_K, ATP_POOL = 16384, 256, 2
 ATP_TWO_JOBS = ("sweep.values=[[{job_id: 21, hosts: [0, 1], pool_size: share, start_s: 0}, "
                 "{job_id: 22, hosts: [2, 3], pool_size: share, start_s: 0}]]")
 
@@ -121,11 +121,14 @@ ATP_TWO_JOBS = ("sweep.values=[[{job_id: 21, hosts: [0, 1], pool_size: share, st
 @pytest.mark.mininet
 @pytest.mark.parametrize("target", ["embedded", pytest.param("ebpf", marks=pytest.mark.ebpf)])
 def test_two_atp_jobs_on_the_same_aggregators_end_exact_through_mininet(target: str, tmp_path: Path) -> None:
-    """Two ATP jobs released together, each hashing its window of 8 positions into the same
-    8 aggregators (each job uses every one), each with its own parameter server host: the
-    switch passes a chunk whose aggregator the other job holds on to that job's PS, which
-    finishes it; every rank's sum is exact (ATP's verifier), and the collisions are counted
-    by the switch and by the PSs (their statistics on exit, in their logs)."""
+    """Two ATP jobs released together, each hashing its window of 2 positions into the same
+    2 aggregators, each with its own parameter server host. A job holds an aggregator from its
+    first worker's packet until its PS's result comes back, longer than a frame takes, so
+    each job holds both most of the time and the other's packets find them taken (with 8 of
+    each, the eBPF switch's jobs ran in lockstep and never met). The switch passes such a
+    packet on to its job's PS, which finishes the chunk: every rank's sum is exact (ATP's
+    verifier), and the collisions are counted by the switch and by the PSs (their statistics
+    on exit, in their logs)."""
     if os.geteuid() != 0:
         pytest.skip("Mininet needs root")
     require_target(target)
