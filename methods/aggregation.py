@@ -155,8 +155,6 @@ class Aggregation:
     (its k and pool size among them)."""
     sum_bits: int
     """Width of the integer sums its switches compute (training_steps.csv ``bits``)."""
-    max_workers: int
-    """Most workers one job has: the width of its switch's bitmap of contributions."""
     host: str
     """"module:attribute" of the worker class a rank runs (``cls(spec, rank)``, hosts/allreduce.py)."""
     reset_switch: str

@@ -16,7 +16,7 @@ from methods.aggregation import Aggregation, PoolSharing
 from methods.method import BITS_PER_BYTE, in_network, require_positive
 from protocol.packet import ELEMENT_BYTES
 from protocol.switchml.packet import frame_bytes
-from protocol.switchml.params import DEFAULT_BACKOFF_EVERY, DEFAULT_K, DEFAULT_POOL_SIZE, K_CHOICES, MAX_POOL_SIZE, MAX_WORKERS
+from protocol.switchml.params import DEFAULT_BACKOFF_EVERY, DEFAULT_K, DEFAULT_POOL_SIZE, K_CHOICES, MAX_POOL_SIZE
 from protocol.switchml.plan import JobPlan
 from protocol.quantize import PROTOCOL_BITS
 from protocol.worker_spec import SwitchMLParameters
@@ -129,7 +129,7 @@ finds the previous result: a slot takes two registers of the budget an ATP aggre
 AGGREGATION = Aggregation(
     name="switchml", label="SwitchML", parameters=SwitchMLParameters.from_config, read_parameters=read_parameters,
     k_choices=K_CHOICES, defaults={"k": DEFAULT_K, "pool_size": DEFAULT_POOL_SIZE, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "data_path": "auto"},
-    switch_defaults={"max_pool_size": MAX_POOL_SIZE}, sum_bits=PROTOCOL_BITS, max_workers=MAX_WORKERS,
+    switch_defaults={"max_pool_size": MAX_POOL_SIZE}, sum_bits=PROTOCOL_BITS,
     pool_sharing=PoolSharing(registers_per_unit=SHADOW_COPIES, partition="switches.programming:partition_slots"),
     host="hosts.switchml.method:SwitchMLMethod",
     reset_switch="switches.programming:reset_job_state", program_fabric="switches.programming:program_fabric",

@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
 AGGREGATION = Aggregation(
     name=NAME, label="Toy sum", parameters=ToyParameters.from_config, read_parameters=ToyParameters.read, k_choices=(32,),
-    defaults={}, sum_bits=32, max_workers=32, host="tests.toy_aggregation:ToyMethod", reset_switch="tests.toy_aggregation:reset_switch",
+    defaults={}, sum_bits=32, host="tests.toy_aggregation:ToyMethod", reset_switch="tests.toy_aggregation:reset_switch",
     program_fabric="tests.toy_aggregation:program_fabric", switch_address=False, core="tests.toy_aggregation:core",
 )
 """Its frames carry no IP address (``switch_address=False``): no host resolves the switch's."""

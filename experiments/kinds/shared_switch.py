@@ -249,7 +249,8 @@ class SharedSwitchRunner(ExperimentRunner):
 
 def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
     """Jobs sharing the switch: one in-network method on a synthetic workload, disjoint hosts
-    that exist, at most its bitmap's workers each, on one aggregating switch; a partitioning
+    that exist (at most a bitmap's workers in all: the topology's fan-in check), on one
+    aggregating switch; a partitioning
     protocol's pools as its control plane admits them together (the check it makes on the
     switch: each job its own range). Jobs hashing into one shared pool need no partition."""
     if topology.aggregation == "hierarchical":
@@ -270,9 +271,6 @@ def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None
             if host in seen:
                 raise ConfigError(f"{source}: jobs: host {host} is in job {seen[host]} and job {job['job_id']}")
             seen[host] = job["job_id"]
-        if len(job["hosts"]) > aggregation.max_workers:
-            raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers; a {aggregation.label} job has "
-                              f"at most {aggregation.max_workers}")
     try:
         aggregation.pool_sharing.admit([(job["job_id"], job_pool(data, job)) for job in data["jobs"]], data["switch"]["max_pool_size"])
     except ValueError as exc:
