@@ -20,7 +20,7 @@ PAPER_SIM_CONFIGS := paper_ate_vs_workers paper_tat_vs_size paper_pool_size_sens
 # clock's options (default: the simulated clock on the embedded switch's contract).
 MULTI_TENANT_METHODS := switchml atp
 MULTI_TENANT_BUDGETS := 64 128 256 512 1024
-MULTI_TENANT_EMULATED_BUDGETS := 8 16 32 64
+MULTI_TENANT_EMULATED_BUDGETS := 16 32 64
 PAPER_MULTI_TENANT_BUDGETS := 128 256 512 1024 2048
 multi_tenant_runs = for method in $(MULTI_TENANT_METHODS); do for budget in $(2); do \
 	$(PYTHON) run_experiment.py configs/$(1).yaml $(or $(3),--simulate --switch embedded) --set "methods=[$$method]" --set switch.max_pool_size=$$budget || exit 1; \

@@ -159,6 +159,7 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
         shares.legend(fontsize=6)
     else:  # runs whose servers' counts were not recorded (emulated runs before they were)
         shares.text(0.5, 0.5, "these runs recorded no parameter-server counts", ha="center", va="center", transform=shares.transAxes)
+        shares.set_xticks([])
     shares.set_title("shared pool's PS counters: collisions and PS fallback", fontsize=8, loc="left")
     fig.suptitle(f"Jobs sharing one switch with the same register budget ({summary['link_mbps']:g} Mbit/s links, {clock_stamp(numbers, summary)})"
                  + "".join("\n" + CLAIM.format(label=methods.by_name(method).label) for method in shared))
