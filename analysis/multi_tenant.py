@@ -27,6 +27,7 @@ import methods
 from analysis.run_figure import RunFigure
 from analysis.run_figure import newest_run as newest_run_of
 from experiments.metrics import shared_switch_jobs, shared_switch_totals
+from experiments.results import MACHINE_SATURATED
 from protocol import results_format as fmt
 
 NAME = "multi_tenant"
@@ -48,12 +49,13 @@ def newest_run(roots: list[Path], simulated: bool | None = None) -> Path:
 
 
 def sibling_runs(run: Path) -> dict[tuple[str, int], Path]:
-    """The newest run of ``run``'s config per (method, budget) in its folder."""
-    config_name = json.loads((run / fmt.SUMMARY_FILE).read_text())["config"]
+    """The newest run of ``run``'s config on its clock per (method, budget) in its folder."""
+    mine = json.loads((run / fmt.SUMMARY_FILE).read_text())
     found: dict[tuple[str, int], tuple[str, Path]] = {}
     for summary_path in run.parent.glob(f"*/{fmt.SUMMARY_FILE}"):
         summary = json.loads(summary_path.read_text())
-        if summary.get("config") != config_name or not (summary_path.parent / fmt.JOBS.file).is_file():
+        if (summary.get("config") != mine["config"] or fmt.is_simulated(summary) != fmt.is_simulated(mine)
+                or not (summary_path.parent / fmt.JOBS.file).is_file()):
             continue
         [method] = yaml.safe_load((summary_path.parent / fmt.CONFIG_FILE).read_text())["methods"]
         key = (method, int(summary["max_pool_size"]))
@@ -95,12 +97,25 @@ def table(run: Path) -> pd.DataFrame:
         per_job = jobs.groupby(["n_jobs", "job_id"], as_index=False).agg(tat_s=("tat_s", "median"), pool_size=("pool_size", "first"))
         rows += [{**base, "n_jobs": r.n_jobs, "series": "job_tat_s", "job_id": r.job_id, "pool_size": r.pool_size, "value": r.tat_s}
                  for r in per_job.itertuples()]
+        busy = pd.read_csv(folder / fmt.JOBS.file).groupby("n_jobs", as_index=False)["machine_busy_fraction"].max().dropna()
+        rows += [{**base, "n_jobs": r.n_jobs, "series": "machine_busy_fraction", "job_id": "", "pool_size": "", "value": r.machine_busy_fraction}
+                 for r in busy.itertuples()]
         if has_shared_pool_counters(folder):
             k = int(pd.read_csv(folder / fmt.JOBS.file)["k"].iloc[0])
             for r in pool_shares(folder, jobs, k).itertuples():
                 rows += [{**base, "n_jobs": r.n_jobs, "series": name, "job_id": "", "pool_size": "", "value": getattr(r, name)}
                          for name in ("collision_share", "ps_fallback_share")]
     return pd.DataFrame(rows).astype({"n_jobs": int, "budget": int})
+
+
+def clock_stamp(numbers: pd.DataFrame, summary: dict) -> str:
+    """Which clock the runs are on; for emulated runs their switch target and whether every
+    run kept up (the machine's busy share below ``MACHINE_SATURATED`` in every repetition)."""
+    if fmt.is_simulated(summary):
+        return "simulated clock"
+    busy = numbers[numbers["series"] == "machine_busy_fraction"]["value"].max()
+    kept_up = "every run kept up" if busy < MACHINE_SATURATED else "NOT every run kept up"
+    return f"emulated, {summary['switch_target']} switch; {kept_up}: machine busy at most {busy:.0%}"
 
 
 def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
@@ -110,7 +125,8 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
     budgets = sorted(numbers["budget"].unique())
     shown = budgets[len(budgets) // 2]
     styles = ["-", "--", "-.", ":"]
-    shared = sorted(set(numbers[numbers["series"] == "collision_share"]["method"]))
+    shared = sorted(method for method in numbers["method"].unique() if methods.by_name(method).aggregation.pool_sharing.partition is None)
+    counted = (numbers["series"] == "collision_share").any()
     for order, (method, per_method) in enumerate(numbers.groupby("method")):
         colour = methods.by_name(method).colour
         label = methods.by_name(method).label
@@ -139,10 +155,13 @@ def draw(numbers: pd.DataFrame, summary: dict) -> Figure:
     shares.set_xscale("log", base=2)
     shares.set_xlabel("register budget (aggregators of k values)")
     shares.set_ylabel("share (%)")
-    shares.legend(fontsize=6)
+    if counted:
+        shares.legend(fontsize=6)
+    else:  # runs whose servers' counts were not recorded (emulated runs before they were)
+        shares.text(0.5, 0.5, "these runs recorded no parameter-server counts", ha="center", va="center", transform=shares.transAxes)
+        shares.set_xticks([])
     shares.set_title("shared pool's PS counters: collisions and PS fallback", fontsize=8, loc="left")
-    clock = "simulated clock" if fmt.is_simulated(summary) else "emulated"
-    fig.suptitle(f"Jobs sharing one switch with the same register budget ({summary['link_mbps']:g} Mbit/s links, {clock})"
+    fig.suptitle(f"Jobs sharing one switch with the same register budget ({summary['link_mbps']:g} Mbit/s links, {clock_stamp(numbers, summary)})"
                  + "".join("\n" + CLAIM.format(label=methods.by_name(method).label) for method in shared))
     return fig
 

@@ -96,6 +96,38 @@ class ServerCore(Protocol):
         """Its counts so far, by name (ATP's PS: full and partial sums, collided sequences, ...)."""
 
 
+@dataclass(frozen=True)
+class PoolSharing:
+    """How a protocol's jobs on one switch spend its memory: a shared pool that every job
+    hashes into (ATP's), or a static partition that gives each job its own range (SwitchML's),
+    which the switch can refuse. The shared-switch kind asks it for each job's ``share`` of a
+    register budget and for the jobs' admission before anything starts."""
+
+    registers_per_unit: int = 1
+    """Registers of k values one unit of a job's pool takes (SwitchML's slot: two shadow copies)."""
+    partition: str | None = None
+    """"module:attribute" of ``(pools, max_pool_size) -> Any``, with ``pools`` (job id, pool size)
+    per job: raises a ValueError naming the jobs when one switch cannot hold their pools side by
+    side; None: the jobs share one pool, each up to all of it."""
+
+    def share(self, budget: int, jobs: int) -> int:
+        """Each of ``jobs`` jobs' pool, in the protocol's unit, out of ``budget`` registers of k
+        values: all of it in a shared pool, else an equal range (at least one unit)."""
+        if self.partition is None:
+            return budget
+        return max(1, budget // (self.registers_per_unit * jobs))
+
+    def admit(self, pools: Sequence[tuple[int, int]], max_pool_size: int) -> None:
+        """The jobs' pools held side by side on a switch of ``max_pool_size`` (``partition``), or
+        in a shared pool each within it; a ValueError naming the jobs that do not fit."""
+        if self.partition is not None:
+            resolve(self.partition)(pools, max_pool_size)
+            return
+        larger = [f"{pool} (job {job_id})" for job_id, pool in pools if pool > max_pool_size]
+        if larger:
+            raise ValueError(f"pools of {', '.join(larger)} are larger than the switch's shared pool of {max_pool_size} (switch.max_pool_size)")
+
+
 PaceModel = Callable[[int, "JobParameters", float, float, bool], Pace]
 """(elements, the job's parameters, link_bps, link_delay_s, quantized) -> the network's pace
 for one job: each protocol reads what sets its pace from its own parameters (SwitchML: k and
@@ -201,6 +233,9 @@ class Aggregation:
     server_core: str | None = None
     """"module:attribute" of the same server on the simulated clock, ``server_core(spec, index,
     host, switch)`` (``ServerCore``); None: its jobs need no server, or it runs none simulated."""
+
+    pool_sharing: PoolSharing = PoolSharing()
+    """How its jobs on one switch spend the switch's memory (a shared pool unless it says otherwise)."""
 
     switch_defaults: Mapping[str, Any] = field(default_factory=dict)
     """Its keys of the config's ``switch`` section that a config may leave out, and their values

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from methods import verification
-from methods.aggregation import Aggregation
+from methods.aggregation import Aggregation, PoolSharing
 from methods.method import BITS_PER_BYTE, in_network, require_positive
 from protocol.packet import ELEMENT_BYTES
 from protocol.switchml.packet import frame_bytes
@@ -122,10 +122,16 @@ def read_parameters(section: Mapping[str, Any]) -> SwitchMLParameters:
         raise ValueError(f"not a SwitchML job's parameters ({exc})") from None
 
 
+SHADOW_COPIES = 2
+"""A slot holds two shadow copies of its k values (docs/dataplane.md), so that a retransmission
+finds the previous result: a slot takes two registers of the budget an ATP aggregator takes one of."""
+
 AGGREGATION = Aggregation(
     name="switchml", label="SwitchML", parameters=SwitchMLParameters.from_config, read_parameters=read_parameters,
     k_choices=K_CHOICES, defaults={"k": DEFAULT_K, "pool_size": DEFAULT_POOL_SIZE, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "data_path": "auto"},
-    switch_defaults={"max_pool_size": MAX_POOL_SIZE}, sum_bits=PROTOCOL_BITS, host="hosts.switchml.method:SwitchMLMethod",
+    switch_defaults={"max_pool_size": MAX_POOL_SIZE}, sum_bits=PROTOCOL_BITS,
+    pool_sharing=PoolSharing(registers_per_unit=SHADOW_COPIES, partition="switches.fabric:partition_slots"),
+    host="hosts.switchml.method:SwitchMLMethod",
     reset_switch="switches.switchml.programming:reset_job_state", program_fabric="switches.switchml.programming:program_fabric",
     waiting_evidence="switches.switchml.evidence:slots_evidence", pace=job_pace, data_path="hosts.switchml.native:resolve",
     tool_versions="hosts.switchml.native:tool_versions", client="hosts.switchml.method:switchml_client",

@@ -1,7 +1,8 @@
 """The multi-tenant figure's configs and a tiny version of its runs on the simulated clock:
 each job's share of one register budget as its design spends it, both methods verified,
-ATP's collision and PS-fallback shares read from its counters, and the figure drawn; and the
-paper-scale single-job and loss configs with ATP (make paper-sim's paper_atp_* figures)."""
+ATP's collision and PS-fallback shares read from its counters, and the figure drawn; the
+emulated figure's title says its target and whether every run kept up; and the paper-scale
+single-job and loss configs with ATP (make paper-sim's paper_atp_* figures)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 import run_experiment
 from analysis.__main__ import main as analysis_main
+from analysis.multi_tenant import clock_stamp
 from experiments.config import CONFIG_DIR
 from experiments.kinds import load
 from experiments.harness import worker_spec
@@ -98,3 +100,14 @@ def test_a_tiny_paper_scale_atp_sweep_runs_verified_and_draws_both_designs(confi
     assert analysis_main([str(tmp_path / config), "--out", str(tmp_path / "figures"), "--prefix", "paper_atp_", "--clock", "simulated"]) == 0
     table = pd.read_csv(tmp_path / "figures" / f"paper_atp_{figure}.csv")
     assert {"switchml", "atp"} <= set(table["method"])
+
+
+@pytest.mark.parametrize(("busiest", "stamp"), [(0.62, "every run kept up: machine busy at most 62%"),
+                                                 (0.97, "NOT every run kept up: machine busy at most 97%")])
+def test_an_emulated_figure_says_its_target_and_whether_every_run_kept_up(busiest: float, stamp: str) -> None:
+    """The emulated figure's title: the switch target, and the busiest repetition of any of
+    its runs against the machine's saturation (a run that did not keep up measured the emulator)."""
+    numbers = pd.DataFrame([{"method": method, "budget": 16, "n_jobs": n, "series": "machine_busy_fraction", "value": value}
+                            for method, n, value in (("atp", 1, 0.3), ("switchml", 4, busiest))])
+    assert clock_stamp(numbers, {"switch_target": "ebpf"}) == f"emulated, ebpf switch; {stamp}"
+    assert clock_stamp(numbers, {"switch_target": "ebpf", "simulated": True}) == "simulated clock"

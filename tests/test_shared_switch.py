@@ -1,14 +1,19 @@
-"""Jobs sharing a switch, without a network: the config's rules, the control plane's slot
-partition, how a run's per-job and total throughput are computed from jobs.csv, and the
-figure ``python -m analysis`` draws from a run the writer wrote."""
+"""Jobs sharing a switch: the config's rules, the control plane's slot partition, how a run's
+per-job and total throughput are computed from jobs.csv, and the figure ``python -m analysis``
+draws from a run the writer wrote, without a network; and two ATP jobs on one pool of
+aggregators through Mininet, each with its own parameter server."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import run_experiment
 from analysis.__main__ import main as analysis_main
 from experiments.config import CONFIG_DIR
 from experiments.kinds import load
@@ -18,6 +23,7 @@ from protocol import results_format as fmt
 from experiments.metrics import shared_switch_jobs, shared_switch_totals
 from base.yamlschema import ConfigError
 from switches.switchml import programming
+from tests.conftest import require_target
 
 SHARED = CONFIG_DIR / "shared_switch.yaml"
 
@@ -55,6 +61,23 @@ def test_bad_jobs_name_what_is_wrong(override: str, message: str) -> None:
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sweep.values=[[{job_id: 1, hosts: [0, 1], pool_size: 64}, {job_id: 1, hosts: [2, 3], pool_size: 64}]]",
+         "job ids must differ between jobs sharing a switch, got [1, 1]"),
+        ("sweep.values=[[{job_id: 1, hosts: [0, 1], pool_size: 64}, {job_id: 2, hosts: [2, 3], pool_size: 512}]]",
+         "pools of 512 (job 2) are larger than the switch's shared pool of 256"),
+    ],
+)
+def test_bad_shared_pool_jobs_name_what_is_wrong(override: str, message: str) -> None:
+    """ATP's jobs all hash into one pool, so their pools may add up to more than the switch
+    has; each must still fit it, and their ids (the owner tag) must differ."""
+    with pytest.raises(ConfigError) as error:
+        load(SHARED, ["methods=[atp]", override])
+    assert message in str(error.value)
+
+
 def test_total_is_all_elements_over_the_makespan() -> None:
     """Job 1 (2 workers) runs 0..2 s, job 2 starts at 1 s and takes 3 s: 300 elements in 4 s."""
     rows = pd.DataFrame([
@@ -88,3 +111,48 @@ def test_python_m_analysis_draws_the_newest_shared_switch_run(tmp_path, caplog) 
         assert (tmp_path / "figures" / f"shared_switch.{suffix}").stat().st_size > 0
     assert "skipped ate_vs_workers: no runs.csv" in caplog.text
     assert "skipped hierarchical: no run comparing aggregation modes" in caplog.text
+
+
+ATP_ELEMENTS, ATP_K, ATP_POOL = 16384, 256, 2
+ATP_TWO_JOBS = ("sweep.values=[[{job_id: 21, hosts: [0, 1], pool_size: share, start_s: 0}, "
+                "{job_id: 22, hosts: [2, 3], pool_size: share, start_s: 0}]]")
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("target", ["embedded", pytest.param("ebpf", marks=pytest.mark.ebpf)])
+def test_two_atp_jobs_on_the_same_aggregators_end_exact_through_mininet(target: str, tmp_path: Path) -> None:
+    """Two ATP jobs released together, each hashing its window of 2 positions into the same
+    2 aggregators, each with its own parameter server host. A job holds an aggregator from its
+    first worker's packet until its PS's result comes back, longer than a frame takes, so
+    each job holds both most of the time and the other's packets find them taken (with 8 of
+    each, the eBPF switch's jobs ran in lockstep and never met). The switch passes such a
+    packet on to its job's PS, which finishes the chunk: every rank's sum is exact (ATP's
+    verifier), and the collisions are counted by the switch and by the PSs (their statistics
+    on exit, in their logs)."""
+    if os.geteuid() != 0:
+        pytest.skip("Mininet needs root")
+    require_target(target)
+    out = tmp_path / "run"
+    settings = ["methods=[atp]", ATP_TWO_JOBS, f"switch.max_pool_size={ATP_POOL}", f"protocol.pool_size={ATP_POOL}",
+                f"protocol.atp.window={ATP_POOL}", "repetitions=1", f"workload.elements={ATP_ELEMENTS}", f"protocol.k={ATP_K}"]
+    code = run_experiment.main([str(SHARED), "--switch", target, "--out", str(out), *(arg for s in settings for arg in ("--set", s))])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verified"] and summary["kind"] == fmt.SHARED_SWITCH_KIND
+    assert [(job_id, job["pool_size"], job["verified"]) for job_id, job in summary["points"][0]["jobs"].items()] == [
+        ("21", ATP_POOL, True), ("22", ATP_POOL, True)]
+    jobs = pd.read_csv(out / fmt.JOBS.file)
+    assert len(jobs) == 4 and jobs["verified"].all() and (jobs["max_abs_error"] >= 0).all()
+    # one PS host per job, cabled to the aggregating switch
+    assert list(json.loads((out / "network.json").read_text())["0"]["server_hosts"]) == ["srv1", "srv2"]
+    switch = pd.read_csv(out / fmt.SWITCH_COUNTERS.file).groupby("counter")["value"].sum()
+    chunks = 2 * ATP_ELEMENTS // ATP_K  # both jobs'
+    assert switch["EV_COLLISION_TO_PS"] > 0
+    assert switch["EV_RESULT_FREED"] + switch["EV_RESULT_NOT_OWNER"] >= chunks
+    collided = 0
+    for server in ("srv1", "srv2"):
+        [stopped] = [line for line in (out / "logs" / "point0" / f"{server}.log").read_text().splitlines() if "parameter server stopped" in line]
+        ps = json.loads(stopped.split("stopped: ", 1)[1])["core"]
+        assert ps["sequences_from_switch"] + ps["sequences_from_parts"] == ATP_ELEMENTS // ATP_K
+        collided += ps["collided_sequences"]
+    assert collided > 0

@@ -2,10 +2,9 @@
 verify, record.
 
 Per point: one network whose aggregating switch is programmed with every job by the
-method's protocol (SwitchML: each job its own slot range and multicast group,
-switches/programming.py's ``admit_jobs``; ATP: every job hashing into the one shared pool,
-each with its own parameter server), one worker
-group per job on its own hosts, started together; each repetition releases every job at
+method's protocol (a static partition, each job its own range of the switch's memory, or one
+shared pool every job hashes into; servers beside the workers where the protocol asks, one
+set per job), one worker group per job on its own hosts, started together; each repetition releases every job at
 its ``start_s`` after the first, collects and verifies each job's results on their own,
 and appends one row per worker to jobs.csv. The summary gives each job's median TAT and
 ATE/s and the point's total: all jobs' elements over the time from the first release to
@@ -38,14 +37,13 @@ from experiments.job_meter import JobMeasurement, machine_cpu
 from experiments.results import MACHINE_SATURATED, ResultsWriter, data_path_record
 from experiments.harness import ExperimentKind, PointNetwork, point_network, verify_reports, worker_spec
 from experiments.kinds.sweep import ExperimentRunner
+from methods.aggregation import PoolSharing
 from methods.verification import expected_for
 from experiments.workers import REPORT_GRACE_S
 import methods
 from switches.fabric import SharedJob
 from protocol import results_format as fmt
-from protocol.switchml import params
 from protocol.params import mbps_to_bps
-from switches.programming import AdmissionError, partition_slots
 from topologies.model import Topology
 
 log = logging.getLogger(__name__)
@@ -58,23 +56,24 @@ def job_method(point: Point) -> str:
 
 SHARE = "share"
 """A job's ``pool_size`` that says: the job's share of the switch's register budget."""
-SHADOW_COPIES = 2
-"""SwitchML's slot holds two shadow copies of its k values (docs/dataplane.md), ATP's aggregator one."""
+
+
+def sharing(data: Mapping[str, Any]) -> PoolSharing:
+    """How the jobs' protocol spends the switch's memory (its record's ``pool_sharing``)."""
+    [method] = data["methods"]
+    return methods.by_name(method).aggregation.pool_sharing
 
 
 def job_pool(data: Mapping[str, Any], job: Mapping[str, Any]) -> int:
     """The job's pool: its ``pool_size``, or for ``share`` its part of the same register
-    budget, ``switch.max_pool_size`` aggregators of k values, as each design spends it:
-    SwitchML partitions it statically, each of the point's jobs its own equal range of slots
-    of two copies each (budget // (2 * jobs)); ATP's jobs all hash into the whole shared pool
-    (budget), each its window's positions."""
+    budget, ``switch.max_pool_size`` aggregators of k values, as its design spends it
+    (``PoolSharing.share``): a static partition gives each of the point's jobs an equal range
+    (SwitchML: budget // (2 * jobs) slots of two copies each), a shared pool all of it to
+    every job (ATP: each hashes its window's positions into it)."""
     pool = job["pool_size"]
     if pool != SHARE:
         return int(pool)
-    budget = int(data["switch"]["max_pool_size"])
-    if data["methods"] != [methods.SWITCHML.name]:
-        return budget
-    return max(1, budget // (SHADOW_COPIES * len(data["jobs"])))
+    return sharing(data).share(int(data["switch"]["max_pool_size"]), len(data["jobs"]))
 
 
 def job_elements(point: Point, job: dict[str, Any]) -> int:
@@ -250,15 +249,20 @@ class SharedSwitchRunner(ExperimentRunner):
 
 def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None:
     """Jobs sharing the switch: one in-network method on a synthetic workload, disjoint hosts
-    that exist, on one aggregating switch; SwitchML's pools as its control plane admits them
-    together (the same check it makes on the switch: each job its own slots). ATP's jobs all
-    hash into the one shared pool, so theirs need no partition."""
+    that exist (at most a bitmap's workers in all: the topology's fan-in check), on one
+    aggregating switch; a partitioning
+    protocol's pools as its control plane admits them together (the check it makes on the
+    switch: each job its own range). Jobs hashing into one shared pool need no partition."""
     if topology.aggregation == "hierarchical":
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run on one aggregating switch, not with topology.aggregation: hierarchical")
     in_network = [m.name for m in methods.REGISTRY if m.aggregation is not None]
     if len(data["methods"]) != 1 or data["methods"][0] not in in_network or "elements" not in workload_of(data["workload"]).properties:
         raise ConfigError(f"{source}: jobs: jobs sharing a switch run one in-network method ({' or '.join(in_network)}) on a workload "
                           f"whose jobs give their own elements (synthetic)")
+    aggregation = methods.by_name(data["methods"][0]).aggregation
+    ids = [job["job_id"] for job in data["jobs"]]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"{source}: jobs: job ids must differ between jobs sharing a switch, got {ids}")
     seen: dict[int, int] = {}
     for job in data["jobs"]:
         for host in job["hosts"]:
@@ -267,13 +271,9 @@ def check_jobs(data: Mapping[str, Any], topology: Topology, source: str) -> None
             if host in seen:
                 raise ConfigError(f"{source}: jobs: host {host} is in job {seen[host]} and job {job['job_id']}")
             seen[host] = job["job_id"]
-        if len(job["hosts"]) > params.MAX_WORKERS:
-            raise ConfigError(f"{source}: jobs: job {job['job_id']} has {len(job['hosts'])} workers, at most {params.MAX_WORKERS}")
-    if data["methods"] != [methods.SWITCHML.name]:
-        return
     try:
-        partition_slots([(job["job_id"], job_pool(data, job)) for job in data["jobs"]], data["switch"]["max_pool_size"])
-    except AdmissionError as exc:
+        aggregation.pool_sharing.admit([(job["job_id"], job_pool(data, job)) for job in data["jobs"]], data["switch"]["max_pool_size"])
+    except ValueError as exc:
         raise ConfigError(f"{source}: jobs: {exc}") from None
 
 
@@ -293,4 +293,4 @@ KIND = ExperimentKind(
     units=lambda experiment: sum(p.repetitions for p in experiment.points),
     report=format_shared_table,
 )
-"""Several jobs on one switch at once, each with its own slots (the config lists ``jobs``)."""
+"""Several jobs on one switch at once, each with its own part of its memory or all sharing one pool (the config lists ``jobs``)."""
