@@ -247,7 +247,7 @@ UNMOVED: dict[str, str] = {
     "switches.programming": NOT_YET + ": SwitchML's programmer of every target (its record's reset_switch and program_fabric), "
                             "which the labs, the network's evidence and the shared-switch kind import by path",
     **dict.fromkeys(("analysis.catalog", "analysis.figures", "analysis.hierarchical", "analysis.models", "analysis.paper",
-                     "analysis.tables", "analysis.training_step", "benchmarks.emulation_capacity", "benchmarks.main_job",
+                     "analysis.tables", "analysis.training_step", "benchmarks.main_job",
                      "benchmarks.simulation_speed", "benchmarks.simulation_validation", "benchmarks.switch_throughput", "workloads.make_traces"), ABOUT),
     **dict.fromkeys(("simulation.native", "simulation.native.star", "simulation.network", "simulation.worker"), CLOCK),
     **dict.fromkeys(("network.port_counters", "switches.mininet_node", "switches.standalone", "switches.embedded.launcher",
