@@ -357,6 +357,11 @@ def _check_semantics(data: Mapping[str, Any], topology: Topology, source: str) -
             if aggregation.name not in target.protocols:
                 raise ConfigError(f"{source}: methods: the {target.name} target has no data plane for {aggregation.label} "
                                   f"(it runs {', '.join(sorted(target.protocols)) or 'no in-network aggregation'})")
+    for aggregation in methods.aggregations_of(data["methods"]):  # its own rules over the section (ATP: window <= pool_size)
+        try:
+            aggregation.parameters(protocol, protocol["data_path"])
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
     if target is not None and target.max_pool_size is not None and switch["max_pool_size"] > target.max_pool_size:
         raise ConfigError(f"{source}: switch.max_pool_size: the {target.name} program is built with {target.max_pool_size} slots")
     workload_of(data["workload"]).check(data, len(topology.hosts), source)
