@@ -53,7 +53,7 @@ def test_atp_runs_verified_beside_switchml_through_mininet(target: str, tmp_path
     servers = json.loads((out / "network.json").read_text())["0"]["server_hosts"]
     assert list(servers) == ["srv1"]
     own = pd.read_csv(out / "protocol_counters.csv")
-    for repetition in range(1, REPETITIONS + 1):
+    for repetition in range(REPETITIONS):
         # every chunk summed by the switch from all workers and finished once by the PS, in each job
         switch = counts(pd.read_csv(out / "switch_counters.csv"), method="atp", repetition=repetition)
         assert switch["EV_AGGREGATED"] >= PACKETS * (N_WORKERS - 1)
