@@ -1,11 +1,13 @@
-"""The capacity probe: does a switch target keep up with SwitchML on links of a given rate?
+"""The capacity probe: does a switch target keep up with an in-network method on links of a given rate?
 
 A probe is one real run of ``run_experiment.py`` (Mininet, the target, the workers, the
-results tables): configs/8workers.yaml with SwitchML only, the link rate, worker count,
-elements per packet and switch target overridden with ``--set``, and a tensor sized to a
+results tables): configs/8workers.yaml with the probed method only (SwitchML for a
+calibration, any in-network method of the registry for benchmarks/emulation_capacity.py),
+the link rate, worker count, elements per packet and switch target overridden with
+``--set``, and a tensor sized to a
 number of seconds of line-rate data at the probed rate (so jobs are about equally long
 whatever the rate), never smaller than the config's own (131,072 elements, whose float32
-lead round is 1.5 % of it). A rate keeps up when SwitchML's median ATE/s reaches
+lead round is 1.5 % of it). A rate keeps up when the method's median ATE/s reaches
 KEEPS_UP_SHARE of its line-rate bound and the run's ``kept_up`` is true
 (docs/results-format.md: no saturated process or machine, no lost frame, no job paced by the
 emulator). A machine shared with other work can only make a probe slower, never faster, so
@@ -29,8 +31,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-import methods
 from experiments.config import load_experiment
+from methods import Method
 from protocol import params
 from protocol import results_format as fmt
 from protocol.params import REPO_ROOT
@@ -38,11 +40,8 @@ from protocol.results_format import MACHINE
 
 CONFIG = REPO_ROOT / "configs" / "8workers.yaml"
 """The config every probe runs, the probed method only, with the probed values set."""
-PROBED = methods.SWITCHML
-"""The method a probe runs: the method under study (methods.SWITCHML), whose line-rate bound a
-target must reach to keep up."""
 KEEPS_UP_SHARE = 0.95
-"""A rate keeps up when SwitchML reaches this share of its line-rate bound (and kept_up holds)."""
+"""A rate keeps up when the probed method reaches this share of its line-rate bound (and kept_up holds)."""
 KEPT_UP_REASONS = ("saturated_processes", "saturated_jobs", "switch_lost_frames", "paced_by_emulator")
 """summary.json's lists of jobs that turned kept_up false."""
 PROBE_TIMEOUT_S = 1800
@@ -54,20 +53,24 @@ class Probe:
     """One attempt at one link rate: a run's summary and CPU, reduced to a table's row."""
 
     target: str
+    method: str
+    """The in-network method probed (methods.REGISTRY's name), alone in its run."""
     workers: int
     k: int
     data_path: str
-    """The in-network worker's loop that ran (native or python: summary.json's data_path)."""
+    """The method's worker loop that ran (native or python: summary.json's data_path); empty for
+    a protocol with one loop (``Aggregation.data_path`` None), which ``protocol.data_path`` does not choose."""
     link_mbps: float
     attempt: int
     elements: int
     repetitions: int
     ate_per_s: float
-    """SwitchML's median aggregated tensor elements per second."""
+    """The method's median aggregated tensor elements per second."""
     share_of_bound: float
-    """Median ATE/s over SwitchML's line-rate bound."""
+    """Median ATE/s over the method's line-rate bound."""
     share_of_pace: float
-    """Median ATE/s over the pace the network allows (experiments/pace.py)."""
+    """Median ATE/s over the pace the network allows (experiments/pace.py); NaN for a protocol
+    without a pace model (``Aggregation.pace`` None)."""
     kept_up: bool
     not_kept_up_because: str
     """The summary.json keys that list the jobs which turned kept_up false."""
@@ -102,28 +105,28 @@ class Probe:
     def describe(self) -> str:
         """One log line: the rate, the verdict and why, and how busy the machine was."""
         why = f" ({self.not_kept_up_because})" if self.not_kept_up_because else ""
-        return (f"{self.target}, {self.workers} workers, k = {self.k}, {self.link_mbps:g} Mbit/s attempt {self.attempt}: "
+        return (f"{self.target}, {self.method}, {self.workers} workers, k = {self.k}, {self.link_mbps:g} Mbit/s attempt {self.attempt}: "
                 f"{100 * self.share_of_bound:.1f} % of the bound, kept_up {self.kept_up}{why}, machine {100 * self.machine_busy:.0f} % "
                 f"busy (load {self.load_before:.1f} before)")
 
 
-def probe_elements(link_mbps: float, seconds: float, at_least_packets: int, k: int, workers: int) -> int:
-    """A tensor of ``seconds`` of line-rate data at ``link_mbps`` in whole packets of k, and
+def probe_elements(method: Method, link_mbps: float, seconds: float, at_least_packets: int, k: int, workers: int) -> int:
+    """A tensor of ``seconds`` of ``method``'s line-rate data at ``link_mbps`` in whole packets of k, and
     no fewer than ``at_least_packets`` packets: as many as the config's own tensor has, whose
     float32 lead round (one exponent-only packet per slot) is 1.5 % of them, so that no probe,
     whatever its k, is held further below the line-rate bound than the main job is (a
     131,072-element tensor is 4,096 packets at k = 32 but 512 at k = 256, where the lead
     round alone would cost 12.5 %)."""
-    packets = math.ceil(seconds * PROBED.bound(params.mbps_to_bps(link_mbps), workers, k) / k)
+    packets = math.ceil(seconds * method.bound(params.mbps_to_bps(link_mbps), workers, k) / k)
     return max(packets, at_least_packets) * k
 
 
-def run_probe(target: str, workers: int, k: int, data_path: str, link_mbps: float, elements: int, repetitions: int,
-              out: Path, extra: Sequence[str] = ()) -> Path:
+def run_probe(method: Method, target: str, workers: int, k: int, data_path: str, link_mbps: float, elements: int,
+              repetitions: int, out: Path, extra: Sequence[str] = ()) -> Path:
     """One real run of the experiment runner into ``out``; its output goes to ``out``.log.
     ``extra``: more ``--set`` overrides (a calibration names its probes' experiment)."""
     overrides = [
-        f"methods=[{PROBED.name}]", f"switch.target={target}", f"topology.workers={workers}", f"protocol.k={k}",
+        f"methods=[{method.name}]", f"switch.target={target}", f"topology.workers={workers}", f"protocol.k={k}",
         f"protocol.data_path={data_path}",
         f"topology.link.bw_mbps={link_mbps:g}", f"workload.elements={elements}", f"repetitions={repetitions}", *extra,
     ]
@@ -140,20 +143,21 @@ def run_probe(target: str, workers: int, k: int, data_path: str, link_mbps: floa
             run.terminate()
             run.wait()
             if isinstance(exc, subprocess.TimeoutExpired):
-                raise RuntimeError(f"probe {target} {workers} workers k={k} {link_mbps:g} Mbit/s took more than {PROBE_TIMEOUT_S} s "
+                raise RuntimeError(f"probe {target} {method.name} {workers} workers k={k} {link_mbps:g} Mbit/s took more than {PROBE_TIMEOUT_S} s "
                                    f"and was stopped; see {log_path}") from None
             raise
     if not (out / "summary.json").is_file():  # 1 (not verified) still wrote its tables
-        raise RuntimeError(f"probe {target} {workers} workers k={k} {link_mbps:g} Mbit/s failed (exit {status}); see {log_path}")
+        raise RuntimeError(f"probe {target} {method.name} {workers} workers k={k} {link_mbps:g} Mbit/s failed (exit {status}); see {log_path}")
     return out
 
 
-def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
-    """The table's row of one probe, from its summary.json, runs.csv and fidelity.csv."""
+def read_probe(method: Method, run_dir: Path, attempt: int, load_before: float) -> Probe:
+    """The table's row of one probe of ``method``, from its summary.json, runs.csv and fidelity.csv."""
     summary = json.loads((run_dir / "summary.json").read_text())
     runs = pd.read_csv(run_dir / "runs.csv")
     fidelity = pd.read_csv(run_dir / "fidelity.csv")
-    probed = summary["methods"][PROBED.name]
+    probed = summary["methods"][method.name]
+    data_path = fmt.data_path_of(summary)
     updates = runs["packets_sent"].sum()
     job_seconds = runs.groupby("repetition")["tat_s"].max().sum()
     machine = fidelity[fidelity["host"] == MACHINE]
@@ -170,7 +174,8 @@ def read_probe(run_dir: Path, attempt: int, load_before: float) -> Probe:
 
     k = int(runs["k"].iloc[0])
     return Probe(
-        target=summary["switch_target"], workers=summary["workers"], k=k, data_path=fmt.data_path_of(summary)["used"],
+        target=summary["switch_target"], method=method.name, workers=summary["workers"], k=k,
+        data_path=data_path["used"] if data_path["protocol"] == method.aggregation.name else "",
         link_mbps=summary["link_mbps"], attempt=attempt,
         elements=int(runs["elements"].iloc[0]), repetitions=int(runs["repetition"].nunique()),
         ate_per_s=round(probed["ate_per_s"]),
@@ -207,13 +212,16 @@ class ProbeSettings:
 
 
 class Prober:
-    """Probes one target, worker count and k: each attempt a run in ``runs_dir``, handed to
-    ``on_probe`` (a table's row, a progress bar); ``on_start`` names the attempt about to run."""
+    """Probes one in-network method on one target, worker count and k: each attempt a run in
+    ``runs_dir``, handed to ``on_probe`` (a table's row, a progress bar); ``on_start`` names
+    the attempt about to run."""
 
-    def __init__(self, target: str, workers: int, k: int, data_path: str, settings: ProbeSettings, runs_dir: Path,
+    def __init__(self, method: Method, target: str, workers: int, k: int, data_path: str, settings: ProbeSettings, runs_dir: Path,
                  on_probe: Callable[[Probe], None], on_start: Callable[[str], None] = lambda what: None,
                  extra: Sequence[str] = ()) -> None:
-        self.target, self.workers, self.k, self.data_path = target, workers, k, data_path
+        if method.aggregation is None:
+            raise ValueError(f"{method.name} aggregates on no switch: a capacity probe measures an in-network method")
+        self.method, self.target, self.workers, self.k, self.data_path = method, target, workers, k, data_path
         self.settings, self.runs_dir, self.on_probe, self.on_start, self.extra = settings, runs_dir, on_probe, on_start, extra
         self.probes: list[Probe] = []
         point = load_experiment(CONFIG).points[0]
@@ -227,10 +235,10 @@ class Prober:
             self.on_start(f"{link_mbps:g} Mbit/s, attempt {attempt}")
             load_before = os.getloadavg()[0]
             out = self.runs_dir / f"{link_mbps:g}mbps-a{attempt}"
-            elements = probe_elements(link_mbps, self.settings.seconds, self.config_packets, self.k, self.workers)
-            run_probe(self.target, self.workers, self.k, self.data_path, link_mbps, elements, self.settings.repetitions, out,
-                      self.extra)
-            probe = read_probe(out, attempt, load_before)
+            elements = probe_elements(self.method, link_mbps, self.settings.seconds, self.config_packets, self.k, self.workers)
+            run_probe(self.method, self.target, self.workers, self.k, self.data_path, link_mbps, elements, self.settings.repetitions,
+                      out, self.extra)
+            probe = read_probe(self.method, out, attempt, load_before)
             self.probes.append(probe)
             self.on_probe(probe)
             if probe.keeps_up:

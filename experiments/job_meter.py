@@ -118,7 +118,14 @@ class JobMeasurement:
     """Every switch's frame accounting for the job (port_counters.account_switch)."""
     servers: list[dict[str, int]] = field(default_factory=list)
     """Each of the job's server hosts' counts over the job, in the spec's ``servers`` order
-    (its protocol's ``ServerCore.stats``); empty where its protocol has none or they were not read."""
+    (its protocol's ``ServerCore.stats`` simulated, ``Server.counts`` emulated: the same names); empty where
+    its protocol has none."""
+
+
+def counts_since(before: Sequence[Mapping[str, int]], after: Sequence[Mapping[str, int]]) -> list[dict[str, int]]:
+    """Each server's counts over a job (``JobMeasurement.servers``): what it counted by its end
+    less what it had at its start, since a server serves a point's every repetition."""
+    return [{name: value - was.get(name, 0) for name, value in now.items()} for now, was in zip(after, before, strict=True)]
 
 
 SETTLED_READS = 5
@@ -212,6 +219,7 @@ class JobMeter:
                     control.counter_reset(counter)
 
         self._port_counters, self._tx = reset_while_still(self._read, reset)
+        self._servers = self._net.server_counts()
         self._t0 = time.monotonic()
 
     def stop(self) -> JobMeasurement:
@@ -228,4 +236,4 @@ class JobMeter:
         ports_after, counters = settled(lambda: (self._read()[0], {sw: read_counters(control) for sw, control in self._net.controls.items()}))
         notes = self._net.loaded.event_notes
         frames = {sw: account_switch(self._port_counters, ports_after, self._ports[sw], counters[sw], notes) for sw in counters}
-        return JobMeasurement(cpu, wall, tx_mbps, counters, frames)
+        return JobMeasurement(cpu, wall, tx_mbps, counters, frames, counts_since(self._servers, self._net.server_counts()))

@@ -39,7 +39,7 @@ from base.plugin import resolve
 import methods
 from experiments.config import Experiment, Point
 from experiments.servers import job_servers
-from experiments.job_meter import JobMeasurement
+from experiments.job_meter import JobMeasurement, counts_since
 from experiments.limits import Limit
 from experiments.results import ResultsWriter
 from hosts.rank import RankProgram
@@ -391,7 +391,5 @@ class SimulatedMeter:
 
     def stop(self) -> JobMeasurement:
         net = self._point.net
-        servers = [{name: value - before.get(name, 0) for name, value in after.items()}
-                   for after, before in zip(self._servers(), self._servers_before)]
         return JobMeasurement(cpu={}, wall_s=net.now - self._started, tx_mbps={}, counters=net.event_counters(), frames={},
-                              servers=servers)
+                              servers=counts_since(self._servers_before, self._servers()))

@@ -15,6 +15,7 @@ docs/architecture.md, "In-network aggregation", says where each piece of a proto
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -128,6 +129,23 @@ class PoolSharing:
             raise ValueError(f"pools of {', '.join(larger)} are larger than the switch's shared pool of {max_pool_size} (switch.max_pool_size)")
 
 
+class Server(Protocol):
+    """One of a job's server hosts in emulation (``Aggregation.server``): the same server as
+    its ``ServerCore``, on sockets. Built as ``server(spec, index)`` (the job's worker spec,
+    which of its servers), serving from then on; hosts/server.py runs it in its host's process
+    and hands its counts to the runner (network/servers.py)."""
+
+    def run(self, stop: threading.Event) -> Any:
+        """Serve until ``stop`` is set (SIGTERM) or its job is done."""
+
+    def counts(self) -> Mapping[str, int]:
+        """Its counts so far, by name: the names and meanings of its ``ServerCore.stats()``, so
+        that both clocks' protocol_counters.csv rows of a server compare."""
+
+    def close(self) -> None:
+        """Its sockets closed."""
+
+
 PaceModel = Callable[[int, "JobParameters", float, float, bool], Pace]
 """(elements, the job's parameters, link_bps, link_delay_s, quantized) -> the network's pace
 for one job: each protocol reads what sets its pace from its own parameters (SwitchML: k and
@@ -175,8 +193,8 @@ class Aggregation:
     that asks, named and addressed by switches/topology_fabric.py's ``server_stations`` on
     both clocks, and their addresses are the workers' spec's ``servers``."""
     server: str | None = None
-    """"module:attribute" of ``serve(spec, index) -> Any``: what each of those hosts runs, with
-    its job's spec, until its job is done or SIGTERM (``python -m hosts.server`` starts it; index:
+    """"module:attribute" of ``server(spec, index) -> Server``: what each of those hosts runs, with
+    its job's spec, until its job is done or SIGTERM (``python -m hosts.server`` runs it; index:
     which of the job's servers it is); None when it needs none. ``server_core`` is the same
     server on the simulated clock."""
     waiting_evidence: str | None = None

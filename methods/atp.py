@@ -81,7 +81,7 @@ AGGREGATION = Aggregation(
     name=NAME, label="ATP", parameters=ATPParameters.from_config, read_parameters=ATPParameters.read, k_choices=K_CHOICES,
     defaults={}, section_defaults={SECTION: DEFAULTS}, sum_bits=PROTOCOL_BITS, host="hosts.atp.method:ATPMethod",
     reset_switch="switches.atp.programming:reset_job_state", properties=PROPERTIES, expected_sum=job_expected_sum,
-    servers_per_job=1, server="hosts.atp.server:serve", switch_address=False, core="hosts.atp.core:WorkerHostCore",
+    servers_per_job=1, server="hosts.atp.server:parameter_server", switch_address=False, core="hosts.atp.core:WorkerHostCore",
     server_core="hosts.atp.core:ServerHostCore", program_fabric="switches.atp.programming:program_fabric",
     event_counters="switches.atp.programming:read_event_counters", client="hosts.atp.ddp_client:ddp_client",
     ddp_hook="hosts.torch_hook:switch_hook", torch_backend="atp",

@@ -71,7 +71,7 @@ from network.shaping import (
     shape_interface,
     silence_ipv6,
 )
-from network.servers import ServerHost, ServerPlanError, ServerProcess, plan_servers, server_link
+from network.servers import ServerError, ServerHost, ServerPlanError, ServerProcess, plan_servers, server_link
 from protocol.params import mbps_to_bps
 from switches.control import SwitchControl
 from switches.fabric import Fabric, FabricJob, Station
@@ -536,7 +536,7 @@ class EmulatedNetwork:
     def serving(self, spec_paths: Mapping[int, Path]) -> Iterator[list[ServerProcess]]:
         """The loaded protocol's server (``Aggregation.server``) on each server host of the
         jobs ``spec_paths`` names (a job's position in ``jobs`` -> its workers' spec), each run
-        with its job's spec, while held; each server's death is one of the network's
+        with its job's spec and serving, while held; each server's death is one of the network's
         ``dependencies`` meanwhile. Nothing for a protocol without servers."""
         assert self.net is not None
         unknown = sorted(set(spec_paths) - set(range(len(self.jobs))))
@@ -551,11 +551,24 @@ class EmulatedNetwork:
                 for server in self._job_servers(index):
                     started.append(ServerProcess(self.net.get(server.name), server, reference, spec_path, self.log_dir))
                     self._server_processes.append(started[-1])
+            try:
+                for process in started:
+                    process.wait_serving()
+            except ServerError as exc:
+                raise NetworkError(str(exc)) from None
             yield started
         finally:
             for process in started:
                 process.stop()
                 self._server_processes.remove(process)
+
+    def server_counts(self) -> list[dict[str, int]]:
+        """Every running server's counts so far (its protocol's ``Server.counts``), in the order
+        they were started: job by job, each job's in its spec's ``servers`` order."""
+        try:
+            return [process.counts() for process in self._server_processes]
+        except ServerError as exc:
+            raise NetworkError(str(exc)) from None
 
     def job_index(self, hosts: Sequence[str]) -> int | None:
         """The position in ``jobs`` of the loaded protocol's job on exactly ``hosts``; None: no such job."""

@@ -3,8 +3,9 @@
 One network, both protocols: SwitchML's job first, then the network loads ATP's program on
 the switch, starts the job's parameter server on the server host it cabled for it (srv1),
 and runs ATP's workers, each rank a process on its host. Every job must verify (ATP's own
-exact integer sum), the PS must have finished every chunk the switch sent it, and the
-switch's counters must show ATP's aggregation (results_format: switch_counters.csv). Once per
+exact integer sum), the PS must have finished every chunk of each job once (its counts, per
+job, in protocol_counters.csv as on the simulated clock), and the switch's counters must show
+ATP's aggregation (results_format: switch_counters.csv). Once per
 target that runs here: the embedded switch always, eBPF and bmv2 where they load (skipped,
 saying why, where not).
 """
@@ -24,7 +25,7 @@ from tests.conftest import require_target
 
 pytestmark = pytest.mark.mininet
 
-N_WORKERS, K, ELEMENTS = 4, 256, 16384
+N_WORKERS, K, ELEMENTS, REPETITIONS = 4, 256, 16384, 2
 PACKETS = ELEMENTS // K
 
 
@@ -40,7 +41,7 @@ def test_atp_runs_verified_beside_switchml_through_mininet(target: str, tmp_path
         pytest.skip("Mininet needs root")
     require_target(target)
     out = tmp_path / "run"
-    settings = [f"topology.workers={N_WORKERS}", "methods=[switchml,atp]", "repetitions=1", f"workload.elements={ELEMENTS}",
+    settings = [f"topology.workers={N_WORKERS}", "methods=[switchml,atp]", f"repetitions={REPETITIONS}", f"workload.elements={ELEMENTS}",
                 f"protocol.k={K}"]
     code = run_experiment.main([str(CONFIG_DIR / "8workers.yaml"), "--switch", target, "--out", str(out),
                                 *(arg for setting in settings for arg in ("--set", setting))])
@@ -51,12 +52,16 @@ def test_atp_runs_verified_beside_switchml_through_mininet(target: str, tmp_path
     # the PS's host: cabled to the aggregating switch, addressed from the top of the subnet
     servers = json.loads((out / "network.json").read_text())["0"]["server_hosts"]
     assert list(servers) == ["srv1"]
-    # every chunk summed by the switch from all workers and finished once by the PS
-    switch = counts(pd.read_csv(out / "switch_counters.csv"), method="atp")
-    assert switch["EV_AGGREGATED"] >= PACKETS * (N_WORKERS - 1)
-    assert switch["EV_FULL_TO_PS"] + switch["EV_RESEND_FLUSHED"] >= PACKETS
-    assert switch["EV_RESULT_FREED"] == PACKETS
-    ps_log = (out / "logs" / "point0" / "srv1.log").read_text()
-    [stopped] = [line for line in ps_log.splitlines() if "parameter server stopped" in line]
-    ps = json.loads(stopped.split("stopped: ", 1)[1])
-    assert ps["core"]["full_sums"] + ps["core"]["sequences_from_parts"] >= PACKETS and ps["malformed"] == 0
+    own = pd.read_csv(out / "protocol_counters.csv")
+    for repetition in range(REPETITIONS):
+        # every chunk summed by the switch from all workers and finished once by the PS, in each job
+        switch = counts(pd.read_csv(out / "switch_counters.csv"), method="atp", repetition=repetition)
+        assert switch["EV_AGGREGATED"] >= PACKETS * (N_WORKERS - 1)
+        assert switch["EV_FULL_TO_PS"] + switch["EV_RESEND_FLUSHED"] >= PACKETS
+        assert switch["EV_RESULT_FREED"] == PACKETS
+        # the PS's counts over that job alone (not since it started), one server, as the simulated clock records them
+        server = own[(own["method"] == "atp") & (own["role"] == "server") & (own["repetition"] == repetition)]
+        assert set(server["index"]) == {0}
+        ps = counts(server)
+        assert ps["sequences_from_switch"] + ps["sequences_from_parts"] == PACKETS, ps
+        assert ps["full_sums"] >= ps["sequences_from_switch"] and ps["results_sent"] >= PACKETS and ps["malformed"] == 0

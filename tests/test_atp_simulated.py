@@ -4,7 +4,7 @@ cables to the aggregating switch, its embedded pipeline as the simulated switch 
 egress link's queue), programmed by its record's ``program_fabric``, and its verifier.
 
 Beside SwitchML on one network, several jobs hashing into one pool (collisions to the PS),
-and loss on every link; each verified, with ATP's counters in the results
+loss on every link, and a training checked step by step; each verified, with ATP's counters in the results
 (protocol_counters.csv, switch_counters.csv); a tree refused in one line. No root, seconds each.
 """
 
@@ -74,6 +74,43 @@ def test_a_parameter_server_whose_results_are_wrong_fails_verification(tmp_path:
 
     monkeypatch.setattr(atp_core.ServerHostCore, "receive", wrong)
     assert sweep(tmp_path / "run", "methods=[atp]") == run_experiment.EXIT_NOT_VERIFIED
+
+
+def train(out: Path, *overrides: str) -> int:
+    """configs/training_convergence.yaml (the MLP on digits, checked against the runner's replay)
+    for three steps: its pool of 16 aggregators takes a window of at most 16."""
+    return run(CONFIG_DIR / "training_convergence.yaml", out, "workload.steps=3", "protocol.atp.window=16", *overrides)
+
+
+def test_an_atp_training_is_verified_step_by_step_with_atps_own_sums(tmp_path: Path) -> None:
+    """Every step's all-reduce checked against ATP's own exact sum (its job-wide scale), as a
+    sweep's are; the training holds exactly the replay's parameters."""
+    assert train(tmp_path / "run", "methods=[switchml,atp]") == run_experiment.EXIT_OK
+    steps = pd.read_csv(tmp_path / "run" / "training_steps.csv")
+    atp = steps[(steps["method"] == "atp") & (steps["source"] != "offline")]
+    assert list(atp["step"]) == [0, 1, 2, 3] and atp["verified"].all()
+
+
+def test_a_wrong_atp_sum_in_a_training_step_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The PS adding one to the last value of every result: each step's integer sum differs
+    from ATP's own, and says so (not merely "no expected sum")."""
+    receive = atp_core.ServerHostCore.receive
+
+    def wrong(self, now: float, received):
+        return [frame[:-1] + bytes([(frame[-1] + 1) & 0xFF]) for frame in receive(self, now, received)]
+
+    monkeypatch.setattr(atp_core.ServerHostCore, "receive", wrong)
+    assert train(tmp_path / "run", "methods=[atp]") == run_experiment.EXIT_NOT_VERIFIED
+    steps = pd.read_csv(tmp_path / "run" / "training_steps.csv")
+    assert not steps[(steps["method"] == "atp") & (steps["step"] > 0)]["verified"].any()
+    assert "atp step 1 rank 0: NOT VERIFIED: integer sum: " in caplog.text
+
+
+def test_a_window_beyond_the_pool_is_refused_as_the_config_loads(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ATP's default window (64) in a config of 16 aggregators: one line naming both, before anything runs."""
+    assert run(CONFIG_DIR / "training_convergence.yaml", tmp_path / "run", "methods=[atp]") == run_experiment.EXIT_CONFIG
+    assert "training_convergence.yaml: protocol.atp.window must be 1..pool_size (16), got 64" in caplog.text
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.fixture

@@ -20,13 +20,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import methods
 from hosts.atp.client import ATPClient
-from hosts.atp.server import ParameterServer
+from hosts.atp.core import ServerHostCore
+from hosts.atp.server import ParameterServer, parameter_server
 from methods.verification import expected_for
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
@@ -197,7 +199,8 @@ def test_a_value_beyond_the_jobs_bound_is_refused_before_sending() -> None:
 
 
 def test_the_parameter_server_process_serves_until_sigterm_and_writes_its_stats(tmp_path: Path) -> None:
-    """``python -m hosts.atp.server``, ATP's server entry point, as a network starts it."""
+    """``python -m hosts.atp.server``, ATP's server entry point, as a network starts it: its
+    counts written once it serves, when asked (SIGUSR1) while it serves on, and when it stops."""
     n, parameters = 2, replace(PARAMETERS, job_id=5)
     with UDPRelay(K, parameters.pool_size, net=78, switch_face_address=(job_address(78, 0, 254), params.SWITCH_UDP_PORT)) as relay:
         ps_ipv4 = job_address(78, parameters.job_id, PS_HOST)
@@ -218,14 +221,35 @@ def test_the_parameter_server_process_serves_until_sigterm_and_writes_its_stats(
                 results = list(pool.map(lambda pair: pair[0].allreduce(pair[1]), zip(clients, inputs)))
             for client in clients:
                 client.close()
+            stats_path.unlink()
+            server.send_signal(signal.SIGUSR1)
+            deadline = time.monotonic() + 10
+            while not stats_path.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            asked = json.loads(stats_path.read_text())
+            assert server.poll() is None, "asked for its counts, it serves on"
         finally:
             server.send_signal(signal.SIGTERM)
             _, stderr = server.communicate(timeout=10)
     assert server.returncode == 0, stderr
     assert_exact(results, inputs, parameters.exponent)
     stats = json.loads(stats_path.read_text())
-    core = stats["core"]
-    assert core["sequences_from_switch"] + core["sequences_from_parts"] == 640 // K and stats["results_sent"] >= 640 // K
+    assert stats == asked  # nothing came after the job
+    assert stats["sequences_from_switch"] + stats["sequences_from_parts"] == 640 // K and stats["results_sent"] >= 640 // K
+
+
+def test_the_ps_counts_under_the_same_names_on_both_clocks() -> None:
+    """The emulated PS's counts (what hosts/server.py writes for the runner) and the simulated
+    clock's (``ServerHostCore.stats``) are protocol_counters.csv's server rows: the same names."""
+    spec = WorkerSpec(method="atp", n_workers=2, switch_ipv4="127.0.0.1", link_mbps=None, protocol=PARAMETERS, peers=(),
+                      job_timeout_s=30.0, connect_timeout_s=5.0, servers=("127.0.0.1",))
+    station = SimpleNamespace(mac="02:00:00:00:00:01", ipv4="127.0.0.1")
+    emulated = parameter_server(spec, 0, bind_ipv4="127.0.0.1")
+    try:
+        assert list(emulated.counts()) == list(ServerHostCore(spec, 0, station, station).stats())
+        assert set(emulated.counts()) >= {"full_sums", "partial_sums", "collided_sequences", "results_sent", "malformed"}
+    finally:
+        emulated.close()
 
 
 def test_the_schema_takes_atps_own_section_and_the_spec_carries_its_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -296,5 +320,5 @@ def test_a_job_from_the_spec_on_atps_own_ports_in_a_namespace(tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     outcome = json.loads(out.read_text())
     assert outcome["exact"] and outcome["server_status"] == 0
-    core = outcome["ps"]["core"]
-    assert core["sequences_from_switch"] + core["sequences_from_parts"] == -(-1000 // K) <= outcome["packets_sent"]
+    ps = outcome["ps"]
+    assert ps["sequences_from_switch"] + ps["sequences_from_parts"] == -(-1000 // K) <= outcome["packets_sent"]

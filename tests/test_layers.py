@@ -238,14 +238,6 @@ PROJECT_NAME = re.compile(r"switchml[-_](?=testbed|net-|agent-|ssh-|bmv2-|networ
 """The project's own names, which begin like the protocol's (its package switchml_testbed, its
 commands switchml-<command>, its scratch files and its environment, SWITCHML_WORKER_SPEC among it): not the protocol."""
 
-REVEALED = ("reads SwitchML's constants, which protocol/params.py and protocol/packet.py served under a neutral name until "
-            "they were split (protocol/switchml/): a module this round's other helpers are making protocol-neutral")
-UNMOVED: dict[str, str] = dict.fromkeys(("benchmarks.emulation_capacity",), REVEALED)
-"""Where SwitchML is still the frame: module -> why. The rule holds everywhere else, and for
-every other protocol (ATP's folders) without exception; an entry that no longer crosses fails
-``test_the_protocol_rule_lists_only_real_crossings``, so this list only shrinks."""
-
-
 def protocol_of(module: str) -> str | None:
     """The protocol whose own files ``module`` is one of: a folder (or file) of any layer
     named after it (hosts/switchml/, protocol/atp/, switches/embedded/atp/, methods/switchml.py)."""
@@ -276,19 +268,8 @@ def test_no_file_outside_a_protocols_own_imports_or_names_it() -> None:
     """What a protocol is stays in its folders (protocol/<p>/, hosts/<p>/, switches/<t>/<p>/,
     methods/<p>.py); everything else asks its record (methods/aggregation.py), so a new
     protocol is new folders plus registry lines."""
-    offending = sorted(f"{module}: {crossing}" for module, crossings in CROSSINGS.items() if module not in UNMOVED
-                       for crossing in crossings)
+    offending = sorted(f"{module}: {crossing}" for module, crossings in CROSSINGS.items() for crossing in crossings)
     assert not offending, "a protocol imported or named outside its own files:\n" + "\n".join(offending)
-
-
-def test_the_protocol_rule_lists_only_real_crossings() -> None:
-    stale = sorted(module for module in UNMOVED if module not in CROSSINGS)
-    assert not stale, f"these modules no longer cross a protocol's boundary; remove them from UNMOVED: {', '.join(stale)}"
-    framed = methods.SWITCHML.aggregation.name
-    others = sorted(f"{module}: {crossing}" for module in UNMOVED for crossing in CROSSINGS.get(module, ())
-                    if not (crossing.startswith("imports") and protocol_of(crossing.split()[1]) == framed)
-                    and f" names {framed}: " not in crossing)
-    assert not others, "UNMOVED excuses SwitchML only; these cross another protocol's boundary:\n" + "\n".join(others)
 
 
 def test_the_protocol_rule_catches_a_planted_import_and_a_planted_name() -> None:

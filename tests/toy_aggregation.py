@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import struct
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,25 +278,42 @@ def server_output(spec: WorkerSpec, index: int) -> Path:
     return Path(spec.inputs[0]).parent / f"server-job{ToyParameters.read(spec.protocol or {}).job_id}-{index}.npy"
 
 
-def serve(spec: WorkerSpec, index: int) -> None:
-    """A server of a toy job (the served variant's ``Aggregation.server``): it receives the
-    job's results as its workers do, and writes them (``server_output``) once all came back."""
-    parameters = ToyParameters.read(spec.protocol or {})
-    elements = np.load(spec.inputs[0], mmap_mode="r").size
-    sums = np.zeros(elements, dtype=np.int32)
-    missing = set(range(elements // parameters.k))
-    deadline = time.monotonic() + spec.connect_timeout_s + spec.job_timeout_s
-    with EthernetEndpoint(ETHERTYPE) as endpoint:
+class ToyServer:
+    """A server of a toy job (the served variant's ``Aggregation.server``, methods/aggregation.py's
+    ``Server``): it receives the job's results as its workers do, and writes them
+    (``server_output``) once all came back; its counts are the chunks it got."""
+
+    def __init__(self, spec: WorkerSpec, index: int) -> None:
+        self._parameters = ToyParameters.read(spec.protocol or {})
+        self._output = server_output(spec, index)
+        elements = np.load(spec.inputs[0], mmap_mode="r").size
+        self._sums = np.zeros(elements, dtype=np.int32)
+        self._missing = set(range(elements // self._parameters.k))
+        self._chunks = len(self._missing)
+        self._deadline = time.monotonic() + spec.connect_timeout_s + spec.job_timeout_s
+        self._endpoint = EthernetEndpoint(ETHERTYPE)
         print("ready", flush=True)
-        while missing:
-            data = endpoint.receive(deadline)
+
+    def run(self, stop: threading.Event) -> None:
+        k, job_id = self._parameters.k, self._parameters.job_id
+        while self._missing and not stop.is_set():
+            data = self._endpoint.receive(min(self._deadline, time.monotonic() + POLL_S))
             if data is None:
-                raise TimeoutError(f"toy server: {len(missing)} chunk(s) of job {parameters.job_id} never came back")
-            parsed = parse(data, parameters.k)
-            if parsed is not None and parsed[0] == parameters.job_id and parsed[3] in missing:
-                sums[parsed[3] * parameters.k:(parsed[3] + 1) * parameters.k] = parsed[4]
-                missing.discard(parsed[3])
-    np.save(server_output(spec, index), sums)
+                if time.monotonic() >= self._deadline:
+                    raise TimeoutError(f"toy server: {len(self._missing)} chunk(s) of job {job_id} never came back")
+                continue
+            parsed = parse(data, k)
+            if parsed is not None and parsed[0] == job_id and parsed[3] in self._missing:
+                self._sums[parsed[3] * k:(parsed[3] + 1) * k] = parsed[4]
+                self._missing.discard(parsed[3])
+        if not self._missing:
+            np.save(self._output, self._sums)
+
+    def counts(self) -> dict[str, int]:
+        return {"chunks_received": self._chunks - len(self._missing)}
+
+    def close(self) -> None:
+        self._endpoint.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,9 @@ from experiments.capacity import Probe, Prober, ProbeSettings, most_probes, sear
 from experiments.config import Experiment
 from switches.targets import AUTO, REGISTRY
 
+PROBED = methods.SWITCHML
+"""The method a calibration probes: the method under study, whose rates ``bw_mbps: target`` gives
+every method of a config (benchmarks/emulation_capacity.py measures the others')."""
 MARGIN = 0.25
 """The share below the fastest rate that kept up that a calibrated rate keeps, for the main
 job's TCP baselines and repetitions, which SwitchML's probe leaves out: the shipped bmv2 rate
@@ -119,7 +122,7 @@ def measure(search_: Search, mode: Mode, runs_dir: Path, on_probe: Callable[[Pro
     """One search, as the file's entry."""
     load_before = [round(load, 2) for load in os.getloadavg()]
     measured_utc = record.now_utc()
-    prober = Prober(search_.target, search_.workers, search_.k, search_.data_path, mode.settings,
+    prober = Prober(PROBED, search_.target, search_.workers, search_.k, search_.data_path, mode.settings,
                     runs_dir / f"{search_.target}-{search_.workers}w-k{search_.k}", on_probe,
                     lambda what: on_start(f"{search_.target} k={search_.k} {search_.workers}w: {what}"),
                     extra=["name=calibration"])

@@ -17,7 +17,7 @@ import logging
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -27,7 +27,7 @@ from experiments.harness import Clock, ExperimentKind, PointNetwork, point_netwo
 from experiments.results import format_table
 from experiments.kinds.training_replay import Replay, Trajectory, exact_sum, quantized_sum, replay
 from experiments.kinds.training_results import EXACT, TrainingResultsWriter, ablation_series, format_training_table
-from methods.verification import Verdict, expected_for
+from methods.verification import OwnSum, Verdict, expected_for
 from experiments.workers import REPORT_GRACE_S
 from base.yamlschema import ConfigError
 from hosts.training import ARRAYS_RANK
@@ -208,12 +208,13 @@ class ReplayCheck:
         self.method = method
         self.exact = exact
         self.state = Replay(runner.model, runner.config, runner.data, runner.n_workers)
+        self.own = methods.own_sums([method], runner.point.protocol)
 
     def start(self) -> tuple[Evaluation, float]:
         return self.runner.measure(0, self.state.params, self.exact)
 
     def step(self, step: int, reports: list[dict[str, Any]]) -> tuple[list[Verdict], Evaluation, float]:
-        verdicts = verify_step(self.state, self.method, reports, self.runner.point.job.k)
+        verdicts = verify_step(self.state, self.method, reports, self.runner.point.job.k, self.own)
         return (verdicts, *self.runner.measure(step, self.state.params, self.exact))
 
 
@@ -252,17 +253,18 @@ def step_row(series: str, method: str, source: str, bits: int | None, step: int,
     }
 
 
-def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: int) -> list[Verdict]:
+def verify_step(state: Replay, method: str, reports: list[dict[str, Any]], k: int, own: Mapping[str, OwnSum]) -> list[Verdict]:
     """Verify one step's all-reduce against the replay's gradients and advance the replay.
 
-    Rank ``ARRAYS_RANK``'s result arrays are verified as any all-reduce result is; every
+    Rank ``ARRAYS_RANK``'s result arrays are verified as any all-reduce result is (``own``: the
+    exact sums of a protocol that quantizes its own way, ``methods.own_sums``); every
     rank's digests must then equal the replay's: its gradient, that verified result (and
     integer sum) and the parameters after applying it. The replay applies the result the
     workers received, so a failed step is reported and the training continues from what
     the workers hold.
     """
     gradients = state.gradients()
-    expected = expected_for(gradients, k)
+    expected = expected_for(gradients, k, own)
     values, int_sum = take_result(reports[ARRAYS_RANK])
     verdict = methods.by_name(method).verify(expected, values, int_sum)
     params = state.apply(values)

@@ -17,13 +17,12 @@ never by destination MAC. The PS sends its results to the switch (``SWITCH_UDP_P
 from __future__ import annotations
 
 import struct
-from dataclasses import asdict
 from typing import Any, Sequence
 
 import numpy as np
 
 from hosts.atp.job import WorkerJob, job_parameters, job_stats, resend_floor
-from hosts.atp.parameter_server import ParameterServerCore
+from hosts.atp.parameter_server import ParameterServerCore, server_counts
 from hosts.atp.worker import ATPStalled, WorkerCore
 from hosts.stats import TIMELINE_BIN_S, JobStats, SendTimeline, timeline_bin_for
 from protocol.atp import params
@@ -141,5 +140,5 @@ class ServerHostCore:
         return self._framing.frames(out)
 
     def stats(self) -> dict[str, int]:
-        """What hosts/atp/server.py writes on exit: its core's counts, the results sent, the frames dropped."""
-        return {**asdict(self.core.stats), "results_sent": self._results_sent, "malformed": self._framing.malformed}
+        """Its core's counts, the results sent, the frames dropped (``server_counts``, as hosts/atp/server.py's)."""
+        return server_counts(self.core.stats, self._results_sent, self._framing.malformed)

@@ -21,7 +21,7 @@ memory stays near a window of results, not the job's whole history.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,12 @@ class PSStats:
     """Results and unfinished sequences dropped because no worker can still ask for them."""
     ignored: int = 0
     """Malformed, another job's, a result, bits outside the job, or the float path (unsupported)."""
+
+
+def server_counts(stats: PSStats, results_sent: int, malformed: int) -> dict[str, int]:
+    """A PS's counts by name, as both clocks record them (protocol_counters.csv's server rows):
+    its core's, the results it sent, and the frames or datagrams too malformed to reach the core."""
+    return {**asdict(stats), "results_sent": results_sent, "malformed": malformed}
 
 
 @dataclass
