@@ -107,8 +107,9 @@ def test_a_wrong_atp_sum_in_a_training_step_is_caught(tmp_path: Path, monkeypatc
 
 
 def test_a_window_beyond_the_pool_is_refused_as_the_config_loads(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """ATP's default window (64) in a config of 16 aggregators: one line naming both, before anything runs."""
-    assert run(CONFIG_DIR / "training_convergence.yaml", tmp_path / "run", "methods=[atp]") == run_experiment.EXIT_CONFIG
+    """A window of 64 named in a config of 16 aggregators: one line naming both, before anything
+    runs (where a config names none, the window is the pool's)."""
+    assert run(CONFIG_DIR / "training_convergence.yaml", tmp_path / "run", "methods=[atp]", "protocol.atp.window=64") == run_experiment.EXIT_CONFIG
     assert "training_convergence.yaml: protocol.atp.window must be 1..pool_size (16), got 64" in caplog.text
     assert not (tmp_path / "run").exists()
 
