@@ -175,4 +175,4 @@ def redraw(numbers: pd.DataFrame, summary: dict) -> Figure:
     return draw(numbers.astype({"n_jobs": int, "budget": int}), summary)
 
 
-FIGURE = RunFigure(NAME, newest_run, figure, redraw, ("link_mbps", "simulated"))
+FIGURE = RunFigure(NAME, newest_run, figure, redraw, ("link_mbps", "simulated", "switch_target"))
