@@ -187,6 +187,10 @@ class Aggregation:
     """Its switch program answers ARP and ping for the aggregating switch's IPv4 address,
     which every host resolves once the switches are programmed; False: the network gives
     every host a static neighbour entry for it instead (a program that answers neither)."""
+    drop_simulator: bool = False
+    """Its switch program has the drop simulator that emulates link loss where the kernel has
+    no netem (``program_fabric`` sets it from ``Fabric.drop_rates``); False: such a network
+    refuses a lossy topology for it rather than run it without the loss."""
     servers_per_job: int = 0
     """Hosts each job needs beside its workers (ATP's parameter server), cabled to the
     aggregating switch with the workers' link; the networks add them only for a protocol

@@ -129,7 +129,7 @@ finds the previous result: a slot takes two registers of the budget an ATP aggre
 AGGREGATION = Aggregation(
     name="switchml", label="SwitchML", parameters=SwitchMLParameters.from_config, read_parameters=read_parameters,
     k_choices=K_CHOICES, defaults={"k": DEFAULT_K, "pool_size": DEFAULT_POOL_SIZE, "timeout_ms": 20.0, "backoff_every": DEFAULT_BACKOFF_EVERY, "data_path": "auto"},
-    switch_defaults={"max_pool_size": MAX_POOL_SIZE}, sum_bits=PROTOCOL_BITS,
+    switch_defaults={"max_pool_size": MAX_POOL_SIZE}, sum_bits=PROTOCOL_BITS, drop_simulator=True,
     pool_sharing=PoolSharing(registers_per_unit=SHADOW_COPIES, partition="switches.fabric:partition_slots"),
     host="hosts.switchml.method:SwitchMLMethod",
     reset_switch="switches.switchml.programming:reset_job_state", program_fabric="switches.switchml.programming:program_fabric",

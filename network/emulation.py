@@ -402,6 +402,10 @@ class EmulatedNetwork:
             self.topology.drop_simulator_rates()
         except ValueError as exc:
             raise NetworkError(str(exc)) from None
+        lossless = sorted({job.aggregation.label for job in self.all_jobs if not job.aggregation.drop_simulator})
+        if lossless:
+            raise NetworkError(f"link loss needs netem, which this kernel lacks, or the switch's drop simulator, which "
+                               f"{' and '.join(lossless)}'s program has not: run it with --simulate, or on a kernel with sch_netem")
         return "switch_drop_simulator"
 
     def _choose_delay_mechanism(self, caps: TcCapabilities) -> str:

@@ -65,3 +65,22 @@ def test_atp_runs_verified_beside_switchml_through_mininet(target: str, tmp_path
         ps = counts(server)
         assert ps["sequences_from_switch"] + ps["sequences_from_parts"] == PACKETS, ps
         assert ps["full_sums"] >= ps["sequences_from_switch"] and ps["results_sent"] >= PACKETS and ps["malformed"] == 0
+
+
+def test_link_loss_is_refused_where_neither_netem_nor_atps_program_can_drop(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """On a kernel without netem, link loss is the switch program's drop simulator, which
+    ATP's program has not: the run stops before any job, naming why, rather than measure ATP
+    on lossless links under a lossy config."""
+    if os.geteuid() != 0:
+        pytest.skip("Mininet needs root")
+    from network.shaping import probe_tc
+
+    if probe_tc().netem:
+        pytest.skip("this kernel has netem: ATP's links lose packets there")
+    out = tmp_path / "run"
+    settings = ["topology.workers=2", "methods=[atp]", "repetitions=1", f"workload.elements={K}", "topology.link.loss=1%"]
+    code = run_experiment.main([str(CONFIG_DIR / "8workers.yaml"), "--switch", "embedded", "--out", str(out),
+                                *(arg for setting in settings for arg in ("--set", setting))])
+    assert code == run_experiment.EXIT_FAILED
+    assert "link loss needs netem, which this kernel lacks, or the switch's drop simulator, which ATP's program has not" in caplog.text
+    assert not (out / "runs.csv").exists()
