@@ -139,8 +139,11 @@ def test_loss_duplicates_and_reordering_on_every_hop_end_exact() -> None:
 
 
 def test_two_jobs_on_the_same_aggregators_collide_and_end_exact() -> None:
-    """A pool as small as one job's window: both jobs' positions cover it, so they collide."""
-    shared = replace(PARAMETERS, pool_size=16)
+    """A pool of 2 aggregators, each job's window 2: both jobs' positions cover the pool, and a
+    window that small makes each job many round trips long, so the two overlap and collide
+    whatever the threads' start order on a busy machine (with a window of 16 one job could
+    end before the other had started)."""
+    shared = replace(PARAMETERS, pool_size=2, window=2)
     with UDPRelay(K, shared.pool_size) as relay:
         jobs = [UDPJob(relay, replace(shared, job_id=job_id), 2) for job_id in (1, 2)]
         inputs = [tensors(10 + job_id, 2, 4000) for job_id in (1, 2)]
