@@ -12,6 +12,8 @@ since no comparison with NaN is true, and would reach tc, timers and summary.jso
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import sys
 from pathlib import Path
@@ -64,8 +66,15 @@ def _describe(error: jsonschema.ValidationError, key_prefix: str) -> str:
 
 
 def load_schema(schema_path: Path) -> dict[str, Any]:
-    with schema_path.open() as f:
-        schema = yaml.safe_load(f)
+    """A JSON Schema file, checked against the metaschema once per content (planning a
+    config loads the experiment schema for every point). The caller's copy is its own to
+    fill in."""
+    return copy.deepcopy(_checked_schema(schema_path.read_text(), str(schema_path)))
+
+
+@functools.lru_cache(maxsize=16)
+def _checked_schema(text: str, source: str) -> dict[str, Any]:
+    schema = yaml.safe_load(text)
     jsonschema.Draft202012Validator.check_schema(schema)
     return schema
 
@@ -97,8 +106,17 @@ STDIN = Path("-")
 
 def load_yaml(path: Path) -> Any:
     """Parse a YAML file; a missing, unreadable, binary, oversized or alias-bombed file or a
-    syntax error becomes a ConfigError naming it."""
-    return parse_yaml(read_yaml_text(path), str(path))
+    syntax error becomes a ConfigError naming it. Text parsed before is not parsed again
+    (the cache is keyed by the text itself, so an edited file is parsed anew): planning a
+    config reads each point's trace and layer profile several times, and parsing them was
+    most of a dry run. Each caller gets its own copy of the data."""
+    return copy.deepcopy(_parse_once(read_yaml_text(path), str(path)))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_once(text: str, source: str) -> Any:
+    """parse_yaml, remembered; an error is not remembered (it is raised again each time)."""
+    return parse_yaml(text, source)
 
 
 def read_yaml_text(path: Path, kind: str = "YAML") -> str:
