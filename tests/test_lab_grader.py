@@ -535,9 +535,11 @@ FORGERIES = {"gc-hook": GC_HOOK, "atexit-junit": ATEXIT, "import-exit": IMPORT_E
 ])  # fmt: skip
 def forged_batch(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[catalog.Track, dict[str, dict[str, str]]]:
     """Labs 2 and 3, each track: the handout and the four forgeries of it, graded as one
-    batch from a private fork. A track that grades no Python file (lab 2's p4: the P4
-    program) gets each forgery as a conftest.py and a sitecustomize.py beside its program,
-    which the grader never copies."""
+    batch from a private fork; the rows by forgery. A track that grades no Python file
+    (lab 2's p4: the P4 program) gets the four forgeries together, one after the other, as
+    a conftest.py and a sitecustomize.py beside its program, which the grader never copies
+    (copied, the first forgery that ends the process would decide): one submission, as each
+    of the four would be graded alike, and each p4 grade starts bmv2."""
     _require_sandbox()
     number, name = request.param
     if name == "p4":
@@ -551,18 +553,22 @@ def forged_batch(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     submissions = root / "submissions"
     make_skeleton(REPO_ROOT, submissions / "handout", lab, track)
     python = [file for file in track.files if file.endswith(".py")]
-    for attack, prelude in FORGERIES.items():
-        tree = submissions / attack
+    if python:
+        for attack, prelude in FORGERIES.items():
+            tree = submissions / attack
+            make_skeleton(REPO_ROOT, tree, lab, track)
+            for file in python:
+                with (tree / file).open("a") as graded:
+                    graded.write(prelude)
+    else:
+        tree = submissions / "every-forgery"
         make_skeleton(REPO_ROOT, tree, lab, track)
-        for file in python:
-            with (tree / file).open("a") as graded:
-                graded.write(prelude)
-        if not python:
-            for file in ("conftest.py", "sitecustomize.py"):
-                (tree / file).write_text(prelude)
+        for file in ("conftest.py", "sitecustomize.py"):
+            (tree / file).write_text("".join(FORGERIES.values()))
     grades = root / "grades.csv"
     assert main(["grade-batch", str(number), str(submissions), "--track", name, "--csv", str(grades), "--tests-from", str(fork)]) == 0
-    return track, {row["student"]: row for row in csv.DictReader(grades.open())}
+    rows = {row["student"]: row for row in csv.DictReader(grades.open())}
+    return track, {"handout": rows["handout"]} | {attack: rows[attack if python else "every-forgery"] for attack in FORGERIES}
 
 
 @pytest.mark.parametrize("attack", FORGERIES)
