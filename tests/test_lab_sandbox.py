@@ -333,7 +333,7 @@ def test_a_flooding_or_filling_submission_loses_its_points_and_its_report_says_w
     for name, answer in attacks.items():
         _submission(submissions / name, answer)
     grades = tmp_path / "grades.csv"
-    assert main(["grade-batch", "0", str(submissions), "--csv", str(grades), "--cap-s", "40"]) == 0
+    assert main(["grade-batch", "0", str(submissions), "--csv", str(grades), "--cap-s", "20"]) == 0
     rows = {row["student"]: row for row in csv.DictReader(grades.open())}
     reports = {name: json.loads((tmp_path / "grades" / f"{name}.json").read_text()) for name in rows}
     for name in ("flooding", "filling", "spinning"):
@@ -341,4 +341,4 @@ def test_a_flooding_or_filling_submission_loses_its_points_and_its_report_says_w
     problems = {name: report["problem"] or "" for name, report in reports.items()}
     assert "MB: the grader kept its first and last 512 KiB" in problems["flooding"], problems
     assert "the submission filled /tmp (512 MB), /grade/out (64 MB)" in problems["filling"], problems
-    assert "did not finish within its 40 s cap" in reports["spinning"]["tests"][0]["message"], reports["spinning"]["tests"][0]
+    assert "did not finish within its 20 s cap" in reports["spinning"]["tests"][0]["message"], reports["spinning"]["tests"][0]
