@@ -130,6 +130,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"every_k: a packet test that runs at every k of {TESTED_K}, not only at {DEFAULT_TESTED_K}")
 
 
+MACHINE_GROUP = "machine"
+"""The pytest-xdist group of every test not marked ``parallel_safe`` nor given a group of its
+own: the tests that build networks, start switches, bind fixed ports or search the machine's
+processes run one after another in one worker, as in a run without xdist."""
+
+
+IN_SANDBOX_GROUP = pytest.mark.xdist_group("sandbox")
+"""The lab grader's tests: each submission in a sandbox of its own namespaces (its network,
+its /run and network lock, another user), so they run beside MACHINE_GROUP, but one after
+another among themselves (they look for the sandbox user's processes)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put every test that may touch the machine into MACHINE_GROUP (``--dist loadgroup``,
+    pyproject.toml): only what a module declares safe runs beside it (docs/testing.md)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and item.get_closest_marker("parallel_safe") is None:
+            item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
+
+
 def require_track_machine(needs: tuple[str, ...]) -> None:
     """What a lab track's graded tests need (lab.yaml's needs): bmv2 (or fail where CI says
     it must run), root for namespaces and Mininet. For tests that grade a lab."""

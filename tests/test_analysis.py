@@ -31,6 +31,8 @@ from analysis.context import NOT_KEPT_UP
 from analysis.figures import LINE_RATE_LABEL, METHOD_LABELS, RING_BOUND_LABEL
 from analysis.load import ResultsFormatError, load_results
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 FIXTURE = Path(__file__).parent / "data" / "results_small"
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "analysis" / "notebooks"
 

@@ -20,6 +20,8 @@ from experiments.kinds import load
 from experiments.harness import worker_spec
 from experiments.kinds.shared_switch import job_pool
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 CONFIGS = ("multi_tenant.yaml", "paper_multi_tenant.yaml")
 TWO_JOBS = "[[{job_id: 11, hosts: [0, 1], pool_size: share, start_s: 0}, {job_id: 12, hosts: [2, 3], pool_size: share, start_s: 0}]]"
 

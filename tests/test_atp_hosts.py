@@ -21,6 +21,8 @@ from protocol.atp import params
 from protocol.atp.packet import ATPHeader, decode_payload, encode_payload
 from protocol.atp.quantize import check_within, dequantize_sum, expected_sum, quantize_tensor
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 K = 16
 
 

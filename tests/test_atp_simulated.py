@@ -22,6 +22,8 @@ from hosts.atp import core as atp_core
 from switches.atp.programming import read_event_counters
 from switches.embedded.atp.simulated import ATPSwitch
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 N_WORKERS, K, ELEMENTS = 8, 256, 65536
 PACKETS = ELEMENTS // K
 

@@ -23,6 +23,8 @@ from protocol.packet import IPV4_OFFSET, ipv4_checksum
 from protocol.params import REPO_ROOT
 from switches.embedded.atp.pipeline import ATPPipeline
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 
 @pytest.fixture
 def switch() -> EmbeddedATPSwitch:

@@ -20,6 +20,8 @@ from hosts.ring_allreduce import RingAllReduce
 from hosts.tcp_mesh import PeerError, connect
 from workloads.synthetic import synthetic_tensor
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 SIZES = (1, 7, 1001, 100003)
 CHUNK_BYTES = 16384  # small, so 100003 elements span several pipelined chunks per segment for n <= 8
 METHODS = {"ring": RingAllReduce, "ps": ParameterServerAllReduce}

@@ -15,6 +15,8 @@ from network.cluster import ServerUnavailableError, _check_switch_target
 from network.cluster_config import LOCAL, Server
 from protocol.params import REPO_ROOT
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 BASE = {
     "topology": {"file": "star.yaml", "workers": 8},
     "workload": {"kind": "synthetic", "elements": 4096},

@@ -18,6 +18,8 @@ from experiments import kinds
 from protocol.params import REPO_ROOT
 from topologies.model import TOPOLOGY_DIR, find_topology, load_topology
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 SHIPPED_CONFIGS = sorted(p for p in CONFIG_DIR.glob("*.yaml") if not p.name.endswith(".schema.yaml"))
 SHIPPED_TOPOLOGIES = sorted(p for p in TOPOLOGY_DIR.glob("*.yaml") if not p.name.endswith(".schema.yaml"))
 MAIN_CONFIG = CONFIG_DIR / "8workers.yaml"

@@ -25,6 +25,8 @@ from base.yamlschema import load_schema, load_yaml
 from protocol.params import REPO_ROOT
 from topologies.model import SCHEMA_PATH as TOPOLOGY_SCHEMA_PATH
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
 MAIN_JOB = "./scripts/bootstrap.sh && .venv/bin/python run_experiment.py configs/8workers.yaml   # the main job"

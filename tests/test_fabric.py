@@ -7,11 +7,15 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+import pytest
+
 from protocol.switchml import params
 from switches.switchml import programming
 from switches.fabric import Fabric, Leaf, SharedJob, Station, jobs_sharing
 from switches.switchml.programming import program_fabric
 from tests.test_p4_contract import RecordingControl
+
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
 
 HOSTS = tuple(Station(f"h{i}", f"02:00:00:00:00:{i + 1:02x}", f"10.0.0.{i + 1}") for i in range(4))
 SPINE = Station("s1", "02:00:00:00:01:00", "10.0.0.254")

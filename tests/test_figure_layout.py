@@ -31,6 +31,8 @@ from analysis.redraw import redraw
 from analysis.tables import MIN_TIMELINE_BINS
 from protocol.params import REPO_ROOT
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 matplotlib.use("Agg")
 FIGURES = REPO_ROOT / "docs" / "figures"
 PUBLISHED = sorted(path.stem for path in FIGURES.glob("*.json"))

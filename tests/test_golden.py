@@ -14,6 +14,8 @@ import pytest
 
 from tests.golden_plans import GOLDEN, SIMULATED_GOLDEN, SIMULATED_RUNS, TARGETS, as_json, plan, shipped_configs, simulated_results
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 RECORDED = json.loads(GOLDEN.read_text())
 
 

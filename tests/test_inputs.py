@@ -19,6 +19,8 @@ from workloads.record import record_trace, replay_tensors, scaled_count
 from workloads.synthetic import synthetic_tensor
 from workloads.trace import load_trace
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 MAIN_CONFIG = CONFIG_DIR / "8workers.yaml"
 TRAINING_CONFIG = CONFIG_DIR / "training_speedup.yaml"
 

@@ -45,10 +45,10 @@ from labs.sandbox import SandboxError, check_can_sandbox
 from labs.skeleton import copy_tree, fill_regions, make_skeleton
 from protocol.params import REPO_ROOT
 from switches.target import Toolchain
-from tests.conftest import require_target
+from tests.conftest import IN_SANDBOX_GROUP, require_target
 from tests.test_labs import git_checkout
 
-pytestmark = pytest.mark.netns  # the sandbox: namespaces and another user, root only
+pytestmark = [pytest.mark.netns, IN_SANDBOX_GROUP]  # the sandbox: namespaces and another user, root only
 
 LAB = catalog.by_number(0)
 TRACK = LAB.track(None)

@@ -30,7 +30,10 @@ from labs.sandbox import SandboxError, check_can_sandbox
 from labs.skeleton import copy_tree, fill_regions, make_skeleton
 from labs.text import shown
 from protocol.params import REPO_ROOT
+from tests.conftest import IN_SANDBOX_GROUP
 from tests.test_labs import git_checkout
+
+pytestmark = IN_SANDBOX_GROUP  # grades in the sandbox (tests/conftest.py)
 
 LAB = catalog.by_number(0)
 TRACK = LAB.track(None)

@@ -29,9 +29,10 @@ from labs.sandbox import SandboxError, check_can_sandbox
 from labs.skeleton import copy_tree, fill_regions, make_skeleton
 from labs.markers import scan_file
 from protocol.params import REPO_ROOT
+from tests.conftest import IN_SANDBOX_GROUP
 from tests.test_labs import git_checkout
 
-pytestmark = pytest.mark.netns  # the sandbox: namespaces and another user, root only
+pytestmark = [pytest.mark.netns, IN_SANDBOX_GROUP]  # the sandbox: namespaces and another user, root only
 
 LAB = catalog.by_number(0)
 TRACK = LAB.track(None)

@@ -42,7 +42,7 @@ from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from switches.bmv2.compile import CompileOptions
 from switches.bmv2.switchml.program import PROGRAM
-from tests.conftest import require_target, require_track_machine
+from tests.conftest import IN_SANDBOX_GROUP, require_target, require_track_machine
 
 LABS = catalog.all_labs()
 TRACK_CASES = [
@@ -360,6 +360,7 @@ def git_checkout(folder: Path) -> Path:
 
 
 @pytest.mark.netns  # an instructor's grade runs each submission in the sandbox: root only
+@IN_SANDBOX_GROUP
 def test_grade_batch_grades_each_submission_with_the_instructors_tests(tmp_path: Path) -> None:
     lab = catalog.by_number(0)
     submissions = tmp_path / "submissions"

@@ -14,9 +14,13 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from protocol.params import REPO_ROOT
 import methods
 from switches.targets import PACKAGES, REGISTRY
+
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("base", "switchml_testbed"),  # the ground floor: YAML + schema, process lifetime, Linux sockets, namespaces;

@@ -9,6 +9,8 @@ import pytest
 
 from protocol.params import REPO_ROOT
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 
 def test_ruff_finds_nothing() -> None:
     pytest.importorskip("ruff", reason="ruff (test extra) not installed")

@@ -20,6 +20,8 @@ from methods import REGISTRY, verification
 from methods.verification import expected_for
 from switches import targets
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 
 @pytest.mark.parametrize("method", REGISTRY, ids=lambda method: method.name)
 def test_every_host_entry_imports_and_builds_from_a_spec(method) -> None:

@@ -41,7 +41,8 @@ def native_available() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(not native_available(), reason="no C compiler builds simulation/switchml/native/star.c here")
+pytestmark = [pytest.mark.skipif(not native_available(), reason="no C compiler builds simulation/switchml/native/star.c here"),
+              pytest.mark.parallel_safe]
 
 
 def network(core: str, workers: int, mbps: float, loss: float = 0.0, queue: int = 200, topology: str = "star.yaml",

@@ -31,6 +31,8 @@ from hosts.stats import JobStats
 from protocol.switchml import params
 from protocol.packet import EXPONENT_MIN
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 K, POOL, N_WORKERS, JOB_ID = 8, 6, 3, 9
 POLICY = RetransmitPolicy(min_s=0.004, max_s=0.05, first_s=0.01, backoff_every=3)
 T0 = 7.0

@@ -23,6 +23,8 @@ from switches.switchml import programming
 from switches.control import MatchValue, ProgramSchema, SwitchControl
 from switches.embedded.switchml.pipeline import SwitchMLPipeline
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 P4_MAIN = switchml_params.P4_MAIN
 P4_INCLUDE = switchml_params.P4_PROGRAM_DIR / "include"
 

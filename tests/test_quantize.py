@@ -21,6 +21,8 @@ from protocol.quantize import (
     scale_for,
 )
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 K = 8
 EXTREME = float(np.float32(1e30))
 TINY = 1e-30

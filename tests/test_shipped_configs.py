@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from experiments.config import CONFIG_DIR
 from protocol.params import REPO_ROOT
+
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
 
 
 def dry_run(cwd: Path) -> subprocess.CompletedProcess[str]:

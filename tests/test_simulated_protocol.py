@@ -26,6 +26,8 @@ from experiments.config import CONFIG_DIR
 from switches import targets
 from tests import toy_aggregation as toy
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 N_WORKERS, K, ELEMENTS = 3, 32, 320
 
 

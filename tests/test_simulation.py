@@ -33,6 +33,8 @@ from switches.control import ControlPlaneError
 from switches.targets import REGISTRY
 from topologies.model import TOPOLOGY_DIR, load_topology
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 K, POOL = 256, 64
 SIMULATED = next(t for t in REGISTRY.values() if t.simulated is not None)
 """The first target with a simulated data plane."""

@@ -23,6 +23,8 @@ from hosts.training import steps
 from protocol.quantize import error_bound, expected_sum
 from workloads.training import MLP, Dataset, TrainingConfig, array_digest, load_dataset, minibatch, sgd_update, shard
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "training_convergence.yaml"
 ACCURACY_TOLERANCE_PP = 0.5
 """Issue 11: SwitchML's final test accuracy within 0.5 percentage points of exact."""

@@ -19,6 +19,8 @@ from workloads.layers import Layer, LayerProfile, layer_counts, layer_name, mode
 from workloads.step_schedule import overlapped_iteration_s, serial_iteration_s
 from workloads.trace import TraceError, load_trace, shipped_traces
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 
 def layers(*times: tuple[float, float]) -> list[Layer]:
     return [Layer(f"l{i}", 1, forward, backward) for i, (forward, backward) in enumerate(times)]

@@ -12,6 +12,8 @@ import methods
 
 from protocol.worker_spec import SwitchMLParameters, TrainingSection, WorkerSpec
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 SPEC = WorkerSpec(
     method="switchml", n_workers=2, switch_ipv4="10.0.0.254", link_mbps=5.0,
     protocol=SwitchMLParameters(k=32, pool_size=64, job_id=3, timeout_ms=20.0, backoff_every=100),

@@ -13,6 +13,8 @@ from workloads.record import record_trace, replay_tensors
 from workloads.synthetic import INT32_SAFE, synthetic_tensor
 from workloads.trace import TraceError, load_trace, parse_benchmark_csv, parse_trace, shipped_traces
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 DOCUMENTED_TOTALS = {
     "resnet50": 25_557_032, "vgg19": 143_667_240, "bert": 334_094_338, "bert_base": 109_482_240,
     "ncf": 31_832_577, "ssd": 22_894_902,
