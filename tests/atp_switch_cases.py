@@ -254,7 +254,7 @@ class SwitchCases:
         stranger = build_frame(worker_endpoint(1, 0), Endpoint("02:00:00:00:99:99", "10.9.9.9", 53), b"?")
         assert switch.process(0, stranger) == [(port, stranger) for port in ALL_PORTS if port != 0]
         assert switch.events() == {"EV_FORWARDED": 2}
-        assert switch.egress_packets() == [1 + len(ALL_PORTS) - 1, 0]
+        assert switch.egress_packets() == [1 + len(ALL_PORTS) - 1, 0, 0]
 
     def test_packets_the_switch_cannot_trust_are_counted_and_change_nothing(self, switch: ATPSwitchDriver) -> None:
         port, frame = update(1, 0, 1, 5, vals(1))

@@ -238,9 +238,9 @@ def test_egress_marks_ecn_from_the_depth_of_bmv2s_egress_queue(testbed: Testbed,
             is_marked = frame in marked
             assert (frame[IPV4_OFFSET + 1] & 0b11 == 0b11) == is_marked
             assert ipv4_checksum(frame, IPV4_OFFSET) == int.from_bytes(frame[IPV4_OFFSET + 10:IPV4_OFFSET + 12], "big")
-        assert switch.egress_packets() == [BURST, len(marked)]
+        assert switch.egress_packets() == [BURST, len(marked), 0]
 
         switch.set_ecn_threshold(0)
         frames = send_burst(switch, 1 + BURST)
         assert len(frames) == BURST and not any(decode_payload(f[ATP_OFFSET:], K)[0].flags & params.FLAG_ECN for f in frames)
-        assert switch.egress_packets() == [2 * BURST, len(marked)]
+        assert switch.egress_packets() == [2 * BURST, len(marked), 0]
