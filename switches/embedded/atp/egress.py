@@ -65,12 +65,18 @@ class ATPEgress:
         headers = result_address_headers(frame[:ATP_OFFSET], *action_params)
         return bytearray(headers) + frame[ATP_OFFSET:]
 
-    def apply(self, frame: bytearray, port: int, is_atp: bool) -> bytearray | None:
-        """The drop simulator (None: the copy is lost on the link out), then mark ECN from the
-        port's queue, recompute the IPv4 checksum (ATPComputeChecksum), count."""
+    def drops(self, length: int) -> bool:
+        """The drop simulator, first, for every copy the traffic manager hands to egress (a
+        flood's echo is never made), before egress looks at it: True if the copy of ``length``
+        bytes is lost on the link out (counted; not addressed, marked or sent)."""
         if self._drop_simulator.drops(self.egress_drop_threshold.cells[0]):
-            self.egress_counter.count(EGV_DROP_SIM_EGRESS, len(frame))
-            return None
+            self.egress_counter.count(EGV_DROP_SIM_EGRESS, length)
+            return True
+        return False
+
+    def apply(self, frame: bytearray, port: int, is_atp: bool) -> bytearray:
+        """For a copy the drop simulator kept: mark ECN from the port's queue, recompute the IPv4
+        checksum (ATPComputeChecksum), count."""
         threshold = self.ecn_threshold.cells[0]
         if is_atp and threshold and self.queue_depth(port) >= threshold:
             frame[FLAGS_OFFSET] |= params.FLAG_ECN

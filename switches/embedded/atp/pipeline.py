@@ -40,15 +40,16 @@ class ATPPipeline(ProgramView):
             return []
         kind, egress = decision[0], self.egress
         if kind == TO_PORT:
-            copies = [(decision[1], egress.apply(packet, decision[1], hdr is not None))]
-        elif kind == TO_GROUP:  # flood, never back out of the ingress port
-            copies = [(port, egress.apply(bytearray(packet), port, False))
-                      for _rid, port in self.traffic_manager.replicas(decision[1]) if port != in_port]
-        else:
-            assert kind == RESULT_TO_GROUP
-            copies = []
-            for rid, port in self.traffic_manager.replicas(decision[1]):
-                copy = egress.address_result(packet, decision[2], rid)
-                if copy is not None:
-                    copies.append((port, egress.apply(copy, port, True)))
-        return [(port, bytes(copy)) for port, copy in copies if copy is not None]
+            return [] if egress.drops(len(packet)) else [(decision[1], bytes(egress.apply(packet, decision[1], hdr is not None)))]
+        if kind == TO_GROUP:  # flood, never back out of the ingress port
+            return [(port, bytes(egress.apply(bytearray(packet), port, False)))
+                    for _rid, port in self.traffic_manager.replicas(decision[1]) if port != in_port and not egress.drops(len(packet))]
+        assert kind == RESULT_TO_GROUP
+        out = []
+        for rid, port in self.traffic_manager.replicas(decision[1]):
+            if egress.drops(len(packet)):
+                continue
+            copy = egress.address_result(packet, decision[2], rid)
+            if copy is not None:
+                out.append((port, bytes(egress.apply(copy, port, True))))
+        return out
