@@ -7,15 +7,17 @@ every step, the same aggregator registers at the end, and that the sequence took
 ATPIngress. ``SequenceBuilder`` writes the steps: two jobs' contributions (fresh, repeated,
 resent, ECN-, overflow- and collision-flagged) on a few aggregators, so claims, completions,
 collisions, flushes and frees are frequent; PS results (for what the switch holds, and not);
-untrusted packets; malformed ones; and ordinary traffic (known and unknown destinations, wrong
-IPv4 checksums, IPv4 options, 802.1Q tags, other EtherTypes). tests/test_atp_bmv2.py and
-tests/test_atp_ebpf.py run it on their targets.
+untrusted packets; malformed ones; ordinary traffic (known and unknown destinations, wrong
+IPv4 checksums, IPv4 options, 802.1Q tags, other EtherTypes); and contributions, results and
+ordinary frames through the drop simulator at probability 1 on ingress or on egress (the one
+deterministic setting besides 0). tests/test_atp_bmv2.py and tests/test_atp_ebpf.py run it on
+their targets.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pytest
@@ -44,8 +46,23 @@ STRANGER = Endpoint("02:00:00:00:99:99", "10.9.9.9", 1)
 """A sender sender_table does not know."""
 UDP_LENGTH_OFFSET = UDP_OFFSET + 4
 INT32 = np.iinfo(np.int32)
-Step = tuple[int, bytes, str]
-"""(ingress port, frame, what it is for the failure message)."""
+NO_LOSS = (0.0, 0.0)
+
+
+class Step(NamedTuple):
+    """One frame of a sequence: where it enters, its bytes, what it is (for the failure
+    message), and the drop simulator's (ingress, egress) probabilities while it passes."""
+
+    port: int
+    frame: bytes
+    what: str
+    drops: tuple[float, float] = NO_LOSS
+
+
+LOSSES = ((1.0, 0.0), (0.0, 1.0))
+"""A lossy step's drop probabilities: certain, so every target drops the same frames (the
+draws themselves are each target's own: Python's seeded generator, v1model's random(),
+bpf_get_prandom_u32)."""
 
 
 @dataclass
@@ -106,15 +123,15 @@ class SequenceBuilder:
         self.rounds[app_id].senders.add(w)
         flags = int(self.pick([0] * 12 + [params.FLAG_RESEND] * 3 + [params.FLAG_ECN] * 2 + [params.FLAG_OVERFLOW,
                                                                                                params.FLAG_COLLISION]))
-        step = (JOB_PORTS[app_id][0][w], self.worker_packet(app_id, w, flags), f"job {app_id} worker {w}, flags {flags:#x}")
+        step = Step(JOB_PORTS[app_id][0][w], self.worker_packet(app_id, w, flags), f"job {app_id} worker {w}, flags {flags:#x}")
         self.sent.append(step)
         return step
 
     def repeated(self) -> Step:
         if not self.sent:
             return self.contribution()
-        port, frame, what = self.pick(self.sent[-6:] if self.rng.random() < 0.75 else self.sent)
-        return port, frame, f"again: {what}"
+        port, frame, what, _ = self.pick(self.sent[-6:] if self.rng.random() < 0.75 else self.sent)
+        return Step(port, frame, f"again: {what}")
 
     def result(self) -> Step:
         held = [(self.shadow.owner(agtr), agtr) for agtr in range(AGGREGATORS)]
@@ -123,14 +140,14 @@ class SequenceBuilder:
             (app_id, seq), agtr = self.pick(held)
             flags = params.FLAG_ACK | int(self.pick([0, 0, 0, params.FLAG_COLLISION, params.FLAG_OVERFLOW]))
             frame = self.ps_packet(app_id, flags, seq=seq, agtr=agtr)
-            return JOB_PORTS[app_id][1], frame, f"result of job {app_id}'s held seq {seq}"
+            return Step(JOB_PORTS[app_id][1], frame, f"result of job {app_id}'s held seq {seq}")
         app_id = int(self.pick(list(JOB_PORTS)))
         flags = params.FLAG_ACK | int(self.pick([0] * 8 + [params.FLAG_COLLISION, params.FLAG_ECN, params.FLAG_OVERFLOW,
                                                             params.FLAG_OVERFLOW | params.FLAG_RESEND]))
         frame = self.ps_packet(app_id, flags)
         if self.rng.random() < 0.7:  # the job moves on to its next sequence, on an aggregator of its choice
             self.rounds[app_id] = Round(self.rounds[app_id].seq + 1, int(self.rng.integers(AGGREGATORS)))
-        return JOB_PORTS[app_id][1], frame, f"result of job {app_id}'s PS, flags {flags:#x}"
+        return Step(JOB_PORTS[app_id][1], frame, f"result of job {app_id}'s PS, flags {flags:#x}")
 
     def untrusted(self) -> Step:
         app_id, other = (int(x) for x in self.rng.permutation(list(JOB_PORTS)))
@@ -147,7 +164,7 @@ class SequenceBuilder:
         }
         name = str(self.pick(sorted(variants)))
         port, frame = variants[name]()
-        return port, frame, f"untrusted: {name}"
+        return Step(port, frame, f"untrusted: {name}")
 
     def malformed(self) -> Step:
         app_id = int(self.pick(list(JOB_PORTS)))
@@ -163,7 +180,7 @@ class SequenceBuilder:
             "sequence 0": lambda: self.worker_packet(app_id, 0, 0, seq=0),
         }
         name = str(self.pick(sorted(variants)))
-        return port, variants[name](), f"malformed: {name}"
+        return Step(port, variants[name](), f"malformed: {name}")
 
     def ordinary(self) -> Step:
         port = int(self.pick(ALL_PORTS))
@@ -185,16 +202,23 @@ class SequenceBuilder:
             "802.1Q-tagged IPv4/UDP": lambda: vlan_tagged(udp, int(self.rng.integers(1, 4095))),
         }
         name = str(self.pick(sorted(variants)))
-        return port, variants[name](), f"ordinary from port {port}: {name} to {dst}"
+        return Step(port, variants[name](), f"ordinary from port {port}: {name} to {dst}")
+
+    def lossy(self) -> Step:
+        """A contribution, a result or ordinary traffic through a drop simulator that drops
+        every frame on arrival, or every copy it makes on the way out."""
+        step = self.pick([self.contribution, self.contribution, self.result, self.ordinary])()
+        drops = self.pick(LOSSES)
+        return step._replace(what=f"{step.what}, drop probabilities {drops}", drops=drops)
 
     def steps(self, count: int) -> list[Step]:
         kinds = [(self.contribution, 40), (self.repeated, 10), (self.result, 18), (self.untrusted, 8), (self.malformed, 10),
-                 (self.ordinary, 14)]
+                 (self.ordinary, 14), (self.lossy, 6)]
         weights = np.array([weight for _, weight in kinds], dtype=float)
         steps = []
         for _ in range(count):
             steps.append(kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))][0]())
-            self.shadow.process(*steps[-1][:2])
+            through(self.shadow, steps[-1])
         return steps
 
 
@@ -230,9 +254,19 @@ def reference(k: int) -> EmbeddedATPSwitch:
 Outcome = tuple[list[tuple[int, bytes]], dict[str, tuple[int, int]]]
 
 
-def run(switch: ATPSwitchDriver, steps: list[Step]) -> Iterator[Outcome]:
-    for port, frame, _ in steps:
-        yield switch.process(port, frame), switch.counter_cells()
+def egress_events(counters: dict[str, tuple[int, int]]) -> int:
+    """Copies egress counted, sent or dropped by the drop simulator."""
+    return counters["EGV_SENT"][0] + counters["EGV_DROP_SIM_EGRESS"][0]
+
+
+def through(switch: ATPSwitchDriver, step: Step, egress_copies: int | None = None) -> Outcome:
+    """``step`` into ``switch``, through its drop simulator if the step is lossy (``egress_copies``:
+    what the reference's egress counted for it, ``ATPSwitchDriver.process_lossy``)."""
+    if step.drops == NO_LOSS:
+        frames = switch.process(step.port, step.frame)
+    else:
+        frames = switch.process_lossy(step.port, step.frame, step.drops, egress_copies)
+    return frames, switch.counter_cells()
 
 
 def describe(frame: bytes, k: int) -> str:
@@ -247,9 +281,13 @@ def assert_sends_and_counts_as_the_reference(target: ATPSwitchDriver, name: str,
     k = target.k
     steps = SequenceBuilder(k, seed).steps(count)
     expected_run = reference(k)
-    for index, (expected, (frames, counters)) in enumerate(zip(run(expected_run, steps), run(target, steps), strict=True)):
+    before = expected_run.counter_cells()
+    for index, step in enumerate(steps):
+        expected = through(expected_run, step)
+        frames, counters = through(target, step, egress_events(expected[1]) - egress_events(before))
+        before = expected[1]
         if (frames, counters) != expected:
-            port, frame, what = steps[index]
+            port, frame, what, _ = step
             lines = [f"seed {seed}, step {index}: port {port} sent {what} ({describe(frame, k)})", f"  bytes {frame.hex()}",
                      f"  embedded: {[(p, describe(f, k)) for p, f in expected[0]]}",
                      f"  {name}: {[(p, describe(f, k)) for p, f in frames]}"]
@@ -257,9 +295,10 @@ def assert_sends_and_counts_as_the_reference(target: ATPSwitchDriver, name: str,
                       for i, (e, g) in enumerate(zip(expected[0], frames)) if e != g]
             lines += [f"  {counter}: embedded {expected[1][counter]}, {name} {counters[counter]}"
                       for counter in counters if counters[counter] != expected[1][counter]]
-            lines += [f"  before: {steps[i][2]}" for i in range(max(0, index - 4), index)]
+            lines += [f"  before: {steps[i].what}" for i in range(max(0, index - 4), index)]
             pytest.fail(f"{name} and the embedded pipeline differ:\n" + "\n".join(lines), pytrace=False)
     for register in programming.AGGREGATOR_REGISTERS:
         assert target.control.register_read(register) == expected_run.control.register_read(register), register
     assert sum(counters[event][0] for event in params.INGRESS_EVENTS) == len(steps)
-    assert all(counters[event][0] for event in params.INGRESS_EVENTS), f"a path the sequence never took: {counters}"
+    assert all(counters[event][0] for event in (*params.INGRESS_EVENTS, "EGV_SENT", "EGV_DROP_SIM_EGRESS")), \
+        f"a path the sequence never took: {counters}"

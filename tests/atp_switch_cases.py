@@ -246,6 +246,23 @@ class SwitchCases:
         assert switch.events() == {"EV_OVERFLOW_TO_PS": 1}
 
     # 13
+    def test_the_drop_simulator_loses_frames_on_arrival_or_copies_on_the_way_out(self, switch: ATPSwitchDriver) -> None:
+        """Not a case of atp-protocol.md: the loss a network without netem emulates. At
+        probability 1 on ingress a worker's packet is lost before anything sees it (its
+        aggregator stays free); on egress every copy of a PS result is lost while the ingress
+        did its work (the aggregator is freed); each counted under SwitchML's names. Back at
+        0, nothing is lost."""
+        assert switch.process_lossy(*update(1, 0, 1, 5, vals(0)), (1.0, 0.0), 0) == []
+        assert switch.owner(5) == (0, 0)
+        assert switch.process(*update(1, 0, 1, 5, vals(0))) == []
+        assert switch.owner(5) == (1, 1)
+        assert switch.process_lossy(*result(1, 1, 5, vals(1)), (0.0, 1.0), N) == []
+        assert switch.owner(5) == (0, 0)
+        assert switch.events() == {"EV_DROP_SIM_INGRESS": 1, "EV_AGGREGATED": 1, "EV_RESULT_FREED": 1}
+        assert switch.egress_packets() == [0, 0, N]
+        assert len(switch.process(*result(1, 1, 5, vals(1)))) == N
+        assert switch.egress_packets() == [N, 0, N]
+
     def test_other_traffic_is_forwarded_by_l2(self, switch: ATPSwitchDriver) -> None:
         known = worker_endpoint(1, 1)
         switch.program_host(known.mac, 1)
@@ -254,7 +271,7 @@ class SwitchCases:
         stranger = build_frame(worker_endpoint(1, 0), Endpoint("02:00:00:00:99:99", "10.9.9.9", 53), b"?")
         assert switch.process(0, stranger) == [(port, stranger) for port in ALL_PORTS if port != 0]
         assert switch.events() == {"EV_FORWARDED": 2}
-        assert switch.egress_packets() == [1 + len(ALL_PORTS) - 1, 0]
+        assert switch.egress_packets() == [1 + len(ALL_PORTS) - 1, 0, 0]
 
     def test_packets_the_switch_cannot_trust_are_counted_and_change_nothing(self, switch: ATPSwitchDriver) -> None:
         port, frame = update(1, 0, 1, 5, vals(1))

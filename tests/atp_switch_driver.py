@@ -45,6 +45,17 @@ class ATPSwitchDriver(ABC):
         """The copies of ``frame``, received on ``in_port``, that leave: (port, bytes), by port,
         each port's in the order they left."""
 
+    def process_lossy(self, in_port: int, frame: bytes, drops: tuple[float, float], egress_copies: int | None) -> Copies:
+        """``process`` with the drop simulator at ``drops`` (ingress, egress probabilities), off
+        again after. ``egress_copies``: the copies its egress will count, sent or dropped (the
+        reference's count; None for the reference), for a target that cannot tell otherwise
+        when its egress is done with the frame (bmv2)."""
+        self.set_drop_probability(*drops)
+        try:
+            return self.process(in_port, frame)
+        finally:
+            self.set_drop_probability(0.0, 0.0)
+
     def switch_port(self, port: int) -> int:
         """The target's port number of a case's port."""
         return port
@@ -66,6 +77,9 @@ class ATPSwitchDriver(ABC):
 
     def set_ecn_threshold(self, packets: int) -> None:
         programming.set_ecn_threshold(self.control, packets)
+
+    def set_drop_probability(self, ingress: float, egress: float) -> None:
+        programming.DROP_SIMULATOR.set_probability(self.control, ingress, egress)
 
     def reset(self) -> None:
         """Fresh aggregators and counters, and no known host: as between two tests on one

@@ -127,7 +127,13 @@ class Bmv2ATPSwitch(ATPSwitchDriver):
     def _ingress_total(self) -> int:
         return sum(packets for packets, _ in self.control.counter_read(programming.EVENT_COUNTER))
 
-    def process(self, in_port: int, frame: bytes) -> Copies:
+    def _egress_total(self) -> int:
+        """Copies egress counted, sent or dropped by the drop simulator."""
+        counted = self.counters()
+        return counted["EGV_SENT"] + counted["EGV_DROP_SIM_EGRESS"]
+
+    def _send(self, in_port: int, frame: bytes) -> int:
+        """``frame`` sent, once bmv2's ingress counted it: the step's number."""
         step = self._steps
         self._steps += 1
         before = self._ingress_total()
@@ -136,6 +142,29 @@ class Bmv2ATPSwitch(ATPSwitchDriver):
         while self._ingress_total() <= before:
             assert time.monotonic() < deadline, f"step {step}: the frame never reached bmv2's ingress (no event counted)"
             time.sleep(0.001)
+        return step
+
+    def process(self, in_port: int, frame: bytes) -> Copies:
+        return self._probe(self._send(in_port, frame))
+
+    def process_lossy(self, in_port: int, frame: bytes, drops: tuple[float, float], egress_copies: int | None) -> Copies:
+        """The drop simulator stays on until egress, which runs after ingress counted the frame,
+        counted as many copies as the reference's did (sent or dropped; a target that makes
+        others is left to the comparison after WAIT_S); the probes, which it would drop too,
+        go once it is off."""
+        before = self._egress_total()
+        self.set_drop_probability(*drops)
+        try:
+            step = self._send(in_port, frame)
+            deadline = time.monotonic() + WAIT_S
+            while egress_copies is not None and self._egress_total() < before + egress_copies and time.monotonic() < deadline:
+                time.sleep(0.001)
+        finally:
+            self.set_drop_probability(0.0, 0.0)
+        return self._probe(step)
+
+    def _probe(self, step: int) -> Copies:
+        """What each port sent before the step's probes arrived."""
         probes = {sender: probe_frame(sender, step) for sender in PROBE_SENDERS}
         for sender, probe in probes.items():
             self.ports.send(sender, probe)
@@ -238,9 +267,9 @@ def test_egress_marks_ecn_from_the_depth_of_bmv2s_egress_queue(testbed: Testbed,
             is_marked = frame in marked
             assert (frame[IPV4_OFFSET + 1] & 0b11 == 0b11) == is_marked
             assert ipv4_checksum(frame, IPV4_OFFSET) == int.from_bytes(frame[IPV4_OFFSET + 10:IPV4_OFFSET + 12], "big")
-        assert switch.egress_packets() == [BURST, len(marked)]
+        assert switch.egress_packets() == [BURST, len(marked), 0]
 
         switch.set_ecn_threshold(0)
         frames = send_burst(switch, 1 + BURST)
         assert len(frames) == BURST and not any(decode_payload(f[ATP_OFFSET:], K)[0].flags & params.FLAG_ECN for f in frames)
-        assert switch.egress_packets() == [2 * BURST, len(marked)]
+        assert switch.egress_packets() == [2 * BURST, len(marked), 0]

@@ -162,16 +162,22 @@ def test_atp_jobs_sharing_one_pool_collide_and_stay_exact(tmp_path: Path, built:
     assert sum(server.core.stats.partial_sums for server in built["servers"]) > 0
 
 
-def test_atp_on_lossy_links_resends_and_stays_exact(tmp_path: Path) -> None:
-    assert sweep(tmp_path / "run", "methods=[atp]", "topology.link.loss=0.01") == 0
+@pytest.mark.parametrize(("requested", "mechanism"), [("auto", "simulated_link_loss"), ("switch", "switch_drop_simulator")])
+def test_atp_on_lossy_links_resends_and_stays_exact(tmp_path: Path, requested: str, mechanism: str) -> None:
+    """Loss on the links themselves, or from the switch program's drop simulator as emulation
+    without netem has it (``loss_mechanism: switch``), which ATP's program has too."""
+    assert sweep(tmp_path / "run", "methods=[atp]", "topology.link.loss=0.01", f"loss_mechanism={requested}") == 0
     runs = pd.read_csv(tmp_path / "run" / "runs.csv")
     assert runs["verified"].all() and runs["retransmissions"].sum() > 0
+    assert set(runs["loss_mechanism"]) == {mechanism}
     own = pd.read_csv(tmp_path / "run" / "protocol_counters.csv")
     workers = counts(own, role="worker")
     assert workers["resends_gap"] + workers["resends_timeout"] == runs["retransmissions"].sum()
     switch = counts(pd.read_csv(tmp_path / "run" / "switch_counters.csv"))
     assert switch["EV_RESEND_FLUSHED"] + switch["EV_RESEND_PASSED"] > 0, "the switch took the resends"
     assert counts(own, role="server")["partial_sums"] > 0, "the PS finished what loss left partial"
+    dropped = switch["EV_DROP_SIM_INGRESS"] + switch["EGV_DROP_SIM_EGRESS"]
+    assert dropped > 0 if mechanism == "switch_drop_simulator" else dropped == 0
 
 
 def test_a_tree_is_refused_in_one_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -60,7 +60,7 @@ def test_egress_marks_ecn_from_the_queue_it_is_given() -> None:
     assert not decode(calm)[0].flags & params.FLAG_ECN and calm[IPV4_OFFSET + 1] & 0b11 == 0
     assert decode(congested)[0].flags & params.FLAG_ECN and congested[IPV4_OFFSET + 1] & 0b11 == 0b11
     assert ipv4_checksum(congested, IPV4_OFFSET) == int.from_bytes(congested[IPV4_OFFSET + 10:IPV4_OFFSET + 12], "big")
-    assert switch.egress_packets() == [2, 1]
+    assert switch.egress_packets() == [2, 1, 0]
 
 
 def test_the_ps_sends_a_stored_result_again_byte_for_byte() -> None:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pytest
 
 from protocol.switchml import params as switchml_params
+from switches import drop_simulator
 from switches.switchml import programming
 from switches.bmv2 import compile as p4compile
 from switches.bmv2.switchml.program import PROGRAM
@@ -384,7 +385,7 @@ def test_programming_a_running_simple_switch(tmp_path: Path, compiled_json: Path
             sizes = {name: table.size for name, table in control.schema.tables.items()}
             assert sizes == {name: table.size for name, table in SwitchMLPipeline(K, 16).schema().tables.items()}
             programming.set_drop_probability(control, 0.5, 0.0)
-            assert control.register_read(programming.INGRESS_DROP_THRESHOLD, 0) == programming.probability_threshold(0.5)
+            assert control.register_read(programming.INGRESS_DROP_THRESHOLD, 0) == drop_simulator.probability_threshold(0.5)
             control.register_write(programming.BITMAP_REGISTER, 3, 0b11)
             assert control.register_read(programming.BITMAP_REGISTER)[3] == 0b11  # type: ignore[index]
             programming.reset_aggregation_state(control, K)

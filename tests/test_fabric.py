@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from protocol.switchml import params
+from switches import drop_simulator
 from switches.switchml import programming
 from switches.fabric import Fabric, Leaf, SharedJob, Station, jobs_sharing
 from switches.switchml.programming import program_fabric
@@ -104,7 +105,7 @@ def test_other_switches_pass_switchml_through_and_drop_rates_are_set() -> None:
     program_fabric(controls, flat, job(1, 32))
     assert ("table_set_default", (programming.WORKER_TABLE, "forward_as_ordinary", (), ())) in controls["s2"].calls
     assert not table_adds(controls["s2"], programming.WORKER_TABLE)
-    half = programming.probability_threshold(0.5)
+    half = drop_simulator.probability_threshold(0.5)
     assert ("register_write", (programming.INGRESS_DROP_THRESHOLD, 0, half)) in controls["s3"].calls
     assert len(table_adds(controls["s1"], programming.WORKER_TABLE)) == 4
 

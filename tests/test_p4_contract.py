@@ -19,6 +19,7 @@ import pytest
 
 from protocol import packet, params
 from protocol.switchml import packet as switchml_packet, params as switchml_params
+from switches import drop_simulator
 from switches.switchml import programming
 from switches.control import MatchValue, ProgramSchema, SwitchControl
 from switches.embedded.switchml.pipeline import SwitchMLPipeline
@@ -240,9 +241,9 @@ def test_documented_drop_threshold_is_the_one_programmed(document: Path) -> None
     for formula in formulas:
         for probability in (0.0, 1e-6, 0.01, 0.5, 1.0):
             documented = eval(formula.replace("^", "**"), {"__builtins__": {}, "round": round, "p": probability})
-            assert documented == programming.probability_threshold(probability), (formula, probability)
-    assert programming.probability_threshold(0.0) == 0
-    assert programming.probability_threshold(1.0) == programming.DROP_DRAW_MAX + 1  # above every draw
+            assert documented == drop_simulator.probability_threshold(probability), (formula, probability)
+    assert drop_simulator.probability_threshold(0.0) == 0
+    assert drop_simulator.probability_threshold(1.0) == drop_simulator.DROP_DRAW_MAX + 1  # above every draw
 
 
 # --------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ and their near misses (other addresses, replies, other ICMP, fragments, cut fram
 ordinary traffic: IPv4 with right and wrong header
 checksums, with options, with odd version or ihl fields, cut inside its headers, with
 trailing bytes, other etherTypes, 802.1Q, 802.1ad and double-tagged frames (tagged
-updates too). It runs the sequence on the embedded switch (the reference) and on the
+updates too); and some of those through the drop simulator at probability 1, on ingress or on
+egress (the one deterministic setting besides 0, and each target's own random draws could not
+be compared), which is off again before the step's probes. It runs the sequence on the embedded switch (the reference) and on the
 compared target in turn, on the same namespaces, from a fresh switch, and compares step by
 step; once on a switch that drops unknown senders' updates and once on one that forwards
 them as ordinary traffic (pass-through).
@@ -110,13 +112,21 @@ SEQ_MASK = (1 << 32) - 1
 T = TypeVar("T")
 
 
+NO_LOSS = (0.0, 0.0)
+LOSSES = ((1.0, 0.0), (0.0, 1.0))
+"""A lossy step's drop probabilities (ingress, egress): certain, so every target drops the same
+frames (the draws themselves are each target's own and cannot be compared)."""
+
+
 @dataclass(frozen=True)
 class Step:
-    """One frame of the sequence: who sends it, what it is (for the failure message), its bytes."""
+    """One frame of the sequence: who sends it, what it is (for the failure message), its bytes,
+    and the drop simulator's (ingress, egress) probabilities while it passes."""
 
     sender: int
     what: str
     frame: bytes
+    drops: tuple[float, float] = NO_LOSS
 
 
 @dataclass(frozen=True)
@@ -352,6 +362,14 @@ class SequenceBuilder:
     def tci(self) -> int:
         return int(self.rng.integers(1 << 16))
 
+    def lossy(self) -> Step:
+        """An update, a result from above, ordinary traffic or a request to the switch's own
+        address through a drop simulator that drops every frame on arrival, or every copy on
+        the way out (the answer to a request too)."""
+        step = self.pick([self.new_update, self.new_update, self.result_from_above, self.ordinary, self.own_address])()
+        drops = self.pick(LOSSES)
+        return dataclasses.replace(step, what=f"{step.what}, drop probabilities {drops}", drops=drops)
+
     def steps(self, count: int) -> list[Step]:
         """``count`` steps, each of a kind drawn with these weights."""
         kinds: list[tuple[Callable[[], Step], int]] = [
@@ -366,6 +384,7 @@ class SequenceBuilder:
             (self.malformed, 14),
             (self.ordinary, 26),
             (self.own_address, 6),
+            (self.lossy, 5),
         ]
         weights = np.array([weight for _, weight in kinds], dtype=float)
         return [kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))][0]() for _ in range(count)]
@@ -416,6 +435,20 @@ def ingress_events(counters: dict[str, int]) -> int:
     return sum(counters[name] for name in switchml_params.INGRESS_EVENTS)
 
 
+def egress_events(counters: dict[str, int]) -> int:
+    """Copies egress counted, sent or dropped by the drop simulator."""
+    return counters["EGV_SENT"] + counters["EGV_DROP_SIM_EGRESS"]
+
+
+def wait_for_egress(control: SwitchControl, copies: int) -> None:
+    """Until egress counted ``copies`` (the reference's count after the step), or WAIT_S: bmv2's
+    egress runs after its ingress counted the frame. A target that makes other copies is left to
+    the comparison."""
+    deadline = time.monotonic() + WAIT_S
+    while egress_events(programming.read_event_counters(control)) < copies and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def wait_for_ingress(control: SwitchControl, events_before: int, target: str, step: int) -> None:
     """Until the ingress event counter counted the step's frame."""
     deadline = time.monotonic() + WAIT_S
@@ -445,12 +478,20 @@ def collect(ports: SwitchPorts, probes: dict[int, bytes], target: str, step: int
 
 
 def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], target: str, reference: list[Outcome] | None) -> list[Outcome]:
-    """Every step in lock-step; with a reference run, each step waits for its learning state."""
+    """Every step in lock-step; with a reference run, each step waits for its learning state,
+    and a lossy one for its egress to count the reference's copies before the drop simulator is
+    turned off."""
     outcomes: list[Outcome] = []
     events = ingress_events(programming.read_event_counters(control))
     for index, step in enumerate(steps):
+        if step.drops != NO_LOSS:
+            programming.set_drop_probability(control, *step.drops)
         ports.send(step.sender, step.frame)
         wait_for_ingress(control, events, target, index)
+        if step.drops != NO_LOSS:  # off again before the probes, once egress is done with the frame
+            if reference is not None:
+                wait_for_egress(control, egress_events(reference[index].counters))
+            programming.set_drop_probability(control, *NO_LOSS)
         probes = {sender: probe_frame(sender, index) for sender in PROBE_SENDERS}
         for sender, probe in probes.items():
             ports.send(sender, probe)
@@ -535,3 +576,4 @@ def test_target_sends_and_counts_what_the_embedded_switch_does(target: str, test
     difference = first_difference(seed, steps, runs)
     if difference is not None:
         pytest.fail("the targets differ:\n" + difference, pytrace=False)
+    assert embedded[-1].counters["EV_DROP_SIM_INGRESS"] and embedded[-1].counters["EGV_DROP_SIM_EGRESS"], "no lossy step"

@@ -82,14 +82,18 @@ INGRESS_EVENTS: tuple[str, ...] = (
     "EV_DROP_UNKNOWN_SENDER",
     "EV_DROP_WRONG_JOB",
     "EV_FORWARDED",
+    "EV_DROP_SIM_INGRESS",
 )
 """What happened to each packet: ATPIngress.event_counter's cells in index order (checked
 against constants.p4 at import). Every frame the ingress takes counts under exactly one.
 Collisions, full sums (EV_FULL_TO_PS), partial sums (EV_RESEND_FLUSHED) and resends by cause
-(flushed, passed) are the ATP metrics beyond SwitchML's."""
+(flushed, passed) are the ATP metrics beyond SwitchML's; the drop simulator's drops
+(EV_DROP_SIM_INGRESS, EGV_DROP_SIM_EGRESS) carry SwitchML's names, so a run's emulated
+losses read alike for both."""
 EVENT = MappingProxyType({name: index for index, name in enumerate(INGRESS_EVENTS)})
-EGRESS_EVENTS: tuple[str, ...] = ("EGV_SENT", "EGV_ECN_MARKED")
-"""ATPEgress.egress_counter's cells: every departing copy, and those it marked."""
+EGRESS_EVENTS: tuple[str, ...] = ("EGV_SENT", "EGV_ECN_MARKED", "EGV_DROP_SIM_EGRESS")
+"""ATPEgress.egress_counter's cells: every departing copy, those it marked, and the copies
+the drop simulator dropped instead of sending."""
 EGRESS_EVENT = MappingProxyType({name: index for index, name in enumerate(EGRESS_EVENTS)})
 
 DEFAULT_ECN_THRESHOLD: int = P4_CONSTANTS["ATP_DEFAULT_ECN_THRESHOLD"]

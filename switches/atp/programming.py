@@ -23,6 +23,7 @@ from base.yamlschema import ConfigError
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
 from switches.control import ControlPlaneError, SwitchControl
+from switches.drop_simulator import DropSimulator
 from switches.fabric import Fabric, FabricJob
 
 INGRESS = "ATPIngress"
@@ -38,6 +39,9 @@ EVENT_COUNTER = f"{INGRESS}.event_counter"
 EGRESS_COUNTER = f"{EGRESS}.egress_counter"
 AGGREGATOR_REGISTERS = tuple(f"{INGRESS}.{name}" for name in ("owner_app", "owner_seq", "bitmap", "count", "ecn"))
 """An aggregator's owner tag and state; its values need no reset (the first contributor writes)."""
+DROP_SIMULATOR = DropSimulator(INGRESS, EGRESS)
+"""ATPIngress's step 0 and ATPEgress's first step, named and programmed as SwitchML's
+(switches/drop_simulator.py): a lossy network without netem sets it from ``Fabric.drop_rates``."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,9 @@ def set_ecn_threshold(control: SwitchControl, packets: int = params.DEFAULT_ECN_
 
 def reset_pool(control: SwitchControl) -> None:
     """Every aggregator free and zeroed (its values too) and both counters at 0: a switch as
-    it started, between tests or runs (the tables stay)."""
-    control.registers_reset([name for name in control.schema.registers if name.startswith(f"{INGRESS}.")])
+    it started, between tests or runs (the tables and the drop simulator's thresholds stay)."""
+    control.registers_reset([name for name in control.schema.registers
+                             if name.startswith(f"{INGRESS}.") and name != DROP_SIMULATOR.ingress_threshold])
     control.counter_reset(EVENT_COUNTER)
     control.counter_reset(EGRESS_COUNTER)
 
@@ -119,7 +124,8 @@ def read_event_counters(control: SwitchControl) -> dict[str, int]:
 def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: Sequence[FabricJob]) -> None:
     """ATP's record's ``program_fabric``: the aggregating switch of a star programmed for every
     job (its workers' hosts in rank order, its parameter server its first server host), with
-    the flood group and an ``l2_table`` entry for every host and server. A switch between a
+    the flood group, an ``l2_table`` entry for every host and server, and its drop simulator
+    at the fabric's rates where the links' loss is the switch's to emulate. A switch between a
     worker and the aggregating one would drop its packets (ATP's program passes no other job's
     ATP traffic), so a fabric with leaves is refused, naming them, in one line: a ConfigError,
     before any job runs."""
@@ -131,6 +137,7 @@ def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: 
     program_flood(control, fabric.ports[switch])
     for station in (*fabric.hosts, *fabric.servers):
         program_host(control, station.mac, fabric.towards[switch, station.name])
+    DROP_SIMULATOR.program_drop_rates(control, fabric, switch)
 
     def host(name: str) -> Host:
         station = fabric.host(name)

@@ -37,6 +37,7 @@ from switches.control import (
     parse_value,
     table_full_error,
 )
+from switches.drop_simulator import INGRESS_DROP_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,6 @@ THRIFT_TIMEOUT_S = 30.0
 """Longest a control-plane call may take (resetting every register of a 512-slot build
 takes well under a second); beyond it simple_switch is hung, and the call fails."""
 
-INGRESS_DROP_THRESHOLD = ".ingress_drop_threshold"
-"""How a program's drop simulator names its ingress threshold (one cell), after its ingress
-control's name (docs/dataplane.md, the ingress's step 1); a program without one has no gate."""
 INGRESS_CLOSED = 0xFFFFFFFF
 """The ingress drop threshold no draw is below (v1model's random() gives 0..0xFFFFFFFE): every packet dropped."""
 INGRESS_DRAIN_S = 0.02
@@ -259,10 +257,10 @@ class Bmv2Control(SwitchControl):
         the threshold is back to what it was; a packet past step 1 when the gate shut has
         INGRESS_DRAIN_S to leave the pipeline. Their senders resend them, as after a loss.
         The embedded and eBPF switches reset a cell at a time under the lock their
-        pipelines take, so they need no gate; nor can a program without a drop simulator
-        (ATP's) close its ingress: its registers are reset one after the other, while no
-        job sends."""
-        gates = [name for name in self.schema.registers if name.endswith(INGRESS_DROP_THRESHOLD)]
+        pipelines take, so they need no gate. SwitchML's and ATP's programs both have the
+        drop simulator (switches/drop_simulator.py) first in their ingress; a program
+        without one would have its registers reset one after the other, while no job sends."""
+        gates = [name for name in self.schema.registers if name.endswith(f".{INGRESS_DROP_THRESHOLD}")]
         if not gates:
             super()._registers_reset(registers)
             return

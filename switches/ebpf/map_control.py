@@ -31,6 +31,7 @@ from switches.control import (
     mc_node_missing_error,
     table_full_error,
 )
+from switches.drop_simulator import EGRESS_DROP_THRESHOLD, INGRESS_DROP_THRESHOLD, DropSimulator
 from switches.ebpf.bpf import BPF_EXIST, BPF_NOEXIST, BpfMap
 
 MC_GROUP_MAP = "mc_group"
@@ -56,6 +57,12 @@ class Threshold(ctypes.Structure):
     """A one-cell register of 32 bits (struct threshold)."""
 
     _fields_ = [("value", ctypes.c_uint32)]
+
+
+def drop_threshold_maps(drop_simulator: DropSimulator) -> dict[str, str]:
+    """A program's drop-simulator registers (its P4 names) -> tc_switch.h's maps of them, which
+    every program of the target has."""
+    return {drop_simulator.ingress_threshold: INGRESS_DROP_THRESHOLD, drop_simulator.egress_threshold: EGRESS_DROP_THRESHOLD}
 
 
 class MacKey(ctypes.Structure):
@@ -134,13 +141,16 @@ MC = multicast(SHARED_DEFINES["MC_MAX_NODES"], SHARED_DEFINES["MC_MAX_REPLICAS"]
 
 
 class MapControl(SwitchControl):
-    """Tables, multicast and counters over a program's maps (opened by id); a subclass gives
-    its ``tables`` and ``counters`` and implements the registers (the multicast maps are
-    tc_switch.h's, the same in every program)."""
+    """Tables, multicast, counters and one-cell registers over a program's maps (opened by
+    id); a subclass gives its ``tables``, ``counters`` and ``thresholds`` and implements its
+    other registers (the multicast maps are tc_switch.h's, the same in every program)."""
 
     tables: ClassVar[Mapping[str, TableLayout]]
     counters: ClassVar[Mapping[str, str]]
     """P4 counter name -> its map."""
+    thresholds: ClassVar[Mapping[str, str]]
+    """P4 name of a one-cell register (the drop simulator's thresholds, ATP's ecn_threshold) ->
+    its map, of one struct threshold."""
     mc: ClassVar[Multicast] = MC
 
     def __init__(self, map_ids: Mapping[str, int], layouts: Mapping[str, tuple[type, type]], what: str,
@@ -178,6 +188,14 @@ class MapControl(SwitchControl):
                 "disagree, or the program was built for another k"
             )
         return bpf_map
+
+    # -- one-cell registers -------------------------------------------------------------------
+
+    def _threshold_read(self, register: str) -> list[int]:
+        return [Threshold.from_buffer_copy(self._maps[self.thresholds[register]].lookup(ZERO)).value]
+
+    def _threshold_write(self, register: str, value: int) -> None:
+        self._maps[self.thresholds[register]].update(ZERO, bytes(Threshold(value)))
 
     # -- tables -----------------------------------------------------------------------------
 

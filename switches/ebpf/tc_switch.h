@@ -1,8 +1,9 @@
 /*
  * tc_switch.h -- what every TC program of the eBPF target shares (switchml/switchml.bpf.c,
  * atp/atp.bpf.c), whatever protocol it aggregates: the traffic manager's multicast maps and
- * their limits, the switch's port wiring, the counter and threshold cells, and the helpers
- * for MAC keys, the IPv4 header checksum and sending a frame to a port.
+ * their limits, the switch's port wiring, the counter and threshold cells, the drop
+ * simulator (its two threshold maps and its draw), and the helpers for MAC keys, the IPv4
+ * header checksum and sending a frame to a port.
  *
  * The control plane's side of the same layouts is switches/ebpf/map_control.py (tables,
  * multicast groups, counters) and switches/ebpf/loader.py (the port wiring), which read the
@@ -43,6 +44,49 @@ struct counter_cell {
 struct threshold {
 	__u32 value;
 };
+
+/* ---- drop simulator ---------------------------------------------------------------------- */
+
+/* Loss where the kernel has no netem: every program's ingress drops a frame on arrival, and
+ * its egress a copy about to leave, when random(draw, 0, 0xFFFFFFFE) is below the threshold
+ * (<Ingress>.ingress_drop_threshold, <Egress>.egress_drop_threshold; switches/drop_simulator.py). */
+#define DROP_DRAW_VALUES 0xFFFFFFFF /* random(draw, 0, 0xFFFFFFFE): 2^32 - 1 values */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct threshold);
+} ingress_drop_threshold SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct threshold);
+} egress_drop_threshold SEC(".maps");
+
+/* A drop simulator's threshold now (0, never dropping, if the map has none). */
+static __always_inline __u32 drop_threshold(void *threshold_map)
+{
+	__u32 zero = 0;
+	struct threshold *threshold = bpf_map_lookup_elem(threshold_map, &zero);
+
+	return threshold ? threshold->value : 0;
+}
+
+/* random(meta.drop_draw, 0, 0xFFFFFFFE) < threshold: 1 to drop. Threshold 0 never drops and
+ * draws nothing; the draws cannot be seeded. */
+static __always_inline int drop_draw(__u32 threshold)
+{
+	return threshold != 0 && bpf_get_prandom_u32() % DROP_DRAW_VALUES < threshold;
+}
+
+/* The drop simulator of either side, for one frame: drop_draw against the map's threshold. */
+static __always_inline int drop_simulator(void *threshold_map)
+{
+	return drop_draw(drop_threshold(threshold_map));
+}
 
 /* ---- traffic manager ------------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
-"""The drop simulator's random draw, shared by ingress and egress.
+"""The drop simulator's random draw, shared by ingress and egress, of every protocol's pipeline.
 
 v1model's ``random(draw, 0, 0xFFFFFFFE)`` is uniform over 2^32 - 1 values and a packet is
-dropped when ``draw < threshold``; switches/switchml/programming.py turns a probability p into
+dropped when ``draw < threshold``; switches/drop_simulator.py turns a probability p into
 round(p * (2^32 - 1)), so p = 1 drops every packet and p = 0 none. A seeded generator
 makes a run repeatable (``--seed``).
 """

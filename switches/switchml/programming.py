@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 from protocol.switchml import params
 from protocol.worker_spec import SwitchMLParameters
 from switches.control import SLOT_REGISTER, SwitchControl
+from switches.drop_simulator import DropSimulator
 from switches.fabric import AdmissionError, Fabric, FabricJob, Leaf, Station, partition_slots
 
 INGRESS = "SwitchMLIngress"
@@ -55,15 +56,15 @@ def aggregation_registers(k: int) -> tuple[str, ...]:
     return (*value_registers(k), BITMAP_REGISTER, COUNT_REGISTER, EXPONENT_REGISTER, SEQ_REGISTER)
 
 
-INGRESS_DROP_THRESHOLD = f"{INGRESS}.ingress_drop_threshold"
-EGRESS_DROP_THRESHOLD = f"{EGRESS}.egress_drop_threshold"
+DROP_SIMULATOR = DropSimulator(INGRESS, EGRESS)
+"""SwitchMLIngress's step 1 and SwitchMLEgress's step 3 (switches/drop_simulator.py)."""
+INGRESS_DROP_THRESHOLD = DROP_SIMULATOR.ingress_threshold
+EGRESS_DROP_THRESHOLD = DROP_SIMULATOR.egress_threshold
 """One cell each: a packet is dropped when a uniform draw in [0, 2^32 - 2] is below it."""
+set_drop_probability = DROP_SIMULATOR.set_probability
 
 EVENT_COUNTER = f"{INGRESS}.event_counter"
 EGRESS_COUNTER = f"{EGRESS}.egress_counter"
-
-DROP_DRAW_MAX = 0xFFFFFFFE
-"""Largest value v1model's random(draw, 0, 0xFFFFFFFE) returns."""
 
 
 @dataclass(frozen=True)
@@ -150,13 +151,6 @@ def admit_jobs(requests: Sequence[JobRequest], max_pool_size: int, first_mcast_g
     ]
 
 
-def probability_threshold(probability: float) -> int:
-    """Drop-simulator threshold for a drop probability in [0, 1]."""
-    if not 0.0 <= probability <= 1.0:
-        raise ValueError(f"drop probability must be within [0, 1], got {probability}")
-    return round(probability * (DROP_DRAW_MAX + 1))
-
-
 def program_forwarding(control: SwitchControl, ports: Sequence[int], l2_entries: Mapping[str, int]) -> None:
     """Ordinary traffic: static L2 entries for known MACs, flood group over all ports.
 
@@ -223,12 +217,6 @@ def program_pass_through(control: SwitchControl) -> None:
     control.table_set_default(WORKER_TABLE, "forward_as_ordinary")
 
 
-def set_drop_probability(control: SwitchControl, ingress: float, egress: float) -> None:
-    """Loss without netem: the switch's drop simulator, per packet, on ingress and egress."""
-    control.register_write(INGRESS_DROP_THRESHOLD, 0, probability_threshold(ingress))
-    control.register_write(EGRESS_DROP_THRESHOLD, 0, probability_threshold(egress))
-
-
 def reset_aggregation_state(control: SwitchControl, k: int) -> None:
     """Clear every slot so the next job starts from empty bitmaps (state outlives a job).
 
@@ -287,8 +275,7 @@ def program_fabric(controls: Mapping[str, SwitchControl], fabric: Fabric, jobs: 
         program_forwarding(control, fabric.ports[switch], fabric.l2_entries(switch))
         own = fabric.own_station(switch)
         program_switch_address(control, own.mac, own.ipv4)
-        if fabric.drop_rates is not None:
-            set_drop_probability(control, *fabric.drop_rates[switch])
+        DROP_SIMULATOR.program_drop_rates(control, fabric, switch)
 
 
 def _job_requests(fabric: Fabric, jobs: Sequence[FabricJob]) -> list[JobRequest]:

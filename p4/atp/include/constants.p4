@@ -79,11 +79,13 @@
 #define EV_DROP_UNKNOWN_SENDER 11 /* (ingress port, source IPv4) not in sender_table */
 #define EV_DROP_WRONG_JOB 12      /* another job's app_id, another worker's bit, a worker's ACK, a PS's non-result */
 #define EV_FORWARDED 13           /* ordinary (non-ATP) traffic forwarded */
-#define EV_COUNT 14
+#define EV_DROP_SIM_INGRESS 14    /* dropped by the ingress drop simulator (SwitchML's name) */
+#define EV_COUNT 15
 
 /* Indices into ATPEgress.egress_counter. */
 #define EGV_SENT 0                /* every copy leaving the switch */
 #define EGV_ECN_MARKED 1          /* those of them egress marked */
-#define EGV_COUNT 2
+#define EGV_DROP_SIM_EGRESS 2     /* dropped by the egress drop simulator instead (SwitchML's name) */
+#define EGV_COUNT 3
 
 #endif

@@ -1,6 +1,6 @@
 /*
- * egress.p4 -- ATPEgress: each worker's copy of a PS result addressed to it, flood echoes
- * pruned, ECN marked from the egress queue's depth, departures counted
+ * egress.p4 -- ATPEgress: flood echoes pruned, the drop simulator, each worker's copy of a PS
+ * result addressed to it, ECN marked from the egress queue's depth, departures counted
  * (docs/dataplane-atp.md, ATPEgress).
  *
  * ECN comes from the queue bmv2 really has: standard_metadata.deq_qdepth, the packets left
@@ -22,8 +22,10 @@ control ATPEgress(inout headers_t hdr,
 
     /* Queue depth (packets) at which an ATP packet is marked; 0 turns marking off. */
     register<bit<32>>(1) ecn_threshold;
-    /* Copies leaving / marked, indexed by the EGV_* constants. */
+    /* Copies leaving / marked / dropped by the simulator, indexed by the EGV_* constants. */
     counter(EGV_COUNT, CounterType.packets_and_bytes) egress_counter;
+    /* Like ATPIngress.ingress_drop_threshold, for the link out of the switch. */
+    register<bit<32>>(1) egress_drop_threshold;
 
     action drop() {
         mark_to_drop(standard_metadata);
@@ -54,13 +56,23 @@ control ATPEgress(inout headers_t hdr,
 
     apply {
         bool dropped = false;
-        if (meta.is_result == 1) {
-            if (!worker_addr_table.apply().hit) {
-                dropped = true;
-            }
-        } else if (meta.is_flood == 1 && standard_metadata.egress_port == meta.ingress_port) {
+        if (meta.is_flood == 1 && standard_metadata.egress_port == meta.ingress_port) {
+            /* A flooded copy back out of the port it came in on: never made. */
             drop();
             dropped = true;
+        } else {
+            /* The drop simulator, first, for every copy (before worker_addr_table, as on
+             * every ATP target: docs/dataplane-atp.md). */
+            bit<32> egress_threshold;
+            egress_drop_threshold.read(egress_threshold, 0);
+            random(meta.drop_draw, (bit<32>)0, (bit<32>)0xFFFFFFFE);
+            if (meta.drop_draw < egress_threshold) {
+                drop();
+                egress_counter.count(EGV_DROP_SIM_EGRESS);
+                dropped = true;
+            } else if (meta.is_result == 1 && !worker_addr_table.apply().hit) {
+                dropped = true;
+            }
         }
         if (!dropped) {
             bit<32> threshold;

@@ -89,6 +89,7 @@ struct metadata_t {
     bit<1>  is_result;    /* a PS result's copy: egress addresses it to worker egress_rid */
     bit<1>  is_flood;     /* a flooded copy: never back out of its ingress port */
     bit<9>  ingress_port; /* for that pruning in egress */
+    bit<32> drop_draw;    /* random draw of the drop simulator (ingress and egress) */
 }
 
 #define SENDER_UNKNOWN 0

@@ -1,6 +1,7 @@
 /*
- * ingress.p4 -- ATPIngress: the sender check, the shared aggregator pool, PS results freeing
- * it, and L2 forwarding of everything else (docs/dataplane-atp.md, ATPIngress, steps 1-8, R).
+ * ingress.p4 -- ATPIngress: the drop simulator, the sender check, the shared aggregator pool,
+ * PS results freeing it, and L2 forwarding of everything else (docs/dataplane-atp.md,
+ * ATPIngress, steps 0-8, R).
  *
  * Every register holds ATP_POOL_SIZE cells, one per aggregator, indexed by hdr.atp.agtr.
  * Isolation rests on the owner tag (owner_app, owner_seq): no packet adds into an
@@ -32,6 +33,9 @@ control ATPIngress(inout headers_t hdr,
     register<bit<32>>(ATP_POOL_SIZE) ecn;
     /* What happened to each packet, indexed by the EV_* constants (packets and bytes). */
     counter(EV_COUNT, CounterType.packets_and_bytes) event_counter;
+    /* The drop simulator's, as SwitchMLIngress's: drop probability p as round(p * (2^32 - 1)),
+     * a draw in [0, 2^32 - 2] below it drops. */
+    register<bit<32>>(1) ingress_drop_threshold;
 
     /* value_00 .. value_{k-1} and contribute_values(): generated per k (p4/atp/gen_elements.py). */
 #include <elements.p4>
@@ -201,6 +205,17 @@ control ATPIngress(inout headers_t hdr,
 
     apply {
         meta.ingress_port = standard_metadata.ingress_port;
+
+        /* 0. Drop simulator: loss on the link into the switch, for every frame. */
+        bit<32> ingress_threshold;
+        ingress_drop_threshold.read(ingress_threshold, 0);
+        random(meta.drop_draw, (bit<32>)0, (bit<32>)0xFFFFFFFE);
+        if (meta.drop_draw < ingress_threshold) {
+            mark_to_drop(standard_metadata);
+            event_counter.count(EV_DROP_SIM_INGRESS);
+            return;
+        }
+
         meta.event = EV_DROP_MALFORMED;
         bool atp_port = hdr.udp.isValid() && hdr.udp.dstPort & ATP_UDP_PORT_MASK == ATP_UDP_PORT_BASE;
         if (!atp_port) {

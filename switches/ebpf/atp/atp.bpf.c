@@ -7,10 +7,11 @@
  * docs/dataplane-atp.md ("ATPIngress"). One program runs the whole pipeline for a frame:
  *
  *   ATPParser             parse()
- *   ATPIngress            atp_ingress(), steps 1-8 and R (aggregate() and result() under
+ *   ATPIngress            atp_ingress(), steps 0-8 and R (aggregate() and result() under
  *                         the aggregator's lock)
  *   traffic manager       multicast_result(), flood(): one bpf_clone_redirect per copy
- *   ATPEgress             egress_*(), per copy: worker_addr_table, the phantom queue's ECN
+ *   ATPEgress             egress_*(), per copy: the drop simulator, worker_addr_table, the
+ *                         phantom queue's ECN
  *   ATPComputeChecksum    ipv4_checksum()
  *
  * Concurrency: the kernel runs this program on every core at once. A packet's
@@ -30,8 +31,8 @@
  * been counted at egress, so a reader who sees the event sees the frame's copies counted.
  *
  * What every program of the target shares (the multicast maps, the port wiring, the
- * counter cells, mac_key, ipv4_checksum, to_port) is in ../tc_switch.h, as SwitchML's
- * switchml.bpf.c uses it.
+ * counter cells, the drop simulator's maps and draw, mac_key, ipv4_checksum, to_port) is in
+ * ../tc_switch.h, as SwitchML's switchml.bpf.c uses it.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -255,9 +256,21 @@ static __always_inline int phantom_queue_join(__u32 port, __u32 wire_bytes, int 
 	return marked;
 }
 
-/* ATPEgress.apply for a copy whose headers (up to atp_h for an ATP copy) are in hdr:
- * phantom queue and ECN, the IPv4 checksum, the egress counter; the headers are written
- * into the frame. 0 if they could not be. */
+/* ATPEgress's drop simulator, first, for every copy the traffic manager hands to egress
+ * (a flood's echo is never made), before egress looks at it: 1 if the copy is dropped
+ * (counted; it is not addressed, marked or sent, and joins no phantom queue). Its threshold
+ * is read once per frame (drop_threshold(&egress_drop_threshold)), before the copies. */
+static __always_inline int egress_dropped(__u32 drop_threshold, __u32 wire_bytes)
+{
+	if (!drop_draw(drop_threshold))
+		return 0;
+	count(&egress_counter, ATP_EGV_DROP_SIM_EGRESS, wire_bytes);
+	return 1;
+}
+
+/* The rest of ATPEgress.apply for a copy the drop simulator kept, whose headers (up to atp_h
+ * for an ATP copy) are in hdr: phantom queue and ECN, the IPv4 checksum, the egress
+ * counter; the headers are written into the frame. 0 if they could not be. */
 static __always_inline int egress_atp(struct __sk_buff *skb, struct headers *hdr, __u32 port)
 {
 	if (phantom_queue_join(port, ATP_FRAME_BYTES, 1)) {
@@ -272,7 +285,8 @@ static __always_inline int egress_atp(struct __sk_buff *skb, struct headers *hdr
 	return 1;
 }
 
-/* ATPEgress.apply for ordinary traffic (its checksum is fixed once, in l2_forward). */
+/* The rest of ATPEgress.apply for ordinary traffic the drop simulator kept (its checksum is
+ * fixed once, in l2_forward). */
 static __always_inline void egress_ordinary(__u32 port, __u32 wire_bytes)
 {
 	phantom_queue_join(port, wire_bytes, 0);
@@ -291,7 +305,7 @@ static __always_inline int finish(__u32 event, __u32 wire_bytes, int verdict)
 /* An ATP packet to its PS's port, through ATPEgress. */
 static __always_inline int to_ps(struct __sk_buff *skb, struct headers *hdr, __u32 ps_port, __u32 event)
 {
-	if (!egress_atp(skb, hdr, ps_port))
+	if (egress_dropped(drop_threshold(&egress_drop_threshold), ATP_FRAME_BYTES) || !egress_atp(skb, hdr, ps_port))
 		return finish(event, ATP_FRAME_BYTES, TC_ACT_SHOT);
 	return finish(event, ATP_FRAME_BYTES, to_port(ps_port));
 }
@@ -327,6 +341,7 @@ static __always_inline int multicast_result(struct __sk_buff *skb, const struct 
 					    __u32 app_id, __u32 event)
 {
 	struct mc_group *group = bpf_map_lookup_elem(&mc_group, &group_id);
+	__u32 egress_threshold = drop_threshold(&egress_drop_threshold);
 	struct headers copy;
 
 	if (!group)
@@ -336,7 +351,8 @@ static __always_inline int multicast_result(struct __sk_buff *skb, const struct 
 			break;
 		struct replica replica = group->replicas[i];
 
-		if (!address_result(&copy, result, app_id, replica.rid) || !egress_atp(skb, &copy, replica.port))
+		if (egress_dropped(egress_threshold, ATP_FRAME_BYTES) || !address_result(&copy, result, app_id, replica.rid) ||
+		    !egress_atp(skb, &copy, replica.port))
 			continue;
 		__u32 ifindex = ifindex_of(replica.port);
 
@@ -351,6 +367,7 @@ static __always_inline int flood(struct __sk_buff *skb, __u32 in_port, __u32 wir
 {
 	__u32 group_id = ATP_FLOOD_MCAST_GRP;
 	struct mc_group *group = bpf_map_lookup_elem(&mc_group, &group_id);
+	__u32 egress_threshold = drop_threshold(&egress_drop_threshold);
 
 	if (!group)
 		return finish(ATP_EV_FORWARDED, wire_bytes, TC_ACT_SHOT);
@@ -359,7 +376,7 @@ static __always_inline int flood(struct __sk_buff *skb, __u32 in_port, __u32 wir
 			break;
 		__u32 port = group->replicas[i].port;
 
-		if (port == in_port)
+		if (port == in_port || egress_dropped(egress_threshold, wire_bytes))
 			continue;
 		egress_ordinary(port, wire_bytes);
 		__u32 ifindex = ifindex_of(port);
@@ -398,6 +415,8 @@ static __always_inline int l2_forward(struct __sk_buff *skb, const struct header
 	if (l2 && l2->action == L2_TABLE_L2_FORWARD) {
 		__u32 port = l2->port;
 
+		if (egress_dropped(drop_threshold(&egress_drop_threshold), wire_bytes))
+			return finish(ATP_EV_FORWARDED, wire_bytes, TC_ACT_SHOT);
 		egress_ordinary(port, wire_bytes);
 		return finish(ATP_EV_FORWARDED, wire_bytes, to_port(port));
 	}
@@ -645,6 +664,9 @@ int atp_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK; /* not a port of this switch: leave it to the kernel */
 	__u32 in_port = *port;
 
+	/* 0. Drop simulator (ingress): every frame. */
+	if (drop_simulator(&ingress_drop_threshold))
+		return finish(ATP_EV_DROP_SIM_INGRESS, wire_bytes, TC_ACT_SHOT);
 	if (skb->len < ETH_HLEN) /* not even an Ethernet header */
 		return finish(ATP_EV_DROP_MALFORMED, wire_bytes, TC_ACT_SHOT);
 	enum parsed_as parsed_as = parse(skb, &hdr, &parsed);

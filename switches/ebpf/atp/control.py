@@ -3,7 +3,7 @@ of the target has them (switches/ebpf/map_control.py), and ATP's registers.
 
 The aggregator registers (owner_app, owner_seq, bitmap, count, ecn, value_XX) are fields of
 one map value per aggregator, read and written under its bpf_spin_lock (BPF_F_LOCK);
-ecn_threshold is a one-cell map; phantom_queue_rate is the rate field of each port's
+ecn_threshold and the drop simulator's thresholds are one-cell maps; phantom_queue_rate is the rate field of each port's
 phantom queue (writing it restarts that queue empty). As on every target, a register write
 while packets arrive is not atomic across aggregators: the testbed resets between jobs.
 """
@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 from switches.control import ProgramSchema
 from switches.ebpf.atp import maps
 from switches.ebpf.bpf import BPF_F_LOCK
-from switches.ebpf.map_control import ZERO, MapControl, u32_key
+from switches.ebpf.map_control import MapControl, u32_key
 
 
 class AtpEbpfControl(MapControl):
@@ -24,6 +24,7 @@ class AtpEbpfControl(MapControl):
 
     tables = maps.TABLES
     counters = maps.COUNTERS
+    thresholds = maps.THRESHOLDS
 
     def __init__(self, map_ids: Mapping[str, int], k: int, command_log: Path | None = None) -> None:
         super().__init__(map_ids, maps.layouts(k), f"ATP's program at k = {k}", command_log)
@@ -45,8 +46,8 @@ class AtpEbpfControl(MapControl):
         return [self._aggregator.from_buffer_copy(cells.lookup(u32_key(i), BPF_F_LOCK)) for i in range(cells.max_entries)]
 
     def _register_read(self, register: str) -> list[int]:
-        if register == maps.ECN_THRESHOLD:
-            return [maps.Threshold.from_buffer_copy(self._maps[maps.ECN_THRESHOLD_MAP].lookup(ZERO)).value]
+        if register in self.thresholds:
+            return self._threshold_read(register)
         if register == maps.PHANTOM_QUEUE_RATE:
             queues = self._maps[maps.PHANTOM_QUEUE_MAP]
             return [maps.PhantomQueue.from_buffer_copy(queues.lookup(u32_key(port), BPF_F_LOCK)).rate_kbps
@@ -57,8 +58,8 @@ class AtpEbpfControl(MapControl):
         return [cell.value[element] for cell in self._aggregators()]
 
     def _register_write(self, register: str, index: int, value: int) -> None:
-        if register == maps.ECN_THRESHOLD:
-            self._maps[maps.ECN_THRESHOLD_MAP].update(ZERO, bytes(maps.Threshold(value)))
+        if register in self.thresholds:
+            self._threshold_write(register, value)
         elif register == maps.PHANTOM_QUEUE_RATE:
             self._maps[maps.PHANTOM_QUEUE_MAP].update(u32_key(index), bytes(maps.PhantomQueue(rate_kbps=value)), BPF_F_LOCK)
         else:
@@ -76,8 +77,8 @@ class AtpEbpfControl(MapControl):
             cells.update(u32_key(index), bytes(cell), BPF_F_LOCK)
 
     def _register_reset(self, register: str) -> None:
-        if register == maps.ECN_THRESHOLD:
-            self._register_write(register, 0, 0)
+        if register in self.thresholds:
+            self._threshold_write(register, 0)
         elif register == maps.PHANTOM_QUEUE_RATE:
             for port in range(maps.PORT_NUMBERS):
                 self._register_write(register, port, 0)

@@ -30,7 +30,9 @@ from switches.ebpf.map_control import (
     TableLayout,
     Threshold,
     U32Key,
+    drop_threshold_maps,
 )
+from switches.atp.programming import DROP_SIMULATOR
 
 ATP_H = Path(__file__).resolve().parent / "atp.h"
 DEFINES = read_p4_constants(ATP_H)
@@ -141,6 +143,8 @@ AGGREGATOR_MAP = "aggregators"
 SCRATCH_MAP = "scratch"
 ECN_THRESHOLD = f"{EGRESS}.ecn_threshold"
 ECN_THRESHOLD_MAP = "ecn_threshold"
+THRESHOLDS: Mapping[str, str] = {ECN_THRESHOLD: ECN_THRESHOLD_MAP, **drop_threshold_maps(DROP_SIMULATOR)}
+"""One-cell registers -> their maps: ecn_threshold and the drop simulator's (tc_switch.h)."""
 PHANTOM_QUEUE_RATE = f"{EGRESS}.phantom_queue_rate"
 """Kbit/s at which each port's phantom queue drains (register cell = port); 0: none, never marks."""
 PHANTOM_QUEUE_MAP = "phantom_queue"
@@ -173,7 +177,7 @@ def layouts(k: int) -> Mapping[str, tuple[type[ctypes.Structure], type[ctypes.St
     return {
         AGGREGATOR_MAP: (U32Key, aggregator(k)),
         SCRATCH_MAP: (U32Key, atp_data(k)),
-        ECN_THRESHOLD_MAP: (U32Key, Threshold),
+        **{name: (U32Key, Threshold) for name in THRESHOLDS.values()},
         PHANTOM_QUEUE_MAP: (U32Key, PhantomQueue),
         **{name: (U32Key, CounterCell) for name in COUNTERS.values()},
         **{t.map_name: (t.key_type, t.value_type) for t in TABLES.values()},
@@ -188,7 +192,7 @@ def layouts(k: int) -> Mapping[str, tuple[type[ctypes.Structure], type[ctypes.St
 def program_schema(k: int, pool_size: int) -> ProgramSchema:
     """The tables, registers and counters the program built for k and pool_size offers."""
     registers = {name: RegisterSchema(pool_size, 32) for name in aggregator_registers(k)}
-    registers[ECN_THRESHOLD] = RegisterSchema(1, 32)
+    registers.update({name: RegisterSchema(1, 32) for name in THRESHOLDS})
     registers[PHANTOM_QUEUE_RATE] = RegisterSchema(PORT_NUMBERS, 32)
     return ProgramSchema(tables={name: table.schema() for name, table in TABLES.items()}, registers=registers,
                          counters=dict(COUNTER_CELLS))

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 from switches.control import ControlPlaneError, ProgramSchema
 from switches.ebpf.bpf import BPF_F_LOCK
-from switches.ebpf.map_control import ZERO, MapControl, u32_key
+from switches.ebpf.map_control import MapControl, u32_key
 from switches.ebpf.switchml import maps
 
 
@@ -30,6 +30,7 @@ class EbpfControl(MapControl):
 
     tables = maps.TABLES
     counters = maps.COUNTERS
+    thresholds = maps.THRESHOLDS
 
     def __init__(self, map_ids: Mapping[str, int], k: int, command_log: Path | None = None) -> None:
         super().__init__(map_ids, maps.layouts(k), f"k = {k}", command_log)
@@ -52,8 +53,8 @@ class EbpfControl(MapControl):
         return [self._slot_cells.from_buffer_copy(cells.lookup(u32_key(slot), BPF_F_LOCK)) for slot in range(cells.max_entries)]
 
     def _register_read(self, register: str) -> list[int]:
-        if register in maps.THRESHOLDS:
-            return [maps.Threshold.from_buffer_copy(self._maps[maps.THRESHOLDS[register]].lookup(ZERO)).value]
+        if register in self.thresholds:
+            return self._threshold_read(register)
         field, element = self._fields[register]
         slots = self._slots()
         cells = [slot.set[shadow_set] for shadow_set in (0, 1) for slot in slots]
@@ -80,14 +81,14 @@ class EbpfControl(MapControl):
             cells.update(u32_key(slot), bytes(state), BPF_F_LOCK)
 
     def _register_write(self, register: str, index: int, value: int) -> None:
-        if register in maps.THRESHOLDS:
-            self._maps[maps.THRESHOLDS[register]].update(ZERO, bytes(maps.Threshold(value)))
+        if register in self.thresholds:
+            self._threshold_write(register, value)
         else:
             self._write_cells(register, range(index, index + 1), value)
 
     def _register_reset(self, register: str) -> None:
-        if register in maps.THRESHOLDS:
-            self._register_write(register, 0, 0)
+        if register in self.thresholds:
+            self._threshold_write(register, 0)
         else:
             self._write_cells(register, range(2 * self._maps[maps.AGGREGATION_MAP].max_entries), 0)
 
@@ -95,13 +96,13 @@ class EbpfControl(MapControl):
         """Every slot's cells zeroed with one map update each when ``registers`` name every
         field of them (the aggregation state: reset_aggregation_state), instead of a
         read-modify-write of every slot per register (~1 s for a switch at k = 256)."""
-        slot_registers = [r for r in registers if r not in maps.THRESHOLDS]
+        slot_registers = [r for r in registers if r not in self.thresholds]
         if set(slot_registers) != set(self._fields):
             super()._registers_reset(registers)
             return
         for register in registers:
-            if register in maps.THRESHOLDS:
-                self._register_reset(register)
+            if register in self.thresholds:
+                self._threshold_write(register, 0)
         cells = self._maps[maps.AGGREGATION_MAP]
         empty = bytes(self._slot_cells())
         for slot in range(cells.max_entries):

@@ -25,8 +25,19 @@ from protocol import params
 from protocol.switchml import params as switchml_params
 from switches.control import Field, ProgramSchema, RegisterSchema
 from switches.ebpf.loader import IFINDEX_OF_PORT_MAP, PORT_OF_IFINDEX_MAP
-from switches.ebpf.map_control import MC, MC_GROUP_MAP, MC_NODE_MAP, CounterCell, L2Action, MacKey, TableLayout, Threshold, U32Key
-from switches.switchml.programming import value_registers
+from switches.ebpf.map_control import (
+    MC,
+    MC_GROUP_MAP,
+    MC_NODE_MAP,
+    CounterCell,
+    L2Action,
+    MacKey,
+    TableLayout,
+    Threshold,
+    U32Key,
+    drop_threshold_maps,
+)
+from switches.switchml.programming import DROP_SIMULATOR, value_registers
 
 EBPF_DIR = Path(__file__).resolve().parent
 SWITCHML_H = EBPF_DIR / "switchml.h"
@@ -236,11 +247,8 @@ def aggregation_fields(k: int) -> Mapping[str, tuple[str, int | None]]:
 AGGREGATION_MAP = "registers"
 SCRATCH_MAP = "scratch"
 
-THRESHOLDS: Mapping[str, str] = {
-    f"{INGRESS}.ingress_drop_threshold": "ingress_drop_threshold",
-    f"{EGRESS}.egress_drop_threshold": "egress_drop_threshold",
-}
-"""One-cell registers -> their maps."""
+THRESHOLDS: Mapping[str, str] = drop_threshold_maps(DROP_SIMULATOR)
+"""One-cell registers -> their maps: the drop simulator's (tc_switch.h)."""
 
 COUNTERS: Mapping[str, str] = {f"{INGRESS}.event_counter": "event_counter", f"{EGRESS}.egress_counter": "egress_counter"}
 

@@ -52,7 +52,6 @@
 /* A result is exactly these bytes: headers + switchml_h + k elements (docs/dataplane.md). */
 #define SWITCHML_FRAME_BYTES (DATA_OFFSET + 4 * SWITCHML_K)
 #define VLAN_TAG_BYTES 4
-#define DROP_DRAW_VALUES 0xFFFFFFFFu /* random(draw, 0, 0xFFFFFFFE): 2^32 - 1 values */
 
 /* ---- headers (p4/switchml/include/headers.p4) ------------------------------------------------- */
 
@@ -120,13 +119,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct slot_cells);
 } registers SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct threshold);
-} ingress_drop_threshold SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -289,13 +281,6 @@ struct {
 } rank_addr_table_default SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct threshold);
-} egress_drop_threshold SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, EGV_COUNT);
 	__type(key, __u32);
@@ -303,17 +288,6 @@ struct {
 } egress_counter SEC(".maps");
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-
-/* random(meta.drop_draw, 0, 0xFFFFFFFE) < threshold[0]: the drop simulator of both sides. */
-static __always_inline int drop_simulator(void *threshold_map)
-{
-	__u32 zero = 0;
-	struct threshold *threshold = bpf_map_lookup_elem(threshold_map, &zero);
-
-	if (!threshold || threshold->value == 0)
-		return 0;
-	return bpf_get_prandom_u32() % DROP_DRAW_VALUES < threshold->value;
-}
 
 /* ---- SwitchMLEgress --------------------------------------------------------------------- */
 

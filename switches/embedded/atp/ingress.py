@@ -25,6 +25,7 @@ from switches.embedded.atp.parser import (
     ATP_SEQ,
     PARSER_ERROR,
 )
+from switches.embedded.drop_simulator import DropSimulator
 from switches.embedded.parser import IPV4_SRC_ADDR, UDP_LENGTH
 from switches.embedded.registers import CellRegister, Counter, ValueRegisters
 from switches.embedded.tables import ExactMatchTable, Field
@@ -39,13 +40,16 @@ FLAGS_OFFSET = ATP_OFFSET + FIELD_OFFSETS["flags"]
 
 
 class ATPIngress:
-    """The pool's registers, the tables and the event counter, and apply()."""
+    """The pool's registers, the tables, the drop simulator's threshold and the event counter, and apply()."""
 
-    def __init__(self, k: int, pool_size: int) -> None:
+    def __init__(self, k: int, pool_size: int, drop_simulator: DropSimulator) -> None:
         if not 1 <= pool_size <= params.MAX_POOL_SIZE:
             raise ValueError(f"ATP pool size must be 1..{params.MAX_POOL_SIZE}, got {pool_size}")
         self.k = k
         self.pool_size = pool_size
+        self._drop_simulator = drop_simulator
+        self.ingress_drop_threshold = CellRegister(f"{NAME}.ingress_drop_threshold", 1)
+        """Drop probability p as round(p * (2^32 - 1)), as SwitchMLIngress's (switches/drop_simulator.py)."""
         self.udp_length = UDP_HEADER_BYTES + payload_bytes(k)
         self.owner_app = CellRegister(f"{NAME}.owner_app", pool_size)
         self.owner_seq = CellRegister(f"{NAME}.owner_seq", pool_size)
@@ -73,7 +77,7 @@ class ATPIngress:
 
     def registers(self) -> list:
         return [self.owner_app, self.owner_seq, self.bitmap, self.count, self.ecn,
-                *(self.values.column(name) for name in self.values.names)]
+                *(self.values.column(name) for name in self.values.names), self.ingress_drop_threshold]
 
     def tables(self) -> list[ExactMatchTable]:
         return [self.sender_table, self.l2_table]
@@ -81,6 +85,10 @@ class ATPIngress:
     def apply(self, frame: bytearray, in_port: int, hdr: tuple | None) -> tuple:
         counter = self.event_counter
         length = len(frame)
+        # 0. Drop simulator (ingress): loss on the link into the switch, for every frame.
+        if self._drop_simulator.drops(self.ingress_drop_threshold.cells[0]):
+            counter.count(EV["EV_DROP_SIM_INGRESS"], length)
+            return DROP
         # 1. Not ATP: L2 forwarding.
         if hdr is None:
             counter.count(EV["EV_FORWARDED"], length)

@@ -32,7 +32,7 @@ class ATPSwitch(ProgramView):
     """One embedded switch running ATP, its pool ``max_pool_size`` aggregators."""
 
     def __init__(self, *, k: int, max_pool_size: int, seed: int | None = None) -> None:
-        self.pipeline = ATPPipeline(k, max_pool_size, self._queue_depth)
+        self.pipeline = ATPPipeline(k, max_pool_size, self._queue_depth, seed)
         self._process = self.pipeline.process
         self._tables, self._registers, self._counters = self.pipeline._tables, self.pipeline._registers, self.pipeline._counters
         self.traffic_manager = self.pipeline.traffic_manager
