@@ -32,10 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hosts.atp.job import WorkerJob, job_stats
+from hosts.atp.native import resolve
+from hosts.atp.native.job import NativeCore
 from hosts.atp.worker import WorkerCore
 from hosts.atp.sockets import PayloadSockets
 from hosts.mmsg import errno_counts
-from hosts.stats import JobStats, SendTimeline
+from hosts.stats import TIMELINE_BIN_S, JobStats, SendTimeline
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
 
@@ -64,10 +66,12 @@ class ATPClient:
 
     def __init__(self, rank: int, n_workers: int, parameters: ATPParameters, ps: tuple[str, int], switch: tuple[str, int], *,
                  bind_ipv4: str = "0.0.0.0", bind_port: int = params.WORKER_UDP_PORT,
-                 job_deadline_s: float = DEFAULT_JOB_DEADLINE_S) -> None:
+                 job_deadline_s: float = DEFAULT_JOB_DEADLINE_S, data_path: str = "python") -> None:
         if job_deadline_s <= 0:
             raise ValueError(f"job_deadline_s must be positive, got {job_deadline_s}")
         self.parameters = parameters
+        self.data_path = resolve(data_path)
+        """Which loop runs (``protocol.data_path`` resolved: hosts/atp/native's worker.c, or ``_run``)."""
         self._job = WorkerJob(parameters, rank, n_workers, job_deadline_s)
         self._config = self._job.config
         self._deadline_s = job_deadline_s
@@ -97,7 +101,7 @@ class ATPClient:
         (hosts/atp/worker.py) when no result comes for its stall limit."""
         started = time.perf_counter()
         core = self._job.begin(tensor, started)
-        stats = self._run(core, started)
+        stats = self._run_native(core, started) if self.data_path.name == "native" else self._run(core, started)
         values, int_sum = self._job.values(tensor, core)
         stats.tat_s = time.perf_counter() - started
         log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._config.worker_id, core.length, tensor.dtype, stats.tat_s,
@@ -140,7 +144,18 @@ class ATPClient:
                     continue
                 out += core.receive(payload, now)
             self._send(out, now, timeline)
-        return job_stats(core, io.size, timeline, malformed, received_bytes, errno_counts(io.refusals - refusals_before))
+        return job_stats(core, io.size, timeline.bins, malformed, received_bytes, errno_counts(io.refusals - refusals_before))
+
+    def _run_native(self, core: WorkerCore, started: float) -> JobStats:
+        """``_run``'s loop in C (hosts/atp/native/worker.c), on the same core's state and sockets."""
+        native = NativeCore(core, started, self._deadline_s, TIMELINE_BIN_S)
+        try:
+            bins, refusals = native.run(self._io)
+        except TimeoutError:
+            raise ATPTimeout(f"ATP job {self._config.app_id} rank {self._config.worker_id}: no result after "
+                             f"{time.perf_counter() - started:.3f} s for {core.n_packets - core.done_through} of {core.n_packets} packets") from None
+        self._io.rx.refusals.update(refusals)
+        return job_stats(core, self._io.size, bins, native.malformed, native.received_bytes, errno_counts(refusals))
 
     def _send(self, payloads: list[bytes], now: float, timeline: SendTimeline) -> None:
         if payloads:

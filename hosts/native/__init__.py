@@ -33,6 +33,8 @@ HEADERS = Path(__file__).parent
 """This folder: ``mmsg.h``, on every native worker's include path."""
 BUILD_ROOT = params.BUILD_DIR / "native"
 COMPILERS = ("cc", "clang", "gcc")
+MAX_ERRNOS = 16
+"""mmsg.h's MAX_ERRNOS: the errno tables' room in a worker's struct."""
 DATA_PATHS = ("auto", "native", "python")
 """The config's ``protocol.data_path``: ``auto`` is native where it builds, else Python."""
 

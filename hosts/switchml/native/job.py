@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 import hosts.native as native
+from hosts.native import MAX_ERRNOS
 
 from hosts.stats import TIMELINE_BIN_S, JobStats
 from hosts.switchml.core import JobArrays, JobContext, SwitchMLTimeout, check_send_buffer, missing_slots
@@ -27,7 +28,6 @@ from hosts.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket, errno_cou
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RoundTripEstimator
 
-MAX_ERRNOS = 16
 SIGNAL_CHECK_S = 0.010
 """worker.c's loop returns to Python at least this often (``signal_check_s``), so that a
 signal handler runs within about this long even while every call of the loop finds work
