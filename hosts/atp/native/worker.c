@@ -278,7 +278,8 @@ static void adjust_window(struct atp_job *job)
 }
 
 /* WorkerCore.receive: take one datagram of ``length`` bytes; returns how many payloads it
- * wrote to tx. */
+ * wrote to tx: at most 2W - 1, as a result is only taken for a packet already sent, which is
+ * within W of done_through (its gap's resends, and a window). */
 static int64_t receive(struct atp_job *job, const uint8_t *datagram, int64_t length, double now)
 {
     int64_t packet = -1;
@@ -286,7 +287,7 @@ static int64_t receive(struct atp_job *job, const uint8_t *datagram, int64_t len
     if (length == job->payload_bytes) {
         flags = datagram[F_FLAGS];
         packet = (int64_t)get_be32(datagram + F_SEQ) - (int64_t)job->seq_base;
-        if (!(flags & ATP_FLAG_ACK) || get_be16(datagram + F_APP_ID) != (uint32_t)job->app_id || packet < 0 || packet >= job->n_packets)
+        if (!(flags & ATP_FLAG_ACK) || get_be16(datagram + F_APP_ID) != (uint32_t)job->app_id || packet < 0 || packet >= job->next_packet)
             packet = -1;
     }
     if (packet < 0) {
