@@ -6,7 +6,9 @@ from the switch (the address the PS sent them to, port ``SWITCH_UDP_PORT``) to t
 ``WORKER_UDP_PORT``, on a socket connected to the switch, whose kernel filter drops every
 datagram from anyone else (hosts/atp/sockets.py).
 
-The loop is SwitchML's (hosts/switchml/job.py): one recvmmsg takes every waiting result, the
+The loop is SwitchML's (hosts/switchml/job.py), in Python (``_run``) or, where the job's
+``data_path`` resolves to native, in C (hosts/atp/native/worker.c, the same loop on the same
+core's state): one recvmmsg takes every waiting result, the
 core answers each, one sendmmsg sends what it wrote; with nothing waiting it fires the due
 timers and sleeps in poll until the next timer, a result or the deadline. A datagram of the
 wrong size is counted (``malformed``) and dropped before the core; the core counts and drops
@@ -78,6 +80,7 @@ class ATPClient:
         self._io = PayloadSockets(parameters.k, BATCH_PER_WINDOW * parameters.window, (bind_ipv4, bind_port), ps, switch)
         self._poller = select.poll()
         self._poller.register(self._io.receiving, select.POLLIN)
+        log.info("ATP job %d rank %d runs %s", parameters.job_id, rank, self.data_path.reason)
 
     @property
     def rank(self) -> int:
