@@ -4,8 +4,8 @@ An in-network protocol whose Python worker cannot keep up with its links has a C
 of its worker core (hosts/<protocol>/native/worker.c), loaded with ctypes and chosen by the
 config's ``protocol.data_path``. Each is built the same way, here: once per distinct source,
 headers and compiler, cached under ``build/native/<hash>/`` (base/build_cache.py), with
-``$CC``, else the first of ``cc``, ``clang``, ``gcc`` on the PATH. ``mmsg.h`` beside this file
-is the C side of hosts/mmsg.py that every such worker includes.
+``$CC``, else the first of ``cc``, ``clang``, ``gcc`` on the PATH. The headers beside this file are what every such worker
+includes: ``mmsg.h``, the C side of hosts/mmsg.py, and ``worker.h``, its fields table and send timeline.
 
 Each worker declares the struct Python fills in its worker.c and mirrors it with ctypes; the
 library reports its size and every field's offset (``<prefix>_field_offset``), and
@@ -30,7 +30,7 @@ from protocol import params
 log = logging.getLogger(__name__)
 
 HEADERS = Path(__file__).parent
-"""This folder: ``mmsg.h``, on every native worker's include path."""
+"""This folder: ``mmsg.h`` and ``worker.h``, on every native worker's include path."""
 BUILD_ROOT = params.BUILD_DIR / "native"
 COMPILERS = ("cc", "clang", "gcc")
 MAX_ERRNOS = 16
@@ -63,12 +63,12 @@ def compile_command(cc: str, output: Path, source: Path, include_dirs: tuple[Pat
 def build(source: Path, library: str, inputs: tuple[Path, ...], include_dirs: tuple[Path, ...], cc: str | None = None,
           build_root: Path = BUILD_ROOT) -> Path:
     """Path of the shared library ``library`` built from ``source``, compiling it only if
-    ``source``, the files it includes (``inputs``, besides mmsg.h) and this compiler have no
-    build yet."""
+    ``source``, the files it includes (``inputs``, besides this folder's headers) and this
+    compiler have no build yet."""
     cc = cc or compiler()
     if cc is None:
         raise NativeUnavailable(f"no C compiler ($CC, or one of {', '.join(COMPILERS)} on the PATH; scripts/bootstrap.sh installs clang)")
-    sources = dict.fromkeys((source, *inputs, HEADERS / "mmsg.h"))
+    sources = dict.fromkeys((source, *inputs, *sorted(HEADERS.glob("*.h"))))
     output_dir = build_root / source_hash([(path.name, path) for path in sources],
                                           " ".join(compile_command(cc, Path(library), source, include_dirs)))
 

@@ -10,6 +10,7 @@
 #define HOSTS_NATIVE_MMSG_H
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -122,6 +123,36 @@ static void message_table(struct mmsghdr *table, struct iovec *iov, uint8_t *bas
         table[i].msg_hdr.msg_iov = &iov[i];
         table[i].msg_hdr.msg_iovlen = 1;
     }
+}
+
+/* A job's send and receive tables: an mmsghdr and an iovec per buffer. */
+struct batch_tables {
+    struct mmsghdr *tx, *rx;
+    struct iovec *tx_iov, *rx_iov;
+};
+
+/* Tables over ``tx_count`` send buffers of ``tx_bytes`` each and ``rx_count`` receive buffers of
+ * ``rx_stride`` bytes each. 0, or -1 out of memory (batch_tables_free frees what was made). */
+static int batch_tables_make(struct batch_tables *t, uint8_t *tx, int64_t tx_bytes, int64_t tx_count, uint8_t *rx, int64_t rx_stride,
+                             int64_t rx_count)
+{
+    t->tx = malloc((size_t)tx_count * sizeof *t->tx);
+    t->rx = malloc((size_t)rx_count * sizeof *t->rx);
+    t->tx_iov = malloc((size_t)tx_count * sizeof *t->tx_iov);
+    t->rx_iov = malloc((size_t)rx_count * sizeof *t->rx_iov);
+    if (!t->tx || !t->rx || !t->tx_iov || !t->rx_iov)
+        return -1;
+    message_table(t->tx, t->tx_iov, tx, tx_bytes, tx_bytes, tx_count);
+    message_table(t->rx, t->rx_iov, rx, rx_stride, rx_stride, rx_count);
+    return 0;
+}
+
+static void batch_tables_free(struct batch_tables *t)
+{
+    free(t->tx);
+    free(t->rx);
+    free(t->tx_iov);
+    free(t->rx_iov);
 }
 
 #endif

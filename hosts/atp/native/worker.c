@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "constants.p4"
+#include "worker.h" /* hosts/native: FIELD, field_offset, timeline_add */
 #include "mmsg.h" /* hosts/native: clock_now, span, byte order, send_batch, receive_batch, message_table */
 
 /* Offsets of atp_h's fields in a payload (protocol.atp.packet.FIELD_OFFSETS). */
@@ -86,11 +87,7 @@ struct atp_job {
 int64_t atp_job_size(void) { return (int64_t)sizeof(struct atp_job); }
 
 /* Every field's offset by "struct.field", for job.py's layout check. */
-#define FIELD(type, name) {#type "." #name, offsetof(struct type, name)}
-static const struct {
-    const char *name;
-    size_t offset;
-} FIELDS[] = {
+static const struct field FIELDS[] = {
     FIELD(atp_stats, packets_sent), FIELD(atp_stats, resends_gap), FIELD(atp_stats, resends_timeout), FIELD(atp_stats, results),
     FIELD(atp_stats, duplicates), FIELD(atp_stats, ignored), FIELD(atp_stats, collisions_adopted), FIELD(atp_stats, ecn_results),
     FIELD(atp_stats, window_halvings), FIELD(atp_stats, cwnd_count), FIELD(atp_stats, malformed), FIELD(atp_stats, received_bytes),
@@ -110,13 +107,7 @@ static const struct {
 int64_t atp_field_count(void) { return (int64_t)(sizeof FIELDS / sizeof FIELDS[0]); }
 
 /* The offset of field "struct.field" (e.g. "atp_job.k"), -1 for a name this file lacks. */
-int64_t atp_field_offset(const char *name)
-{
-    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++)
-        if (strcmp(FIELDS[i].name, name) == 0)
-            return (int64_t)FIELDS[i].offset;
-    return -1;
-}
+int64_t atp_field_offset(const char *name) { return field_offset(FIELDS, sizeof FIELDS / sizeof FIELDS[0], name); }
 
 void atp_release(struct atp_job *job)
 {
@@ -336,30 +327,7 @@ static int fail(struct atp_job *job, int call, int code)
     return ATP_FAILED;
 }
 
-/* SendTimeline.record */
-static int record(struct atp_job *job, double now, int64_t count)
-{
-    int64_t index = (int64_t)((now - job->t0) / job->timeline_bin_s);
-    if (index < 0)
-        index = 0;
-    if (index >= job->timeline_capacity) {
-        int64_t capacity = job->timeline_capacity ? job->timeline_capacity : 1024;
-        while (capacity <= index)
-            capacity *= 2;
-        int64_t *grown = realloc(job->timeline, (size_t)capacity * sizeof *grown);
-        if (!grown)
-            return -1;
-        memset(grown + job->timeline_capacity, 0, (size_t)(capacity - job->timeline_capacity) * sizeof *grown);
-        job->timeline = grown;
-        job->timeline_capacity = capacity;
-    }
-    if (index >= job->timeline_len)
-        job->timeline_len = index + 1;
-    job->timeline[index] += count;
-    return 0;
-}
-
-/* ATPClient._send: tx[:tx_count] at ``now``. */
+/* ATPClient._send: tx[:tx_count] at ``now``, counted in the send timeline (SendTimeline.record). */
 static int flush(struct atp_job *job, struct mmsghdr *table, double now, const struct errno_tables *errnos)
 {
     int64_t count = job->tx_count;
@@ -368,7 +336,7 @@ static int flush(struct atp_job *job, struct mmsghdr *table, double now, const s
     job->tx_count = 0;
     if (send_batch(job->tx_fd, table, count, errnos))
         return fail(job, CALL_SENDMMSG, errno);
-    if (record(job, now, count))
+    if (timeline_add(&job->timeline, &job->timeline_len, &job->timeline_capacity, job->t0, job->timeline_bin_s, now, count))
         return fail(job, CALL_MALLOC, ENOMEM);
     return 0;
 }
@@ -439,22 +407,12 @@ static int run(struct atp_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
  * (ATP_FAILED: failed_call and failed_errno say which). */
 int atp_run(struct atp_job *job)
 {
-    int64_t tx_capacity = job->tx_capacity, rx_capacity = job->rx_capacity;
-    struct mmsghdr *tx_table = malloc((size_t)tx_capacity * sizeof *tx_table);
-    struct mmsghdr *rx_table = malloc((size_t)rx_capacity * sizeof *rx_table);
-    struct iovec *tx_iov = malloc((size_t)tx_capacity * sizeof *tx_iov);
-    struct iovec *rx_iov = malloc((size_t)rx_capacity * sizeof *rx_iov);
+    struct batch_tables tables;
     int status;
-    if (!tx_table || !rx_table || !tx_iov || !rx_iov) {
+    if (batch_tables_make(&tables, job->tx, job->payload_bytes, job->tx_capacity, job->rx, job->rx_stride, job->rx_capacity))
         status = fail(job, CALL_MALLOC, ENOMEM);
-    } else {
-        message_table(tx_table, tx_iov, job->tx, job->payload_bytes, job->payload_bytes, tx_capacity);
-        message_table(rx_table, rx_iov, job->rx, job->rx_stride, job->rx_stride, rx_capacity);
-        status = run(job, tx_table, rx_table);
-    }
-    free(tx_table);
-    free(rx_table);
-    free(tx_iov);
-    free(rx_iov);
+    else
+        status = run(job, tables.tx, tables.rx);
+    batch_tables_free(&tables);
     return status;
 }

@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "constants.p4"
+#include "worker.h" /* hosts/native: FIELD, field_offset, timeline_add */
 #include "mmsg.h" /* hosts/native: clock_now, span, byte order, send_batch, receive_batch, message_table */
 
 #define EXPONENT_MIN (-128)
@@ -130,11 +131,7 @@ int64_t sml_rtt_size(void) { return (int64_t)sizeof(struct sml_rtt); }
 
 /* Every field's offset by "struct.field", for job.py's layout check (two swapped fields of
  * one size keep the struct's size: only the offsets tell). */
-#define FIELD(type, name) {#type "." #name, offsetof(struct type, name)}
-static const struct {
-    const char *name;
-    size_t offset;
-} FIELDS[] = {
+static const struct field FIELDS[] = {
     FIELD(sml_rtt, ring), FIELD(sml_rtt, count), FIELD(sml_rtt, shortest), FIELD(sml_rtt, median), FIELD(sml_rtt, median_valid),
     FIELD(sml_policy, min_s), FIELD(sml_policy, max_s), FIELD(sml_policy, first_s), FIELD(sml_policy, backoff_every),
     FIELD(sml_stats, packets_sent), FIELD(sml_stats, packets_received), FIELD(sml_stats, retransmissions),
@@ -158,13 +155,7 @@ static const struct {
 int64_t sml_field_count(void) { return (int64_t)(sizeof FIELDS / sizeof FIELDS[0]); }
 
 /* The offset of field "struct.field" (e.g. "sml_job.fd"), -1 for a name this file lacks. */
-int64_t sml_field_offset(const char *name)
-{
-    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++)
-        if (strcmp(FIELDS[i].name, name) == 0)
-            return (int64_t)FIELDS[i].offset;
-    return -1;
-}
+int64_t sml_field_offset(const char *name) { return field_offset(FIELDS, sizeof FIELDS / sizeof FIELDS[0], name); }
 
 void sml_release(struct sml_job *job)
 {
@@ -315,24 +306,7 @@ static int sent(struct sml_job *job, int64_t count, double now, int64_t resent_c
     job->stats.packets_sent += count;
     job->stats.bytes_sent += count * job->record_bytes;
     job->stats.retransmissions += resent_count;
-    int64_t index = (int64_t)((now - job->t0) / job->timeline_bin_s);
-    if (index < 0)
-        index = 0;
-    if (index >= job->timeline_capacity) {
-        int64_t capacity = job->timeline_capacity ? job->timeline_capacity : 1024;
-        while (capacity <= index)
-            capacity *= 2;
-        int64_t *grown = realloc(job->timeline, (size_t)capacity * sizeof *grown);
-        if (!grown)
-            return -1;
-        memset(grown + job->timeline_capacity, 0, (size_t)(capacity - job->timeline_capacity) * sizeof *grown);
-        job->timeline = grown;
-        job->timeline_capacity = capacity;
-    }
-    if (index >= job->timeline_len)
-        job->timeline_len = index + 1;
-    job->timeline[index] += count;
-    return 0;
+    return timeline_add(&job->timeline, &job->timeline_len, &job->timeline_capacity, job->t0, job->timeline_bin_s, now, count);
 }
 
 /* The elements of chunk ``chunk`` as they go on the wire, big-endian: quantized with the
@@ -612,22 +586,12 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
  * calls again) or a call fails (SML_FAILED: failed_call and failed_errno say which). */
 int sml_run(struct sml_job *job)
 {
-    int64_t capacity = job->capacity;
-    struct mmsghdr *tx_table = malloc((size_t)capacity * sizeof *tx_table);
-    struct mmsghdr *rx_table = malloc((size_t)capacity * sizeof *rx_table);
-    struct iovec *tx_iov = malloc((size_t)capacity * sizeof *tx_iov);
-    struct iovec *rx_iov = malloc((size_t)capacity * sizeof *rx_iov);
+    struct batch_tables tables;
     int status;
-    if (!tx_table || !rx_table || !tx_iov || !rx_iov) {
+    if (batch_tables_make(&tables, job->tx, job->record_bytes, job->capacity, job->rx, job->rx_stride, job->capacity))
         status = fail(job, CALL_MALLOC, ENOMEM);
-    } else {
-        message_table(tx_table, tx_iov, job->tx, job->record_bytes, job->record_bytes, capacity);
-        message_table(rx_table, rx_iov, job->rx, job->rx_stride, job->rx_stride, capacity);
-        status = run(job, tx_table, rx_table);
-    }
-    free(tx_table);
-    free(rx_table);
-    free(tx_iov);
-    free(rx_iov);
+    else
+        status = run(job, tables.tx, tables.rx);
+    batch_tables_free(&tables);
     return status;
 }
