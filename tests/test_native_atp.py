@@ -13,17 +13,24 @@ a seeded lossy scenario checks that every branch of the core was taken at least 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hosts.atp.aggregators import AggregatorMap
-from hosts.atp.native import compiler, library
+from hosts.atp.native import compile_command, compiler, library
 from hosts.atp.native.job import NativeCore
 from hosts.atp.worker import ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
 from protocol.atp.packet import ATP_HEADER, ATPHeader, encode_payload, payload_bytes
+from protocol.params import REPO_ROOT
 
 K, APP_ID, N_WORKERS, T0 = 4, 7, 3, 5.0
 STATS = ("packets_sent", "resends_gap", "resends_timeout", "results", "duplicates", "ignored", "collisions_adopted", "ecn_results",
@@ -184,3 +191,34 @@ def test_a_stalled_worker_stalls_on_both() -> None:
     twins.start()
     assert twins.expire(T0 + 0.005)
     assert not twins.expire(T0 + 0.2)
+
+
+SANITIZED_RUN = """
+import ctypes, sys
+import hosts.atp.native as native
+from hosts.atp.native.job import declare
+lib = ctypes.CDLL(sys.argv[1])
+declare(lib)
+native.library = lambda: lib
+from tests import test_native_atp as differential
+differential.test_both_cores_answer_any_datagram_alike()
+differential.test_a_lossy_job_takes_every_branch_alike_and_ends_exact()
+print("clean")
+"""
+
+
+def test_forged_datagrams_find_no_memory_error_or_undefined_behaviour_in_worker_c() -> None:
+    """The differential scripts against worker.c built with ASan and UBSan (aborting at the first
+    report): no report, the same answers. Before a result for a packet not sent yet was ignored,
+    ASan stopped it at a write past the send buffer."""
+    from tests.test_untrusted_network import sanitized_library
+
+    with tempfile.TemporaryDirectory() as directory:
+        library_path, runtime = sanitized_library(Path(directory), compile_command, "libatp_worker_sanitized.so")
+        environment = os.environ | {"LD_PRELOAD": str(runtime), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",
+                                    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+        done = subprocess.run([sys.executable, "-c", SANITIZED_RUN, str(library_path)], capture_output=True, text=True,
+                              cwd=REPO_ROOT, env=environment, timeout=600)
+    report = done.stderr[-3000:]
+    assert done.returncode == 0 and "clean" in done.stdout, report
+    assert "runtime error" not in done.stderr and "AddressSanitizer" not in done.stderr, report

@@ -32,6 +32,11 @@ STANDS_IN_FOR = ("hosts/atp/worker.py", "hosts/atp/client.py")
 aggregator map's ``index`` and ``adopt`` are aggregators.py's)."""
 
 
+def compile_command(cc: str, output: Path) -> list[str]:
+    """The compiler's command line for worker.c (hosts/native's, with constants.p4's folder on the include path)."""
+    return native.compile_command(cc, output, SOURCE, INCLUDE_DIRS)
+
+
 def build(cc: str | None = None, build_root: Path = native.BUILD_ROOT) -> Path:
     """Path of worker.c's shared library, compiling it only if this source and compiler have no build yet."""
     return native.build(SOURCE, LIBRARY, (params.CONSTANTS_P4,), INCLUDE_DIRS, cc, build_root)
@@ -53,4 +58,4 @@ def resolve(choice: str) -> DataPath:
     return native.choose(choice, library, "hosts/atp/native/worker.c")
 
 
-__all__ = ["LIBRARY", "SOURCE", "STANDS_IN_FOR", "NativeUnavailable", "build", "compiler", "library", "resolve", "tool_versions"]
+__all__ = ["LIBRARY", "SOURCE", "STANDS_IN_FOR", "NativeUnavailable", "build", "compile_command", "compiler", "library", "resolve", "tool_versions"]
