@@ -281,7 +281,7 @@ def test_the_schema_takes_atps_own_section_and_the_spec_carries_its_parameters(m
     point = load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml,atp,ring,ps]", "switch.target=embedded",
                                                           "protocol.atp.window=32", "protocol.atp.congestion_control=false"]).points[0]
     section = job_parameters(point, "atp")
-    assert ATPParameters.read(section) == replace(ATPParameters.from_config(point.protocol), window=32, congestion_control=False)
+    assert ATPParameters.read(section) == replace(ATPParameters.from_config(point.protocol, point.data_path.name), window=32, congestion_control=False)
     assert section["window"] == 32 and "timeout_ms" not in section, "ATP's own keys, none of SwitchML's"
     assert job_parameters(point, "switchml")["timeout_ms"] == 20.0, "SwitchML's parameters unchanged"
 
