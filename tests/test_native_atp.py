@@ -13,9 +13,6 @@ a seeded lossy scenario checks that every branch of the core was taken at least 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -30,7 +27,6 @@ from hosts.atp.native.job import NativeCore
 from hosts.atp.worker import ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
 from protocol.atp.packet import ATP_HEADER, ATPHeader, encode_payload, payload_bytes
-from protocol.params import REPO_ROOT
 
 K, APP_ID, N_WORKERS, T0 = 4, 7, 3, 5.0
 STATS = ("packets_sent", "resends_gap", "resends_timeout", "results", "duplicates", "ignored", "collisions_adopted", "ecn_results",
@@ -211,14 +207,7 @@ def test_forged_datagrams_find_no_memory_error_or_undefined_behaviour_in_worker_
     """The differential scripts against worker.c built with ASan and UBSan (aborting at the first
     report): no report, the same answers. Before a result for a packet not sent yet was ignored,
     ASan stopped it at a write past the send buffer."""
-    from tests.test_untrusted_network import sanitized_library
+    from tests.test_untrusted_network import assert_clean_under_sanitizers, sanitized_library
 
     with tempfile.TemporaryDirectory() as directory:
-        library_path, runtime = sanitized_library(Path(directory), compile_command, "libatp_worker_sanitized.so")
-        environment = os.environ | {"LD_PRELOAD": str(runtime), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",
-                                    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-        done = subprocess.run([sys.executable, "-c", SANITIZED_RUN, str(library_path)], capture_output=True, text=True,
-                              cwd=REPO_ROOT, env=environment, timeout=600)
-    report = done.stderr[-3000:]
-    assert done.returncode == 0 and "clean" in done.stdout, report
-    assert "runtime error" not in done.stderr and "AddressSanitizer" not in done.stderr, report
+        assert_clean_under_sanitizers(SANITIZED_RUN, *sanitized_library(Path(directory), compile_command, "libatp_worker_sanitized.so"))

@@ -429,11 +429,16 @@ def test_the_hostile_switch_finds_no_memory_error_or_undefined_behaviour_in_work
     first report): no report, exact sums. Before the exponent check, UBSan stopped it at the
     float -> int32 conversion of quantization (a value outside int's range)."""
     with tempfile.TemporaryDirectory() as directory:
-        library, runtime = sanitized_library(Path(directory))
-        environment = os.environ | {"LD_PRELOAD": str(runtime), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",
-                                    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-        done = subprocess.run([sys.executable, "-c", SANITIZED_RUN, str(library)], capture_output=True, text=True,
-                              cwd=REPO_ROOT, env=environment, timeout=600)
+        assert_clean_under_sanitizers(SANITIZED_RUN, *sanitized_library(Path(directory)))
+
+
+def assert_clean_under_sanitizers(script: str, library: Path, runtime: Path) -> None:
+    """Run ``script`` (Python, given the sanitized ``library``'s path, printing "clean" at its
+    end) with the ASan ``runtime`` preloaded: it must end clean, with no sanitizer's report."""
+    environment = os.environ | {"LD_PRELOAD": str(runtime), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",
+                                "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    done = subprocess.run([sys.executable, "-c", script, str(library)], capture_output=True, text=True, cwd=REPO_ROOT, env=environment,
+                          timeout=600)
     report = done.stderr[-3000:]
     assert done.returncode == 0 and "clean" in done.stdout, report
     assert "runtime error" not in done.stderr and "AddressSanitizer" not in done.stderr, report
