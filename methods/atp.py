@@ -85,9 +85,11 @@ AGGREGATION = Aggregation(
     core="hosts.atp.core:WorkerHostCore",
     server_core="hosts.atp.core:ServerHostCore", program_fabric="switches.atp.programming:program_fabric",
     event_counters="switches.atp.programming:read_event_counters", client="hosts.atp.ddp_client:ddp_client",
-    ddp_hook="hosts.torch_hook:switch_hook", torch_backend="atp",
+    ddp_hook="hosts.torch_hook:switch_hook", torch_backend="atp", data_path="hosts.atp.native:resolve",
+    tool_versions="hosts.atp.native:tool_versions",
 )
 """ATP as an in-network aggregation protocol (methods/aggregation.py): SwitchML's k, so the two
-designs' frames compare; one parameter server per job; DDP through the ``atp`` backend or hook."""
+designs' frames compare; one parameter server per job; DDP through the ``atp`` backend or hook;
+``protocol.data_path`` chooses its worker's loop (hosts/atp/native's C loop, or the Python one)."""
 
 ATP = in_network(AGGREGATION, name=NAME, label="ATP", colour="tab:purple", verify=verification.own_integer_sum(NAME), bound=bound)

@@ -44,6 +44,11 @@ PARAMETERS = ATPParameters(k=K, pool_size=64, job_id=1, window=16, exponent=1, r
                            ecn_threshold=params.DEFAULT_ECN_THRESHOLD)
 
 
+DATA_PATHS = ("python", "native")
+"""The worker's two loops (hosts/atp/client.py's, hosts/atp/native's worker.c): the scenarios with
+loss, collisions and hostile datagrams run on both."""
+
+
 def tensors(seed: int, n: int, length: int, dtype: type = np.float32) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     if dtype == np.int32:
@@ -54,10 +59,12 @@ def tensors(seed: int, n: int, length: int, dtype: type = np.float32) -> list[np
 class UDPJob:
     """A job's clients and PS on loopback, attached to the relay; ``allreduce`` runs every rank at once."""
 
-    def __init__(self, relay: UDPRelay, parameters: ATPParameters, n_workers: int, deadline_s: float = 30.0) -> None:
+    def __init__(self, relay: UDPRelay, parameters: ATPParameters, n_workers: int, deadline_s: float = 30.0,
+                 data_path: str = "python") -> None:
         job_id = parameters.job_id
         self.clients = [ATPClient(rank, n_workers, parameters, relay.ps_address, relay.switch_address,
-                                  bind_ipv4=job_address(relay.net, job_id, rank + 1), bind_port=0, job_deadline_s=deadline_s)
+                                  bind_ipv4=job_address(relay.net, job_id, rank + 1), bind_port=0, job_deadline_s=deadline_s,
+                                  data_path=data_path)
                         for rank in range(n_workers)]
         self.ps = ParameterServer(parameters, n_workers, relay.switch_address, (job_address(relay.net, job_id, PS_HOST), 0))
         relay.add_job(RelayJob(job_id, [client.address for client in self.clients], self.ps.address))
@@ -123,10 +130,11 @@ def test_the_verifier_refuses_a_sum_one_unit_off() -> None:
     assert "no expected atp sum" in atp.verify(expected_for(inputs, K), want.values, want.int_sum).detail
 
 
-def test_loss_duplicates_and_reordering_on_every_hop_end_exact() -> None:
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_loss_duplicates_and_reordering_on_every_hop_end_exact(data_path: str) -> None:
     faults = Faults(seed=5, loss=0.03, duplicate=0.03, reorder=0.03)
     with UDPRelay(K, PARAMETERS.pool_size, faults=faults) as relay:
-        job = UDPJob(relay, PARAMETERS, 3)
+        job = UDPJob(relay, PARAMETERS, 3, data_path=data_path)
         try:
             inputs = tensors(4, 3, 3000)
             results = job.allreduce(inputs)
@@ -138,14 +146,15 @@ def test_loss_duplicates_and_reordering_on_every_hop_end_exact() -> None:
     assert job.ps.core.stats.partial_sums + job.ps.core.stats.results_repeated > 0, "the PS finished or repeated some sums"
 
 
-def test_two_jobs_on_the_same_aggregators_collide_and_end_exact() -> None:
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_two_jobs_on_the_same_aggregators_collide_and_end_exact(data_path: str) -> None:
     """A pool of 2 aggregators, each job's window 2: both jobs' positions cover the pool, and a
     window that small makes each job many round trips long, so the two overlap and collide
     whatever the threads' start order on a busy machine (with a window of 16 one job could
     end before the other had started)."""
     shared = replace(PARAMETERS, pool_size=2, window=2)
     with UDPRelay(K, shared.pool_size) as relay:
-        jobs = [UDPJob(relay, replace(shared, job_id=job_id), 2) for job_id in (1, 2)]
+        jobs = [UDPJob(relay, replace(shared, job_id=job_id), 2, data_path=data_path) for job_id in (1, 2)]
         inputs = [tensors(10 + job_id, 2, 4000) for job_id in (1, 2)]
         try:
             with ThreadPoolExecutor(2) as pool:
@@ -158,7 +167,8 @@ def test_two_jobs_on_the_same_aggregators_collide_and_end_exact() -> None:
     assert sum(job.ps.core.stats.collided_sequences for job in jobs) > 0, "the jobs met in the pool"
 
 
-def test_hostile_datagrams_are_counted_and_dropped_at_both_ends() -> None:
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_hostile_datagrams_are_counted_and_dropped_at_both_ends(data_path: str) -> None:
     """From the switch's own address (past a worker's kernel filter): a datagram too short, one
     too long, a result of another job, and a packet that is not a result; at the PS: the same
     sizes, another job's result, and a part with a bit beyond the job's workers. The job still
@@ -166,7 +176,7 @@ def test_hostile_datagrams_are_counted_and_dropped_at_both_ends() -> None:
     PS trusts what reaches it, because on the network only the switch, which checks every
     sender, reaches it on ATP's ports.)"""
     with UDPRelay(K, PARAMETERS.pool_size) as relay:
-        job = UDPJob(relay, PARAMETERS, 2)
+        job = UDPJob(relay, PARAMETERS, 2, data_path=data_path)
         size = payload_bytes(K)
         other_job = encode_payload(ATPHeader(3, 2, params.FLAG_ACK, 9, 1, 0, params.NO_INDEX), np.zeros(K, np.int32))
         not_a_result = encode_payload(ATPHeader(1, 2, 0, PARAMETERS.job_id, 1, 0, params.NO_INDEX), np.zeros(K, np.int32))
@@ -271,7 +281,7 @@ def test_the_schema_takes_atps_own_section_and_the_spec_carries_its_parameters(m
     point = load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml,atp,ring,ps]", "switch.target=embedded",
                                                           "protocol.atp.window=32", "protocol.atp.congestion_control=false"]).points[0]
     section = job_parameters(point, "atp")
-    assert ATPParameters.read(section) == replace(ATPParameters.from_config(point.protocol), window=32, congestion_control=False)
+    assert ATPParameters.read(section) == replace(ATPParameters.from_config(point.protocol, point.data_path.name), window=32, congestion_control=False)
     assert section["window"] == 32 and "timeout_ms" not in section, "ATP's own keys, none of SwitchML's"
     assert job_parameters(point, "switchml")["timeout_ms"] == 20.0, "SwitchML's parameters unchanged"
 

@@ -111,8 +111,8 @@ def test_probes_of_each_method_write_rows_with_every_column(tmp_path: Path) -> N
     for row in rows:
         assert (row["target"], row["workers"], row["k"], float(row["link_mbps"]), row["verified"]) == ("embedded", "2", "64", 2.5, "True")
         assert 0 < float(row["share_of_bound"]) <= 1.05 and float(row["worker_us_per_packet"]) > 0
-    assert [r["data_path"] for r in rows] == ["native", "native", "", ""]  # ATP's worker has one loop: protocol.data_path chooses none
-    assert "| embedded | atp | 2 | 64 | - | 2.5 | 1 |" in done.stdout
+    assert [r["data_path"] for r in rows] == ["native"] * 4  # each protocol's own loop, native where it builds (hosts/atp/native)
+    assert "| embedded | atp | 2 | 64 | native | 2.5 | 1 |" in done.stdout
     row = rows[0]
     assert float(row["cpu_ns_per_element"]) == pytest.approx(float(row["cpu_us_per_update"]) * 1e3 / 64, abs=0.2)  # (µs rounded to 0.01)
     assert 0 < float(row["share_of_bound"]) <= 1.05 and row["kept_up"] in ("True", "False")

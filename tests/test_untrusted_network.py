@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -384,16 +385,19 @@ def test_a_signal_handler_runs_promptly_while_a_flood_keeps_the_loop_busy(data_p
 SANITIZERS = ["-fsanitize=address,undefined,float-cast-overflow", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g"]
 
 
-def sanitized_library(directory: Path) -> tuple[Path, Path]:
-    """worker.c built with SANITIZERS, and the ASan runtime to preload into Python (which is
-    not built with it); skips where the compiler lacks them."""
-    from hosts.switchml.native import compile_command, compiler
+def sanitized_library(directory: Path, compile_command: Callable[[str, Path], list[str]] | None = None,
+                      name: str = "libswitchml_worker_sanitized.so") -> tuple[Path, Path]:
+    """worker.c (SwitchML's, or the one ``compile_command`` builds) built with SANITIZERS, and
+    the ASan runtime to preload into Python (which is not built with it); skips where the
+    compiler lacks them."""
+    from hosts.native import compiler
+    from hosts.switchml.native import compile_command as switchml_command
 
     cc = compiler()
     if cc is None:
         pytest.skip("no C compiler")
-    output = directory / "libswitchml_worker_sanitized.so"
-    command = compile_command(cc, output)
+    output = directory / name
+    command = (compile_command or switchml_command)(cc, output)
     built = subprocess.run([*command[:-1], *SANITIZERS, command[-1]], capture_output=True, text=True)
     if built.returncode != 0:
         pytest.skip(f"{cc} does not build with {' '.join(SANITIZERS[:1])}: {built.stderr.strip().splitlines()[:1]}")
@@ -425,11 +429,16 @@ def test_the_hostile_switch_finds_no_memory_error_or_undefined_behaviour_in_work
     first report): no report, exact sums. Before the exponent check, UBSan stopped it at the
     float -> int32 conversion of quantization (a value outside int's range)."""
     with tempfile.TemporaryDirectory() as directory:
-        library, runtime = sanitized_library(Path(directory))
-        environment = os.environ | {"LD_PRELOAD": str(runtime), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",
-                                    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-        done = subprocess.run([sys.executable, "-c", SANITIZED_RUN, str(library)], capture_output=True, text=True,
-                              cwd=REPO_ROOT, env=environment, timeout=600)
+        assert_clean_under_sanitizers(SANITIZED_RUN, *sanitized_library(Path(directory)))
+
+
+def assert_clean_under_sanitizers(script: str, library: Path, runtime: Path) -> None:
+    """Run ``script`` (Python, given the sanitized ``library``'s path, printing "clean" at its
+    end) with the ASan ``runtime`` preloaded: it must end clean, with no sanitizer's report."""
+    environment = os.environ | {"LD_PRELOAD": str(runtime), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0",
+                                "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    done = subprocess.run([sys.executable, "-c", script, str(library)], capture_output=True, text=True, cwd=REPO_ROOT, env=environment,
+                          timeout=600)
     report = done.stderr[-3000:]
     assert done.returncode == 0 and "clean" in done.stdout, report
     assert "runtime error" not in done.stderr and "AddressSanitizer" not in done.stderr, report

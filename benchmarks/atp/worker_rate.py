@@ -1,16 +1,18 @@
-"""How many packets per second ATP's Python worker (hosts/atp/client.py) sends and takes
-results for, and its parameter server's core finishes, against what SwitchML's link rates
-ask of them on each target.
+"""How many packets per second ATP's worker (hosts/atp/client.py, on its Python loop or its
+native one, hosts/atp/native) sends and takes results for, at what CPU time per packet, and
+how many sums its parameter server's core finishes, against what SwitchML's link rates ask
+of them on each target.
 
 One worker (n = 1, so its own packet is the whole sum) all-reduces over loopback UDP; a
 responder process answers each packet at once with its result (the ACK flag set, the values
 as they came), batched with recvmmsg/sendmmsg and numpy, so the worker's own loop is what
-sets the rate. The PS's core (hosts/atp/parameter_server.py) is timed alone, on full sums
+sets the rate; the worker's process's CPU time (user + system, ``time.process_time``) over the
+all-reduce, per packet sent, is what it costs. The PS's core (hosts/atp/parameter_server.py) is timed alone, on full sums
 handed to it in memory (its sockets cost what the worker's do). Each k is timed
 ``--repeats`` times and the best is kept (other processes share the machine). The rate a target's links ask for is one ATP frame per k elements each
 way: ``link_bps / (8 * frame_bytes(k))``, at ``switches/<t>/__init__.py``'s ``link_rates``.
 
-    .venv/bin/python -m benchmarks.atp.worker_rate [--packets 20000] [--repeats 3]
+    .venv/bin/python -m benchmarks.atp.worker_rate [--packets 20000] [--repeats 3] [--data-path python native]
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ def respond(k: int, ready, stop) -> None:
         tx.send(count)
 
 
-def measure(k: int, packets: int, window: int) -> float:
-    """Packets per second of one all-reduce of ``packets`` packets."""
+def measure(k: int, packets: int, window: int, data_path: str) -> tuple[float, float]:
+    """Packets per second of one all-reduce of ``packets`` packets on the loop ``data_path``,
+    and the worker's CPU µs per packet sent."""
     parent, child = multiprocessing.Pipe()
     stop = multiprocessing.Event()
     responder = multiprocessing.Process(target=respond, args=(k, child, stop), daemon=True)
@@ -74,11 +77,14 @@ def measure(k: int, packets: int, window: int) -> float:
         receiving.close()
         parent.send(worker_port)
         switch = parent.recv()
-        with ATPClient(0, 1, parameters, ps, switch, bind_ipv4=ADDRESS, bind_port=worker_port[1]) as client:
+        with ATPClient(0, 1, parameters, ps, switch, bind_ipv4=ADDRESS, bind_port=worker_port[1], data_path=data_path) as client:
             tensor = np.arange(k * packets, dtype=np.int32)
+            cpu = time.process_time()
             result = client.allreduce(tensor)
+            cpu = time.process_time() - cpu
         assert np.array_equal(result.int_sum, tensor), "the responder echoes: the sum of one worker is its tensor"
-        return result.stats.packets_sent / result.stats.tat_s
+        sent = result.stats.packets_sent
+        return sent / result.stats.tat_s, cpu / sent * 1e6
     finally:
         stop.set()
         responder.join(timeout=5)
@@ -104,19 +110,23 @@ def main() -> None:
     parser.add_argument("--packets", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--window", type=int, default=params.DEFAULT_WINDOW)
+    parser.add_argument("--data-path", nargs="+", choices=("python", "native"), default=["python", "native"],
+                        help="the worker's loops to time (protocol.data_path)")
     args = parser.parse_args()
     ks = sorted({k for target in targets.REGISTRY.values() for k in target.link_rates})
-    print(f"ATP Python worker, W = {args.window}, {args.packets:,} packets per all-reduce, best of {args.repeats}")
-    print("| k | worker packets/s | PS core sums/s | " + " | ".join(f"{name} needs, packets/s (at Mbit/s)" for name in sorted(targets.REGISTRY)) + " |")
-    print("|---|---|---|" + "---|" * len(targets.REGISTRY))
+    print(f"ATP worker, W = {args.window}, {args.packets:,} packets per all-reduce, best of {args.repeats}")
+    print("| k | worker loop | worker packets/s | worker CPU µs/packet | PS core sums/s | "
+          + " | ".join(f"{name} needs, packets/s (at Mbit/s)" for name in sorted(targets.REGISTRY)) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(targets.REGISTRY))
     for k in ks:
-        rate = max(measure(k, args.packets, args.window) for _ in range(args.repeats))
         ps_rate = max(measure_ps(k, args.packets, args.window) for _ in range(args.repeats))
         cells = []
         for name in sorted(targets.REGISTRY):
             mbps = targets.REGISTRY[name].link_rates.get(k)
             cells.append("-" if mbps is None else f"{mbps * 1e6 / (8 * frame_bytes(k)):,.0f} ({mbps:g})")
-        print(f"| {k} | {rate:,.0f} | {ps_rate:,.0f} | " + " | ".join(cells) + " |")
+        for data_path in args.data_path:
+            rate, cpu_us = max((measure(k, args.packets, args.window, data_path) for _ in range(args.repeats)), key=lambda m: m[0])
+            print(f"| {k} | {data_path} | {rate:,.0f} | {cpu_us:.1f} | {ps_rate:,.0f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

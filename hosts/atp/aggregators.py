@@ -55,3 +55,11 @@ class AggregatorMap:
         self._used.add(new_index)
         self.indices[position] = new_index
         return True
+
+    def repoint(self, indices: list[int]) -> None:
+        """Take ``indices`` (a position's index each, distinct, within the pool: what the native
+        worker's ``adopt`` left) as the map's."""
+        if len(indices) != len(self.indices) or len(set(indices)) != len(indices) or not all(0 <= i < self.pool_size for i in indices):
+            raise ValueError(f"not a map of {len(self.indices)} distinct positions in a pool of {self.pool_size}")
+        self.indices = list(indices)
+        self._used = set(indices)

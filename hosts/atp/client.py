@@ -6,7 +6,9 @@ from the switch (the address the PS sent them to, port ``SWITCH_UDP_PORT``) to t
 ``WORKER_UDP_PORT``, on a socket connected to the switch, whose kernel filter drops every
 datagram from anyone else (hosts/atp/sockets.py).
 
-The loop is SwitchML's (hosts/switchml/job.py): one recvmmsg takes every waiting result, the
+The loop is SwitchML's (hosts/switchml/job.py), in Python (``_run``) or, where the job's
+``data_path`` resolves to native, in C (hosts/atp/native/worker.c, the same loop on the same
+core's state): one recvmmsg takes every waiting result, the
 core answers each, one sendmmsg sends what it wrote; with nothing waiting it fires the due
 timers and sleeps in poll until the next timer, a result or the deadline. A datagram of the
 wrong size is counted (``malformed``) and dropped before the core; the core counts and drops
@@ -32,10 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hosts.atp.job import WorkerJob, job_stats
+from hosts.atp.native import resolve
+from hosts.atp.native.job import NativeCore
 from hosts.atp.worker import WorkerCore
 from hosts.atp.sockets import PayloadSockets
 from hosts.mmsg import errno_counts
-from hosts.stats import JobStats, SendTimeline
+from hosts.stats import TIMELINE_BIN_S, JobStats, SendTimeline
 from protocol.atp import params
 from protocol.atp.job import ATPParameters
 
@@ -64,16 +68,19 @@ class ATPClient:
 
     def __init__(self, rank: int, n_workers: int, parameters: ATPParameters, ps: tuple[str, int], switch: tuple[str, int], *,
                  bind_ipv4: str = "0.0.0.0", bind_port: int = params.WORKER_UDP_PORT,
-                 job_deadline_s: float = DEFAULT_JOB_DEADLINE_S) -> None:
+                 job_deadline_s: float = DEFAULT_JOB_DEADLINE_S, data_path: str = "python") -> None:
         if job_deadline_s <= 0:
             raise ValueError(f"job_deadline_s must be positive, got {job_deadline_s}")
         self.parameters = parameters
+        self.data_path = resolve(data_path)
+        """Which loop runs (``protocol.data_path`` resolved: hosts/atp/native's worker.c, or ``_run``)."""
         self._job = WorkerJob(parameters, rank, n_workers, job_deadline_s)
         self._config = self._job.config
         self._deadline_s = job_deadline_s
         self._io = PayloadSockets(parameters.k, BATCH_PER_WINDOW * parameters.window, (bind_ipv4, bind_port), ps, switch)
         self._poller = select.poll()
         self._poller.register(self._io.receiving, select.POLLIN)
+        log.info("ATP job %d rank %d runs %s", parameters.job_id, rank, self.data_path.reason)
 
     @property
     def rank(self) -> int:
@@ -97,7 +104,7 @@ class ATPClient:
         (hosts/atp/worker.py) when no result comes for its stall limit."""
         started = time.perf_counter()
         core = self._job.begin(tensor, started)
-        stats = self._run(core, started)
+        stats = self._run_native(core, started) if self.data_path.name == "native" else self._run(core, started)
         values, int_sum = self._job.values(tensor, core)
         stats.tat_s = time.perf_counter() - started
         log.debug("rank %d: all-reduce of %d %s elements in %.4f s: %s", self._config.worker_id, core.length, tensor.dtype, stats.tat_s,
@@ -140,7 +147,18 @@ class ATPClient:
                     continue
                 out += core.receive(payload, now)
             self._send(out, now, timeline)
-        return job_stats(core, io.size, timeline, malformed, received_bytes, errno_counts(io.refusals - refusals_before))
+        return job_stats(core, io.size, timeline.bins, malformed, received_bytes, errno_counts(io.refusals - refusals_before))
+
+    def _run_native(self, core: WorkerCore, started: float) -> JobStats:
+        """``_run``'s loop in C (hosts/atp/native/worker.c), on the same core's state and sockets."""
+        native = NativeCore(core, started, self._deadline_s, TIMELINE_BIN_S)
+        try:
+            bins, refusals = native.run(self._io)
+        except TimeoutError:
+            raise ATPTimeout(f"ATP job {self._config.app_id} rank {self._config.worker_id}: no result after "
+                             f"{time.perf_counter() - started:.3f} s for {core.n_packets - core.done_through} of {core.n_packets} packets") from None
+        self._io.rx.refusals.update(refusals)
+        return job_stats(core, self._io.size, bins, native.malformed, native.received_bytes, errno_counts(refusals))
 
     def _send(self, payloads: list[bytes], now: float, timeline: SendTimeline) -> None:
         if payloads:

@@ -113,7 +113,7 @@ class WorkerHostCore:
 
     def outcome(self) -> tuple[np.ndarray, np.ndarray, JobStats]:
         values, int_sum = self._job.values(self._tensor, self._core)
-        return values, int_sum, job_stats(self._core, self._payload_size, self._timeline, self._framing.malformed,
+        return values, int_sum, job_stats(self._core, self._payload_size, self._timeline.bins, self._framing.malformed,
                                           self._framing.received_bytes, {})
 
 

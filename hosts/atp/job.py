@@ -15,7 +15,7 @@ import numpy as np
 import methods
 from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.worker import DEFAULT_STALL_S, WorkerConfig, WorkerCore
-from hosts.stats import JobStats, SendTimeline
+from hosts.stats import JobStats
 from protocol.atp.job import ATPParameters
 from protocol.atp.packet import frame_bytes
 from protocol.atp.quantize import dequantize_sum, flushed_to_zero, quantize_tensor
@@ -79,16 +79,16 @@ class WorkerJob:
         return dequantize_sum(int_sum, self.parameters.exponent, self.config.n_workers), int_sum
 
 
-def job_stats(core: WorkerCore, payload_size: int, timeline: SendTimeline, malformed: int, received_bytes: int,
+def job_stats(core: WorkerCore, payload_size: int, timeline: list[int], malformed: int, received_bytes: int,
               socket_errors: dict[str, int]) -> JobStats:
     """A finished all-reduce's ``JobStats`` (without ``tat_s``), ATP's own counts in ``protocol``
-    (hosts/atp/README.md, "Per-job statistics"); ``malformed``: datagrams of the wrong size,
-    dropped before the core."""
+    (hosts/atp/README.md, "Per-job statistics"); ``timeline``: packets sent per bin
+    (``SendTimeline.bins``); ``malformed``: datagrams of the wrong size, dropped before the core."""
     s = core.stats
     return JobStats(
         packets_sent=s.packets_sent, packets_received=s.results + s.duplicates + s.ignored + malformed,
         retransmissions=s.resends_gap + s.resends_timeout, timeouts=s.resends_timeout, duplicates=s.duplicates,
-        bytes_sent=s.packets_sent * payload_size, bytes_received=received_bytes, timeline=timeline.bins,
+        bytes_sent=s.packets_sent * payload_size, bytes_received=received_bytes, timeline=timeline,
         socket_errors=socket_errors, rejected_results=s.ignored + malformed,
         protocol={"collisions_adopted": s.collisions_adopted, "resends_gap": s.resends_gap, "resends_timeout": s.resends_timeout,
                   "ecn_results": s.ecn_results, "window_halvings": s.window_halvings, "ignored": s.ignored, "malformed": malformed,

@@ -36,4 +36,5 @@ def atp_client(spec: WorkerSpec, rank: int) -> ATPClient:
     and hook's (hosts/atp/ddp_client.py), which keep it for the whole training."""
     parameters = resend_floor(job_parameters(spec, needs_server=True), spec.link_mbps)
     return ATPClient(rank, spec.n_workers, parameters, (spec.servers[0], params.PS_UDP_PORT),
-                     (spec.switch_ipv4, params.SWITCH_UDP_PORT), job_deadline_s=spec.job_timeout_s)
+                     (spec.switch_ipv4, params.SWITCH_UDP_PORT), job_deadline_s=spec.job_timeout_s,
+                     data_path=parameters.data_path)

@@ -178,13 +178,15 @@ class WorkerCore:
     # -- receiving ------------------------------------------------------------------------
 
     def receive(self, payload: bytes, now: float) -> list[bytes]:
-        """Take one datagram; returns what to send because of it."""
+        """Take one datagram; returns what to send because of it. A result for a packet not sent
+        yet is ignored: no correct PS can have it (it needs this worker's part), and taking it
+        would resend, as a gap, every packet before it, however far beyond the window."""
         decoded = decode_payload(payload, self.config.k)
         packet = -1
         if decoded is not None:
             header, values = decoded
             packet = header.seq - self.seq_base
-            if not header.flags & params.FLAG_ACK or header.app_id != self.config.app_id or not 0 <= packet < self.n_packets:
+            if not header.flags & params.FLAG_ACK or header.app_id != self.config.app_id or not 0 <= packet < self.next_packet:
                 packet = -1
         if packet < 0:
             self.stats.ignored += 1

@@ -17,8 +17,6 @@ from protocol.atp.quantize import check_exponent
 
 SECTION = "atp"
 """ATP's subsection of the config's ``protocol`` section."""
-PYTHON = "python"
-"""ATP's one worker loop (hosts/atp/): ``protocol.data_path`` chooses among SwitchML's."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,8 @@ class ATPParameters:
     """ECN-driven AIMD of the window (off: the window stays W)."""
     ecn_threshold: int
     """Egress queue depth, in packets, from which the switch marks (0: never)."""
-    data_path: str = PYTHON
+    data_path: str = "auto"
+    """The worker loop (``protocol.data_path``): the runner's resolution of it (native or python), or the config's choice."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.pool_size <= params.MAX_POOL_SIZE:
@@ -52,21 +51,20 @@ class ATPParameters:
             raise ValueError(f"protocol.atp.resend_timeout_ms must be positive, got {self.resend_timeout_ms}")
         if self.ecn_threshold < 0:
             raise ValueError(f"protocol.atp.ecn_threshold must be >= 0, got {self.ecn_threshold}")
-        if self.data_path != PYTHON:
-            raise ValueError(f"ATP's worker has one loop, {PYTHON!r}; got data_path {self.data_path!r}")
         check_exponent(self.exponent)
 
     @classmethod
     def from_config(cls, protocol: Mapping[str, Any], data_path: str | None = None) -> ATPParameters:
         """From the config's ``protocol`` section (its ``atp`` subsection filled in by the
         defaults; the window, where it names none, the smaller of DEFAULT_WINDOW and the pool,
-        which it may not exceed). ``data_path``, the runner's resolution of ``protocol.data_path``, picks
-        among SwitchML's loops; ATP runs its Python loop whatever it says."""
+        which it may not exceed). ``data_path``: the runner's resolution of ``protocol.data_path``
+        (default: the config's choice)."""
         own = protocol[SECTION]
         pool_size = int(protocol["pool_size"])
         window = int(own["window"]) if "window" in own else min(params.DEFAULT_WINDOW, pool_size)
         return cls(k=int(protocol["k"]), pool_size=pool_size, job_id=int(protocol["job_id"]), window=window,
-                   exponent=int(own["exponent"]), resend_timeout_ms=float(own["resend_timeout_ms"]), congestion_control=bool(own["congestion_control"]), ecn_threshold=int(own["ecn_threshold"]))
+                   exponent=int(own["exponent"]), resend_timeout_ms=float(own["resend_timeout_ms"]), congestion_control=bool(own["congestion_control"]), ecn_threshold=int(own["ecn_threshold"]),
+                   data_path=data_path or str(protocol.get("data_path", "auto")))
 
     @classmethod
     def read(cls, section: Mapping[str, Any]) -> ATPParameters:

@@ -19,13 +19,15 @@ import time
 
 import numpy as np
 
+import hosts.native as native
+from hosts.native import MAX_ERRNOS
+
 from hosts.stats import TIMELINE_BIN_S, JobStats
 from hosts.switchml.core import JobArrays, JobContext, SwitchMLTimeout, check_send_buffer, missing_slots
 from hosts.mmsg import REPORTED_ERRNOS, SEND_LOST_ERRNOS, BatchSocket, errno_counts
 from hosts.switchml.pool import SlotPool
 from hosts.switchml.timers import RoundTripEstimator
 
-MAX_ERRNOS = 16
 SIGNAL_CHECK_S = 0.010
 """worker.c's loop returns to Python at least this often (``signal_check_s``), so that a
 signal handler runs within about this long even while every call of the loop finds work
@@ -92,19 +94,8 @@ STRUCTS = {"sml_job": _Job, "sml_rtt": NativeRoundTrip, "sml_policy": _Policy, "
 
 def layout_differences(lib: ctypes.CDLL) -> list[str]:
     """Where worker.c and these mirrors disagree: a size, a field's offset, a field only one
-    side has (empty when they agree)."""
-    differences = []
-    for struct, size in ((_Job, lib.sml_job_size()), (NativeRoundTrip, lib.sml_rtt_size())):
-        if ctypes.sizeof(struct) != size:
-            differences.append(f"struct {struct.__name__} is {size} bytes in worker.c and {ctypes.sizeof(struct)} in Python")
-    names = [(c_name, name, getattr(struct, name).offset) for c_name, struct in STRUCTS.items() for name, *_ in struct._fields_]
-    for c_name, name, offset in names:
-        if (c_offset := lib.sml_field_offset(f"{c_name}.{name}".encode())) != offset:
-            where = "missing" if c_offset < 0 else f"at offset {c_offset}"
-            differences.append(f"{c_name}.{name} is {where} in worker.c and at {offset} in Python")
-    if lib.sml_field_count() != len(names):
-        differences.append(f"worker.c lists {lib.sml_field_count()} fields of these structs, Python {len(names)}")
-    return differences
+    side has (empty when they agree; hosts/native's check)."""
+    return native.layout_differences(lib, "sml", {_Job: lib.sml_job_size(), NativeRoundTrip: lib.sml_rtt_size()}, STRUCTS)
 
 
 def declare(lib: ctypes.CDLL) -> None:

@@ -37,6 +37,8 @@
 #include <time.h>
 
 #include "constants.p4"
+#include "worker.h" /* hosts/native: FIELD, field_offset, timeline_add */
+#include "mmsg.h" /* hosts/native: clock_now, span, byte order, send_batch, receive_batch, message_table */
 
 #define EXPONENT_MIN (-128)
 #define SEQ_MASK 0xFFFFFFFFu
@@ -44,7 +46,6 @@
 #define HOLD_SHARE 0.75         /* core.HOLD_SHARE */
 #define HOLD_BELOW_SHARE 0.9    /* core.HOLD_BELOW_SHARE */
 #define HOLD_MAX_S 0.010        /* core.HOLD_MAX_S */
-#define MAX_ERRNOS 16
 
 /* Offsets of switchml_h's fields in a payload (protocol.switchml.packet.payload_dtype). */
 enum { F_MSG_TYPE = 0, F_SHADOW_SET = 1, F_JOB_ID = 2, F_SLOT = 4, F_NUM_ELEMENTS = 6, F_EXPONENT = 8, F_SEQ = 9 };
@@ -130,11 +131,7 @@ int64_t sml_rtt_size(void) { return (int64_t)sizeof(struct sml_rtt); }
 
 /* Every field's offset by "struct.field", for job.py's layout check (two swapped fields of
  * one size keep the struct's size: only the offsets tell). */
-#define FIELD(type, name) {#type "." #name, offsetof(struct type, name)}
-static const struct {
-    const char *name;
-    size_t offset;
-} FIELDS[] = {
+static const struct field FIELDS[] = {
     FIELD(sml_rtt, ring), FIELD(sml_rtt, count), FIELD(sml_rtt, shortest), FIELD(sml_rtt, median), FIELD(sml_rtt, median_valid),
     FIELD(sml_policy, min_s), FIELD(sml_policy, max_s), FIELD(sml_policy, first_s), FIELD(sml_policy, backoff_every),
     FIELD(sml_stats, packets_sent), FIELD(sml_stats, packets_received), FIELD(sml_stats, retransmissions),
@@ -158,13 +155,7 @@ static const struct {
 int64_t sml_field_count(void) { return (int64_t)(sizeof FIELDS / sizeof FIELDS[0]); }
 
 /* The offset of field "struct.field" (e.g. "sml_job.fd"), -1 for a name this file lacks. */
-int64_t sml_field_offset(const char *name)
-{
-    for (size_t i = 0; i < sizeof FIELDS / sizeof FIELDS[0]; i++)
-        if (strcmp(FIELDS[i].name, name) == 0)
-            return (int64_t)FIELDS[i].offset;
-    return -1;
-}
+int64_t sml_field_offset(const char *name) { return field_offset(FIELDS, sizeof FIELDS / sizeof FIELDS[0], name); }
 
 void sml_release(struct sml_job *job)
 {
@@ -172,18 +163,6 @@ void sml_release(struct sml_job *job)
     job->timeline = NULL;
     job->timeline_len = job->timeline_capacity = 0;
 }
-
-static double clock_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.perf_counter's clock on Linux */
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void put_be16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
-static void put_be32(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v; }
-static uint32_t get_be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
-static uint32_t get_be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
 /* ---- RoundTripEstimator ------------------------------------------------------------ */
 
@@ -327,24 +306,7 @@ static int sent(struct sml_job *job, int64_t count, double now, int64_t resent_c
     job->stats.packets_sent += count;
     job->stats.bytes_sent += count * job->record_bytes;
     job->stats.retransmissions += resent_count;
-    int64_t index = (int64_t)((now - job->t0) / job->timeline_bin_s);
-    if (index < 0)
-        index = 0;
-    if (index >= job->timeline_capacity) {
-        int64_t capacity = job->timeline_capacity ? job->timeline_capacity : 1024;
-        while (capacity <= index)
-            capacity *= 2;
-        int64_t *grown = realloc(job->timeline, (size_t)capacity * sizeof *grown);
-        if (!grown)
-            return -1;
-        memset(grown + job->timeline_capacity, 0, (size_t)(capacity - job->timeline_capacity) * sizeof *grown);
-        job->timeline = grown;
-        job->timeline_capacity = capacity;
-    }
-    if (index >= job->timeline_len)
-        job->timeline_len = index + 1;
-    job->timeline[index] += count;
-    return 0;
+    return timeline_add(&job->timeline, &job->timeline_len, &job->timeline_capacity, job->t0, job->timeline_bin_s, now, count);
 }
 
 /* The elements of chunk ``chunk`` as they go on the wire, big-endian: quantized with the
@@ -562,14 +524,6 @@ struct sml_step sml_step(struct sml_job *job, double now, int64_t received) { re
 
 /* ---- the driver (job.AllReduceJob.run) ---------------------------------------------- */
 
-static int errno_index(const int32_t *table, int32_t n, int code)
-{
-    for (int32_t i = 0; i < n; i++)
-        if (table[i] == code)
-            return i;
-    return -1;
-}
-
 static int fail(struct sml_job *job, int call, int code)
 {
     job->failed_call = call;
@@ -577,78 +531,9 @@ static int fail(struct sml_job *job, int call, int code)
     return SML_FAILED;
 }
 
-/* BatchSocket.send: tx[:count] in as few calls as the kernel allows; a datagram refused
- * with a "lost" errno is counted and skipped, after one more try where the errno may be an
- * earlier datagram's (a "reported" one: an ICMP error). Returns 0, or -1 with errno set. */
-static int send_batch(struct sml_job *job, struct mmsghdr *table, int64_t count)
+static struct errno_tables errnos_of(struct sml_job *job)
 {
-    int64_t done = 0;
-    int retrying = 0;
-    while (done < count) {
-        int n = sendmmsg(job->fd, table + done, (unsigned)(count - done), 0);
-        if (n >= 0) {
-            done += n;
-            retrying = 0;
-            continue;
-        }
-        if (errno == EINTR)
-            continue;
-        int i = errno_index(job->lost_errnos, job->n_lost_errnos, errno);
-        if (i < 0)
-            return -1;
-        if (!retrying) {
-            job->refusals[i]++;
-            if (errno_index(job->reported_errnos, job->n_reported_errnos, errno) >= 0) {
-                retrying = 1;
-                continue;
-            }
-        }
-        retrying = 0;
-        done++;
-    }
-    return 0;
-}
-
-/* BatchSocket.receive: what is waiting, up to capacity datagrams, without blocking. */
-static int64_t receive_batch(struct sml_job *job, struct mmsghdr *table)
-{
-    for (;;) {
-        int n = recvmmsg(job->fd, table, (unsigned)job->capacity, MSG_DONTWAIT, NULL);
-        if (n >= 0) {
-            for (int i = 0; i < n; i++)
-                job->rx_lengths[i] = table[i].msg_len;
-            return n;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        if (errno == EINTR)
-            continue;
-        if (errno_index(job->reported_errnos, job->n_reported_errnos, errno) < 0)
-            return -1;
-        int i = errno_index(job->lost_errnos, job->n_lost_errnos, errno);
-        if (i >= 0)
-            job->refusals[i]++;
-    }
-}
-
-static void message_table(struct mmsghdr *table, struct iovec *iov, uint8_t *base, int64_t stride, int64_t length, int64_t count)
-{
-    memset(table, 0, (size_t)count * sizeof *table);
-    for (int64_t i = 0; i < count; i++) {
-        iov[i].iov_base = base + i * stride;
-        iov[i].iov_len = (size_t)length;
-        table[i].msg_hdr.msg_iov = &iov[i];
-        table[i].msg_hdr.msg_iovlen = 1;
-    }
-}
-
-static struct timespec span(double seconds)
-{
-    if (seconds < 0)
-        seconds = 0;
-    struct timespec ts = {.tv_sec = (time_t)seconds};
-    ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
-    return ts;
+    return (struct errno_tables){job->lost_errnos, job->n_lost_errnos, job->reported_errnos, job->n_reported_errnos, job->refusals};
 }
 
 /* The core's steps over the socket: what a step wrote is sent, then the loop waits as the
@@ -659,6 +544,7 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
     /* A signal that arrives during a non-blocking call only marks CPython's handler pending;
      * returning at this bound runs it (Ctrl-C under a flood), whatever the loop is doing. */
     double return_at = clock_now() + job->signal_check_s;
+    struct errno_tables errnos = errnos_of(job);
     for (;;) {
         double now = clock_now();
         struct sml_step st;
@@ -666,7 +552,7 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
             st = start(job, now);
             job->started = 1;
         } else {
-            int64_t received = receive_batch(job, rx_table);
+            int64_t received = receive_batch(job->fd, rx_table, job->capacity, job->rx_lengths, &errnos);
             if (received < 0)
                 return fail(job, CALL_RECVMMSG, errno);
             now = clock_now();
@@ -674,7 +560,7 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
         }
         if (st.status == SML_FAILED)
             return SML_FAILED;
-        if (st.send && send_batch(job, tx_table, st.send))
+        if (st.send && send_batch(job->fd, tx_table, st.send, &errnos))
             return fail(job, CALL_SENDMMSG, errno);
         if (st.status != SML_RUNNING)
             return st.status;
@@ -700,22 +586,12 @@ static int run(struct sml_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
  * calls again) or a call fails (SML_FAILED: failed_call and failed_errno say which). */
 int sml_run(struct sml_job *job)
 {
-    int64_t capacity = job->capacity;
-    struct mmsghdr *tx_table = malloc((size_t)capacity * sizeof *tx_table);
-    struct mmsghdr *rx_table = malloc((size_t)capacity * sizeof *rx_table);
-    struct iovec *tx_iov = malloc((size_t)capacity * sizeof *tx_iov);
-    struct iovec *rx_iov = malloc((size_t)capacity * sizeof *rx_iov);
+    struct batch_tables tables;
     int status;
-    if (!tx_table || !rx_table || !tx_iov || !rx_iov) {
+    if (batch_tables_make(&tables, job->tx, job->record_bytes, job->capacity, job->rx, job->rx_stride, job->capacity))
         status = fail(job, CALL_MALLOC, ENOMEM);
-    } else {
-        message_table(tx_table, tx_iov, job->tx, job->record_bytes, job->record_bytes, capacity);
-        message_table(rx_table, rx_iov, job->rx, job->rx_stride, job->rx_stride, capacity);
-        status = run(job, tx_table, rx_table);
-    }
-    free(tx_table);
-    free(rx_table);
-    free(tx_iov);
-    free(rx_iov);
+    else
+        status = run(job, tables.tx, tables.rx);
+    batch_tables_free(&tables);
     return status;
 }
