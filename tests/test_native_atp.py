@@ -28,6 +28,8 @@ from hosts.atp.worker import ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
 from protocol.atp.packet import ATP_HEADER, ATPHeader, encode_payload, payload_bytes
 
+pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
+
 K, APP_ID, N_WORKERS, T0 = 4, 7, 3, 5.0
 STATS = ("packets_sent", "resends_gap", "resends_timeout", "results", "duplicates", "ignored", "collisions_adopted", "ecn_results",
          "window_halvings", "cwnd")
