@@ -63,11 +63,11 @@ from protocol.switchml.scapy_layer import SwitchML
 from switches.switchml import programming
 from switches.control import SwitchControl
 from switches.targets import REGISTRY
-from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_target
+from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_WORKERS, ON_THE_BENCH, OTHER_JOB, TARGET_MARKS, TARGETS, job_programs, require_target
 from base.netns import Host, Testbed
 from tests.switch_io import SWITCH, SwitchPorts, learned_entries, update_frame, vlan_tagged
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH]  # a standalone test bed: the embedded and bmv2 cases run beside the network tests (-n)
 
 REFERENCE = "embedded"
 """The model every other target is compared with."""
@@ -137,6 +137,8 @@ class Outcome:
     frames: tuple[tuple[bytes, ...], ...]
     counters: dict[str, int]
     l2_entries: int
+    lossy_copies: int = 0
+    """A lossy step's copies egress counted (sent or dropped) before the step's probes."""
 
 
 UPPER_HOST = 2
@@ -440,13 +442,14 @@ def egress_events(counters: dict[str, int]) -> int:
     return counters["EGV_SENT"] + counters["EGV_DROP_SIM_EGRESS"]
 
 
-def wait_for_egress(control: SwitchControl, copies: int) -> None:
-    """Until egress counted ``copies`` (the reference's count after the step), or WAIT_S: bmv2's
-    egress runs after its ingress counted the frame. A target that makes other copies is left to
-    the comparison."""
+def wait_for_egress(control: SwitchControl, copies: int) -> int:
+    """Until egress counted ``copies`` in all, or WAIT_S: bmv2's egress runs after its ingress
+    counted the frame. A target that makes fewer copies is left to the comparison. Returns the
+    count it saw last."""
     deadline = time.monotonic() + WAIT_S
-    while egress_events(programming.read_event_counters(control)) < copies and time.monotonic() < deadline:
+    while (seen := egress_events(programming.read_event_counters(control))) < copies and time.monotonic() < deadline:
         time.sleep(0.001)
+    return seen
 
 
 def wait_for_ingress(control: SwitchControl, events_before: int, target: str, step: int) -> None:
@@ -479,18 +482,20 @@ def collect(ports: SwitchPorts, probes: dict[int, bytes], target: str, step: int
 
 def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], target: str, reference: list[Outcome] | None) -> list[Outcome]:
     """Every step in lock-step; with a reference run, each step waits for its learning state,
-    and a lossy one for its egress to count the reference's copies before the drop simulator is
-    turned off."""
+    and a lossy one for its egress to count as many copies of the step as the reference's
+    did, before the drop simulator is turned off and the probes are sent."""
     outcomes: list[Outcome] = []
-    events = ingress_events(programming.read_event_counters(control))
+    counters = programming.read_event_counters(control)
+    events = ingress_events(counters)
     for index, step in enumerate(steps):
+        copies = 0
         if step.drops != NO_LOSS:
             programming.set_drop_probability(control, *step.drops)
         ports.send(step.sender, step.frame)
         wait_for_ingress(control, events, target, index)
         if step.drops != NO_LOSS:  # off again before the probes, once egress is done with the frame
-            if reference is not None:
-                wait_for_egress(control, egress_events(reference[index].counters))
+            before = egress_events(counters)
+            copies = wait_for_egress(control, before + (0 if reference is None else reference[index].lossy_copies)) - before
             programming.set_drop_probability(control, *NO_LOSS)
         probes = {sender: probe_frame(sender, index) for sender in PROBE_SENDERS}
         for sender, probe in probes.items():
@@ -499,7 +504,7 @@ def run_sequence(control: SwitchControl, ports: SwitchPorts, steps: list[Step], 
         counters = programming.read_event_counters(control)
         events = ingress_events(counters)
         l2_entries = learned_entries(control, None if reference is None else reference[index].l2_entries)
-        outcomes.append(Outcome(frames, counters, l2_entries))
+        outcomes.append(Outcome(frames, counters, l2_entries, copies))
     return outcomes
 
 
@@ -555,6 +560,8 @@ def first_difference(seed: int, steps: list[Step], runs: dict[str, list[Outcome]
             lines.append(f"counters after the step ({name_a}, {name_b}): {changed}")
         if a.l2_entries != b.l2_entries:
             lines.append(f"l2_table entries after the step: {name_a} {a.l2_entries}, {name_b} {b.l2_entries}")
+        if a.lossy_copies != b.lossy_copies:
+            lines.append(f"copies egress counted through the drop simulator: {name_a} {a.lossy_copies}, {name_b} {b.lossy_copies}")
         lines.append("steps before it:")
         lines += [f"  {i}: host {steps[i].sender} sent {steps[i].what}" for i in range(max(0, index - 5), index)]
         return "\n".join(lines)
