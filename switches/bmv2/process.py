@@ -71,11 +71,19 @@ def thrift_answers(port: int, host: str = THRIFT_HOST) -> bool:
 def free_tcp_port(preferred: int) -> int:
     """``preferred`` if nothing listens there, else a port the kernel picks as free.
 
-    Predictable ports (9090 + device id) suit a student typing simple_switch_CLI; the
-    fallback keeps concurrent runs on one machine from taking each other's switch.
+    Predictable ports (9090 + device id) suit a student typing simple_switch_CLI in a
+    Mininet network (switches/bmv2/node.py); the fallback keeps concurrent runs on one
+    machine from taking each other's switch.
     """
     if not thrift_answers(preferred):
         return preferred
+    return kernel_tcp_port()
+
+
+def kernel_tcp_port() -> int:
+    """A port the kernel picks as free: a standalone switch's (tests, benchmarks, a cluster's
+    agent). Two of them starting at once would both find 9090 free, and the second would
+    take the first's Thrift server for its own; the kernel's choice leaves no such window."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((THRIFT_HOST, 0))
         return s.getsockname()[1]
@@ -126,7 +134,8 @@ class Bmv2Process:
         """simple_switch on ``ports``: ``json_path`` runs a prebuilt program (built for its own
         k and pool size), else ``protocol``'s program (switches/bmv2/__init__.py, ``program_for``) compiled for
         ``k`` and ``max_pool_size`` (cached by compile.py);
-        the Thrift port is 9090 + ``device_id`` unless taken or given. ``port_rate_bps``, the
+        the Thrift port is one the kernel picks unless given (kernel_tcp_port; a Mininet
+        network's switches are given 9090 + device id). ``port_rate_bps``, the
         ports' link rate, is for a program whose process paces its ports (``P4Program.process``:
         ATP's); this one leaves bmv2's default queues."""
         program = program_for(protocol)
@@ -135,7 +144,7 @@ class Bmv2Process:
             json_path=json_path if json_path is not None else compile_p4(CompileOptions(program=program, max_pool_size=max_pool_size, k=k)),
             program=program,
             interfaces=ports,
-            thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
+            thrift_port=kernel_tcp_port() if thrift_port is None else thrift_port,
             device_id=device_id,
             log_dir=log_dir,
             **options,

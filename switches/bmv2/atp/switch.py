@@ -18,7 +18,7 @@ from protocol.atp.packet import frame_bytes
 from switches.bmv2.atp.program import PROGRAM
 from switches.bmv2.compile import CompileOptions, compile_p4
 from switches.bmv2.atp.control import ATPBmv2Control, packets_per_second
-from switches.bmv2.process import START_TIMEOUT_S, THRIFT_PORT_BASE, Bmv2Process, free_tcp_port
+from switches.bmv2.process import START_TIMEOUT_S, Bmv2Process, kernel_tcp_port
 
 PORT_QUEUE_PACKETS = 64
 """Each port's egress queue depth on a network: bmv2's default, which the rate does not change."""
@@ -70,13 +70,13 @@ class ATPBmv2Process(Bmv2Process):
     ) -> "ATPBmv2Process":
         """simple_switch on ``ports`` (bmv2 port -> interface) with atp.json for ``k`` and
         ``pool_size`` (compiled and cached on first use; ``json_path``: a prebuilt one); the
-        Thrift port is 9090 + ``device_id`` unless taken or given. ``options`` are Bmv2Process's (log_level, executable, popen)."""
+        Thrift port is one the kernel picks unless given (as Bmv2Process.for_ports). ``options`` are Bmv2Process's (log_level, executable, popen)."""
         return cls(
             name=name,
             json_path=json_path or compile_p4(CompileOptions(program=PROGRAM, k=k, max_pool_size=pool_size)),
             program=PROGRAM,
             interfaces=ports,
-            thrift_port=free_tcp_port(THRIFT_PORT_BASE + device_id) if thrift_port is None else thrift_port,
+            thrift_port=kernel_tcp_port() if thrift_port is None else thrift_port,
             device_id=device_id,
             log_dir=log_dir,
             **options,
