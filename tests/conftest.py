@@ -134,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, described in REGISTRY.items():
         config.addinivalue_line("markers", f"{name}: runs the {name} switch target (needs {described.needs}; skipped where absent)")
     config.addinivalue_line("markers", f"every_k: a packet test that runs at every k of {TESTED_K}, not only at {DEFAULT_TESTED_K}")
+    config.addinivalue_line("markers", "bench: a module of packet tests on a standalone test bed (ON_THE_BENCH: its embedded and bmv2 cases run beside the network tests with -n)")
 
 
 def _xdist_drops_groups() -> bool:
@@ -157,14 +158,39 @@ IN_SANDBOX_GROUP = pytest.mark.xdist_group("sandbox")
 its /run and network lock, another user), so they run beside MACHINE_GROUP, but one after
 another among themselves (they look for the sandbox user's processes)."""
 
+ON_LOOPBACK_GROUP = pytest.mark.xdist_group("loopback")
+"""Clients, relays and DDP ranks on this machine's loopback addresses, some on fixed ports:
+one after another among themselves, beside MACHINE_GROUP (whose networks are namespaces)."""
+
+ON_THE_BENCH = pytest.mark.bench
+"""A module of packet tests on a standalone test bed (switches/standalone.py: namespaces
+named after the test's pid, a switch process on their veths, no network lock). Its embedded
+and bmv2 cases run in BENCH_GROUP, beside MACHINE_GROUP (a standalone simple_switch takes a
+Thrift port the kernel picks); its eBPF cases stay in MACHINE_GROUP, where a test checks that
+the eBPF switches' pin folder is gone once its switch stopped."""
+
+BENCH_TARGETS = frozenset({"embedded", "bmv2"})
+
+BENCH_GROUP = "bench"
+
+
+def _group(item: pytest.Item) -> str | None:
+    """The pytest-xdist group ``item`` runs in, or None (parallel_safe: any worker)."""
+    if item.get_closest_marker("parallel_safe") is not None:
+        return None
+    if item.get_closest_marker("bench") is not None:
+        targets = {name for name in REGISTRY if item.get_closest_marker(name) is not None}
+        return BENCH_GROUP if targets and targets <= BENCH_TARGETS else MACHINE_GROUP
+    return MACHINE_GROUP
+
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put every test that may touch the machine into MACHINE_GROUP (``--dist loadgroup``,
-    pyproject.toml): only what a module declares safe runs beside it (docs/testing.md)."""
+    """Put every test into its group (``--dist loadgroup``, pyproject.toml): MACHINE_GROUP
+    unless its module declares otherwise (docs/testing.md)."""
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and item.get_closest_marker("parallel_safe") is None:
-            item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
+        if item.get_closest_marker("xdist_group") is None and (group := _group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def require_track_machine(needs: tuple[str, ...]) -> None:

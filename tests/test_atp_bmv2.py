@@ -41,11 +41,11 @@ from switches.bmv2.atp.control import ETHERNET_OVERHEAD_BYTES, packets_per_secon
 from switches.bmv2.atp.switch import run_atp_bmv2
 from switches.control import SwitchControl
 from switches.embedded.atp.pipeline import ATPPipeline
-from tests.conftest import require_target
+from tests.conftest import ON_THE_BENCH, require_target
 from tests.switch_io import SwitchPorts
 from tests.test_switch_differential import PROBE_MIN_BYTES, collect, probe_frame
 
-pytestmark = [pytest.mark.bmv2]
+pytestmark = [pytest.mark.bmv2, ON_THE_BENCH]  # a standalone test bed: beside the network tests (-n)
 
 K, POOL = cases.K, cases.POOL
 GENERATOR = params.ATP_P4_DIR / "gen_elements.py"

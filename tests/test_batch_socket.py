@@ -12,6 +12,9 @@ import pytest
 
 from hosts.mmsg import RECEIVE_SLACK_BYTES, BatchSocket
 from protocol.switchml.packet import SWITCHML_HEADER_BYTES, SwitchMLHeader, pack_header, payload_bytes, payload_dtype, unpack_header
+from tests.conftest import ON_LOOPBACK_GROUP
+
+pytestmark = ON_LOOPBACK_GROUP  # loopback only: beside the network tests (-n)
 
 K = 32
 DTYPE = payload_dtype(K)

@@ -14,6 +14,9 @@ from protocol.switchml import params
 from switches import standalone
 from switches.switchml import programming
 from switches.embedded.delay_line import DelayLine
+from tests.conftest import ON_THE_BENCH
+
+pytestmark = [ON_THE_BENCH, pytest.mark.embedded]  # the embedded switch on a standalone test bed: beside the network tests (-n)
 
 LINK_DELAY_MS = 20.0
 

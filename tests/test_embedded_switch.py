@@ -16,8 +16,9 @@ from switches.control import ControlPlaneError
 from switches.embedded.launcher import EmbeddedSwitchProcess, SwitchStartError, embedded_switch
 from base.netns import Testbed
 from tests.switch_io import SwitchPorts, update_frame
+from tests.conftest import ON_THE_BENCH
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH, pytest.mark.embedded]  # the embedded switch on a standalone test bed: beside the network tests (-n)
 
 JOB = 3
 

@@ -15,9 +15,11 @@ import pytest
 from experiments.results import switch_frame_losses
 from network.port_counters import PortCounters, account_switch, frames_lost, read_ports
 from protocol.switchml import params
-from tests.conftest import JOB, SwitchUnderTest
+from tests.conftest import JOB, ON_THE_BENCH, SwitchUnderTest
 from tests.switch_io import update_frame
 from tests.test_switch_behaviour import values
+
+pytestmark = ON_THE_BENCH  # a standalone test bed: the embedded and bmv2 cases run beside the network tests (-n)
 
 BURST = 2_000
 """Frames sent back to back by one Python raw socket (~300k/s): far beyond bmv2's ~10k/s."""

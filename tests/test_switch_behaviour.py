@@ -22,10 +22,10 @@ from protocol.switchml import params as switchml_params
 from protocol.packet import ipv4_checksum, IPV4_OFFSET
 from protocol.switchml.packet import frame_bytes
 from switches.switchml import programming
-from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_HOSTS, SwitchUnderTest
+from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, N_HOSTS, ON_THE_BENCH, SwitchUnderTest
 from tests.switch_io import Received, dissect, learned_entries, update_frame, vlan_tagged
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH]  # a standalone test bed: the embedded and bmv2 cases run beside the network tests (-n)
 
 def values(seed: int, k: int) -> np.ndarray:
     """k distinct, signed test elements (includes negatives, so sign handling is checked)."""

@@ -21,11 +21,11 @@ from protocol.switchml import params
 from protocol.packet import IPV4_OFFSET
 from switches.switchml import programming
 from switches.control import ControlPlaneError, TableFullError
-from tests.conftest import JOB, N_HOSTS, SwitchUnderTest
+from tests.conftest import JOB, N_HOSTS, ON_THE_BENCH, SwitchUnderTest
 from tests.switch_io import update_frame
 from tests.test_switch_behaviour import UNKNOWN_MAC, check_result, reduce_round, values
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH]  # a standalone test bed: the embedded and bmv2 cases run beside the network tests (-n)
 
 VALUE_00, VALUE_01 = programming.value_registers(2)
 """The first two value registers, which every k has."""

@@ -25,13 +25,13 @@ from protocol.switchml import params as switchml_params
 from protocol.packet import build_frame, Endpoint
 from protocol.switchml.packet import encode_payload, frame_bytes, SwitchMLHeader
 from switches.switchml import programming
-from tests.conftest import TARGETS, SwitchTarget, SwitchUnderTest
+from tests.conftest import ON_THE_BENCH, SwitchTarget, SwitchUnderTest, TARGETS
 from base.netns import Testbed
 from tests.switch_io import SWITCH, Received, dissect, update_frame
 from tests.test_switch_behaviour import check_result, values
 from tests.test_switch_drops import wait_counts
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH]  # a standalone test bed: the embedded and bmv2 cases run beside the network tests (-n)
 
 LEAF_JOB = 21
 SPINE_JOB = 22

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from switches.switchml import programming
-from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, OTHER_JOB, SwitchUnderTest
+from tests.conftest import JOB, JOB_HOSTS, JOB_POOL, ON_THE_BENCH, OTHER_JOB, SwitchUnderTest
 from tests.switch_io import update_frame
 from tests.test_switch_behaviour import check_result, values
 from tests.test_switch_drops import wait_counts
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH]  # a standalone test bed: the embedded and bmv2 cases run beside the network tests (-n)
 
 MISBEHAVING = JOB_HOSTS[OTHER_JOB][0]
 """Host 3: a worker of OTHER_JOB that sends what it must not."""

@@ -19,9 +19,9 @@ from protocol import params
 from protocol.switchml import params as switchml_params
 from protocol.packet import IPV4_OFFSET, ipv4_checksum
 from switches.embedded.switchml.responder import echo_reply_checksum
-from tests.conftest import N_HOSTS, SwitchUnderTest
+from tests.conftest import N_HOSTS, ON_THE_BENCH, SwitchUnderTest
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH]  # a standalone test bed: the embedded and bmv2 cases run beside the network tests (-n)
 
 BROADCAST = "ff:ff:ff:ff:ff:ff"
 NOBODY = "10.0.0.200"

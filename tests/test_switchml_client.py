@@ -25,6 +25,9 @@ from protocol.switchml import params
 from protocol.packet import decode_elements
 from protocol.switchml.packet import payload_bytes, SWITCHML_HEADER, SWITCHML_HEADER_BYTES
 from protocol.quantize import expected_sum
+from tests.conftest import ON_LOOPBACK_GROUP
+
+pytestmark = ON_LOOPBACK_GROUP  # loopback only: beside the network tests (-n)
 
 K = 4
 POOL = 4

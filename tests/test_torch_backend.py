@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from protocol.quantize import expected_sum
-from tests.conftest import require_torch
+from tests.conftest import ON_LOOPBACK_GROUP, require_torch
 from tests.test_switchml_client import JOB, LOSSLESS
 from tests.test_torch_hook import collect, run_ranks
 
-pytestmark = [pytest.mark.torch]
+pytestmark = [pytest.mark.torch, ON_LOOPBACK_GROUP]  # loopback only: beside the network tests (-n)
 
 N = 3
 K = 32

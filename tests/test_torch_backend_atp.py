@@ -36,9 +36,11 @@ from protocol.atp.quantize import expected_sum
 from protocol.params import REPO_ROOT
 from protocol.worker_spec import WorkerSpec
 from tests.atp_relay import PS_HOST, RelayJob, UDPRelay, job_address, wait_bound
-from tests.conftest import require_torch
+from tests.conftest import ON_LOOPBACK_GROUP, require_torch
 from tests.test_torch_backend import FALLBACKS, SIZES, ddp_steps, float_input, floats_in_flight, gloo_calls
 from tests.test_torch_hook import collect
+
+pytestmark = ON_LOOPBACK_GROUP  # loopback only: beside the network tests (-n)
 
 N = 3
 K = 32

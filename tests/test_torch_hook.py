@@ -14,12 +14,12 @@ import time
 import numpy as np
 import pytest
 
-from tests.conftest import require_torch
+from tests.conftest import ON_LOOPBACK_GROUP, require_torch
 from tests.test_switchml_client import JOB, LOSSLESS, FakeSwitch
 from protocol.quantize import expected_sum
 from workloads.training import TrainingConfig, load_dataset, minibatch
 
-pytestmark = [pytest.mark.torch]
+pytestmark = [pytest.mark.torch, ON_LOOPBACK_GROUP]  # loopback only: beside the network tests (-n)
 
 N = 3
 K = 32

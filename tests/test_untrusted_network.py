@@ -40,6 +40,9 @@ from protocol.switchml.plan import JobPlan
 from protocol.quantize import expected_sum
 from tests.icmp_errors import ICMP_ERRORS, SWITCH_ADDRESS, inject
 from tests.test_switchml_client import JOB, LOSSLESS, POOL, FakeSwitch, make_clients, make_tensors, run_allreduce
+from tests.conftest import ON_LOOPBACK_GROUP
+
+pytestmark = ON_LOOPBACK_GROUP  # loopback only: beside the network tests (-n)
 
 K = 4
 N = 2

@@ -31,9 +31,9 @@ from switches import standalone
 from switches.switchml import programming
 from switches.control import SwitchControl
 from base.netns import Testbed, in_namespace
-from tests.conftest import DEFAULT_TESTED_K
+from tests.conftest import DEFAULT_TESTED_K, ON_THE_BENCH
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.netns, ON_THE_BENCH, pytest.mark.embedded]  # the embedded switch on a standalone test bed: beside the network tests (-n)
 
 log = logging.getLogger(__name__)
 
