@@ -164,8 +164,18 @@ class Point:
     def data_path(self) -> DataPath:
         """Which implementation of its in-network worker's loop runs (``protocol.data_path``,
         ``auto`` resolved by the protocol's record, once per process), unless the servers of
-        its cluster chose (``chosen_data_path``)."""
+        its cluster chose (``chosen_data_path``): the loop of ``data_path_protocol``'s worker,
+        the one summary.json records."""
         return self.chosen_data_path or resolve_data_path(self.methods, self.job.data_path)
+
+    def data_path_of(self, protocol: Aggregation) -> DataPath:
+        """``protocol.data_path`` resolved by ``protocol``'s own record: each protocol's worker
+        has its own native loop, so with SwitchML and ATP in one point each names its own
+        (``auto`` may build one and not the other). A cluster's servers' choice and a
+        protocol with no choice of loop take ``data_path``."""
+        if self.chosen_data_path is not None or protocol.data_path is None:
+            return self.data_path
+        return resolve(protocol.data_path)(self.job.data_path)
 
     @property
     def methods(self) -> list[str]:
@@ -389,13 +399,12 @@ def check_data_paths(experiment: Experiment) -> None:
     builds the native loop (cached), so the runner asks this once the target is chosen,
     before anything starts, and loading a config builds nothing."""
     for point in experiment.points:
-        if not methods.aggregations_of(point.methods):
-            continue
-        try:
-            resolve_data_path(point.methods, point.job.data_path)
-        except DataPathUnavailable as exc:
-            raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.job.data_path}: {exc}; 'auto' runs the Python worker "
-                              "where it is") from None
+        for protocol in methods.aggregations_of(point.methods):
+            try:
+                point.data_path_of(protocol)
+            except DataPathUnavailable as exc:
+                raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.job.data_path}: {protocol.label}: {exc}; "
+                                  "'auto' runs the Python worker where it is") from None
 
 
 def data_path_protocol(method_names: list[str] | tuple[str, ...]) -> Aggregation:
