@@ -136,7 +136,7 @@ def describe(experiment: Experiment, target: str) -> str:
              f"{rate_text} (from {experiment.link_rate_source})"]
     for protocol in aggregations_of([m for p in experiment.points for m in p.methods]):
         if protocol.data_path is not None:
-            paths = sorted({p.data_path.reason for p in experiment.points if protocol in aggregations_of(p.methods)})
+            paths = sorted({p.data_path_of(protocol).reason for p in experiment.points if protocol in aggregations_of(p.methods)})
             lines.append(f"  {protocol.label} worker: {'; '.join(paths)}")
     for p in experiment.points:
         sweep = f" {p.sweep_param}={p.sweep_value!r}" if p.sweep_param else ""

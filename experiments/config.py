@@ -144,8 +144,10 @@ class Point:
     sweep_value: Any
     data: Mapping[str, Any]
     topology: Topology
-    chosen_data_path: DataPath | None = None
-    """What ``data_path`` is when the servers of a cluster decided it (experiments/data_path.py)."""
+    chosen_data_paths: Mapping[str, DataPath] = field(default_factory=dict)
+    """By protocol name, the data path that something other than this machine's build decided:
+    the servers of a cluster (experiments/data_path.py) or the simulated clock's loops
+    (experiments/simulated.py)."""
 
     @property
     def protocol(self) -> Mapping[str, Any]:
@@ -162,10 +164,21 @@ class Point:
 
     @property
     def data_path(self) -> DataPath:
-        """Which implementation of its in-network worker's loop runs (``protocol.data_path``,
-        ``auto`` resolved by the protocol's record, once per process), unless the servers of
-        its cluster chose (``chosen_data_path``)."""
-        return self.chosen_data_path or resolve_data_path(self.methods, self.job.data_path)
+        """The loop of ``data_path_protocol``'s worker: the one summary.json records."""
+        return self.data_path_of(data_path_protocol(self.methods))
+
+    def data_path_of(self, protocol: Aggregation) -> DataPath:
+        """Which implementation of ``protocol``'s worker loop runs: ``protocol.data_path``
+        (``auto`` resolved by the protocol's own record, once per process) unless it was
+        chosen (``chosen_data_paths``). Each protocol has its own native loop, so with SwitchML
+        and ATP in one point each names its own; a protocol with no choice of loop follows
+        ``first_with_a_choice``."""
+        chosen = self.chosen_data_paths.get(protocol.name)
+        if chosen is not None:
+            return chosen
+        reference = protocol if protocol.data_path is not None else first_with_a_choice()
+        assert reference.data_path is not None
+        return resolve(reference.data_path)(self.job.data_path)
 
     @property
     def methods(self) -> list[str]:
@@ -224,9 +237,10 @@ class Experiment:
         data["switch"]["target"] = target
         return _expand(data, self.source, self.overridden)
 
-    def with_data_paths(self, chosen: Mapping[int, DataPath]) -> Experiment:
-        """The same experiment with the data path of the points in ``chosen`` (by index) set."""
-        points = tuple(replace(p, chosen_data_path=chosen[p.index]) if p.index in chosen else p for p in self.points)
+    def with_data_paths(self, chosen: Mapping[int, Mapping[str, DataPath]]) -> Experiment:
+        """The same experiment with the data paths of the points in ``chosen`` (by index; by
+        protocol name within a point) set."""
+        points = tuple(replace(p, chosen_data_paths=chosen[p.index]) if p.index in chosen else p for p in self.points)
         return replace(self, points=points)
 
 
@@ -389,28 +403,27 @@ def check_data_paths(experiment: Experiment) -> None:
     builds the native loop (cached), so the runner asks this once the target is chosen,
     before anything starts, and loading a config builds nothing."""
     for point in experiment.points:
-        if not methods.aggregations_of(point.methods):
-            continue
-        try:
-            resolve_data_path(point.methods, point.job.data_path)
-        except DataPathUnavailable as exc:
-            raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.job.data_path}: {exc}; 'auto' runs the Python worker "
-                              "where it is") from None
+        for protocol in methods.aggregations_of(point.methods):
+            try:
+                point.data_path_of(protocol)
+            except DataPathUnavailable as exc:
+                raise ConfigError(f"{point_label(experiment.source, point)}: protocol.data_path: {point.job.data_path}: {protocol.label}: {exc}; "
+                                  "'auto' runs the Python worker where it is") from None
 
 
 def data_path_protocol(method_names: list[str] | tuple[str, ...]) -> Aggregation:
-    """The protocol whose worker loop ``protocol.data_path`` chooses: the first in-network
-    method's that has a choice; a point with none records the first registered protocol's
-    (what results have always recorded for it)."""
-    return next((protocol for protocol in methods.aggregations_of(method_names) if protocol.data_path is not None),
-                next(protocol for protocol in methods.AGGREGATIONS if protocol.data_path is not None))
+    """The protocol whose worker loop summary.json records: the first in-network method's that
+    has a choice of loop, else the first in-network method's (its loop on the simulated
+    clock), else the first registered protocol's with a choice (what results have always
+    recorded for a point with none)."""
+    own = methods.aggregations_of(method_names)
+    return next((protocol for protocol in own if protocol.data_path is not None), own[0] if own else first_with_a_choice())
 
 
-def resolve_data_path(method_names: list[str] | tuple[str, ...], choice: str) -> DataPath:
-    """``choice`` resolved by the protocol of ``method_names`` that has a data path (``data_path_protocol``)."""
-    reference = data_path_protocol(method_names).data_path
-    assert reference is not None
-    return resolve(reference)(choice)
+def first_with_a_choice() -> Aggregation:
+    """The first registered protocol whose worker has a choice of loop: whose resolution a
+    protocol without one follows."""
+    return next(protocol for protocol in methods.AGGREGATIONS if protocol.data_path is not None)
 
 
 AVAILABLE_CONGESTION_CONTROLS = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")

@@ -114,4 +114,6 @@ def on_every_server(experiment: Experiment) -> Experiment:
     for line in sorted({f"{data_path_protocol(experiment.points[index].methods).label} worker: {path.reason}"
                         for index, path in chosen.items()}):
         log.warning("%s", line)
-    return experiment.with_data_paths(chosen)
+    # what the servers lack (a compiler) no protocol's native loop has there: each runs the same loop
+    return experiment.with_data_paths({index: {protocol.name: path for protocol in methods.aggregations_of(experiment.points[index].methods)}
+                                       for index, path in chosen.items()})

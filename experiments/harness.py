@@ -81,7 +81,7 @@ def job_parameters(point: Point, method: str) -> dict[str, Any] | None:
     registered = methods.by_name(method)
     if registered.aggregation is None:
         return None
-    return job_section(registered.job_parameters(point.protocol, point.data_path.name))
+    return job_section(registered.job_parameters(point.protocol, point.data_path_of(registered.aggregation).name))
 
 
 class KindRunner(Protocol):
@@ -365,7 +365,7 @@ def network_jobs(point: Point, shared: Sequence[SharedJob] = ()) -> list[Job]:
     them: one of every host, or the ``shared`` ones, each with its protocol's parameters."""
     hosts = tuple(h.name for h in point.topology.hosts)
     return [Job(aggregation, job.parameters, job.hosts) for aggregation in methods.aggregations_of(point.methods)
-            for job in jobs_sharing(aggregation.parameters(point.protocol, point.data_path.name), hosts, shared)]
+            for job in jobs_sharing(aggregation.parameters(point.protocol, point.data_path_of(aggregation).name), hosts, shared)]
 
 
 def take_result(report: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray | None]:

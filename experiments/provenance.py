@@ -19,7 +19,7 @@ from typing import Any
 
 from base.optional import torch_unavailable
 from base.plugin import resolve
-from experiments.config import Experiment, data_path_protocol
+from experiments.config import Experiment
 import methods
 from switches.targets import REGISTRY
 from switchml_testbed import __version__
@@ -63,9 +63,9 @@ def tool_versions(experiment: Experiment, target: str, simulated: bool) -> dict[
         tools["mininet"] = package_version("mininet")
         tools |= REGISTRY[target].tool_versions()
     for point in experiment.points:  # the in-network workers' own tools (the native loop's compiler: worker.c, or star.c that includes it)
-        protocol = data_path_protocol(point.methods)
-        if protocol.tool_versions is not None and protocol in methods.aggregations_of(point.methods):
-            tools |= resolve(protocol.tool_versions)(point.data_path.name)
+        for protocol in methods.aggregations_of(point.methods):
+            if protocol.tool_versions is not None:
+                tools |= resolve(protocol.tool_versions)(point.data_path_of(protocol).name)
     if uses_torch(experiment):
         tools["torch"] = package_version("torch")
     return tools

@@ -110,7 +110,8 @@ def check_simulable(experiment: Experiment) -> Experiment:
         if point.workload_kind.rank_program is None:
             raise SimulationUnsupported(f"{where}: workload {point.workload['kind']}'s hosts run a loop of their own "
                                         "(its record names no rank_program), which only emulation runs")
-    return experiment.with_data_paths({point.index: simulated_data_path(experiment, point) for point in experiment.points})
+    return experiment.with_data_paths({point.index: {protocol.name: simulated_data_path(experiment, point, protocol) for protocol in in_network(point)}
+                                       for point in experiment.points})
 
 
 def native_loop(protocol: Aggregation) -> NativeLoop | None:
@@ -118,12 +119,11 @@ def native_loop(protocol: Aggregation) -> NativeLoop | None:
     return None if protocol.simulated_loop is None else resolve(protocol.simulated_loop)
 
 
-def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
-    """Which worker loop simulates ``point``: the protocol's native core on its compiled loop
-    (its record's ``simulated_loop``) where the config's ``protocol.data_path`` allows it
-    (``auto``: where it builds) and the loop runs the network's shape (``NativeLoop.problem``),
-    else the protocol's core on SimPy, with the reason."""
-    protocol = in_network(point)[0]
+def simulated_data_path(experiment: Experiment, point: Point, protocol: Aggregation) -> DataPath:
+    """Which worker loop simulates ``protocol``'s jobs at ``point``: its native core on its
+    compiled loop (its record's ``simulated_loop``) where the config's ``protocol.data_path``
+    allows it (``auto``: where it builds) and the loop runs the network's shape
+    (``NativeLoop.problem``), else its core on SimPy, with the reason."""
     simpy = DataPath(PYTHON_CORE, f"{protocol.label}'s worker core {SIMPY_LOOP}")
     choice = point.protocol["data_path"]
     if choice == "python":
@@ -190,8 +190,7 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
     protocol = methods.by_name(method).aggregation
     record = simulation_record(experiment)
     job = point.job
-    # the point's data path is its first protocol's; one without a compiled loop runs on SimPy
-    native = native_loop(protocol) if point.data_path.name == NATIVE_CORE and not jobs else None
+    native = native_loop(protocol) if point.data_path_of(protocol).name == NATIVE_CORE and not jobs else None
     return SimulatedNetwork(point.topology, lookup(target), JobSetup(job.k, job.pool_size, experiment.data["switch"]["max_pool_size"],
                                                                       job.job_id, shared=tuple(jobs)),
                             point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"], simulated_data_plane(target), native,

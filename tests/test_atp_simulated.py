@@ -44,9 +44,13 @@ def counts(table: pd.DataFrame, **where: object) -> dict[str, int]:
     return table.groupby("counter")["value"].sum().to_dict()
 
 
-def test_atp_beside_switchml_runs_verified_with_its_parameter_server(tmp_path: Path) -> None:
+def test_atp_beside_switchml_runs_verified_with_its_parameter_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert sweep(tmp_path / "run") == 0
     out = tmp_path / "run"
+    header = capsys.readouterr().out.splitlines()
+    # each protocol's worker names its own loop (ATP's once read as SwitchML's star.c)
+    assert any(line.startswith("  SwitchML worker: SwitchML's") for line in header), header
+    assert any(line.startswith("  ATP worker: ATP's worker core on the simulated clock") for line in header), header
     summary = json.loads((out / "summary.json").read_text())
     assert summary["simulated"] and summary["verified"]
     runs = pd.read_csv(out / "runs.csv")

@@ -123,7 +123,7 @@ def test_a_server_without_the_native_loop_makes_auto_run_the_python_worker_every
     experiment = load(tmp_path, {"servers": SERVERS}, protocol={"data_path": "native"})
     with pytest.raises(ConfigError, match="server b: protocol.data_path: native: .*no C compiler"):
         choose(experiment.points[0], lacking)
-    assert experiment.with_data_paths({0: chosen}).points[0].data_path == chosen
+    assert experiment.with_data_paths({0: {"switchml": chosen}}).points[0].data_path == chosen
 
 
 def test_only_servers_with_switchml_workers_are_asked_for_the_data_path(tmp_path: Path) -> None:

@@ -538,10 +538,37 @@ def test_loading_a_config_builds_nothing_and_the_runner_refuses_a_data_path_it_l
     monkeypatch.setattr(native, "resolve", functools.cache(native.resolve.__wrapped__))  # a cache of this test's own
     monkeypatch.setattr(native, "library", no_compiler)
     experiment = load_experiment(MAIN_CONFIG, ["protocol.data_path=native"])  # loads: nothing built
-    with pytest.raises(ConfigError, match=r"8workers.yaml: protocol.data_path: native: no C compiler \(pretended\); 'auto' runs"):
+    with pytest.raises(ConfigError, match=r"8workers.yaml: protocol.data_path: native: SwitchML: no C compiler \(pretended\); 'auto' runs"):
         check_data_paths(experiment)
     check_data_paths(load_experiment(MAIN_CONFIG, ["protocol.data_path=native", "methods=[ring]"]))  # no SwitchML worker: no data path
     assert load_experiment(MAIN_CONFIG).points[0].data_path.name == "python", "auto falls back where native does not build"
+
+
+def test_each_protocol_of_a_point_resolves_its_own_data_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SwitchML and ATP in one point: each worker's loop is its own protocol's (the header once
+    named SwitchML's worker.c for ATP's worker, and ATP was handed SwitchML's resolution)."""
+    from experiments.config import check_data_paths
+    from hosts.atp import native as atp_native
+    from run_experiment import describe
+    from hosts.switchml import native as switchml_native
+    import methods
+
+    def no_compiler() -> None:
+        raise atp_native.NativeUnavailable("ATP's worker.c does not build (pretended)")
+
+    for module in (atp_native, switchml_native):
+        monkeypatch.setattr(module, "resolve", functools.cache(module.resolve.__wrapped__))  # caches of this test's own
+    monkeypatch.setattr(atp_native, "library", no_compiler)
+    switchml, atp = methods.aggregation("switchml"), methods.aggregation("atp")
+    experiment = load_experiment(MAIN_CONFIG, ["methods=[switchml,atp,ring]", "switch.target=embedded"])
+    [point] = experiment.points
+    header = describe(experiment, "embedded").splitlines()
+    assert any(line.startswith("  SwitchML worker: the native data path") for line in header), header
+    assert any(line.startswith("  ATP worker: the Python worker") for line in header), header
+    assert point.data_path_of(switchml).name == "native" and "hosts/switchml/native/worker.c" in point.data_path_of(switchml).reason
+    assert point.data_path_of(atp).name == "python" and "ATP's worker.c does not build" in point.data_path_of(atp).reason
+    with pytest.raises(ConfigError, match=r"protocol.data_path: native: ATP: ATP's worker.c does not build \(pretended\)"):
+        check_data_paths(load_experiment(MAIN_CONFIG, ["methods=[switchml,atp]", "protocol.data_path=native", "switch.target=embedded"]))
 
 
 @pytest.mark.parametrize("value", ["1.0", "{a: 1}", "text"])
