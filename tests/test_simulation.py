@@ -149,6 +149,27 @@ def test_a_link_serializes_delays_and_drops_at_its_queue() -> None:
     assert (link.queue_drops, link.frames) == (2, 3)
 
 
+def test_a_links_bucket_lets_frames_through_while_out_of_debt_as_htb_does() -> None:
+    """htb charges a frame's bytes as it leaves (network/shaping.py, HTB_CBURST_BYTES): after
+    an idle spell frames cross at once while the bucket is out of debt, the next waits the debt
+    out, then the link rate holds; an idle spell fills the bucket again."""
+    env = simpy.Environment()
+    arrived: list[float] = []
+    rate, frame, bucket = 8e6, 1000, 1500
+    link = Link(env, Arrivals(env), rate, 0.0, 100, 0.0, random.Random(1), lambda frames: arrived.extend(env.now for _ in frames),
+                burst_bytes=bucket)
+    for _ in range(4):
+        link.send(bytes(frame))
+    env.run()
+    per_byte, debt = 8 / rate, 2 * frame - bucket
+    assert arrived == pytest.approx([0.0, 0.0, debt * per_byte, (debt + frame) * per_byte])
+    idle_until = 1.0
+    env.run(until=idle_until)
+    link.send(bytes(frame))
+    env.run()
+    assert arrived[-1] == pytest.approx(idle_until)
+
+
 def test_link_loss_is_its_probability() -> None:
     env = simpy.Environment()
     arrived: list[bytes] = []
