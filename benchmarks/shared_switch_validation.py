@@ -4,7 +4,10 @@ and the point's total ATE/s, point by point, for emulated shared-switch runs mad
 For each emulated run folder given (a config with ``jobs:``, e.g.
 configs/multi_tenant_emulated.yaml), its own config.yaml (the resolved config it ran with:
 target, link rate, register budget, its one in-network method) runs again with
-``run_experiment.py --simulate``. Per point and job, the median over repetitions of the job's
+``run_experiment.py --simulate``, its links given the emulator's htb bucket
+(``--link-burst-bytes``, default network/shaping.py's HTB_CBURST_BYTES; 0 is the wire's model):
+the comparison is with the emulator's network, whose links let a frame after an idle spell
+cross at once (simulation/link.py). Per point and job, the median over repetitions of the job's
 TAT (its slowest rank's) on both clocks, and per point the median total ATE/s (all jobs'
 elements over the makespan, experiments/metrics.py), with the simulated over the emulated
 value, go to results/benchmarks/shared_switch_validation.csv (``--output``), and a Markdown
@@ -35,11 +38,12 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmarks.switchml.simulation_validation import write_csv  # noqa: E402
 from experiments.metrics import shared_switch_jobs, shared_switch_totals  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
+from network.shaping import HTB_CBURST_BYTES  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
 
 log = logging.getLogger("shared_switch_validation")
 
-COLUMNS = ("config", "emulated_run", "method", "target", "link_mbps", "budget", "point", "n_jobs", "job", "pool_size",
+COLUMNS = ("config", "emulated_run", "method", "target", "link_mbps", "link_burst_bytes", "budget", "point", "n_jobs", "job", "pool_size",
            "emulated", "simulated", "simulated_over_emulated", "within_5_percent", "emulated_min", "emulated_max",
            "kept_up", "simulated_verified")
 TOTAL = "all"
@@ -47,9 +51,11 @@ TOTAL = "all"
 VALIDATION_SHARE = 0.05
 
 
-def simulate(run: Path, out: Path) -> None:
-    """``run``'s resolved config on the simulated clock into ``out`` (its own target, rate and method)."""
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run / fmt.CONFIG_FILE), "--simulate", "--out", str(out)]
+def simulate(run: Path, out: Path, burst_bytes: float) -> None:
+    """``run``'s resolved config on the simulated clock into ``out`` (its own target, rate and
+    method), each link with a token bucket of ``burst_bytes``."""
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run / fmt.CONFIG_FILE), "--simulate", "--out", str(out),
+            "--set", f"simulation.link_burst_bytes={burst_bytes:g}"]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"{run}: --simulate failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
@@ -66,7 +72,7 @@ def per_job(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return by_job, totals
 
 
-def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
+def compare(run: Path, out_root: Path, burst_bytes: float) -> list[dict[str, Any]]:
     """One row per job and one per point's total of ``run`` against its config on the simulated clock."""
     emulated = json.loads((run / fmt.SUMMARY_FILE).read_text())
     if emulated.get("kind") != fmt.SHARED_SWITCH_KIND or fmt.is_simulated(emulated):
@@ -74,10 +80,10 @@ def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
         raise ValueError(f"{run}: not an emulated shared-switch run (summary.json: kind {emulated.get('kind')!r}, {clock})")
     [method] = yaml.safe_load((run / fmt.CONFIG_FILE).read_text())["methods"]
     out = out_root / f"{emulated['config']}-{method}-{emulated['max_pool_size']}-{run.name}"
-    simulate(run, out)
+    simulate(run, out, burst_bytes)
     (e_jobs, e_totals), (s_jobs, s_totals) = per_job(run), per_job(out)
     base = {"config": emulated["config"], "emulated_run": str(run), "method": method, "target": emulated["switch_target"],
-            "link_mbps": emulated["link_mbps"], "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
+            "link_mbps": emulated["link_mbps"], "link_burst_bytes": burst_bytes, "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
     verified = s_jobs.groupby("point")["verified"].all()
 
     def row(e: Any, s: Any, job: Any) -> dict[str, Any]:
@@ -108,12 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="emulated shared-switch run folders (with jobs.csv)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "shared_switch_validation.csv")
+    parser.add_argument("--link-burst-bytes", type=float, default=HTB_CBURST_BYTES,
+                        help="each simulated link's htb bucket (default the emulator's, network/shaping.py; 0: the wire's model)")
     args = parser.parse_args(argv)
+    if args.link_burst_bytes < 0:
+        parser.error(f"--link-burst-bytes must be >= 0, got {args.link_burst_bytes:g}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
     try:
-        rows = [row for run in args.runs for row in compare(run, out_root)]
+        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes)]
     except (ValueError, OSError) as exc:
         log.error("%s", exc)
         return 2
