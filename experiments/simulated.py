@@ -165,6 +165,7 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
                 "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
+        "server_packet_cost_us": float(section.get("server_packet_cost_us", 0.0)),
         "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
         "seed": int(section.get("seed", DEFAULT_SEED)),
         "baseline_efficiency": float(section.get("baseline_efficiency", 1.0)),
@@ -199,7 +200,7 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
 
 
 def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequence[int] | None = None,
-                   packet_cost_s: float = 0.0) -> list[int]:
+                   packet_cost_s: float = 0.0, server_cost_s: float = 0.0) -> list[int]:
     """The spec's workers on ``net``'s hosts at ``host_indices`` (default: every host, rank
     order), each built from the spec as its host builds it (simulation/host.py), and the job's
     servers (the spec's ``servers``) on the hosts the network cabled for them; the indices."""
@@ -208,7 +209,7 @@ def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequen
     stations = {station.ipv4: station for station in net.servers.values()}
     for index, address in enumerate(spec.servers):
         station = stations[address]
-        net.attach_server(station.name, start_server(net.env, spec, index, station, net.switch_station))
+        net.attach_server(station.name, start_server(net.env, spec, index, station, net.switch_station, server_cost_s))
     for rank, index in enumerate(indices):
         host = hosts[index]
         net.attach(index, start_host(net.env, spec, rank, Station(host.name, host.mac, host.ipv4), net.switch_station, packet_cost_s))
@@ -309,7 +310,9 @@ class SimulatedPoint:
         """The spec's workers on the hosts at ``host_indices`` (default: all), attached to the
         method's network, each built from the spec as its host would build it."""
         spec = WorkerSpec.read(spec_path)
-        indices = attach_workers(self._network(method), spec, host_indices, self.clock.record["host_packet_cost_us"] * US)
+        record = self.clock.record
+        indices = attach_workers(self._network(method), spec, host_indices, record["host_packet_cost_us"] * US,
+                                 record["server_packet_cost_us"] * US)
         program = resolve(self.point.workload_kind.rank_program)
         yield SimulatedWorkers(self, method, [program(spec, rank, self._inputs.__getitem__) for rank in range(len(indices))], indices)
 

@@ -26,6 +26,7 @@ from methods import switchml
 from methods.verification import expected_for, integer_sum
 from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
+from simulation.host import ServerHost
 from simulation.link import Arrivals, Link
 from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
 from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
@@ -427,3 +428,36 @@ def test_simulate_runs_every_target_on_the_shared_contract(target: str, tmp_path
     assert (network["data_plane"] == target) == (plane.name == target)
     rate = REGISTRY[target].link_mbps(K)
     assert {link["bandwidth"] for link in network["links"]} == {f"{rate:g} Mbit/s"}
+
+
+class EchoCore:
+    """A server core that answers each datagram with itself, noting when it was handed it."""
+
+    def __init__(self) -> None:
+        self.handed: list[float] = []
+
+    def receive(self, now: float, frames: list[bytes]) -> list[bytes]:
+        self.handed += [now] * len(frames)
+        return frames
+
+
+def test_a_server_with_a_cost_per_datagram_answers_them_one_at_a_time() -> None:
+    """simulation.server_packet_cost_us: datagrams arriving together wait for each other; one
+    arriving after an idle spell waits only its own cost; with no cost each is answered at once."""
+    cost = 1e-4
+    env = simpy.Environment()
+    answered: list[float] = []
+    server = ServerHost(env, EchoCore(), cost)
+    server.uplink = Link(env, Arrivals(env), 1e12, 0.0, 100, 0.0, random.Random(1), lambda frames: answered.extend(env.now for _ in frames))
+    server.deliver([bytes(10)] * 3)
+    env.run()
+    idle_until = 1.0
+    env.run(until=idle_until)
+    server.deliver([bytes(10)])
+    env.run()
+    assert answered == pytest.approx([cost, 2 * cost, 3 * cost, idle_until + cost], abs=1e-9)
+    ideal = ServerHost(env, EchoCore())
+    ideal.uplink = server.uplink
+    ideal.deliver([bytes(10)] * 2)
+    env.run()
+    assert answered[-2:] == pytest.approx([env.now] * 2)
