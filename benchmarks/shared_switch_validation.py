@@ -7,7 +7,9 @@ target, link rate, register budget, its one in-network method) runs again with
 ``run_experiment.py --simulate``, its links given the emulator's htb bucket
 (``--link-burst-bytes``, default network/shaping.py's HTB_CBURST_BYTES; 0 is the wire's model):
 the comparison is with the emulator's network, whose links let a frame after an idle spell
-cross at once (simulation/link.py). Per point and job, the median over repetitions of the job's
+cross at once (simulation/link.py). ``--set KEY=VALUE`` passes further overrides to the simulated runs
+(the hosts' models: ``simulation.rank_start_skew_us``, ``simulation.server_packet_cost_us``),
+recorded in the CSV. Per point and job, the median over repetitions of the job's
 TAT (its slowest rank's) on both clocks, and per point the median total ATE/s (all jobs'
 elements over the makespan, experiments/metrics.py), with the simulated over the emulated
 value, go to results/benchmarks/shared_switch_validation.csv (``--output``), and a Markdown
@@ -44,7 +46,7 @@ from protocol import results_format as fmt  # noqa: E402
 
 log = logging.getLogger("shared_switch_validation")
 
-COLUMNS = ("config", "emulated_run", "method", "target", "link_mbps", "link_burst_bytes", "server_packet_cost_us", "budget", "point",
+COLUMNS = ("config", "emulated_run", "method", "target", "link_mbps", "link_burst_bytes", "simulated_overrides", "budget", "point",
            "n_jobs", "job", "pool_size", "emulated", "simulated", "simulated_over_emulated", "within_5_percent", "emulated_min",
            "emulated_max", "repetitions", "emulated_mean", "emulated_se", "simulated_mean", "simulated_se", "simulated_over_emulated_mean",
            "mean_within_5_percent", "standard_errors_apart", "kept_up", "simulated_verified")
@@ -58,11 +60,13 @@ is the means' difference over the standard error of that difference."""
 VALIDATION_SHARE = 0.05
 
 
-def simulate(run: Path, out: Path, burst_bytes: float, server_cost_us: float) -> None:
+def simulate(run: Path, out: Path, burst_bytes: float, overrides: list[str]) -> None:
     """``run``'s resolved config on the simulated clock into ``out`` (its own target, rate and
-    method), each link with a token bucket of ``burst_bytes``, each server taking ``server_cost_us`` per datagram."""
+    method), each link with a token bucket of ``burst_bytes``, and ``overrides`` (KEY=VALUE)."""
     argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run / fmt.CONFIG_FILE), "--simulate", "--out", str(out),
-            "--set", f"simulation.link_burst_bytes={burst_bytes:g}", "--set", f"simulation.server_packet_cost_us={server_cost_us:g}"]
+            "--set", f"simulation.link_burst_bytes={burst_bytes:g}"]
+    for override in overrides:
+        argv += ["--set", override]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"{run}: --simulate failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
@@ -84,7 +88,7 @@ def spread(column: str) -> dict[str, tuple[str, str]]:
             "se": (column, "sem"), "n": (column, "count")}
 
 
-def compare(run: Path, out_root: Path, burst_bytes: float, server_cost_us: float) -> list[dict[str, Any]]:
+def compare(run: Path, out_root: Path, burst_bytes: float, overrides: list[str]) -> list[dict[str, Any]]:
     """One row per job and one per point's total of ``run`` against its config on the simulated clock."""
     emulated = json.loads((run / fmt.SUMMARY_FILE).read_text())
     if emulated.get("kind") != fmt.SHARED_SWITCH_KIND or fmt.is_simulated(emulated):
@@ -92,11 +96,11 @@ def compare(run: Path, out_root: Path, burst_bytes: float, server_cost_us: float
         raise ValueError(f"{run}: not an emulated shared-switch run (summary.json: kind {emulated.get('kind')!r}, {clock})")
     [method] = yaml.safe_load((run / fmt.CONFIG_FILE).read_text())["methods"]
     out = out_root / f"{emulated['config']}-{method}-{emulated['max_pool_size']}-{run.name}"
-    simulate(run, out, burst_bytes, server_cost_us)
+    simulate(run, out, burst_bytes, overrides)
     (e_jobs, e_totals), (s_jobs, s_totals) = per_job(run), per_job(out)
     base = {"config": emulated["config"], "emulated_run": str(run), "method": method, "target": emulated["switch_target"],
             "link_mbps": emulated["link_mbps"], "link_burst_bytes": burst_bytes,
-            "server_packet_cost_us": server_cost_us, "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
+            "simulated_overrides": " ".join(overrides), "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
     verified = s_jobs.groupby("point")["verified"].all()
 
     def row(e: Any, s: Any, job: Any) -> dict[str, Any]:
@@ -138,17 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "shared_switch_validation.csv")
     parser.add_argument("--link-burst-bytes", type=float, default=HTB_CBURST_BYTES,
                         help="each simulated link's htb bucket (default the emulator's, network/shaping.py; 0: the wire's model)")
-    parser.add_argument("--server-packet-cost-us", type=float, default=0.0,
-                        help="each simulated server's (ATP's PS's) time per datagram, one at a time (default 0: answered at arrival)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for the simulated runs, e.g. simulation.rank_start_skew_us=1500 (repeatable)")
     args = parser.parse_args(argv)
-    if args.link_burst_bytes < 0 or args.server_packet_cost_us < 0:
-        parser.error(f"--link-burst-bytes and --server-packet-cost-us must be >= 0, got {args.link_burst_bytes:g}, "
-                     f"{args.server_packet_cost_us:g}")
+    if args.link_burst_bytes < 0:
+        parser.error(f"--link-burst-bytes must be >= 0, got {args.link_burst_bytes:g}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
     try:
-        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes, args.server_packet_cost_us)]
+        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes, args.overrides)]
     except (ValueError, OSError) as exc:
         log.error("%s", exc)
         return 2

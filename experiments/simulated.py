@@ -141,6 +141,8 @@ def simulated_data_path(experiment: Experiment, point: Point) -> DataPath:
                       loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
                       float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)) * US)
     problem = loop.problem(shape, switch)
+    if float(experiment.data.get("simulation", {}).get("rank_start_skew_us", 0.0)):
+        problem = problem or "simulation.rank_start_skew_us (its loop releases every rank at once)"
     try:
         loop.build()
     except DataPathUnavailable as exc:
@@ -166,6 +168,7 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
                 "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
         "server_packet_cost_us": float(section.get("server_packet_cost_us", 0.0)),
+        "rank_start_skew_us": float(section.get("rank_start_skew_us", 0.0)),
         "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
         "seed": int(section.get("seed", DEFAULT_SEED)),
         "baseline_efficiency": float(section.get("baseline_efficiency", 1.0)),
@@ -329,7 +332,8 @@ class SimulatedPoint:
         began = time.perf_counter()
         try:
             outcomes = net.run_jobs([(group.hosts, [program.tensor(repetition) for program in group.programs], offset)
-                                     for group, repetition, offset in released], reset_counters=False)  # the meter's
+                                     for group, repetition, offset in released], reset_counters=False,  # the meter's
+                                    rank_skew_s=self.clock.record["rank_start_skew_us"] * US)
         except TimeoutError as exc:  # a worker's deadline passed (SwitchML: hosts/switchml/job.py's SwitchMLTimeout)
             _, repetition, _ = released[0]
             raise SimulationFailed(f"point {point.index} {self._method} rep {repetition} (simulated): {exc}") from None

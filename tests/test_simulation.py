@@ -461,3 +461,15 @@ def test_a_server_with_a_cost_per_datagram_answers_them_one_at_a_time() -> None:
     ideal.deliver([bytes(10)] * 2)
     env.run()
     assert answered[-2:] == pytest.approx([env.now] * 2)
+
+
+def test_a_rank_start_skew_starts_each_rank_that_much_after_the_one_before() -> None:
+    """simulation.rank_start_skew_us: every rank ends with the job's last result, so a rank
+    started r skews later takes r skews less; with no skew the ranks' TATs are equal."""
+    workers, skew = 4, 0.003
+    tensors = inputs(workers, 4 * K * POOL)
+    together = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)])[0]
+    skewed = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)], rank_skew_s=skew)[0]
+    assert len({r.stats.tat_s for r in together}) == 1
+    assert [skewed[0].stats.tat_s - r.stats.tat_s for r in skewed] == pytest.approx([rank * skew for rank in range(workers)])
+    assert all(np.array_equal(a.int_sum, b.int_sum) for a, b in zip(skewed, together))
