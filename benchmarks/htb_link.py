@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from network.shaping import HTB_CBURST_BYTES, probe_tc, shape_interface  # noqa: E402
-from protocol.atp.packet import frame_bytes  # noqa: E402
+import methods  # noqa: E402
 from protocol.params import mbps_to_bps  # noqa: E402
 from simulation.link import Arrivals, Link  # noqa: E402
 from topologies.model import LinkSpec  # noqa: E402
@@ -45,6 +45,11 @@ SO_TIMESTAMPNS = 35
 IDLE_S = 1.0
 K = 256
 """The k of the emulated configs (configs/multi_tenant_emulated.yaml, ate_vs_workers.yaml)."""
+
+
+def largest_frame(k: int) -> int:
+    """The largest frame of k elements among the in-network protocols (their records' ``frame_bytes``)."""
+    return max(protocol.frame_bytes(k) for protocol in methods.AGGREGATIONS if protocol.frame_bytes is not None)
 
 
 def measure(frames: int, size: int) -> list[float]:
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mbps", type=float, default=10.0)
     parser.add_argument("--frames", type=int, default=12)
-    parser.add_argument("--bytes", type=int, default=frame_bytes(K), help=f"frame size (default: an ATP frame at k = {K}, protocol/atp/packet.py)")
+    parser.add_argument("--bytes", type=int, default=largest_frame(K), help=f"frame size (default: the largest in-network frame at k = {K})")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.mbps <= 0 or args.frames < 1 or not 60 <= args.bytes <= 1514:

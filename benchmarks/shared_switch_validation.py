@@ -38,7 +38,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.switchml.simulation_validation import write_csv  # noqa: E402
+from benchmarks.simulation_validation import write_csv  # noqa: E402
 from experiments.metrics import shared_switch_jobs, shared_switch_totals  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
 from network.shaping import HTB_CBURST_BYTES  # noqa: E402

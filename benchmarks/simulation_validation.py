@@ -24,8 +24,8 @@ standard deviation and 5th-95th percentiles, and how many standard errors of a m
 many repetitions as the emulated run had the two means are apart (rows in
 simulation_validation_seeds.csv beside ``--output``).
 
-    .venv/bin/python benchmarks/switchml/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
-    .venv/bin/python benchmarks/switchml/simulation_validation.py --seeds 30 /work/meas/fig/tat_inflation_vs_loss
+    .venv/bin/python benchmarks/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
+    .venv/bin/python benchmarks/simulation_validation.py --seeds 30 /work/meas/fig/tat_inflation_vs_loss
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.results import utc_stamp  # noqa: E402
