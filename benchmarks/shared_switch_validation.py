@@ -38,10 +38,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.simulation_validation import write_csv  # noqa: E402
+from benchmarks.simulation_validation import add_link_burst, write_csv  # noqa: E402
 from experiments.metrics import shared_switch_jobs, shared_switch_totals  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
-from network.shaping import HTB_CBURST_BYTES  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
 
 log = logging.getLogger("shared_switch_validation")
@@ -140,13 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="emulated shared-switch run folders (with jobs.csv)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "shared_switch_validation.csv")
-    parser.add_argument("--link-burst-bytes", type=float, default=HTB_CBURST_BYTES,
-                        help="each simulated link's htb bucket (default the emulator's, network/shaping.py; 0: the wire's model)")
+    add_link_burst(parser)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for the simulated runs, e.g. simulation.rank_start_skew_us=1500 (repeatable)")
     args = parser.parse_args(argv)
-    if args.link_burst_bytes < 0:
-        parser.error(f"--link-burst-bytes must be >= 0, got {args.link_burst_bytes:g}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)

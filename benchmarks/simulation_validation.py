@@ -214,18 +214,29 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def add_link_burst(parser: argparse.ArgumentParser) -> None:
+    """``--link-burst-bytes``, which both validations (and shared_switch_validation.py) take:
+    the simulated links' htb bucket, the emulator's by default."""
+
+    def bytes_at_least_0(text: str) -> float:
+        value = float(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+
+    parser.add_argument("--link-burst-bytes", type=bytes_at_least_0, default=HTB_CBURST_BYTES,
+                        help="each simulated link's htb bucket (default the emulator's, network/shaping.py; 0: the wire's model)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="emulated run folders (with summary.json)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_validation.csv")
     parser.add_argument("--seeds", type=int, default=0, help="simulate each config with seeds 1..N and compare distributions")
-    parser.add_argument("--link-burst-bytes", type=float, default=HTB_CBURST_BYTES,
-                        help="each simulated link's htb bucket (default the emulator's, network/shaping.py; 0: the wire's model)")
+    add_link_burst(parser)
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
-    if args.link_burst_bytes < 0:
-        parser.error(f"--link-burst-bytes must be >= 0, got {args.link_burst_bytes:g}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
