@@ -7,12 +7,12 @@ target, link rate, register budget, its one in-network method) runs again with
 ``run_experiment.py --simulate``, its links given the emulator's htb bucket
 (``--link-burst-bytes``, default network/shaping.py's HTB_CBURST_BYTES; 0 is the wire's model):
 the comparison is with the emulator's network, whose links let a frame after an idle spell
-cross at once (simulation/link.py). ``--set KEY=VALUE`` passes further overrides to the simulated runs
-(the hosts' models: ``simulation.rank_start_skew_us``, ``simulation.server_packet_cost_us``),
-recorded in the CSV. Per point and job, the median over repetitions of the job's
-TAT (its slowest rank's) on both clocks, and per point the median total ATE/s (all jobs'
-elements over the makespan, experiments/metrics.py), with the simulated over the emulated
-value, go to results/benchmarks/shared_switch_validation.csv (``--output``), and a Markdown
+cross at once (simulation/link.py). ``--set KEY=VALUE`` passes further overrides to the
+simulated runs (the hosts' models: ``simulation.rank_start_skew_us``,
+``simulation.server_packet_cost_us``), recorded in the CSV. Per point and job, the job's TAT
+(its slowest rank's) on both clocks, and per point the total ATE/s (all jobs' elements over
+the makespan, experiments/metrics.py), each as the median and the mean over repetitions,
+with the simulated over the emulated value, go to results/benchmarks/shared_switch_validation.csv (``--output``), and a Markdown
 table is printed (benchmarks/README.md, "Several jobs: simulated against emulated"). The
 simulated runs are kept under results/benchmarks/shared_switch_validation/<UTC time>/. Issue
 42 asks for the two clocks within 5 % (``VALIDATION_SHARE``); the table marks each row, and no
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import logging
+import math
 import subprocess
 import sys
 from pathlib import Path
