@@ -165,7 +165,8 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
                   "one, the first target's that has one (network.json: data_plane), processing every frame at its arrival",
         "worker": "per point, summary.json's data_path: the native core on star.c's loop, or the protocol's core on SimPy",
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
-                "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
+                "rate (after htb's token bucket of link_burst_bytes when not 0: a frame leaves while the bucket is out of debt), "
+                "then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
         "server_packet_cost_us": float(section.get("server_packet_cost_us", 0.0)),
         "rank_start_skew_us": float(section.get("rank_start_skew_us", 0.0)),
