@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import socket
 import struct
 import subprocess
@@ -57,6 +58,7 @@ def measure(frames: int, size: int) -> list[float]:
     receiver = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE))
     receiver.bind((RECEIVER, 0))
     receiver.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    receiver.settimeout(IDLE_S + frames)  # a frame's time is at most a second here; never wait for ever
     sender = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     sender.bind((SENDER, 0))
     frame = b"\xff" * 6 + b"\x02" * 6 + struct.pack("!H", ETHERTYPE) + bytes(size - 14)
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         parser.error("a network namespace needs root")
     namespace = f"htblink{os.getpid()}"
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))  # killed: the namespace still goes
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     try:
         for argv_ in (["ip", "link", "add", "name", SENDER, "type", "veth", "peer", "name", RECEIVER],
