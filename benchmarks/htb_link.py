@@ -53,12 +53,12 @@ def largest_frame(k: int) -> int:
     return max(protocol.frame_bytes(k) for protocol in methods.AGGREGATIONS if protocol.frame_bytes is not None)
 
 
-def measure(frames: int, size: int) -> list[float]:
+def measure(frames: int, size: int, rate_bps: float) -> list[float]:
     """Inside the namespace: each frame's arrival, in seconds after the first one was sent."""
     receiver = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE))
     receiver.bind((RECEIVER, 0))
     receiver.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-    receiver.settimeout(IDLE_S + frames)  # a frame's time is at most a second here; never wait for ever
+    receiver.settimeout(1.0 + 2 * frames * size * 8 / rate_bps)  # a lost frame ends the measurement, not hangs it
     sender = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     sender.bind((SENDER, 0))
     frame = b"\xff" * 6 + b"\x02" * 6 + struct.pack("!H", ETHERTYPE) + bytes(size - 14)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mbps <= 0 or args.frames < 1 or not 60 <= args.bytes <= 1514:
         parser.error("--mbps > 0, --frames >= 1 and --bytes in 60-1514, please")
     if args.inside:
-        json.dump(measure(args.frames, args.bytes), sys.stdout)
+        json.dump(measure(args.frames, args.bytes, mbps_to_bps(args.mbps)), sys.stdout)
         return 0
     if os.geteuid() != 0:
         parser.error("a network namespace needs root")
