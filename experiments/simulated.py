@@ -141,6 +141,8 @@ def simulated_data_path(experiment: Experiment, point: Point, protocol: Aggregat
                       loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
                       float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)) * US)
     problem = loop.problem(shape, switch)
+    if float(experiment.data.get("simulation", {}).get("rank_start_skew_us", 0.0)):
+        problem = problem or "simulation.rank_start_skew_us (its loop releases every rank at once)"
     try:
         loop.build()
     except DataPathUnavailable as exc:
@@ -163,8 +165,11 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
                   "one, the first target's that has one (network.json: data_plane), processing every frame at its arrival",
         "worker": "per point, summary.json's data_path: the native core on star.c's loop, or the protocol's core on SimPy",
         "link": "drop-tail FIFO per direction: serialization of the frame's bytes (no preamble, FCS or gap) at the link "
-                "rate (after a token bucket of link_burst_bytes, htb's burst, when not 0), then the link's delay; loss independent per frame",
+                "rate (after htb's token bucket of link_burst_bytes when not 0: a frame leaves while the bucket is out of debt), "
+                "then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
+        "server_packet_cost_us": float(section.get("server_packet_cost_us", 0.0)),
+        "rank_start_skew_us": float(section.get("rank_start_skew_us", 0.0)),
         "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
         "seed": int(section.get("seed", DEFAULT_SEED)),
         "baseline_efficiency": float(section.get("baseline_efficiency", 1.0)),
@@ -198,7 +203,7 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
 
 
 def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequence[int] | None = None,
-                   packet_cost_s: float = 0.0) -> list[int]:
+                   packet_cost_s: float = 0.0, server_cost_s: float = 0.0) -> list[int]:
     """The spec's workers on ``net``'s hosts at ``host_indices`` (default: every host, rank
     order), each built from the spec as its host builds it (simulation/host.py), and the job's
     servers (the spec's ``servers``) on the hosts the network cabled for them; the indices."""
@@ -207,7 +212,7 @@ def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequen
     stations = {station.ipv4: station for station in net.servers.values()}
     for index, address in enumerate(spec.servers):
         station = stations[address]
-        net.attach_server(station.name, start_server(net.env, spec, index, station, net.switch_station))
+        net.attach_server(station.name, start_server(net.env, spec, index, station, net.switch_station, server_cost_s))
     for rank, index in enumerate(indices):
         host = hosts[index]
         net.attach(index, start_host(net.env, spec, rank, Station(host.name, host.mac, host.ipv4), net.switch_station, packet_cost_s))
@@ -308,7 +313,9 @@ class SimulatedPoint:
         """The spec's workers on the hosts at ``host_indices`` (default: all), attached to the
         method's network, each built from the spec as its host would build it."""
         spec = WorkerSpec.read(spec_path)
-        indices = attach_workers(self._network(method), spec, host_indices, self.clock.record["host_packet_cost_us"] * US)
+        record = self.clock.record
+        indices = attach_workers(self._network(method), spec, host_indices, record["host_packet_cost_us"] * US,
+                                 record["server_packet_cost_us"] * US)
         program = resolve(self.point.workload_kind.rank_program)
         yield SimulatedWorkers(self, method, [program(spec, rank, self._inputs.__getitem__) for rank in range(len(indices))], indices)
 
@@ -325,7 +332,8 @@ class SimulatedPoint:
         began = time.perf_counter()
         try:
             outcomes = net.run_jobs([(group.hosts, [program.tensor(repetition) for program in group.programs], offset)
-                                     for group, repetition, offset in released], reset_counters=False)  # the meter's
+                                     for group, repetition, offset in released], reset_counters=False,  # the meter's
+                                    rank_skew_s=self.clock.record["rank_start_skew_us"] * US)
         except TimeoutError as exc:  # a worker's deadline passed (SwitchML: hosts/switchml/job.py's SwitchMLTimeout)
             _, repetition, _ = released[0]
             raise SimulationFailed(f"point {point.index} {self._method} rep {repetition} (simulated): {exc}") from None

@@ -27,9 +27,15 @@ RunCommand = Callable[[Sequence[str]], tuple[int, str]]
 """Runs an argv (in some namespace) and returns (exit code, combined output)."""
 
 HTB_BURST_KIB = 15
-"""Each link's htb bucket (tc's k: 1,024 bytes): after an idle spell up to this many bytes
-leave at the veth's speed, not the link rate (simulation/link.py models it when asked:
-``simulation.link_burst_bytes``)."""
+"""Each link's htb class's rate bucket (tc's k: 1,024 bytes). Its ceil is its rate, so the
+smaller ceil bucket (``HTB_CBURST_BYTES``) is the one that holds frames back."""
+HTB_CBURST_BYTES = 1600
+"""Each link's htb class's ceil bucket: tc's own default (its default mtu of 1,600 bytes plus
+ceil / psched hz, a fraction of a byte with the kernel's 1 GHz clock), given explicitly so
+that the link does not depend on tc's version. htb sends a frame once both buckets are out
+of debt and charges its bytes as it leaves, so after an idle spell two frames of 1 KiB leave
+at the veth's speed before the link rate holds; simulation/link.py models it when asked
+(``simulation.link_burst_bytes``; measured in benchmarks/README.md, "Simulated against emulated")."""
 
 
 class ShapingError(RuntimeError):
@@ -124,7 +130,8 @@ def shape_interface(
         if not caps.htb:
             raise ShapingError(f"{interface}: bw_mbps {spec.bw_mbps} needs htb, which this kernel does not have")
         _tc(run, interface, "qdisc", "replace", "dev", interface, "root", "handle", "5:", "htb", "default", "1")
-        _tc(run, interface, "class", "add", "dev", interface, "parent", "5:", "classid", "5:1", "htb", "rate", f"{spec.bw_mbps}mbit", "burst", f"{HTB_BURST_KIB}k")
+        _tc(run, interface, "class", "add", "dev", interface, "parent", "5:", "classid", "5:1", "htb", "rate", f"{spec.bw_mbps}mbit", "burst", f"{HTB_BURST_KIB}k",
+            "cburst", f"{HTB_CBURST_BYTES}b")
         parent = ["parent", "5:1"]
         bandwidth = f"htb {spec.bw_mbps} Mbit/s"
     delay = "none requested" if spec.delay_ms == 0 else "switch_delay_line"

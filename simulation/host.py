@@ -15,6 +15,7 @@ simulation/switchml/native/star.c mirrors). Either is a ``SimulatedHost`` to the
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Generator, Protocol
@@ -119,25 +120,46 @@ class CoreHost:
         return HostResult(values, int_sum, stats)
 
 
-def start_server(env: simpy.Environment, spec: WorkerSpec, index: int, host: Station, switch: Station) -> ServerHost:
+def start_server(env: simpy.Environment, spec: WorkerSpec, index: int, host: Station, switch: Station,
+                 packet_cost_s: float = 0.0) -> ServerHost:
     """Server ``index`` of the spec's job (its protocol's ``server_core``, methods/aggregation.py)
-    on the simulated clock, at ``host``."""
+    on the simulated clock, at ``host``, taking ``packet_cost_s`` per datagram."""
     aggregation = methods.by_name(spec.method).aggregation
     if aggregation is None or aggregation.server_core is None:
         raise ValueError(f"method {spec.method} runs no server on the simulated clock (its record names no server_core)")
-    return ServerHost(env, resolve(aggregation.server_core)(spec, index, host, switch))
+    return ServerHost(env, resolve(aggregation.server_core)(spec, index, host, switch), packet_cost_s)
 
 
 class ServerHost:
-    """A ``ServerCore`` on a host of the simulated network: every frame that arrives is
-    answered at its arrival, through the host's link (a server core has no timers)."""
+    """A ``ServerCore`` on a host of the simulated network, answering through the host's link
+    (a server core has no timers). With no cost per datagram every frame is answered at its
+    arrival; with ``packet_cost_s`` the server is one process taking the datagrams one at a
+    time, as the emulator's parameter server does: each is answered that long after the
+    server is done with the one before."""
 
-    def __init__(self, env: simpy.Environment, core: Any) -> None:
+    def __init__(self, env: simpy.Environment, core: Any, packet_cost_s: float = 0.0) -> None:
+        if packet_cost_s < 0:
+            raise ValueError(f"a server's cost per datagram must be >= 0 s, got {packet_cost_s}")
         self._env = env
         self.core = core
         self.uplink: Link | None = None
+        self.packet_cost_s = packet_cost_s
+        self._free_at = 0.0
+        """When the server is done with the datagrams it has taken."""
 
     def deliver(self, frames: list[bytes]) -> None:
+        if not self.packet_cost_s:
+            self._answer(frames)
+            return
+        env = self._env
+        for frame in frames:
+            self._free_at = max(env.now, self._free_at) + self.packet_cost_s
+            env.timeout(self._free_at - env.now).callbacks.append(functools.partial(self._answered, [frame]))
+
+    def _answered(self, frames: list[bytes], _event: simpy.Event) -> None:
+        self._answer(frames)
+
+    def _answer(self, frames: list[bytes]) -> None:
         send = self.uplink.send
         for frame in self.core.receive(self._env.now, frames):
             send(frame)

@@ -11,10 +11,12 @@ same instant is one event (a multicast's copies, the updates of equal links that
 together: 8 workers' frames at 100 Gbit/s are 2 events per round of the pool, not 16),
 which a profile of the main job found to be a sixth of its wall time.
 
-``burst_bytes`` (default 0) gives the link a token bucket of that depth, filled at the link
-rate: a frame that finds enough tokens leaves at once, as htb lets a burst through after
-an idle spell (the emulator's links have 15 KiB: network/shaping.py, HTB_BURST_KIB). With
-0 every frame takes its full serialization time, as on a wire.
+``burst_bytes`` (default 0) gives the link htb's token bucket of that depth, filled at the
+link rate: a frame leaves at once when the bucket is out of debt and its bytes are charged
+as it leaves, so the bucket may go into debt by one frame, which the next frame waits out.
+That is the emulator's link, an htb class on a veth pair (network/shaping.py,
+HTB_CBURST_BYTES): after an idle spell two frames of 1 KiB cross at once, then the link
+rate holds. With 0 every frame takes its full serialization time, as on a wire.
 
 ``loss`` is the probability that a frame is lost on the wire: it takes its serialization
 time and never arrives (independent per frame, each direction on its own: the loss model
@@ -88,7 +90,7 @@ class Link:
         self._free_at = 0.0
         self._burst = burst_bytes
         self._tokens = burst_bytes
-        """Bytes the bucket held at ``free_at``."""
+        """Bytes the bucket held at ``free_at``: negative, the debt of the frame that left then."""
         self.frames = 0
         """Frames that entered the queue."""
         self.bytes = 0
@@ -129,10 +131,10 @@ class Link:
             self.queue_drops += 1
             return
         start = max(now, self._free_at)
-        if self._burst:
+        if self._burst:  # htb's rule: a frame leaves once the bucket is out of debt, and its bytes are charged as it leaves
             tokens = min(self._burst, self._tokens + (start - self._free_at) / self._seconds_per_byte)
-            finish = start + max(0.0, len(frame) - tokens) * self._seconds_per_byte
-            self._tokens = max(0.0, tokens - len(frame))
+            finish = start + max(0.0, -tokens) * self._seconds_per_byte
+            self._tokens = max(0.0, tokens) - len(frame)
         else:
             finish = start + len(frame) * self._seconds_per_byte
         self._free_at = finish

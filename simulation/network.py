@@ -308,19 +308,24 @@ class SimulatedNetwork:
         return self.run_jobs([(range(len(tensors)), tensors, 0.0)])[0]
 
     def run_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]],
-                 reset_counters: bool = True) -> list[list[Any]]:
+                 reset_counters: bool = True, rank_skew_s: float = 0.0) -> list[list[Any]]:
         """Each job (its hosts by index, their tensors, its release after the simulated now)
         all-reduced by its workers; every job's results (``values``, ``int_sum``, ``stats``), by
         rank. The worker's TimeoutError when one misses its deadline. ``reset_counters``: the
-        switches' counters count these jobs only (else they go on from ``reset_counters``)."""
+        switches' counters count these jobs only (else they go on from ``reset_counters``).
+        ``rank_skew_s``: rank r of each job starts r times that after its job's release."""
+        if rank_skew_s < 0:
+            raise ValueError(f"a rank's start skew must be >= 0 s, got {rank_skew_s}")
         if reset_counters:
             self.reset_counters()
         if self._loop is not None and self._native is None:
             self._native = self._native_loop()
         if self._native is not None:
+            if rank_skew_s:
+                raise ValueError("the native core releases every rank at once; a start skew runs on SimPy")
             outcomes = [self._native_job(jobs)]
         else:
-            outcomes = self._simpy_jobs(jobs)
+            outcomes = self._simpy_jobs(jobs, rank_skew_s)
         for outcome in (o for job in outcomes for o in job):
             if isinstance(outcome, TimeoutError):
                 raise outcome
@@ -332,7 +337,7 @@ class SimulatedNetwork:
             raise ValueError("the native core runs one all-reduce of every host, released at once (allreduce)")
         return self._native.allreduce(tensors)
 
-    def _simpy_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]]) -> list[list[Any]]:
+    def _simpy_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]], rank_skew_s: float) -> list[list[Any]]:
         env = self.env
 
         def released(worker: SimulatedHost, tensor: np.ndarray, after_s: float) -> Generator[simpy.Event, object, object]:
@@ -340,8 +345,8 @@ class SimulatedNetwork:
                 yield env.timeout(after_s)
             return (yield from worker.allreduce(tensor))
 
-        processes = [[env.process(released(self.workers[host], tensor, after_s)) for host, tensor in zip(hosts, tensors)]
-                     for hosts, tensors, after_s in jobs]
+        processes = [[env.process(released(self.workers[host], tensor, after_s + rank * rank_skew_s))
+                      for rank, (host, tensor) in enumerate(zip(hosts, tensors))] for hosts, tensors, after_s in jobs]
         env.run(env.all_of([process for job in processes for process in job]))
         return [[process.value for process in job] for job in processes]
 

@@ -17,6 +17,7 @@ import pytest
 from hosts.switchml.core import SwitchMLTimeout
 from hosts.switchml.native import NativeUnavailable
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
+from network.shaping import HTB_CBURST_BYTES
 from protocol.params import mbps_to_bps
 from simulation.link import Link
 from simulation.switchml.native.star import TRACE_LOST, TRACE_QUEUE_DROP, TRACE_SENT, LinkTrace
@@ -46,13 +47,15 @@ pytestmark = [pytest.mark.skipif(not native_available(), reason="no C compiler b
 
 
 def network(core: str, workers: int, mbps: float, loss: float = 0.0, queue: int = 200, topology: str = "star.yaml",
-            loss_mechanism: str = "auto", cost_s: float = 0.0, deadline_s: float = 10.0, **keys: object) -> SimulatedNetwork:
+            loss_mechanism: str = "auto", cost_s: float = 0.0, deadline_s: float = 10.0, burst_bytes: float = 0.0,
+            **keys: object) -> SimulatedNetwork:
     link = {"bw_mbps": mbps, "delay_ms": 0.001, "loss": loss, "queue_packets": queue}
     topo = load_topology(TOPOLOGY_DIR / topology, {"workers": workers, "link": link, **keys})
     floor = max(2e-4, 2 * pool_drain_s(POOL, K, mbps_to_bps(mbps)))
     policy = RetransmitPolicy(min_s=floor, max_s=max(0.01, floor), first_s=floor)
     job = JobSetup(K, POOL, 512, 1, switchml_workers(lambda rank: WorkerSetup(rank, workers, 1, K, POOL, policy, deadline_s, cost_s)))
-    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=11, native=STAR if core == NATIVE_CORE else None)
+    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=11, link_burst_bytes=burst_bytes,
+                           native=STAR if core == NATIVE_CORE else None)
     net.reset_aggregation()
     return net
 
@@ -86,13 +89,15 @@ def switch_state(net: SimulatedNetwork) -> tuple:
             ingress.event_counter.packets, ingress.event_counter.bytes, egress.egress_counter.packets, egress.egress_counter.bytes)
 
 
-@pytest.mark.parametrize(("workers", "loss", "dtype", "queue"), [(4, 0.0, "int32", 200), (8, 0.02, "float32", 200),
-                                                                  (6, 0.05, "int32", 200), (8, 0.0, "float32", 8)])
-def test_both_cores_hand_every_link_the_same_frames_and_end_alike(workers: int, loss: float, dtype: str, queue: int,
+@pytest.mark.parametrize(("workers", "loss", "dtype", "queue", "burst"), [(4, 0.0, "int32", 200, 0.0), (8, 0.02, "float32", 200, 0.0),
+                                                                           (6, 0.05, "int32", 200, 0.0), (8, 0.0, "float32", 8, 0.0),
+                                                                           (4, 0.02, "int32", 200, HTB_CBURST_BYTES)])
+def test_both_cores_hand_every_link_the_same_frames_and_end_alike(workers: int, loss: float, dtype: str, queue: int, burst: float,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last case gives the links the emulator's htb bucket (simulation/link.py)."""
     python_records = trace_python(monkeypatch)
-    python = network(PYTHON_CORE, workers, 100_000.0, loss, queue)
-    native = network(NATIVE_CORE, workers, 100_000.0, loss, queue)
+    python = network(PYTHON_CORE, workers, 100_000.0, loss, queue, burst_bytes=burst)
+    native = network(NATIVE_CORE, workers, 100_000.0, loss, queue, burst_bytes=burst)
     assert native.core == NATIVE_CORE and python.core == PYTHON_CORE
     native._native.traces = [LinkTrace(200_000, frame_bytes(K)) for _ in native.links]
     for seed in (1, 2):

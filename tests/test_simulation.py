@@ -26,6 +26,7 @@ from methods import switchml
 from methods.verification import expected_for, integer_sum
 from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
+from simulation.host import ServerHost
 from simulation.link import Arrivals, Link
 from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
 from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
@@ -147,6 +148,27 @@ def test_a_link_serializes_delays_and_drops_at_its_queue() -> None:
     env.run()
     assert [t for t, _ in arrivals] == pytest.approx([0.501, 0.502, 0.503])
     assert (link.queue_drops, link.frames) == (2, 3)
+
+
+def test_a_links_bucket_lets_frames_through_while_out_of_debt_as_htb_does() -> None:
+    """htb charges a frame's bytes as it leaves (network/shaping.py, HTB_CBURST_BYTES): after
+    an idle spell frames cross at once while the bucket is out of debt, the next waits the debt
+    out, then the link rate holds; an idle spell fills the bucket again."""
+    env = simpy.Environment()
+    arrived: list[float] = []
+    rate, frame, bucket = 8e6, 1000, 1500
+    link = Link(env, Arrivals(env), rate, 0.0, 100, 0.0, random.Random(1), lambda frames: arrived.extend(env.now for _ in frames),
+                burst_bytes=bucket)
+    for _ in range(4):
+        link.send(bytes(frame))
+    env.run()
+    per_byte, debt = 8 / rate, 2 * frame - bucket
+    assert arrived == pytest.approx([0.0, 0.0, debt * per_byte, (debt + frame) * per_byte])
+    idle_until = 1.0
+    env.run(until=idle_until)
+    link.send(bytes(frame))
+    env.run()
+    assert arrived[-1] == pytest.approx(idle_until)
 
 
 def test_link_loss_is_its_probability() -> None:
@@ -406,3 +428,48 @@ def test_simulate_runs_every_target_on_the_shared_contract(target: str, tmp_path
     assert (network["data_plane"] == target) == (plane.name == target)
     rate = REGISTRY[target].link_mbps(K)
     assert {link["bandwidth"] for link in network["links"]} == {f"{rate:g} Mbit/s"}
+
+
+class EchoCore:
+    """A server core that answers each datagram with itself, noting when it was handed it."""
+
+    def __init__(self) -> None:
+        self.handed: list[float] = []
+
+    def receive(self, now: float, frames: list[bytes]) -> list[bytes]:
+        self.handed += [now] * len(frames)
+        return frames
+
+
+def test_a_server_with_a_cost_per_datagram_answers_them_one_at_a_time() -> None:
+    """simulation.server_packet_cost_us: datagrams arriving together wait for each other; one
+    arriving after an idle spell waits only its own cost; with no cost each is answered at once."""
+    cost = 1e-4
+    env = simpy.Environment()
+    answered: list[float] = []
+    server = ServerHost(env, EchoCore(), cost)
+    server.uplink = Link(env, Arrivals(env), 1e12, 0.0, 100, 0.0, random.Random(1), lambda frames: answered.extend(env.now for _ in frames))
+    server.deliver([bytes(10)] * 3)
+    env.run()
+    idle_until = 1.0
+    env.run(until=idle_until)
+    server.deliver([bytes(10)])
+    env.run()
+    assert answered == pytest.approx([cost, 2 * cost, 3 * cost, idle_until + cost], abs=1e-9)
+    ideal = ServerHost(env, EchoCore())
+    ideal.uplink = server.uplink
+    ideal.deliver([bytes(10)] * 2)
+    env.run()
+    assert answered[-2:] == pytest.approx([env.now] * 2)
+
+
+def test_a_rank_start_skew_starts_each_rank_that_much_after_the_one_before() -> None:
+    """simulation.rank_start_skew_us: every rank ends with the job's last result, so a rank
+    started r skews later takes r skews less; with no skew the ranks' TATs are equal."""
+    workers, skew = 4, 0.003
+    tensors = inputs(workers, 4 * K * POOL)
+    together = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)])[0]
+    skewed = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)], rank_skew_s=skew)[0]
+    assert len({r.stats.tat_s for r in together}) == 1
+    assert [skewed[0].stats.tat_s - r.stats.tat_s for r in skewed] == pytest.approx([rank * skew for rank in range(workers)])
+    assert all(np.array_equal(a.int_sum, b.int_sum) for a, b in zip(skewed, together))

@@ -354,10 +354,9 @@ static int link_send(struct sim *sim, struct sim_link *links, int32_t l, int32_t
         double tokens = link->tokens + (start - link->free_at) / link->seconds_per_byte;
         if (!(tokens < link->burst))
             tokens = link->burst;
-        double short_of = length - tokens;
-        finish = start + (short_of > 0.0 ? short_of : 0.0) * link->seconds_per_byte;
-        double left = tokens - length;
-        link->tokens = left > 0.0 ? left : 0.0;
+        /* htb's rule (simulation/link.py): the frame leaves once the bucket is out of debt, charged as it leaves */
+        finish = start + (tokens < 0.0 ? -tokens : 0.0) * link->seconds_per_byte;
+        link->tokens = (tokens > 0.0 ? tokens : 0.0) - length;
     } else {
         finish = start + length * link->seconds_per_byte;
     }

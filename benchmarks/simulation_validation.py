@@ -1,10 +1,15 @@
-"""Simulated against emulated SwitchML TAT, point by point, for emulated runs made already.
+"""Simulated against emulated TAT of the in-network methods (SwitchML, ATP), point by point,
+for emulated runs made already.
 
 For each emulated run folder given, its own config.yaml (the resolved config it ran with:
-link rates, delays, loss, pools) is run again with ``run_experiment.py --simulate``, SwitchML
-only, on the emulated run's own target (its data-plane contract simulated, docs/simulation.md), with the loss where the emulated run
-had it (network.json: the switches' drop simulator, or the links). Each point's median
-SwitchML TAT of both runs goes to results/benchmarks/simulation_validation.csv
+link rates, delays, loss, pools) is run again with ``run_experiment.py --simulate``, its
+in-network methods only (the host-based baselines are line-rate models on that clock), on
+the emulated run's own target (its data-plane contract simulated, docs/simulation.md), with the loss where the emulated run
+had it (network.json: the switches' drop simulator, or the links), its links given the
+emulator's htb bucket (``--link-burst-bytes``, default network/shaping.py's HTB_CBURST_BYTES;
+0 is the wire's model): the comparison is with the emulator's network, whose links let a
+frame after an idle spell cross at once (simulation/link.py). Each point's median
+TAT per method of both runs goes to results/benchmarks/simulation_validation.csv
 (``--output``) with their ratio, and a Markdown table is printed (benchmarks/README.md,
 "Simulated against emulated"). The simulated runs' folders are kept under
 results/benchmarks/simulation_validation/<UTC time>/. No tolerance is asserted here: the table says
@@ -19,14 +24,15 @@ standard deviation and 5th-95th percentiles, and how many standard errors of a m
 many repetitions as the emulated run had the two means are apart (rows in
 simulation_validation_seeds.csv beside ``--output``).
 
-    .venv/bin/python benchmarks/switchml/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
-    .venv/bin/python benchmarks/switchml/simulation_validation.py --seeds 30 /work/meas/fig/tat_inflation_vs_loss
+    .venv/bin/python benchmarks/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
+    .venv/bin/python benchmarks/simulation_validation.py --seeds 30 /work/meas/fig/tat_inflation_vs_loss
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import logging
 import statistics
@@ -37,21 +43,24 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from experiments.results import utc_stamp  # noqa: E402
+import methods  # noqa: E402
+from network.shaping import HTB_CBURST_BYTES  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
 from protocol.results_format import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 
 log = logging.getLogger("simulation_validation")
 
-COLUMNS = ("config", "emulated_run", "point", "sweep_param", "sweep_value", "emulated_target", "emulated_data_path", "link_mbps",
+COLUMNS = ("config", "emulated_run", "method", "link_burst_bytes", "point", "sweep_param", "sweep_value", "emulated_target", "emulated_data_path", "link_mbps",
            "loss_mechanism", "emulated_tat_s", "simulated_tat_s", "simulated_over_emulated", "emulated_tat_s_min", "emulated_tat_s_max",
            "simulated_tat_s_min", "simulated_tat_s_max", "ranges_overlap", "emulated_retransmissions",
            "simulated_retransmissions", "simulated_verified")
-SEED_COLUMNS = ("config", "emulated_run", "point", "sweep_param", "sweep_value", "loss_mechanism", "seeds", "emulated_repetitions",
+SEED_COLUMNS = ("config", "emulated_run", "method", "link_burst_bytes", "point", "sweep_param", "sweep_value", "loss_mechanism", "seeds", "emulated_repetitions",
                 "emulated_tat_s_mean", "emulated_tat_s_min", "emulated_tat_s_max", "simulated_repetitions", "simulated_tat_s_mean",
                 "simulated_tat_s_sd", "simulated_tat_s_p5", "simulated_tat_s_p95", "emulated_over_simulated_mean", "within_5_percent",
                 "inside_p5_p95", "standard_errors_apart", "emulated_retransmissions_mean", "simulated_retransmissions_mean",
@@ -60,11 +69,22 @@ DROP_SIMULATOR = "switch_drop_simulator"
 VALIDATION_SHARE = 0.05
 
 
-def simulate(run: Path, out: Path, seed: int | None = None) -> dict[str, Any]:
-    """``run``'s config on the simulated clock into ``out`` (with ``simulation.seed``, if
-    given); its summary."""
+def in_network_methods(run: Path) -> list[str]:
+    """``run``'s methods that the simulated clock runs as the emulator does: in-network
+    aggregation with a worker core (methods/aggregation.py)."""
+    names = yaml.safe_load((run / CONFIG_FILE).read_text())["methods"]
+    chosen = [name for name in names if (aggregation := methods.by_name(name).aggregation) is not None and aggregation.simulated]
+    if not chosen:
+        raise ValueError(f"{run}: no in-network method the simulated clock runs among {names}")
+    return chosen
+
+
+def simulate(run: Path, out: Path, burst_bytes: float, seed: int | None = None) -> dict[str, Any]:
+    """``run``'s config on the simulated clock into ``out``, each link with a token bucket of
+    ``burst_bytes`` (and with ``simulation.seed``, if given); its summary."""
     network = json.loads((run / "network.json").read_text())
-    overrides = ["methods=[switchml]"]  # the run's own target (config.yaml): its rate and contract
+    # the run's own target (config.yaml): its rate and contract
+    overrides = [f"methods=[{','.join(in_network_methods(run))}]", f"simulation.link_burst_bytes={burst_bytes:g}"]
     if any(point.get("loss_mechanism") == DROP_SIMULATOR for point in network.values()):
         overrides.append("loss_mechanism=switch")
     if seed is not None:
@@ -78,18 +98,19 @@ def simulate(run: Path, out: Path, seed: int | None = None) -> dict[str, Any]:
     return json.loads((out / SUMMARY_FILE).read_text())
 
 
-def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
+def compare(run: Path, out_root: Path, burst_bytes: float) -> list[dict[str, Any]]:
     emulated = json.loads((run / SUMMARY_FILE).read_text())
-    simulated = simulate(run, out_root / f"{emulated['config']}-{run.name}")
+    simulated = simulate(run, out_root / f"{emulated['config']}-{run.name}", burst_bytes)
     network = json.loads((run / "network.json").read_text())
     rows = []
-    for theirs, ours in zip(emulated["points"], simulated["points"]):
-        e, s = theirs["methods"].get("switchml"), ours["methods"]["switchml"]
+    for (theirs, ours), method in itertools.product(zip(emulated["points"], simulated["points"]), in_network_methods(run)):
+        e, s = theirs["methods"].get(method), ours["methods"][method]
         if e is None:
             continue
         value = theirs["sweep_value"]
         rows.append({
-            "config": emulated["config"], "emulated_run": str(run), "point": theirs["point"], "sweep_param": theirs["sweep_param"] or "",
+            "config": emulated["config"], "emulated_run": str(run), "method": method, "link_burst_bytes": burst_bytes,
+            "point": theirs["point"], "sweep_param": theirs["sweep_param"] or "",
             "sweep_value": "" if value is None else (json.dumps(value) if isinstance(value, dict) else value),
             "emulated_target": emulated["switch_target"], "emulated_data_path": fmt.data_path_of(theirs) or "",
             "link_mbps": emulated["link_mbps"], "loss_mechanism": network.get(str(theirs["point"]), {}).get("loss_mechanism", ""),
@@ -102,26 +123,34 @@ def compare(run: Path, out_root: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def switchml_jobs(run: Path) -> pd.DataFrame:
-    """Per point and repetition of ``run``'s SwitchML jobs: the TAT (slowest rank), the
+def method_jobs(run: Path, method: str) -> pd.DataFrame:
+    """Per point and repetition of ``run``'s jobs of ``method``: the TAT (slowest rank), the
     retransmissions (all ranks) and whether every rank verified."""
     runs = pd.read_csv(run / "runs.csv")
-    runs = runs[runs["method"] == "switchml"]
+    runs = runs[runs["method"] == method]
     return runs.groupby(["point", "repetition"], as_index=False).agg(tat_s=("tat_s", "max"), retransmissions=("retransmissions", "sum"),
                                                                       verified=("verified", "all"))
 
 
-def compare_seeds(run: Path, out_root: Path, seeds: int) -> list[dict[str, Any]]:
-    """``run``'s emulated SwitchML repetitions against its config simulated with ``seeds`` seeds, per point."""
+def compare_seeds(run: Path, out_root: Path, seeds: int, burst_bytes: float) -> list[dict[str, Any]]:
+    """``run``'s emulated repetitions against its config simulated with ``seeds`` seeds, per point and method."""
     emulated = json.loads((run / SUMMARY_FILE).read_text())
     network = json.loads((run / "network.json").read_text())
-    samples = []
+    outs = []
     for seed in range(1, seeds + 1):
-        out = out_root / f"{emulated['config']}-{run.name}-seed{seed}"
-        simulate(run, out, seed)
-        samples.append(switchml_jobs(out))
-    simulated = pd.concat(samples)
-    theirs = switchml_jobs(run)
+        outs.append(out_root / f"{emulated['config']}-{run.name}-seed{seed}")
+        simulate(run, outs[-1], burst_bytes, seed)
+    rows = []
+    for method in in_network_methods(run):
+        simulated = pd.concat([method_jobs(out, method) for out in outs])
+        theirs = method_jobs(run, method)
+        rows += seed_rows(emulated, network, run, method, theirs, simulated, seeds, burst_bytes)
+    return rows
+
+
+def seed_rows(emulated: dict[str, Any], network: dict[str, Any], run: Path, method: str, theirs: pd.DataFrame, simulated: pd.DataFrame,
+              seeds: int, burst_bytes: float) -> list[dict[str, Any]]:
+    """One row per point of ``method``'s emulated jobs (``theirs``) against its simulated ones over every seed."""
     rows = []
     for point in emulated["points"]:
         e = theirs[theirs["point"] == point["point"]]
@@ -132,7 +161,8 @@ def compare_seeds(run: Path, out_root: Path, seeds: int) -> list[dict[str, Any]]
         p5, p95 = np.percentile(s["tat_s"], [5, 95])
         value = point["sweep_value"]
         rows.append({
-            "config": emulated["config"], "emulated_run": str(run), "point": point["point"], "sweep_param": point["sweep_param"] or "",
+            "config": emulated["config"], "emulated_run": str(run), "method": method, "link_burst_bytes": burst_bytes,
+            "point": point["point"], "sweep_param": point["sweep_param"] or "",
             "sweep_value": "" if value is None else (json.dumps(value) if isinstance(value, dict) else value),
             "loss_mechanism": network.get(str(point["point"]), {}).get("loss_mechanism", ""), "seeds": seeds,
             "emulated_repetitions": len(e), "emulated_tat_s_mean": e_mean, "emulated_tat_s_min": e["tat_s"].min(),
@@ -148,13 +178,13 @@ def compare_seeds(run: Path, out_root: Path, seeds: int) -> list[dict[str, Any]]
 
 
 def markdown_seeds(rows: list[dict[str, Any]]) -> str:
-    lines = ["| config | point | emulated mean TAT s (n, min-max) | simulated mean TAT s (n) | sd | p5-p95 | emu / sim mean | "
+    lines = ["| config | method | point | emulated mean TAT s (n, min-max) | simulated mean TAT s (n) | sd | p5-p95 | emu / sim mean | "
              "within 5 % | inside p5-p95 | SE apart | retx emu / sim (mean) |",
-             "|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|"]
     for r in rows:
         point = f"{r['sweep_param']} = {r['sweep_value']}" if r["sweep_param"] else str(r["point"])
         apart = "" if r["standard_errors_apart"] == "" else f"{r['standard_errors_apart']:+.2f}"
-        lines.append(f"| {r['config']} | {point[:60]} | {r['emulated_tat_s_mean']:.4g} ({r['emulated_repetitions']}, "
+        lines.append(f"| {r['config']} | {r['method']} | {point[:60]} | {r['emulated_tat_s_mean']:.4g} ({r['emulated_repetitions']}, "
                      f"{r['emulated_tat_s_min']:.4g}-{r['emulated_tat_s_max']:.4g}) | {r['simulated_tat_s_mean']:.4g} "
                      f"({r['simulated_repetitions']}) | {r['simulated_tat_s_sd']:.3g} | {r['simulated_tat_s_p5']:.4g}-"
                      f"{r['simulated_tat_s_p95']:.4g} | {r['emulated_over_simulated_mean']:.3f} | {'yes' if r['within_5_percent'] else 'no'} | "
@@ -172,11 +202,11 @@ def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) 
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| config | point | emulated (target, loop) | emulated TAT s (min-max) | simulated TAT s (min-max) | sim / emu | retx emu / sim |",
-             "|---|---|---|---:|---:|---:|---:|"]
+    lines = ["| config | method | point | emulated (target, loop) | emulated TAT s (min-max) | simulated TAT s (min-max) | sim / emu | retx emu / sim |",
+             "|---|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
         point = f"{r['sweep_param']} = {r['sweep_value']}" if r["sweep_param"] else str(r["point"])
-        lines.append(f"| {r['config']} | {point[:60]} | {r['emulated_target']}, {r['emulated_data_path']}, {r['link_mbps']:g} Mbit/s | "
+        lines.append(f"| {r['config']} | {r['method']} | {point[:60]} | {r['emulated_target']}, {r['emulated_data_path']}, {r['link_mbps']:g} Mbit/s | "
                      f"{r['emulated_tat_s']:.4g} ({r['emulated_tat_s_min']:.4g}-{r['emulated_tat_s_max']:.4g}) | "
                      f"{r['simulated_tat_s']:.4g} ({r['simulated_tat_s_min']:.4g}-{r['simulated_tat_s_max']:.4g}) | "
                      f"{r['simulated_over_emulated']:.3f} | "
@@ -184,11 +214,26 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def add_link_burst(parser: argparse.ArgumentParser) -> None:
+    """``--link-burst-bytes``, which both validations (and shared_switch_validation.py) take:
+    the simulated links' htb bucket, the emulator's by default."""
+
+    def bytes_at_least_0(text: str) -> float:
+        value = float(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+        return value
+
+    parser.add_argument("--link-burst-bytes", type=bytes_at_least_0, default=HTB_CBURST_BYTES,
+                        help="each simulated link's htb bucket (default the emulator's, network/shaping.py; 0: the wire's model)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="emulated run folders (with summary.json)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_validation.csv")
     parser.add_argument("--seeds", type=int, default=0, help="simulate each config with seeds 1..N and compare distributions")
+    add_link_burst(parser)
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
@@ -196,11 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
     if args.seeds:
-        rows = [row for run in args.runs for row in compare_seeds(run, out_root, args.seeds)]
+        rows = [row for run in args.runs for row in compare_seeds(run, out_root, args.seeds, args.link_burst_bytes)]
         write_csv(args.output.with_name(f"{args.output.stem}_seeds.csv"), SEED_COLUMNS, rows)
         sys.stdout.write(markdown_seeds(rows) + "\n")
     else:
-        rows = [row for run in args.runs for row in compare(run, out_root)]
+        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes)]
         write_csv(args.output, COLUMNS, rows)
         sys.stdout.write(markdown(rows) + "\n")
     return 0 if all(r["simulated_verified"] for r in rows) else 1
