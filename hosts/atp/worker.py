@@ -36,7 +36,8 @@ authors' worker waits 50 ms before its first result (200 us after). The first re
 every worker's first packets, and workers released together start apart (processes sharing
 cores); a worker that resends its window before the last one has started flushes every
 aggregator it filled to the PS, with every other worker's resends beside it, and the job
-spends hundreds of milliseconds reassembling (benchmarks/README.md, "ATP's start")."""
+spends hundreds of milliseconds reassembling (benchmarks/README.md, "ATP's ECN, its start and
+its capacity")."""
 
 
 class ATPStalled(RuntimeError):
