@@ -265,7 +265,8 @@ class EmulatedNetwork:
         self.declare_directory(self._scratch)
         # the switches' temporary files (control sockets) go into the scratch folder, which the lock records
         switch_options = {"log_dir": self.log_dir, "k": self.k, "max_pool_size": self.max_pool_size, "scratch_dir": self._scratch,
-                          "protocol": self.loaded.name, "port_rate_bps": None if self.topology.link_mbps is None else mbps_to_bps(self.topology.link_mbps)}
+                          "protocol": self.loaded.name, "port_rate_bps": None if self.topology.link_mbps is None else mbps_to_bps(self.topology.link_mbps),
+                          "port_queue_packets": self._port_queue_packets()}
         if delay_mechanism == "switch_delay_line":
             switch_options["link_delay_ms"] = self.topology.links[0].spec.delay_ms
         if self.cluster_spec is not None:
@@ -424,6 +425,13 @@ class EmulatedNetwork:
         if len(delays) > 1:
             raise NetworkError(f"links have different delays {sorted(delays)}; the switch's delay line applies one")
         return "switch_delay_line"
+
+    def _port_queue_packets(self) -> int:
+        """The deepest queue of a switch port's link, as ``_shape`` cuts it: what a virtual queue kept
+        at the links' rate (``port_rate_bps``) holds at most."""
+        packets = max(link.spec.queue_packets for link in self.topology.links)
+        limit = lookup(self.target).port_queue_limit()
+        return packets if limit is None else min(packets, limit.packets)
 
     def _shape(self, caps: TcCapabilities, loss_by_netem: bool, delay_by_netem: bool) -> list[AppliedShaping]:
         assert self.net is not None

@@ -39,6 +39,7 @@ class TargetSwitch(Switch):
         max_pool_size: int,
         scratch_dir: Path | None = None,
         port_rate_bps: float | None = None,
+        port_queue_packets: int | None = None,
         **kwargs: Any,
     ) -> None:
         """The same keywords for every target; a k it is not built for is refused here,
@@ -57,6 +58,9 @@ class TargetSwitch(Switch):
         self.port_rate_bps = port_rate_bps
         """Its links' rate (bits/s; None: unshaped), for a program that marks congestion by
         the rate its ports drain at (ATP's phantom queues on eBPF, its queue rate on bmv2)."""
+        self.port_queue_packets = port_queue_packets
+        """The queue limit of its ports' links (packets; None: not given), which a virtual queue
+        kept at that rate holds at most (ATP's phantom queues on eBPF)."""
         self._data_plane: DataPlane | None = None
 
     def data_plane_options(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from protocol.packet import IPV4_OFFSET, ipv4_checksum
 from switches import standalone
 from switches.atp import programming
 from switches.bmv2.atp.control import ETHERNET_OVERHEAD_BYTES, packets_per_second
-from switches.bmv2.atp.switch import run_atp_bmv2
+from switches.bmv2.atp.switch import ATPBmv2Process, run_atp_bmv2
 from switches.control import SwitchControl
 from switches.embedded.atp.pipeline import ATPPipeline
 from tests.conftest import ON_THE_BENCH, require_target
@@ -273,3 +273,35 @@ def test_egress_marks_ecn_from_the_depth_of_bmv2s_egress_queue(testbed: Testbed,
         frames = send_burst(switch, 1 + BURST)
         assert len(frames) == BURST and not any(decode_payload(f[ATP_OFFSET:], K)[0].flags & params.FLAG_ECN for f in frames)
         assert switch.egress_packets() == [2 * BURST, len(marked), 0]
+
+
+def test_on_a_network_each_ports_queue_holds_its_links_and_marks_at_the_default_threshold(testbed: Testbed, tmp_path: Path) -> None:
+    """Started as a network starts it, with the links' rate and queue limit (``for_ports``), every
+    port's queue is as deep as its link's: frames sent into one port faster than it drains queue
+    past ATP's default threshold, and copies are marked there. (With bmv2's default depth, the
+    threshold itself, none would be: a copy's deq_qdepth counts the copies left behind it, at most
+    the depth less one.) They go 1 ms apart: sent back to back, only the first 32 reach bmv2's
+    pipeline here, too few to fill the queue."""
+    depth = params.DEFAULT_ECN_THRESHOLD + 8
+    rate_bps = 200 * (frame_bytes(K) + ETHERNET_OVERHEAD_BYTES) * 8
+    """200 frames a second: a fifth of the rate they are sent at."""
+    process = ATPBmv2Process.for_ports(testbed.switch_ports, tmp_path, name="atp-queue", k=K, max_pool_size=POOL,
+                                       port_rate_bps=rate_bps, port_queue_packets=depth)
+    process.start()
+    try:
+        with process.control(tmp_path / "commands.txt") as control:
+            ports = SwitchPorts(testbed)
+            try:
+                switch = Bmv2ATPSwitch(control, ports, K, POOL)
+                switch.set_ecn_threshold(params.DEFAULT_ECN_THRESHOLD)
+                program(switch)
+                worker, ps = cases.JOB_PORTS[1][0][0], cases.JOB_PORTS[1][1]
+                for i in range(2 * depth):
+                    ports.send(worker, cases.update(1, 0, 1 + i, 5, cases.vals(i), params.FLAG_OVERFLOW)[1])
+                    time.sleep(0.001)
+                frames = [bytes(frame) for frame in ports.receive(2 * depth, timeout=2 * depth / 200 + 5.0).frames[ps]]
+            finally:
+                ports.close()
+    finally:
+        process.stop()
+    assert any(decode_payload(frame[ATP_OFFSET:], K)[0].flags & params.FLAG_ECN for frame in frames)

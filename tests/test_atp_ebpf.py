@@ -9,7 +9,9 @@ reference, and asserts byte-identical copies out of the same ports and equal cou
 every step. Only the ECN queue legitimately differs (the embedded pipeline is given a queue,
 the program keeps a phantom queue), so the phantom queue is tested on its own: a burst
 beyond the threshold at a slow port rate is marked, the same burst at a fast rate or with
-marking off is not, and the egress counter says so.
+marking off is not, and the egress counter says so; frames below the port's rate are never
+marked, and the queue holds no more than the port's real queue, so a burst beyond that limit
+stops marking once the limit's worth has drained.
 """
 
 from __future__ import annotations
@@ -62,9 +64,11 @@ class EbpfATPSwitch(ATPSwitchDriver):
 
     control: AtpEbpfControl
 
-    def __init__(self, testbed: Testbed, k: int, pool_size: int, port_rate_bps: float | None = None) -> None:
+    def __init__(self, testbed: Testbed, k: int, pool_size: int, port_rate_bps: float | None = None,
+                 port_queue_packets: int | None = None) -> None:
         ports = {host.index: testbed.switch_ports[host.switch_port] for host in testbed.hosts}
-        self.data_plane = AtpEbpfDataPlane(ports, k=k, pool_size=pool_size, name="atp-tests", port_rate_bps=port_rate_bps)
+        self.data_plane = AtpEbpfDataPlane(ports, k=k, pool_size=pool_size, name="atp-tests", port_rate_bps=port_rate_bps,
+                                           port_queue_packets=port_queue_packets)
         self.data_plane.start()
         try:
             super().__init__(self.data_plane.control(), k, pool_size)
@@ -134,13 +138,13 @@ class EbpfATPSwitch(ATPSwitchDriver):
 
 
 
-def test_schema_is_the_embedded_pipelines_and_the_phantom_queues_rate() -> None:
+def test_schema_is_the_embedded_pipelines_and_the_phantom_queues() -> None:
     """The same tables (keys, actions, widths), registers and counters as the reference, plus
-    the one register only this target has: each port's phantom queue rate."""
+    the registers only this target has: each port's phantom queue rate and limit."""
     schema, embedded = maps.program_schema(K, POOL), ATPPipeline(K, POOL).schema()
     assert (schema.tables, schema.counters) == (embedded.tables, embedded.counters)
-    assert {name: spec for name, spec in schema.registers.items() if name != maps.PHANTOM_QUEUE_RATE} == embedded.registers
-    assert schema.registers[maps.PHANTOM_QUEUE_RATE].size == maps.PORT_NUMBERS
+    assert {name: spec for name, spec in schema.registers.items() if name not in maps.PHANTOM_QUEUE_FIELDS} == embedded.registers
+    assert [schema.registers[name].size for name in maps.PHANTOM_QUEUE_FIELDS] == [maps.PORT_NUMBERS] * 2
 
 
 def test_the_build_reads_atps_constants_and_follows_k_and_the_pool() -> None:
@@ -198,11 +202,13 @@ def test_start_sets_the_phantom_queues_and_stop_leaves_no_filter_pin_or_map() ->
     require_target("ebpf")
     with standalone.testbed(2) as own_bed:
         ifnames = list(own_bed.switch_ports.values())
-        switch = EbpfATPSwitch(own_bed, K, POOL, port_rate_bps=10e9)
+        switch = EbpfATPSwitch(own_bed, K, POOL, port_rate_bps=10e9, port_queue_packets=200)
         map_ids = switch.data_plane.map_ids
         assert all(len(ingress_filters(ifname)) == 1 for ifname in ifnames)
         rates = switch.control.register_read(maps.PHANTOM_QUEUE_RATE)
         assert rates[:2] == [10_000_000] * 2 and not any(rates[2:]), "the ports' phantom queues drain at the link rate given"
+        limits = switch.control.register_read(maps.PHANTOM_QUEUE_LIMIT)
+        assert limits[:2] == [200] * 2 and not any(limits[2:]), "and hold what the link's queue holds"
         assert not atp_datapath.PIN_ROOT.exists(), "pins are removed once the filters hold the program"
         switch.close()
         assert not any(ingress_filters(ifname) for ifname in ifnames)
@@ -288,19 +294,28 @@ FAST_BPS = 400e9
 """A port rate at which no frame waits for another (a few nanoseconds each)."""
 
 
-def burst_to_ps(switch: EbpfATPSwitch, first_seq: int) -> list[bytes]:
-    """BURST resends (each passes to the PS at once) sent back to back: what reaches the PS, in order."""
-    frames = [update(1, 0, seq, 5, vals(seq), params.FLAG_RESEND)[1] for seq in range(first_seq, first_seq + BURST)]
+def burst_to_ps(switch: EbpfATPSwitch, first_seq: int, count: int = BURST) -> list[bytes]:
+    """``count`` resends (each passes to the PS at once) sent back to back: what reaches the PS, in order."""
+    frames = [update(1, 0, seq, 5, vals(seq), params.FLAG_RESEND)[1] for seq in range(first_seq, first_seq + count)]
     copies = switch.blast({JOB_PORTS[1][0][0]: frames})
-    assert [decode(frame)[0].seq for _port, frame in copies] == list(range(first_seq, first_seq + BURST))
+    assert [decode(frame)[0].seq for _port, frame in copies] == list(range(first_seq, first_seq + count))
     return [frame for _port, frame in copies]
+
+
+def is_marked(frame: bytes) -> bool:
+    return bool(decode(frame)[0].flags & params.FLAG_ECN)
+
+
+def frame_seconds(rate_bps: float) -> float:
+    """How long one of burst_to_ps's frames takes at ``rate_bps``."""
+    return 8 * len(update(1, 0, 1, 5, vals(1))[1]) / rate_bps
 
 
 def test_the_phantom_queue_marks_a_burst_beyond_the_threshold_at_the_ports_rate(switch: EbpfATPSwitch) -> None:
     control, ps_port = switch.control, JOB_PORTS[1][1]
     control.register_write(programming.ECN_THRESHOLD, 0, THRESHOLD)
     try:
-        control.set_phantom_queue_rate(ps_port, SLOW_BPS)
+        control.set_phantom_queue(ps_port, SLOW_BPS, BURST)
         slow = burst_to_ps(switch, 1)
         marked = [frame for frame in slow if decode(frame)[0].flags & params.FLAG_ECN]
         assert slow[0] not in marked and slow[-1] in marked, "the queue builds up: the first leaves unmarked, the last marked"
@@ -310,14 +325,59 @@ def test_the_phantom_queue_marks_a_burst_beyond_the_threshold_at_the_ports_rate(
         assert switch.egress_packets() == [BURST, len(marked), 0], "the egress counter records what the phantom queue marked"
         assert control.register_read(maps.PHANTOM_QUEUE_RATE, ps_port) == SLOW_BPS / 1000
 
-        control.set_phantom_queue_rate(ps_port, FAST_BPS)
+        control.set_phantom_queue(ps_port, FAST_BPS, BURST)
         assert not any(decode(frame)[0].flags & params.FLAG_ECN for frame in burst_to_ps(switch, 1 + BURST))
-        control.set_phantom_queue_rate(ps_port, SLOW_BPS)
+        control.set_phantom_queue(ps_port, SLOW_BPS, BURST)
         control.register_write(programming.ECN_THRESHOLD, 0, 0)
         assert not any(decode(frame)[0].flags & params.FLAG_ECN for frame in burst_to_ps(switch, 1 + 2 * BURST)), "0: marking off"
         assert switch.egress_packets()[1] == len(marked)
     finally:
-        control.set_phantom_queue_rate(ps_port, 0)
+        control.set_phantom_queue(ps_port, 0, 0)
+        control.register_write(programming.ECN_THRESHOLD, 0, params.DEFAULT_ECN_THRESHOLD)
+
+
+LIMIT = THRESHOLD + 2
+"""A port queue's limit above the threshold, far below BURST."""
+
+
+def test_the_phantom_queue_holds_no_more_than_the_ports_queue(switch: EbpfATPSwitch) -> None:
+    """A burst of BURST frames into a port whose queue holds LIMIT: the real queue drops what does
+    not fit, so the phantom queue holds LIMIT frames at most. The burst marks; once LIMIT frames'
+    time has passed the queue is empty, and the next frame leaves unmarked. (A queue without the
+    limit would still hold BURST - LIMIT frames then, far beyond the threshold, and mark it: at
+    SLOW_BPS the burst is 3.4 s of work, sent in milliseconds; a test slowed by a busy machine
+    only waits longer, which an unbounded queue may drain, never a bounded one refill.)"""
+    control, ps_port = switch.control, JOB_PORTS[1][1]
+    control.register_write(programming.ECN_THRESHOLD, 0, THRESHOLD)
+    try:
+        control.set_phantom_queue(ps_port, SLOW_BPS, LIMIT)
+        burst = burst_to_ps(switch, 1)
+        assert not any(map(is_marked, burst[:THRESHOLD])) and is_marked(burst[-1]), "the burst marks once the threshold is reached"
+        time.sleep(LIMIT * frame_seconds(SLOW_BPS))
+        assert not any(map(is_marked, burst_to_ps(switch, 1 + BURST, 1))), "a full queue drains in LIMIT frames' time"
+    finally:
+        control.set_phantom_queue(ps_port, 0, 0)
+        control.register_write(programming.ECN_THRESHOLD, 0, params.DEFAULT_ECN_THRESHOLD)
+
+
+def test_frames_below_the_ports_rate_are_never_marked(switch: EbpfATPSwitch) -> None:
+    """Frames each sent after the one before has left (a load below the port's rate) find the
+    queue empty, however many come: with the threshold at 1, none is marked. A busy machine
+    only spaces them further."""
+    control, ps_port = switch.control, JOB_PORTS[1][1]
+    rate_bps = 4 * SLOW_BPS
+    """A frame takes 21 ms: the burst's frames, sent back to back, queue behind each other."""
+    control.register_write(programming.ECN_THRESHOLD, 0, 1)
+    try:
+        control.set_phantom_queue(ps_port, rate_bps, LIMIT)
+        paced = []
+        for seq in range(1, 1 + 2 * LIMIT):
+            paced += burst_to_ps(switch, seq, 1)
+            time.sleep(2 * frame_seconds(rate_bps))
+        assert not any(map(is_marked, paced))
+        assert any(map(is_marked, burst_to_ps(switch, 1 + 2 * LIMIT, LIMIT))), "at the same rate, a burst marks"
+    finally:
+        control.set_phantom_queue(ps_port, 0, 0)
         control.register_write(programming.ECN_THRESHOLD, 0, params.DEFAULT_ECN_THRESHOLD)
 
 

@@ -186,6 +186,20 @@ def test_overdue_packets_are_resent_on_timeout_and_a_stall_is_an_error() -> None
         core.expire(1.5)
 
 
+def test_before_its_first_result_a_worker_waits_the_first_resend_timeout() -> None:
+    """Workers released together start apart: until the all-reduce's first result, a packet waits
+    at least first_resend_timeout_s before it is resent, not the (shorter) resend timeout that
+    applies once results come."""
+    core = worker(resend_timeout_s=0.01, stall_s=1.0, first_resend_timeout_s=0.05)
+    core.start(0.0)
+    assert core.next_timer() == pytest.approx(0.05)
+    assert core.expire(0.04) == [] and core.stats.resends_timeout == 0
+    assert [h.seq for h in headers(core.expire(0.05))] == [100, 101, 102]
+    core.receive(ack(100), 0.06)
+    assert core.next_timer() == pytest.approx(0.06), "once a result came, the resend timeout"
+    assert [h.seq for h in headers(core.expire(0.061))] == [101, 102]
+
+
 def test_the_window_never_exceeds_the_positions_and_slides_with_results() -> None:
     core = worker(packets=10, positions=4)
     assert len(core.start(0.0)) == 4

@@ -123,7 +123,8 @@ class ATPClient:
         timeline = SendTimeline(started)
         malformed = received_bytes = 0
         deadline = started + self._deadline_s
-        self._send(core.start(started), started, timeline)
+        now = time.perf_counter()  # after quantizing (WorkerJob.begin): when the first window leaves
+        self._send(core.start(now), now, timeline)
         while not core.finished:
             count = io.rx.receive()
             now = time.perf_counter()

@@ -14,7 +14,7 @@ import numpy as np
 
 import methods
 from hosts.atp.aggregators import AggregatorMap
-from hosts.atp.worker import DEFAULT_STALL_S, WorkerConfig, WorkerCore
+from hosts.atp.worker import DEFAULT_FIRST_RESEND_TIMEOUT_S, DEFAULT_STALL_S, WorkerConfig, WorkerCore
 from hosts.stats import JobStats
 from protocol.atp.job import ATPParameters
 from protocol.atp.packet import frame_bytes
@@ -50,7 +50,8 @@ class WorkerJob:
         self.parameters = parameters
         self.config = WorkerConfig(app_id=parameters.job_id, worker_id=rank, n_workers=n_workers, k=parameters.k,
                                    resend_timeout_s=parameters.resend_timeout_s,
-                                   stall_s=max(min(DEFAULT_STALL_S, job_deadline_s), 2 * parameters.resend_timeout_s),
+                                   stall_s=max(min(DEFAULT_STALL_S, job_deadline_s), 2 * parameters.resend_timeout_s,
+                                               2 * DEFAULT_FIRST_RESEND_TIMEOUT_S),
                                    congestion_control=parameters.congestion_control)
         self._map = AggregatorMap(parameters.job_id, parameters.window, parameters.pool_size)
         self._next_seq = 1

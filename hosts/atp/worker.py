@@ -9,8 +9,8 @@ Sending: packet p (sequence seq_base + p) may leave once p < done_through + wind
 done_through is the first packet without a result; the window never exceeds the map's W
 positions, so p and p + W, which share an aggregator, are never in flight together.
 Loss: a result beyond a hole resends the hole once (cause "gap"); a packet without a result
-for ``resend_timeout_s`` is resent (cause "timeout"); no progress for ``stall_s`` raises
-ATPStalled. Resends carry FLAG_RESEND: they never claim and flush their own partial sum.
+for ``resend_timeout_s`` is resent (cause "timeout"), for ``first_resend_timeout_s`` at least
+while no result of the all-reduce has come; no progress for ``stall_s`` raises ATPStalled. Resends carry FLAG_RESEND: they never claim and flush their own partial sum.
 Congestion: with ``congestion_control`` the window follows AIMD on the ECN results echo,
 once per window of packets: halved if any result of the window was marked, else one more.
 """
@@ -30,6 +30,14 @@ from protocol.atp.packet import MAX_K
 DEFAULT_RESEND_TIMEOUT_S = 0.005
 DEFAULT_STALL_S = 20.0
 """The authors' worker gives up after 20 s without progress."""
+DEFAULT_FIRST_RESEND_TIMEOUT_S = 0.050
+"""The least a worker waits before resending while no result of its all-reduce has come: the
+authors' worker waits 50 ms before its first result (200 us after). The first results wait for
+every worker's first packets, and workers released together start apart (processes sharing
+cores); a worker that resends its window before the last one has started flushes every
+aggregator it filled to the PS, with every other worker's resends beside it, and the job
+spends hundreds of milliseconds reassembling (benchmarks/README.md, "ATP's ECN, its start and
+its capacity")."""
 
 
 class ATPStalled(RuntimeError):
@@ -46,6 +54,7 @@ class WorkerConfig:
     k: int
     resend_timeout_s: float = DEFAULT_RESEND_TIMEOUT_S
     stall_s: float = DEFAULT_STALL_S
+    first_resend_timeout_s: float = DEFAULT_FIRST_RESEND_TIMEOUT_S
     congestion_control: bool = True
 
     def __post_init__(self) -> None:
@@ -55,8 +64,9 @@ class WorkerConfig:
             raise ValueError(f"ATP app_id must be 0..65535, got {self.app_id}")
         if not 1 <= self.k <= MAX_K:
             raise ValueError(f"ATP packets carry 1..{MAX_K} values, got k = {self.k}")
-        if not 0 < self.resend_timeout_s < self.stall_s:
-            raise ValueError(f"need 0 < resend timeout ({self.resend_timeout_s} s) < stall limit ({self.stall_s} s)")
+        if not 0 < self.resend_timeout_s < self.stall_s or not 0 <= self.first_resend_timeout_s < self.stall_s:
+            raise ValueError(f"need 0 < resend timeout ({self.resend_timeout_s} s) < stall limit ({self.stall_s} s) "
+                             f"and 0 <= first resend timeout ({self.first_resend_timeout_s} s) < stall limit")
 
 
 @dataclass
@@ -124,12 +134,19 @@ class WorkerCore:
         positions = self._map.positions
         return min(positions, max(1, int(self.cwnd))) if self.config.congestion_control else positions
 
+    @property
+    def resend_timeout_s(self) -> float:
+        """How long a packet waits for its result before it is resent: the config's, and no less
+        than ``first_resend_timeout_s`` until the all-reduce's first result."""
+        config = self.config
+        return config.resend_timeout_s if self.stats.results else max(config.resend_timeout_s, config.first_resend_timeout_s)
+
     def next_timer(self) -> float | None:
         """When ``expire`` is next due (None once finished)."""
         if self.finished:
             return None
         flight = self._sent_at[self.done_through:self.next_packet]
-        resend = float(flight.min()) + self.config.resend_timeout_s if len(flight) else math.inf
+        resend = float(flight.min()) + self.resend_timeout_s if len(flight) else math.inf
         return min(resend, self._last_progress + self.config.stall_s)
 
     # -- sending --------------------------------------------------------------------------
@@ -170,7 +187,7 @@ class WorkerCore:
                              f"{self.config.stall_s:g} s, {self.n_packets - self.done_through} packets missing")
         start = self.done_through
         flight = self._sent_at[start:self.next_packet]
-        overdue = start + np.flatnonzero((flight + self.config.resend_timeout_s <= now) & ~self._done[start:self.next_packet])
+        overdue = start + np.flatnonzero((flight + self.resend_timeout_s <= now) & ~self._done[start:self.next_packet])
         self._gap_resent[overdue] = False
         self.stats.resends_timeout += len(overdue)
         return self._resend(overdue, now)

@@ -52,7 +52,8 @@ class Bmv2SwitchNode(TargetSwitch):
         if not self.prebuilt:
             self.json_path = self.compiled()
         return {"json_path": self.json_path, "device_id": self.device_id, "thrift_port": self.thrift_port,
-                "log_level": self.log_level, "popen": self.popen, "port_rate_bps": self.port_rate_bps}
+                "log_level": self.log_level, "popen": self.popen, "port_rate_bps": self.port_rate_bps,
+                "port_queue_packets": self.port_queue_packets}
 
     def portable_data_plane_options(self) -> dict[str, Any]:
         """Without this process's popen (the other server launches simple_switch itself) and
@@ -61,4 +62,5 @@ class Bmv2SwitchNode(TargetSwitch):
         if self.prebuilt:
             raise ValueError(f"bmv2 switch {self.name}: a prebuilt program ({self.json_path}) exists only on this machine; "
                              "a switch on another server compiles its own")
-        return {"device_id": self.device_id, "thrift_port": self.thrift_port, "log_level": self.log_level, "port_rate_bps": self.port_rate_bps}
+        return {"device_id": self.device_id, "thrift_port": self.thrift_port, "log_level": self.log_level, "port_rate_bps": self.port_rate_bps,
+                "port_queue_packets": self.port_queue_packets}

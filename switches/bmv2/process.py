@@ -129,15 +129,16 @@ class Bmv2Process:
         device_id: int = 0,
         thrift_port: int | None = None,
         port_rate_bps: float | None = None,
+        port_queue_packets: int | None = None,
         **options: Any,
     ) -> "Bmv2Process":
         """simple_switch on ``ports``: ``json_path`` runs a prebuilt program (built for its own
         k and pool size), else ``protocol``'s program (switches/bmv2/__init__.py, ``program_for``) compiled for
         ``k`` and ``max_pool_size`` (cached by compile.py);
         the Thrift port is one the kernel picks unless given (kernel_tcp_port; a Mininet
-        network's switches are given 9090 + device id). ``port_rate_bps``, the
-        ports' link rate, is for a program whose process paces its ports (``P4Program.process``:
-        ATP's); this one leaves bmv2's default queues."""
+        network's switches are given 9090 + device id). ``port_rate_bps`` and ``port_queue_packets``,
+        the ports' link rate and queue limit, are for a program whose process paces its ports
+        (``P4Program.process``: ATP's); this one leaves bmv2's default queues."""
         program = program_for(protocol)
         return cls(
             name=name,

@@ -33,8 +33,9 @@ PROGRAMS: dict[str, str] = {
 """Protocol -> "module:attribute" of its data plane, ``cls(ports, *, name, k, max_pool_size)``:
 its TC program built for k and pool size and attached to the ports, one line each."""
 PACED_BY_LINK_RATE = frozenset({"atp"})
-"""Protocols whose data plane also takes its ports' link rate (``port_rate_bps``): ATP's
-phantom queues drain at it to mark ECN (TC sees no queue of its own)."""
+"""Protocols whose data plane also takes its ports' link rate and queue limit (``port_rate_bps``,
+``port_queue_packets``): ATP's phantom queues drain at the one and hold at most the other to
+mark ECN (TC sees no queue of its own)."""
 ORPHANED_PINS = ("switches.ebpf.switchml.datapath:remove_orphaned_pins", "switches.ebpf.atp.datapath:remove_orphaned_pins")
 """Each program's cleanup of the pins a loader killed while loading left behind."""
 
@@ -53,11 +54,13 @@ class EbpfTarget(SwitchTarget):
         return list(detect_ebpf())
 
     def data_plane(self, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
-                   protocol: str | None = None, port_rate_bps: float | None = None, **options: Any) -> DataPlane:
+                   protocol: str | None = None, port_rate_bps: float | None = None, port_queue_packets: int | None = None,
+                   **options: Any) -> DataPlane:
         """``protocol``'s program (``PROGRAMS``) built for ``k`` and ``max_pool_size`` on ``ports``' tc
-        ingress hooks, given the ports' link rate where it paces by it (``PACED_BY_LINK_RATE``).
+        ingress hooks, given the ports' link rate and queue limit where it paces by them (``PACED_BY_LINK_RATE``).
         ``log_dir`` is the common signature's: the data plane writes no log (its counters are maps)."""
-        paced = {"port_rate_bps": port_rate_bps} if (protocol or self.default_protocol) in PACED_BY_LINK_RATE else {}
+        paced = ({"port_rate_bps": port_rate_bps, "port_queue_packets": port_queue_packets}
+                 if (protocol or self.default_protocol) in PACED_BY_LINK_RATE else {})
         return resolve(self.program_of(protocol))(ports, name=name, k=k, max_pool_size=max_pool_size, **paced)
 
     def remove_leftovers(self) -> list[str]:

@@ -51,7 +51,7 @@ class _Job(ctypes.Structure):
     _fields_ = [
         *[(name, _i32) for name in ("app_id", "worker_id", "n_workers", "k", "congestion_control", "positions", "pool_size",
                                     "payload_bytes")],
-        ("n_packets", _i64), ("seq_base", _u32), ("resend_timeout_s", _f64), ("stall_s", _f64),
+        ("n_packets", _i64), ("seq_base", _u32), ("resend_timeout_s", _f64), ("stall_s", _f64), ("first_resend_timeout_s", _f64),
         *[(name, _p) for name in ("chunks", "sums", "done", "sent_at", "gap_resent", "cwnd_log", "indices", "used")],
         ("done_through", _i64), ("next_packet", _i64), ("marker", _i64), ("cwnd", _f64), ("last_progress", _f64),
         ("ecn_in_window", _i32), ("stats", _Stats),
@@ -117,7 +117,7 @@ class NativeCore:
             app_id=config.app_id, worker_id=config.worker_id, n_workers=config.n_workers, k=config.k,
             congestion_control=int(config.congestion_control), positions=aggregators.positions, pool_size=aggregators.pool_size,
             payload_bytes=self.payload_bytes, n_packets=core.n_packets, seq_base=core.seq_base,
-            resend_timeout_s=config.resend_timeout_s, stall_s=config.stall_s,
+            resend_timeout_s=config.resend_timeout_s, stall_s=config.stall_s, first_resend_timeout_s=config.first_resend_timeout_s,
             **dict(zip(("chunks", "sums", "done", "sent_at", "gap_resent", "cwnd_log", "indices", "used"), map(_address, arrays))),
             done_through=core.done_through, next_packet=core.next_packet, marker=core._marker, cwnd=core.cwnd,
             last_progress=core._last_progress, ecn_in_window=int(core._ecn_in_window),

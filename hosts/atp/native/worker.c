@@ -54,7 +54,7 @@ struct atp_job {
     int32_t app_id, worker_id, n_workers, k, congestion_control, positions, pool_size, payload_bytes;
     int64_t n_packets;
     uint32_t seq_base;
-    double resend_timeout_s, stall_s;
+    double resend_timeout_s, stall_s, first_resend_timeout_s;
     const int32_t *chunks;          /* n_packets x k, native byte order (WorkerCore._chunks) */
     int32_t *sums;                  /* n_packets x k (WorkerCore._sums) */
     uint8_t *done;                  /* n_packets (WorkerCore._done, numpy bool) */
@@ -93,7 +93,8 @@ static const struct field FIELDS[] = {
     FIELD(atp_stats, window_halvings), FIELD(atp_stats, cwnd_count), FIELD(atp_stats, malformed), FIELD(atp_stats, received_bytes),
     FIELD(atp_job, app_id), FIELD(atp_job, worker_id), FIELD(atp_job, n_workers), FIELD(atp_job, k), FIELD(atp_job, congestion_control),
     FIELD(atp_job, positions), FIELD(atp_job, pool_size), FIELD(atp_job, payload_bytes), FIELD(atp_job, n_packets),
-    FIELD(atp_job, seq_base), FIELD(atp_job, resend_timeout_s), FIELD(atp_job, stall_s), FIELD(atp_job, chunks), FIELD(atp_job, sums),
+    FIELD(atp_job, seq_base), FIELD(atp_job, resend_timeout_s), FIELD(atp_job, stall_s),
+    FIELD(atp_job, first_resend_timeout_s), FIELD(atp_job, chunks), FIELD(atp_job, sums),
     FIELD(atp_job, done), FIELD(atp_job, sent_at), FIELD(atp_job, gap_resent), FIELD(atp_job, cwnd_log), FIELD(atp_job, indices),
     FIELD(atp_job, used), FIELD(atp_job, done_through), FIELD(atp_job, next_packet), FIELD(atp_job, marker), FIELD(atp_job, cwnd),
     FIELD(atp_job, last_progress), FIELD(atp_job, ecn_in_window), FIELD(atp_job, stats), FIELD(atp_job, rx_fd), FIELD(atp_job, tx_fd),
@@ -149,6 +150,14 @@ static int64_t window(const struct atp_job *job)
     return cwnd < job->positions ? cwnd : job->positions;
 }
 
+/* WorkerCore.resend_timeout_s */
+static double resend_timeout(const struct atp_job *job)
+{
+    if (job->stats.results || job->first_resend_timeout_s < job->resend_timeout_s)
+        return job->resend_timeout_s;
+    return job->first_resend_timeout_s;
+}
+
 /* WorkerCore.next_timer; INFINITY for None (finished). */
 static double next_timer(const struct atp_job *job)
 {
@@ -158,7 +167,7 @@ static double next_timer(const struct atp_job *job)
     for (int64_t p = job->done_through; p < job->next_packet; p++)
         if (job->sent_at[p] < earliest)
             earliest = job->sent_at[p];
-    double resend = earliest + job->resend_timeout_s; /* inf with nothing in flight */
+    double resend = earliest + resend_timeout(job); /* inf with nothing in flight */
     double stall = job->last_progress + job->stall_s;
     return resend < stall ? resend : stall;
 }
@@ -223,8 +232,9 @@ static int64_t expire(struct atp_job *job, double now)
     if (now - job->last_progress >= job->stall_s)
         return -1;
     int64_t count = 0;
+    double timeout = resend_timeout(job);
     for (int64_t p = job->done_through; p < job->next_packet; p++) {
-        if (job->sent_at[p] + job->resend_timeout_s <= now && !job->done[p]) {
+        if (job->sent_at[p] + timeout <= now && !job->done[p]) {
             job->gap_resent[p] = 0;
             resend(job, p, now);
             count++;
@@ -349,9 +359,10 @@ static int run(struct atp_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
     struct errno_tables errnos = {job->lost_errnos, job->n_lost_errnos, job->reported_errnos, job->n_reported_errnos, job->refusals};
     double return_at = clock_now() + job->signal_check_s, deadline = job->t0 + job->deadline_s;
     if (!job->started) {
+        double now = clock_now(); /* after quantizing: the first window's send time, as client.py's */
         job->started = 1;
-        start(job, job->t0);
-        if (flush(job, tx_table, job->t0, &errnos))
+        start(job, now);
+        if (flush(job, tx_table, now, &errnos))
             return ATP_FAILED;
     }
     while (!finished(job)) {

@@ -21,7 +21,10 @@ from switches.bmv2.atp.control import ATPBmv2Control, packets_per_second
 from switches.bmv2.process import START_TIMEOUT_S, Bmv2Process, kernel_tcp_port
 
 PORT_QUEUE_PACKETS = 64
-"""Each port's egress queue depth on a network: bmv2's default, which the rate does not change."""
+"""Each port's egress queue depth on a network that gives no queue limit: bmv2's default, which
+the rate does not change. No copy can see it as deep as ATP's default ecn_threshold, the same
+64: a copy's deq_qdepth counts those left behind it, at most the depth less one (measured: a
+queue 8 deep marks the first copy of a burst at threshold 7, none at 8)."""
 
 
 @dataclass
@@ -32,27 +35,32 @@ class ATPBmv2Process(Bmv2Process):
 
     port_rate_bps: float | None = None
     """Every port's link rate (None: bmv2's default, which queues nothing and never marks)."""
+    port_queue_packets: int | None = None
+    """Every port's link queue limit (the network's, as its qdiscs are cut; None: PORT_QUEUE_PACKETS):
+    the depth of bmv2's queue, which drains at the link rate and so holds what the link would."""
     frame_bytes: int = 0
     """An ATP frame's bytes at the program's k: what the queue's rate is counted in."""
 
     @classmethod
     def for_ports(cls, ports: Mapping[int, str], log_dir: Path, *, name: str, k: int, max_pool_size: int,
                   json_path: Path | None = None, device_id: int = 0, thrift_port: int | None = None,
-                  port_rate_bps: float | None = None, protocol: str | None = None, **options: Any) -> "ATPBmv2Process":
+                  port_rate_bps: float | None = None, port_queue_packets: int | None = None, protocol: str | None = None,
+                  **options: Any) -> "ATPBmv2Process":
         """The target's data plane for ATP (``PROGRAM.process``): ``for_atp`` with the switch's pool as
-        the aggregators (``json_path``: the node's compiled program) and its links' rate."""
+        the aggregators (``json_path``: the node's compiled program) and its links' rate and queue limit."""
         process = cls.for_atp(ports, log_dir, name=name, k=k, pool_size=max_pool_size, json_path=json_path, device_id=device_id,
                               thrift_port=thrift_port, **options)
-        process.port_rate_bps, process.frame_bytes = port_rate_bps, frame_bytes(k)
+        process.port_rate_bps, process.port_queue_packets, process.frame_bytes = port_rate_bps, port_queue_packets, frame_bytes(k)
         return process
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        """simple_switch started, then every port's queue set to drain at its link's rate."""
+        """simple_switch started, then every port's queue set to drain at its link's rate and hold what its link's queue holds."""
         super().start(timeout_s)
         if self.port_rate_bps:
+            depth = self.port_queue_packets or PORT_QUEUE_PACKETS
             with self.control() as control:
                 for port in self.interfaces:
-                    control.set_port_queue(port, packets_per_second(self.port_rate_bps, self.frame_bytes), PORT_QUEUE_PACKETS)
+                    control.set_port_queue(port, packets_per_second(self.port_rate_bps, self.frame_bytes), depth)
 
     @classmethod
     def for_atp(

@@ -23,9 +23,11 @@
  * ECN: TC sees no queue (a frame the program redirects is queued later, in the port's
  * qdisc, and no ECN-marking qdisc loads on this kernel), so each port has a phantom queue:
  * a virtual queue that every departing copy joins and that drains at the port's link rate
- * (phantom_queue.rate_kbps, set by the control plane; 0: no phantom queue, never marks).
- * An ATP copy that finds at least ecn_threshold copies of its size ahead of it leaves
- * marked, as ATPEgress marks from a real queue's depth.
+ * (phantom_queue.rate_kbps, set by the control plane; 0: no phantom queue, never marks),
+ * and that holds no more than the port's real queue (phantom_queue.limit frames): a copy
+ * that finds it full adds no work, as the real queue drops it. An ATP copy that finds at
+ * least ecn_threshold copies of its size ahead of it leaves marked, as ATPEgress marks from
+ * a real queue's depth.
  *
  * Counting: each frame's ingress event is counted last, after every copy it makes has
  * been counted at egress, so a reader who sees the event sees the frame's copies counted.
@@ -206,11 +208,14 @@ struct {
 	__type(value, struct threshold);
 } ecn_threshold SEC(".maps");
 
-/* The phantom queue of one egress port: it drains at rate_kbps (0: none on this port) and
- * holds work until busy_until_ns (bpf_ktime_get_ns time). */
+/* The phantom queue of one egress port: it drains at rate_kbps (0: none on this port), holds
+ * at most limit frames (0: no limit), and holds work until busy_until_ns (bpf_ktime_get_ns
+ * time). */
 struct phantom_queue {
 	struct bpf_spin_lock lock;
 	__u32 rate_kbps;
+	__u32 limit;
+	__u32 reserved;
 	__u64 busy_until_ns;
 };
 
@@ -232,14 +237,17 @@ struct {
 
 /* A copy of wire_bytes joins port's phantom queue: 1 if an ATP copy leaves marked, i.e. at
  * least ecn_threshold copies of its size are queued ahead of it. Every copy joins (the
- * link carries every frame); only ATP copies are marked. */
+ * link carries every frame), unless limit copies of its size are queued already: the port's
+ * real queue drops that copy, so it adds no work (an unbounded queue would keep marking
+ * for as long as it takes to drain what the real queue never held). Only ATP copies are
+ * marked. */
 static __always_inline int phantom_queue_join(__u32 port, __u32 wire_bytes, int is_atp)
 {
 	__u32 zero = 0;
 	struct threshold *threshold = bpf_map_lookup_elem(&ecn_threshold, &zero);
 	struct phantom_queue *queue = bpf_map_lookup_elem(&phantom_queue, &port);
 	__u64 now = bpf_ktime_get_ns();
-	__u64 limit = threshold ? threshold->value : 0;
+	__u64 threshold_frames = threshold ? threshold->value : 0;
 	int marked = 0;
 
 	if (!queue)
@@ -249,8 +257,9 @@ static __always_inline int phantom_queue_join(__u32 port, __u32 wire_bytes, int 
 		__u64 service_ns = (__u64)wire_bytes * 8 * NS_PER_BIT_AT_1_KBPS / queue->rate_kbps;
 		__u64 backlog_ns = queue->busy_until_ns > now ? queue->busy_until_ns - now : 0;
 
-		marked = is_atp && limit && backlog_ns >= limit * service_ns;
-		queue->busy_until_ns = now + backlog_ns + service_ns;
+		marked = is_atp && threshold_frames && backlog_ns >= threshold_frames * service_ns;
+		if (!queue->limit || backlog_ns < queue->limit * service_ns)
+			queue->busy_until_ns = now + backlog_ns + service_ns;
 	}
 	bpf_spin_unlock(&queue->lock);
 	return marked;

@@ -3,8 +3,8 @@ of the target has them (switches/ebpf/map_control.py), and ATP's registers.
 
 The aggregator registers (owner_app, owner_seq, bitmap, count, ecn, value_XX) are fields of
 one map value per aggregator, read and written under its bpf_spin_lock (BPF_F_LOCK);
-ecn_threshold and the drop simulator's thresholds are one-cell maps; phantom_queue_rate is the rate field of each port's
-phantom queue (writing it restarts that queue empty). As on every target, a register write
+ecn_threshold and the drop simulator's thresholds are one-cell maps; phantom_queue_rate and phantom_queue_limit are
+fields of each port's phantom queue (writing either restarts that queue empty). As on every target, a register write
 while packets arrive is not atomic across aggregators: the testbed resets between jobs.
 """
 
@@ -32,11 +32,13 @@ class AtpEbpfControl(MapControl):
         self._aggregator = maps.aggregator(k)
         self._fields = maps.aggregator_registers(k)
 
-    def set_phantom_queue_rate(self, port: int, rate_bps: float) -> None:
+    def set_phantom_queue(self, port: int, rate_bps: float, limit_packets: int) -> None:
         """Port ``port``'s phantom queue drains at ``rate_bps``, its link's rate (0: no phantom
-        queue, the port never marks); it restarts empty. The one ATP call only this target has
+        queue, the port never marks), and holds at most ``limit_packets`` frames, as its link's
+        real queue (0: no limit); it restarts empty. The one ATP call only this target has
         (switches/atp/programming.py has the others)."""
         self.register_write(maps.PHANTOM_QUEUE_RATE, port, maps.phantom_queue_rate(rate_bps))
+        self.register_write(maps.PHANTOM_QUEUE_LIMIT, port, limit_packets)
 
     def _load_schema(self) -> ProgramSchema:
         return maps.program_schema(self.k, self._maps[maps.AGGREGATOR_MAP].max_entries)
@@ -48,10 +50,9 @@ class AtpEbpfControl(MapControl):
     def _register_read(self, register: str) -> list[int]:
         if register in self.thresholds:
             return self._threshold_read(register)
-        if register == maps.PHANTOM_QUEUE_RATE:
-            queues = self._maps[maps.PHANTOM_QUEUE_MAP]
-            return [maps.PhantomQueue.from_buffer_copy(queues.lookup(u32_key(port), BPF_F_LOCK)).rate_kbps
-                    for port in range(queues.max_entries)]
+        if register in maps.PHANTOM_QUEUE_FIELDS:
+            queues, field = self._maps[maps.PHANTOM_QUEUE_MAP], maps.PHANTOM_QUEUE_FIELDS[register]
+            return [getattr(self._phantom_queue(port), field) for port in range(queues.max_entries)]
         field, element = self._fields[register]
         if element is None:
             return [getattr(cell, field) for cell in self._aggregators()]
@@ -60,10 +61,16 @@ class AtpEbpfControl(MapControl):
     def _register_write(self, register: str, index: int, value: int) -> None:
         if register in self.thresholds:
             self._threshold_write(register, value)
-        elif register == maps.PHANTOM_QUEUE_RATE:
-            self._maps[maps.PHANTOM_QUEUE_MAP].update(u32_key(index), bytes(maps.PhantomQueue(rate_kbps=value)), BPF_F_LOCK)
+        elif register in maps.PHANTOM_QUEUE_FIELDS:
+            queue = self._phantom_queue(index)
+            setattr(queue, maps.PHANTOM_QUEUE_FIELDS[register], value)
+            queue.busy_until_ns = 0
+            self._maps[maps.PHANTOM_QUEUE_MAP].update(u32_key(index), bytes(queue), BPF_F_LOCK)
         else:
             self._write_cells(register, range(index, index + 1), value)
+
+    def _phantom_queue(self, port: int) -> maps.PhantomQueue:
+        return maps.PhantomQueue.from_buffer_copy(self._maps[maps.PHANTOM_QUEUE_MAP].lookup(u32_key(port), BPF_F_LOCK))
 
     def _write_cells(self, register: str, indices: range, value: int) -> None:
         field, element = self._fields[register]
@@ -79,7 +86,7 @@ class AtpEbpfControl(MapControl):
     def _register_reset(self, register: str) -> None:
         if register in self.thresholds:
             self._threshold_write(register, 0)
-        elif register == maps.PHANTOM_QUEUE_RATE:
+        elif register in maps.PHANTOM_QUEUE_FIELDS:
             for port in range(maps.PORT_NUMBERS):
                 self._register_write(register, port, 0)
         else:

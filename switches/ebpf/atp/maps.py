@@ -4,8 +4,8 @@ docs/dataplane-atp.md.
 Table values start with the action number (atp.h) followed by the action's parameters under
 their P4 names. The aggregator's layout and the number of value_XX registers follow the k
 the program was built for (``aggregator(k)``, ``program_schema(k, pool)``). The schema is
-the embedded ATPPipeline's plus the phantom queue's rate, one cell per port, which only
-this target has (its ECN queue is virtual).
+the embedded ATPPipeline's plus the phantom queue's rate and limit, one cell per port, which
+only this target has (its ECN queue is virtual).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def atp_data(k: int) -> type[ctypes.Structure]:
 
 
 class PhantomQueue(ctypes.Structure):
-    _fields_ = [("lock", ctypes.c_uint32), ("rate_kbps", ctypes.c_uint32), ("busy_until_ns", ctypes.c_uint64)]
+    _fields_ = [("lock", ctypes.c_uint32), ("rate_kbps", ctypes.c_uint32), ("limit", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("busy_until_ns", ctypes.c_uint64)]
 
 
 class SenderKey(ctypes.Structure):
@@ -147,6 +148,10 @@ THRESHOLDS: Mapping[str, str] = {ECN_THRESHOLD: ECN_THRESHOLD_MAP, **drop_thresh
 """One-cell registers -> their maps: ecn_threshold and the drop simulator's (tc_switch.h)."""
 PHANTOM_QUEUE_RATE = f"{EGRESS}.phantom_queue_rate"
 """Kbit/s at which each port's phantom queue drains (register cell = port); 0: none, never marks."""
+PHANTOM_QUEUE_LIMIT = f"{EGRESS}.phantom_queue_limit"
+"""Frames each port's phantom queue holds at most, its real queue's limit (register cell = port); 0: no limit."""
+PHANTOM_QUEUE_FIELDS: Mapping[str, str] = {PHANTOM_QUEUE_RATE: "rate_kbps", PHANTOM_QUEUE_LIMIT: "limit"}
+"""The phantom queue's registers -> their fields of struct phantom_queue."""
 PHANTOM_QUEUE_MAP = "phantom_queue"
 
 
@@ -193,6 +198,6 @@ def program_schema(k: int, pool_size: int) -> ProgramSchema:
     """The tables, registers and counters the program built for k and pool_size offers."""
     registers = {name: RegisterSchema(pool_size, 32) for name in aggregator_registers(k)}
     registers.update({name: RegisterSchema(1, 32) for name in THRESHOLDS})
-    registers[PHANTOM_QUEUE_RATE] = RegisterSchema(PORT_NUMBERS, 32)
+    registers.update({name: RegisterSchema(PORT_NUMBERS, 32) for name in PHANTOM_QUEUE_FIELDS})
     return ProgramSchema(tables={name: table.schema() for name, table in TABLES.items()}, registers=registers,
                          counters=dict(COUNTER_CELLS))
