@@ -18,7 +18,7 @@ from hosts.atp.worker import DEFAULT_FIRST_RESEND_TIMEOUT_S, DEFAULT_STALL_S, Wo
 from hosts.stats import JobStats
 from protocol.atp.job import ATPParameters
 from protocol.atp.packet import frame_bytes
-from protocol.atp.quantize import dequantize_sum, flushed_to_zero, quantize_tensor
+from protocol.atp.quantize import flushed_to_zero, job_scale, quantize_tensor
 from protocol.worker_spec import WorkerSpec
 
 
@@ -64,7 +64,8 @@ class WorkerJob:
         if x.ndim != 1:
             raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
         values = quantize_tensor(x, self.parameters.exponent, self.config.n_workers)
-        core = WorkerCore(self.config, self._map, values, self._next_seq, now)  # refuses sequences beyond 32 bits
+        scale = None if x.dtype == np.int32 else job_scale(self.parameters.exponent, self.config.n_workers)
+        core = WorkerCore(self.config, self._map, values, self._next_seq, now, scale)  # refuses sequences beyond 32 bits
         self._next_seq += core.n_packets
         return core
 
@@ -73,11 +74,10 @@ class WorkerJob:
         return flushed_to_zero(tensor, self.parameters.exponent, self.config.n_workers)
 
     def values(self, tensor: np.ndarray, core: WorkerCore) -> tuple[np.ndarray, np.ndarray]:
-        """A finished all-reduce's (values, int32 sum): the sum itself for an int32 tensor, else dequantized."""
+        """A finished all-reduce's (values, int32 sum): the sum itself for an int32 tensor, else
+        what the core dequantized as the results came."""
         int_sum = core.result.copy()
-        if tensor.dtype == np.int32:
-            return int_sum, int_sum
-        return dequantize_sum(int_sum, self.parameters.exponent, self.config.n_workers), int_sum
+        return (int_sum if core.values is None else core.values), int_sum
 
 
 def job_stats(core: WorkerCore, payload_size: int, timeline: list[int], malformed: int, received_bytes: int,

@@ -26,6 +26,7 @@ from hosts.atp.aggregators import AggregatorMap
 from protocol.atp import params
 from protocol.atp.packet import SEQ_LIMIT, ATPHeader, decode_payload, encode_payload
 from protocol.atp.packet import MAX_K
+from protocol.quantize import dequantize
 
 DEFAULT_RESEND_TIMEOUT_S = 0.005
 DEFAULT_STALL_S = 20.0
@@ -87,9 +88,16 @@ class WorkerStats:
 
 
 class WorkerCore:
-    """One worker's all-reduce of ``values`` (int32) as sequences seq_base .. seq_base + P - 1."""
+    """One worker's all-reduce of ``values`` (int32) as sequences seq_base .. seq_base + P - 1.
 
-    def __init__(self, config: WorkerConfig, aggregators: AggregatorMap, values: np.ndarray, seq_base: int, now: float) -> None:
+    ``scale``: the job's scale of a float32 job (protocol/atp/quantize.py's ``job_scale``),
+    with which each result is dequantized as it arrives, so that the float tensor is ready
+    when the last result comes (``values``); None for an int32 job. Done at the end, the whole
+    tensor's pass held every worker of a job sharing cores for tens of milliseconds after its
+    last result (benchmarks/README.md, "ATP's end")."""
+
+    def __init__(self, config: WorkerConfig, aggregators: AggregatorMap, values: np.ndarray, seq_base: int, now: float,
+                 scale: float | None = None) -> None:
         if values.dtype != np.int32:
             raise TypeError(f"ATP workers send int32 values (protocol/atp/quantize.py makes them), not {values.dtype}")
         k = config.k
@@ -104,6 +112,8 @@ class WorkerCore:
         chunks.reshape(-1)[: len(values)] = values
         self._chunks = chunks
         self._sums = np.zeros((n_packets, k), dtype=np.int32)
+        self.scale = None if scale is None else np.float64(scale)
+        self._values = None if scale is None else np.zeros((n_packets, k), dtype=np.float32)
         self._done = np.zeros(n_packets, dtype=bool)
         self._sent_at = np.full(n_packets, np.inf)
         self._gap_resent = np.zeros(n_packets, dtype=bool)
@@ -128,6 +138,11 @@ class WorkerCore:
     def result(self) -> np.ndarray:
         """The int32 sums, valid once ``finished``."""
         return self._sums.reshape(-1)[: self.length]
+
+    @property
+    def values(self) -> np.ndarray | None:
+        """The sums dequantized with ``scale`` (float32), valid once ``finished``; None without a scale."""
+        return None if self._values is None else self._values.reshape(-1)[: self.length]
 
     @property
     def window(self) -> int:
@@ -214,6 +229,8 @@ class WorkerCore:
         self._done[packet] = True
         self._sent_at[packet] = np.inf
         self._sums[packet] = values
+        if self._values is not None:
+            self._values[packet] = dequantize(values, self.scale)
         self.stats.results += 1
         self._last_progress = now
         if header.flags & params.FLAG_COLLISION and self._map.adopt(packet, header.new_agtr):
