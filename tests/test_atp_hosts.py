@@ -186,14 +186,15 @@ def test_overdue_packets_are_resent_on_timeout_and_a_stall_is_an_error() -> None
         core.expire(1.5)
 
 
-def test_a_float_job_dequantizes_each_result_as_it_arrives() -> None:
-    """The float tensor is built result by result, not in one pass over the whole tensor after
-    the last result, which held every worker sharing the cores for tens of milliseconds at the
-    job's end (benchmarks/README.md, "ATP's end")."""
-    scale = job_scale(8, 2)
-    values = np.arange(3 * K, dtype=np.int32)
-    core = WorkerCore(WorkerConfig(1, 0, 2, K), AggregatorMap(1, 4, 64), values, 100, 0.0, scale)
-    core.start(0.0)
+def test_a_float_job_quantizes_each_packet_as_it_is_sent_and_dequantizes_each_result_as_it_arrives() -> None:
+    """The float tensor is quantized packet by packet and rebuilt result by result, not in
+    passes over the whole tensor before the first packet and after the last result, which held
+    every worker sharing the cores for tens of milliseconds at both ends of the job
+    (benchmarks/README.md, "ATP's ends")."""
+    x = np.linspace(-200, 200, 3 * K, dtype=np.float32)
+    core = WorkerCore(WorkerConfig(1, 0, 2, K), AggregatorMap(1, 4, 64), x, 100, 0.0, job_scale(8, 2))
+    sent = [decode_payload(p, K)[1] for p in core.start(0.0)]
+    assert np.array_equal(np.concatenate(sent), quantize_tensor(x, 8, 2)), "each packet quantized as it is sent"
     core.receive(ack(101), 0.001)
     assert not core.finished
     assert np.array_equal(core.values[K:2 * K], dequantize_sum(np.full(K, 101, np.int32), 8, 2)), "the result's chunk, at once"

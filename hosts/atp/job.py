@@ -18,7 +18,7 @@ from hosts.atp.worker import DEFAULT_FIRST_RESEND_TIMEOUT_S, DEFAULT_STALL_S, Wo
 from hosts.stats import JobStats
 from protocol.atp.job import ATPParameters
 from protocol.atp.packet import frame_bytes
-from protocol.atp.quantize import flushed_to_zero, job_scale, quantize_tensor
+from protocol.atp.quantize import check_within, flushed_to_zero, job_scale
 from protocol.worker_spec import WorkerSpec
 
 
@@ -63,9 +63,13 @@ class WorkerJob:
         x = np.ascontiguousarray(tensor)
         if x.ndim != 1:
             raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
-        values = quantize_tensor(x, self.parameters.exponent, self.config.n_workers)
-        scale = None if x.dtype == np.int32 else job_scale(self.parameters.exponent, self.config.n_workers)
-        core = WorkerCore(self.config, self._map, values, self._next_seq, now, scale)  # refuses sequences beyond 32 bits
+        if x.dtype == np.int32:
+            core = WorkerCore(self.config, self._map, x, self._next_seq, now)  # refuses sequences beyond 32 bits
+        else:  # float32: refused here, naming the value, if beyond the bound; quantized packet by packet as the core sends
+            if x.dtype != np.float32:
+                raise TypeError(f"ATP aggregates float32 or int32 tensors, not {x.dtype}")
+            check_within(x, self.parameters.exponent)
+            core = WorkerCore(self.config, self._map, x, self._next_seq, now, job_scale(self.parameters.exponent, self.config.n_workers))
         self._next_seq += core.n_packets
         return core
 

@@ -55,9 +55,9 @@ struct atp_job {
     int64_t n_packets;
     uint32_t seq_base;
     double resend_timeout_s, stall_s, first_resend_timeout_s, scale;
-    const int32_t *chunks;          /* n_packets x k, native byte order (WorkerCore._chunks) */
+    const void *chunks;             /* n_packets x k, native byte order (WorkerCore._chunks): float32 with a scale, else int32 */
     int32_t *sums;                  /* n_packets x k (WorkerCore._sums) */
-    float *values;                  /* n_packets x k, the sums dequantized with scale (WorkerCore._values); NULL: an int32 job */
+    float *values;                  /* n_packets x k, the sums dequantized with scale (WorkerCore._values); NULL: an int32 job (scale 0) */
     uint8_t *done;                  /* n_packets (WorkerCore._done, numpy bool) */
     double *sent_at;                /* n_packets (WorkerCore._sent_at) */
     uint8_t *gap_resent;            /* n_packets (WorkerCore._gap_resent) */
@@ -186,9 +186,15 @@ static void payload(struct atp_job *job, int64_t packet, uint8_t flags)
     put_be32(out + F_SEQ, job->seq_base + (uint32_t)packet);
     put_be16(out + F_AGTR, (uint32_t)map_index(job, packet));
     put_be16(out + F_NEW_AGTR, ATP_NO_INDEX);
-    const int32_t *values = job->chunks + packet * job->k;
-    for (int32_t i = 0; i < job->k; i++)
-        put_be32(out + ATP_HEADER_BYTES + 4 * i, (uint32_t)values[i]);
+    if (job->values) { /* protocol.quantize.quantize: round half to even of float64(x) * scale (within int32: the job's bound) */
+        const float *x = (const float *)job->chunks + packet * job->k;
+        for (int32_t i = 0; i < job->k; i++)
+            put_be32(out + ATP_HEADER_BYTES + 4 * i, (uint32_t)(int32_t)nearbyint((double)x[i] * job->scale));
+    } else {
+        const int32_t *values = (const int32_t *)job->chunks + packet * job->k;
+        for (int32_t i = 0; i < job->k; i++)
+            put_be32(out + ATP_HEADER_BYTES + 4 * i, (uint32_t)values[i]);
+    }
     job->tx_count++;
 }
 
