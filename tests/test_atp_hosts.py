@@ -19,7 +19,7 @@ from hosts.atp.parameter_server import ParameterServerCore
 from hosts.atp.worker import ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
 from protocol.atp.packet import ATPHeader, decode_payload, encode_payload
-from protocol.atp.quantize import check_within, dequantize_sum, expected_sum, quantize_tensor
+from protocol.atp.quantize import check_within, dequantize_sum, expected_sum, job_scale, quantize_tensor
 
 pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
 
@@ -184,6 +184,22 @@ def test_overdue_packets_are_resent_on_timeout_and_a_stall_is_an_error() -> None
     assert core.stats.resends_timeout == 2
     with pytest.raises(ATPStalled, match="no result for 1 s, 2 packets missing"):
         core.expire(1.5)
+
+
+def test_a_float_job_quantizes_each_packet_as_it_is_sent_and_dequantizes_each_result_as_it_arrives() -> None:
+    """The float tensor is quantized packet by packet and rebuilt result by result, not in
+    passes over the whole tensor before the first packet and after the last result, which held
+    every worker sharing the cores for tens of milliseconds at both ends of the job
+    (benchmarks/README.md, "ATP's ends")."""
+    x = np.linspace(-200, 200, 3 * K, dtype=np.float32)
+    core = WorkerCore(WorkerConfig(1, 0, 2, K), AggregatorMap(1, 4, 64), x, 100, 0.0, job_scale(8, 2))
+    sent = [decode_payload(p, K)[1] for p in core.start(0.0)]
+    assert np.array_equal(np.concatenate(sent), quantize_tensor(x, 8, 2)), "each packet quantized as it is sent"
+    core.receive(ack(101), 0.001)
+    assert not core.finished
+    assert np.array_equal(core.values[K:2 * K], dequantize_sum(np.full(K, 101, np.int32), 8, 2)), "the result's chunk, at once"
+    assert not core.values[:K].any() and not core.values[2 * K:].any()
+    assert worker().values is None, "an int32 job has nothing to dequantize"
 
 
 def test_before_its_first_result_a_worker_waits_the_first_resend_timeout() -> None:

@@ -27,10 +27,14 @@ from hosts.atp.native.job import NativeCore
 from hosts.atp.worker import ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
 from protocol.atp.packet import ATP_HEADER, ATPHeader, encode_payload, payload_bytes
+from protocol.atp.quantize import dequantize_sum, job_scale, quantize_tensor
 
 pytestmark = pytest.mark.parallel_safe  # no network, switch, sandbox or fixed port: runs beside the others (-n)
 
 K, APP_ID, N_WORKERS, T0 = 4, 7, 3, 5.0
+EXPONENTS = (None, 8, 127)
+"""An int32 job (sent and summed as it is); float jobs of values within 2^8, and within 2^127,
+whose sums dequantize beyond float32 (+-inf)."""
 STATS = ("packets_sent", "resends_gap", "resends_timeout", "results", "duplicates", "ignored", "collisions_adopted", "ecn_results",
          "window_halvings", "cwnd")
 
@@ -44,14 +48,21 @@ def native_library() -> None:
 
 
 class Twins:
-    """One all-reduce on both cores, from the same values, map and time."""
+    """One all-reduce on both cores, from the same values, map, scale and time."""
 
-    def __init__(self, n_values: int, positions: int, pool_size: int, congestion_control: bool, seq_base: int, seed: int) -> None:
+    def __init__(self, n_values: int, positions: int, pool_size: int, congestion_control: bool, seq_base: int, seed: int,
+                 exponent: int | None = EXPONENTS[1]) -> None:
         config = WorkerConfig(app_id=APP_ID, worker_id=1, n_workers=N_WORKERS, k=K, resend_timeout_s=0.004, stall_s=0.1,
                               congestion_control=congestion_control)
-        values = np.random.default_rng(seed).integers(-(2**31), 2**31, n_values, dtype=np.int64).astype(np.int32)
-        self.python = WorkerCore(config, AggregatorMap(APP_ID, positions, pool_size), values, seq_base, T0)
-        self.twin = WorkerCore(config, AggregatorMap(APP_ID, positions, pool_size), values.copy(), seq_base, T0)
+        rng = np.random.default_rng(seed)
+        if exponent is None:
+            values, scale = rng.integers(-(2**31), 2**31, n_values, dtype=np.int64).astype(np.int32), None
+        else:
+            values, scale = (rng.uniform(-1, 1, n_values) * 2.0**exponent).astype(np.float32), job_scale(exponent, N_WORKERS)
+        self.sums = (quantize_tensor(values, exponent, N_WORKERS) if scale else values).astype(np.int64) * N_WORKERS
+        """What the job's sum must be: every worker sends the same values."""
+        self.python = WorkerCore(config, AggregatorMap(APP_ID, positions, pool_size), values, seq_base, T0, scale)
+        self.twin = WorkerCore(config, AggregatorMap(APP_ID, positions, pool_size), values.copy(), seq_base, T0, scale)
         self.native = NativeCore(self.twin)
         self.sent: list[bytes] = []
         """Every payload the worker sent, for the network to answer."""
@@ -65,7 +76,7 @@ class Twins:
         python, twin = self.python, self.twin
         for name in ("done_through", "next_packet", "cwnd", "_marker", "_ecn_in_window", "_last_progress"):
             assert getattr(twin, name) == getattr(python, name), f"{what}: {name}"
-        for name in ("_done", "_sent_at", "_gap_resent", "_sums"):
+        for name in ("_done", "_sent_at", "_gap_resent", "_sums", "_values"):
             assert np.array_equal(getattr(twin, name), getattr(python, name)), f"{what}: {name}"
         assert twin._map.indices == python._map.indices and twin._map._used == python._map._used, f"{what}: the aggregator map"
         assert [getattr(twin.stats, s) for s in STATS] == [getattr(python.stats, s) for s in STATS], f"{what}: the counts"
@@ -132,10 +143,10 @@ actions = st.one_of(
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_values=st.integers(1, 40 * K), positions=st.integers(1, 8), spare=st.integers(0, 3), congestion_control=st.booleans(),
-       seq_base=st.sampled_from([1, 1000, 2**32 - 400]), script=st.lists(actions, max_size=120))
+       seq_base=st.sampled_from([1, 1000, 2**32 - 400]), exponent=st.sampled_from(EXPONENTS), script=st.lists(actions, max_size=120))
 def test_both_cores_answer_any_datagram_alike(n_values: int, positions: int, spare: int, congestion_control: bool, seq_base: int,
-                                              script: list) -> None:
-    twins = Twins(n_values, positions, positions + spare, congestion_control, seq_base, seed=n_values)
+                                              exponent: int | None, script: list) -> None:
+    twins = Twins(n_values, positions, positions + spare, congestion_control, seq_base, seed=n_values, exponent=exponent)
     twins.start()
     now = T0
     for action in script:
@@ -179,7 +190,9 @@ def test_a_lossy_job_takes_every_branch_alike_and_ends_exact() -> None:
             assert twins.expire(now), "stalled"
     stats = twins.twin.stats
     assert np.array_equal(twins.twin.result, twins.python.result)
-    assert np.array_equal(twins.python.result, (twins.python._chunks.reshape(-1)[: 300 * K + 3].astype(np.int64) * N_WORKERS).astype(np.int32))
+    assert np.array_equal(twins.python.result, twins.sums.astype(np.int32)), "each packet quantized as the whole tensor would be"
+    assert np.array_equal(twins.twin.values, twins.python.values)
+    assert np.array_equal(twins.python.values, dequantize_sum(twins.python.result, 8, N_WORKERS)), "dequantized as the whole sum would be"
     assert min(stats.resends_gap, stats.resends_timeout, stats.duplicates, stats.ignored, stats.collisions_adopted, stats.window_halvings) > 0
     assert max(stats.cwnd) > min(stats.cwnd), "the window grew and shrank"
 

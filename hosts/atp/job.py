@@ -18,7 +18,7 @@ from hosts.atp.worker import DEFAULT_FIRST_RESEND_TIMEOUT_S, DEFAULT_STALL_S, Wo
 from hosts.stats import JobStats
 from protocol.atp.job import ATPParameters
 from protocol.atp.packet import frame_bytes
-from protocol.atp.quantize import dequantize_sum, flushed_to_zero, quantize_tensor
+from protocol.atp.quantize import check_within, flushed_to_zero, job_scale
 from protocol.worker_spec import WorkerSpec
 
 
@@ -31,15 +31,25 @@ def job_parameters(spec: WorkerSpec, needs_server: bool = False) -> ATPParameter
     return methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
 
 
+RESEND_FLOOR_DRAINS = 4
+"""The resend timeout's floor on rate-limited links, in windows' drains (``resend_floor``).
+A packet's result normally comes about one drain after it leaves: the window queues at one
+link, the slowest rank's. SwitchML's floor of two drains left one drain's margin (13.9 ms at
+40 Mbit/s), less than a worker or the PS is held up on two shared cores; a timeout then resent
+packets that were only late, every worker's whole window, and the switch passed those resends
+to the PS: hundreds to thousands of resends and 83-94 % of the bound at 40 Mbit/s on eBPF with 8
+workers, against 0-27 and 93-96 % with four drains (benchmarks/README.md, "ATP's ends")."""
+
+
 def resend_floor(parameters: ATPParameters, link_mbps: float | None) -> ATPParameters:
-    """The job's parameters with the resend timeout raised, on rate-limited links, to twice
-    the time a full window of frames takes to cross the slowest link (SwitchML's floor,
-    hosts/switchml/method.py): below it a worker's own queue makes its last packets look
-    lost, and it resends a window it just sent."""
+    """The job's parameters with the resend timeout raised, on rate-limited links, to
+    RESEND_FLOOR_DRAINS times the time a full window of frames takes to cross the slowest link:
+    below one drain a worker's own queue makes its last packets look lost, and it resends a
+    window it just sent; below a few, so does any hold-up of a few milliseconds."""
     if link_mbps is None:
         return parameters
     window_drain_ms = parameters.window * 8 * frame_bytes(parameters.k) / (link_mbps * 1e3)
-    return replace(parameters, resend_timeout_ms=max(parameters.resend_timeout_ms, 2 * window_drain_ms))
+    return replace(parameters, resend_timeout_ms=max(parameters.resend_timeout_ms, RESEND_FLOOR_DRAINS * window_drain_ms))
 
 
 class WorkerJob:
@@ -63,8 +73,13 @@ class WorkerJob:
         x = np.ascontiguousarray(tensor)
         if x.ndim != 1:
             raise ValueError(f"allreduce takes a 1-D tensor, got shape {x.shape}")
-        values = quantize_tensor(x, self.parameters.exponent, self.config.n_workers)
-        core = WorkerCore(self.config, self._map, values, self._next_seq, now)  # refuses sequences beyond 32 bits
+        if x.dtype == np.int32:
+            core = WorkerCore(self.config, self._map, x, self._next_seq, now)  # refuses sequences beyond 32 bits
+        else:  # float32: refused here, naming the value, if beyond the bound; quantized packet by packet as the core sends
+            if x.dtype != np.float32:
+                raise TypeError(f"ATP aggregates float32 or int32 tensors, not {x.dtype}")
+            check_within(x, self.parameters.exponent)
+            core = WorkerCore(self.config, self._map, x, self._next_seq, now, job_scale(self.parameters.exponent, self.config.n_workers))
         self._next_seq += core.n_packets
         return core
 
@@ -73,11 +88,10 @@ class WorkerJob:
         return flushed_to_zero(tensor, self.parameters.exponent, self.config.n_workers)
 
     def values(self, tensor: np.ndarray, core: WorkerCore) -> tuple[np.ndarray, np.ndarray]:
-        """A finished all-reduce's (values, int32 sum): the sum itself for an int32 tensor, else dequantized."""
+        """A finished all-reduce's (values, int32 sum): the sum itself for an int32 tensor, else
+        what the core dequantized as the results came."""
         int_sum = core.result.copy()
-        if tensor.dtype == np.int32:
-            return int_sum, int_sum
-        return dequantize_sum(int_sum, self.parameters.exponent, self.config.n_workers), int_sum
+        return (int_sum if core.values is None else core.values), int_sum
 
 
 def job_stats(core: WorkerCore, payload_size: int, timeline: list[int], malformed: int, received_bytes: int,

@@ -26,6 +26,7 @@ from hosts.atp.aggregators import AggregatorMap
 from protocol.atp import params
 from protocol.atp.packet import SEQ_LIMIT, ATPHeader, decode_payload, encode_payload
 from protocol.atp.packet import MAX_K
+from protocol.quantize import dequantize, quantize
 
 DEFAULT_RESEND_TIMEOUT_S = 0.005
 DEFAULT_STALL_S = 20.0
@@ -87,11 +88,22 @@ class WorkerStats:
 
 
 class WorkerCore:
-    """One worker's all-reduce of ``values`` (int32) as sequences seq_base .. seq_base + P - 1."""
+    """One worker's all-reduce of ``values`` (int32) as sequences seq_base .. seq_base + P - 1.
 
-    def __init__(self, config: WorkerConfig, aggregators: AggregatorMap, values: np.ndarray, seq_base: int, now: float) -> None:
-        if values.dtype != np.int32:
-            raise TypeError(f"ATP workers send int32 values (protocol/atp/quantize.py makes them), not {values.dtype}")
+    ``scale``: a float32 job's scale (protocol/atp/quantize.py's ``job_scale``; ``values``
+    float32, within the job's bound, which the caller checked): each packet is quantized as it
+    is sent and each result dequantized as it arrives, so that the float tensor is ready when
+    the last result comes (``values``). None: an int32 job, sent and summed as it is. Done in
+    whole-tensor passes before the first packet and after the last result, they held every
+    worker of a job sharing cores for tens of milliseconds at both ends (benchmarks/README.md,
+    "ATP's ends")."""
+
+    def __init__(self, config: WorkerConfig, aggregators: AggregatorMap, values: np.ndarray, seq_base: int, now: float,
+                 scale: float | None = None) -> None:
+        wanted = np.int32 if scale is None else np.float32
+        if values.dtype != wanted:
+            raise TypeError(f"an ATP worker {'with' if scale is not None else 'without'} a scale sends {np.dtype(wanted)} values, "
+                            f"not {values.dtype}")
         k = config.k
         self.config = config
         self._map = aggregators
@@ -100,10 +112,12 @@ class WorkerCore:
             raise ValueError(f"sequences {seq_base}..{seq_base + n_packets - 1} leave ATP's 1..2^32-1")
         self.seq_base = seq_base
         self.length = len(values)
-        chunks = np.zeros((n_packets, k), dtype=np.int32)
+        chunks = np.zeros((n_packets, k), dtype=wanted)
         chunks.reshape(-1)[: len(values)] = values
         self._chunks = chunks
         self._sums = np.zeros((n_packets, k), dtype=np.int32)
+        self.scale = None if scale is None else np.float64(scale)
+        self._values = None if scale is None else np.zeros((n_packets, k), dtype=np.float32)
         self._done = np.zeros(n_packets, dtype=bool)
         self._sent_at = np.full(n_packets, np.inf)
         self._gap_resent = np.zeros(n_packets, dtype=bool)
@@ -128,6 +142,11 @@ class WorkerCore:
     def result(self) -> np.ndarray:
         """The int32 sums, valid once ``finished``."""
         return self._sums.reshape(-1)[: self.length]
+
+    @property
+    def values(self) -> np.ndarray | None:
+        """The sums dequantized with ``scale`` (float32), valid once ``finished``; None without a scale."""
+        return None if self._values is None else self._values.reshape(-1)[: self.length]
 
     @property
     def window(self) -> int:
@@ -161,7 +180,8 @@ class WorkerCore:
         config = self.config
         header = ATPHeader(1 << config.worker_id, config.n_workers, flags, config.app_id, self.seq_base + packet,
                            self._map.index(packet), params.NO_INDEX)
-        return encode_payload(header, self._chunks[packet])
+        chunk = self._chunks[packet]
+        return encode_payload(header, chunk if self.scale is None else quantize(chunk, self.scale))
 
     def _fill(self, now: float) -> list[bytes]:
         out = []
@@ -214,6 +234,8 @@ class WorkerCore:
         self._done[packet] = True
         self._sent_at[packet] = np.inf
         self._sums[packet] = values
+        if self._values is not None:
+            self._values[packet] = dequantize(values, self.scale)
         self.stats.results += 1
         self._last_progress = now
         if header.flags & params.FLAG_COLLISION and self._map.adopt(packet, header.new_agtr):

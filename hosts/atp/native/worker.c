@@ -54,9 +54,10 @@ struct atp_job {
     int32_t app_id, worker_id, n_workers, k, congestion_control, positions, pool_size, payload_bytes;
     int64_t n_packets;
     uint32_t seq_base;
-    double resend_timeout_s, stall_s, first_resend_timeout_s;
-    const int32_t *chunks;          /* n_packets x k, native byte order (WorkerCore._chunks) */
+    double resend_timeout_s, stall_s, first_resend_timeout_s, scale;
+    const void *chunks;             /* n_packets x k, native byte order (WorkerCore._chunks): float32 with a scale, else int32 */
     int32_t *sums;                  /* n_packets x k (WorkerCore._sums) */
+    float *values;                  /* n_packets x k, the sums dequantized with scale (WorkerCore._values); NULL: an int32 job (scale 0) */
     uint8_t *done;                  /* n_packets (WorkerCore._done, numpy bool) */
     double *sent_at;                /* n_packets (WorkerCore._sent_at) */
     uint8_t *gap_resent;            /* n_packets (WorkerCore._gap_resent) */
@@ -94,7 +95,7 @@ static const struct field FIELDS[] = {
     FIELD(atp_job, app_id), FIELD(atp_job, worker_id), FIELD(atp_job, n_workers), FIELD(atp_job, k), FIELD(atp_job, congestion_control),
     FIELD(atp_job, positions), FIELD(atp_job, pool_size), FIELD(atp_job, payload_bytes), FIELD(atp_job, n_packets),
     FIELD(atp_job, seq_base), FIELD(atp_job, resend_timeout_s), FIELD(atp_job, stall_s),
-    FIELD(atp_job, first_resend_timeout_s), FIELD(atp_job, chunks), FIELD(atp_job, sums),
+    FIELD(atp_job, first_resend_timeout_s), FIELD(atp_job, scale), FIELD(atp_job, chunks), FIELD(atp_job, sums), FIELD(atp_job, values),
     FIELD(atp_job, done), FIELD(atp_job, sent_at), FIELD(atp_job, gap_resent), FIELD(atp_job, cwnd_log), FIELD(atp_job, indices),
     FIELD(atp_job, used), FIELD(atp_job, done_through), FIELD(atp_job, next_packet), FIELD(atp_job, marker), FIELD(atp_job, cwnd),
     FIELD(atp_job, last_progress), FIELD(atp_job, ecn_in_window), FIELD(atp_job, stats), FIELD(atp_job, rx_fd), FIELD(atp_job, tx_fd),
@@ -185,9 +186,15 @@ static void payload(struct atp_job *job, int64_t packet, uint8_t flags)
     put_be32(out + F_SEQ, job->seq_base + (uint32_t)packet);
     put_be16(out + F_AGTR, (uint32_t)map_index(job, packet));
     put_be16(out + F_NEW_AGTR, ATP_NO_INDEX);
-    const int32_t *values = job->chunks + packet * job->k;
-    for (int32_t i = 0; i < job->k; i++)
-        put_be32(out + ATP_HEADER_BYTES + 4 * i, (uint32_t)values[i]);
+    if (job->values) { /* protocol.quantize.quantize: round half to even of float64(x) * scale (within int32: the job's bound) */
+        const float *x = (const float *)job->chunks + packet * job->k;
+        for (int32_t i = 0; i < job->k; i++)
+            put_be32(out + ATP_HEADER_BYTES + 4 * i, (uint32_t)(int32_t)nearbyint((double)x[i] * job->scale));
+    } else {
+        const int32_t *values = (const int32_t *)job->chunks + packet * job->k;
+        for (int32_t i = 0; i < job->k; i++)
+            put_be32(out + ATP_HEADER_BYTES + 4 * i, (uint32_t)values[i]);
+    }
     job->tx_count++;
 }
 
@@ -304,6 +311,11 @@ static int64_t receive(struct atp_job *job, const uint8_t *datagram, int64_t len
     int32_t *sums = job->sums + packet * job->k;
     for (int32_t i = 0; i < job->k; i++)
         sums[i] = (int32_t)get_be32(datagram + ATP_HEADER_BYTES + 4 * i);
+    if (job->values) { /* protocol.quantize.dequantize: float32(float64(sum) / scale), +-inf beyond float32 */
+        float *values = job->values + packet * job->k;
+        for (int32_t i = 0; i < job->k; i++)
+            values[i] = (float)((double)sums[i] / job->scale);
+    }
     job->stats.results++;
     job->last_progress = now;
     if (flags & ATP_FLAG_COLLISION && map_adopt(job, packet, get_be16(datagram + F_NEW_AGTR)))
