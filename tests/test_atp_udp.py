@@ -303,15 +303,13 @@ def test_preparing_a_network_frees_every_aggregator_and_sets_the_ecn_threshold()
     assert control.register_read(ECN_THRESHOLD, 0) == 5
 
 
-def test_the_resend_timeout_covers_four_windows_on_a_slow_link() -> None:
-    """Four drains of a window, not SwitchML's two: with two, a hold-up of one drain on shared
-    cores resent every worker's late window through the PS (hosts/atp/job.py, RESEND_FLOOR_DRAINS)."""
+def test_the_resend_timeout_covers_a_window_on_a_slow_link() -> None:
     from hosts.atp.job import resend_floor
     from protocol.atp.packet import frame_bytes
     assert resend_floor(PARAMETERS, None) == PARAMETERS
     assert resend_floor(PARAMETERS, 10_000.0) == PARAMETERS, "a fast link leaves the configured floor"
     slow = resend_floor(PARAMETERS, 1.0)
-    assert slow.resend_timeout_ms == pytest.approx(4 * PARAMETERS.window * 8 * frame_bytes(K) / 1e3)
+    assert slow.resend_timeout_ms == pytest.approx(2 * PARAMETERS.window * 8 * frame_bytes(K) / 1e3)
 
 
 def test_two_jobs_statistics_add_counts_and_keep_the_later_window() -> None:

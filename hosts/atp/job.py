@@ -31,25 +31,15 @@ def job_parameters(spec: WorkerSpec, needs_server: bool = False) -> ATPParameter
     return methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
 
 
-RESEND_FLOOR_DRAINS = 4
-"""The resend timeout's floor on rate-limited links, in windows' drains (``resend_floor``).
-A packet's result normally comes about one drain after it leaves: the window queues at one
-link, the slowest rank's. SwitchML's floor of two drains left one drain's margin (13.9 ms at
-40 Mbit/s), less than a worker or the PS is held up on two shared cores; a timeout then resent
-packets that were only late, every worker's whole window, and the switch passed those resends
-to the PS: hundreds to thousands of resends and 83-94 % of the bound at 40 Mbit/s on eBPF with 8
-workers, against 0-27 and 93-96 % with four drains (benchmarks/README.md, "ATP's ends")."""
-
-
 def resend_floor(parameters: ATPParameters, link_mbps: float | None) -> ATPParameters:
-    """The job's parameters with the resend timeout raised, on rate-limited links, to
-    RESEND_FLOOR_DRAINS times the time a full window of frames takes to cross the slowest link:
-    below one drain a worker's own queue makes its last packets look lost, and it resends a
-    window it just sent; below a few, so does any hold-up of a few milliseconds."""
+    """The job's parameters with the resend timeout raised, on rate-limited links, to twice
+    the time a full window of frames takes to cross the slowest link (SwitchML's floor,
+    hosts/switchml/method.py): below it a worker's own queue makes its last packets look
+    lost, and it resends a window it just sent."""
     if link_mbps is None:
         return parameters
     window_drain_ms = parameters.window * 8 * frame_bytes(parameters.k) / (link_mbps * 1e3)
-    return replace(parameters, resend_timeout_ms=max(parameters.resend_timeout_ms, RESEND_FLOOR_DRAINS * window_drain_ms))
+    return replace(parameters, resend_timeout_ms=max(parameters.resend_timeout_ms, 2 * window_drain_ms))
 
 
 class WorkerJob:
