@@ -114,6 +114,18 @@ class UDPRelay:
         self._thread.start()
         return self
 
+    def wait_quiet(self, quiet_s: float = 0.2, timeout_s: float = 10.0) -> None:
+        """Return once the relay has passed no frame for ``quiet_s`` (or after ``timeout_s``):
+        what its hosts sent before has reached the other side."""
+        deadline = time.monotonic() + timeout_s
+        seen, since = self.frames, time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            if self.frames != seen:
+                seen, since = self.frames, time.monotonic()
+            elif time.monotonic() - since >= quiet_s and not self._delayed:
+                return
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)

@@ -234,6 +234,7 @@ def test_the_parameter_server_process_serves_until_sigterm_and_writes_its_stats(
                 results = list(pool.map(lambda pair: pair[0].allreduce(pair[1]), zip(clients, inputs)))
             for client in clients:
                 client.close()
+            relay.wait_quiet()  # resends still in the relay's buffers reach the PS first: they are the job's
             stats_path.unlink()
             server.send_signal(signal.SIGUSR1)
             deadline = time.monotonic() + 10
