@@ -64,6 +64,7 @@ from network.lock import NetworkLock
 from network.shaping import (
     AppliedShaping,
     TcCapabilities,
+    cut_queue,
     disable_offloads,
     allow_congestion_control,
     pin_congestion_control,
@@ -429,9 +430,7 @@ class EmulatedNetwork:
     def _port_queue_packets(self) -> int:
         """The deepest queue of a switch port's link, as ``_shape`` cuts it: what a virtual queue kept
         at the links' rate (``port_rate_bps``) holds at most."""
-        packets = max(link.spec.queue_packets for link in self.topology.links)
-        limit = lookup(self.target).port_queue_limit()
-        return packets if limit is None else min(packets, limit.packets)
+        return cut_queue(max(link.spec.queue_packets for link in self.topology.links), lookup(self.target).port_queue_limit())
 
     def _shape(self, caps: TcCapabilities, loss_by_netem: bool, delay_by_netem: bool) -> list[AppliedShaping]:
         assert self.net is not None

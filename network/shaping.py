@@ -101,6 +101,12 @@ def _tc(run: RunCommand, interface: str, *args: str) -> None:
         raise ShapingError(f"tc {' '.join(args)} failed on {interface}: {out or 'exit code ' + str(code)}")
 
 
+def cut_queue(queue_packets: int, queue_limit: PortQueueLimit | None) -> int:
+    """A switch port's queue depth for a link of ``queue_packets``: cut to its target's
+    ``port_queue_limit`` where that is shallower."""
+    return queue_packets if queue_limit is None else min(queue_packets, queue_limit.packets)
+
+
 def shape_interface(
     run: RunCommand, interface: str, spec: LinkSpec, caps: TcCapabilities, loss_by_netem: bool, delay_by_netem: bool,
     queue_limit: PortQueueLimit | None = None,
@@ -114,9 +120,8 @@ def shape_interface(
     ``queue_limit``: a switch port's deepest queue (its target's ``port_queue_limit``),
     which a deeper ``queue_packets`` is cut to, saying so in the record.
     """
-    queue_packets, queue_note = spec.queue_packets, ""
-    if queue_limit is not None and queue_packets > queue_limit.packets:
-        queue_packets, queue_note = queue_limit.packets, f" (queue_packets {spec.queue_packets} cut: {queue_limit.why})"
+    queue_packets = cut_queue(spec.queue_packets, queue_limit)
+    queue_note = f" (queue_packets {spec.queue_packets} cut: {queue_limit.why})" if queue_limit is not None and queue_packets < spec.queue_packets else ""
     wants_netem = (delay_by_netem and spec.delay_ms > 0) or (loss_by_netem and spec.loss > 0)
     if wants_netem and not caps.netem:
         raise ShapingError(
