@@ -27,7 +27,6 @@ import argparse
 import json
 import logging
 import math
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.simulation_validation import add_link_burst, write_csv  # noqa: E402
+from benchmarks.simulation_validation import add_link_burst, run_simulated, write_csv  # noqa: E402
 from experiments.metrics import shared_switch_jobs, shared_switch_totals  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
@@ -62,13 +61,7 @@ VALIDATION_SHARE = 0.05
 def simulate(run: Path, out: Path, burst_bytes: float, overrides: list[str]) -> None:
     """``run``'s resolved config on the simulated clock into ``out`` (its own target, rate and
     method), each link with a token bucket of ``burst_bytes``, and ``overrides`` (KEY=VALUE)."""
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run / fmt.CONFIG_FILE), "--simulate", "--out", str(out),
-            "--set", f"simulation.link_burst_bytes={burst_bytes:g}"]
-    for override in overrides:
-        argv += ["--set", override]
-    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"{run}: --simulate failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+    run_simulated(run, out, [f"simulation.link_burst_bytes={burst_bytes:g}", *overrides])
 
 
 def per_job(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -89,13 +89,20 @@ def simulate(run: Path, out: Path, burst_bytes: float, seed: int | None = None) 
         overrides.append("loss_mechanism=switch")
     if seed is not None:
         overrides.append(f"simulation.seed={seed}")
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run / CONFIG_FILE), "--simulate", "--out", str(out)]
+    run_simulated(run, out, overrides)
+    return json.loads((out / SUMMARY_FILE).read_text())
+
+
+def run_simulated(run: Path, out: Path, overrides: list[str]) -> None:
+    """``run``'s resolved config (config.yaml) with ``overrides`` (KEY=VALUE) through
+    ``run_experiment.py --simulate`` into ``out``; RuntimeError with its last line if it fails
+    (exit 1, a result that did not verify, is the comparison's to report)."""
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run.resolve() / CONFIG_FILE), "--simulate", "--out", str(out.resolve())]
     for override in overrides:
         argv += ["--set", override]
-    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
     if done.returncode not in (0, 1):
         raise RuntimeError(f"{run}: --simulate failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads((out / SUMMARY_FILE).read_text())
 
 
 def compare(run: Path, out_root: Path, burst_bytes: float) -> list[dict[str, Any]]:
