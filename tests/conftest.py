@@ -193,6 +193,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def closed_to_others(path: Path) -> Path | None:
+    """The first folder at or above ``path`` that users other than its owner cannot search
+    (e.g. mktemp -d's mode 0700 folder holding a checkout), or None: a test that runs
+    something as another user needs what it runs to be reachable."""
+    return next((folder for folder in [path, *path.parents] if folder.is_dir() and not os.stat(folder).st_mode & 0o001), None)
+
+
 def require_track_machine(needs: tuple[str, ...]) -> None:
     """What a lab track's graded tests need (lab.yaml's needs): bmv2 (or fail where CI says
     it must run), root for namespaces and Mininet. For tests that grade a lab."""

@@ -26,12 +26,15 @@ import pytest
 
 from protocol.params import REPO_ROOT
 from switchml_testbed import __version__
+from tests.conftest import closed_to_others
 
 pytestmark = pytest.mark.slow
 
 INSTALL_TIMEOUT_S = 600
 PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input", "--no-cache-dir"]
 OFFLINE = ["--no-build-isolation", "--no-deps", "--no-index"]
+BORROWED = "zz_borrowed_dependencies.pth"
+"""The .pth file through which a test's venv borrows this Python's packages."""
 GENERIC = ("base", "network", "protocol", "analysis", "hosts", "labs", "experiments", "switches", "run_experiment")
 
 
@@ -69,16 +72,19 @@ def fresh_venv(where: Path) -> Path:
     """A venv without pip of its own that sees this Python's packages (see the module's docstring)."""
     checked([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(where)], where.parent)
     python = where / "bin" / "python"
-    purelib = Path(checked([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], where.parent).strip())
     borrowed = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()]
-    (purelib / "zz_borrowed_dependencies.pth").write_text("".join(f"{p}\n" for p in borrowed))
+    (purelib(python) / BORROWED).write_text("".join(f"{p}\n" for p in borrowed))
     return python
+
+
+def purelib(python: Path) -> Path:
+    """The venv's site-packages."""
+    return Path(checked([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], python.parent).strip())
 
 
 def installed_top_level(python: Path) -> set[str]:
     """What the install put into the venv's site-packages, besides our .pth file."""
-    purelib = Path(checked([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], python.parent).strip())
-    return {entry.name for entry in purelib.iterdir()} - {"zz_borrowed_dependencies.pth", "__pycache__"}
+    return {entry.name for entry in purelib(python).iterdir()} - {BORROWED, "__pycache__"}
 
 
 def check_commands(venv: Path, commit: str, elsewhere: Path) -> None:
@@ -131,6 +137,26 @@ def as_user(argv: list[str]) -> list[str]:
     return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv] if os.geteuid() == 0 else argv
 
 
+def lend_borrowed_dependencies(python: Path, into: Path) -> None:
+    """Point ``python``'s borrowed dependencies that other users cannot reach (a checkout in
+    mktemp -d's mode 0700 folder) at hard-linked copies in ``into``, a folder user nobody
+    can search: linking costs seconds and no space, and the files keep their owner and modes."""
+    pth = purelib(python) / BORROWED
+    borrowed = pth.read_text().splitlines()
+    lent = []
+    for number, folder in enumerate(map(Path, borrowed)):
+        if closed_to_others(folder) is None:
+            lent.append(str(folder))
+            continue
+        copy = into / str(number)
+        try:
+            shutil.copytree(folder, copy, symlinks=True, copy_function=os.link)
+        except shutil.Error as failed:  # another file system: a copy would cost gigabytes
+            pytest.skip(f"user nobody cannot reach {closed_to_others(folder)} and {folder} cannot be hard-linked to {into}: {failed.args[0][0][2]}")
+        lent.append(str(copy))
+    pth.write_text("".join(f"{folder}\n" for folder in lent))
+
+
 @pytest.fixture
 def user_clone(clone: tuple[Path, str]) -> Iterator[Path]:
     """A copy of the clone that a user without root owns, in a folder that user can reach
@@ -147,6 +173,7 @@ def user_clone(clone: tuple[Path, str]) -> Iterator[Path]:
         if os.geteuid() == 0:
             for path in [where, *where.rglob("*")]:
                 os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+            lend_borrowed_dependencies(python, where / "borrowed")  # after the chown: links share their files' owner
         yield root
     finally:
         shutil.rmtree(where, ignore_errors=True)

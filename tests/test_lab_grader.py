@@ -45,7 +45,7 @@ from labs.sandbox import SandboxError, check_can_sandbox
 from labs.skeleton import copy_tree, fill_regions, make_skeleton
 from protocol.params import REPO_ROOT
 from switches.target import Toolchain
-from tests.conftest import IN_SANDBOX_GROUP, require_target
+from tests.conftest import IN_SANDBOX_GROUP, closed_to_others, require_target
 from tests.test_labs import git_checkout
 
 pytestmark = [pytest.mark.netns, IN_SANDBOX_GROUP]  # the sandbox: namespaces and another user, root only
@@ -511,7 +511,7 @@ def test_the_labs_that_make_networks_get_full_marks_in_the_sandbox(number: int, 
 def test_an_instructors_grade_without_root_says_why_in_one_line(tmp_path: Path) -> None:
     """Not root: no sandbox, so no instructor's grade (never a grade in place instead)."""
     _require_sandbox()  # root, to become someone else
-    closed = next((folder for folder in [*Path(sys.executable).parents, *REPO_ROOT.parents] if not os.stat(folder).st_mode & 0o001), None)
+    closed = closed_to_others(Path(sys.executable).parent) or closed_to_others(REPO_ROOT.parent)
     if closed is not None:  # e.g. a checkout under mktemp -d's 0700 folder
         pytest.skip(f"user nobody cannot reach this checkout or its Python: {closed} is not searchable by others")
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "labs", "grade", "0",

@@ -14,6 +14,7 @@ import csv
 import json
 import math
 import os
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -23,10 +24,10 @@ import pytest
 from labs import catalog, record
 from labs.__main__ import main
 from labs.catalog import Call, GradedTest
-from labs.grade import read_junit, write_report
+from labs.grade import read_junit, track_toolchain, write_report
 from labs.harness import encode, output
 from labs.markers import scan_file
-from labs.sandbox import SandboxError, check_can_sandbox
+from labs.sandbox import SandboxError, check_can_sandbox, toolchain_folders
 from labs.skeleton import copy_tree, fill_regions, make_skeleton
 from labs.text import shown
 from protocol.params import REPO_ROOT
@@ -193,11 +194,18 @@ def fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return fork
 
 
+PUBLIC = sorted({sys.prefix, sys.base_prefix, *map(str, toolchain_folders(track_toolchain(TRACK)))})
+"""What the sandbox binds at its own path for every student to read (the grader's Python,
+its packages and the track's tools): under /tmp when the checkout is there (mktemp -d), and
+no place for a secret, though a data file in them may hold any number."""
+
 SNOOP = f"""
 import os
 found = []
 for folder in ("/grade", "/tmp", "/run", "/dev/shm"):
     for root, folders, files in os.walk(folder):
+        if any(root == public or root.startswith(public + "/") for public in {PUBLIC!r}):
+            continue
         for name in files:
             path = os.path.join(root, name)
             if path.endswith("{ANSWER_FILE}"):  # this file
@@ -206,7 +214,7 @@ for folder in ("/grade", "/tmp", "/run", "/dev/shm"):
                 text = open(path, errors="replace").read(1 << 20)
             except OSError:
                 continue
-            if "hidden" in name or any(word in text for word in {[SECRET, HIDDEN_NAME, EXPECTED, UNCOMMITTED, *PRIVATE.values()]!r}):
+            if "test_hidden" in name or any(word in text for word in {[SECRET, HIDDEN_NAME, EXPECTED, UNCOMMITTED, *PRIVATE.values()]!r}):
                 found.append(path + ": " + text[:300])
 raise NotImplementedError("found " + repr(found))
 """
