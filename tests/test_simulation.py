@@ -28,7 +28,7 @@ from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from simulation.host import ServerHost
 from simulation.link import Arrivals, Link
-from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
+from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, RankStarts, SimulatedNetwork
 from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
 from switches.control import ControlPlaneError
 from switches.targets import REGISTRY
@@ -469,7 +469,31 @@ def test_a_rank_start_skew_starts_each_rank_that_much_after_the_one_before() -> 
     workers, skew = 4, 0.003
     tensors = inputs(workers, 4 * K * POOL)
     together = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)])[0]
-    skewed = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)], rank_skew_s=skew)[0]
+    skewed = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)], starts=RankStarts(skew))[0]
     assert len({r.stats.tat_s for r in together}) == 1
     assert [skewed[0].stats.tat_s - r.stats.tat_s for r in skewed] == pytest.approx([rank * skew for rank in range(workers)])
     assert all(np.array_equal(a.int_sum, b.int_sum) for a, b in zip(skewed, together))
+
+
+def test_a_rank_start_jitter_draws_each_ranks_start_anew_for_every_release_from_the_seed() -> None:
+    """simulation.rank_start_jitter_us: a rank's TAT shortens by its drawn delay, which differs
+    from rank to rank and from one release to the next, is the same for the same seed, and
+    averages the jitter (the exponential's mean) over many ranks; the sums are untouched."""
+    workers, jitter = 4, 0.002
+    tensors = inputs(workers, K * POOL)
+    ideal = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)])[0][0].stats.tat_s
+
+    def offsets(net: SimulatedNetwork) -> list[float]:
+        """Each rank's start after the job's first rank, from the TATs (every rank ends with
+        the job's last result, the ideal TAT after the last rank started)."""
+        results = net.run_jobs([(range(workers), tensors, 0.0)], starts=RankStarts(jitter_s=jitter))[0]
+        tats = [r.stats.tat_s for r in results]
+        assert min(tats) == pytest.approx(ideal, rel=1e-3)
+        assert all(np.array_equal(r.int_sum, results[0].int_sum) for r in results)
+        return [max(tats) - tat for tat in tats]
+
+    net, again = network(workers, 100.0), network(workers, 100.0)
+    releases = [offsets(net) for _ in range(40)]
+    assert releases[:2] == [offsets(again), offsets(again)]
+    assert releases[0] != releases[1] and len(set(releases[0])) == workers
+    assert 0.5 * jitter < np.mean([max(o) for o in releases]) / sum(1 / i for i in range(1, workers)) < 1.5 * jitter
