@@ -80,15 +80,15 @@ def in_network_methods(run: Path) -> list[str]:
     return chosen
 
 
-def simulate(run: Path, out: Path, burst_bytes: float, seed: int | None = None, starts: dict[tuple[int, str], MeasuredStarts] | None = None
-             ) -> list[dict[str, Any]]:
+def simulate(run: Path, out: Path, burst_bytes: float, seed: int | None = None, starts: dict[tuple[int, str], MeasuredStarts] | None = None,
+             extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """``run``'s config on the simulated clock into ``out``, each link with a token bucket of
-    ``burst_bytes`` (and with ``simulation.seed``, if given); its summary's points. With
-    ``starts``, each point and method runs alone with the ranks' starts measured there
-    (``run_points_apart``)."""
+    ``burst_bytes`` (and with ``simulation.seed``, if given, and the ``extra`` overrides); its
+    summary's points. With ``starts``, each point and method runs alone with the ranks' starts
+    measured there (``run_points_apart``)."""
     network = json.loads((run / "network.json").read_text())
     # the run's own target (config.yaml): its rate and contract
-    overrides = [f"simulation.link_burst_bytes={burst_bytes:g}"]
+    overrides = [f"simulation.link_burst_bytes={burst_bytes:g}", *extra]
     if any(point.get("loss_mechanism") == DROP_SIMULATOR for point in network.values()):
         overrides.append("loss_mechanism=switch")
     if seed is not None:
@@ -137,9 +137,10 @@ def run_simulated(run: Path, out: Path, overrides: list[str], config: Path | Non
         raise RuntimeError(f"{run}: --simulate failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
 
 
-def compare(run: Path, out_root: Path, burst_bytes: float, measured_starts: bool = False) -> list[dict[str, Any]]:
+def compare(run: Path, out_root: Path, burst_bytes: float, measured_starts: bool = False, extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     emulated = json.loads((run / SUMMARY_FILE).read_text())
-    simulated = simulate(run, out_root / f"{emulated['config']}-{run.name}", burst_bytes, starts=measure_starts(run) if measured_starts else None)
+    simulated = simulate(run, out_root / f"{emulated['config']}-{run.name}", burst_bytes, starts=measure_starts(run) if measured_starts else None,
+                         extra=extra)
     network = json.loads((run / "network.json").read_text())
     rows = []
     for (theirs, ours), method in itertools.product(zip(emulated["points"], simulated), in_network_methods(run)):
@@ -178,7 +179,8 @@ def simulated_jobs(out: Path, method: str, starts: dict[tuple[int, str], Measure
     return pd.concat([method_jobs(out / f"point{index}-{method}" / "run", method).assign(point=index) for index, m in starts if m == method])
 
 
-def compare_seeds(run: Path, out_root: Path, seeds: int, burst_bytes: float, measured_starts: bool = False) -> list[dict[str, Any]]:
+def compare_seeds(run: Path, out_root: Path, seeds: int, burst_bytes: float, measured_starts: bool = False,
+                  extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """``run``'s emulated repetitions against its config simulated with ``seeds`` seeds, per point and method."""
     emulated = json.loads((run / SUMMARY_FILE).read_text())
     network = json.loads((run / "network.json").read_text())
@@ -186,7 +188,7 @@ def compare_seeds(run: Path, out_root: Path, seeds: int, burst_bytes: float, mea
     outs = []
     for seed in range(1, seeds + 1):
         outs.append(out_root / f"{emulated['config']}-{run.name}-seed{seed}")
-        simulate(run, outs[-1], burst_bytes, seed, starts)
+        simulate(run, outs[-1], burst_bytes, seed, starts, extra)
     rows = []
     for method in in_network_methods(run):
         simulated = pd.concat([simulated_jobs(out, method, starts) for out in outs])
@@ -294,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=0, help="simulate each config with seeds 1..N and compare distributions")
     add_link_burst(parser)
     add_rank_starts(parser)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for the simulated runs, e.g. simulation.switch_packet_cost_us=28.1 (repeatable)")
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
@@ -301,11 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
     if args.seeds:
-        rows = [row for run in args.runs for row in compare_seeds(run, out_root, args.seeds, args.link_burst_bytes, args.rank_starts == MEASURED)]
+        rows = [row for run in args.runs for row in compare_seeds(run, out_root, args.seeds, args.link_burst_bytes, args.rank_starts == MEASURED,
+                                                                 tuple(args.overrides))]
         write_csv(args.output.with_name(f"{args.output.stem}_seeds.csv"), SEED_COLUMNS, rows)
         sys.stdout.write(markdown_seeds(rows) + "\n")
     else:
-        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes, args.rank_starts == MEASURED)]
+        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes, args.rank_starts == MEASURED, tuple(args.overrides))]
         write_csv(args.output, COLUMNS, rows)
         sys.stdout.write(markdown(rows) + "\n")
     return 0 if all(r["simulated_verified"] for r in rows) else 1

@@ -141,8 +141,11 @@ def simulated_data_path(experiment: Experiment, point: Point, protocol: Aggregat
                       loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
                       float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)) * US)
     problem = loop.problem(shape, switch)
-    if not rank_starts(simulation_record(experiment)).together:
+    record = simulation_record(experiment)
+    if not rank_starts(record).together:
         problem = problem or "simulation.rank_start_skew_us or rank_start_jitter_us (its loop releases every rank at once)"
+    if record["switch_packet_cost_us"]:
+        problem = problem or "simulation.switch_packet_cost_us (its switch processes every frame at its arrival)"
     try:
         loop.build()
     except DataPathUnavailable as exc:
@@ -169,6 +172,7 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
                 "then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
         "server_packet_cost_us": float(section.get("server_packet_cost_us", 0.0)),
+        "switch_packet_cost_us": float(section.get("switch_packet_cost_us", 0.0)),
         "rank_start_skew_us": float(section.get("rank_start_skew_us", 0.0)),
         "rank_start_jitter_us": float(section.get("rank_start_jitter_us", 0.0)),
         "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
@@ -205,7 +209,7 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
     return SimulatedNetwork(point.topology, lookup(target), JobSetup(job.k, job.pool_size, experiment.data["switch"]["max_pool_size"],
                                                                       job.job_id, shared=tuple(jobs)),
                             point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"], simulated_data_plane(target), native,
-                            protocol=protocol, servers=job_servers(point, method))
+                            protocol=protocol, servers=job_servers(point, method), switch_packet_cost_s=record["switch_packet_cost_us"] * US)
 
 
 def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequence[int] | None = None,

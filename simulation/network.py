@@ -21,6 +21,7 @@ loop (``native``: its record's ``simulated_loop``) where it runs the network's s
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Generator, Mapping, Protocol, Sequence
@@ -163,15 +164,23 @@ class SimulatedNetwork:
 
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
                  link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, native: NativeLoop | None = None,
-                 protocol: Aggregation | None = None, servers: Mapping[int, tuple[Station, ...]] | None = None) -> None:
+                 protocol: Aggregation | None = None, servers: Mapping[int, tuple[Station, ...]] | None = None,
+                 switch_packet_cost_s: float = 0.0) -> None:
         """``native``: the protocol's compiled event loop that runs the workers (None: SimPy);
         ``protocol``: the record of the protocol whose program its switches run, which
         programs them for ``job`` (``program_fabric``), reads their event counters
         (``event_counters``) and resets them (None: the data plane's default protocol's);
         ``servers``: each job's hosts besides its workers (switches/topology_fabric.py's
         ``server_stations``), cabled to the aggregating switch with the workers' link spec,
-        their programs attached later (``attach_server``)."""
+        their programs attached later (``attach_server``); ``switch_packet_cost_s``: each
+        switch's time per frame it receives, one frame at a time (0: each processed at its
+        arrival; SimPy only)."""
         data_plane = data_plane or target
+        if switch_packet_cost_s < 0:
+            raise ValueError(f"a switch's cost per frame must be >= 0 s, got {switch_packet_cost_s}")
+        if switch_packet_cost_s and native is not None:
+            raise SimulationUnsupported("the native core's loop processes every frame at its arrival; a switch's cost per frame runs on SimPy")
+        self._switch_packet_cost_s = switch_packet_cost_s
         if data_plane.simulated is None:
             raise SimulationUnsupported(f"switch target {data_plane.name} has no simulated data plane (SwitchTarget.simulated)")
         unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
@@ -195,6 +204,8 @@ class SimulatedNetwork:
             s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32), protocol=protocol.name)
             for s in topology.switches
         }
+        self._switch_free_at: dict[str, float] = {}
+        """switch -> when it is done with the frames it has taken (with a cost per frame)."""
         self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
         """switch -> neighbour -> the switch's port to it."""
         self._switch_station = Station(topology.aggregator.name, topology.aggregator_mac, topology.aggregator_ipv4)
@@ -306,13 +317,27 @@ class SimulatedNetwork:
         return deliver
 
     def _switch_input(self, switch: str, port: int) -> Deliver:
-        receive = self.switches[switch].receive
+        """Frames reaching ``switch`` at ``port``: processed at their arrival, or with a cost per
+        frame one at a time in arrival order (the switch's ``_switch_free_at``), as the embedded
+        switch's one thread takes them, each leaving the pipeline that long after the switch
+        was done with the one before."""
+        receive, cost, env = self.switches[switch].receive, self._switch_packet_cost_s, self.env
+        if not cost:
+            def deliver(frames: list[bytes]) -> None:
+                for frame in frames:
+                    receive(port, frame)
 
-        def deliver(frames: list[bytes]) -> None:
+            return deliver
+
+        def processed(frame: bytes, _event: simpy.Event) -> None:
+            receive(port, frame)
+
+        def deliver_in_turn(frames: list[bytes]) -> None:
             for frame in frames:
-                receive(port, frame)
+                self._switch_free_at[switch] = max(env.now, self._switch_free_at.get(switch, 0.0)) + cost
+                env.timeout(self._switch_free_at[switch] - env.now).callbacks.append(functools.partial(processed, frame))
 
-        return deliver
+        return deliver_in_turn
 
     @staticmethod
     def _transmit(link: Link) -> Callable[[memoryview], None]:

@@ -42,13 +42,14 @@ SIMULATED = next(t for t in REGISTRY.values() if t.simulated is not None)
 
 
 def network(workers: int, mbps: float, *, delay_ms: float = 0.0, loss: float = 0.0, pool: int = POOL, queue: int = 200,
-            loss_mechanism: str = "auto", topology: str = "star.yaml", cost_s: float = 0.0, **keys: object) -> SimulatedNetwork:
+            loss_mechanism: str = "auto", topology: str = "star.yaml", cost_s: float = 0.0, switch_cost_s: float = 0.0,
+            **keys: object) -> SimulatedNetwork:
     link = {"bw_mbps": mbps, "delay_ms": delay_ms, "loss": loss, "queue_packets": queue}
     topo = load_topology(TOPOLOGY_DIR / topology, {"workers": workers, "link": link, **keys})
     floor = max(0.02, 2 * pool_drain_s(pool, K, mbps_to_bps(mbps)))
     policy = RetransmitPolicy(min_s=floor, max_s=max(1.0, floor))
     job = JobSetup(K, pool, 512, 1, switchml_workers(lambda rank: WorkerSetup(rank, workers, 1, K, pool, policy, 60.0, cost_s)))
-    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=7)
+    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=7, switch_packet_cost_s=switch_cost_s)
     net.reset_aggregation()
     return net
 
@@ -137,6 +138,19 @@ def test_a_host_packet_cost_slows_the_job() -> None:
     ideal = run_exact(network(4, 100_000.0), tensors)
     slow = run_exact(network(4, 100_000.0, cost_s=1e-6), tensors)
     assert slow > 1.5 * ideal
+
+
+def test_a_switch_cost_per_frame_takes_the_frames_arriving_together_one_at_a_time() -> None:
+    """simulation.switch_packet_cost_us: a round's updates of one chunk reach the switch in one
+    instant; its result leaves when the switch is done with the last of them, workers x the
+    cost later, in each of the rounds one after the other (a packet of each worker's each)."""
+    workers, cost = 4, 3e-5
+    tensors = inputs(workers, K)
+    ideal = network(workers, 100.0).allreduce(tensors)
+    slow = network(workers, 100.0, switch_cost_s=cost).allreduce(tensors)
+    rounds = ideal[0].stats.packets_sent
+    assert [r.stats.tat_s - i.stats.tat_s for r, i in zip(slow, ideal)] == pytest.approx([rounds * workers * cost] * workers)
+    assert all(np.array_equal(r.int_sum, i.int_sum) for r, i in zip(slow, ideal))
 
 
 def test_a_link_serializes_delays_and_drops_at_its_queue() -> None:
