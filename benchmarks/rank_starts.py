@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---|---:|---:|---:|")
     for run in args.runs:
         for (point, method), starts in measure(run).items():
-            print(f"| {run.name} | {point} | {method} | {starts.skew_us:.0f} | {starts.jitter_us:.0f} | {starts.samples} |")
+            print(f"| {run.resolve().name} | {point} | {method} | {starts.skew_us:.0f} | {starts.jitter_us:.0f} | {starts.samples} |")
     return 0
 
 
