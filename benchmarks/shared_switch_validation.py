@@ -18,7 +18,12 @@ simulated runs are kept under results/benchmarks/shared_switch_validation/<UTC t
 42 asks for the two clocks within 5 % (``VALIDATION_SHARE``); the table marks each row, and no
 tolerance is asserted: the README says where and why they differ.
 
+``--rank-starts measured`` starts each point's simulated ranks as the emulated run's started
+(benchmarks/rank_starts.py, per point), each point then simulated alone; ``--set
+repetitions=N`` gives the simulated side N repetitions.
+
     .venv/bin/python benchmarks/shared_switch_validation.py results/multi_tenant_emulated/2026*
+    .venv/bin/python benchmarks/shared_switch_validation.py --rank-starts measured --set repetitions=30 RUN_DIR...
 """
 
 from __future__ import annotations
@@ -106,7 +111,8 @@ def compare(run: Path, out_root: Path, burst_bytes: float, overrides: list[str],
     (e_jobs, e_totals), (s_jobs, s_totals) = per_job(run), simulated_per_job(run, out, burst_bytes, overrides, measured_starts)
     base = {"config": emulated["config"], "emulated_run": str(run), "method": method, "target": emulated["switch_target"],
             "link_mbps": emulated["link_mbps"], "link_burst_bytes": burst_bytes,
-            "simulated_overrides": " ".join([*overrides, *(["rank starts measured"] if measured_starts else [])]), "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
+            "simulated_overrides": " ".join([*overrides, *(["rank starts measured"] if measured_starts else [])]),
+            "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
     verified = s_jobs.groupby("point")["verified"].all()
 
     def row(e: Any, s: Any, job: Any) -> dict[str, Any]:

@@ -24,8 +24,14 @@ standard deviation and 5th-95th percentiles, and how many standard errors of a m
 many repetitions as the emulated run had the two means are apart (rows in
 simulation_validation_seeds.csv beside ``--output``).
 
+``--rank-starts measured`` starts each point's simulated ranks as the emulated run's started
+(benchmarks/rank_starts.py measures a skew and a jitter per point and method from its per-rank
+TATs), each point and method then simulated alone with its own; ``--set KEY=VALUE`` passes
+further overrides (a host's or the switch's time per packet: ``simulation.switch_packet_cost_us``).
+
     .venv/bin/python benchmarks/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
     .venv/bin/python benchmarks/simulation_validation.py --seeds 30 /work/meas/fig/tat_inflation_vs_loss
+    .venv/bin/python benchmarks/simulation_validation.py --rank-starts measured --seeds 5 RUN_DIR
 """
 
 from __future__ import annotations
