@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import simpy
 
-from experiments.config import CONFIG_DIR
+from experiments.config import CONFIG_DIR, load_experiment
+from experiments.simulated import check_simulable
 from hosts.stats import TIMELINE_BIN_S, TIMELINE_MIN_BINS, timeline_bin_for
 from hosts.switchml.core import SwitchMLTimeout
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
@@ -28,7 +29,7 @@ from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from simulation.host import ServerHost
 from simulation.link import Arrivals, Link
-from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, RankStarts, SimulatedNetwork
+from simulation.network import DROP_SIMULATOR, LINK_LOSS, NATIVE_CORE, PYTHON_CORE, JobSetup, RankStarts, SimulatedNetwork
 from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
 from switches.control import ControlPlaneError
 from switches.targets import REGISTRY
@@ -511,3 +512,17 @@ def test_a_rank_start_jitter_draws_each_ranks_start_anew_for_every_release_from_
     assert releases[:2] == [offsets(again), offsets(again)]
     assert releases[0] != releases[1] and len(set(releases[0])) == workers
     assert 0.5 * jitter < np.mean([max(o) for o in releases]) / sum(1 / i for i in range(1, workers)) < 1.5 * jitter
+
+
+@pytest.mark.parametrize("override", ["simulation.switch_packet_cost_us=28.1", "simulation.rank_start_jitter_us=500"])
+def test_a_switch_cost_or_drawn_starts_take_switchml_off_its_native_loop_saying_why(override: str) -> None:
+    """star.c's loop processes every frame at its arrival and releases every rank at once, so a
+    config with either runs SwitchML's core on SimPy, its data_path naming the key."""
+    switchml_protocol = methods_registry.by_name("switchml").aggregation
+    plain = check_simulable(load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml]", "switch.target=embedded"]))
+    if plain.points[0].data_path_of(switchml_protocol).name != NATIVE_CORE:
+        pytest.skip(f"no native loop here: {plain.points[0].data_path_of(switchml_protocol).reason}")
+    with_it = check_simulable(load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml]", "switch.target=embedded", override]))
+    path = with_it.points[0].data_path_of(switchml_protocol)
+    assert path.name == PYTHON_CORE
+    assert override.split("=")[0].removeprefix("simulation.") in path.reason
