@@ -18,7 +18,12 @@ simulated runs are kept under results/benchmarks/shared_switch_validation/<UTC t
 42 asks for the two clocks within 5 % (``VALIDATION_SHARE``); the table marks each row, and no
 tolerance is asserted: the README says where and why they differ.
 
+``--rank-starts measured`` starts each point's simulated ranks as the emulated run's started
+(benchmarks/rank_starts.py, per point), each point then simulated alone; ``--set
+repetitions=N`` gives the simulated side N repetitions.
+
     .venv/bin/python benchmarks/shared_switch_validation.py results/multi_tenant_emulated/2026*
+    .venv/bin/python benchmarks/shared_switch_validation.py --rank-starts measured --set repetitions=30 RUN_DIR...
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.simulation_validation import add_link_burst, run_simulated, write_csv  # noqa: E402
+from benchmarks.rank_starts import measure as measure_starts  # noqa: E402
+from benchmarks.simulation_validation import MEASURED, add_link_burst, add_rank_starts, run_points_apart, run_simulated, write_csv  # noqa: E402
 from experiments.metrics import shared_switch_jobs, shared_switch_totals  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
@@ -80,7 +86,21 @@ def spread(column: str) -> dict[str, tuple[str, str]]:
             "se": (column, "sem"), "n": (column, "count")}
 
 
-def compare(run: Path, out_root: Path, burst_bytes: float, overrides: list[str]) -> list[dict[str, Any]]:
+def simulated_per_job(run: Path, out: Path, burst_bytes: float, overrides: list[str], measured_starts: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``per_job`` of ``run``'s config on the simulated clock: in one run, or with
+    ``measured_starts`` each point alone, its ranks started as the emulated run's
+    (benchmarks/rank_starts.py)."""
+    if not measured_starts:
+        simulate(run, out, burst_bytes, overrides)
+        return per_job(out)
+    outs = run_points_apart(run, out, {key: [f"simulation.link_burst_bytes={burst_bytes:g}", *overrides, *starts.overrides()]
+                                       for key, starts in measure_starts(run).items()})
+    parts = [(jobs.assign(point=index), totals.assign(point=index)) for (index, _), folder in sorted(outs.items())
+             for jobs, totals in [per_job(folder)]]
+    return pd.concat([jobs for jobs, _ in parts], ignore_index=True), pd.concat([totals for _, totals in parts], ignore_index=True)
+
+
+def compare(run: Path, out_root: Path, burst_bytes: float, overrides: list[str], measured_starts: bool = False) -> list[dict[str, Any]]:
     """One row per job and one per point's total of ``run`` against its config on the simulated clock."""
     emulated = json.loads((run / fmt.SUMMARY_FILE).read_text())
     if emulated.get("kind") != fmt.SHARED_SWITCH_KIND or fmt.is_simulated(emulated):
@@ -88,11 +108,11 @@ def compare(run: Path, out_root: Path, burst_bytes: float, overrides: list[str])
         raise ValueError(f"{run}: not an emulated shared-switch run (summary.json: kind {emulated.get('kind')!r}, {clock})")
     [method] = yaml.safe_load((run / fmt.CONFIG_FILE).read_text())["methods"]
     out = out_root / f"{emulated['config']}-{method}-{emulated['max_pool_size']}-{run.name}"
-    simulate(run, out, burst_bytes, overrides)
-    (e_jobs, e_totals), (s_jobs, s_totals) = per_job(run), per_job(out)
+    (e_jobs, e_totals), (s_jobs, s_totals) = per_job(run), simulated_per_job(run, out, burst_bytes, overrides, measured_starts)
     base = {"config": emulated["config"], "emulated_run": str(run), "method": method, "target": emulated["switch_target"],
             "link_mbps": emulated["link_mbps"], "link_burst_bytes": burst_bytes,
-            "simulated_overrides": " ".join(overrides), "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
+            "simulated_overrides": " ".join([*overrides, *(["rank starts measured"] if measured_starts else [])]),
+            "budget": emulated["max_pool_size"], "kept_up": emulated["kept_up"]}
     verified = s_jobs.groupby("point")["verified"].all()
 
     def row(e: Any, s: Any, job: Any) -> dict[str, Any]:
@@ -135,12 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     add_link_burst(parser)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for the simulated runs, e.g. simulation.rank_start_skew_us=1500 (repeatable)")
+    add_rank_starts(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
     try:
-        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes, args.overrides)]
+        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes, args.overrides, args.rank_starts == MEASURED)]
     except (ValueError, OSError) as exc:
         log.error("%s", exc)
         return 2

@@ -24,8 +24,14 @@ standard deviation and 5th-95th percentiles, and how many standard errors of a m
 many repetitions as the emulated run had the two means are apart (rows in
 simulation_validation_seeds.csv beside ``--output``).
 
+``--rank-starts measured`` starts each point's simulated ranks as the emulated run's started
+(benchmarks/rank_starts.py measures a skew and a jitter per point and method from its per-rank
+TATs), each point and method then simulated alone with its own; ``--set KEY=VALUE`` passes
+further overrides (a host's or the switch's time per packet: ``simulation.switch_packet_cost_us``).
+
     .venv/bin/python benchmarks/simulation_validation.py results/8workers/2026* /work/meas/fig/tat_vs_size
     .venv/bin/python benchmarks/simulation_validation.py --seeds 30 /work/meas/fig/tat_inflation_vs_loss
+    .venv/bin/python benchmarks/simulation_validation.py --rank-starts measured --seeds 5 RUN_DIR
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.rank_starts import MeasuredStarts, measure as measure_starts  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
 import methods  # noqa: E402
 from network.shaping import HTB_CBURST_BYTES  # noqa: E402
@@ -79,25 +86,56 @@ def in_network_methods(run: Path) -> list[str]:
     return chosen
 
 
-def simulate(run: Path, out: Path, burst_bytes: float, seed: int | None = None) -> dict[str, Any]:
+def simulate(run: Path, out: Path, burst_bytes: float, seed: int | None = None, starts: dict[tuple[int, str], MeasuredStarts] | None = None,
+             extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """``run``'s config on the simulated clock into ``out``, each link with a token bucket of
-    ``burst_bytes`` (and with ``simulation.seed``, if given); its summary."""
+    ``burst_bytes`` (and with ``simulation.seed``, if given, and the ``extra`` overrides); its
+    summary's points. With ``starts``, each point and method runs alone with the ranks' starts
+    measured there (``run_points_apart``)."""
     network = json.loads((run / "network.json").read_text())
     # the run's own target (config.yaml): its rate and contract
-    overrides = [f"methods=[{','.join(in_network_methods(run))}]", f"simulation.link_burst_bytes={burst_bytes:g}"]
+    overrides = [f"simulation.link_burst_bytes={burst_bytes:g}", *extra]
     if any(point.get("loss_mechanism") == DROP_SIMULATOR for point in network.values()):
         overrides.append("loss_mechanism=switch")
     if seed is not None:
         overrides.append(f"simulation.seed={seed}")
-    run_simulated(run, out, overrides)
-    return json.loads((out / SUMMARY_FILE).read_text())
+    if starts is None:
+        run_simulated(run, out, [f"methods=[{','.join(in_network_methods(run))}]", *overrides])
+        return json.loads((out / SUMMARY_FILE).read_text())["points"]
+    points: dict[int, dict[str, Any]] = {}
+    for (index, method), outs in run_points_apart(run, out, {key: [*overrides, *measured.overrides()] for key, measured in starts.items()}).items():
+        [point] = json.loads((outs / SUMMARY_FILE).read_text())["points"]
+        points.setdefault(index, {**point, "point": index, "methods": {}})["methods"][method] = point["methods"][method]
+    return [points[index] for index in sorted(points)]
 
 
-def run_simulated(run: Path, out: Path, overrides: list[str]) -> None:
-    """``run``'s resolved config (config.yaml) with ``overrides`` (KEY=VALUE) through
-    ``run_experiment.py --simulate`` into ``out``; RuntimeError with its last line if it fails
-    (exit 1, a result that did not verify, is the comparison's to report)."""
-    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(run.resolve() / CONFIG_FILE), "--simulate", "--out", str(out.resolve())]
+def run_points_apart(run: Path, out: Path, overrides: dict[tuple[int, str], list[str]]) -> dict[tuple[int, str], Path]:
+    """Each (point, method) of ``run`` simulated alone, with its own ``overrides``: its config
+    with the sweep cut to that point's value and only that method, into a folder of ``out``
+    each; the folders. Host-timing models measured per point (benchmarks/rank_starts.py)
+    differ from point to point and method to method, and one run takes one value of each."""
+    config = yaml.safe_load((run / CONFIG_FILE).read_text())
+    outs = {}
+    for (index, method), extra in overrides.items():
+        one = {**config, "methods": [method]}
+        if config.get("sweep"):
+            one["sweep"] = {**config["sweep"], "values": [config["sweep"]["values"][index]]}
+        elif index:
+            raise ValueError(f"{run}: point {index} but no sweep in its config")
+        outs[index, method] = out / f"point{index}-{method}"
+        outs[index, method].mkdir(parents=True)
+        (outs[index, method] / "simulated-config.yaml").write_text(yaml.safe_dump(one, sort_keys=False))
+        run_simulated(run, outs[index, method] / "run", extra, outs[index, method] / "simulated-config.yaml")
+        outs[index, method] = outs[index, method] / "run"
+    return outs
+
+
+def run_simulated(run: Path, out: Path, overrides: list[str], config: Path | None = None) -> None:
+    """``run``'s resolved config (config.yaml, or ``config`` made from it) with ``overrides``
+    (KEY=VALUE) through ``run_experiment.py --simulate`` into ``out``; RuntimeError with its
+    last line if it fails (exit 1, a result that did not verify, is the comparison's to report)."""
+    config = (config or run / CONFIG_FILE).resolve()
+    argv = [sys.executable, str(REPO_ROOT / "run_experiment.py"), str(config), "--simulate", "--out", str(out.resolve())]
     for override in overrides:
         argv += ["--set", override]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
@@ -105,14 +143,15 @@ def run_simulated(run: Path, out: Path, overrides: list[str]) -> None:
         raise RuntimeError(f"{run}: --simulate failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
 
 
-def compare(run: Path, out_root: Path, burst_bytes: float) -> list[dict[str, Any]]:
+def compare(run: Path, out_root: Path, burst_bytes: float, measured_starts: bool = False, extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     emulated = json.loads((run / SUMMARY_FILE).read_text())
-    simulated = simulate(run, out_root / f"{emulated['config']}-{run.name}", burst_bytes)
+    simulated = simulate(run, out_root / f"{emulated['config']}-{run.name}", burst_bytes, starts=measure_starts(run) if measured_starts else None,
+                         extra=extra)
     network = json.loads((run / "network.json").read_text())
     rows = []
-    for (theirs, ours), method in itertools.product(zip(emulated["points"], simulated["points"]), in_network_methods(run)):
-        e, s = theirs["methods"].get(method), ours["methods"][method]
-        if e is None:
+    for (theirs, ours), method in itertools.product(zip(emulated["points"], simulated), in_network_methods(run)):
+        e, s = theirs["methods"].get(method), ours["methods"].get(method)
+        if e is None or s is None:
             continue
         value = theirs["sweep_value"]
         rows.append({
@@ -139,17 +178,26 @@ def method_jobs(run: Path, method: str) -> pd.DataFrame:
                                                                       verified=("verified", "all"))
 
 
-def compare_seeds(run: Path, out_root: Path, seeds: int, burst_bytes: float) -> list[dict[str, Any]]:
+def simulated_jobs(out: Path, method: str, starts: dict[tuple[int, str], MeasuredStarts] | None) -> pd.DataFrame:
+    """``method_jobs`` of a simulation's folder ``out`` (``simulate``'s), its points each simulated alone with ``starts``."""
+    if starts is None:
+        return method_jobs(out, method)
+    return pd.concat([method_jobs(out / f"point{index}-{method}" / "run", method).assign(point=index) for index, m in starts if m == method])
+
+
+def compare_seeds(run: Path, out_root: Path, seeds: int, burst_bytes: float, measured_starts: bool = False,
+                  extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """``run``'s emulated repetitions against its config simulated with ``seeds`` seeds, per point and method."""
     emulated = json.loads((run / SUMMARY_FILE).read_text())
     network = json.loads((run / "network.json").read_text())
+    starts = measure_starts(run) if measured_starts else None
     outs = []
     for seed in range(1, seeds + 1):
         outs.append(out_root / f"{emulated['config']}-{run.name}-seed{seed}")
-        simulate(run, outs[-1], burst_bytes, seed)
+        simulate(run, outs[-1], burst_bytes, seed, starts, extra)
     rows = []
     for method in in_network_methods(run):
-        simulated = pd.concat([method_jobs(out, method) for out in outs])
+        simulated = pd.concat([simulated_jobs(out, method, starts) for out in outs])
         theirs = method_jobs(run, method)
         rows += seed_rows(emulated, network, run, method, theirs, simulated, seeds, burst_bytes)
     return rows
@@ -235,12 +283,27 @@ def add_link_burst(parser: argparse.ArgumentParser) -> None:
                         help="each simulated link's htb bucket (default the emulator's, network/shaping.py; 0: the wire's model)")
 
 
+MEASURED = "measured"
+
+
+def add_rank_starts(parser: argparse.ArgumentParser) -> None:
+    """``--rank-starts``, which both validations take: the simulated ranks all started at
+    their job's release, or as the emulated run's started (benchmarks/rank_starts.py, per point
+    and method, each then simulated alone)."""
+    parser.add_argument("--rank-starts", choices=("together", MEASURED), default="together",
+                        help="measured: each point's and method's ranks start as the emulated run's did (skew and exponential "
+                             "jitter, benchmarks/rank_starts.py), each point simulated alone (default: together)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="emulated run folders (with summary.json)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "simulation_validation.csv")
     parser.add_argument("--seeds", type=int, default=0, help="simulate each config with seeds 1..N and compare distributions")
     add_link_burst(parser)
+    add_rank_starts(parser)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for the simulated runs, e.g. simulation.switch_packet_cost_us=28.1 (repeatable)")
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
@@ -248,11 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     out_root = args.output.with_suffix("") / utc_stamp()
     out_root.mkdir(parents=True)
     if args.seeds:
-        rows = [row for run in args.runs for row in compare_seeds(run, out_root, args.seeds, args.link_burst_bytes)]
+        rows = [row for run in args.runs for row in compare_seeds(run, out_root, args.seeds, args.link_burst_bytes, args.rank_starts == MEASURED,
+                                                                 tuple(args.overrides))]
         write_csv(args.output.with_name(f"{args.output.stem}_seeds.csv"), SEED_COLUMNS, rows)
         sys.stdout.write(markdown_seeds(rows) + "\n")
     else:
-        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes)]
+        rows = [row for run in args.runs for row in compare(run, out_root, args.link_burst_bytes, args.rank_starts == MEASURED, tuple(args.overrides))]
         write_csv(args.output, COLUMNS, rows)
         sys.stdout.write(markdown(rows) + "\n")
     return 0 if all(r["simulated_verified"] for r in rows) else 1

@@ -47,8 +47,8 @@ from methods.aggregation import Aggregation, DataPath, DataPathUnavailable
 from protocol.params import mbps_to_bps
 from protocol.worker_spec import WorkerSpec
 from simulation.host import start_host, start_server
-from simulation.network import (DROP_SIMULATOR, NATIVE_CORE, NO_LOSS, PYTHON_CORE, JobSetup, LoopShape, NativeLoop, SimulatedNetwork,
-                                SimulationUnsupported, loss_mechanism_of)
+from simulation.network import (DROP_SIMULATOR, NATIVE_CORE, NO_LOSS, PYTHON_CORE, JobSetup, LoopShape, NativeLoop, RankStarts,
+                                SimulatedNetwork, SimulationUnsupported, loss_mechanism_of)
 from switches.fabric import SharedJob, Station
 from switches.targets import AUTO, lookup, root_run_targets, simulated_data_plane
 
@@ -141,8 +141,11 @@ def simulated_data_path(experiment: Experiment, point: Point, protocol: Aggregat
                       loss_mechanism_of(topology, point.data["loss_mechanism"]) == DROP_SIMULATOR,
                       float(experiment.data.get("simulation", {}).get("host_packet_cost_us", 0.0)) * US)
     problem = loop.problem(shape, switch)
-    if float(experiment.data.get("simulation", {}).get("rank_start_skew_us", 0.0)):
-        problem = problem or "simulation.rank_start_skew_us (its loop releases every rank at once)"
+    record = simulation_record(experiment)
+    if not rank_starts(record).together:
+        problem = problem or "simulation.rank_start_skew_us or rank_start_jitter_us (its loop releases every rank at once)"
+    if record["switch_packet_cost_us"]:
+        problem = problem or "simulation.switch_packet_cost_us (its switch processes every frame at its arrival)"
     try:
         loop.build()
     except DataPathUnavailable as exc:
@@ -169,7 +172,9 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
                 "then the link's delay; loss independent per frame",
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
         "server_packet_cost_us": float(section.get("server_packet_cost_us", 0.0)),
+        "switch_packet_cost_us": float(section.get("switch_packet_cost_us", 0.0)),
         "rank_start_skew_us": float(section.get("rank_start_skew_us", 0.0)),
+        "rank_start_jitter_us": float(section.get("rank_start_jitter_us", 0.0)),
         "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
         "seed": int(section.get("seed", DEFAULT_SEED)),
         "baseline_efficiency": float(section.get("baseline_efficiency", 1.0)),
@@ -177,6 +182,11 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
                           "simulation; not in runs.csv",
         BASELINE_MODELS: {},
     }
+
+
+def rank_starts(record: dict[str, Any]) -> RankStarts:
+    """When a job's ranks start, from the ``simulation`` record's parameters."""
+    return RankStarts(record["rank_start_skew_us"] * US, record["rank_start_jitter_us"] * US)
 
 
 def baseline_model(point: Point, method: str, efficiency: float) -> dict[str, float | str]:
@@ -199,7 +209,7 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
     return SimulatedNetwork(point.topology, lookup(target), JobSetup(job.k, job.pool_size, experiment.data["switch"]["max_pool_size"],
                                                                       job.job_id, shared=tuple(jobs)),
                             point.data["loss_mechanism"], record["seed"], record["link_burst_bytes"], simulated_data_plane(target), native,
-                            protocol=protocol, servers=job_servers(point, method))
+                            protocol=protocol, servers=job_servers(point, method), switch_packet_cost_s=record["switch_packet_cost_us"] * US)
 
 
 def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequence[int] | None = None,
@@ -287,9 +297,10 @@ class SimulatedPoint:
 
     @property
     def repeats_jobs_exactly(self) -> bool:
-        """On lossless links: the simulation draws no random number then (within 1.2 % for a
-        network's first job, which finds it fresh; tests/test_training_step.py)."""
-        return self.loss_mechanism == NO_LOSS
+        """On lossless links with no rank's start drawn (``rank_start_jitter_us``): the
+        simulation draws no random number then (within 1.2 % for a network's first job, which
+        finds it fresh; tests/test_training_step.py)."""
+        return self.loss_mechanism == NO_LOSS and not self.clock.record["rank_start_jitter_us"]
 
     def write_inputs(self, tensors: Sequence[np.ndarray], folder: Path | None = None) -> tuple[str, ...]:
         """Each rank's tensor under the name an emulated run would write it to, handed to the
@@ -333,7 +344,7 @@ class SimulatedPoint:
         try:
             outcomes = net.run_jobs([(group.hosts, [program.tensor(repetition) for program in group.programs], offset)
                                      for group, repetition, offset in released], reset_counters=False,  # the meter's
-                                    rank_skew_s=self.clock.record["rank_start_skew_us"] * US)
+                                    starts=rank_starts(self.clock.record))
         except TimeoutError as exc:  # a worker's deadline passed (SwitchML: hosts/switchml/job.py's SwitchMLTimeout)
             _, repetition, _ = released[0]
             raise SimulationFailed(f"point {point.index} {self._method} rep {repetition} (simulated): {exc}") from None

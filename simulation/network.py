@@ -21,6 +21,7 @@ loop (``native``: its record's ``simulated_loop``) where it runs the network's s
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Generator, Mapping, Protocol, Sequence
@@ -47,6 +48,35 @@ NATIVE_CORE = "native"
 LINK_LOSS = "simulated_link_loss"
 DROP_SIMULATOR = "switch_drop_simulator"
 NO_LOSS = "none"
+
+
+@dataclass(frozen=True)
+class RankStarts:
+    """When each rank of a released job starts, after its job's release.
+
+    The emulator tells a job's ranks to start one after another through their pipes, and each
+    process starts when the scheduler runs it (experiments/workers.py, ``release``). So rank r
+    starts r x ``skew_s`` after the release and, with ``jitter_s``, a scheduling delay later
+    drawn for each rank and release from an exponential distribution of that mean (the
+    network's seeded ``start_rng``), so that a point's repetitions differ as the emulated ones
+    do and their mean is over the same randomness. The default starts every rank together.
+    benchmarks/rank_starts.py measures both from an emulated run's per-rank times."""
+
+    skew_s: float = 0.0
+    jitter_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.skew_s < 0 or self.jitter_s < 0:
+            raise ValueError(f"a rank's start skew and jitter must be >= 0 s, got {self.skew_s} and {self.jitter_s}")
+
+    @property
+    def together(self) -> bool:
+        """Every rank starts at its job's release."""
+        return not (self.skew_s or self.jitter_s)
+
+    def delays(self, ranks: int, rng: random.Random) -> list[float]:
+        """Each of ``ranks`` ranks' start after its job's release, drawn from ``rng``."""
+        return [rank * self.skew_s + (rng.expovariate(1 / self.jitter_s) if self.jitter_s else 0.0) for rank in range(ranks)]
 
 
 class SimulationUnsupported(ValueError):
@@ -134,15 +164,23 @@ class SimulatedNetwork:
 
     def __init__(self, topology: Topology, target: SwitchTarget, job: JobSetup, loss_mechanism: str = "auto", seed: int = 1,
                  link_burst_bytes: float = 0.0, data_plane: SwitchTarget | None = None, native: NativeLoop | None = None,
-                 protocol: Aggregation | None = None, servers: Mapping[int, tuple[Station, ...]] | None = None) -> None:
+                 protocol: Aggregation | None = None, servers: Mapping[int, tuple[Station, ...]] | None = None,
+                 switch_packet_cost_s: float = 0.0) -> None:
         """``native``: the protocol's compiled event loop that runs the workers (None: SimPy);
         ``protocol``: the record of the protocol whose program its switches run, which
         programs them for ``job`` (``program_fabric``), reads their event counters
         (``event_counters``) and resets them (None: the data plane's default protocol's);
         ``servers``: each job's hosts besides its workers (switches/topology_fabric.py's
         ``server_stations``), cabled to the aggregating switch with the workers' link spec,
-        their programs attached later (``attach_server``)."""
+        their programs attached later (``attach_server``); ``switch_packet_cost_s``: each
+        switch's time per frame it receives, one frame at a time (0: each processed at its
+        arrival; SimPy only)."""
         data_plane = data_plane or target
+        if switch_packet_cost_s < 0:
+            raise ValueError(f"a switch's cost per frame must be >= 0 s, got {switch_packet_cost_s}")
+        if switch_packet_cost_s and native is not None:
+            raise SimulationUnsupported("the native core's loop processes every frame at its arrival; a switch's cost per frame runs on SimPy")
+        self._switch_packet_cost_s = switch_packet_cost_s
         if data_plane.simulated is None:
             raise SimulationUnsupported(f"switch target {data_plane.name} has no simulated data plane (SwitchTarget.simulated)")
         unshaped = [f"{link.a}-{link.b}" for link in topology.links if link.spec.bw_mbps is None]
@@ -166,6 +204,8 @@ class SimulatedNetwork:
             s.name: data_plane.simulated(k=job.k, max_pool_size=job.max_pool_size, seed=rng.randrange(1 << 32), protocol=protocol.name)
             for s in topology.switches
         }
+        self._switch_free_at: dict[str, float] = {}
+        """switch -> when it is done with the frames it has taken (with a cost per frame)."""
         self.ports: dict[str, dict[str, int]] = {name: {} for name in self.switches}
         """switch -> neighbour -> the switch's port to it."""
         self._switch_station = Station(topology.aggregator.name, topology.aggregator_mac, topology.aggregator_ipv4)
@@ -205,6 +245,8 @@ class SimulatedNetwork:
                                       self.loss_mechanism == DROP_SIMULATOR, tuple(self.servers.values()))
         resolve(protocol.program_fabric)(self.controls, self.fabric, self._fabric_jobs(job, servers or {}))
         self._read_counters = None if protocol.event_counters is None else resolve(protocol.event_counters)
+        self.start_rng = random.Random(rng.randrange(1 << 32))
+        """Draws the ranks' start delays (``RankStarts``), after every other seed of ``seed``'s."""
         self._loop = native
         self._native: LoopRun | None = None
         self.core = PYTHON_CORE if native is None else NATIVE_CORE
@@ -275,13 +317,27 @@ class SimulatedNetwork:
         return deliver
 
     def _switch_input(self, switch: str, port: int) -> Deliver:
-        receive = self.switches[switch].receive
+        """Frames reaching ``switch`` at ``port``: processed at their arrival, or with a cost per
+        frame one at a time in arrival order (the switch's ``_switch_free_at``), as the embedded
+        switch's one thread takes them, each leaving the pipeline that long after the switch
+        was done with the one before."""
+        receive, cost, env = self.switches[switch].receive, self._switch_packet_cost_s, self.env
+        if not cost:
+            def deliver(frames: list[bytes]) -> None:
+                for frame in frames:
+                    receive(port, frame)
 
-        def deliver(frames: list[bytes]) -> None:
+            return deliver
+
+        def processed(frame: bytes, _event: simpy.Event) -> None:
+            receive(port, frame)
+
+        def deliver_in_turn(frames: list[bytes]) -> None:
             for frame in frames:
-                receive(port, frame)
+                self._switch_free_at[switch] = max(env.now, self._switch_free_at.get(switch, 0.0)) + cost
+                env.timeout(self._switch_free_at[switch] - env.now).callbacks.append(functools.partial(processed, frame))
 
-        return deliver
+        return deliver_in_turn
 
     @staticmethod
     def _transmit(link: Link) -> Callable[[memoryview], None]:
@@ -308,24 +364,22 @@ class SimulatedNetwork:
         return self.run_jobs([(range(len(tensors)), tensors, 0.0)])[0]
 
     def run_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]],
-                 reset_counters: bool = True, rank_skew_s: float = 0.0) -> list[list[Any]]:
+                 reset_counters: bool = True, starts: RankStarts = RankStarts()) -> list[list[Any]]:
         """Each job (its hosts by index, their tensors, its release after the simulated now)
         all-reduced by its workers; every job's results (``values``, ``int_sum``, ``stats``), by
         rank. The worker's TimeoutError when one misses its deadline. ``reset_counters``: the
         switches' counters count these jobs only (else they go on from ``reset_counters``).
-        ``rank_skew_s``: rank r of each job starts r times that after its job's release."""
-        if rank_skew_s < 0:
-            raise ValueError(f"a rank's start skew must be >= 0 s, got {rank_skew_s}")
+        ``starts``: when each rank of a job starts after its job's release."""
         if reset_counters:
             self.reset_counters()
         if self._loop is not None and self._native is None:
             self._native = self._native_loop()
         if self._native is not None:
-            if rank_skew_s:
-                raise ValueError("the native core releases every rank at once; a start skew runs on SimPy")
+            if not starts.together:
+                raise ValueError("the native core releases every rank at once; ranks started apart run on SimPy")
             outcomes = [self._native_job(jobs)]
         else:
-            outcomes = self._simpy_jobs(jobs, rank_skew_s)
+            outcomes = self._simpy_jobs(jobs, starts)
         for outcome in (o for job in outcomes for o in job):
             if isinstance(outcome, TimeoutError):
                 raise outcome
@@ -337,7 +391,7 @@ class SimulatedNetwork:
             raise ValueError("the native core runs one all-reduce of every host, released at once (allreduce)")
         return self._native.allreduce(tensors)
 
-    def _simpy_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]], rank_skew_s: float) -> list[list[Any]]:
+    def _simpy_jobs(self, jobs: Sequence[tuple[Sequence[int], Sequence[np.ndarray], float]], starts: RankStarts) -> list[list[Any]]:
         env = self.env
 
         def released(worker: SimulatedHost, tensor: np.ndarray, after_s: float) -> Generator[simpy.Event, object, object]:
@@ -345,8 +399,9 @@ class SimulatedNetwork:
                 yield env.timeout(after_s)
             return (yield from worker.allreduce(tensor))
 
-        processes = [[env.process(released(self.workers[host], tensor, after_s + rank * rank_skew_s))
-                      for rank, (host, tensor) in enumerate(zip(hosts, tensors))] for hosts, tensors, after_s in jobs]
+        processes = [[env.process(released(self.workers[host], tensor, after_s + delay))
+                      for host, tensor, delay in zip(hosts, tensors, starts.delays(len(hosts), self.start_rng), strict=True)]
+                     for hosts, tensors, after_s in jobs]
         env.run(env.all_of([process for job in processes for process in job]))
         return [[process.value for process in job] for job in processes]
 

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import simpy
 
-from experiments.config import CONFIG_DIR
+from experiments.config import CONFIG_DIR, load_experiment
+from experiments.simulated import check_simulable
 from hosts.stats import TIMELINE_BIN_S, TIMELINE_MIN_BINS, timeline_bin_for
 from hosts.switchml.core import SwitchMLTimeout
 from hosts.switchml.timers import RetransmitPolicy, pool_drain_s
@@ -28,7 +29,7 @@ from protocol.switchml.packet import frame_bytes
 from protocol.params import REPO_ROOT, mbps_to_bps
 from simulation.host import ServerHost
 from simulation.link import Arrivals, Link
-from simulation.network import DROP_SIMULATOR, LINK_LOSS, JobSetup, SimulatedNetwork
+from simulation.network import DROP_SIMULATOR, LINK_LOSS, NATIVE_CORE, PYTHON_CORE, JobSetup, RankStarts, SimulatedNetwork
 from simulation.switchml.worker import WorkerSetup, workers as switchml_workers
 from switches.control import ControlPlaneError
 from switches.targets import REGISTRY
@@ -42,13 +43,14 @@ SIMULATED = next(t for t in REGISTRY.values() if t.simulated is not None)
 
 
 def network(workers: int, mbps: float, *, delay_ms: float = 0.0, loss: float = 0.0, pool: int = POOL, queue: int = 200,
-            loss_mechanism: str = "auto", topology: str = "star.yaml", cost_s: float = 0.0, **keys: object) -> SimulatedNetwork:
+            loss_mechanism: str = "auto", topology: str = "star.yaml", cost_s: float = 0.0, switch_cost_s: float = 0.0,
+            **keys: object) -> SimulatedNetwork:
     link = {"bw_mbps": mbps, "delay_ms": delay_ms, "loss": loss, "queue_packets": queue}
     topo = load_topology(TOPOLOGY_DIR / topology, {"workers": workers, "link": link, **keys})
     floor = max(0.02, 2 * pool_drain_s(pool, K, mbps_to_bps(mbps)))
     policy = RetransmitPolicy(min_s=floor, max_s=max(1.0, floor))
     job = JobSetup(K, pool, 512, 1, switchml_workers(lambda rank: WorkerSetup(rank, workers, 1, K, pool, policy, 60.0, cost_s)))
-    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=7)
+    net = SimulatedNetwork(topo, SIMULATED, job, loss_mechanism, seed=7, switch_packet_cost_s=switch_cost_s)
     net.reset_aggregation()
     return net
 
@@ -137,6 +139,19 @@ def test_a_host_packet_cost_slows_the_job() -> None:
     ideal = run_exact(network(4, 100_000.0), tensors)
     slow = run_exact(network(4, 100_000.0, cost_s=1e-6), tensors)
     assert slow > 1.5 * ideal
+
+
+def test_a_switch_cost_per_frame_takes_the_frames_arriving_together_one_at_a_time() -> None:
+    """simulation.switch_packet_cost_us: a round's updates of one chunk reach the switch in one
+    instant; its result leaves when the switch is done with the last of them, workers x the
+    cost later, in each of the rounds one after the other (a packet of each worker's each)."""
+    workers, cost = 4, 3e-5
+    tensors = inputs(workers, K)
+    ideal = network(workers, 100.0).allreduce(tensors)
+    slow = network(workers, 100.0, switch_cost_s=cost).allreduce(tensors)
+    rounds = ideal[0].stats.packets_sent
+    assert [r.stats.tat_s - i.stats.tat_s for r, i in zip(slow, ideal)] == pytest.approx([rounds * workers * cost] * workers)
+    assert all(np.array_equal(r.int_sum, i.int_sum) for r, i in zip(slow, ideal))
 
 
 def test_a_link_serializes_delays_and_drops_at_its_queue() -> None:
@@ -469,7 +484,45 @@ def test_a_rank_start_skew_starts_each_rank_that_much_after_the_one_before() -> 
     workers, skew = 4, 0.003
     tensors = inputs(workers, 4 * K * POOL)
     together = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)])[0]
-    skewed = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)], rank_skew_s=skew)[0]
+    skewed = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)], starts=RankStarts(skew))[0]
     assert len({r.stats.tat_s for r in together}) == 1
     assert [skewed[0].stats.tat_s - r.stats.tat_s for r in skewed] == pytest.approx([rank * skew for rank in range(workers)])
     assert all(np.array_equal(a.int_sum, b.int_sum) for a, b in zip(skewed, together))
+
+
+def test_a_rank_start_jitter_draws_each_ranks_start_anew_for_every_release_from_the_seed() -> None:
+    """simulation.rank_start_jitter_us: a rank's TAT shortens by its drawn delay, which differs
+    from rank to rank and from one release to the next, is the same for the same seed, and
+    averages the jitter (the exponential's mean) over many ranks; the sums are untouched."""
+    workers, jitter = 4, 0.002
+    tensors = inputs(workers, K * POOL)
+    ideal = network(workers, 100.0).run_jobs([(range(workers), tensors, 0.0)])[0][0].stats.tat_s
+
+    def offsets(net: SimulatedNetwork) -> list[float]:
+        """Each rank's start after the job's first rank, from the TATs (every rank ends with
+        the job's last result, the ideal TAT after the last rank started)."""
+        results = net.run_jobs([(range(workers), tensors, 0.0)], starts=RankStarts(jitter_s=jitter))[0]
+        tats = [r.stats.tat_s for r in results]
+        assert min(tats) == pytest.approx(ideal, rel=1e-3)
+        assert all(np.array_equal(r.int_sum, results[0].int_sum) for r in results)
+        return [max(tats) - tat for tat in tats]
+
+    net, again = network(workers, 100.0), network(workers, 100.0)
+    releases = [offsets(net) for _ in range(40)]
+    assert releases[:2] == [offsets(again), offsets(again)]
+    assert releases[0] != releases[1] and len(set(releases[0])) == workers
+    assert 0.5 * jitter < np.mean([max(o) for o in releases]) / sum(1 / i for i in range(1, workers)) < 1.5 * jitter
+
+
+@pytest.mark.parametrize("override", ["simulation.switch_packet_cost_us=28.1", "simulation.rank_start_jitter_us=500"])
+def test_a_switch_cost_or_drawn_starts_take_switchml_off_its_native_loop_saying_why(override: str) -> None:
+    """star.c's loop processes every frame at its arrival and releases every rank at once, so a
+    config with either runs SwitchML's core on SimPy, its data_path naming the key."""
+    switchml_protocol = methods_registry.by_name("switchml").aggregation
+    plain = check_simulable(load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml]", "switch.target=embedded"]))
+    if plain.points[0].data_path_of(switchml_protocol).name != NATIVE_CORE:
+        pytest.skip(f"no native loop here: {plain.points[0].data_path_of(switchml_protocol).reason}")
+    with_it = check_simulable(load_experiment(CONFIG_DIR / "8workers.yaml", ["methods=[switchml]", "switch.target=embedded", override]))
+    path = with_it.points[0].data_path_of(switchml_protocol)
+    assert path.name == PYTHON_CORE
+    assert override.split("=")[0].removeprefix("simulation.") in path.reason
