@@ -8,6 +8,8 @@ the exact integer sum protocol/atp/quantize.py says a correct job produces.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -126,6 +128,56 @@ def test_a_lost_result_or_worker_packet_ends_exact(hop: str, seq: int, cause: st
     assert sum(resends) >= 1
 
 
+class StalledPS(Faults):
+    """Every frame on its way to the PS from ``start`` for ``length`` seconds arrives when the
+    stall ends, in order: the PS held up on a busy machine. Nothing is lost."""
+
+    def __init__(self, net_clock, start: float, length: float) -> None:
+        super().__init__()
+        self.clock, self.start, self.length = net_clock, start, length
+
+    def copies(self, hop: str, payload: bytes) -> list[float]:
+        now = self.clock()
+        return [self.start + self.length - now] if hop == "switch->ps" and self.start <= now < self.start + self.length else [0.0]
+
+
+def test_a_stall_longer_than_the_resend_timeout_resends_two_packets_per_timeout_not_the_window() -> None:
+    """Late is not lost: while the PS is held up for five resend timeouts, each worker resends
+    at most the first and the last overdue packet per timeout, not its whole window, which the
+    switch would pass to the PS (hosts/atp/README.md, "Timers")."""
+    timeout, stall = 0.004, 0.010  # the timeout two window drains, as on shaped links (hosts/atp/job.py, resend_floor)
+    net = ATPNetwork(K, 64, port_rate_bps=1e7)  # a frame 98 µs on a port: a window of 16 drains in 1.6 ms, the job in ~10 ms
+    net.faults = StalledPS(lambda: net.now, 0.003, stall)
+    inputs = tensors(6, 4, 100 * K)
+    job = run_job(net, 1, inputs, positions=16, congestion_control=False, resend_timeout_s=timeout)
+    net.run()
+    assert_exact(job, inputs)
+    for core in job.workers:  # resending every overdue packet: 195 each, and the job took 75 ms instead of 26
+        assert core.stats.resends_timeout <= 2 * math.ceil(stall / timeout) + 2, f"worker {core.config.worker_id} resent its window"
+    assert sum(core.stats.resends_timeout for core in job.workers) > 0, "the stall outlasted the timeout"
+
+
+def test_a_timeouts_probe_reveals_the_lost_packets_before_it_as_a_gap() -> None:
+    """A window's three results lost together: the timeout resends the first and the last, and
+    the last one's result reveals the one between as a gap, without a second timeout."""
+    lost = {1, 2, 3}
+
+    def lose(hop: str, payload: bytes) -> bool:
+        seq = decode_payload(payload, K)[0].seq
+        if hop == "ps->switch" and seq in lost:
+            lost.discard(seq)
+            return True
+        return False
+
+    net = ATPNetwork(K, 64, Faults(lose=lose))
+    inputs = tensors(7, 3, 3 * K)
+    job = run_job(net, 1, inputs, positions=4, congestion_control=False)
+    net.run()
+    assert_exact(job, inputs)
+    for core in job.workers:
+        assert (core.stats.resends_timeout, core.stats.resends_gap) == (2, 1)
+
+
 def test_ecn_from_the_egress_queue_halves_the_window_and_the_sum_stays_exact() -> None:
     net = ATPNetwork(K, 256, port_rate_bps=1e8)
     net.pipeline.egress.ecn_threshold.cells[0] = 3
@@ -210,7 +262,7 @@ def test_before_its_first_result_a_worker_waits_the_first_resend_timeout() -> No
     core.start(0.0)
     assert core.next_timer() == pytest.approx(0.05)
     assert core.expire(0.04) == [] and core.stats.resends_timeout == 0
-    assert [h.seq for h in headers(core.expire(0.05))] == [100, 101, 102]
+    assert [h.seq for h in headers(core.expire(0.05))] == [100, 102], "the first and the last overdue"
     core.receive(ack(100), 0.06)
     assert core.next_timer() == pytest.approx(0.06), "once a result came, the resend timeout"
     assert [h.seq for h in headers(core.expire(0.061))] == [101, 102]

@@ -8,9 +8,11 @@ style). The worker, not the switch, picks each packet's aggregator (``Aggregator
 Sending: packet p (sequence seq_base + p) may leave once p < done_through + window, where
 done_through is the first packet without a result; the window never exceeds the map's W
 positions, so p and p + W, which share an aggregator, are never in flight together.
-Loss: a result beyond a hole resends the hole once (cause "gap"); a packet without a result
-for ``resend_timeout_s`` is resent (cause "timeout"), for ``first_resend_timeout_s`` at least
-while no result of the all-reduce has come; no progress for ``stall_s`` raises ATPStalled. Resends carry FLAG_RESEND: they never claim and flush their own partial sum.
+Loss: a result beyond a hole resends the hole once (cause "gap"); once a packet has waited
+``resend_timeout_s`` for its result (``first_resend_timeout_s`` at least while no result of the
+all-reduce has come), a timeout resends the first and the last overdue packet and restarts every
+waiting packet's timer (cause "timeout"; ``expire`` says why); no progress for ``stall_s`` raises
+ATPStalled. Resends carry FLAG_RESEND: they never claim and flush their own partial sum.
 Congestion: with ``congestion_control`` the window follows AIMD on the ECN results echo,
 once per window of packets: halved if any result of the window was marked, else one more.
 """
@@ -199,7 +201,14 @@ class WorkerCore:
         return [self._payload(int(p), params.FLAG_RESEND) for p in packets]
 
     def expire(self, now: float) -> list[bytes]:
-        """Resend every packet whose result is overdue (cause "timeout")."""
+        """A timeout: resend the first and the last overdue packet (cause "timeout"), let every
+        overdue packet be resent once more on a gap, and restart the timer of every packet
+        waiting. The first is the one holding the window (TCP resends the first segment not
+        acknowledged on a timeout, RFC 6298); the last is a probe, whose result reveals by
+        the gap rule which packets before it were lost (RACK-TLP's probe, RFC 8985), while
+        results that come before it show they were only late. Resending every overdue packet
+        instead made a stall on shared cores a storm: each worker resent its window, and the
+        switch passes resends to the PS (hosts/atp/README.md, "Timers")."""
         if self.finished:
             return []
         if now - self._last_progress >= self.config.stall_s:
@@ -207,10 +216,14 @@ class WorkerCore:
                              f"{self.config.stall_s:g} s, {self.n_packets - self.done_through} packets missing")
         start = self.done_through
         flight = self._sent_at[start:self.next_packet]
-        overdue = start + np.flatnonzero((flight + self.resend_timeout_s <= now) & ~self._done[start:self.next_packet])
+        overdue = start + np.flatnonzero(flight + self.resend_timeout_s <= now)  # a packet with its result is never due (inf)
+        if not len(overdue):
+            return []
         self._gap_resent[overdue] = False
-        self.stats.resends_timeout += len(overdue)
-        return self._resend(overdue, now)
+        flight[np.isfinite(flight)] = now
+        probes = np.unique(overdue[[0, -1]])
+        self.stats.resends_timeout += len(probes)
+        return self._resend(probes, now)
 
     # -- receiving ------------------------------------------------------------------------
 

@@ -230,23 +230,34 @@ static int64_t start(struct atp_job *job, double now)
     return count;
 }
 
-/* WorkerCore.expire: resend every packet whose result is overdue (cause "timeout"); returns
- * how many, or -1 when the worker stalled (ATPStalled). */
+/* WorkerCore.expire: a timeout resends the first and the last overdue packet (cause
+ * "timeout"), lets every overdue packet be resent once more on a gap and restarts the timer of
+ * every packet waiting; returns how many it resent, or -1 when the worker stalled (ATPStalled). */
 static int64_t expire(struct atp_job *job, double now)
 {
     if (finished(job))
         return 0;
     if (now - job->last_progress >= job->stall_s)
         return -1;
-    int64_t count = 0;
+    int64_t first = -1, last = -1;
     double timeout = resend_timeout(job);
     for (int64_t p = job->done_through; p < job->next_packet; p++) {
-        if (job->sent_at[p] + timeout <= now && !job->done[p]) {
+        if (job->sent_at[p] + timeout <= now) { /* a packet with its result is never due (INFINITY) */
             job->gap_resent[p] = 0;
-            resend(job, p, now);
-            count++;
+            if (first < 0)
+                first = p;
+            last = p;
         }
     }
+    if (first < 0)
+        return 0;
+    for (int64_t p = job->done_through; p < job->next_packet; p++)
+        if (isfinite(job->sent_at[p]))
+            job->sent_at[p] = now;
+    resend(job, first, now);
+    if (last != first)
+        resend(job, last, now);
+    int64_t count = last != first ? 2 : 1;
     job->stats.resends_timeout += count;
     return count;
 }
