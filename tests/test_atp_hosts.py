@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from atp_network import ATPNetwork, Faults
 from hosts.atp.aggregators import AggregatorMap
 from hosts.atp.parameter_server import ParameterServerCore
-from hosts.atp.worker import ATPStalled, WorkerConfig, WorkerCore
+from hosts.atp.worker import HOLD_MAX_S, HOLD_SHARE, ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
 from protocol.atp.packet import ATPHeader, decode_payload, encode_payload
 from protocol.atp.quantize import check_within, dequantize_sum, expected_sum, job_scale, quantize_tensor
@@ -266,6 +266,22 @@ def test_before_its_first_result_a_worker_waits_the_first_resend_timeout() -> No
     core.receive(ack(100), 0.06)
     assert core.next_timer() == pytest.approx(0.06), "once a result came, the resend timeout"
     assert [h.seq for h in headers(core.expire(0.061))] == [101, 102]
+
+
+def test_after_a_small_batch_on_a_shaped_link_the_loop_holds_a_share_of_the_windows_time_on_the_link() -> None:
+    """So that one wake-up takes several results (hosts/atp/README.md, "The native worker"): a
+    hold of HOLD_SHARE of the window's time on the link, at most HOLD_MAX_S, never on an
+    unshaped link, after most of a window, or with less than a window left to send."""
+    frame_s = 0.0003
+    core = worker(packets=20, positions=8, frame_s=frame_s)
+    core.start(0.0)
+    assert core.hold_s(1) == pytest.approx(HOLD_SHARE * 8 * frame_s)
+    assert core.hold_s(8) == 0.0, "a whole window of results: the worker's CPU, not the link, sets the pace"
+    assert worker(packets=20, positions=8).hold_s(1) == 0.0, "links not shaped"
+    assert worker(packets=20, positions=64, frame_s=frame_s).hold_s(1) == 0.0, "less than a window left to send"
+    assert worker(packets=200, positions=64, frame_s=frame_s).hold_s(1) == HOLD_MAX_S
+    core.cwnd = 2.0
+    assert core.hold_s(1) == pytest.approx(HOLD_SHARE * 2 * frame_s), "the window AIMD left, not W"
 
 
 def test_the_window_never_exceeds_the_positions_and_slides_with_results() -> None:

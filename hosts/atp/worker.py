@@ -43,6 +43,19 @@ spends hundreds of milliseconds reassembling (benchmarks/README.md, "ATP's ECN, 
 its capacity")."""
 
 
+HOLD_SHARE = 0.75
+"""After a small batch of results the socket loop lets the next ones gather for this share of
+the time the window takes to cross the worker's link, so that one wake-up takes several
+results (a wake-up costs about as much for one as for thirty) while a quarter of the window
+stays queued on the link: SwitchML's share (hosts/switchml/core.py; benchmarks/README.md, "Why a
+worker holds"), of a queue the worker knows from the link's rate rather than measures."""
+HOLD_BELOW_SHARE = 0.9
+"""Only batches smaller than this share of the window make the loop hold: a worker whose CPU
+is the bottleneck gets whole windows, and holding would slow it further."""
+HOLD_MAX_S = 0.010
+"""The longest hold: one bin of the send timeline, as SwitchML's."""
+
+
 class ATPStalled(RuntimeError):
     """No result advanced the all-reduce for ``stall_s``."""
 
@@ -59,6 +72,8 @@ class WorkerConfig:
     stall_s: float = DEFAULT_STALL_S
     first_resend_timeout_s: float = DEFAULT_FIRST_RESEND_TIMEOUT_S
     congestion_control: bool = True
+    frame_s: float = 0.0
+    """How long a frame takes on the job's slowest link; 0 where links are not shaped (the loop never holds)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_workers <= params.MAX_WORKERS or not 0 <= self.worker_id < self.n_workers:
@@ -67,6 +82,8 @@ class WorkerConfig:
             raise ValueError(f"ATP app_id must be 0..65535, got {self.app_id}")
         if not 1 <= self.k <= MAX_K:
             raise ValueError(f"ATP packets carry 1..{MAX_K} values, got k = {self.k}")
+        if self.frame_s < 0:
+            raise ValueError(f"a frame's time on the link must be >= 0, got {self.frame_s} s")
         if not 0 < self.resend_timeout_s < self.stall_s or not 0 <= self.first_resend_timeout_s < self.stall_s:
             raise ValueError(f"need 0 < resend timeout ({self.resend_timeout_s} s) < stall limit ({self.stall_s} s) "
                              f"and 0 <= first resend timeout ({self.first_resend_timeout_s} s) < stall limit")
@@ -161,6 +178,16 @@ class WorkerCore:
         than ``first_resend_timeout_s`` until the all-reduce's first result."""
         config = self.config
         return config.resend_timeout_s if self.stats.results else max(config.resend_timeout_s, config.first_resend_timeout_s)
+
+    def hold_s(self, received: int) -> float:
+        """How long the socket loop lets results gather after a batch of ``received`` datagrams
+        (HOLD_SHARE of the window's time on the link, at most HOLD_MAX_S): 0 on unshaped links,
+        after a batch of most of a window, and once less than a window is left to send (the
+        results then awaited are the job's last, and a hold would only add to its TAT)."""
+        window = self.window
+        if not self.config.frame_s or received >= HOLD_BELOW_SHARE * window or self.n_packets - self.next_packet < window:
+            return 0.0
+        return min(HOLD_SHARE * window * self.config.frame_s, HOLD_MAX_S)
 
     def next_timer(self) -> float | None:
         """When ``expire`` is next due (None once finished)."""
