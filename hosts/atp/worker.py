@@ -131,8 +131,11 @@ class WorkerCore:
             raise ValueError(f"sequences {seq_base}..{seq_base + n_packets - 1} leave ATP's 1..2^32-1")
         self.seq_base = seq_base
         self.length = len(values)
-        chunks = np.zeros((n_packets, k), dtype=wanted)
-        chunks.reshape(-1)[: len(values)] = values
+        if len(values) == n_packets * k and values.flags.c_contiguous:
+            chunks = values.reshape(n_packets, k)  # whole packets already: a view, never written, so no copy before the first packet
+        else:
+            chunks = np.zeros((n_packets, k), dtype=wanted)
+            chunks.reshape(-1)[: len(values)] = values
         self._chunks = chunks
         self._sums = np.zeros((n_packets, k), dtype=np.int32)
         self.scale = None if scale is None else np.float64(scale)
