@@ -43,12 +43,15 @@ spends hundreds of milliseconds reassembling (benchmarks/README.md, "ATP's ECN, 
 its capacity")."""
 
 
-HOLD_SHARE = 0.75
+HOLD_SHARE = 0.5
 """After a small batch of results the socket loop lets the next ones gather for this share of
 the time the window takes to cross the worker's link, so that one wake-up takes several
-results (a wake-up costs about as much for one as for thirty) while a quarter of the window
-stays queued on the link: SwitchML's share (hosts/switchml/core.py; benchmarks/README.md, "Why a
-worker holds"), of a queue the worker knows from the link's rate rather than measures."""
+results (a wake-up costs about as much for one as for thirty). The other half of the window
+stays queued on the link and covers what the worker does not measure: the path's own round
+trip through the PS (four links) and a worker's wait for a core. SwitchML holds three quarters
+of the queueing it measures (hosts/switchml/core.py; benchmarks/README.md, "Why a worker
+holds"); three quarters of ATP's window cost rate at 50 Mbit/s (benchmarks/README.md, "ATP's
+timeouts and wake-ups")."""
 HOLD_BELOW_SHARE = 0.9
 """Only batches smaller than this share of the window make the loop hold: a worker whose CPU
 is the bottleneck gets whole windows, and holding would slow it further."""

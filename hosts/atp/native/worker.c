@@ -38,7 +38,7 @@
 /* Offsets of atp_h's fields in a payload (protocol.atp.packet.FIELD_OFFSETS). */
 enum { F_BITMAP = 0, F_FAN_IN = 4, F_FLAGS = 5, F_APP_ID = 6, F_SEQ = 8, F_AGTR = 12, F_NEW_AGTR = 14 };
 
-#define HOLD_SHARE 0.75         /* worker.HOLD_SHARE */
+#define HOLD_SHARE 0.5          /* worker.HOLD_SHARE */
 #define HOLD_BELOW_SHARE 0.9    /* worker.HOLD_BELOW_SHARE */
 #define HOLD_MAX_S 0.010        /* worker.HOLD_MAX_S */
 
