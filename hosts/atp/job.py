@@ -82,8 +82,11 @@ class WorkerJob:
 
     def values(self, tensor: np.ndarray, core: WorkerCore) -> tuple[np.ndarray, np.ndarray]:
         """A finished all-reduce's (values, int32 sum): the sum itself for an int32 tensor, else
-        what the core dequantized as the results came."""
-        int_sum = core.result.copy()
+        what the core dequantized as the results came. Both are the finished core's own arrays,
+        not copies: a copy of the sum at the end of the job (11.8 MB at 50 Mbit/s) took eight
+        workers sharing two cores up to 115 ms, most of what ATP's ranks lost at the end of a job
+        (benchmarks/README.md, "ATP's timeouts and wake-ups")."""
+        int_sum = core.result
         return (int_sum if core.values is None else core.values), int_sum
 
 
