@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 
 from atp_network import ATPNetwork, Faults
 from hosts.atp.aggregators import AggregatorMap
+from hosts.atp.job import WorkerJob
 from hosts.atp.parameter_server import ParameterServerCore
 from hosts.atp.worker import HOLD_MAX_S, HOLD_SHARE, ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
+from protocol.atp.job import ATPParameters
 from protocol.atp.packet import ATPHeader, decode_payload, encode_payload
 from protocol.atp.quantize import check_within, dequantize_sum, expected_sum, job_scale, quantize_tensor
 
@@ -282,6 +284,27 @@ def test_after_a_small_batch_on_a_shaped_link_the_loop_holds_a_share_of_the_wind
     assert worker(packets=200, positions=64, frame_s=0.001).hold_s(1) == HOLD_MAX_S
     core.cwnd = 2.0
     assert core.hold_s(1) == pytest.approx(HOLD_SHARE * 2 * frame_s), "the window AIMD left, not W"
+
+
+def test_a_job_copies_no_tensor_at_either_end() -> None:
+    """The core sends from the caller's tensor when it divides into whole packets, and the job
+    hands back the finished core's own sum: copies of the whole tensor at either end of an
+    all-reduce held eight workers sharing two cores for tens of milliseconds (benchmarks/README.md,
+    "ATP's timeouts and wake-ups"). A tensor with a partial last packet is copied, padded."""
+    parameters = ATPParameters(k=K, pool_size=64, job_id=1, window=4, exponent=8, resend_timeout_ms=5.0,
+                               congestion_control=False, ecn_threshold=0)
+    job = WorkerJob(parameters, 0, 1, 10.0)
+    for tensor in (np.arange(3 * K, dtype=np.int32), np.linspace(-1, 1, 3 * K, dtype=np.float32)):
+        core = job.begin(tensor, 0.0)
+        assert np.shares_memory(core._chunks, tensor), "sent from the tensor itself"
+        for payload in core.start(0.0):
+            header, values = decode_payload(payload, K)
+            core.receive(encode_payload(ATPHeader(1, 1, params.FLAG_ACK, 1, header.seq, 0, params.NO_INDEX), values), 0.001)
+        values, int_sum = job.values(tensor, core)
+        assert core.finished and np.shares_memory(int_sum, core._sums), "the core's own sum"
+        assert np.array_equal(int_sum, quantize_tensor(tensor, 8, 1) if tensor.dtype == np.float32 else tensor)
+    ragged = np.arange(3 * K - 1, dtype=np.int32)
+    assert not np.shares_memory(job.begin(ragged, 0.0)._chunks, ragged), "a partial last packet: padded in a copy"
 
 
 def test_the_window_never_exceeds_the_positions_and_slides_with_results() -> None:
