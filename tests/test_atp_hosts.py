@@ -8,6 +8,8 @@ the exact integer sum protocol/atp/quantize.py says a correct job produces.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,9 +17,11 @@ from hypothesis import strategies as st
 
 from atp_network import ATPNetwork, Faults
 from hosts.atp.aggregators import AggregatorMap
+from hosts.atp.job import WorkerJob
 from hosts.atp.parameter_server import ParameterServerCore
-from hosts.atp.worker import ATPStalled, WorkerConfig, WorkerCore
+from hosts.atp.worker import HOLD_MAX_S, HOLD_SHARE, ATPStalled, WorkerConfig, WorkerCore
 from protocol.atp import params
+from protocol.atp.job import ATPParameters
 from protocol.atp.packet import ATPHeader, decode_payload, encode_payload
 from protocol.atp.quantize import check_within, dequantize_sum, expected_sum, job_scale, quantize_tensor
 
@@ -126,6 +130,56 @@ def test_a_lost_result_or_worker_packet_ends_exact(hop: str, seq: int, cause: st
     assert sum(resends) >= 1
 
 
+class StalledPS(Faults):
+    """Every frame on its way to the PS from ``start`` for ``length`` seconds arrives when the
+    stall ends, in order: the PS held up on a busy machine. Nothing is lost."""
+
+    def __init__(self, net_clock, start: float, length: float) -> None:
+        super().__init__()
+        self.clock, self.start, self.length = net_clock, start, length
+
+    def copies(self, hop: str, payload: bytes) -> list[float]:
+        now = self.clock()
+        return [self.start + self.length - now] if hop == "switch->ps" and self.start <= now < self.start + self.length else [0.0]
+
+
+def test_a_stall_longer_than_the_resend_timeout_resends_two_packets_per_timeout_not_the_window() -> None:
+    """Late is not lost: while the PS is held up for five resend timeouts, each worker resends
+    at most the first and the last overdue packet per timeout, not its whole window, which the
+    switch would pass to the PS (hosts/atp/README.md, "Timers")."""
+    timeout, stall = 0.004, 0.010  # the timeout two window drains, as on shaped links (hosts/atp/job.py, resend_floor)
+    net = ATPNetwork(K, 64, port_rate_bps=1e7)  # a frame 98 µs on a port: a window of 16 drains in 1.6 ms, the job in ~10 ms
+    net.faults = StalledPS(lambda: net.now, 0.003, stall)
+    inputs = tensors(6, 4, 100 * K)
+    job = run_job(net, 1, inputs, positions=16, congestion_control=False, resend_timeout_s=timeout)
+    net.run()
+    assert_exact(job, inputs)
+    for core in job.workers:  # resending every overdue packet: 195 each, and the job took 75 ms instead of 26
+        assert core.stats.resends_timeout <= 2 * math.ceil(stall / timeout) + 2, f"worker {core.config.worker_id} resent its window"
+    assert sum(core.stats.resends_timeout for core in job.workers) > 0, "the stall outlasted the timeout"
+
+
+def test_a_timeouts_probe_reveals_the_lost_packets_before_it_as_a_gap() -> None:
+    """A window's three results lost together: the timeout resends the first and the last, and
+    the last one's result reveals the one between as a gap, without a second timeout."""
+    lost = {1, 2, 3}
+
+    def lose(hop: str, payload: bytes) -> bool:
+        seq = decode_payload(payload, K)[0].seq
+        if hop == "ps->switch" and seq in lost:
+            lost.discard(seq)
+            return True
+        return False
+
+    net = ATPNetwork(K, 64, Faults(lose=lose))
+    inputs = tensors(7, 3, 3 * K)
+    job = run_job(net, 1, inputs, positions=4, congestion_control=False)
+    net.run()
+    assert_exact(job, inputs)
+    for core in job.workers:
+        assert (core.stats.resends_timeout, core.stats.resends_gap) == (2, 1)
+
+
 def test_ecn_from_the_egress_queue_halves_the_window_and_the_sum_stays_exact() -> None:
     net = ATPNetwork(K, 256, port_rate_bps=1e8)
     net.pipeline.egress.ecn_threshold.cells[0] = 3
@@ -210,10 +264,47 @@ def test_before_its_first_result_a_worker_waits_the_first_resend_timeout() -> No
     core.start(0.0)
     assert core.next_timer() == pytest.approx(0.05)
     assert core.expire(0.04) == [] and core.stats.resends_timeout == 0
-    assert [h.seq for h in headers(core.expire(0.05))] == [100, 101, 102]
+    assert [h.seq for h in headers(core.expire(0.05))] == [100, 102], "the first and the last overdue"
     core.receive(ack(100), 0.06)
     assert core.next_timer() == pytest.approx(0.06), "once a result came, the resend timeout"
     assert [h.seq for h in headers(core.expire(0.061))] == [101, 102]
+
+
+def test_after_a_small_batch_on_a_shaped_link_the_loop_holds_a_share_of_the_windows_time_on_the_link() -> None:
+    """So that one wake-up takes several results (hosts/atp/README.md, "The native worker"): a
+    hold of HOLD_SHARE of the window's time on the link, at most HOLD_MAX_S, never on an
+    unshaped link, after most of a window, or with less than a window left to send."""
+    frame_s = 0.0003
+    core = worker(packets=20, positions=8, frame_s=frame_s)
+    core.start(0.0)
+    assert core.hold_s(1) == pytest.approx(HOLD_SHARE * 8 * frame_s)
+    assert core.hold_s(8) == 0.0, "a whole window of results: the worker's CPU, not the link, sets the pace"
+    assert worker(packets=20, positions=8).hold_s(1) == 0.0, "links not shaped"
+    assert worker(packets=20, positions=64, frame_s=frame_s).hold_s(1) == 0.0, "less than a window left to send"
+    assert worker(packets=200, positions=64, frame_s=0.001).hold_s(1) == HOLD_MAX_S
+    core.cwnd = 2.0
+    assert core.hold_s(1) == pytest.approx(HOLD_SHARE * 2 * frame_s), "the window AIMD left, not W"
+
+
+def test_a_job_copies_no_tensor_at_either_end() -> None:
+    """The core sends from the caller's tensor when it divides into whole packets, and the job
+    hands back the finished core's own sum: copies of the whole tensor at either end of an
+    all-reduce held eight workers sharing two cores for tens of milliseconds (benchmarks/README.md,
+    "ATP's timeouts and wake-ups"). A tensor with a partial last packet is copied, padded."""
+    parameters = ATPParameters(k=K, pool_size=64, job_id=1, window=4, exponent=8, resend_timeout_ms=5.0,
+                               congestion_control=False, ecn_threshold=0)
+    job = WorkerJob(parameters, 0, 1, 10.0)
+    for tensor in (np.arange(3 * K, dtype=np.int32), np.linspace(-1, 1, 3 * K, dtype=np.float32)):
+        core = job.begin(tensor, 0.0)
+        assert np.shares_memory(core._chunks, tensor), "sent from the tensor itself"
+        for payload in core.start(0.0):
+            header, values = decode_payload(payload, K)
+            core.receive(encode_payload(ATPHeader(1, 1, params.FLAG_ACK, 1, header.seq, 0, params.NO_INDEX), values), 0.001)
+        values, int_sum = job.values(tensor, core)
+        assert core.finished and np.shares_memory(int_sum, core._sums), "the core's own sum"
+        assert np.array_equal(int_sum, quantize_tensor(tensor, 8, 1) if tensor.dtype == np.float32 else tensor)
+    ragged = np.arange(3 * K - 1, dtype=np.int32)
+    assert not np.shares_memory(job.begin(ragged, 0.0)._chunks, ragged), "a partial last packet: padded in a copy"
 
 
 def test_the_window_never_exceeds_the_positions_and_slides_with_results() -> None:

@@ -53,7 +53,7 @@ class Twins:
     def __init__(self, n_values: int, positions: int, pool_size: int, congestion_control: bool, seq_base: int, seed: int,
                  exponent: int | None = EXPONENTS[1]) -> None:
         config = WorkerConfig(app_id=APP_ID, worker_id=1, n_workers=N_WORKERS, k=K, resend_timeout_s=0.004, stall_s=0.1,
-                              congestion_control=congestion_control)
+                              congestion_control=congestion_control, frame_s=0.0002)
         rng = np.random.default_rng(seed)
         if exponent is None:
             values, scale = rng.integers(-(2**31), 2**31, n_values, dtype=np.int64).astype(np.int32), None
@@ -72,6 +72,8 @@ class Twins:
         self.sent += ours
         assert self.native.next_timer() == self.python.next_timer(), f"{what}: next_timer"
         assert self.native.window == self.python.window, f"{what}: window"
+        for received in range(self.python.window + 1):
+            assert self.native.hold_s(received) == self.python.hold_s(received), f"{what}: hold after {received} results"
         self.native.sync()
         python, twin = self.python, self.twin
         for name in ("done_through", "next_packet", "cwnd", "_marker", "_ecn_in_window", "_last_progress"):

@@ -9,8 +9,9 @@ datagram from anyone else (hosts/atp/sockets.py).
 The loop is SwitchML's (hosts/switchml/job.py), in Python (``_run``) or, where the job's
 ``data_path`` resolves to native, in C (hosts/atp/native/worker.c, the same loop on the same
 core's state): one recvmmsg takes every waiting result, the
-core answers each, one sendmmsg sends what it wrote; with nothing waiting it fires the due
-timers and sleeps in poll until the next timer, a result or the deadline. A datagram of the
+core answers each, one sendmmsg sends what it wrote, and after a small batch on a shaped link
+it holds a while so that the next results come together (``WorkerCore.hold_s``); with nothing
+waiting it fires the due timers and sleeps in poll until the next timer, a result or the deadline. A datagram of the
 wrong size is counted (``malformed``) and dropped before the core; the core counts and drops
 the rest of what is not its job's result (``ignored``). Nothing a datagram says can end the
 loop early or make it wait longer than its deadline.
@@ -68,13 +69,13 @@ class ATPClient:
 
     def __init__(self, rank: int, n_workers: int, parameters: ATPParameters, ps: tuple[str, int], switch: tuple[str, int], *,
                  bind_ipv4: str = "0.0.0.0", bind_port: int = params.WORKER_UDP_PORT,
-                 job_deadline_s: float = DEFAULT_JOB_DEADLINE_S, data_path: str = "python") -> None:
+                 job_deadline_s: float = DEFAULT_JOB_DEADLINE_S, data_path: str = "python", link_mbps: float | None = None) -> None:
         if job_deadline_s <= 0:
             raise ValueError(f"job_deadline_s must be positive, got {job_deadline_s}")
         self.parameters = parameters
         self.data_path = resolve(data_path)
         """Which loop runs (``protocol.data_path`` resolved: hosts/atp/native's worker.c, or ``_run``)."""
-        self._job = WorkerJob(parameters, rank, n_workers, job_deadline_s)
+        self._job = WorkerJob(parameters, rank, n_workers, job_deadline_s, link_mbps)
         self._config = self._job.config
         self._deadline_s = job_deadline_s
         self._io = PayloadSockets(parameters.k, BATCH_PER_WINDOW * parameters.window, (bind_ipv4, bind_port), ps, switch)
@@ -148,6 +149,9 @@ class ATPClient:
                     continue
                 out += core.receive(payload, now)
             self._send(out, now, timeline)
+            hold = core.hold_s(count)
+            if hold:
+                time.sleep(hold)
         return job_stats(core, io.size, timeline.bins, malformed, received_bytes, errno_counts(io.refusals - refusals_before))
 
     def _run_native(self, core: WorkerCore, started: float) -> JobStats:

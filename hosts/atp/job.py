@@ -44,15 +44,18 @@ def resend_floor(parameters: ATPParameters, link_mbps: float | None) -> ATPParam
 
 class WorkerJob:
     """Rank ``rank`` of ``n_workers`` in the ATP job ``parameters`` describe, given no more
-    than ``job_deadline_s`` per all-reduce (it stalls before that)."""
+    than ``job_deadline_s`` per all-reduce (it stalls before that); ``link_mbps``: the slowest
+    link's rate, where links are shaped (the socket loop's hold, ``WorkerCore.hold_s``)."""
 
-    def __init__(self, parameters: ATPParameters, rank: int, n_workers: int, job_deadline_s: float) -> None:
+    def __init__(self, parameters: ATPParameters, rank: int, n_workers: int, job_deadline_s: float,
+                 link_mbps: float | None = None) -> None:
         self.parameters = parameters
         self.config = WorkerConfig(app_id=parameters.job_id, worker_id=rank, n_workers=n_workers, k=parameters.k,
                                    resend_timeout_s=parameters.resend_timeout_s,
                                    stall_s=max(min(DEFAULT_STALL_S, job_deadline_s), 2 * parameters.resend_timeout_s,
                                                2 * DEFAULT_FIRST_RESEND_TIMEOUT_S),
-                                   congestion_control=parameters.congestion_control)
+                                   congestion_control=parameters.congestion_control,
+                                   frame_s=8 * frame_bytes(parameters.k) / (link_mbps * 1e6) if link_mbps else 0.0)
         self._map = AggregatorMap(parameters.job_id, parameters.window, parameters.pool_size)
         self._next_seq = 1
 
@@ -79,8 +82,11 @@ class WorkerJob:
 
     def values(self, tensor: np.ndarray, core: WorkerCore) -> tuple[np.ndarray, np.ndarray]:
         """A finished all-reduce's (values, int32 sum): the sum itself for an int32 tensor, else
-        what the core dequantized as the results came."""
-        int_sum = core.result.copy()
+        what the core dequantized as the results came. Both are the finished core's own arrays,
+        not copies: a copy of the sum at the end of the job (11.8 MB at 50 Mbit/s) took eight
+        workers sharing two cores up to 115 ms, most of what ATP's ranks lost at the end of a job
+        (benchmarks/README.md, "ATP's timeouts and wake-ups")."""
+        int_sum = core.result
         return (int_sum if core.values is None else core.values), int_sum
 
 

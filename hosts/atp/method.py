@@ -37,4 +37,4 @@ def atp_client(spec: WorkerSpec, rank: int) -> ATPClient:
     parameters = resend_floor(job_parameters(spec, needs_server=True), spec.link_mbps)
     return ATPClient(rank, spec.n_workers, parameters, (spec.servers[0], params.PS_UDP_PORT),
                      (spec.switch_ipv4, params.SWITCH_UDP_PORT), job_deadline_s=spec.job_timeout_s,
-                     data_path=parameters.data_path)
+                     data_path=parameters.data_path, link_mbps=spec.link_mbps)

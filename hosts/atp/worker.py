@@ -8,9 +8,11 @@ style). The worker, not the switch, picks each packet's aggregator (``Aggregator
 Sending: packet p (sequence seq_base + p) may leave once p < done_through + window, where
 done_through is the first packet without a result; the window never exceeds the map's W
 positions, so p and p + W, which share an aggregator, are never in flight together.
-Loss: a result beyond a hole resends the hole once (cause "gap"); a packet without a result
-for ``resend_timeout_s`` is resent (cause "timeout"), for ``first_resend_timeout_s`` at least
-while no result of the all-reduce has come; no progress for ``stall_s`` raises ATPStalled. Resends carry FLAG_RESEND: they never claim and flush their own partial sum.
+Loss: a result beyond a hole resends the hole once (cause "gap"); once a packet has waited
+``resend_timeout_s`` for its result (``first_resend_timeout_s`` at least while no result of the
+all-reduce has come), a timeout resends the first and the last overdue packet and restarts every
+waiting packet's timer (cause "timeout"; ``expire`` says why); no progress for ``stall_s`` raises
+ATPStalled. Resends carry FLAG_RESEND: they never claim and flush their own partial sum.
 Congestion: with ``congestion_control`` the window follows AIMD on the ECN results echo,
 once per window of packets: halved if any result of the window was marked, else one more.
 """
@@ -41,6 +43,22 @@ spends hundreds of milliseconds reassembling (benchmarks/README.md, "ATP's ECN, 
 its capacity")."""
 
 
+HOLD_SHARE = 0.5
+"""After a small batch of results the socket loop lets the next ones gather for this share of
+the time the window takes to cross the worker's link, so that one wake-up takes several
+results (a wake-up costs about as much for one as for thirty). The other half of the window
+stays queued on the link and covers what the worker does not measure: the path's own round
+trip through the PS (four links) and a worker's wait for a core. SwitchML holds three quarters
+of the queueing it measures (hosts/switchml/core.py; benchmarks/README.md, "Why a worker
+holds"); three quarters of ATP's window cost rate at 50 Mbit/s (benchmarks/README.md, "ATP's
+timeouts and wake-ups")."""
+HOLD_BELOW_SHARE = 0.9
+"""Only batches smaller than this share of the window make the loop hold: a worker whose CPU
+is the bottleneck gets whole windows, and holding would slow it further."""
+HOLD_MAX_S = 0.010
+"""The longest hold: one bin of the send timeline, as SwitchML's."""
+
+
 class ATPStalled(RuntimeError):
     """No result advanced the all-reduce for ``stall_s``."""
 
@@ -57,6 +75,8 @@ class WorkerConfig:
     stall_s: float = DEFAULT_STALL_S
     first_resend_timeout_s: float = DEFAULT_FIRST_RESEND_TIMEOUT_S
     congestion_control: bool = True
+    frame_s: float = 0.0
+    """How long a frame takes on the job's slowest link; 0 where links are not shaped (the loop never holds)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.n_workers <= params.MAX_WORKERS or not 0 <= self.worker_id < self.n_workers:
@@ -65,6 +85,8 @@ class WorkerConfig:
             raise ValueError(f"ATP app_id must be 0..65535, got {self.app_id}")
         if not 1 <= self.k <= MAX_K:
             raise ValueError(f"ATP packets carry 1..{MAX_K} values, got k = {self.k}")
+        if self.frame_s < 0:
+            raise ValueError(f"a frame's time on the link must be >= 0, got {self.frame_s} s")
         if not 0 < self.resend_timeout_s < self.stall_s or not 0 <= self.first_resend_timeout_s < self.stall_s:
             raise ValueError(f"need 0 < resend timeout ({self.resend_timeout_s} s) < stall limit ({self.stall_s} s) "
                              f"and 0 <= first resend timeout ({self.first_resend_timeout_s} s) < stall limit")
@@ -112,8 +134,11 @@ class WorkerCore:
             raise ValueError(f"sequences {seq_base}..{seq_base + n_packets - 1} leave ATP's 1..2^32-1")
         self.seq_base = seq_base
         self.length = len(values)
-        chunks = np.zeros((n_packets, k), dtype=wanted)
-        chunks.reshape(-1)[: len(values)] = values
+        if len(values) == n_packets * k and values.flags.c_contiguous:
+            chunks = values.reshape(n_packets, k)  # whole packets already: a view, never written, so no copy before the first packet
+        else:
+            chunks = np.zeros((n_packets, k), dtype=wanted)
+            chunks.reshape(-1)[: len(values)] = values
         self._chunks = chunks
         self._sums = np.zeros((n_packets, k), dtype=np.int32)
         self.scale = None if scale is None else np.float64(scale)
@@ -160,6 +185,16 @@ class WorkerCore:
         config = self.config
         return config.resend_timeout_s if self.stats.results else max(config.resend_timeout_s, config.first_resend_timeout_s)
 
+    def hold_s(self, received: int) -> float:
+        """How long the socket loop lets results gather after a batch of ``received`` datagrams
+        (HOLD_SHARE of the window's time on the link, at most HOLD_MAX_S): 0 on unshaped links,
+        after a batch of most of a window, and once less than a window is left to send (the
+        results then awaited are the job's last, and a hold would only add to its TAT)."""
+        window = self.window
+        if not self.config.frame_s or received >= HOLD_BELOW_SHARE * window or self.n_packets - self.next_packet < window:
+            return 0.0
+        return min(HOLD_SHARE * window * self.config.frame_s, HOLD_MAX_S)
+
     def next_timer(self) -> float | None:
         """When ``expire`` is next due (None once finished)."""
         if self.finished:
@@ -199,7 +234,14 @@ class WorkerCore:
         return [self._payload(int(p), params.FLAG_RESEND) for p in packets]
 
     def expire(self, now: float) -> list[bytes]:
-        """Resend every packet whose result is overdue (cause "timeout")."""
+        """A timeout: resend the first and the last overdue packet (cause "timeout"), let every
+        overdue packet be resent once more on a gap, and restart the timer of every packet
+        waiting. The first is the one holding the window (TCP resends the first segment not
+        acknowledged on a timeout, RFC 6298); the last is a probe, whose result reveals by
+        the gap rule which packets before it were lost (RACK-TLP's probe, RFC 8985), while
+        results that come before it show they were only late. Resending every overdue packet
+        instead made a stall on shared cores a storm: each worker resent its window, and the
+        switch passes resends to the PS (hosts/atp/README.md, "Timers")."""
         if self.finished:
             return []
         if now - self._last_progress >= self.config.stall_s:
@@ -207,10 +249,14 @@ class WorkerCore:
                              f"{self.config.stall_s:g} s, {self.n_packets - self.done_through} packets missing")
         start = self.done_through
         flight = self._sent_at[start:self.next_packet]
-        overdue = start + np.flatnonzero((flight + self.resend_timeout_s <= now) & ~self._done[start:self.next_packet])
+        overdue = start + np.flatnonzero(flight + self.resend_timeout_s <= now)  # a packet with its result is never due (inf)
+        if not len(overdue):
+            return []
         self._gap_resent[overdue] = False
-        self.stats.resends_timeout += len(overdue)
-        return self._resend(overdue, now)
+        flight[np.isfinite(flight)] = now
+        probes = np.unique(overdue[[0, -1]])
+        self.stats.resends_timeout += len(probes)
+        return self._resend(probes, now)
 
     # -- receiving ------------------------------------------------------------------------
 

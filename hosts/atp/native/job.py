@@ -52,7 +52,7 @@ class _Job(ctypes.Structure):
         *[(name, _i32) for name in ("app_id", "worker_id", "n_workers", "k", "congestion_control", "positions", "pool_size",
                                     "payload_bytes")],
         ("n_packets", _i64), ("seq_base", _u32), ("resend_timeout_s", _f64), ("stall_s", _f64), ("first_resend_timeout_s", _f64),
-        ("scale", _f64), *[(name, _p) for name in ("chunks", "sums", "values", "done", "sent_at", "gap_resent", "cwnd_log", "indices", "used")],
+        ("scale", _f64), ("frame_s", _f64), *[(name, _p) for name in ("chunks", "sums", "values", "done", "sent_at", "gap_resent", "cwnd_log", "indices", "used")],
         ("done_through", _i64), ("next_packet", _i64), ("marker", _i64), ("cwnd", _f64), ("last_progress", _f64),
         ("ecn_in_window", _i32), ("stats", _Stats),
         *[(name, _i32) for name in ("rx_fd", "tx_fd", "rx_capacity", "rx_stride", "tx_capacity")],
@@ -84,7 +84,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.atp_receive.argtypes = [job, ctypes.c_char_p, _i64, _f64]
     lib.atp_start.restype = lib.atp_expire.restype = lib.atp_receive.restype = lib.atp_window.restype = _i64
     lib.atp_next_timer.argtypes = lib.atp_window.argtypes = [job]
-    lib.atp_next_timer.restype = _f64
+    lib.atp_next_timer.restype = lib.atp_hold_s.restype = _f64
+    lib.atp_hold_s.argtypes = [job, _i64]
     if differences := native.layout_differences(lib, "atp", {_Job: lib.atp_job_size()}, STRUCTS):
         raise native.NativeUnavailable(f"worker.c and hosts/atp/native/job.py lay out the shared structs differently: {differences[0]}"
                                        + (f" (and {len(differences) - 1} more)" if len(differences) > 1 else ""))
@@ -118,7 +119,7 @@ class NativeCore:
             congestion_control=int(config.congestion_control), positions=aggregators.positions, pool_size=aggregators.pool_size,
             payload_bytes=self.payload_bytes, n_packets=core.n_packets, seq_base=core.seq_base,
             resend_timeout_s=config.resend_timeout_s, stall_s=config.stall_s, first_resend_timeout_s=config.first_resend_timeout_s,
-            scale=0.0 if core.scale is None else core.scale, values=None if core._values is None else _address(core._values),
+            scale=0.0 if core.scale is None else core.scale, frame_s=config.frame_s, values=None if core._values is None else _address(core._values),
             **dict(zip(("chunks", "sums", "done", "sent_at", "gap_resent", "cwnd_log", "indices", "used"), map(_address, arrays))),
             done_through=core.done_through, next_packet=core.next_packet, marker=core._marker, cwnd=core.cwnd,
             last_progress=core._last_progress, ecn_in_window=int(core._ecn_in_window),
@@ -155,6 +156,9 @@ class NativeCore:
     @property
     def window(self) -> int:
         return self.lib.atp_window(ctypes.byref(self.job))
+
+    def hold_s(self, received: int) -> float:
+        return self.lib.atp_hold_s(ctypes.byref(self.job), received)
 
     # -- the socket loop ---------------------------------------------------------------
 

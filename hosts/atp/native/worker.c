@@ -38,6 +38,10 @@
 /* Offsets of atp_h's fields in a payload (protocol.atp.packet.FIELD_OFFSETS). */
 enum { F_BITMAP = 0, F_FAN_IN = 4, F_FLAGS = 5, F_APP_ID = 6, F_SEQ = 8, F_AGTR = 12, F_NEW_AGTR = 14 };
 
+#define HOLD_SHARE 0.5          /* worker.HOLD_SHARE */
+#define HOLD_BELOW_SHARE 0.9    /* worker.HOLD_BELOW_SHARE */
+#define HOLD_MAX_S 0.010        /* worker.HOLD_MAX_S */
+
 /* What atp_run returns, and expire's answer when the worker stalled. */
 enum { ATP_DONE = 0, ATP_TIMED_OUT = 1, ATP_INTERRUPTED = 2, ATP_FAILED = 3, ATP_STALLED = 4 };
 /* Which call failed (atp_job.failed_call) when ATP_FAILED. */
@@ -55,6 +59,7 @@ struct atp_job {
     int64_t n_packets;
     uint32_t seq_base;
     double resend_timeout_s, stall_s, first_resend_timeout_s, scale;
+    double frame_s;                 /* a frame's time on the slowest link (WorkerConfig.frame_s); 0: unshaped, never hold */
     const void *chunks;             /* n_packets x k, native byte order (WorkerCore._chunks): float32 with a scale, else int32 */
     int32_t *sums;                  /* n_packets x k (WorkerCore._sums) */
     float *values;                  /* n_packets x k, the sums dequantized with scale (WorkerCore._values); NULL: an int32 job (scale 0) */
@@ -95,7 +100,7 @@ static const struct field FIELDS[] = {
     FIELD(atp_job, app_id), FIELD(atp_job, worker_id), FIELD(atp_job, n_workers), FIELD(atp_job, k), FIELD(atp_job, congestion_control),
     FIELD(atp_job, positions), FIELD(atp_job, pool_size), FIELD(atp_job, payload_bytes), FIELD(atp_job, n_packets),
     FIELD(atp_job, seq_base), FIELD(atp_job, resend_timeout_s), FIELD(atp_job, stall_s),
-    FIELD(atp_job, first_resend_timeout_s), FIELD(atp_job, scale), FIELD(atp_job, chunks), FIELD(atp_job, sums), FIELD(atp_job, values),
+    FIELD(atp_job, first_resend_timeout_s), FIELD(atp_job, scale), FIELD(atp_job, frame_s), FIELD(atp_job, chunks), FIELD(atp_job, sums), FIELD(atp_job, values),
     FIELD(atp_job, done), FIELD(atp_job, sent_at), FIELD(atp_job, gap_resent), FIELD(atp_job, cwnd_log), FIELD(atp_job, indices),
     FIELD(atp_job, used), FIELD(atp_job, done_through), FIELD(atp_job, next_packet), FIELD(atp_job, marker), FIELD(atp_job, cwnd),
     FIELD(atp_job, last_progress), FIELD(atp_job, ecn_in_window), FIELD(atp_job, stats), FIELD(atp_job, rx_fd), FIELD(atp_job, tx_fd),
@@ -157,6 +162,16 @@ static double resend_timeout(const struct atp_job *job)
     if (job->stats.results || job->first_resend_timeout_s < job->resend_timeout_s)
         return job->resend_timeout_s;
     return job->first_resend_timeout_s;
+}
+
+/* WorkerCore.hold_s: how long the loop lets results gather after a batch of ``received``. */
+static double hold_s(const struct atp_job *job, int64_t received)
+{
+    int64_t w = window(job);
+    if (!job->frame_s || received >= HOLD_BELOW_SHARE * w || job->n_packets - job->next_packet < w)
+        return 0.0;
+    double hold = HOLD_SHARE * w * job->frame_s;
+    return hold < HOLD_MAX_S ? hold : HOLD_MAX_S;
 }
 
 /* WorkerCore.next_timer; INFINITY for None (finished). */
@@ -230,23 +245,34 @@ static int64_t start(struct atp_job *job, double now)
     return count;
 }
 
-/* WorkerCore.expire: resend every packet whose result is overdue (cause "timeout"); returns
- * how many, or -1 when the worker stalled (ATPStalled). */
+/* WorkerCore.expire: a timeout resends the first and the last overdue packet (cause
+ * "timeout"), lets every overdue packet be resent once more on a gap and restarts the timer of
+ * every packet waiting; returns how many it resent, or -1 when the worker stalled (ATPStalled). */
 static int64_t expire(struct atp_job *job, double now)
 {
     if (finished(job))
         return 0;
     if (now - job->last_progress >= job->stall_s)
         return -1;
-    int64_t count = 0;
+    int64_t first = -1, last = -1;
     double timeout = resend_timeout(job);
     for (int64_t p = job->done_through; p < job->next_packet; p++) {
-        if (job->sent_at[p] + timeout <= now && !job->done[p]) {
+        if (job->sent_at[p] + timeout <= now) { /* a packet with its result is never due (INFINITY) */
             job->gap_resent[p] = 0;
-            resend(job, p, now);
-            count++;
+            if (first < 0)
+                first = p;
+            last = p;
         }
     }
+    if (first < 0)
+        return 0;
+    for (int64_t p = job->done_through; p < job->next_packet; p++)
+        if (isfinite(job->sent_at[p]))
+            job->sent_at[p] = now;
+    resend(job, first, now);
+    if (last != first)
+        resend(job, last, now);
+    int64_t count = last != first ? 2 : 1;
     job->stats.resends_timeout += count;
     return count;
 }
@@ -332,12 +358,13 @@ static int64_t receive(struct atp_job *job, const uint8_t *datagram, int64_t len
     return count + fill(job, now);
 }
 
-/* start, receive, expire, next_timer and window for a driver outside C (tests/test_native_atp.py
+/* start, receive, expire, next_timer, hold_s and window for a driver outside C (tests/test_native_atp.py
  * holds them to worker.py's): each writes its payloads to tx from tx_count on. */
 int64_t atp_start(struct atp_job *job, double now) { return start(job, now); }
 int64_t atp_receive(struct atp_job *job, const uint8_t *datagram, int64_t length, double now) { return receive(job, datagram, length, now); }
 int64_t atp_expire(struct atp_job *job, double now) { return expire(job, now); }
 double atp_next_timer(const struct atp_job *job) { return next_timer(job); }
+double atp_hold_s(const struct atp_job *job, int64_t received) { return hold_s(job, received); }
 int64_t atp_window(const struct atp_job *job) { return window(job); }
 
 /* ---- the driver (ATPClient._run) --------------------------------------------------------- */
@@ -363,7 +390,7 @@ static int flush(struct atp_job *job, struct mmsghdr *table, double now, const s
     return 0;
 }
 
-/* The loop: results in batches, timers when idle, until every packet has its result. A
+/* The loop: results in batches (after a small one, a hold: hold_s), timers when idle, until every packet has its result. A
  * receive writes at most 2W - 1 payloads (its gap's resends and a window), so tx is sent
  * whenever fewer than 2W places are left, and once after the batch. */
 static int run(struct atp_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx_table)
@@ -420,6 +447,12 @@ static int run(struct atp_job *job, struct mmsghdr *tx_table, struct mmsghdr *rx
             return ATP_FAILED;
         if (now >= return_at)
             return ATP_INTERRUPTED;
+        double hold = hold_s(job, count);
+        if (hold > 0) { /* as client.py's time.sleep */
+            struct timespec wait = span(hold);
+            if (nanosleep(&wait, NULL) < 0 && errno == EINTR)
+                return ATP_INTERRUPTED;
+        }
     }
     return ATP_DONE;
 }
