@@ -9,9 +9,10 @@ milliseconds), while h2 sends other datagrams through the switch at random (``--
 apart on average, exponential gaps; 0: none) that wake the switch meanwhile. The same run with
 no link delay gives the one-way time of the rest of the path (veths, the switch's program),
 the reference the lateness is read against. The target is the first that delays frames
-itself (switches/targets.py). Run as root:
+itself (switches/targets.py), running SwitchML's program, whose forwarding carries the
+datagrams. Run as root:
 
-    .venv/bin/python benchmarks/embedded_delay_line.py [--frames 300] [--link-delay-ms 10] [--gap-ms 1]
+    .venv/bin/python benchmarks/switchml/embedded_delay_line.py [--frames 300] [--link-delay-ms 10] [--gap-ms 1]
 
 prints, for the delayed and the undelayed run, the one-way time beyond the links' delay:
 mean, median, p99 and maximum in ms (benchmarks/README.md, "Simulated against emulated").
@@ -32,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from base.netns import Host  # noqa: E402
