@@ -10,6 +10,10 @@ This is the wire, not the P4 program: bmv2 has no timers, so the bmv2 target has
 equivalent, and the delay line sits after egress, where the frame would enter the cable.
 Frames are copied (the pipeline reuses its buffer) and kept in arrival order; with one
 constant delay the queue is FIFO, so releasing is a deque pop.
+
+The line is selectable: its timerfd (base/timerfd.py) is armed for the head frame's due
+time whenever the head changes, so the switch's epoll wait wakes when a frame is due, to
+the microsecond; an epoll timeout would wake it up to a whole millisecond late.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import time
 from collections import deque
 from typing import Callable
+
+from base.timerfd import MonotonicTimer
 
 Transmit = Callable[[memoryview | bytes], object]
 
@@ -27,24 +33,29 @@ class DelayLine:
             raise ValueError(f"a delay line needs a positive delay, got {hold_s}")
         self.hold_s = hold_s
         self._queue: deque[tuple[float, Transmit, bytes]] = deque()
+        self._timer = MonotonicTimer()
         self.tx_errors = 0
         """Delayed frames the kernel refused when they were finally sent."""
 
+    def fileno(self) -> int:
+        """Readable once the head frame is due: register it with the loop's selector."""
+        return self._timer.fileno()
+
     def wrap(self, transmit: Transmit) -> Transmit:
         """A transmit function that queues the frame and lets ``release`` send it later."""
-        queue, hold_s, clock = self._queue, self.hold_s, time.monotonic
+        queue, hold_s, clock, fire_at = self._queue, self.hold_s, time.monotonic, self._timer.fire_at
 
         def delayed(frame: memoryview | bytes) -> None:
-            queue.append((clock() + hold_s, transmit, bytes(frame)))
+            due = clock() + hold_s
+            if not queue:  # the new head
+                fire_at(due)
+            queue.append((due, transmit, bytes(frame)))
 
         return delayed
 
-    def due_in(self, now: float) -> float | None:
-        """Seconds until the next frame is due (0 if overdue), None if nothing waits."""
-        return max(0.0, self._queue[0][0] - now) if self._queue else None
-
     def release(self, now: float) -> None:
-        """Send every frame whose time has come."""
+        """Send every frame whose time has come, and arm the timer for the next."""
+        self._timer.acknowledge()
         queue = self._queue
         while queue and queue[0][0] <= now:
             _, transmit, frame = queue.popleft()
@@ -52,3 +63,12 @@ class DelayLine:
                 transmit(frame)
             except OSError:
                 self.tx_errors += 1
+        if queue:
+            self._timer.fire_at(queue[0][0])
+
+    def release_due(self) -> None:
+        """What the loop calls when the line is readable: release what is due now."""
+        self.release(time.monotonic())
+
+    def close(self) -> None:
+        self._timer.close()

@@ -1,4 +1,5 @@
-"""The port I/O loop: one thread, epoll over every port socket and the control socket.
+"""The port I/O loop: one thread, epoll over every port socket, the control socket and the
+delay line if there is one (readable when a held frame is due, delay_line.py).
 
 Readiness of a port drains that socket until EAGAIN (bounded by ``BURST`` so one busy port
 cannot starve the others or the control plane), receiving each frame as it was on the
@@ -15,7 +16,6 @@ import logging
 import selectors
 import signal
 import socket
-import time
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -42,6 +42,8 @@ class EmbeddedSwitch:
         self._rx_drops: dict[int, int] = {port: 0 for port in ports}
         self._running = False
         try:
+            if delay_line is not None:  # readable when its head frame is due
+                self._selector.register(delay_line, selectors.EVENT_READ, delay_line.release_due)
             for port, ifname in ports.items():
                 sock = open_port_socket(ifname)
                 self._sockets[port] = sock
@@ -76,18 +78,9 @@ class EmbeddedSwitch:
             signal.signal(signum, lambda *_: self.stop())
         log.info("switch running %s", type(self.pipeline).__name__)
         select = self._selector.select
-        delay_line = self.delay_line
-        if delay_line is None:
-            while self._running:
-                for key, _events in select(IDLE_WAKEUP_S):
-                    key.data()
-        else:  # wake up in time for the next delayed frame, too
-            clock = time.monotonic
-            while self._running:
-                due_in = delay_line.due_in(clock())
-                for key, _events in select(IDLE_WAKEUP_S if due_in is None else min(due_in, IDLE_WAKEUP_S)):
-                    key.data()
-                delay_line.release(clock())
+        while self._running:
+            for key, _events in select(IDLE_WAKEUP_S):
+                key.data()
         log.info("switch stopping: %s", self.stats())
 
     def stop(self) -> None:
@@ -99,3 +92,5 @@ class EmbeddedSwitch:
         for sock in self._sockets.values():
             sock.close()
         self._selector.close()
+        if self.delay_line is not None:
+            self.delay_line.close()
