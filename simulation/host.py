@@ -3,10 +3,11 @@
 A protocol's record (methods/aggregation.py) names its worker core (``Aggregation.core``, a
 ``HostCore``: frames in, frames out, the time it wants to be woken). ``CoreHost`` is the
 driver that does the I/O for it on SimPy, as a socket loop does on a real host: send what
-the core returned, wait until a frame arrives or the core's time comes, hand over every
-frame that arrived, and stop at the job's deadline (the worker spec's ``job_timeout_s``,
-in simulated seconds). Nothing of any protocol is here: the toy protocol of the plug-in
-tests and ATP run on it as their cores are.
+the core returned, hold as long as the core asks (its loop's sleep after a batch), wait
+until a frame arrives or the core's time comes, hand over every frame that arrived, and
+stop at the job's deadline (the worker spec's ``job_timeout_s``, in simulated seconds).
+Nothing of any protocol is here: the toy protocol of the plug-in tests and ATP run on it as
+their cores are.
 
 A protocol whose driver must match a compiled event loop event for event gives its own
 (``Aggregation.simulated_host``: SwitchML's simulation/switchml/worker.py, which
@@ -115,6 +116,8 @@ class CoreHost:
             self._inbox.clear()
             frames, wake = core.step(env.now, received)
             self._send(frames)
+            if core.hold_s and not core.done:
+                yield env.timeout(core.hold_s)
         values, int_sum, stats = core.outcome()
         stats.tat_s = env.now - t0
         return HostResult(values, int_sum, stats)

@@ -19,6 +19,8 @@ import pytest
 import run_experiment
 from experiments.config import CONFIG_DIR
 from hosts.atp import core as atp_core
+from hosts.atp.worker import HOLD_MAX_S, HOLD_SHARE
+from protocol.atp.packet import frame_bytes
 from switches.atp.programming import read_event_counters
 from switches.embedded.atp.simulated import ATPSwitch
 
@@ -164,6 +166,30 @@ def test_atp_jobs_sharing_one_pool_collide_and_stay_exact(tmp_path: Path, built:
     assert len(built["servers"]) == 4, "each job its own PS on its own host"
     assert sum(server.core.stats.collided_sequences for server in built["servers"]) > 0
     assert sum(server.core.stats.partial_sums for server in built["servers"]) > 0
+
+
+def test_a_simulated_worker_holds_after_a_small_batch_as_its_socket_loop_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a shaped link the socket loop sleeps ``WorkerCore.hold_s`` after a small batch of
+    results (hosts/atp/client.py, worker.c); the simulated worker asks its driver for the same
+    hold, and takes nothing until it is over."""
+    steps: dict[int, list[tuple[float, int, float]]] = {}
+    step = atp_core.WorkerHostCore.step
+
+    def recording(self, now, received):  # type: ignore[no-untyped-def]
+        out = step(self, now, received)
+        steps.setdefault(id(self), []).append((now, len(received), self.hold_s))
+        return out
+
+    monkeypatch.setattr(atp_core.WorkerHostCore, "step", recording)
+    config = tmp_path / "shared.yaml"
+    config.write_text(SHARED_POOL)
+    assert run(config, tmp_path / "run") == 0
+    window_on_link_s = 8 * 8 * frame_bytes(256) / 5e6  # window 8 at 5 Mbit/s
+    held = [(rank_steps[i + 1][0] - now, hold) for rank_steps in steps.values()
+            for i, (now, received, hold) in enumerate(rank_steps[:-1]) if hold]
+    assert held, "small batches on a shaped link hold"
+    assert max(hold for _, hold in held) == pytest.approx(min(HOLD_SHARE * window_on_link_s, HOLD_MAX_S)), "half the window's time on the link"
+    assert all(gap >= hold - 1e-12 for gap, hold in held), "the driver hands the core nothing during a hold"
 
 
 @pytest.mark.parametrize(("requested", "mechanism"), [("auto", "simulated_link_loss"), ("switch", "switch_drop_simulator")])
