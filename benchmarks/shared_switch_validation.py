@@ -8,8 +8,8 @@ target, link rate, register budget, its one in-network method) runs again with
 (``--link-burst-bytes``, default network/shaping.py's HTB_CBURST_BYTES; 0 is the wire's model):
 the comparison is with the emulator's network, whose links let a frame after an idle spell
 cross at once (simulation/link.py), and its workers holding after a small batch of results as
-their socket loops do (``simulation.worker_holds``). ``--set KEY=VALUE`` passes further overrides to the
-simulated runs (the hosts' models: ``simulation.rank_start_skew_us``,
+their socket loops do (``simulation.worker_holds``). ``--set KEY=VALUE`` passes further
+overrides to the simulated runs (the hosts' models: ``simulation.rank_start_skew_us``,
 ``simulation.server_packet_cost_us``), recorded in the CSV. Per point and job, the job's TAT
 (its slowest rank's) on both clocks, and per point the total ATE/s (all jobs' elements over
 the makespan, experiments/metrics.py), each as the median and the mean over repetitions,

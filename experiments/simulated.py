@@ -227,8 +227,8 @@ def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequen
         net.attach_server(station.name, start_server(net.env, spec, index, station, net.switch_station, server_cost_s))
     for rank, index in enumerate(indices):
         host = hosts[index]
-        net.attach(index, start_host(net.env, spec, rank, Station(host.name, host.mac, host.ipv4), net.switch_station, packet_cost_s,
-                                           holds))
+        net.attach(index, start_host(net.env, spec, rank, Station(host.name, host.mac, host.ipv4), net.switch_station,
+                                     packet_cost_s, holds))
     return indices
 
 

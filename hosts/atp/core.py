@@ -8,7 +8,7 @@ of the wrong size or for another UDP port, as a socket would never see it (``mal
 The job (job.py: quantization, the aggregator map and sequences that carry over from one
 all-reduce to the next, ``JobStats``) and the loop's policy are the socket worker's: results
 first, the timers only when nothing arrived, and after a small batch of results on a shaped
-link a hold (``WorkerCore.hold_s``; the driver sleeps through it as the socket loop does).
+link a hold (``WorkerCore.hold_s``; the driver sleeps through it with ``simulation.worker_holds``).
 
 A worker sends to its PS's IPv4 (``servers[0]``) with the switch's MAC, as a host whose next
 hop is the switch: ATP's program matches its senders by port and IPv4 (docs/dataplane-atp.md),
