@@ -5,9 +5,9 @@ A protocol's record (methods/aggregation.py) names its worker core (``Aggregatio
 driver that does the I/O for it on SimPy, as a socket loop does on a real host: send what
 the core returned, hold as long as the core asks where the host models its socket loop's
 sleep after a batch (``simulation.worker_holds``), wait until a frame arrives or the core's
-time comes, hand over every frame that arrived, and stop at the job's deadline (the worker spec's ``job_timeout_s``, in simulated seconds).
-Nothing of any protocol is here: the toy protocol of the plug-in tests and ATP run on it as
-their cores are.
+time comes, hand over every frame that arrived, and stop at the job's deadline (the worker
+spec's ``job_timeout_s``, in simulated seconds). Nothing of any protocol is here: the toy
+protocol of the plug-in tests and ATP run on it as their cores are.
 
 A protocol whose driver must match a compiled event loop event for event gives its own
 (``Aggregation.simulated_host``: SwitchML's simulation/switchml/worker.py, which
