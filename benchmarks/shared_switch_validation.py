@@ -7,8 +7,9 @@ target, link rate, register budget, its one in-network method) runs again with
 ``run_experiment.py --simulate``, its links given the emulator's htb bucket
 (``--link-burst-bytes``, default network/shaping.py's HTB_CBURST_BYTES; 0 is the wire's model):
 the comparison is with the emulator's network, whose links let a frame after an idle spell
-cross at once (simulation/link.py). ``--set KEY=VALUE`` passes further overrides to the
-simulated runs (the hosts' models: ``simulation.rank_start_skew_us``,
+cross at once (simulation/link.py), and its workers holding after a small batch of results as
+their socket loops do (``simulation.worker_holds``). ``--set KEY=VALUE`` passes further
+overrides to the simulated runs (the hosts' models: ``simulation.rank_start_skew_us``,
 ``simulation.server_packet_cost_us``), recorded in the CSV. Per point and job, the job's TAT
 (its slowest rank's) on both clocks, and per point the total ATE/s (all jobs' elements over
 the makespan, experiments/metrics.py), each as the median and the mean over repetitions,
@@ -64,10 +65,16 @@ is the means' difference over the standard error of that difference."""
 VALIDATION_SHARE = 0.05
 
 
+def emulated_hosts(burst_bytes: float) -> list[str]:
+    """The overrides that model the emulator's links and hosts: htb's bucket of ``burst_bytes``,
+    and workers that hold after a small batch of results as their socket loops do."""
+    return [f"simulation.link_burst_bytes={burst_bytes:g}", "simulation.worker_holds=true"]
+
+
 def simulate(run: Path, out: Path, burst_bytes: float, overrides: list[str]) -> None:
     """``run``'s resolved config on the simulated clock into ``out`` (its own target, rate and
     method), each link with a token bucket of ``burst_bytes``, and ``overrides`` (KEY=VALUE)."""
-    run_simulated(run, out, [f"simulation.link_burst_bytes={burst_bytes:g}", *overrides])
+    run_simulated(run, out, [*emulated_hosts(burst_bytes), *overrides])
 
 
 def per_job(run: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -93,7 +100,7 @@ def simulated_per_job(run: Path, out: Path, burst_bytes: float, overrides: list[
     if not measured_starts:
         simulate(run, out, burst_bytes, overrides)
         return per_job(out)
-    outs = run_points_apart(run, out, {key: [f"simulation.link_burst_bytes={burst_bytes:g}", *overrides, *starts.overrides()]
+    outs = run_points_apart(run, out, {key: [*emulated_hosts(burst_bytes), *overrides, *starts.overrides()]
                                        for key, starts in measure_starts(run).items()})
     parts = [(jobs.assign(point=index), totals.assign(point=index)) for (index, _), folder in sorted(outs.items())
              for jobs, totals in [per_job(folder)]]

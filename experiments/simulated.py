@@ -173,6 +173,7 @@ def simulation_record(experiment: Experiment) -> dict[str, Any]:
         "host_packet_cost_us": float(section.get("host_packet_cost_us", 0.0)),
         "server_packet_cost_us": float(section.get("server_packet_cost_us", 0.0)),
         "switch_packet_cost_us": float(section.get("switch_packet_cost_us", 0.0)),
+        "worker_holds": bool(section.get("worker_holds", False)),
         "rank_start_skew_us": float(section.get("rank_start_skew_us", 0.0)),
         "rank_start_jitter_us": float(section.get("rank_start_jitter_us", 0.0)),
         "link_burst_bytes": float(section.get("link_burst_bytes", 0.0)),
@@ -213,10 +214,11 @@ def point_simulation(experiment: Experiment, point: Point, target: str, method: 
 
 
 def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequence[int] | None = None,
-                   packet_cost_s: float = 0.0, server_cost_s: float = 0.0) -> list[int]:
+                   packet_cost_s: float = 0.0, server_cost_s: float = 0.0, holds: bool = False) -> list[int]:
     """The spec's workers on ``net``'s hosts at ``host_indices`` (default: every host, rank
     order), each built from the spec as its host builds it (simulation/host.py), and the job's
-    servers (the spec's ``servers``) on the hosts the network cabled for them; the indices."""
+    servers (the spec's ``servers``) on the hosts the network cabled for them; the indices.
+    ``holds``: the workers hold as their socket loops do (``simulation.worker_holds``)."""
     hosts = net.topology.hosts
     indices = list(range(len(hosts))) if host_indices is None else list(host_indices)
     stations = {station.ipv4: station for station in net.servers.values()}
@@ -225,7 +227,8 @@ def attach_workers(net: SimulatedNetwork, spec: WorkerSpec, host_indices: Sequen
         net.attach_server(station.name, start_server(net.env, spec, index, station, net.switch_station, server_cost_s))
     for rank, index in enumerate(indices):
         host = hosts[index]
-        net.attach(index, start_host(net.env, spec, rank, Station(host.name, host.mac, host.ipv4), net.switch_station, packet_cost_s))
+        net.attach(index, start_host(net.env, spec, rank, Station(host.name, host.mac, host.ipv4), net.switch_station,
+                                     packet_cost_s, holds))
     return indices
 
 
@@ -326,7 +329,7 @@ class SimulatedPoint:
         spec = WorkerSpec.read(spec_path)
         record = self.clock.record
         indices = attach_workers(self._network(method), spec, host_indices, record["host_packet_cost_us"] * US,
-                                 record["server_packet_cost_us"] * US)
+                                 record["server_packet_cost_us"] * US, record["worker_holds"])
         program = resolve(self.point.workload_kind.rank_program)
         yield SimulatedWorkers(self, method, [program(spec, rank, self._inputs.__getitem__) for rank in range(len(indices))], indices)
 

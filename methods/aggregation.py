@@ -74,6 +74,11 @@ class HostCore(Protocol):
         """The frames that reached the host by ``now`` (none: it was woken at its time): the
         frames to send, and when to wake it next."""
 
+    hold_s: float
+    """How long the host's socket loop lets frames gather after the last ``step`` before it
+    takes the next ones (0: at once): the driver hands the core nothing, and fires no timer,
+    until then, as the loop sleeps (ATP's worker after a small batch on a shaped link)."""
+
     @property
     def done(self) -> bool:
         """Whether the all-reduce has its whole result."""

@@ -3,10 +3,11 @@
 A protocol's record (methods/aggregation.py) names its worker core (``Aggregation.core``, a
 ``HostCore``: frames in, frames out, the time it wants to be woken). ``CoreHost`` is the
 driver that does the I/O for it on SimPy, as a socket loop does on a real host: send what
-the core returned, wait until a frame arrives or the core's time comes, hand over every
-frame that arrived, and stop at the job's deadline (the worker spec's ``job_timeout_s``,
-in simulated seconds). Nothing of any protocol is here: the toy protocol of the plug-in
-tests and ATP run on it as their cores are.
+the core returned, hold as long as the core asks where the host models its socket loop's
+sleep after a batch (``simulation.worker_holds``), wait until a frame arrives or the core's
+time comes, hand over every frame that arrived, and stop at the job's deadline (the worker
+spec's ``job_timeout_s``, in simulated seconds). Nothing of any protocol is here: the toy
+protocol of the plug-in tests and ATP run on it as their cores are.
 
 A protocol whose driver must match a compiled event loop event for event gives its own
 (``Aggregation.simulated_host``: SwitchML's simulation/switchml/worker.py, which
@@ -62,9 +63,10 @@ class HostTimeout(TimeoutError):
 
 
 def start_host(env: simpy.Environment, spec: WorkerSpec, rank: int, host: Station, switch: Station,
-               packet_cost_s: float = 0.0) -> SimulatedHost:
+               packet_cost_s: float = 0.0, holds: bool = False) -> SimulatedHost:
     """Rank ``rank`` of the spec's method on the simulated clock: its protocol's own driver
-    (``Aggregation.simulated_host``), else the generic one over its core."""
+    (``Aggregation.simulated_host``), else the generic one over its core, which with ``holds``
+    sleeps through the holds its core asks for (``HostCore.hold_s``), as the core's socket loop does."""
     aggregation = methods.by_name(spec.method).aggregation
     if aggregation is None or not aggregation.simulated:
         raise ValueError(f"method {spec.method} has no worker on the simulated clock (its record names no core)")
@@ -72,17 +74,19 @@ def start_host(env: simpy.Environment, spec: WorkerSpec, rank: int, host: Statio
         return resolve(aggregation.simulated_host)(env, spec, rank, host, switch, packet_cost_s)
     if packet_cost_s:
         raise ValueError(f"{aggregation.label}'s worker core runs on an ideal host; a host cost per packet is its own driver's")
-    return CoreHost(env, resolve(aggregation.core)(spec, rank, host, switch), spec.job_timeout_s, f"{aggregation.label} rank {rank}")
+    return CoreHost(env, resolve(aggregation.core)(spec, rank, host, switch), spec.job_timeout_s, f"{aggregation.label} rank {rank}", holds)
 
 
 class CoreHost:
     """A ``HostCore`` driven on SimPy: I/O and the deadline only, the protocol in the core."""
 
-    def __init__(self, env: simpy.Environment, core: Any, deadline_s: float, name: str) -> None:
+    def __init__(self, env: simpy.Environment, core: Any, deadline_s: float, name: str, holds: bool = False) -> None:
         self._env = env
         self._core = core
         self._deadline_s = deadline_s
         self._name = name
+        self._holds = holds
+        """Whether it sleeps through its core's holds (the socket loop's), or takes every frame as it arrives (an ideal host)."""
         self._inbox: deque[bytes] = deque()
         self._arrival: simpy.Event | None = None
         self.uplink: Link | None = None
@@ -115,6 +119,8 @@ class CoreHost:
             self._inbox.clear()
             frames, wake = core.step(env.now, received)
             self._send(frames)
+            if self._holds and core.hold_s and not core.done:
+                yield env.timeout(core.hold_s)
         values, int_sum, stats = core.outcome()
         stats.tat_s = env.now - t0
         return HostResult(values, int_sum, stats)

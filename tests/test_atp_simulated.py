@@ -19,6 +19,8 @@ import pytest
 import run_experiment
 from experiments.config import CONFIG_DIR
 from hosts.atp import core as atp_core
+from hosts.atp.worker import HOLD_MAX_S, HOLD_SHARE
+from protocol.atp.packet import frame_bytes
 from switches.atp.programming import read_event_counters
 from switches.embedded.atp.simulated import ATPSwitch
 
@@ -164,6 +166,46 @@ def test_atp_jobs_sharing_one_pool_collide_and_stay_exact(tmp_path: Path, built:
     assert len(built["servers"]) == 4, "each job its own PS on its own host"
     assert sum(server.core.stats.collided_sequences for server in built["servers"]) > 0
     assert sum(server.core.stats.partial_sums for server in built["servers"]) > 0
+
+
+def worker_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *settings: str) -> list[list[tuple[float, float]]]:
+    """SHARED_POOL on the simulated clock: per ATP worker, each step's time and the hold it then asked for."""
+    steps: dict[int, list[tuple[float, float]]] = {}
+    step = atp_core.WorkerHostCore.step
+
+    def recording(self, now, received):  # type: ignore[no-untyped-def]
+        out = step(self, now, received)
+        steps.setdefault(id(self), []).append((now, self.hold_s))
+        return out
+
+    monkeypatch.setattr(atp_core.WorkerHostCore, "step", recording)
+    config = tmp_path / "shared.yaml"
+    config.write_text(SHARED_POOL)
+    assert run(config, tmp_path / "run", *settings) == 0
+    return list(steps.values())
+
+
+def held(steps: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """(time to the next step, hold asked for) after every step that asked for a hold."""
+    return [(rank[i + 1][0] - now, hold) for rank in steps for i, (now, hold) in enumerate(rank[:-1]) if hold]
+
+
+def test_a_simulated_worker_holds_after_a_small_batch_as_its_socket_loop_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a shaped link the socket loop sleeps ``WorkerCore.hold_s`` after a small batch of
+    results (hosts/atp/client.py, worker.c); with ``simulation.worker_holds`` the simulated
+    worker sleeps as long, taking nothing until the hold is over."""
+    holds = held(worker_steps(tmp_path, monkeypatch, "simulation.worker_holds=true"))
+    assert holds, "small batches on a shaped link hold"
+    window_on_link_s = 8 * 8 * frame_bytes(256) / 5e6  # window 8 at 5 Mbit/s
+    assert max(hold for _, hold in holds) == pytest.approx(min(HOLD_SHARE * window_on_link_s, HOLD_MAX_S)), "half the window's time on the link"
+    assert all(gap >= hold - 1e-12 for gap, hold in holds), "the driver hands the core nothing during a hold"
+
+
+def test_an_ideal_simulated_host_takes_every_result_as_it_arrives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default (an ideal host, as at the paper's scale) the core still says how long its loop
+    would hold, and the driver does not: some step follows a hold's ask sooner than the hold."""
+    holds = held(worker_steps(tmp_path, monkeypatch))
+    assert holds and any(gap < hold for gap, hold in holds)
 
 
 @pytest.mark.parametrize(("requested", "mechanism"), [("auto", "simulated_link_loss"), ("switch", "switch_drop_simulator")])

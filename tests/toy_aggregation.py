@@ -130,6 +130,9 @@ class ToyWorker:
 
     # -- as a ``HostCore`` (methods/aggregation.py), for the simulated clock's driver ------
 
+    hold_s = 0.0
+    """Its loop never holds."""
+
     def start(self, tensor: np.ndarray, now: float) -> tuple[list[bytes], None]:
         """Every chunk at once (no timers: the toy never resends)."""
         sent = self.frames(tensor)

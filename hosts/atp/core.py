@@ -7,7 +7,8 @@ host goes to the same place), and take them off what arrives, dropping and count
 of the wrong size or for another UDP port, as a socket would never see it (``malformed``).
 The job (job.py: quantization, the aggregator map and sequences that carry over from one
 all-reduce to the next, ``JobStats``) and the loop's policy are the socket worker's: results
-first, and the timers only when nothing arrived.
+first, the timers only when nothing arrived, and after a small batch of results on a shaped
+link a hold (``WorkerCore.hold_s``; the driver sleeps through it with ``simulation.worker_holds``).
 
 A worker sends to its PS's IPv4 (``servers[0]``) with the switch's MAC, as a host whose next
 hop is the switch: ATP's program matches its senders by port and IPv4 (docs/dataplane-atp.md),
@@ -62,7 +63,7 @@ class WorkerHostCore:
 
     def __init__(self, spec: WorkerSpec, rank: int, host: Any, switch: Any) -> None:
         parameters = resend_floor(job_parameters(spec, needs_server=True), spec.link_mbps)
-        self._job = WorkerJob(parameters, rank, spec.n_workers, spec.job_timeout_s)
+        self._job = WorkerJob(parameters, rank, spec.n_workers, spec.job_timeout_s, spec.link_mbps)
         self._framing = Framing(parameters.k, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT),
                                 Endpoint(switch.mac, spec.servers[0], params.PS_UDP_PORT))
         self._payload_size = payload_bytes(parameters.k)
@@ -72,6 +73,10 @@ class WorkerHostCore:
         self._timeline = SendTimeline(0.0)
         self.stalled: str | None = None
         """Why the all-reduce gave up (the core's stall limit), or None: the driver's deadline then ends it."""
+        self.hold_s = 0.0
+        """How long the socket loop holds after the last step (``WorkerCore.hold_s`` of its batch;
+        0 after a timer), so that the simulated worker takes its results in the batches the
+        emulated one does."""
 
     def start(self, tensor: np.ndarray, now: float) -> tuple[list[bytes], float | None]:
         self._tensor = tensor
@@ -87,11 +92,13 @@ class WorkerHostCore:
         if self.stalled is not None:
             return [], None
         out: list[bytes] = []
+        self.hold_s = 0.0
         if received:
             for frame in received:
                 payload = framing.payload(frame)
                 if payload is not None:
                     out += core.receive(payload, now)
+            self.hold_s = core.hold_s(len(received))
         else:
             due = core.next_timer()
             if due is not None and due <= now:
