@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from hosts.atp.job import WorkerJob, job_parameters, job_stats, resend_floor
+from hosts.atp.job import WorkerJob, frame_time_s, job_parameters, job_stats, resend_floor
 from hosts.atp.parameter_server import ParameterServerCore, server_counts
 from hosts.atp.worker import ATPStalled, WorkerCore
 from hosts.stats import TIMELINE_BIN_S, JobStats, SendTimeline, timeline_bin_for
@@ -67,7 +67,7 @@ class WorkerHostCore:
         self._framing = Framing(parameters.k, Endpoint(host.mac, host.ipv4, params.WORKER_UDP_PORT),
                                 Endpoint(switch.mac, spec.servers[0], params.PS_UDP_PORT))
         self._payload_size = payload_bytes(parameters.k)
-        self._seconds_per_element = 8 * frame_bytes(parameters.k) / parameters.k / (spec.link_mbps * 1e6) if spec.link_mbps else None
+        self._seconds_per_element = frame_time_s(parameters.k, spec.link_mbps) / parameters.k if spec.link_mbps else None
         self._core: WorkerCore | None = None
         self._tensor: np.ndarray | None = None
         self._timeline = SendTimeline(0.0)

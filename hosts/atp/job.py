@@ -31,6 +31,11 @@ def job_parameters(spec: WorkerSpec, needs_server: bool = False) -> ATPParameter
     return methods.by_name(spec.method).aggregation.read_parameters(spec.protocol)
 
 
+def frame_time_s(k: int, link_mbps: float) -> float:
+    """How long one of ATP's frames of ``k`` values takes to cross a link of ``link_mbps``."""
+    return 8 * frame_bytes(k) / (link_mbps * 1e6)
+
+
 def resend_floor(parameters: ATPParameters, link_mbps: float | None) -> ATPParameters:
     """The job's parameters with the resend timeout raised, on rate-limited links, to twice
     the time a full window of frames takes to cross the slowest link (SwitchML's floor,
@@ -38,7 +43,7 @@ def resend_floor(parameters: ATPParameters, link_mbps: float | None) -> ATPParam
     lost, and it resends a window it just sent."""
     if link_mbps is None:
         return parameters
-    window_drain_ms = parameters.window * 8 * frame_bytes(parameters.k) / (link_mbps * 1e3)
+    window_drain_ms = parameters.window * frame_time_s(parameters.k, link_mbps) * 1e3
     return replace(parameters, resend_timeout_ms=max(parameters.resend_timeout_ms, 2 * window_drain_ms))
 
 
@@ -55,7 +60,7 @@ class WorkerJob:
                                    stall_s=max(min(DEFAULT_STALL_S, job_deadline_s), 2 * parameters.resend_timeout_s,
                                                2 * DEFAULT_FIRST_RESEND_TIMEOUT_S),
                                    congestion_control=parameters.congestion_control,
-                                   frame_s=8 * frame_bytes(parameters.k) / (link_mbps * 1e6) if link_mbps else 0.0)
+                                   frame_s=frame_time_s(parameters.k, link_mbps) if link_mbps else 0.0)
         self._map = AggregatorMap(parameters.job_id, parameters.window, parameters.pool_size)
         self._next_seq = 1
 
