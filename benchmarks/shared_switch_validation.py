@@ -44,7 +44,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.rank_starts import measure as measure_starts  # noqa: E402
-from benchmarks.simulation_validation import MEASURED, add_link_burst, add_rank_starts, run_points_apart, run_simulated, write_csv  # noqa: E402
+from benchmarks.simulation_validation import (MEASURED, add_link_burst, add_overrides, add_rank_starts, run_points_apart,  # noqa: E402
+                                              run_simulated, write_csv)
 from experiments.metrics import shared_switch_jobs, shared_switch_totals  # noqa: E402
 from experiments.results import utc_stamp  # noqa: E402
 from protocol import results_format as fmt  # noqa: E402
@@ -160,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", type=Path, nargs="+", help="emulated shared-switch run folders (with jobs.csv)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "benchmarks" / "shared_switch_validation.csv")
     add_link_burst(parser)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for the simulated runs, e.g. simulation.rank_start_skew_us=1500 (repeatable)")
+    add_overrides(parser)
     add_rank_starts(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -295,6 +295,13 @@ def add_rank_starts(parser: argparse.ArgumentParser) -> None:
                              "jitter, benchmarks/rank_starts.py), each point simulated alone (default: together)")
 
 
+def add_overrides(parser: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` (repeatable), which both validations pass on to every simulated run."""
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for the simulated runs, e.g. simulation.switch_packet_cost_us=28.1 or "
+                             "simulation.rank_start_skew_us=1500 (repeatable)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, nargs="+", help="emulated run folders (with summary.json)")
@@ -302,8 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=0, help="simulate each config with seeds 1..N and compare distributions")
     add_link_burst(parser)
     add_rank_starts(parser)
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="a config override for the simulated runs, e.g. simulation.switch_packet_cost_us=28.1 (repeatable)")
+    add_overrides(parser)
     args = parser.parse_args(argv)
     if args.seeds < 0:
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
